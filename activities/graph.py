@@ -1,0 +1,407 @@
+"""The Neo4j graph of tasks: schema, idempotent mirror writes, and cross-task reads.
+
+Graph model (every node carries ``project_id``; keys are unique by constraint)::
+
+    (:Project {project_id})-[:HAS_TASK]->(:Task {key = workflow id})
+    (:Task)-[:CREATED_BY]->(:Agent {key = "project/agent"})
+    (:Task)-[:IN_SESSION]->(:Session {key = "project/session"})
+    (:Task)-[:CHILD_OF]->(:Task)                        child -> parent
+    (:Task)-[:HAS_EVENT]->(:Event {key = "workflow id#seq"})
+    (:Event)-[:NEXT]->(:Event)                           seq order, no gaps
+    (:Event)-[:AUTHORED_BY]->(:Agent)
+    (:Task)-[:HAS_STEP]->(:Step {key = "workflow id#step name"})
+    (:Step)-[:RESULT]->(:Event)                          the step's result event
+
+Every write is a MERGE on a key, so a repeated batch changes nothing. Every statement is
+parameterized and every read is filtered by project id. Times are Neo4j datetimes in UTC;
+payloads and tool arguments are strings, so integers of any size, arbitrary JSON and any
+Unicode are stored exactly as recorded.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, LiteralString
+
+from neo4j import AsyncDriver, AsyncGraphDatabase, AsyncManagedTransaction
+
+from workflows.models import Event, StepState, StepView, TaskView, task_workflow_id
+
+SCHEMA: tuple[LiteralString, ...] = (
+    "CREATE CONSTRAINT project_key IF NOT EXISTS FOR (n:Project) REQUIRE n.project_id IS UNIQUE",
+    "CREATE CONSTRAINT task_key IF NOT EXISTS FOR (n:Task) REQUIRE n.key IS UNIQUE",
+    "CREATE CONSTRAINT event_key IF NOT EXISTS FOR (n:Event) REQUIRE n.key IS UNIQUE",
+    "CREATE CONSTRAINT step_key IF NOT EXISTS FOR (n:Step) REQUIRE n.key IS UNIQUE",
+    "CREATE CONSTRAINT agent_key IF NOT EXISTS FOR (n:Agent) REQUIRE n.key IS UNIQUE",
+    "CREATE CONSTRAINT session_key IF NOT EXISTS FOR (n:Session) REQUIRE n.key IS UNIQUE",
+    "CREATE INDEX task_project_name IF NOT EXISTS FOR (n:Task) ON (n.project_id, n.name)",
+    "CREATE INDEX task_project_status IF NOT EXISTS FOR (n:Task) ON (n.project_id, n.status)",
+    "CREATE INDEX event_project_kind IF NOT EXISTS FOR (n:Event) ON (n.project_id, n.kind)",
+    "CREATE INDEX event_project_time IF NOT EXISTS FOR (n:Event) ON (n.project_id, n.time)",
+    "CREATE INDEX step_project_state IF NOT EXISTS FOR (n:Step) ON (n.project_id, n.state)",
+)
+"""Constraints and indexes, created before the first write (all single-property uniqueness
+constraints and range indexes, which Neo4j Community has)."""
+
+MAX_TREE_DEPTH = 20
+"""Deepest level ``task_tree`` follows."""
+
+_TASK: LiteralString = """
+MERGE (p:Project {project_id: $t.project_id})
+MERGE (t:Task {key: $t.key})
+SET t += $t
+MERGE (p)-[:HAS_TASK]->(t)
+MERGE (a:Agent {key: $t.project_id + '/' + $t.agent_id})
+  ON CREATE SET a.project_id = $t.project_id, a.agent_id = $t.agent_id
+MERGE (t)-[:CREATED_BY]->(a)
+FOREACH (s IN CASE WHEN $t.session_id IS NULL THEN [] ELSE [$t.session_id] END |
+  MERGE (se:Session {key: $t.project_id + '/' + s})
+    ON CREATE SET se.project_id = $t.project_id, se.session_id = s
+  MERGE (t)-[:IN_SESSION]->(se))
+FOREACH (pk IN CASE WHEN $parent_key IS NULL THEN [] ELSE [$parent_key] END |
+  MERGE (pt:Task {key: pk}) ON CREATE SET pt.project_id = $t.project_id, pt.name = $t.parent
+  MERGE (t)-[:CHILD_OF]->(pt))
+"""
+
+_EVENTS: LiteralString = """
+MATCH (t:Task {key: $task_key})
+UNWIND $events AS ev
+MERGE (e:Event {key: $task_key + '#' + toString(ev.seq)})
+SET e += ev, e.task_key = $task_key, e.project_id = t.project_id, e.task_name = t.name
+MERGE (t)-[:HAS_EVENT]->(e)
+MERGE (a:Agent {key: t.project_id + '/' + ev.author})
+  ON CREATE SET a.project_id = t.project_id, a.agent_id = ev.author
+MERGE (e)-[:AUTHORED_BY]->(a)
+"""
+
+_NEXT: LiteralString = """
+UNWIND $seqs AS s
+MATCH (a:Event {key: $task_key + '#' + toString(s - 1)})
+MATCH (b:Event {key: $task_key + '#' + toString(s)})
+MERGE (a)-[:NEXT]->(b)
+"""
+
+_WATERMARK: LiteralString = """
+MATCH (t:Task {key: $task_key})
+SET t.mirrored_seq = CASE WHEN coalesce(t.mirrored_seq, 0) < $seq THEN $seq
+                          ELSE t.mirrored_seq END
+"""
+
+_STEPS: LiteralString = """
+MATCH (t:Task {key: $task_key})
+UNWIND $steps AS st
+MERGE (s:Step {key: $task_key + '#' + st.step_name})
+SET s += st, s.task_key = $task_key, s.project_id = t.project_id, s.task_name = t.name
+MERGE (t)-[:HAS_STEP]->(s)
+WITH t, s, st
+OPTIONAL MATCH (s)-[old:RESULT]->(previous:Event)
+  WHERE previous.seq <> st.result_event_seq OR st.result_event_seq IS NULL
+DELETE old
+WITH t, s, st WHERE st.result_event_seq IS NOT NULL
+MERGE (e:Event {key: $task_key + '#' + toString(st.result_event_seq)})
+  ON CREATE SET e.project_id = t.project_id, e.task_key = $task_key,
+                e.task_name = t.name, e.seq = st.result_event_seq
+MERGE (s)-[:RESULT]->(e)
+"""
+
+
+def open_driver(uri: str, auth: tuple[str, str]) -> AsyncDriver:
+    """The async driver every part of the project uses: ``auth`` is ``(user, password)``;
+    server notifications (warnings about unknown property keys on an empty graph) are off."""
+    return AsyncGraphDatabase.driver(uri, auth=auth, notifications_min_severity="OFF")
+
+
+def task_properties(view: TaskView) -> dict[str, Any]:
+    """Task node properties from a view (metadata, result and error as JSON text)."""
+    return {
+        "key": view.workflow_id,
+        "project_id": view.project_id,
+        "name": view.name,
+        "goal": view.goal,
+        "agent_id": view.agent_id,
+        "session_id": view.session_id,
+        "parent": view.parent,
+        "metadata": json.dumps(view.metadata, ensure_ascii=False, sort_keys=True),
+        "status": view.status.value,
+        "result": None if view.result is None else view.result.text,
+        "error": None if view.error is None else view.error.text,
+        "last_seq": view.last_seq,
+        "runs": view.runs,
+        "created_at": view.created_at,
+        "updated_at": view.updated_at,
+    }
+
+
+def event_properties(event: Event) -> dict[str, Any]:
+    """Event node properties (``time`` becomes a Neo4j datetime)."""
+    props = event.model_dump(mode="python")
+    props["kind"] = event.kind.value
+    props["role"] = None if event.role is None else event.role.value
+    props["truncated"] = event.truncated
+    return props
+
+
+def step_properties(step: StepView) -> dict[str, Any]:
+    """Step node properties."""
+    props = step.model_dump(mode="python")
+    for field in ("state", "kind", "result_validity"):
+        props[field] = props[field].value
+    return props
+
+
+class TaskGraph:
+    """Reads and writes the task graph through one async driver.
+
+    Each method opens its own session (one session per coroutine) and uses managed
+    transactions (``execute_read`` / ``execute_write``), which retry transient errors
+    (deadlocks, leader switches, unavailable servers) for up to the driver's
+    ``max_transaction_retry_time`` (30 s by default). Errors left after that are raised as the
+    driver's ``neo4j.exceptions`` (``Neo4jError`` or ``DriverError``; ``is_retryable()`` says
+    whether trying later can help).
+    """
+
+    def __init__(self, driver: AsyncDriver, database: str = "neo4j") -> None:
+        self.driver = driver
+        self.database = database
+
+    async def init_schema(self) -> None:
+        """Create the constraints and indexes of ``SCHEMA`` (idempotent)."""
+        async with self.driver.session(database=self.database) as session:
+            for statement in SCHEMA:
+                await (await session.run(statement)).consume()
+
+    async def wipe_project(self, project_id: str) -> int:
+        """Delete every node of one project and its relationships; returns nodes deleted."""
+
+        async def work(tx: AsyncManagedTransaction) -> int:
+            result = await tx.run(
+                "MATCH (n {project_id: $p}) DETACH DELETE n RETURN count(n) AS n", p=project_id
+            )
+            record = await result.single(strict=True)
+            return int(record["n"])
+
+        async with self.driver.session(database=self.database) as session:
+            return await session.execute_write(work)
+
+    async def wipe_task(self, project_id: str, workflow_id: str) -> int:
+        """Delete one task's event and step nodes (the task node stays, with its links to
+        parent and children); returns nodes deleted."""
+
+        async def work(tx: AsyncManagedTransaction) -> int:
+            result = await tx.run(
+                """
+                MATCH (n {project_id: $p, task_key: $key})
+                WHERE n:Event OR n:Step
+                DETACH DELETE n
+                RETURN count(n) AS n
+                """,
+                p=project_id,
+                key=workflow_id,
+            )
+            record = await result.single(strict=True)
+            return int(record["n"])
+
+        async with self.driver.session(database=self.database) as session:
+            return await session.execute_write(work)
+
+    async def write_task(
+        self, view: TaskView, events: Sequence[Event], steps: Sequence[StepView]
+    ) -> None:
+        """Merge the task node, ``events`` (with their NEXT links) and ``steps`` in one
+        transaction. Idempotent: repeating it changes nothing."""
+        props = task_properties(view)
+        parent_key = None
+        if view.parent is not None:
+            parent_key = task_workflow_id(view.project_id, view.parent)
+        key = view.workflow_id
+        event_rows = [event_properties(e) for e in events]
+        seqs = [e.seq for e in events]
+        step_rows = [step_properties(s) for s in steps]
+        watermark = max(seqs, default=0)
+
+        async def work(tx: AsyncManagedTransaction) -> None:
+            await (await tx.run(_TASK, t=props, parent_key=parent_key)).consume()
+            if event_rows:
+                await (await tx.run(_EVENTS, task_key=key, events=event_rows)).consume()
+                await (await tx.run(_NEXT, task_key=key, seqs=seqs)).consume()
+                await (await tx.run(_WATERMARK, task_key=key, seq=watermark)).consume()
+            if step_rows:
+                await (await tx.run(_STEPS, task_key=key, steps=step_rows)).consume()
+
+        async with self.driver.session(database=self.database) as session:
+            await session.execute_write(work)
+
+    async def _read(self, query: LiteralString, **params: Any) -> list[dict[str, Any]]:
+        async def work(tx: AsyncManagedTransaction) -> list[dict[str, Any]]:
+            result = await tx.run(query, **params)
+            return [record.data() async for record in result]
+
+        async with self.driver.session(database=self.database) as session:
+            return await session.execute_read(work)
+
+    async def events(
+        self, project_id: str, workflow_id: str, after_seq: int, up_to_seq: int, limit: int
+    ) -> list[Event]:
+        """One task's mirrored events with ``after_seq < seq <= up_to_seq``, in seq order,
+        at most ``limit``."""
+        rows = await self._read(
+            """
+            MATCH (t:Task {key: $key, project_id: $p})-[:HAS_EVENT]->(e:Event)
+            WHERE e.seq > $after AND e.seq <= $upto AND e.kind IS NOT NULL
+            RETURN e ORDER BY e.seq LIMIT $limit
+            """,
+            key=workflow_id,
+            p=project_id,
+            after=after_seq,
+            upto=up_to_seq,
+            limit=limit,
+        )
+        return [_event(row["e"]) for row in rows]
+
+    async def list_tasks(
+        self,
+        project_id: str,
+        *,
+        status: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        parent: str | None = None,
+        after_name: str | None = None,
+        limit: int = 50,
+    ) -> list[dict[str, Any]]:
+        """Tasks of a project in name order, after ``after_name`` (the paging cursor), each
+        filter applied when not None. Returns task node properties."""
+        rows = await self._read(
+            """
+            MATCH (t:Task {project_id: $p})
+            WHERE t.status IS NOT NULL
+              AND ($status IS NULL OR t.status = $status)
+              AND ($agent IS NULL OR t.agent_id = $agent)
+              AND ($session IS NULL OR t.session_id = $session)
+              AND ($parent IS NULL OR t.parent = $parent)
+              AND ($after IS NULL OR t.name > $after)
+            RETURN t ORDER BY t.name LIMIT $limit
+            """,
+            p=project_id,
+            status=status,
+            agent=agent_id,
+            session=session_id,
+            parent=parent,
+            after=after_name,
+            limit=limit,
+        )
+        return [_plain(row["t"]) for row in rows]
+
+    async def task_tree(
+        self, project_id: str, workflow_id: str, depth: int
+    ) -> list[dict[str, Any]]:
+        """The task and its descendants up to ``depth`` levels (at most ``MAX_TREE_DEPTH``),
+        each with its ``depth`` (0 for the task itself), ordered by depth then name."""
+        rows = await self._read(
+            """
+            MATCH (root:Task {key: $key, project_id: $p})
+            MATCH path = (root)<-[:CHILD_OF*0..20]-(t:Task)
+            WHERE length(path) <= $depth AND all(n IN nodes(path) WHERE n.project_id = $p)
+            RETURN t, length(path) AS depth
+            ORDER BY depth, t.name
+            """,
+            key=workflow_id,
+            p=project_id,
+            depth=min(depth, MAX_TREE_DEPTH),
+        )
+        return [{**_plain(row["t"]), "depth": row["depth"]} for row in rows]
+
+    async def find_events(
+        self,
+        project_id: str,
+        *,
+        kind: str | None = None,
+        name: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        failed_only: bool = False,
+        limit: int = 50,
+    ) -> list[dict[str, Any]]:
+        """Events across the project's tasks, by kind, name and time range (``since`` <=
+        time < ``until``), oldest first. ``failed_only`` keeps tool results of failed steps.
+        Returns event properties with ``task_name``."""
+        rows = await self._read(
+            """
+            MATCH (e:Event {project_id: $p})
+            WHERE e.kind IS NOT NULL
+              AND ($kind IS NULL OR e.kind = $kind)
+              AND ($name IS NULL OR e.name = $name)
+              AND ($since IS NULL OR e.time >= $since)
+              AND ($until IS NULL OR e.time < $until)
+              AND (NOT $failed OR EXISTS { (:Step {state: 'failed'})-[:RESULT]->(e) })
+            RETURN e ORDER BY e.time, e.task_name, e.seq LIMIT $limit
+            """,
+            p=project_id,
+            kind=kind,
+            name=name,
+            since=since,
+            until=until,
+            failed=failed_only,
+            limit=limit,
+        )
+        return [_plain(row["e"]) for row in rows]
+
+    async def find_steps(
+        self, project_id: str, *, state: StepState | None = None, limit: int = 50
+    ) -> list[dict[str, Any]]:
+        """Steps across the project's tasks in a state, ordered by task then step name."""
+        rows = await self._read(
+            """
+            MATCH (s:Step {project_id: $p})
+            WHERE $state IS NULL OR s.state = $state
+            RETURN s ORDER BY s.task_name, s.step_name LIMIT $limit
+            """,
+            p=project_id,
+            state=None if state is None else state.value,
+            limit=limit,
+        )
+        return [_plain(row["s"]) for row in rows]
+
+    async def failed_tool_calls(self, project_id: str) -> list[dict[str, Any]]:
+        """Failed tool calls across the project's tasks, counted by tool name:
+        ``[{"tool": name, "failed": n, "tasks": m}]``, most failures first."""
+        return await self._read(
+            """
+            MATCH (s:Step {project_id: $p, state: 'failed'})-[:RESULT]->(e:Event)
+            RETURN coalesce(e.name, '?') AS tool, count(s) AS failed,
+                   count(DISTINCT s.task_key) AS tasks
+            ORDER BY failed DESC, tool
+            """,
+            p=project_id,
+        )
+
+    async def counts(self, project_id: str) -> dict[str, int]:
+        """Nodes by label and relationships of the project (a fingerprint for tests and
+        rebuild checks)."""
+        rows = await self._read(
+            """
+            MATCH (n {project_id: $p})
+            WITH labels(n)[0] AS label, count(n) AS c
+            RETURN label, c
+            UNION ALL
+            MATCH (n {project_id: $p})-[r]->()
+            WITH type(r) AS label, count(r) AS c
+            RETURN label, c
+            """,
+            p=project_id,
+        )
+        return {row["label"]: row["c"] for row in rows}
+
+
+def _plain(node: Any) -> dict[str, Any]:
+    """Node properties with Neo4j temporal values as Python datetimes."""
+    return {
+        key: value.to_native() if hasattr(value, "to_native") else value
+        for key, value in dict(node).items()
+    }
+
+
+def _event(node: Any) -> Event:
+    return Event.model_validate(_plain(node), strict=False)

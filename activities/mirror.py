@@ -1,0 +1,147 @@
+"""The mirror: copies a task run's events, steps and task fields from Temporal to Neo4j.
+
+``copy_run`` reads one run's state back by query (the view, the steps changed after a write
+counter, and the events of a seq range in pages bounded by count, ``MIRROR_PAGE_EVENTS``, and
+bytes, ``MIRROR_PAGE_BYTES``) and writes each page in one managed transaction. Writes are
+MERGEs on stable keys, so repeating a copy changes nothing. It serves the mirror activity
+(whose input carries references only: task, run, seq range, write watermark) and the rebuild
+of Neo4j from the Temporal histories (``rebuild``).
+
+Error mapping at the activity edge: Neo4j errors that may pass (``is_retryable()``: deadlock,
+unavailable, leader switch, session expired) raise a retryable ``ApplicationError`` of type
+``MirrorUnavailable``, and the workflow's retry policy tries again without end, backing off
+from 1 s to 30 s; any other Neo4j error raises a non-retryable ``ApplicationError`` of type
+``MirrorDataError`` whose message names the task and the seq range.
+"""
+
+from __future__ import annotations
+
+from neo4j.exceptions import DriverError, Neo4jError
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
+
+from activities.graph import TaskGraph
+from workflows.models import (
+    MAX_STEPS_PER_TASK,
+    MIRROR_ACTIVITY,
+    EventsQuery,
+    MirrorInput,
+    MirrorOutcome,
+    StepsQuery,
+    task_workflow_id,
+)
+from workflows.task import TaskWorkflow
+
+MIRROR_PAGE_EVENTS = 100
+"""Events read per query page and written per transaction."""
+MIRROR_PAGE_BYTES = 1_048_576
+"""Payload bytes (UTF-8) per query page, at most (one event may pass it alone)."""
+
+
+async def copy_run(
+    client: Client,
+    graph: TaskGraph,
+    workflow_id: str,
+    run_id: str | None,
+    *,
+    after_seq: int = 0,
+    up_to_seq: int | None = None,
+    after_write: int = 0,
+) -> MirrorOutcome:
+    """Copy events ``after_seq < seq <= up_to_seq`` (None: the run's newest), the steps
+    changed after ``after_write``, and the task node, from one run to Neo4j.
+
+    Raises:
+        ApplicationError: ``MirrorDataError`` when the run does not hold the asked events.
+        neo4j.exceptions.Neo4jError, neo4j.exceptions.DriverError: from the writes.
+        temporalio.service.RPCError: from the queries.
+    """
+    handle = client.get_workflow_handle(workflow_id, run_id=run_id)
+    view = await handle.query(TaskWorkflow.view)
+    last = view.last_seq if up_to_seq is None else up_to_seq
+    steps = await handle.query(
+        TaskWorkflow.steps, StepsQuery(changed_after_write=after_write, limit=MAX_STEPS_PER_TASK)
+    )
+    await graph.write_task(view, [], steps)
+    after = max(after_seq, view.run_first_seq - 1)
+    written = 0
+    while after < last:
+        page = await handle.query(
+            TaskWorkflow.events,
+            EventsQuery(
+                after_seq=after,
+                up_to_seq=last,
+                limit=MIRROR_PAGE_EVENTS,
+                max_bytes=MIRROR_PAGE_BYTES,
+            ),
+        )
+        if not page.events:
+            raise ApplicationError(
+                f"task {workflow_id}: events {after + 1}..{last} are not in run {run_id}",
+                type="MirrorDataError",
+                non_retryable=True,
+            )
+        await graph.write_task(view, page.events, [])
+        written += len(page.events)
+        after = page.events[-1].seq
+    return MirrorOutcome(events=written, steps=len(steps))
+
+
+async def rebuild(
+    client: Client, graph: TaskGraph, project_id: str, task: str | None = None
+) -> dict[str, int]:
+    """Rebuild a project's graph (or one task's) from the Temporal histories.
+
+    Deletes the project's nodes (or the task's event and step nodes), then copies every
+    run of every task, oldest run first, by querying each run (Temporal replays its history on
+    a worker to answer). Returns ``{"tasks": n, "runs": n, "events": n}``.
+    """
+    query = f"WorkflowType = 'TaskWorkflow' AND ProjectId = '{project_id}'"
+    if task is None:
+        await graph.wipe_project(project_id)
+    else:
+        workflow_id = task_workflow_id(project_id, task)
+        await graph.wipe_task(project_id, workflow_id)
+        query += " AND WorkflowId = '" + workflow_id.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    runs = [execution async for execution in client.list_workflows(query)]
+    runs.sort(key=lambda execution: (execution.id, execution.start_time))
+    events = 0
+    for execution in runs:
+        events += (await copy_run(client, graph, execution.id, execution.run_id)).events
+    return {"tasks": len({r.id for r in runs}), "runs": len(runs), "events": events}
+
+
+class MirrorActivities:
+    """The mirror activity with its dependencies: a Temporal client (to query the workflow)
+    and the task graph (to write Neo4j)."""
+
+    def __init__(self, client: Client, graph: TaskGraph) -> None:
+        self.client = client
+        self.graph = graph
+
+    @activity.defn(name=MIRROR_ACTIVITY)
+    async def mirror_task(self, input: MirrorInput) -> MirrorOutcome:
+        """Mirror events ``after_seq < seq <= up_to_seq``, the steps changed after
+        ``after_write``, and the task node. Returns the counts written."""
+        try:
+            return await copy_run(
+                self.client,
+                self.graph,
+                input.workflow_id,
+                input.run_id,
+                after_seq=input.after_seq,
+                up_to_seq=input.up_to_seq,
+                after_write=input.after_write,
+            )
+        except (Neo4jError, DriverError) as err:
+            where = f"task {input.workflow_id} seqs {input.after_seq + 1}..{input.up_to_seq}"
+            if err.is_retryable():
+                raise ApplicationError(
+                    f"Neo4j unavailable while mirroring {where}: {err}", type="MirrorUnavailable"
+                ) from err
+            raise ApplicationError(
+                f"Neo4j refused the mirror of {where}: {err}",
+                type="MirrorDataError",
+                non_retryable=True,
+            ) from err

@@ -1,0 +1,692 @@
+"""The client apps import: ``connect()`` and ``ConversationHistory``.
+
+Writes never raise for a refusal: they return a ``WriteResult`` whose ``error`` is an
+``ErrorCode``. A lost or unreachable server raises ``TaskServiceUnavailable``. Arguments that
+are not of the right shape (an unknown kind, an over-long name, a payload that is not text)
+raise pydantic's ``ValidationError`` naming the field, before anything is sent.
+
+Deduplication is the workflow's own: each write carries a request id, and the workflow answers
+a repeated id (same arguments) with the stored result (``duplicate`` True), in a window of the
+task's last 2,000 writes that survives continue-as-new. Update ids are left to the SDK (random),
+since the server's update-id deduplication lasts one run only and ignores the arguments.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import uuid
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, TypeAdapter
+from temporalio.client import (
+    Client,
+    WithStartWorkflowOperation,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
+from temporalio.common import (
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.graph import TaskGraph
+from starter.settings import Settings
+from workflows.models import (
+    DUPLICATE,
+    MAX_EVENTS_PER_UPDATE,
+    MAX_STEPS_PER_TASK,
+    MAX_STEPS_PER_UPDATE,
+    MAX_UPDATE_BYTES,
+    PAGE_LIMIT_MAX,
+    ErrorCode,
+    Event,
+    EventInput,
+    EventKind,
+    EventsQuery,
+    FinishTaskInput,
+    ProjectId,
+    RecordEventsInput,
+    RequestLookup,
+    Role,
+    SetStepsInput,
+    ShortText,
+    StepKind,
+    StepsQuery,
+    StepState,
+    StepView,
+    StepWrite,
+    TaskStart,
+    TaskStatus,
+    TaskView,
+    TaskWorkflowInput,
+    WriteOutcome,
+    args_digest,
+    model_size,
+    task_workflow_id,
+    valid_request_id,
+)
+from workflows.task import TaskWorkflow, search_attributes
+
+_BUSY_RETRIES = 30
+"""Attempts for a write the server refuses as RESOURCE_EXHAUSTED (more than 10 updates in
+flight on one workflow), with a backoff from 20 ms doubling to 1 s."""
+
+_T = TypeVar("_T")
+
+
+class TaskServiceUnavailable(RuntimeError):
+    """Temporal (or Neo4j, for graph reads) could not be reached, or the connection was lost
+    before the server answered. The write may or may not have been recorded: retry it with the
+    same request id."""
+
+
+class WriteResult(BaseModel):
+    """What every write returns. Refusals are results, not exceptions."""
+
+    recorded: bool
+    """True when the write is in the task's ledger (now, or from an earlier call with the
+    same request id)."""
+    error: ErrorCode | None = None
+    """Why the write was refused (``recorded`` is then False)."""
+    message: str | None = None
+    """Human-readable detail of the refusal."""
+    duplicate: bool = False
+    """True when an earlier call with the same request id (same arguments) did the write, or
+    ``create_task`` found the task with the same goal."""
+    created: bool = False
+    """``create_task``: True when this request id created the task."""
+    first_seq: int | None = None
+    """First seq assigned to the events of this write (event writes only)."""
+    last_seq: int | None = None
+    """Last seq assigned to the events of this write (event writes only)."""
+
+    @property
+    def seq(self) -> int | None:
+        """The seq of a single recorded event (``record_event``)."""
+        return self.first_seq
+
+    @property
+    def seqs(self) -> list[int]:
+        """Every seq this write assigned, in order."""
+        if self.first_seq is None or self.last_seq is None:
+            return []
+        return list(range(self.first_seq, self.last_seq + 1))
+
+
+class GetTaskResult(BaseModel):
+    """``get_task``: ``found`` is False when the name is not in this project."""
+
+    found: bool
+    view: TaskView | None = None
+
+
+class EventsResult(BaseModel):
+    """``list_events``: a page of events and the cursor of the next page."""
+
+    found: bool
+    events: list[Event] = []
+    next_after_seq: int | None = None
+    """Pass as ``after_seq`` for the next page; None at the end."""
+
+
+class StepsResult(BaseModel):
+    """``list_steps``: steps in name order."""
+
+    found: bool
+    steps: list[StepView] = []
+
+
+async def connect(
+    settings: Settings | None = None,
+    *,
+    address: str | None = None,
+    namespace: str | None = None,
+) -> Client:
+    """Connect to Temporal with the pydantic data converter.
+
+    Args:
+        settings: where to connect; read from the environment when None.
+        address: overrides ``settings.temporal_address`` (``host:port``).
+        namespace: overrides ``settings.temporal_namespace``.
+
+    Raises:
+        TaskServiceUnavailable: the server cannot be reached.
+    """
+    settings = settings or Settings()
+    target = address or settings.temporal_address
+    try:
+        return await Client.connect(
+            target,
+            namespace=namespace or settings.temporal_namespace,
+            data_converter=pydantic_data_converter,
+        )
+    except RuntimeError as err:
+        raise TaskServiceUnavailable(f"cannot reach Temporal at {target}: {err}") from err
+
+
+def refused(code: ErrorCode, message: str) -> WriteResult:
+    """A refusal result."""
+    return WriteResult(recorded=False, error=code, message=message)
+
+
+def _from_outcome(outcome: WriteOutcome) -> WriteResult:
+    return WriteResult(
+        recorded=True,
+        duplicate=outcome.duplicate,
+        created=outcome.created,
+        first_seq=outcome.first_seq or None,
+        last_seq=outcome.last_seq or None,
+    )
+
+
+def _from_update_failure(err: WorkflowUpdateFailedError) -> WriteResult:
+    cause = err.cause
+    if isinstance(cause, ApplicationError):
+        if cause.type == DUPLICATE:
+            return _from_outcome(WriteOutcome.model_validate(cause.details[0]))
+        if cause.type is not None and cause.type in ErrorCode.__members__:
+            return refused(ErrorCode(cause.type), cause.message)
+    raise err
+
+
+def _unavailable(err: Exception) -> TaskServiceUnavailable:
+    return TaskServiceUnavailable(f"Temporal did not answer: {err}")
+
+
+def _lost(err: RPCError) -> bool:
+    return err.status in (
+        RPCStatusCode.UNAVAILABLE,
+        RPCStatusCode.DEADLINE_EXCEEDED,
+        RPCStatusCode.CANCELLED,
+    )
+
+
+def _or_new(request_id: str | None) -> str:
+    """The caller's request id, or a new UUID when it is None (never for an empty string,
+    which is refused as ``invalid_request_id``)."""
+    return str(uuid.uuid4()) if request_id is None else request_id
+
+
+def chunk_request_id(request_id: str, index: int) -> str:
+    """Request id of the ``index``-th update of a batch split across updates: the caller's
+    own for the first, ``"{sha256(request_id/index)[:40]}"`` for the others (1 to 64
+    characters, stable for the same call)."""
+    if index == 0:
+        return request_id
+    return hashlib.sha256(f"{request_id}/{index}".encode()).hexdigest()[:40]
+
+
+def split_events(events: Sequence[EventInput]) -> Iterator[list[EventInput]]:
+    """Split events into update-sized lists: at most ``MAX_EVENTS_PER_UPDATE`` events and
+    about ``MAX_UPDATE_BYTES`` of JSON each (one event is at most ~200 KB, since a payload is
+    at most 32,000 characters)."""
+    chunk: list[EventInput] = []
+    size = 0
+    for event in events:
+        event_size = model_size(event)
+        if chunk and (len(chunk) == MAX_EVENTS_PER_UPDATE or size + event_size > MAX_UPDATE_BYTES):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(event)
+        size += event_size
+    if chunk:
+        yield chunk
+
+
+class ConversationHistory:
+    """A project's tasks, seen and written as one agent.
+
+    Args:
+        client: from ``connect()`` (pydantic data converter).
+        project_id: scopes every read and write (1 to 64 of ``[A-Za-z0-9_.-]``); a task of
+            another project is ``task_not_found`` / ``found=False`` here.
+        agent_id: author of the events and steps this object writes.
+        session_id: session new tasks belong to, if any.
+        task_queue: the workers' task queue.
+        graph: the Neo4j task graph; needed to read events of earlier runs (``list_events``)
+            and for the cross-task reads. None: those reads raise ``RuntimeError``.
+
+    Raises:
+        ValidationError: a malformed project id or agent id.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        project_id: str,
+        agent_id: str,
+        session_id: str | None = None,
+        task_queue: str = "agent-tasks",
+        graph: TaskGraph | None = None,
+    ) -> None:
+        self.client = client
+        self.project_id = TypeAdapter(ProjectId).validate_python(project_id)
+        self.agent_id = TypeAdapter(ShortText).validate_python(agent_id)
+        self.session_id = session_id
+        self.task_queue = task_queue
+        self.graph = graph
+
+    # ------------------------------------------------------------------ plumbing
+
+    def workflow_id(self, task: str) -> str:
+        """The workflow id of ``task`` in this project (``task_workflow_id``)."""
+        return task_workflow_id(self.project_id, task)
+
+    def _handle(self, task: str) -> WorkflowHandle[Any, Any]:
+        return self.client.get_workflow_handle(self.workflow_id(task))
+
+    async def _call(self, call: Callable[[], Awaitable[_T]]) -> _T:
+        """Run one Temporal call, retrying RESOURCE_EXHAUSTED; lost connections raise
+        ``TaskServiceUnavailable``; other ``RPCError``s propagate."""
+        delay = 0.02
+        for attempt in range(_BUSY_RETRIES):
+            try:
+                return await call()
+            except RPCError as err:
+                if _lost(err):
+                    raise _unavailable(err) from err
+                if err.status != RPCStatusCode.RESOURCE_EXHAUSTED or attempt == _BUSY_RETRIES - 1:
+                    raise
+            except WorkflowUpdateRPCTimeoutOrCancelledError as err:
+                raise _unavailable(err) from err
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+        raise AssertionError("unreachable")
+
+    async def _update(self, task: str, update: Any, input: Any) -> WriteResult:
+        """Send one write update; map refusals, duplicates and a closed or missing task."""
+        if not valid_request_id(input.request_id):
+            return refused(ErrorCode.invalid_request_id, "request_id must be 1 to 64 characters")
+        digest = args_digest(input)
+        handle = self._handle(task)
+        try:
+            outcome = await self._call(
+                lambda: handle.execute_update(update, input, result_type=WriteOutcome)
+            )
+        except WorkflowUpdateFailedError as err:
+            return _from_update_failure(err)
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+            return await self._closed_or_missing(task, input.request_id, digest)
+        return _from_outcome(outcome)
+
+    async def _closed_or_missing(self, task: str, request_id: str, digest: str) -> WriteResult:
+        """A write found no running workflow: the task is closed (answer a retried request
+        id from the closed workflow's state) or does not exist in this project."""
+        handle = self._handle(task)
+        try:
+            await self._call(handle.describe)
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                return refused(ErrorCode.task_not_found, f"no task {task!r} in this project")
+            raise
+        stored = await self._call(
+            lambda: handle.query(
+                TaskWorkflow.request_outcome, RequestLookup(request_id=request_id, digest=digest)
+            )
+        )
+        if stored is not None:
+            return _from_outcome(stored)
+        return refused(ErrorCode.task_closed, f"task {task!r} is finished")
+
+    # ------------------------------------------------------------------ writes
+
+    async def create_task(
+        self,
+        name: str,
+        goal: str,
+        *,
+        request_id: str | None = None,
+        metadata: dict[str, str] | None = None,
+        parent: str | None = None,
+    ) -> WriteResult:
+        """Create a task, or return the existing one of that name and goal.
+
+        Uses update-with-start: the workflow starts if it is not running and the
+        ``create_task`` update runs in its first workflow task. The same name with the same
+        goal returns the existing task (``created`` False); another goal is ``task_exists``.
+        A finished task's name is never reused (id reuse policy REJECT_DUPLICATE).
+
+        Args:
+            name: 1 to 200 characters, no control characters.
+            goal: at most 4,000 characters.
+            request_id: 1 to 64 characters; a new UUID when None.
+            metadata: at most 32 entries, keys up to 128 and values up to 1,000 characters.
+            parent: name of the parent task in this project (child tasks).
+        """
+        request_id = _or_new(request_id)
+        if not valid_request_id(request_id):
+            return refused(ErrorCode.invalid_request_id, "request_id must be 1 to 64 characters")
+        start = TaskStart(
+            project_id=self.project_id,
+            name=name,
+            goal=goal,
+            agent_id=self.agent_id,
+            session_id=self.session_id,
+            parent=parent,
+            metadata=metadata or {},
+            request_id=request_id,
+        )
+        operation = WithStartWorkflowOperation(
+            TaskWorkflow.run,
+            TaskWorkflowInput(start=start),
+            id=self.workflow_id(name),
+            task_queue=self.task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            search_attributes=TypedSearchAttributes(search_attributes(start, TaskStatus.open)),
+        )
+        try:
+            outcome = await self._call(
+                lambda: self.client.execute_update_with_start_workflow(
+                    TaskWorkflow.create_task,
+                    start,
+                    start_workflow_operation=operation,
+                )
+            )
+        except WorkflowUpdateFailedError as err:
+            return _from_update_failure(err)
+        except WorkflowAlreadyStartedError:
+            with contextlib.suppress(WorkflowAlreadyStartedError):
+                await operation.workflow_handle()  # retrieve the start's own copy of the error
+            found = await self.get_task(name)
+            if found.view is not None and found.view.goal == goal:
+                return WriteResult(recorded=True, duplicate=True)
+            return refused(ErrorCode.task_exists, f"task {name!r} exists (finished)")
+        return _from_outcome(outcome)
+
+    async def record_event(
+        self,
+        task: str,
+        kind: EventKind | str,
+        payload: str = "",
+        *,
+        role: Role | str | None = None,
+        name: str | None = None,
+        call_id: str | None = None,
+        request_id: str | None = None,
+    ) -> WriteResult:
+        """Append one event; ``result.seq`` is its seq. A payload over 32,000 characters is
+        cut (the event keeps the full length and SHA-256). See ``record_events``."""
+        event = EventInput.model_validate(
+            {"kind": kind, "payload": payload, "role": role, "name": name, "call_id": call_id}
+        )
+        return await self.record_events(task, [event], request_id=request_id)
+
+    async def record_events(
+        self,
+        task: str,
+        events: Sequence[EventInput | dict[str, Any]],
+        *,
+        request_id: str | None = None,
+    ) -> WriteResult:
+        """Append events in order, with consecutive seqs.
+
+        A batch over one update's bounds (200 events or ~1 MiB) is sent as several updates,
+        each under a request id derived from ``request_id`` (``chunk_request_id``). They are
+        not atomic together: on a refusal, the updates before it stay recorded, the result
+        has ``recorded`` False and ``first_seq``/``last_seq`` of what was recorded, and a
+        retry with the same request id records the rest once.
+        """
+        request_id = _or_new(request_id)
+        inputs = [EventInput.model_validate(e) if isinstance(e, dict) else e for e in events]
+        if not inputs:  # refused by the model's own rule: at least one event
+            RecordEventsInput(agent_id=self.agent_id, events=[], request_id=request_id)
+        total = WriteResult(recorded=True, duplicate=True)
+        for index, chunk in enumerate(split_events(inputs)):
+            result = await self._update(
+                task,
+                TaskWorkflow.record_events,
+                RecordEventsInput(
+                    agent_id=self.agent_id,
+                    events=chunk,
+                    request_id=chunk_request_id(request_id, index),
+                ),
+            )
+            if not result.recorded:
+                return result.model_copy(
+                    update={"first_seq": total.first_seq, "last_seq": total.last_seq}
+                )
+            total = total.model_copy(
+                update={
+                    "first_seq": total.first_seq or result.first_seq,
+                    "last_seq": result.last_seq,
+                    "duplicate": total.duplicate and result.duplicate,
+                }
+            )
+        return total
+
+    async def set_step(
+        self,
+        task: str,
+        step_name: str,
+        state: StepState | str,
+        *,
+        kind: StepKind | str | None = None,
+        result_event_seq: int | None = None,
+        request_id: str | None = None,
+    ) -> WriteResult:
+        """Set one step's state (``STEP_TRANSITIONS``). ``result_event_seq`` must name an
+        event of this task (else ``event_not_found``). A new step's kind defaults to tool."""
+        write = StepWrite.model_validate(
+            {
+                "step_name": step_name,
+                "state": state,
+                "kind": kind,
+                "result_event_seq": result_event_seq,
+            }
+        )
+        return await self.set_steps(task, [write], request_id=request_id)
+
+    async def set_steps(
+        self, task: str, steps: Sequence[StepWrite], *, request_id: str | None = None
+    ) -> WriteResult:
+        """Apply step writes in order. Up to 200 writes are one update, all or nothing;
+        larger lists are split like ``record_events``."""
+        request_id = _or_new(request_id)
+        result = WriteResult(recorded=True, duplicate=True)
+        for index in range(0, max(len(steps), 1), MAX_STEPS_PER_UPDATE):
+            result = await self._update(
+                task,
+                TaskWorkflow.set_steps,
+                SetStepsInput(
+                    agent_id=self.agent_id,
+                    steps=list(steps[index : index + MAX_STEPS_PER_UPDATE]),
+                    request_id=chunk_request_id(request_id, index // MAX_STEPS_PER_UPDATE),
+                ),
+            )
+            if not result.recorded:
+                return result
+        return result
+
+    async def finish_task(
+        self,
+        task: str,
+        status: TaskStatus | str,
+        *,
+        result: str | None = None,
+        error: str | None = None,
+        request_id: str | None = None,
+    ) -> WriteResult:
+        """Close the task as done, failed or cancelled. The workflow completes once the
+        mirror has caught up; later writes are refused with ``task_closed``. A retry with
+        the same request id after the close still returns the stored result."""
+        return await self._update(
+            task,
+            TaskWorkflow.finish_task,
+            FinishTaskInput(
+                agent_id=self.agent_id,
+                status=TaskStatus(status),
+                result=result,
+                error=error,
+                request_id=_or_new(request_id),
+            ),
+        )
+
+    # ------------------------------------------------------------------ reads of one task
+
+    async def _query(self, task: str, query: Callable[[], Awaitable[_T]]) -> tuple[bool, _T | None]:
+        try:
+            return True, await self._call(query)
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                return False, None
+            raise
+
+    async def get_task(self, name: str) -> GetTaskResult:
+        """The task view (no event bodies); ``found`` False when the name is not in this
+        project. Works for running and finished tasks."""
+        handle = self._handle(name)
+        found, view = await self._query(name, lambda: handle.query(TaskWorkflow.view))
+        return GetTaskResult(found=found, view=view)
+
+    async def list_events(self, task: str, after_seq: int = 0, limit: int = 50) -> EventsResult:
+        """Events with seq > ``after_seq`` in seq order, at most ``limit`` (1 to 200), across
+        every run of the task: seqs of earlier runs come from Neo4j (the mirror has them
+        before a run continues-as-new), the current run's from the workflow, so a reader sees
+        its own writes at once.
+
+        Raises:
+            ValueError: ``limit`` outside 1 to 200.
+            RuntimeError: older seqs are needed and no graph was given, or Neo4j lacks some
+                of them (run ``agent-tasks graph rebuild``).
+        """
+        if not 1 <= limit <= PAGE_LIMIT_MAX:
+            raise ValueError(f"limit must be 1 to {PAGE_LIMIT_MAX}")
+        handle = self._handle(task)
+        found, page = await self._query(
+            task,
+            lambda: handle.query(
+                TaskWorkflow.events, EventsQuery(after_seq=after_seq, limit=limit)
+            ),
+        )
+        if page is None:
+            return EventsResult(found=found)
+        events: list[Event] = []
+        if after_seq + 1 < page.run_first_seq:
+            up_to = min(page.run_first_seq - 1, after_seq + limit)
+            events = await self._graph().events(
+                self.project_id, self.workflow_id(task), after_seq, up_to, limit
+            )
+            if [e.seq for e in events] != list(range(after_seq + 1, up_to + 1)):
+                raise RuntimeError(
+                    f"Neo4j lacks events {after_seq + 1}..{up_to} of task {task!r}: "
+                    "run `agent-tasks graph rebuild`"
+                )
+        events += page.events[: limit - len(events)]
+        last = events[-1].seq if events else after_seq
+        return EventsResult(
+            found=True, events=events, next_after_seq=last if last < page.last_seq else None
+        )
+
+    async def list_steps(
+        self, task: str, state: StepState | str | None = None, limit: int = PAGE_LIMIT_MAX
+    ) -> StepsResult:
+        """Steps in name order, optionally of one state, each with its ``result_validity``
+        and ``idempotency_key``; at most ``limit`` (1 to 1,000)."""
+        query = StepsQuery(
+            state=None if state is None else StepState(state), limit=min(limit, MAX_STEPS_PER_TASK)
+        )
+        handle = self._handle(task)
+        found, steps = await self._query(task, lambda: handle.query(TaskWorkflow.steps, query))
+        return StepsResult(found=found, steps=steps or [])
+
+    async def list_tasks(
+        self, status: TaskStatus | str | None = None, limit: int = 50
+    ) -> list[str]:
+        """Task names of this project from Temporal visibility (works without Neo4j),
+        newest first, optionally of one status (the ``TaskStatus`` search attribute)."""
+        query = (
+            f"WorkflowType = 'TaskWorkflow' AND ProjectId = '{self.project_id}'"
+            " AND ExecutionStatus != 'ContinuedAsNew'"
+        )
+        if status is not None:
+            query += f" AND TaskStatus = '{TaskStatus(status).value}'"
+        prefix = self.workflow_id("")
+        names: list[str] = []
+        async for execution in self.client.list_workflows(query, limit=limit):
+            names.append(execution.id.removeprefix(prefix))
+        return names
+
+    # ------------------------------------------------------------------ cross-task reads (Neo4j)
+
+    async def find_tasks(
+        self,
+        *,
+        status: TaskStatus | str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        parent: str | None = None,
+        after_name: str | None = None,
+        limit: int = 50,
+    ) -> list[dict[str, Any]]:
+        """This project's tasks from Neo4j, in name order after ``after_name`` (the paging
+        cursor: pass the last name of a page), filtered by status, agent, session or parent.
+        Returns task node properties (``name``, ``status``, ``goal``, ``last_seq`` ...)."""
+        return await self._graph().list_tasks(
+            self.project_id,
+            status=None if status is None else TaskStatus(status).value,
+            agent_id=agent_id,
+            session_id=session_id,
+            parent=parent,
+            after_name=after_name,
+            limit=min(limit, PAGE_LIMIT_MAX),
+        )
+
+    async def task_tree(self, task: str, depth: int = 3) -> list[dict[str, Any]]:
+        """The task and its child tasks down to ``depth`` levels, from Neo4j."""
+        return await self._graph().task_tree(self.project_id, self.workflow_id(task), depth)
+
+    async def find_events(
+        self,
+        *,
+        kind: EventKind | str | None = None,
+        name: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        failed_only: bool = False,
+        limit: int = 50,
+    ) -> list[dict[str, Any]]:
+        """Events across this project's tasks by kind, name and time range (``since`` <= time
+        < ``until``, timezone-aware), oldest first, from Neo4j. ``failed_only`` keeps the
+        results of failed steps (for example every failed tool call)."""
+        return await self._graph().find_events(
+            self.project_id,
+            kind=None if kind is None else EventKind(kind).value,
+            name=name,
+            since=since,
+            until=until,
+            failed_only=failed_only,
+            limit=min(limit, PAGE_LIMIT_MAX),
+        )
+
+    async def find_steps(
+        self, *, state: StepState | str | None = None, limit: int = 50
+    ) -> list[dict[str, Any]]:
+        """Steps across this project's tasks in a state (for example every ``unknown`` step
+        that needs a person), from Neo4j."""
+        return await self._graph().find_steps(
+            self.project_id,
+            state=None if state is None else StepState(state),
+            limit=min(limit, PAGE_LIMIT_MAX),
+        )
+
+    async def failed_tool_calls(self) -> list[dict[str, Any]]:
+        """Failed tool calls across this project's tasks, by tool name, from Neo4j."""
+        return await self._graph().failed_tool_calls(self.project_id)
+
+    def _graph(self) -> TaskGraph:
+        if self.graph is None:
+            raise RuntimeError("this read needs Neo4j: pass graph= to ConversationHistory")
+        return self.graph

@@ -1,0 +1,78 @@
+"""Fixtures: the real Temporal and Neo4j of the local stack (``agent-tasks dev up``), a worker
+on a private task queue for this test session, and a fresh project id per test."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+from temporalio.client import Client
+
+from activities.graph import TaskGraph, open_driver
+from starter.client import ConversationHistory, connect
+from starter.settings import Settings
+from worker import build_worker
+
+
+@pytest.fixture(scope="session")
+def settings() -> Settings:
+    return Settings()
+
+
+@pytest.fixture(scope="session")
+async def client(settings: Settings) -> Client:
+    return await connect(settings)
+
+
+@pytest.fixture(scope="session")
+async def graph(settings: Settings) -> AsyncIterator[TaskGraph]:
+    driver = open_driver(settings.neo4j_uri, settings.neo4j_auth())
+    await driver.verify_connectivity()
+    graph = TaskGraph(driver, settings.neo4j_database)
+    await graph.init_schema()
+    yield graph
+    await driver.close()
+
+
+@pytest.fixture(scope="session")
+async def task_queue(client: Client, graph: TaskGraph) -> AsyncIterator[str]:
+    """A worker for this test session on its own task queue."""
+    queue = f"tests-{uuid.uuid4().hex[:8]}"
+    async with build_worker(client, graph, queue):
+        yield queue
+
+
+@pytest.fixture
+def project_id() -> str:
+    return f"t-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def history(
+    client: Client, graph: TaskGraph, task_queue: str, project_id: str
+) -> ConversationHistory:
+    return ConversationHistory(
+        client, project_id=project_id, agent_id="agent-1", task_queue=task_queue, graph=graph
+    )
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], within: float = 30.0) -> None:
+    """Wait until ``check()`` is true, polling every 0.1 s; fail after ``within`` seconds."""
+    deadline = asyncio.get_running_loop().time() + within
+    while not await check():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"condition not met within {within} s")
+        await asyncio.sleep(0.1)
+
+
+async def mirrored(history: ConversationHistory, task: str, within: float = 30.0) -> None:
+    """Wait until the mirror has caught up with every write of ``task``."""
+
+    async def caught_up() -> bool:
+        view = (await history.get_task(task)).view
+        assert view is not None
+        return view.unmirrored_writes == 0
+
+    await eventually(caught_up, within)

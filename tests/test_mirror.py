@@ -1,0 +1,214 @@
+"""The Neo4j mirror and the cross-task reads, against the real Neo4j and Temporal."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime, timedelta
+
+from temporalio.client import Client
+
+from activities.graph import TaskGraph
+from activities.mirror import MirrorActivities, rebuild
+from starter.client import ConversationHistory
+from tests.conftest import mirrored
+from workflows.models import Event, EventInput, MirrorInput, StepState, StepView, StepWrite
+
+
+async def mixed_writes(history: ConversationHistory, task: str) -> None:
+    await history.create_task(task, "mixed", metadata={"model": "m-1"})
+    await history.record_events(
+        task,
+        [
+            EventInput(kind="message", role="user", payload="do it"),
+            EventInput(kind="tool_call", name="bash", call_id="c1", payload='{"cmd":"ls"}'),
+            EventInput(kind="tool_result", name="bash", call_id="c1", payload="x" * 40_000),
+            EventInput(kind="message", role="assistant", payload="\u6f22\u5b57 \U0001f680 done"),
+        ],
+    )
+    await history.set_steps(
+        task,
+        [
+            StepWrite(step_name="call-1", state=StepState.completed, result_event_seq=3),
+            StepWrite(step_name="call-2", state=StepState.unknown, kind="write"),
+        ],
+    )
+
+
+async def graph_state(graph: TaskGraph, history: ConversationHistory, task: str):
+    events = await graph.events(history.project_id, history.workflow_id(task), 0, 10**9, 200)
+    steps = [
+        StepView.model_validate(row)
+        for row in await graph.find_steps(history.project_id, limit=200)
+        if row["task_name"] == task
+    ]
+    tasks = await graph.list_tasks(history.project_id, limit=200)
+    return events, steps, {t["name"]: t for t in tasks}
+
+
+async def test_neo4j_holds_exactly_what_the_workflow_holds(
+    graph: TaskGraph, history: ConversationHistory
+) -> None:
+    await mixed_writes(history, "t")
+    await history.finish_task("t", "done", result="fine")
+    await mirrored(history, "t")
+    events, steps, tasks = await graph_state(graph, history, "t")
+    assert events == (await history.list_events("t")).events
+    assert steps == (await history.list_steps("t")).steps
+    view = (await history.get_task("t")).view
+    assert view is not None
+    node = tasks["t"]
+    assert (node["status"], node["goal"], node["last_seq"], node["agent_id"]) == (
+        "done",
+        "mixed",
+        4,
+        "agent-1",
+    )
+    assert json.loads(node["metadata"]) == {"model": "m-1"}
+    assert node["created_at"] == view.created_at and node["updated_at"] == view.updated_at
+    assert events[2].truncated and events[2].full_length == 40_000
+
+
+async def test_graph_shape(graph: TaskGraph, history: ConversationHistory) -> None:
+    await mixed_writes(history, "t")
+    await mirrored(history, "t")
+    counts = await graph.counts(history.project_id)
+    # 1 project, 1 task, 1 agent, 4 events, 2 steps; HAS_TASK 1, CREATED_BY 1, HAS_EVENT 4,
+    # NEXT 3, AUTHORED_BY 4, HAS_STEP 2, RESULT 1 (only call-1 names a result event).
+    assert counts == {
+        "Project": 1,
+        "Task": 1,
+        "Agent": 1,
+        "Event": 4,
+        "Step": 2,
+        "HAS_TASK": 1,
+        "CREATED_BY": 1,
+        "HAS_EVENT": 4,
+        "NEXT": 3,
+        "AUTHORED_BY": 4,
+        "HAS_STEP": 2,
+        "RESULT": 1,
+    }
+
+
+async def test_rerunning_a_mirror_batch_changes_nothing(
+    client: Client, graph: TaskGraph, history: ConversationHistory
+) -> None:
+    await mixed_writes(history, "t")
+    await mirrored(history, "t")
+    before = await graph.counts(history.project_id)
+    events_before = await graph.events(history.project_id, history.workflow_id("t"), 0, 99, 99)
+    handle = client.get_workflow_handle(history.workflow_id("t"))
+    run_id = (await handle.describe()).run_id
+    outcome = await MirrorActivities(client, graph).mirror_task(
+        MirrorInput(
+            workflow_id=history.workflow_id("t"),
+            run_id=run_id,
+            after_seq=0,
+            up_to_seq=4,
+            after_write=0,
+        )
+    )
+    assert (outcome.events, outcome.steps) == (4, 2)
+    assert await graph.counts(history.project_id) == before
+    assert (
+        await graph.events(history.project_id, history.workflow_id("t"), 0, 99, 99) == events_before
+    )
+
+
+async def test_twenty_tasks_share_one_agent_node(
+    graph: TaskGraph, history: ConversationHistory
+) -> None:
+    names = [f"task-{i:02d}" for i in range(20)]
+    await asyncio.gather(*(history.create_task(n, "g") for n in names))
+    await asyncio.gather(*(history.record_event(n, "message", n) for n in names))
+    for name in names:
+        await mirrored(history, name)
+    counts = await graph.counts(history.project_id)
+    assert counts["Agent"] == 1 and counts["Task"] == 20 and counts["Event"] == 20
+    assert counts["AUTHORED_BY"] == 20 and counts["CREATED_BY"] == 20
+
+
+async def test_large_integers_and_unicode_round_trip(
+    graph: TaskGraph, history: ConversationHistory
+) -> None:
+    args = {"max": 2**63 - 1, "min": -(2**63) - 1, "big": 2**64, "s": "\u6f22\U0001f600"}
+    text = json.dumps(args, ensure_ascii=False)
+    await history.create_task("t", "g")
+    await history.record_event("t", "tool_call", text, name="calc")
+    await history.record_event("t", "message", "\u4e2d\u6587 \U0001f9e9 \u00e9\u0301")
+    await mirrored(history, "t")
+    stored = await graph.events(history.project_id, history.workflow_id("t"), 0, 9, 9)
+    assert stored[0].payload == text
+    assert json.loads(stored[0].payload) == args
+    assert stored[1].payload == "\u4e2d\u6587 \U0001f9e9 \u00e9\u0301"
+
+
+async def test_wipe_and_rebuild_gives_the_same_graph(
+    client: Client, graph: TaskGraph, history: ConversationHistory
+) -> None:
+    await mixed_writes(history, "a")
+    await history.create_task("b", "child", parent="a")
+    await history.record_event("b", "message", "hi")
+    await history.finish_task("b", "failed", error="no")
+    for name in ("a", "b"):
+        await mirrored(history, name)
+    before = await graph.counts(history.project_id)
+    snapshot = await graph_state(graph, history, "a")
+    await graph.wipe_project(history.project_id)
+    assert await graph.counts(history.project_id) == {}
+    report = await rebuild(client, graph, history.project_id)
+    assert report == {"tasks": 2, "runs": 2, "events": 5}
+    assert await graph.counts(history.project_id) == before
+    assert await graph_state(graph, history, "a") == snapshot
+    one = await rebuild(client, graph, history.project_id, "b")
+    assert one == {"tasks": 1, "runs": 1, "events": 1}
+    assert await graph.counts(history.project_id) == before
+
+
+async def test_cross_task_reads(graph: TaskGraph, history: ConversationHistory) -> None:
+    await history.create_task("root", "r")
+    await history.create_task("kid-1", "k", parent="root")
+    await history.create_task("kid-2", "k", parent="root")
+    await history.create_task("grandkid", "k", parent="kid-1")
+    for name in ("root", "kid-1", "kid-2"):
+        seq = (await history.record_event(name, "tool_result", f"{name} out", name="bash")).seq
+        state = "failed" if name != "kid-2" else "completed"
+        await history.set_step(name, "s", state, result_event_seq=seq)
+    await history.set_step("kid-2", "w", "unknown", kind="write")
+    await history.finish_task("kid-2", "done")
+    for name in ("root", "kid-1", "kid-2", "grandkid"):
+        await mirrored(history, name)
+
+    tree = await history.task_tree("root", depth=1)
+    assert [(t["depth"], t["name"]) for t in tree] == [(0, "root"), (1, "kid-1"), (1, "kid-2")]
+    deep = await history.task_tree("root", depth=5)
+    assert [t["name"] for t in deep] == ["root", "kid-1", "kid-2", "grandkid"]
+
+    assert [t["name"] for t in await history.find_tasks(status="open")] == [
+        "grandkid",
+        "kid-1",
+        "root",
+    ]
+    assert [t["name"] for t in await history.find_tasks(parent="root")] == ["kid-1", "kid-2"]
+    page1 = await history.find_tasks(limit=2)
+    page2 = await history.find_tasks(limit=2, after_name=page1[-1]["name"])
+    assert [t["name"] for t in page1 + page2] == ["grandkid", "kid-1", "kid-2", "root"]
+
+    failed = await history.find_events(kind="tool_result", failed_only=True)
+    assert sorted(e["task_name"] for e in failed) == ["kid-1", "root"]
+    assert await history.failed_tool_calls() == [{"tool": "bash", "failed": 2, "tasks": 2}]
+    now = datetime.now(UTC)
+    assert await history.find_events(since=now + timedelta(hours=1)) == []
+    assert len(await history.find_events(until=now + timedelta(hours=1))) == 3
+    unknown = await history.find_steps(state="unknown")
+    assert [(s["task_name"], s["step_name"]) for s in unknown] == [("kid-2", "w")]
+
+
+async def test_events_are_equal_models(graph: TaskGraph, history: ConversationHistory) -> None:
+    await history.create_task("t", "g")
+    await history.record_event("t", "message", "one", role="user")
+    await mirrored(history, "t")
+    (stored,) = await graph.events(history.project_id, history.workflow_id("t"), 0, 1, 1)
+    assert isinstance(stored, Event)
+    assert stored.time.utcoffset() == timedelta(0)

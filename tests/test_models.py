@@ -1,0 +1,168 @@
+"""Pure rules of the task model: payload bounding, text cleaning, ids, validation."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+from pydantic import ValidationError
+
+from workflows.models import (
+    MAX_PAYLOAD_CHARS,
+    STEP_TRANSITIONS,
+    EventInput,
+    FinishTaskInput,
+    ResultValidity,
+    StepState,
+    StepWrite,
+    TaskStart,
+    bound_text,
+    clean_text,
+    result_validity,
+    task_workflow_id,
+    valid_request_id,
+)
+
+EMOJI = "\U0001f600"  # 4 bytes in UTF-8
+CJK = "\u6f22"  # 3 bytes in UTF-8
+
+
+@pytest.mark.parametrize("length", [31_999, 32_000, 32_001])
+def test_payload_cut_at_32000_characters_with_multibyte_at_the_cut(length: int) -> None:
+    # The multi-byte characters sit at positions 31,999 and 32,000 (0-based), across the cut.
+    text = ("a" * 31_999 + EMOJI + CJK + "b" * 10)[:length]
+    bounded = bound_text(text)
+    assert bounded.text == text[:32_000]
+    assert len(bounded.text) == min(length, 32_000)
+    assert bounded.full_length == length
+    assert bounded.full_sha256 == hashlib.sha256(text.encode("utf-8")).hexdigest()
+    assert bounded.truncated is (length > 32_000)
+    bounded.text.encode("utf-8")  # a whole character, never half of one
+    if length >= 32_000:
+        assert bounded.text[-1] == EMOJI
+
+
+def test_lone_surrogates_become_replacement_characters_and_pairs_are_joined() -> None:
+    lone = "x\ud800y\udfffz"
+    assert clean_text(lone) == "x\ufffdy\ufffdz"
+    pair = "a\ud83d\ude00b"  # an emoji written as two surrogate code points
+    assert clean_text(pair) == "a" + EMOJI + "b"
+    bounded = bound_text(lone)
+    assert bounded.full_sha256 == hashlib.sha256("x\ufffdy\ufffdz".encode()).hexdigest()
+    assert bounded.full_length == 5
+
+
+def test_event_input_bounds_payload_and_keeps_an_earlier_cut() -> None:
+    big = "é" * 100_000
+    event = EventInput(kind="tool_result", payload=big)
+    assert len(event.payload) == MAX_PAYLOAD_CHARS
+    assert event.full_length == 100_000
+    assert event.full_sha256 == hashlib.sha256(big.encode()).hexdigest()
+    again = EventInput.model_validate(event.model_dump())
+    assert again == event  # the workflow sees the client's cut with the original hash
+
+
+def test_event_input_recomputes_a_wrong_hash_of_an_uncut_payload() -> None:
+    event = EventInput(kind="message", payload="hi", full_length=2, full_sha256="0" * 64)
+    assert event.full_sha256 == hashlib.sha256(b"hi").hexdigest()
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        ({"kind": "telepathy"}, "kind"),
+        ({"kind": "message", "payload": 42}, "payload"),
+        ({"kind": "message", "payload": b"bytes"}, "payload"),
+        ({"kind": "message", "role": "robot"}, "role"),
+        ({"kind": "tool_call", "name": ""}, "name"),
+        ({"kind": "tool_call", "name": "n" * 129}, "name"),
+    ],
+)
+def test_bad_event_fields_are_named(data: dict[str, object], field: str) -> None:
+    with pytest.raises(ValidationError) as err:
+        EventInput.model_validate(data)
+    assert err.value.errors()[0]["loc"][0] == field
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        ({"step_name": "s", "state": "done"}, "state"),
+        ({"step_name": "s", "state": "completed", "result_event_seq": "3"}, "result_event_seq"),
+        ({"step_name": "s", "state": "completed", "result_event_seq": 1.5}, "result_event_seq"),
+        ({"step_name": "", "state": "completed"}, "step_name"),
+        ({"step_name": "s", "state": "completed", "kind": "magic"}, "kind"),
+    ],
+)
+def test_bad_step_fields_are_named(data: dict[str, object], field: str) -> None:
+    with pytest.raises(ValidationError) as err:
+        StepWrite.model_validate(data)
+    assert err.value.errors()[0]["loc"][0] == field
+
+
+@pytest.mark.parametrize("name", ["", "x" * 201, "tab\there", "nul\x00"])
+def test_bad_task_names_are_refused(name: str) -> None:
+    with pytest.raises(ValidationError) as err:
+        TaskStart(project_id="p", name=name, goal="g", agent_id="a", request_id="r")
+    assert "name" in str(err.value)
+
+
+@pytest.mark.parametrize("project_id", ["", "a/b", "-x", "x" * 65, "sp ace"])
+def test_bad_project_ids_are_refused(project_id: str) -> None:
+    with pytest.raises(ValidationError) as err:
+        TaskStart(project_id=project_id, name="n", goal="g", agent_id="a", request_id="r")
+    assert err.value.errors()[0]["loc"] == ("project_id",)
+
+
+def test_finish_refuses_open_status() -> None:
+    with pytest.raises(ValidationError):
+        FinishTaskInput(agent_id="a", status="open", request_id="r")
+
+
+def test_workflow_ids_do_not_collide() -> None:
+    pairs = [("a", "b/c"), ("a.b", "c"), ("a", "b.c"), ("ab", "c"), ("a", "bc")]
+    ids = {task_workflow_id(p, n) for p, n in pairs}
+    assert len(ids) == len(pairs)
+    assert task_workflow_id("proj", "my task") == "agent-task/proj/my task"
+
+
+@pytest.mark.parametrize(
+    ("request_id", "ok"),
+    [("", False), ("r", True), ("x" * 64, True), ("x" * 65, False), (None, False), (7, False)],
+)
+def test_request_id_rule(request_id: object, ok: bool) -> None:
+    assert valid_request_id(request_id) is ok
+
+
+def test_step_transition_table_is_the_documented_one() -> None:
+    s = StepState
+    documented = {
+        (s.not_started, s.in_progress),
+        (s.not_started, s.completed),
+        (s.not_started, s.failed),
+        (s.not_started, s.unknown),
+        (s.in_progress, s.completed),
+        (s.in_progress, s.failed),
+        (s.in_progress, s.unknown),
+        (s.unknown, s.in_progress),
+        (s.unknown, s.completed),
+        (s.unknown, s.failed),
+        (s.failed, s.in_progress),
+    }
+    allowed = {(a, b) for a, targets in STEP_TRANSITIONS.items() for b in targets}
+    assert allowed == documented
+
+
+@pytest.mark.parametrize(
+    ("state", "seq", "validity"),
+    [
+        (StepState.completed, 3, ResultValidity.valid),
+        (StepState.completed, None, ResultValidity.no_result),
+        (StepState.failed, 3, ResultValidity.failed),
+        (StepState.unknown, None, ResultValidity.uncertain),
+        (StepState.in_progress, None, ResultValidity.pending),
+        (StepState.not_started, None, ResultValidity.pending),
+    ],
+)
+def test_result_validity(state: StepState, seq: int | None, validity: ResultValidity) -> None:
+    assert result_validity(state, seq) is validity

@@ -1,0 +1,76 @@
+"""The worker: runs TaskWorkflow and the Neo4j mirror activity on the task queue.
+
+``python worker.py`` and ``agent-tasks worker`` run it with the settings from the environment
+(``starter.settings``) until SIGINT or SIGTERM, then stop cleanly: the worker stops polling,
+lets running activities finish (``graceful_shutdown_timeout``), and closes the driver.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from datetime import timedelta
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities.graph import TaskGraph, open_driver
+from activities.mirror import MirrorActivities
+from starter.client import connect
+from starter.settings import Settings
+from workflows.task import TaskWorkflow
+
+
+def build_worker(client: Client, graph: TaskGraph, task_queue: str) -> Worker:
+    """A worker for ``TaskWorkflow`` and the mirror activity on ``task_queue``.
+
+    Args:
+        client: a connected client with the pydantic data converter (``starter.connect``).
+        graph: the Neo4j task graph the mirror writes to (its schema already created).
+        task_queue: the task queue to poll.
+    """
+    mirror = MirrorActivities(client, graph)
+    return Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[TaskWorkflow],
+        activities=[mirror.mirror_task],
+        graceful_shutdown_timeout=timedelta(seconds=10),
+    )
+
+
+async def run_worker(settings: Settings | None = None) -> None:
+    """Connect to Temporal and Neo4j, create the graph schema (idempotent), and run the worker
+    until SIGINT or SIGTERM.
+
+    Raises:
+        RuntimeError: Temporal or Neo4j cannot be reached (from ``starter.connect`` or the
+            driver's connectivity check).
+    """
+    settings = settings or Settings()
+    client = await connect(settings)
+    driver = open_driver(settings.neo4j_uri, settings.neo4j_auth())
+    try:
+        await driver.verify_connectivity()
+        graph = TaskGraph(driver, settings.neo4j_database)
+        await graph.init_schema()
+        worker = build_worker(client, graph, settings.temporal_task_queue)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        async with worker:
+            print(f"worker polling task queue {settings.temporal_task_queue!r}", flush=True)
+            await stop.wait()
+        print("worker stopped", flush=True)
+    finally:
+        await driver.close()
+
+
+def main() -> None:
+    """Entry point of ``python worker.py``."""
+    asyncio.run(run_worker())
+
+
+if __name__ == "__main__":
+    main()
