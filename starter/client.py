@@ -41,6 +41,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.graph import TaskGraph
 from starter.settings import Settings
 from workflows.models import (
+    CONTINUING_AS_NEW,
     DUPLICATE,
     MAX_EVENTS_PER_UPDATE,
     MAX_STEPS_PER_TASK,
@@ -79,6 +80,10 @@ from workflows.task import TaskWorkflow, search_attributes
 _BUSY_RETRIES = 30
 """Attempts for a write the server refuses as RESOURCE_EXHAUSTED (more than 10 updates in
 flight on one workflow), with a backoff from 20 ms doubling to 1 s."""
+
+_DRAIN_WAIT_S = 60.0
+"""How long a write waits (seconds), retrying from 20 ms doubling to 0.5 s, while its task
+drains before continue-as-new (normally one mirror call: tens of ms); then ``task_busy``."""
 
 _T = TypeVar("_T")
 
@@ -188,8 +193,17 @@ def _from_outcome(outcome: WriteOutcome) -> WriteResult:
     )
 
 
+def _draining(err: WorkflowUpdateFailedError) -> bool:
+    cause = err.cause
+    return isinstance(cause, ApplicationError) and cause.type == CONTINUING_AS_NEW
+
+
 def _from_update_failure(err: WorkflowUpdateFailedError) -> WriteResult:
     cause = err.cause
+    if _draining(err):
+        return refused(
+            ErrorCode.task_busy, f"the task is continuing as new for over {_DRAIN_WAIT_S} s"
+        )
     if isinstance(cause, ApplicationError):
         if cause.type == DUPLICATE:
             return _from_outcome(WriteOutcome.model_validate(cause.details[0]))
@@ -309,17 +323,25 @@ class ConversationHistory:
             return refused(ErrorCode.invalid_request_id, "request_id must be 1 to 64 characters")
         digest = args_digest(input)
         handle = self._handle(task)
-        try:
-            outcome = await self._call(
-                lambda: handle.execute_update(update, input, result_type=WriteOutcome)
-            )
-        except WorkflowUpdateFailedError as err:
-            return _from_update_failure(err)
-        except RPCError as err:
-            if err.status != RPCStatusCode.NOT_FOUND:
-                raise
-            return await self._closed_or_missing(task, input.request_id, digest)
-        return _from_outcome(outcome)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _DRAIN_WAIT_S
+        delay = 0.02
+        while True:
+            try:
+                outcome = await self._call(
+                    lambda: handle.execute_update(update, input, result_type=WriteOutcome)
+                )
+            except WorkflowUpdateFailedError as err:
+                if _draining(err) and loop.time() < deadline:
+                    await asyncio.sleep(delay)  # the new run takes it once the old one ends
+                    delay = min(delay * 2, 0.5)
+                    continue
+                return _from_update_failure(err)
+            except RPCError as err:
+                if err.status != RPCStatusCode.NOT_FOUND:
+                    raise
+                return await self._closed_or_missing(task, input.request_id, digest)
+            return _from_outcome(outcome)
 
     async def _closed_or_missing(self, task: str, request_id: str, digest: str) -> WriteResult:
         """A write found no running workflow: the task is closed (answer a retried request

@@ -162,6 +162,12 @@ DUPLICATE = "duplicate_request"
 its details carry the stored ``WriteOutcome``. The client turns it into a normal result."""
 
 
+CONTINUING_AS_NEW = "continuing_as_new"
+"""ApplicationError type a validator raises while a task drains before continue-as-new (the
+mirror catching up); nothing is written, and the client sends the write again shortly, when
+the new run takes it."""
+
+
 STEP_TRANSITIONS: dict[StepState, frozenset[StepState]] = {
     StepState.not_started: frozenset(
         {StepState.in_progress, StepState.completed, StepState.failed, StepState.unknown}

@@ -23,6 +23,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from workflows.models import (
+        CONTINUING_AS_NEW,
         DUPLICATE,
         HISTORY_BACKPRESSURE_EVENTS,
         MAX_STEPS_PER_TASK,
@@ -69,15 +70,15 @@ PARENT_TASK = SearchAttributeKey.for_keyword("ParentTask")
 MIRROR_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
     backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=30),
-    maximum_attempts=0,
+    maximum_attempts=3,
     non_retryable_error_types=["MirrorDataError"],
 )
-"""Neo4j may be down for minutes: the mirror retries without end (backoff 1 s doubling to
-30 s) while the workflow keeps accepting writes; a data error fails at once."""
-
-MIRROR_FAILURE_PAUSE = timedelta(minutes=10)
-"""Wait after a non-retryable mirror failure before the mirror is tried again."""
+"""One mirror call: three attempts, 1 s then 2 s apart; a data error fails at once."""
+MIRROR_PAUSE = timedelta(seconds=1)
+MIRROR_PAUSE_MAX = timedelta(seconds=30)
+"""After a failed mirror call the workflow records ``mirror_error``, keeps accepting writes,
+and calls again after a pause of 2 s doubling to 30 s, without end: Neo4j may be down for
+minutes, and a data error may be fixed by deploying a new worker."""
 
 
 def search_attributes(start: TaskStart, status: TaskStatus) -> list[SearchAttributePair[str]]:
@@ -120,6 +121,10 @@ class TaskWorkflow:
         self.run_events: list[Event] = []
         """This run's events: seqs ``run_first_seq`` to ``state.last_seq``."""
         self.run_first_seq = self.state.last_seq + 1
+        self.draining = False
+        """True once continue-as-new is due: writes are turned away until the new run."""
+        self.mirror_failures = 0
+        """Mirror calls failed in a row (their retries spent); 0 after a success."""
 
     @workflow.run
     async def run(self, input: TaskWorkflowInput) -> TaskView:
@@ -128,8 +133,13 @@ class TaskWorkflow:
             await workflow.wait_condition(
                 lambda: self._unmirrored() or self._closed() or self._should_continue()
             )
+            urgent = self._closed() or self._should_continue()
+            if self._should_continue() and not self.mirror_failures:
+                # Drain: writes are turned away (the client retries them) until the mirror
+                # has caught up and the new run takes them; never while Neo4j is failing.
+                self.draining = True
             if self._unmirrored():
-                if not (self._closed() or self._should_continue()):
+                if not urgent:
                     try:
                         await workflow.wait_condition(
                             lambda: (
@@ -187,13 +197,15 @@ class TaskWorkflow:
                 retry_policy=MIRROR_RETRY,
             )
         except ActivityError as err:
-            # A non-retryable mirror failure (a data error): keep the ledger open and
-            # writable, show the error in the view, and try again later (a fixed worker
-            # may have been deployed by then).
+            # Neo4j down past the activity's retries, or a data error: keep the ledger open
+            # and writable, show the error in the view, and try again after a pause.
             self.state.mirror_error = str(err.cause or err)
-            await workflow.sleep(MIRROR_FAILURE_PAUSE)
+            self.mirror_failures += 1
+            self.draining = False
+            await workflow.sleep(min(MIRROR_PAUSE * 2**self.mirror_failures, MIRROR_PAUSE_MAX))
             return
         self.state.mirror_error = None
+        self.mirror_failures = 0
         self.state.mirrored_seq = up_to_seq
         if up_to_write is not None:
             self.state.mirrored_write = up_to_write
@@ -225,10 +237,15 @@ class TaskWorkflow:
         )
 
     def _check_write(self, request_id: str, digest: str) -> None:
-        """Checks every write but ``create_task`` shares; raises ``DUPLICATE`` or a refusal."""
+        """Checks every write but ``create_task`` shares; raises ``DUPLICATE``,
+        ``CONTINUING_AS_NEW`` (the client retries) or a refusal."""
         stored = self._stored(request_id, digest)
         if stored is not None:
             raise ApplicationError("duplicate request", stored, type=DUPLICATE, non_retryable=True)
+        if self.draining:
+            raise ApplicationError(
+                "continuing as new: retry", type=CONTINUING_AS_NEW, non_retryable=True
+            )
         if self._closed():
             raise refusal(ErrorCode.task_closed, f"task is {self.state.status.value}")
         if workflow.info().get_current_history_length() > HISTORY_BACKPRESSURE_EVENTS:
