@@ -384,7 +384,7 @@ class ConversationHistory:
             name: 1 to 200 characters, no control characters.
             goal: at most 4,000 characters.
             request_id: 1 to 64 characters; a new UUID when None.
-            metadata: at most 32 entries, keys up to 128 and values up to 1,000 characters.
+            metadata: at most 16 entries, keys up to 128 and values up to 500 characters.
             parent: name of the parent task in this project (child tasks).
         """
         request_id = _or_new(request_id)
@@ -616,7 +616,7 @@ class ConversationHistory:
         self, task: str, state: StepState | str | None = None, limit: int = PAGE_LIMIT_MAX
     ) -> StepsResult:
         """Steps in name order, optionally of one state, each with its ``result_validity``
-        and ``idempotency_key``; at most ``limit`` (1 to 1,000)."""
+        and ``idempotency_key``; at most ``limit`` (1 to 500)."""
         query = StepsQuery(
             state=None if state is None else StepState(state), limit=min(limit, MAX_STEPS_PER_TASK)
         )

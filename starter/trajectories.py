@@ -36,7 +36,7 @@ Rules for every format
   replaced by ``_``, cut to 200 characters) with ``id`` as below, or the file name without its
   last suffix when the source has no id.
 - ``metadata`` holds ``format`` and ``source_file`` and, where present, the keys listed below;
-  values are text cut to 1,000 characters.
+  values are text cut to 500 characters (``MAX_METADATA_VALUE_CHARS``).
 
 ATIF (``atif``): ``schema_version``, ``agent`` and a ``steps`` list; id ``session_id``
 ----------------------------------------------------------------------------------------
@@ -281,7 +281,7 @@ def _task_name(fmt: str, ident: str) -> str:
 
 
 def _metadata(values: dict[str, object]) -> dict[str, str]:
-    """Metadata from the values present (not None or ""), as text cut to 1,000 characters."""
+    """Metadata from the values present (not None or ""), as text cut to 500 characters."""
     out: dict[str, str] = {}
     for key, value in values.items():
         text = clean_text(_text(value))

@@ -153,11 +153,11 @@ async def test_step_batches_are_all_or_nothing(history: ConversationHistory) -> 
 
 async def test_step_limit(history: ConversationHistory) -> None:
     await history.create_task("t", "g")
-    writes = [StepWrite(step_name=f"s{i}", state=StepState.completed) for i in range(1000)]
+    writes = [StepWrite(step_name=f"s{i}", state=StepState.completed) for i in range(500)]
     assert (await history.set_steps("t", writes)).recorded
     over = await history.set_step("t", "one-more", "completed")
     assert over.error is ErrorCode.step_limit_reached
-    assert len((await history.list_steps("t", limit=MAX_STEPS_PER_TASK)).steps) == 1000
+    assert len((await history.list_steps("t", limit=MAX_STEPS_PER_TASK)).steps) == 500
 
 
 async def test_finish_closes_the_task(history: ConversationHistory) -> None:

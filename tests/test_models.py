@@ -166,3 +166,64 @@ def test_step_transition_table_is_the_documented_one() -> None:
 )
 def test_result_validity(state: StepState, seq: int | None, validity: ResultValidity) -> None:
     assert result_validity(state, seq) is validity
+
+
+def test_carried_state_stays_small_at_every_limit() -> None:
+    """Continue-as-new carries ``TaskState``: at every limit at once (2,000 remembered
+    requests with 10-digit seqs, 500 steps with 100-character names, the largest task fields)
+    it stays under 256 KiB; a typical imported task's stays under 64 KiB."""
+    from datetime import UTC, datetime
+
+    from workflows.models import (
+        MAX_GOAL_CHARS,
+        MAX_METADATA_ENTRIES,
+        MAX_METADATA_VALUE_CHARS,
+        MAX_STEPS_PER_TASK,
+        REQUEST_WINDOW,
+        StepRecord,
+        TaskState,
+        TaskWorkflowInput,
+        model_size,
+        request_key,
+    )
+
+    now = datetime.now(UTC)
+    start = TaskStart(
+        project_id="p" * 64,
+        name="n" * 200,
+        goal="g" * MAX_GOAL_CHARS,
+        agent_id="a" * 128,
+        session_id="s" * 128,
+        parent="q" * 200,
+        metadata={
+            f"{i:03d}".ljust(128, "k"): "v" * MAX_METADATA_VALUE_CHARS
+            for i in range(MAX_METADATA_ENTRIES)
+        },
+        request_id="r" * 64,
+    )
+    state = TaskState(start=start, workflow_id="w" * 280, created_at=now, updated_at=now)
+    for i in range(REQUEST_WINDOW):
+        state.requests[request_key(f"request-{i}")] = ("d" * 12, 10**9 + i, 10**9 + i + 199)
+    for i in range(MAX_STEPS_PER_TASK):
+        state.steps[f"{i:04d}".ljust(100, "s")] = StepRecord(
+            state="completed",
+            kind="tool",
+            result_event_seq=10**9,
+            attempt=99,
+            updated_at=now,
+            changed_write=10**9,
+        )
+    assert model_size(TaskWorkflowInput(carried=state)) < 256 * 1024
+    typical = TaskState(
+        start=start.model_copy(update={"goal": "fix", "metadata": {}}),
+        workflow_id="agent-task/p/n",
+        created_at=now,
+        updated_at=now,
+    )
+    for i in range(REQUEST_WINDOW):
+        typical.requests[request_key(f"request-{i}")] = ("d" * 12, 1000 + i, 1000 + i)
+    for i in range(131):
+        typical.steps[f"{i:04d}:bash"] = StepRecord(
+            state="completed", kind="tool", result_event_seq=1000, attempt=1, updated_at=now
+        )
+    assert model_size(TaskWorkflowInput(carried=typical)) < 150 * 1024

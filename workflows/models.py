@@ -37,13 +37,13 @@ MAX_UPDATE_BYTES = 1_048_576
 update payload over 2 MiB, so a batch is split long before that."""
 MAX_STEPS_PER_UPDATE = 200
 """Step writes in one ``set_steps`` update; the client splits larger batches."""
-MAX_STEPS_PER_TASK = 1_000
+MAX_STEPS_PER_TASK = 500
 """Steps one task may hold (their records are carried across continue-as-new)."""
 REQUEST_WINDOW = 2_000
 """How many of a task's most recent writes keep their request id for deduplication."""
-MAX_METADATA_ENTRIES = 32
+MAX_METADATA_ENTRIES = 16
 """Entries in a task's metadata map (values are at most ``MAX_METADATA_VALUE_CHARS``)."""
-MAX_METADATA_VALUE_CHARS = 1_000
+MAX_METADATA_VALUE_CHARS = 500
 MAX_GOAL_CHARS = 4_000
 """Characters of a task goal."""
 PAGE_LIMIT_MAX = 200
@@ -54,7 +54,7 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 Name = Annotated[StrictStr, Field(min_length=1, max_length=200)]
 """A task name: 1 to 200 characters, no control characters (checked by ``check_name``)."""
-StepName = Annotated[StrictStr, Field(min_length=1, max_length=128)]
+StepName = Annotated[StrictStr, Field(min_length=1, max_length=100)]
 ShortText = Annotated[StrictStr, Field(min_length=1, max_length=128)]
 ProjectId = Annotated[StrictStr, Field(pattern=_PROJECT_ID)]
 """1 to 64 characters of ``[A-Za-z0-9_.-]``, starting with a letter or digit (never ``/``)."""
@@ -259,20 +259,20 @@ def sha256_hex(text: str) -> str:
 
 
 def args_digest(model: BaseModel) -> str:
-    """A 16-hex-character digest of a write's arguments, ``request_id`` excluded.
+    """A 12-hex-character (48-bit) digest of a write's arguments, ``request_id`` excluded.
 
     Two writes with one request id are "the same" when their digests match. The JSON is
     canonical (sorted keys, no spaces) so the client and the workflow compute the same value.
     """
     data = model.model_dump(mode="json", exclude={"request_id"})
     blob = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:12]
 
 
 def request_key(request_id: str) -> str:
-    """The key a request id is remembered under: 24 hex characters of its SHA-256, so that the
-    window's size does not depend on how long callers' ids are."""
-    return sha256_hex(request_id)[:24]
+    """The key a request id is remembered under: 16 hex characters (64 bits) of its SHA-256,
+    so that the window's size does not depend on how long callers' ids are."""
+    return sha256_hex(request_id)[:16]
 
 
 class BoundedText(BaseModel):
