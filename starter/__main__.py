@@ -1,5 +1,5 @@
 """``python -m starter``: the same as the ``agent-tasks`` command."""
 
-from starter.cli import app
+from starter.cli import main
 
-app()
+main()

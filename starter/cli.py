@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -335,6 +336,44 @@ def task_list(
     emit(names, as_json, lambda n: table([{"task": x} for x in n], ["task"]))
 
 
+# ---------------------------------------------------------------------------------- dev
+
+
+def _stack(command: Callable[[Settings], Coroutine[Any, Any, list[Any]]]) -> None:
+    from starter import devstack
+
+    try:
+        services = asyncio.run(command(Settings()))
+    except devstack.DevStackError as err:
+        console.print(f"[red]error:[/red] {err}")
+        raise typer.Exit(1) from err
+    sys.stdout.write(devstack.format_status(services) + "\n")
+
+
+@dev_app.command("up")
+def dev_up() -> None:
+    """Start Temporal and Neo4j where nothing answers yet; wait until both answer."""
+    from starter import devstack
+
+    _stack(devstack.up)
+
+
+@dev_app.command("down")
+def dev_down() -> None:
+    """Stop what `dev up` started (nothing else)."""
+    from starter import devstack
+
+    _stack(devstack.down)
+
+
+@dev_app.command("status")
+def dev_status() -> None:
+    """Show each service: address, answering, started by us (pid) or external."""
+    from starter import devstack
+
+    _stack(devstack.status)
+
+
 # ---------------------------------------------------------------------------------- worker
 
 
@@ -502,18 +541,6 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "trajectories"
 """The trajectories shipped with the project: the default input of ``agent-tasks import``."""
 
 
-async def _mirror_caught_up(history: ConversationHistory, tasks: list[str]) -> float:
-    """Seconds until every task's mirror has caught up (polled every 50 ms)."""
-    started = time.perf_counter()
-    for task in tasks:
-        while True:
-            view = (await history.get_task(task)).view
-            if view is None or view.unmirrored_writes == 0:
-                break
-            await asyncio.sleep(0.05)
-    return time.perf_counter() - started
-
-
 @app.command("import")
 def import_command(
     paths: Annotated[list[Path] | None, typer.Argument(help="Files or folders.")] = None,
@@ -532,7 +559,13 @@ def import_command(
     fails to import or, with --verify, any event differs from its source."""
     from rich.progress import Progress
 
-    from starter.importer import ImportReport, import_file, trajectory_files, verify_file
+    from starter.importer import (
+        ImportReport,
+        import_file,
+        mirror_caught_up,
+        trajectory_files,
+        verify_file,
+    )
     from worker import build_worker
 
     files = list(trajectory_files(paths or [EXAMPLES]))
@@ -556,7 +589,7 @@ def import_command(
                         progress.advance(bar)
                 write_s = time.perf_counter() - started
                 imported = [r.task for r in reports if r.task and not r.error]
-                catch_up_s = await _mirror_caught_up(history, imported)
+                catch_up_s = await mirror_caught_up(history, imported)
                 problems: list[str] = []
                 if verify:
                     for report in reports:
@@ -636,3 +669,92 @@ def export_command(
         sys.stdout.write(text)
     else:
         output.write_text(text, encoding="utf-8")
+
+
+# ---------------------------------------------------------------------------------- replay
+
+
+@app.command("replay")
+def replay_command(
+    folder: Annotated[
+        Path | None,
+        typer.Option("--dir", help="Replay the saved *.json histories here, not the server's."),
+    ] = None,
+    project: Annotated[
+        str | None, typer.Option("--project", help="Only this project (default: every one).")
+    ] = None,
+    status: Annotated[
+        TaskStatus | None, typer.Option(help="Only tasks of this TaskStatus.")
+    ] = None,
+    since: Annotated[
+        str,
+        typer.Option(
+            help="Closed runs that closed within this window (90m, 24h, 7d, or an ISO time); "
+            "running ones always."
+        ),
+    ] = "7d",
+    limit: Annotated[int, typer.Option(help="At most this many runs (newest first).")] = 200,
+    as_json: JsonOpt = False,
+) -> None:
+    """Replay task histories against the workflow code on disk: run this before deploying a
+    new worker. Exit 1 on any nondeterminism or replay failure.
+
+    Without --dir, fetches the histories of running tasks and of tasks closed within --since
+    (every run, runs that continued-as-new included) from the Temporal server of
+    TEMPORAL_ADDRESS. --project here is not read from AGENT_TASKS_PROJECT: a deploy check
+    covers every project unless asked otherwise.
+    """
+    from starter.replay import ReplayResult, all_ok, parse_since, replay_dir, replay_server
+
+    async def go() -> list[ReplayResult]:
+        if folder is not None:
+            return await replay_dir(folder)
+        client = await connect(Settings())
+        return await replay_server(
+            client, project=project, status=status, since=parse_since(since), limit=limit
+        )
+
+    try:
+        results = run(go())
+    except (NotADirectoryError, ValueError) as err:
+        console.print(f"[red]invalid arguments:[/red] {err}")
+        raise typer.Exit(2) from err
+    counts = {name: sum(r.result == name for r in results) for name in ("ok", "nondeterministic")}
+    counts["error"] = len(results) - counts["ok"] - counts["nondeterministic"]
+    if as_json:
+        emit({"results": [r.model_dump() for r in results], **counts}, True)
+    else:
+        rows = [
+            {
+                **r.model_dump(),
+                "file": Path(r.source).name,
+                "result": r.result if r.message is None else f"{r.result}: {r.message}",
+            }
+            for r in results
+        ]
+        columns = ["workflow_id", "run_id", "events", "result"]
+        table(rows, (["file"] if folder is not None else []) + columns, title="replay")
+        where = str(folder) if folder is not None else "the server"
+        console.print(
+            f"{len(results)} histories from {where}: {counts['ok']} ok, "
+            f"{counts['nondeterministic']} nondeterministic, {counts['error']} error"
+        )
+        if not results:
+            console.print("[yellow]nothing to replay[/yellow]")
+    if not all_ok(results):
+        raise typer.Exit(1)
+
+
+def main() -> None:
+    """Entry point of ``agent-tasks`` and ``python -m starter``: run the command, flush the
+    output, and leave with ``os._exit``, because the temporalio client's Rust runtime can crash
+    the interpreter while it finalizes (exit 139 after a successful command)."""
+    try:
+        app()
+    except SystemExit as done:
+        code = done.code
+    else:
+        code = 0
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code if isinstance(code, int) else 0 if code is None else 1)

@@ -16,6 +16,7 @@ Steps: each tool step is set ``completed`` or ``failed`` (kind ``tool``) with
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -133,6 +134,19 @@ async def import_file(history: ConversationHistory, path: Path, format: str | No
     elif not recorded.duplicate:
         report.new_events = len(parsed.events)
     return report
+
+
+async def mirror_caught_up(history: ConversationHistory, tasks: list[str]) -> float:
+    """Wait until every task's mirror has caught up (``unmirrored_writes`` 0, polled every
+    20 ms); returns the seconds waited."""
+    started = time.perf_counter()
+    for task in tasks:
+        while True:
+            view = (await history.get_task(task)).view
+            if view is None or view.unmirrored_writes == 0:
+                break
+            await asyncio.sleep(0.02)
+    return time.perf_counter() - started
 
 
 async def all_events(history: ConversationHistory, task: str) -> list[Event]:

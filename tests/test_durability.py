@@ -19,9 +19,7 @@ from activities.graph import TaskGraph
 from starter.client import ConversationHistory
 from tests.conftest import mirrored
 from worker import build_worker
-from workflows.task import AGENT_ID, PARENT_TASK, PROJECT_ID, SESSION_ID, TASK_STATUS
-
-SEARCH_ATTRIBUTES = [PROJECT_ID, AGENT_ID, SESSION_ID, TASK_STATUS, PARENT_TASK]
+from workflows.task import SEARCH_ATTRIBUTE_KEYS
 
 
 def temporal_binary() -> str:
@@ -44,7 +42,7 @@ async def dev_server(port: int, db: Path, *extra: str) -> WorkflowEnvironment:
         data_converter=pydantic_data_converter,
         dev_server_existing_path=temporal_binary(),
         dev_server_database_filename=str(db),
-        search_attributes=SEARCH_ATTRIBUTES,
+        search_attributes=SEARCH_ATTRIBUTE_KEYS,
         dev_server_extra_args=list(extra),
     )
 

@@ -66,6 +66,8 @@ AGENT_ID = SearchAttributeKey.for_keyword("AgentId")
 SESSION_ID = SearchAttributeKey.for_keyword("SessionId")
 TASK_STATUS = SearchAttributeKey.for_keyword("TaskStatus")
 PARENT_TASK = SearchAttributeKey.for_keyword("ParentTask")
+SEARCH_ATTRIBUTE_KEYS = (PROJECT_ID, AGENT_ID, SESSION_ID, TASK_STATUS, PARENT_TASK)
+"""The custom search attributes a Temporal server must have registered for TaskWorkflow."""
 
 MIRROR_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
