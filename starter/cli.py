@@ -702,7 +702,8 @@ def replay_command(
     Without --dir, fetches the histories of running tasks and of tasks closed within --since
     (every run, runs that continued-as-new included) from the Temporal server of
     TEMPORAL_ADDRESS. --project here is not read from AGENT_TASKS_PROJECT: a deploy check
-    covers every project unless asked otherwise.
+    covers every project unless asked otherwise. A --dir without any *.json file exits 1 too
+    (a wrong path must not pass the check).
     """
     from starter.replay import ReplayResult, all_ok, parse_since, replay_dir, replay_server
 
@@ -740,8 +741,8 @@ def replay_command(
             f"{counts['nondeterministic']} nondeterministic, {counts['error']} error"
         )
         if not results:
-            console.print("[yellow]nothing to replay[/yellow]")
-    if not all_ok(results):
+            console.print(f"[yellow]nothing to replay in {where}[/yellow]")
+    if not all_ok(results) or (folder is not None and not results):
         raise typer.Exit(1)
 
 

@@ -310,6 +310,8 @@ class _ManagedProcess:
     """A server process with a pid file and a log file in a data folder (base class)."""
 
     name: ClassVar[str] = ""
+    stop_timeout_s: ClassVar[float] = 30.0
+    """Seconds ``stop`` waits after SIGTERM before SIGKILL, by default."""
 
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = Path(data_dir).resolve()
@@ -381,11 +383,34 @@ class _ManagedProcess:
             return None
         return self._proc.poll()
 
-    async def stop(self, timeout_s: float = 30.0) -> bool:
+    async def start(self) -> int:
+        """Start the server process; returns its pid."""
+        raise NotImplementedError
+
+    async def wait_ready(self, timeout_s: float = 60.0) -> float:
+        """Wait until the server answers; returns the seconds since start."""
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        try:
+            await self.wait_ready()
+        except BaseException:
+            await self.stop()
+            raise
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    async def stop(self, timeout_s: float | None = None) -> bool:
         """Stop the process named by the pid file, if it is still this server.
 
-        Sends SIGTERM, waits up to ``timeout_s`` seconds for a clean exit, then SIGKILL (and
-        waits up to 10 s more). Removes the pid file unless the process survived.
+        Sends SIGTERM, waits up to ``timeout_s`` seconds (default ``stop_timeout_s``) for a
+        clean exit, then SIGKILL (and waits up to 10 s more). Removes the pid file unless the
+        process survived, and waits up to 10 s for the port to close.
 
         Args:
             timeout_s: seconds to wait after SIGTERM.
@@ -400,7 +425,10 @@ class _ManagedProcess:
         if pid is None:
             self.pid_file.unlink(missing_ok=True)
             return False
-        for sig, wait in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 10.0)):
+        for sig, wait in (
+            (signal.SIGTERM, timeout_s or self.stop_timeout_s),
+            (signal.SIGKILL, 10.0),
+        ):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
             deadline = time.monotonic() + wait
@@ -409,6 +437,7 @@ class _ManagedProcess:
                     self.pid_file.unlink(missing_ok=True)
                     self._proc = None
                     self._started_at = None
+                    await self._wait_port_closed()
                     return True
                 await asyncio.sleep(_POLL_S)
         raise DevStackError(f"{self.name} (pid {pid}) did not exit after SIGKILL")
@@ -607,31 +636,6 @@ class TemporalDevServer(_ManagedProcess):
                 )
             await asyncio.sleep(0.2)
 
-    async def stop(self, timeout_s: float = 30.0) -> bool:
-        """Stop the dev server and wait until its port is closed (see the base ``stop``).
-
-        Returns:
-            True when a process was stopped, False when none was running.
-        """
-        stopped = await super().stop(timeout_s)
-        if stopped:
-            await self._wait_port_closed()
-        return stopped
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        try:
-            await self.wait_ready()
-        except BaseException:
-            await self.stop()
-            raise
-        return self
-
-    async def __aexit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()
-
 
 # --------------------------------------------------------------------------------------------
 # Neo4j
@@ -760,6 +764,7 @@ class Neo4jServer(_ManagedProcess):
 
     name: ClassVar[str] = "neo4j"
     username: ClassVar[str] = "neo4j"
+    stop_timeout_s: ClassVar[float] = 60.0
 
     def __init__(
         self,
@@ -910,34 +915,6 @@ class Neo4jServer(_ManagedProcess):
                     f"{self.log_tail()}"
                 )
             await asyncio.sleep(0.2)
-
-    async def stop(self, timeout_s: float = 60.0) -> bool:
-        """Shut Neo4j down cleanly (SIGTERM runs its shutdown hook) and wait for the port.
-
-        Args:
-            timeout_s: seconds before SIGKILL.
-
-        Returns:
-            True when a process was stopped, False when none was running.
-        """
-        stopped = await super().stop(timeout_s)
-        if stopped:
-            await self._wait_port_closed()
-        return stopped
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        try:
-            await self.wait_ready()
-        except BaseException:
-            await self.stop()
-            raise
-        return self
-
-    async def __aexit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()
 
 
 # --------------------------------------------------------------------------------------------

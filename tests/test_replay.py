@@ -1,0 +1,254 @@
+"""Replay: the histories in ``tests/histories`` against the code on disk, a non-deterministic
+change caught (and the same change behind ``workflow.patched`` accepted), and the
+``agent-tasks replay`` pre-deploy check against the live server and against saved files.
+
+The histories are the compatibility contract with tasks already running: a failure here means
+the workflow change would break them. Fix the change (``workflow.patched``), never the history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client, WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+from temporalio.workflow import NondeterminismError
+
+from starter.client import ConversationHistory
+from starter.replay import replay_dir, replay_histories, replay_server
+from tests.capture_histories import SCENARIOS
+from tests.conftest import eventually, mirrored
+from workflows.task import TaskWorkflow
+
+ROOT = Path(__file__).resolve().parents[1]
+HISTORIES = Path(__file__).resolve().parent / "histories"
+FILES = sorted(HISTORIES.glob("*.json"))
+MIRROR_HISTORY = HISTORIES / "mirror.json"
+
+ANCHOR = (
+    "        try:\n            await workflow.execute_activity(\n                MIRROR_ACTIVITY,\n"
+)
+"""The start of the mirror's activity call in ``TaskWorkflow._mirror`` (workflows/task.py)."""
+EXTRA_TIMER = "        await workflow.sleep(timedelta(seconds=1))\n"
+PATCHED_TIMER = (
+    '        if workflow.patched("pause-before-mirror"):\n'
+    "            await workflow.sleep(timedelta(seconds=1))\n"
+)
+
+
+def load(path: Path) -> WorkflowHistory:
+    """A saved history, under the workflow id its start event records (else the file stem)."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    started = data["events"][0]["workflowExecutionStartedEventAttributes"]
+    return WorkflowHistory.from_json(started.get("workflowId") or path.stem, data)
+
+
+def types(path: Path) -> list[str]:
+    """Event type names of a saved history, read from the JSON itself."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return [e["eventType"].removeprefix("EVENT_TYPE_") for e in data["events"]]
+
+
+def replayer(workflow_class: type) -> Replayer:
+    return Replayer(workflows=[workflow_class], data_converter=pydantic_data_converter)
+
+
+# ------------------------------------------------------------------- the saved histories
+
+
+def test_every_scenario_has_a_documented_history() -> None:
+    expected = {file for scenario in SCENARIOS.values() for file in scenario.files}
+    assert expected <= {path.stem for path in FILES}
+    readme = (HISTORIES / "README.md").read_text(encoding="utf-8")
+    for path in FILES:
+        assert f"`{path.name}`" in readme, f"{path.name} is not described in README.md"
+
+
+def test_histories_cover_their_scenarios() -> None:
+    for path in FILES:
+        assert types(path)[0] == "WORKFLOW_EXECUTION_STARTED", path.name
+    mirror = types(HISTORIES / "mirror.json")
+    assert mirror.index("TIMER_STARTED") < mirror.index("TIMER_FIRED")
+    assert mirror.index("TIMER_FIRED") < mirror.index("ACTIVITY_TASK_SCHEDULED")
+    assert types(HISTORIES / "finish.json")[-1] == "WORKFLOW_EXECUTION_COMPLETED"
+    assert types(HISTORIES / "import.json")[-1] == "WORKFLOW_EXECUTION_COMPLETED"
+    assert "ACTIVITY_TASK_FAILED" in types(HISTORIES / "mirror_failure.json")
+    run1 = load(HISTORIES / "continue_as_new_run1.json")
+    run2 = load(HISTORIES / "continue_as_new_run2.json")
+    assert run1.events[-1].HasField("workflow_execution_continued_as_new_event_attributes")
+    new_run = run1.events[-1].workflow_execution_continued_as_new_event_attributes
+    started = run2.events[0].workflow_execution_started_event_attributes
+    assert started.continued_execution_run_id == run1.run_id
+    assert new_run.new_execution_run_id == run2.run_id
+    # A write in flight at the switch ran in the second run's first workflow task.
+    assert types(HISTORIES / "continue_as_new_run2.json")[3:5] == [
+        "WORKFLOW_TASK_COMPLETED",
+        "WORKFLOW_EXECUTION_UPDATE_ACCEPTED",
+    ]
+
+
+@pytest.mark.parametrize("path", FILES, ids=[path.name for path in FILES])
+async def test_history_replays_on_the_current_code(path: Path) -> None:
+    history = load(path)
+    result = await replayer(TaskWorkflow).replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None, f"{path.name}: {result.replay_failure}"
+
+
+# ------------------------------------------------------------ a non-deterministic change
+
+
+def changed_workflow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, insert: str) -> type:
+    """``TaskWorkflow`` from a copy of workflows/task.py with ``insert`` placed just before
+    the mirror's ``execute_activity``, imported as a new module (the replay sandbox imports
+    it again by name, so it lives on ``sys.path``)."""
+    source = (ROOT / "workflows" / "task.py").read_text(encoding="utf-8")
+    assert source.count(ANCHOR) == 1, "the mirror's execute_activity moved: update ANCHOR"
+    assert "\nfrom datetime import timedelta\n" in source
+    module_name = f"task_changed_{uuid.uuid4().hex[:12]}"
+    (tmp_path / f"{module_name}.py").write_text(
+        source.replace(ANCHOR, insert + ANCHOR), encoding="utf-8"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    workflow_class: type = importlib.import_module(module_name).TaskWorkflow
+    assert workflow_class is not TaskWorkflow
+    return workflow_class
+
+
+async def test_unchanged_copy_replays(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    copy = changed_workflow(tmp_path, monkeypatch, "")
+    result = await replayer(copy).replay_workflow(load(MIRROR_HISTORY))
+    assert result.replay_failure is None
+
+
+async def test_an_extra_timer_before_the_mirror_is_nondeterministic(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    changed = changed_workflow(tmp_path, monkeypatch, EXTRA_TIMER)
+    with pytest.raises(NondeterminismError):
+        await replayer(changed).replay_workflow(load(MIRROR_HISTORY))
+    result = await replayer(changed).replay_workflow(
+        load(MIRROR_HISTORY), raise_on_replay_failure=False
+    )
+    assert isinstance(result.replay_failure, NondeterminismError)
+
+
+async def test_the_same_change_behind_patched_replays(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    patched = changed_workflow(tmp_path, monkeypatch, PATCHED_TIMER)
+    for path in FILES:
+        result = await replayer(patched).replay_workflow(load(path), raise_on_replay_failure=False)
+        assert result.replay_failure is None, f"{path.name}: {result.replay_failure}"
+
+
+async def test_replay_check_classifies_each_history(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    changed = changed_workflow(tmp_path, monkeypatch, EXTRA_TIMER)
+    results = await replay_dir(HISTORIES, workflows=[changed])
+    assert [Path(r.source).name for r in results] == [path.name for path in FILES]
+    for path, result in zip(FILES, results, strict=True):
+        calls_the_mirror = "ACTIVITY_TASK_SCHEDULED" in types(path)
+        assert result.result == ("nondeterministic" if calls_the_mirror else "ok"), path.name
+        assert result.events == len(types(path))
+        if calls_the_mirror:
+            assert result.message is not None and "\n" not in result.message
+            assert result.message.startswith("NondeterminismError: "), result.message
+    ok = await replay_histories([("mirror", load(MIRROR_HISTORY))])
+    assert [r.result for r in ok] == ["ok"]
+
+
+# --------------------------------------------------------------- the pre-deploy replay check
+
+
+async def test_saved_histories_pass_the_check() -> None:
+    results = await replay_dir(HISTORIES)
+    assert [(Path(r.source).name, r.result) for r in results] == [(p.name, "ok") for p in FILES]
+    for path, result in zip(FILES, results, strict=True):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        started = data["events"][0]["workflowExecutionStartedEventAttributes"]
+        assert result.workflow_id == started["workflowId"]
+        assert result.run_id == started["originalExecutionRunId"]
+        assert result.events == len(data["events"])
+
+
+async def test_live_tasks_of_a_project_pass_the_check(
+    client: Client, history: ConversationHistory
+) -> None:
+    await history.create_task("open-task", "stays open")
+    await history.record_event("open-task", "message", "hello")
+    await history.create_task("done-task", "finishes")
+    await history.finish_task("done-task", "done", result="ok")
+    await client.get_workflow_handle(history.workflow_id("done-task")).result()
+    await mirrored(history, "open-task")
+    ids = {history.workflow_id("open-task"), history.workflow_id("done-task")}
+
+    async def both_listed() -> bool:
+        query = f"ProjectId = '{history.project_id}'"
+        return {e.id async for e in client.list_workflows(query)} == ids
+
+    await eventually(both_listed)
+    results = await replay_server(
+        client, project=history.project_id, since=datetime.now(UTC) - timedelta(hours=1)
+    )
+    assert {r.workflow_id for r in results} == ids
+    for result in results:
+        assert (result.result, result.message) == ("ok", None)
+        handle = client.get_workflow_handle(result.workflow_id, run_id=result.run_id)
+        assert result.events == len((await handle.fetch_history()).events)
+    done = await replay_server(client, project=history.project_id, status="done")
+    assert [r.workflow_id for r in done] == [history.workflow_id("done-task")]
+    # A window starting in the future keeps only the running task.
+    running = await replay_server(
+        client, project=history.project_id, since=datetime.now(UTC) + timedelta(hours=1)
+    )
+    assert [r.workflow_id for r in running] == [history.workflow_id("open-task")]
+
+
+async def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m starter replay ARGS`` in a subprocess (the installed entry point's code)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "starter", "replay", *args]
+    return await asyncio.to_thread(
+        subprocess.run, command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=120
+    )
+
+
+async def test_cli_passes_on_the_saved_histories() -> None:
+    done = await cli("--dir", str(HISTORIES), "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    report: dict[str, Any] = json.loads(done.stdout)
+    assert (report["ok"], report["nondeterministic"], report["error"]) == (len(FILES), 0, 0)
+
+
+async def test_cli_exits_1_on_an_invalid_history_file(tmp_path: Path) -> None:
+    shutil.copy(MIRROR_HISTORY, tmp_path / "mirror.json")
+    (tmp_path / "broken.json").write_text('{"events": [', encoding="utf-8")
+    (tmp_path / "no-start.json").write_text(
+        json.dumps({"events": [{"eventId": "1", "eventType": "EVENT_TYPE_TIMER_FIRED"}]}),
+        encoding="utf-8",
+    )
+    done = await cli("--dir", str(tmp_path))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "3 histories from" in done.stdout
+    assert "1 ok, 0 nondeterministic, 2 error" in done.stdout
+    as_json = await cli("--dir", str(tmp_path), "--json")
+    assert as_json.returncode == 1
+    by_file = {Path(r["source"]).name: r for r in json.loads(as_json.stdout)["results"]}
+    assert by_file["mirror.json"]["result"] == "ok"
+    broken, no_start = by_file["broken.json"], by_file["no-start.json"]
+    assert broken["result"] == no_start["result"] == "error"
+    assert f"{tmp_path / 'broken.json'}: not a Temporal history JSON file" in broken["message"]
+    assert "does not begin with WorkflowExecutionStarted" in no_start["message"]
