@@ -230,6 +230,11 @@ def _or_new(request_id: str | None) -> str:
     return str(uuid.uuid4()) if request_id is None else request_id
 
 
+def _no_worker(err: RPCError) -> bool:
+    """A query the server answers at once with "no poller seen": no worker runs the task."""
+    return err.status == RPCStatusCode.FAILED_PRECONDITION and "poller" in err.message
+
+
 def chunk_request_id(request_id: str, index: int) -> str:
     """Request id of the ``index``-th update of a batch split across updates: the caller's
     own for the first, ``"{sha256(request_id/index)[:40]}"`` for the others (1 to 64
@@ -307,7 +312,7 @@ class ConversationHistory:
             try:
                 return await call()
             except RPCError as err:
-                if _lost(err):
+                if _lost(err) or _no_worker(err):
                     raise _unavailable(err) from err
                 if err.status != RPCStatusCode.RESOURCE_EXHAUSTED or attempt == _BUSY_RETRIES - 1:
                     raise

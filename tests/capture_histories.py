@@ -338,9 +338,10 @@ async def finish_scenario(stack: Stack) -> Captured:
 
 
 async def mirror_scenario(stack: Stack) -> Captured:
-    """The mirror's scheduling: one write waits for the 200 ms debounce timer, then the
-    activity runs; a batch of 120 events (>= ``MIRROR_BATCH_EVENTS``) is mirrored at once;
-    batches written while a mirror activity is in flight are mirrored right after it."""
+    """The mirror's scheduling since the ``mirror-without-debounce-timer`` patch: the patch
+    marker, then a mirror call as soon as a write waits (no timer); batches written while a
+    call is in flight are mirrored by the next call right after it. (``mirror.json`` holds
+    the same scenario captured before the patch, with the 200 ms debounce timer.)"""
     history = stack.history("mirror")
     task = "mirror"
     handle = stack.client.get_workflow_handle(history.workflow_id(task))
@@ -356,9 +357,13 @@ async def mirror_scenario(stack: Stack) -> Captured:
     await quiet(handle, mirrored(history, task))
     captured = await fetch(history, task)
     types = event_types(captured)
-    if "TIMER_STARTED" not in types or types.count("ACTIVITY_TASK_COMPLETED") < 4:
+    if (
+        "TIMER_STARTED" in types
+        or "MARKER_RECORDED" not in types
+        or types.count("ACTIVITY_TASK_COMPLETED") < 4
+    ):
         raise CaptureError(f"unexpected mirror scheduling: {types}")
-    return {"mirror": captured}
+    return {"mirror_at_once": captured}
 
 
 async def mirror_failure_scenario(stack: Stack) -> Captured:
@@ -489,7 +494,9 @@ SCENARIOS: dict[str, Scenario] = {
     "refusals": Scenario(refusals_scenario, ("refusals",), "refusals between accepted writes"),
     "duplicates": Scenario(duplicates_scenario, ("duplicates",), "request-id retries"),
     "finish": Scenario(finish_scenario, ("finish",), "finish: the workflow completes"),
-    "mirror": Scenario(mirror_scenario, ("mirror",), "debounce timer and mirror activity"),
+    "mirror": Scenario(
+        mirror_scenario, ("mirror_at_once",), "mirror calls without a debounce timer (patched)"
+    ),
     "mirror_failure": Scenario(
         mirror_failure_scenario, ("mirror_failure",), "non-retryable mirror failure and pause"
     ),

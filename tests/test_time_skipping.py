@@ -9,6 +9,8 @@ moved to the timer's fire time (a ``WORKFLOW_EXECUTION_TIME_SKIPPING_TRANSITIONE
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 from temporalio.api.enums.v1 import EventType
@@ -16,12 +18,13 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.testing import WorkflowEnvironment
 
 from activities.graph import TaskGraph
-from starter.client import ConversationHistory
-from tests.conftest import mirrored
+from starter.client import ConversationHistory, TaskServiceUnavailable
+from tests.conftest import eventually, mirrored
+from worker import build_worker
 from workflows.models import TaskStatus
 
-DEBOUNCE = timedelta(milliseconds=200)
-"""The mirror's debounce as README.md states it (200 ms after the first waiting write)."""
+PAUSES = [timedelta(seconds=n) for n in (2, 4, 8, 16, 30, 30)]
+"""The pauses after failed mirror calls as README.md states them: 2 s doubling to 30 s."""
 WEEK = timedelta(days=7)
 
 
@@ -33,48 +36,51 @@ def first(events: list[HistoryEvent], type_name: str) -> HistoryEvent:
     return next(e for e in events if name(e) == type_name)
 
 
-async def test_mirror_runs_after_the_debounce_in_skipped_time(
-    time_skipping_env: WorkflowEnvironment,
-    time_skipping_history: ConversationHistory,
-    graph: TaskGraph,
+async def test_mirror_failures_pause_with_backoff_and_writes_go_on(
+    time_skipping_env: WorkflowEnvironment, graph: TaskGraph, project_id: str
 ) -> None:
-    history = time_skipping_history
-    await history.create_task("t", "debounce")
-    await mirrored(history, "t")
-    handle = time_skipping_env.client.get_workflow_handle(history.workflow_id("t"))
-    before = len((await handle.fetch_history()).events)
+    """A worker whose Neo4j database does not exist: every mirror call fails (a data error,
+    not retried), the task pauses 2, 4, 8, 16, 30, 30 s in skipped time and keeps accepting
+    writes; a worker with the right database then catches the mirror up."""
+    client = time_skipping_env.client
+    queue = f"skip-fail-{uuid.uuid4().hex[:6]}"
+    history = ConversationHistory(client, project_id=project_id, agent_id="a", task_queue=queue)
+    handle = client.get_workflow_handle(history.workflow_id("t"))
 
-    written = await history.record_event("t", "message", "one write")
-    assert written.seq == 1
-    await mirrored(history, "t")
+    async def timers() -> list[timedelta]:
+        events = (await handle.fetch_history()).events
+        return [
+            e.timer_started_event_attributes.start_to_fire_timeout.ToTimedelta()
+            for e in events
+            if name(e) == "TIMER_STARTED"
+        ]
 
-    view = (await history.get_task("t")).view
-    assert view is not None
-    assert (view.last_seq, view.mirrored_seq, view.unmirrored_writes) == (1, 1, 0)
-    events = list((await handle.fetch_history()).events)[before:]
-    types = [name(e) for e in events]
-    # The write, then the debounce timer, the skip to its fire time, the timer, the mirror.
-    order = [
-        "WORKFLOW_EXECUTION_UPDATE_COMPLETED",
-        "TIMER_STARTED",
-        "WORKFLOW_EXECUTION_TIME_SKIPPING_TRANSITIONED",
-        "TIMER_FIRED",
-        "ACTIVITY_TASK_SCHEDULED",
-        "ACTIVITY_TASK_COMPLETED",
-    ]
-    positions = [types.index(t) for t in order]
-    assert positions == sorted(positions), types
-    timer = first(events, "TIMER_STARTED")
-    assert timer.timer_started_event_attributes.start_to_fire_timeout.ToTimedelta() == DEBOUNCE
-    skip = first(events, "WORKFLOW_EXECUTION_TIME_SKIPPING_TRANSITIONED")
-    target = skip.workflow_execution_time_skipping_transitioned_event_attributes.target_time
-    fire_time = timer.event_time.ToDatetime() + DEBOUNCE
-    assert abs(target.ToDatetime() - fire_time) < timedelta(milliseconds=1)
-    scheduled = first(events, "ACTIVITY_TASK_SCHEDULED").activity_task_scheduled_event_attributes
-    assert scheduled.activity_type.name == "mirror_task"
-    assert types.count("ACTIVITY_TASK_SCHEDULED") == 1  # one mirror call for the one write
-    in_neo4j = await graph.events(history.project_id, history.workflow_id("t"), 0, 100, 100)
-    assert [(e.seq, e.payload) for e in in_neo4j] == [(1, "one write")]
+    async with build_worker(client, TaskGraph(graph.driver, "no-such-database"), queue):
+        await history.create_task("t", "mirror fails")
+        await eventually(lambda: _at_least(timers, len(PAUSES)))
+        assert (await history.record_event("t", "message", "still writable")).seq == 1
+        view = (await history.get_task("t")).view
+        assert view is not None and view.mirror_error is not None
+        assert history.workflow_id("t") in view.mirror_error
+    assert (await timers())[: len(PAUSES)] == PAUSES
+    async with build_worker(client, graph, queue):
+
+        async def caught_up() -> bool:
+            try:
+                view = (await history.get_task("t")).view
+            except TaskServiceUnavailable:  # the new worker has not polled yet
+                return False
+            return view is not None and view.unmirrored_writes == 0
+
+        await eventually(caught_up)
+        view = (await history.get_task("t")).view
+        assert view is not None and view.mirror_error is None and view.mirrored_seq == 1
+    in_neo4j = await graph.events(project_id, history.workflow_id("t"), 0, 9, 9)
+    assert [e.payload for e in in_neo4j] == ["still writable"]
+
+
+async def _at_least(values: Callable[[], Awaitable[list[timedelta]]], count: int) -> bool:
+    return len(await values()) >= count
 
 
 async def test_a_task_idle_for_a_week(

@@ -629,7 +629,8 @@ def model_size(model: BaseModel) -> int:
 MIRROR_ACTIVITY = "mirror_task"
 """Activity name of the Neo4j mirror."""
 MIRROR_BATCH_EVENTS = 100
-"""The mirror runs once this many events are waiting..."""
+"""Runs recorded before the ``mirror-without-debounce-timer`` patch: the mirror ran once this
+many events were waiting..."""
 MIRROR_DEBOUNCE_MS = 200
 """...or this many milliseconds (workflow time) after the first waiting write."""
 MIRROR_MAX_EVENTS = 500

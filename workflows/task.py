@@ -6,11 +6,13 @@ Temporal runs one at a time, so seqs have no gaps and a request id is written on
 request id with the same arguments is also answered by the validator (ApplicationError of type
 ``DUPLICATE`` carrying the stored ``WriteOutcome``), so a retry adds nothing to the history.
 
-The run loop mirrors the ledger into Neo4j through the ``mirror_task`` activity (debounced: at
-most one call in flight, a call once ``MIRROR_BATCH_EVENTS`` events wait or
-``MIRROR_DEBOUNCE_MS`` after the first waiting write), continues-as-new when Temporal suggests
-it, once every handler has finished and the mirror has caught up, and returns the final
-``TaskView`` once the task is finished and mirrored.
+The run loop mirrors the ledger into Neo4j through the ``mirror_task`` activity: at most one
+call in flight, started as soon as a write waits; the writes that arrive while a call runs form
+the next call's batch (at most ``MIRROR_MAX_EVENTS`` events). Runs recorded before the
+``MIRROR_WITHOUT_DEBOUNCE`` patch first waited for a debounce timer (``MIRROR_BATCH_EVENTS``
+events or ``MIRROR_DEBOUNCE_MS``); they still replay that way. The loop continues-as-new when
+Temporal suggests it, once every handler has finished and the mirror has caught up, and returns
+the final ``TaskView`` once the task is finished and mirrored.
 """
 
 from __future__ import annotations
@@ -76,6 +78,9 @@ MIRROR_RETRY = RetryPolicy(
     non_retryable_error_types=["MirrorDataError"],
 )
 """One mirror call: three attempts, 1 s then 2 s apart; a data error fails at once."""
+MIRROR_WITHOUT_DEBOUNCE = "mirror-without-debounce-timer"
+"""Patch id: the mirror starts as soon as a write waits, without the 200 ms debounce timer
+(whose firing the dev server rounds to about a second, which made the mirror lag ~1 s)."""
 MIRROR_PAUSE = timedelta(seconds=1)
 MIRROR_PAUSE_MAX = timedelta(seconds=30)
 """After a failed mirror call the workflow records ``mirror_error``, keeps accepting writes,
@@ -136,7 +141,9 @@ class TaskWorkflow:
                 lambda: self._unmirrored() or self._closed() or self._should_continue()
             )
             if self._unmirrored():
-                if not (self._closed() or self._should_continue()):
+                urgent = self._closed() or self._should_continue()
+                if not urgent and not workflow.patched(MIRROR_WITHOUT_DEBOUNCE):
+                    # Runs recorded before the patch waited for a debounce timer here.
                     try:
                         await workflow.wait_condition(
                             lambda: (

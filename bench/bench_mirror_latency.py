@@ -1,0 +1,68 @@
+"""Write-to-Neo4j latency of the mirror, against the local stack (``agent-tasks dev up``).
+
+For ``--writes`` single-event writes to one task (one at a time), measures:
+- ``ack``: the update round trip (write acknowledged: durable in the Temporal history);
+- ``visible``: from sending the write until the event is readable in Neo4j.
+Prints medians and p95 in ms and the ratio visible / ack (the baseline, in the same process).
+
+    python bench/bench_mirror_latency.py [--writes 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+import uuid
+
+from activities.graph import TaskGraph, open_driver
+from starter.client import ConversationHistory, connect
+from starter.settings import Settings
+from worker import build_worker
+
+
+async def main(writes: int) -> None:
+    settings = Settings()
+    client = await connect(settings)
+    driver = open_driver(settings.neo4j_uri, settings.neo4j_auth())
+    graph = TaskGraph(driver, settings.neo4j_database)
+    await graph.init_schema()
+    queue = f"latency-{uuid.uuid4().hex[:6]}"
+    history = ConversationHistory(
+        client, project_id=f"lat-{uuid.uuid4().hex[:8]}", agent_id="bench", task_queue=queue
+    )
+    ack: list[float] = []
+    visible: list[float] = []
+    async with build_worker(client, graph, queue):
+        await history.create_task("t", "latency")
+        for i in range(writes):
+            await asyncio.sleep(0.5)  # an idle mirror before each write, as for a lone agent
+            started = time.perf_counter()
+            seq = (await history.record_event("t", "message", f"m{i}")).seq
+            assert seq is not None
+            ack.append(time.perf_counter() - started)
+            workflow_id = history.workflow_id("t")
+            while True:
+                if await graph.events(history.project_id, workflow_id, seq - 1, seq, 1):
+                    break
+                await asyncio.sleep(0.005)
+            visible.append(time.perf_counter() - started)
+        await graph.wipe_project(history.project_id)
+    await driver.close()
+
+    def p95(values: list[float]) -> float:
+        return sorted(values)[max(0, round(len(values) * 0.95) - 1)]
+
+    for name, values in (("ack", ack), ("visible", visible)):
+        print(
+            f"{name:8s} median {statistics.median(values) * 1000:7.1f} ms  "
+            f"p95 {p95(values) * 1000:7.1f} ms  (n={len(values)})"
+        )
+    print(f"visible / ack (median): {statistics.median(visible) / statistics.median(ack):.1f}x")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--writes", type=int, default=20)
+    asyncio.run(main(parser.parse_args().writes))
