@@ -82,8 +82,8 @@ _BUSY_RETRIES = 30
 flight on one workflow), with a backoff from 20 ms doubling to 1 s."""
 
 _DRAIN_WAIT_S = 60.0
-"""How long a write waits (seconds), retrying from 20 ms doubling to 0.5 s, while its task
-drains before continue-as-new (normally one mirror call: tens of ms); then ``task_busy``."""
+"""How long a write is sent again (seconds; from 20 ms doubling to 0.5 s apart) while its task
+turns it away (``_RESEND``: normally one mirror call, tens of ms); then ``task_busy``."""
 
 _T = TypeVar("_T")
 
@@ -193,17 +193,21 @@ def _from_outcome(outcome: WriteOutcome) -> WriteResult:
     )
 
 
-def _draining(err: WorkflowUpdateFailedError) -> bool:
+_RESEND = (CONTINUING_AS_NEW, "UnprocessedUpdate")
+"""Update failures that wrote nothing and pass by themselves, so the client sends the write
+again: the task drains before continue-as-new, or the server turned the update away because
+no workflow task processed it ("UnprocessedUpdate", seen under concurrent updates)."""
+
+
+def _resend(err: WorkflowUpdateFailedError) -> bool:
     cause = err.cause
-    return isinstance(cause, ApplicationError) and cause.type == CONTINUING_AS_NEW
+    return isinstance(cause, ApplicationError) and cause.type in _RESEND
 
 
 def _from_update_failure(err: WorkflowUpdateFailedError) -> WriteResult:
     cause = err.cause
-    if _draining(err):
-        return refused(
-            ErrorCode.task_busy, f"the task is continuing as new for over {_DRAIN_WAIT_S} s"
-        )
+    if _resend(err):
+        return refused(ErrorCode.task_busy, f"the task turned the write away for {_DRAIN_WAIT_S} s")
     if isinstance(cause, ApplicationError):
         if cause.type == DUPLICATE:
             return _from_outcome(WriteOutcome.model_validate(cause.details[0]))
@@ -273,6 +277,8 @@ class ConversationHistory:
         task_queue: the workers' task queue.
         graph: the Neo4j task graph; needed to read events of earlier runs (``list_events``)
             and for the cross-task reads. None: those reads raise ``RuntimeError``.
+        timeout_s: seconds one Temporal call may take (a write waits for a worker to run
+            it); past that it raises ``TaskServiceUnavailable``.
 
     Raises:
         ValidationError: a malformed project id or agent id.
@@ -287,6 +293,7 @@ class ConversationHistory:
         session_id: str | None = None,
         task_queue: str = "agent-tasks",
         graph: TaskGraph | None = None,
+        timeout_s: float = 30.0,
     ) -> None:
         self.client = client
         self.project_id = TypeAdapter(ProjectId).validate_python(project_id)
@@ -294,6 +301,7 @@ class ConversationHistory:
         self.session_id = session_id
         self.task_queue = task_queue
         self.graph = graph
+        self.timeout_s = timeout_s
 
     # ------------------------------------------------------------------ plumbing
 
@@ -305,19 +313,24 @@ class ConversationHistory:
         return self.client.get_workflow_handle(self.workflow_id(task))
 
     async def _call(self, call: Callable[[], Awaitable[_T]]) -> _T:
-        """Run one Temporal call, retrying RESOURCE_EXHAUSTED; lost connections raise
-        ``TaskServiceUnavailable``; other ``RPCError``s propagate."""
+        """Run one Temporal call, retrying RESOURCE_EXHAUSTED; lost connections, no worker
+        polling, and no answer within ``timeout_s`` raise ``TaskServiceUnavailable``; other
+        ``RPCError``s propagate."""
         delay = 0.02
         for attempt in range(_BUSY_RETRIES):
             try:
-                return await call()
+                return await asyncio.wait_for(call(), self.timeout_s)
+            except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError) as err:
+                raise TaskServiceUnavailable(
+                    f"no answer within {self.timeout_s:g} s: is a worker polling task queue "
+                    f"{self.task_queue!r}? A write may still be recorded once one is; retry it "
+                    "with the same request id"
+                ) from err
             except RPCError as err:
                 if _lost(err) or _no_worker(err):
                     raise _unavailable(err) from err
                 if err.status != RPCStatusCode.RESOURCE_EXHAUSTED or attempt == _BUSY_RETRIES - 1:
                     raise
-            except WorkflowUpdateRPCTimeoutOrCancelledError as err:
-                raise _unavailable(err) from err
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
         raise AssertionError("unreachable")
@@ -337,7 +350,7 @@ class ConversationHistory:
                     lambda: handle.execute_update(update, input, result_type=WriteOutcome)
                 )
             except WorkflowUpdateFailedError as err:
-                if _draining(err) and loop.time() < deadline:
+                if _resend(err) and loop.time() < deadline:
                     await asyncio.sleep(delay)  # the new run takes it once the old one ends
                     delay = min(delay * 2, 0.5)
                     continue

@@ -101,7 +101,7 @@ class Stack:
     task_queue: str
     settings: Settings
 
-    def history(self, scenario: str, **kwargs: str) -> ConversationHistory:
+    def history(self, scenario: str, session_id: str | None = None) -> ConversationHistory:
         """A ``ConversationHistory`` in a fresh project ``cap-{scenario}-{random}``."""
         project = f"cap-{scenario.replace('_', '-')}-{uuid.uuid4().hex[:8]}"
         return ConversationHistory(
@@ -110,7 +110,7 @@ class Stack:
             agent_id="capture-agent",
             task_queue=self.task_queue,
             graph=self.graph,
-            **kwargs,
+            session_id=session_id,
         )
 
 

@@ -13,7 +13,9 @@ from pydantic import ValidationError
 from temporalio.client import Client
 
 from activities.graph import TaskGraph
-from starter.client import ConversationHistory
+from starter.client import ConversationHistory, TaskServiceUnavailable, connect
+from starter.devstack import free_port
+from starter.settings import Settings
 from tests.conftest import mirrored
 from workflows.models import (
     MAX_STEPS_PER_TASK,
@@ -323,3 +325,16 @@ def test_workflows_import_no_neo4j() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+async def test_no_worker_and_no_server_raise_a_clear_exception(
+    client: Client, project_id: str
+) -> None:
+    lonely = ConversationHistory(
+        client, project_id=project_id, agent_id="a", task_queue="nobody-polls", timeout_s=2
+    )
+    with pytest.raises(TaskServiceUnavailable, match="worker polling task queue 'nobody-polls'"):
+        await lonely.create_task("t", "g")
+    await client.get_workflow_handle(lonely.workflow_id("t")).terminate("test cleanup")
+    with pytest.raises(TaskServiceUnavailable, match="cannot reach Temporal"):
+        await connect(Settings(temporal_address=f"127.0.0.1:{free_port()}"))
