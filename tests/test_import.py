@@ -73,6 +73,7 @@ async def test_reimport_is_a_no_op(history: ConversationHistory) -> None:
     path = next(p for p in FILES if "humanevalfix" in p.name)
     first = await import_file(history, path, None)
     assert first.new_events == first.events > 0
+    await mirror_caught_up(history, [first.task or ""])
     before = (await history.get_task(first.task or "")).view
     again = await import_file(history, path, None)
     assert again.error is None and again.new_events == 0
