@@ -9,7 +9,7 @@ Graph model (every node carries ``project_id``; keys are unique by constraint)::
     (:Task)-[:HAS_EVENT]->(:Event {key = "workflow id#seq"})
     (:Event)-[:NEXT]->(:Event)                           seq order, no gaps
     (:Event)-[:AUTHORED_BY]->(:Agent)
-    (:Task)-[:HAS_STEP]->(:Step {key = "workflow id#step name"})
+    (:Task)-[:HAS_STEP]->(:Step {key = "workflow id/step name"})
     (:Step)-[:RESULT]->(:Event)                          the step's result event
 
 Every write is a MERGE on a key, so a repeated batch changes nothing. Every statement is
@@ -92,7 +92,7 @@ SET t.mirrored_seq = CASE WHEN coalesce(t.mirrored_seq, 0) < $seq THEN $seq
 _STEPS: LiteralString = """
 MATCH (t:Task {key: $task_key})
 UNWIND $steps AS st
-MERGE (s:Step {key: $task_key + '#' + st.step_name})
+MERGE (s:Step {key: $task_key + '/' + st.step_name})
 SET s += st, s.task_key = $task_key, s.project_id = t.project_id, s.task_name = t.name
 MERGE (t)-[:HAS_STEP]->(s)
 WITH t, s, st

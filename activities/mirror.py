@@ -9,9 +9,10 @@ of Neo4j from the Temporal histories (``rebuild``).
 
 Error mapping at the activity edge: Neo4j errors that may pass (``is_retryable()``: deadlock,
 unavailable, leader switch, session expired) raise a retryable ``ApplicationError`` of type
-``MirrorUnavailable``, and the workflow's retry policy tries again without end, backing off
-from 1 s to 30 s; any other Neo4j error raises a non-retryable ``ApplicationError`` of type
-``MirrorDataError`` whose message names the task and the seq range.
+``MirrorUnavailable``, retried by the workflow's retry policy; any other Neo4j error, and a
+value the driver cannot send (``OverflowError``, ``TypeError``, ``ValueError``), raises a
+non-retryable ``ApplicationError`` of type ``MirrorDataError`` whose message names the task and
+the seq range.
 """
 
 from __future__ import annotations
@@ -134,9 +135,9 @@ class MirrorActivities:
                 up_to_seq=input.up_to_seq,
                 after_write=input.after_write,
             )
-        except (Neo4jError, DriverError) as err:
+        except (Neo4jError, DriverError, OverflowError, TypeError, ValueError) as err:
             where = f"task {input.workflow_id} seqs {input.after_seq + 1}..{input.up_to_seq}"
-            if err.is_retryable():
+            if isinstance(err, Neo4jError | DriverError) and err.is_retryable():
                 raise ApplicationError(
                     f"Neo4j unavailable while mirroring {where}: {err}", type="MirrorUnavailable"
                 ) from err

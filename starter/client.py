@@ -565,12 +565,14 @@ class ConversationHistory:
         return await self._update(
             task,
             TaskWorkflow.finish_task,
-            FinishTaskInput(
-                agent_id=self.agent_id,
-                status=TaskStatus(status),
-                result=result,
-                error=error,
-                request_id=_or_new(request_id),
+            FinishTaskInput.model_validate(
+                {
+                    "agent_id": self.agent_id,
+                    "status": status,
+                    "result": result,
+                    "error": error,
+                    "request_id": _or_new(request_id),
+                }
             ),
         )
 

@@ -22,14 +22,14 @@ Rules for every format
   and SHA-256.
 - ``name`` and ``call_id`` longer than 128 characters become their first 111 characters, ``~``
   and the first 16 hex digits of the full text's SHA-256 (128 in all).
-- Each ``tool_call`` event starts one ``ParsedStep`` (kind tool), named
-  ``f"{n:04d}:{tool name}"`` cut to 128 characters, where ``n`` is the 1-based position of the
-  call in ``events`` (its seq once the trajectory is recorded into a new task). The step's
-  result is the first ``tool_result`` not yet taken that answers the call (same source call id;
-  SWE-agent and synthesized calls are paired with the result made with them). It may come
-  before the call (the claude-code variant logs results first). A result without a name takes
-  its call's name (the tool name). ``failed`` is the result's
-  failure signal (below); a step without a result is not failed.
+- Each ``tool_call`` event starts one ``ParsedStep`` (kind tool), named ``f"{n:04d}:{tool
+  name}"`` with ``/`` replaced by ``_``, cut to 100 characters, where ``n`` is the 1-based
+  position of the call in ``events`` (its seq once the trajectory is recorded into a new task).
+  The step's result is the first ``tool_result`` not yet taken that answers the call (same
+  source call id; SWE-agent and synthesized calls are paired with the result made with them). It
+  may come before the call (the claude-code variant logs results first). A result without a name
+  takes its call's name (the tool name). ``failed`` is the result's failure signal (below); a
+  step without a result is not failed.
 - ``children`` are the payloads of the ``child_task`` events, in order, without repeats.
 - ``goal`` is the payload of the first ``message`` event with role ``user``, cut to 4,000
   characters (``""`` if there is none). ``name`` is ``f"{format}/{id}"`` (control characters
@@ -154,6 +154,7 @@ from workflows.models import (
     EventKind,
     Name,
     Role,
+    StepName,
     StepState,
     StepView,
     clean_text,
@@ -174,6 +175,7 @@ FAILURE_SIGNALS = (
 """Lower-case texts whose presence in a SWE-agent observation marks its step failed."""
 
 _SHORT = 128
+_STEP = 100
 _NAME_CHARS = 200
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _SHAPES = (
@@ -193,7 +195,7 @@ class ParsedStep(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    step_name: str = Field(min_length=1, max_length=_SHORT)
+    step_name: StepName
     """Unique in the task: ``f"{n:04d}:{tool name}"``, ``n`` the call's 1-based position."""
     call_index: int
     """Index in ``ParsedTrajectory.events`` of the step's ``tool_call`` event."""
@@ -354,7 +356,7 @@ class _Log:
                 self.events[result] = self.events[result].model_copy(update={"name": event.name})
             steps.append(
                 ParsedStep(
-                    step_name=f"{index + 1:04d}:{event.name}"[:_SHORT],
+                    step_name=f"{index + 1:04d}:{event.name}".replace("/", "_")[:_STEP],
                     call_index=index,
                     result_index=result,
                     failed=result is not None and self._failed[result],

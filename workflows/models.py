@@ -21,6 +21,7 @@ from pydantic import (
     Field,
     StrictInt,
     StrictStr,
+    field_validator,
     model_validator,
 )
 
@@ -46,6 +47,9 @@ MAX_METADATA_ENTRIES = 16
 MAX_METADATA_VALUE_CHARS = 500
 MAX_GOAL_CHARS = 4_000
 """Characters of a task goal."""
+MAX_FULL_LENGTH = 2**53
+"""Largest ``full_length`` an event may claim (a count every JSON reader and Neo4j's 64-bit
+integers hold exactly)."""
 PAGE_LIMIT_MAX = 200
 """Largest page a read returns (events, steps, tasks)."""
 
@@ -54,7 +58,11 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 Name = Annotated[StrictStr, Field(min_length=1, max_length=200)]
 """A task name: 1 to 200 characters, no control characters (checked by ``check_name``)."""
-StepName = Annotated[StrictStr, Field(min_length=1, max_length=100)]
+StepName = Annotated[
+    StrictStr, Field(min_length=1, max_length=100, pattern=r"^[^/\x00-\x1f\x7f-\x9f]+$")
+]
+"""A step name: 1 to 100 characters, no ``/`` and no control characters, so that the step's
+idempotency key ``{workflow_id}/{step_name}/{attempt}`` and its Neo4j key read back one way."""
 ShortText = Annotated[StrictStr, Field(min_length=1, max_length=128)]
 ProjectId = Annotated[StrictStr, Field(pattern=_PROJECT_ID)]
 """1 to 64 characters of ``[A-Za-z0-9_.-]``, starting with a letter or digit (never ``/``)."""
@@ -234,8 +242,13 @@ def task_workflow_id(project_id: str, name: str) -> str:
 
 
 def valid_request_id(request_id: object) -> bool:
-    """True for a ``str`` of 1 to 64 characters (the rule behind ``invalid_request_id``)."""
-    return isinstance(request_id, str) and 1 <= len(request_id) <= 64
+    """True for a ``str`` of 1 to 64 characters that encodes to UTF-8 (no lone surrogates):
+    the rule behind ``invalid_request_id``."""
+    return (
+        isinstance(request_id, str)
+        and 1 <= len(request_id) <= 64
+        and clean_text(request_id) == request_id
+    )
 
 
 def clean_text(text: str) -> str:
@@ -328,7 +341,7 @@ class EventInput(_Input):
     """Links a tool_result to its tool_call (the tool call id of the source)."""
     payload: StrictStr = ""
     """The text: message content, tool arguments (JSON text), tool output."""
-    full_length: int | None = None
+    full_length: int | None = Field(default=None, ge=0, le=MAX_FULL_LENGTH)
     """Characters of the full payload; set by validation, or kept when the payload is
     already a cut (``len(payload) == MAX_PAYLOAD_CHARS``)."""
     full_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
@@ -425,10 +438,17 @@ class FinishTaskInput(_Input):
     """Who finishes the task."""
     status: TaskStatus
     """done, failed or cancelled (``open`` is refused by validation)."""
-    result: StrictStr | None = None
-    """Result text (bounded like a payload)."""
-    error: StrictStr | None = None
-    """Error text (bounded like a payload)."""
+    result: BoundedText | None = None
+    """Result text, cleaned and cut like a payload (a ``str`` is bounded on validation, so a
+    long text never leaves the client whole)."""
+    error: BoundedText | None = None
+    """Error text, bounded like ``result``."""
+
+    @field_validator("result", "error", mode="before")
+    @classmethod
+    def _bound_text(cls, value: object) -> object:
+        return bound_text(value) if isinstance(value, str) else value
+
     request_id: StrictStr
     """Request id (1 to 64 characters)."""
 

@@ -57,7 +57,6 @@ with workflow.unsafe.imports_passed_through():
         TaskWorkflowInput,
         WriteOutcome,
         args_digest,
-        bound_text,
         request_key,
         result_validity,
         valid_request_id,
@@ -381,7 +380,10 @@ class TaskWorkflow:
                     )
                 kind = current.kind
                 previous_attempts = current.attempt
-                result_seq = write.result_event_seq or current.result_event_seq
+                # A new attempt starts without the last attempt's result.
+                result_seq = write.result_event_seq
+                if result_seq is None and write.state is not StepState.in_progress:
+                    result_seq = current.result_event_seq
             changed[write.step_name] = StepRecord(
                 state=write.state,
                 kind=kind,
@@ -402,8 +404,8 @@ class TaskWorkflow:
         digest = args_digest(input)
         self._check_write(input.request_id, digest)
         self.state.status = input.status
-        self.state.result = None if input.result is None else bound_text(input.result)
-        self.state.error = None if input.error is None else bound_text(input.error)
+        self.state.result = input.result
+        self.state.error = input.error
         self._accept(input.request_id, digest, 0, 0)
         workflow.upsert_search_attributes([TASK_STATUS.value_set(input.status.value)])
         return WriteOutcome()
