@@ -40,20 +40,21 @@ def build_worker(client: Client, graph: TaskGraph, task_queue: str) -> Worker:
 
 
 async def run_worker(settings: Settings | None = None) -> None:
-    """Connect to Temporal and Neo4j, create the graph schema (idempotent), and run the worker
-    until SIGINT or SIGTERM.
+    """Connect to Temporal and run the worker until SIGINT or SIGTERM. Neo4j need not be up:
+    the mirror creates the graph schema (idempotent) before its first write and retries while
+    Neo4j is down.
 
     Raises:
-        RuntimeError: Temporal or Neo4j cannot be reached (from ``starter.connect`` or the
-            driver's connectivity check).
+        TaskServiceUnavailable: Temporal cannot be reached.
+        RuntimeError: no Neo4j password is set or generated (``Settings.neo4j_auth``).
     """
     settings = settings or Settings()
     client = await connect(settings)
     driver = open_driver(settings.neo4j_uri, settings.neo4j_auth())
     try:
-        await driver.verify_connectivity()
+        # Neo4j may be down: the worker starts anyway and the mirror creates the schema
+        # before its first write, so writes are accepted during an outage.
         graph = TaskGraph(driver, settings.neo4j_database)
-        await graph.init_schema()
         worker = build_worker(client, graph, settings.temporal_task_queue)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -165,12 +165,15 @@ class TaskGraph:
     def __init__(self, driver: AsyncDriver, database: str = "neo4j") -> None:
         self.driver = driver
         self.database = database
+        self._schema_ready = False
 
     async def init_schema(self) -> None:
-        """Create the constraints and indexes of ``SCHEMA`` (idempotent)."""
+        """Create the constraints and indexes of ``SCHEMA`` (idempotent). ``write_task``
+        runs it before its first write, so a worker can start while Neo4j is down."""
         async with self.driver.session(database=self.database) as session:
             for statement in SCHEMA:
                 await (await session.run(statement)).consume()
+        self._schema_ready = True
 
     async def wipe_project(self, project_id: str) -> int:
         """Delete every node of one project and its relationships; returns nodes deleted."""
@@ -230,6 +233,8 @@ class TaskGraph:
             if step_rows:
                 await (await tx.run(_STEPS, task_key=key, steps=step_rows)).consume()
 
+        if not self._schema_ready:
+            await self.init_schema()
         async with self.driver.session(database=self.database) as session:
             await session.execute_write(work)
 

@@ -17,9 +17,12 @@ the seq range.
 
 from __future__ import annotations
 
+from typing import Any
+
 from neo4j.exceptions import DriverError, Neo4jError
+from pydantic import TypeAdapter
 from temporalio import activity
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecution
 from temporalio.exceptions import ApplicationError
 
 from activities.graph import TaskGraph
@@ -29,6 +32,7 @@ from workflows.models import (
     EventsQuery,
     MirrorInput,
     MirrorOutcome,
+    ProjectId,
     StepsQuery,
     task_workflow_id,
 )
@@ -91,26 +95,43 @@ async def copy_run(
 
 async def rebuild(
     client: Client, graph: TaskGraph, project_id: str, task: str | None = None
-) -> dict[str, int]:
-    """Rebuild a project's graph (or one task's) from the Temporal histories.
+) -> dict[str, Any]:
+    """Rebuild a project's tasks (or one task) in Neo4j from the Temporal histories.
 
-    Deletes the project's nodes (or the task's event and step nodes), then copies every
-    run of every task, oldest run first, by querying each run (Temporal replays its history on
-    a worker to answer). Returns ``{"tasks": n, "runs": n, "events": n}``.
+    Finds every run of the project's tasks in Temporal visibility first; then, task by task,
+    deletes the task's event and step nodes and copies every run, oldest first, by querying
+    each run (Temporal replays its history on a worker to answer). A task that fails is
+    reported and the others go on; a task with no run found is not touched. Agent, session and
+    project nodes are merged, not deleted: to drop stale ones, ``wipe_project`` first.
+
+    Returns:
+        ``{"tasks": n, "runs": n, "events": n, "failed": ["workflow id: error", ...]}``.
+
+    Raises:
+        pydantic.ValidationError: ``project_id`` is not a valid project id.
     """
+    TypeAdapter(ProjectId).validate_python(project_id)
     query = f"WorkflowType = 'TaskWorkflow' AND ProjectId = '{project_id}'"
-    if task is None:
-        await graph.wipe_project(project_id)
-    else:
-        workflow_id = task_workflow_id(project_id, task)
-        await graph.wipe_task(project_id, workflow_id)
-        query += " AND WorkflowId = '" + workflow_id.replace("\\", "\\\\").replace("'", "\\'") + "'"
-    runs = [execution async for execution in client.list_workflows(query)]
-    runs.sort(key=lambda execution: (execution.id, execution.start_time))
-    events = 0
-    for execution in runs:
-        events += (await copy_run(client, graph, execution.id, execution.run_id)).events
-    return {"tasks": len({r.id for r in runs}), "runs": len(runs), "events": events}
+    wanted = None if task is None else task_workflow_id(project_id, task)
+    runs: dict[str, list[WorkflowExecution]] = {}
+    async for execution in client.list_workflows(query):
+        if wanted is None or execution.id == wanted:
+            runs.setdefault(execution.id, []).append(execution)
+    events, failed = 0, []
+    for workflow_id, executions in sorted(runs.items()):
+        try:
+            await graph.wipe_task(project_id, workflow_id)
+            for execution in sorted(executions, key=lambda e: e.start_time):
+                copied = await copy_run(client, graph, workflow_id, execution.run_id)
+                events += copied.events
+        except Exception as err:  # report the task, rebuild the others
+            failed.append(f"{workflow_id}: {err}")
+    return {
+        "tasks": len(runs),
+        "runs": sum(len(e) for e in runs.values()),
+        "events": events,
+        "failed": failed,
+    }
 
 
 class MirrorActivities:

@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
-from pydantic import BaseModel, ValidationError
+from neo4j.exceptions import AuthError, ServiceUnavailable
+from pydantic import ValidationError
+from pydantic_core import to_jsonable_python
 from rich.console import Console
 from rich.table import Table
 
@@ -50,23 +52,23 @@ RequestOpt = Annotated[
 
 
 def run(coro: Coroutine[Any, Any, _T]) -> _T:
-    """Run ``coro``; turn unreachable services into exit code 3 and bad arguments into 2."""
+    """Run ``coro``; turn unreachable services (Temporal, a worker, Neo4j) into exit code 3
+    and bad arguments into 2, each with a one-line message."""
     try:
         return asyncio.run(coro)
-    except TaskServiceUnavailable as err:
+    except (TaskServiceUnavailable, ServiceUnavailable, AuthError) as err:
         console.print(f"[red]unavailable:[/red] {err}")
         raise typer.Exit(3) from err
-    except ValidationError as err:
+    except (ValidationError, ValueError) as err:
         console.print(f"[red]invalid arguments:[/red] {err}")
         raise typer.Exit(2) from err
 
 
 def emit(value: Any, as_json: bool, render: Callable[[Any], None] | None = None) -> None:
-    """Print ``value``: JSON with ``--json``, else ``render(value)`` or a plain dump."""
+    """Print ``value``: JSON with ``--json`` (models, datetimes and all), else
+    ``render(value)`` or a plain JSON dump."""
     if as_json or render is None:
-        data = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
-        if isinstance(data, list):
-            data = [d.model_dump(mode="json") if isinstance(d, BaseModel) else d for d in data]
+        data = to_jsonable_python(value)
         sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=None if as_json else 2))
         sys.stdout.write("\n")
     else:
@@ -148,6 +150,8 @@ def task_create(
     as_json: JsonOpt = False,
 ) -> None:
     """Create a task (or find it, same name and goal)."""
+    if any("=" not in item for item in meta or []):
+        raise typer.BadParameter("each --meta is KEY=VALUE", param_hint="--meta")
     metadata = dict(item.split("=", 1) for item in meta or [])
 
     async def go() -> WriteResult:
@@ -175,7 +179,10 @@ def task_event(
     as_json: JsonOpt = False,
 ) -> None:
     """Record one event."""
-    text = payload_file.read_text(encoding="utf-8") if payload_file else (payload or "")
+    try:
+        text = payload_file.read_text(encoding="utf-8") if payload_file else (payload or "")
+    except (OSError, UnicodeDecodeError) as err:
+        raise typer.BadParameter(str(err), param_hint="--payload-file") from err
 
     async def go() -> WriteResult:
         async with open_history(project, agent, with_graph=False) as history:
@@ -262,8 +269,8 @@ def task_show(name: str, project: ProjectOpt = "default", as_json: JsonOpt = Fal
 @task_app.command("events")
 def task_events(
     name: str,
-    after: Annotated[int, typer.Option(help="Events after this seq.")] = 0,
-    limit: Annotated[int, typer.Option(help="At most this many (1 to 200).")] = 50,
+    after: Annotated[int, typer.Option(min=0, help="Events after this seq.")] = 0,
+    limit: Annotated[int, typer.Option(min=1, max=200, help="At most this many.")] = 50,
     project: ProjectOpt = "default",
     as_json: JsonOpt = False,
 ) -> None:
@@ -322,7 +329,7 @@ def task_steps(
 @task_app.command("list")
 def task_list(
     status: Annotated[TaskStatus | None, typer.Option(help="Only tasks in this status.")] = None,
-    limit: Annotated[int, typer.Option(help="At most this many.")] = 50,
+    limit: Annotated[int, typer.Option(min=1, max=200, help="At most this many.")] = 50,
     project: ProjectOpt = "default",
     as_json: JsonOpt = False,
 ) -> None:
@@ -409,14 +416,19 @@ def graph_rebuild(
     """Rebuild the project's graph (or one task's) from the Temporal histories."""
     from activities.mirror import rebuild
 
-    async def go() -> dict[str, int]:
+    async def go() -> dict[str, Any]:
         settings = Settings()
         client = await connect(settings)
         async with open_graph(settings) as graph:
             await graph.init_schema()
             return await rebuild(client, graph, project, task)
 
-    emit(run(go()), as_json, lambda r: table([r], list(r)))
+    report = run(go())
+    emit(report, as_json, lambda r: table([{**r, "failed": len(r["failed"])}], list(r)))
+    for failure in report["failed"]:
+        console.print(f"[red]not rebuilt:[/red] {failure}")
+    if report["failed"]:
+        raise typer.Exit(1)
 
 
 @graph_app.command("tasks")
@@ -426,7 +438,7 @@ def graph_tasks(
     session: Annotated[str | None, typer.Option(help="Only this session.")] = None,
     parent: Annotated[str | None, typer.Option(help="Only children of this task.")] = None,
     after: Annotated[str | None, typer.Option(help="Names after this one (paging).")] = None,
-    limit: Annotated[int, typer.Option(help="At most this many.")] = 50,
+    limit: Annotated[int, typer.Option(min=1, max=200, help="At most this many.")] = 50,
     project: ProjectOpt = "default",
     as_json: JsonOpt = False,
 ) -> None:
@@ -475,7 +487,7 @@ def graph_events(
     since: Annotated[str | None, typer.Option(help="ISO time, inclusive.")] = None,
     until: Annotated[str | None, typer.Option(help="ISO time, exclusive.")] = None,
     failed: Annotated[bool, typer.Option(help="Only results of failed steps.")] = False,
-    limit: Annotated[int, typer.Option(help="At most this many.")] = 50,
+    limit: Annotated[int, typer.Option(min=1, max=200, help="At most this many.")] = 50,
     project: ProjectOpt = "default",
     as_json: JsonOpt = False,
 ) -> None:
@@ -506,7 +518,7 @@ def graph_events(
 @graph_app.command("steps")
 def graph_steps(
     state: Annotated[StepState | None, typer.Option(help="Only this state.")] = None,
-    limit: Annotated[int, typer.Option(help="At most this many.")] = 50,
+    limit: Annotated[int, typer.Option(min=1, max=200, help="At most this many.")] = 50,
     project: ProjectOpt = "default",
     as_json: JsonOpt = False,
 ) -> None:
@@ -589,7 +601,11 @@ def import_command(
                         progress.advance(bar)
                 write_s = time.perf_counter() - started
                 imported = [r.task for r in reports if r.task and not r.error]
-                catch_up_s = await mirror_caught_up(history, imported)
+                try:
+                    catch_up_s = await mirror_caught_up(history, imported)
+                except TimeoutError as err:
+                    console.print(f"[red]mirror lagging:[/red] {err}")
+                    raise typer.Exit(1) from err
                 problems: list[str] = []
                 if verify:
                     for report in reports:
@@ -622,11 +638,19 @@ def import_command(
             ["file", "task", "events", "steps", "failed_steps", "cut_payloads", "ms", "error"],
             title="import",
         )
-        console.print(
-            f"{numbers['new_events']} new events of {numbers['events']} in {numbers['write_s']} s "
-            f"({numbers['events_per_s']} events/s durable and acknowledged); mirror caught up "
-            f"{numbers['mirror_catch_up_s']} s after the last write"
-        )
+        if numbers["new_events"]:
+            console.print(
+                f"{numbers['new_events']} new events of {numbers['events']} in "
+                f"{numbers['write_s']} s ({numbers['events_per_s']} events/s durable and "
+                f"acknowledged); mirror caught up {numbers['mirror_catch_up_s']} s after the "
+                "last write"
+            )
+        else:
+            console.print(
+                f"all {numbers['events']} events were already recorded: nothing new written"
+            )
+        console.print(f"the tasks are in project {project!r} (--project {project})")
+
         if verify:
             for problem in problems:
                 console.print(f"[red]mismatch:[/red] {problem}")

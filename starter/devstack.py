@@ -1056,9 +1056,13 @@ async def up(
         if n_pid is not None:
             await neo.wait_ready(neo4j_timeout_s)
             return ServiceStatus("neo4j", s.neo4j_uri, True, n_pid, False, "already running")
+        if n_probe.answering and n_probe.detail:
+            raise DevStackError(
+                f"a Neo4j at {s.neo4j_uri} (not started by this data folder) is {n_probe.detail}: "
+                "set NEO4J_PASSWORD to its password, or stop it"
+            )
         if n_probe.answering:
-            detail = "external" + (f"; {n_probe.detail}" if n_probe.detail else "")
-            return ServiceStatus("neo4j", s.neo4j_uri, True, None, True, detail)
+            return ServiceStatus("neo4j", s.neo4j_uri, True, None, True, "external")
         pid = await neo.start()
         try:
             took = await neo.wait_ready(neo4j_timeout_s)

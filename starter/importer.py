@@ -136,15 +136,27 @@ async def import_file(history: ConversationHistory, path: Path, format: str | No
     return report
 
 
-async def mirror_caught_up(history: ConversationHistory, tasks: list[str]) -> float:
+async def mirror_caught_up(
+    history: ConversationHistory, tasks: list[str], within: float = 120.0
+) -> float:
     """Wait until every task's mirror has caught up (``unmirrored_writes`` 0, polled every
-    20 ms); returns the seconds waited."""
+    20 ms); returns the seconds waited.
+
+    Raises:
+        TimeoutError: not caught up within ``within`` seconds (Neo4j down, or a task whose
+            ``mirror_error`` says why); the message names the first such task.
+    """
     started = time.perf_counter()
     for task in tasks:
         while True:
             view = (await history.get_task(task)).view
             if view is None or view.unmirrored_writes == 0:
                 break
+            if time.perf_counter() - started > within:
+                raise TimeoutError(
+                    f"the mirror of task {task!r} has not caught up within {within:g} s "
+                    f"(mirror_error: {view.mirror_error}); is Neo4j up?"
+                )
             await asyncio.sleep(0.02)
     return time.perf_counter() - started
 

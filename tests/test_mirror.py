@@ -6,6 +6,8 @@ import asyncio
 import json
 from datetime import UTC, datetime, timedelta
 
+import pytest
+from pydantic import ValidationError
 from temporalio.client import Client
 
 from activities.graph import TaskGraph
@@ -158,11 +160,11 @@ async def test_wipe_and_rebuild_gives_the_same_graph(
     await graph.wipe_project(history.project_id)
     assert await graph.counts(history.project_id) == {}
     report = await rebuild(client, graph, history.project_id)
-    assert report == {"tasks": 2, "runs": 2, "events": 5}
+    assert report == {"tasks": 2, "runs": 2, "events": 5, "failed": []}
     assert await graph.counts(history.project_id) == before
     assert await graph_state(graph, history, "a") == snapshot
     one = await rebuild(client, graph, history.project_id, "b")
-    assert one == {"tasks": 1, "runs": 1, "events": 1}
+    assert one == {"tasks": 1, "runs": 1, "events": 1, "failed": []}
     assert await graph.counts(history.project_id) == before
 
 
@@ -212,3 +214,25 @@ async def test_events_are_equal_models(graph: TaskGraph, history: ConversationHi
     (stored,) = await graph.events(history.project_id, history.workflow_id("t"), 0, 1, 1)
     assert isinstance(stored, Event)
     assert stored.time.utcoffset() == timedelta(0)
+
+
+async def test_rebuild_of_odd_names_and_bad_project_ids(
+    client: Client, graph: TaskGraph, history: ConversationHistory
+) -> None:
+    odd = "quote\" back\\slash ' and #hash"
+    await history.create_task(odd, "g")
+    await history.record_event(odd, "message", "kept")
+    await mirrored(history, odd)
+    before = await graph.counts(history.project_id)
+    report = await rebuild(client, graph, history.project_id, odd)
+    assert report == {"tasks": 1, "runs": 1, "events": 1, "failed": []}
+    assert await graph.counts(history.project_id) == before
+    assert await rebuild(client, graph, history.project_id, "no such task") == {
+        "tasks": 0,
+        "runs": 0,
+        "events": 0,
+        "failed": [],
+    }
+    assert await graph.counts(history.project_id) == before
+    with pytest.raises(ValidationError):
+        await rebuild(client, graph, "x' OR ProjectId != 'zz")
