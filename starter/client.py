@@ -533,8 +533,13 @@ class ConversationHistory:
         self, task: str, steps: Sequence[StepWrite], *, request_id: str | None = None
     ) -> WriteResult:
         """Apply step writes in order. Up to 200 writes are one update, all or nothing;
-        larger lists are split like ``record_events``."""
+        larger lists are split like ``record_events``. A list naming more distinct steps than
+        a task may hold is refused (``step_limit_reached``) before anything is sent."""
         request_id = _or_new(request_id)
+        if len({write.step_name for write in steps}) > MAX_STEPS_PER_TASK:
+            return refused(
+                ErrorCode.step_limit_reached, f"a task holds at most {MAX_STEPS_PER_TASK} steps"
+            )
         result = WriteResult(recorded=True, duplicate=True)
         for index in range(0, max(len(steps), 1), MAX_STEPS_PER_UPDATE):
             result = await self._update(

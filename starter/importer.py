@@ -205,7 +205,11 @@ async def verify_file(history: ConversationHistory, path: Path, format: str | No
 
 
 async def export_task(history: ConversationHistory, task: str) -> dict[str, Any]:
-    """A task as an ATIF-v1.5 trajectory (``export_atif``).
+    """A task as an ATIF-v1.5 trajectory (``export_atif``). Importing the export gives the
+    same events (kinds, roles, names, call ids, payloads, full lengths and hashes) and the same
+    tool steps named ``NNNN:tool``; other steps, step states other than completed and failed,
+    and the task's status and result text are kept in the export's ``extra`` but not restored
+    by an import (an imported task is finished by its ``exit_status``).
 
     Raises:
         LookupError: no such task in this project.

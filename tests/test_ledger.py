@@ -162,6 +162,11 @@ async def test_step_limit(history: ConversationHistory) -> None:
     over = await history.set_step("t", "one-more", "completed")
     assert over.error is ErrorCode.step_limit_reached
     assert len((await history.list_steps("t", limit=MAX_STEPS_PER_TASK)).steps) == 500
+    await history.create_task("u", "g")
+    too_many = [StepWrite(step_name=f"s{i}", state=StepState.completed) for i in range(501)]
+    refused = await history.set_steps("u", too_many)
+    assert refused.error is ErrorCode.step_limit_reached
+    assert (await history.list_steps("u")).steps == []  # refused whole, nothing stored
 
 
 async def test_finish_closes_the_task(history: ConversationHistory) -> None:
