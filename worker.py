@@ -11,6 +11,7 @@ import asyncio
 import signal
 from datetime import timedelta
 
+from neo4j.exceptions import DriverError, Neo4jError
 from temporalio.client import Client
 from temporalio.worker import Worker
 
@@ -40,9 +41,9 @@ def build_worker(client: Client, graph: TaskGraph, task_queue: str) -> Worker:
 
 
 async def run_worker(settings: Settings | None = None) -> None:
-    """Connect to Temporal and run the worker until SIGINT or SIGTERM. Neo4j need not be up:
-    the mirror creates the graph schema (idempotent) before its first write and retries while
-    Neo4j is down.
+    """Connect to Temporal, create the Neo4j schema (idempotent), and run the worker until
+    SIGINT or SIGTERM. Neo4j need not be up: then the worker starts anyway, and the mirror
+    creates the schema before its first write and retries while Neo4j is down.
 
     Raises:
         TaskServiceUnavailable: Temporal cannot be reached.
@@ -52,9 +53,13 @@ async def run_worker(settings: Settings | None = None) -> None:
     client = await connect(settings)
     driver = open_driver(settings.neo4j_uri, settings.neo4j_auth())
     try:
-        # Neo4j may be down: the worker starts anyway and the mirror creates the schema
-        # before its first write, so writes are accepted during an outage.
         graph = TaskGraph(driver, settings.neo4j_database)
+        try:
+            await asyncio.wait_for(graph.init_schema(), 10)
+        except (TimeoutError, Neo4jError, DriverError) as err:
+            # Neo4j may be down: start anyway (writes are accepted during an outage); the
+            # mirror creates the schema before its first write.
+            print(f"Neo4j schema not created yet ({err!r}); the mirror will create it", flush=True)
         worker = build_worker(client, graph, settings.temporal_task_queue)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
