@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import shutil
 import sys
@@ -40,6 +41,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import temporalio
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -527,9 +529,18 @@ def check_targets(names: Sequence[str], out: Path, force: bool) -> None:
     out.mkdir(parents=True, exist_ok=True)
 
 
+def local_paths(text: str) -> str:
+    """``text`` without this machine's folders (failure stack traces name source files): the
+    project folder and the installed packages' folder become relative paths."""
+    for folder in (str(Path(temporalio.__file__).parents[1]), str(ROOT)):
+        text = text.replace(json.dumps(folder + "/")[1:-1], "")
+    return text
+
+
 def write_history(path: Path, history: WorkflowHistory) -> Path:
-    """Write ``history`` to ``path`` in Temporal's history JSON format; returns ``path``."""
-    path.write_text(history.to_json() + "\n", encoding="utf-8")
+    """Write ``history`` to ``path`` in Temporal's history JSON format, without this machine's
+    folders (``local_paths``); returns ``path``."""
+    path.write_text(local_paths(history.to_json()) + "\n", encoding="utf-8")
     return path
 
 
