@@ -238,8 +238,13 @@ def task_finish(
     write_outcome(run(go()), as_json)
 
 
-def _not_found(name: str) -> None:
-    console.print(f"[red]task_not_found:[/red] no task {name!r} in this project")
+def _not_found(name: str, as_json: bool) -> None:
+    """Report a task missing from the project (JSON with ``--json``) and exit 1."""
+    message = f"no task {name!r} in this project"
+    if as_json:
+        emit({"error": "task_not_found", "message": message}, True)
+    else:
+        console.print(f"[red]task_not_found:[/red] {message}")
     raise typer.Exit(1)
 
 
@@ -253,7 +258,7 @@ def task_show(name: str, project: ProjectOpt = "default", as_json: JsonOpt = Fal
 
     found = run(go())
     if found.view is None:
-        _not_found(name)
+        _not_found(name, as_json)
     view = found.view
     emit(
         view,
@@ -282,7 +287,7 @@ def task_events(
 
     page = run(go())
     if not page.found:
-        _not_found(name)
+        _not_found(name, as_json)
 
     def render(p: Any) -> None:
         rows = [
@@ -315,7 +320,7 @@ def task_steps(
 
     result = run(go())
     if not result.found:
-        _not_found(name)
+        _not_found(name, as_json)
     emit(
         result,
         as_json,
