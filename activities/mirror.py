@@ -68,28 +68,34 @@ async def copy_run(
     steps = await handle.query(
         TaskWorkflow.steps, StepsQuery(changed_after_write=after_write, limit=MAX_STEPS_PER_TASK)
     )
-    await graph.write_task(view, [], steps)
     after = max(after_seq, view.run_first_seq - 1)
     written = 0
-    while after < last:
-        page = await handle.query(
-            TaskWorkflow.events,
-            EventsQuery(
-                after_seq=after,
-                up_to_seq=last,
-                limit=MIRROR_PAGE_EVENTS,
-                max_bytes=MIRROR_PAGE_BYTES,
-            ),
-        )
-        if not page.events:
-            raise ApplicationError(
-                f"task {workflow_id}: events {after + 1}..{last} are not in run {run_id}",
-                type="MirrorDataError",
-                non_retryable=True,
+    unwritten_steps = steps  # go with the first transaction, with the first page of events
+    while True:
+        events = []
+        if after < last:
+            page = await handle.query(
+                TaskWorkflow.events,
+                EventsQuery(
+                    after_seq=after,
+                    up_to_seq=last,
+                    limit=MIRROR_PAGE_EVENTS,
+                    max_bytes=MIRROR_PAGE_BYTES,
+                ),
             )
-        await graph.write_task(view, page.events, [])
-        written += len(page.events)
-        after = page.events[-1].seq
+            if not page.events:
+                raise ApplicationError(
+                    f"task {workflow_id}: events {after + 1}..{last} are not in run {run_id}",
+                    type="MirrorDataError",
+                    non_retryable=True,
+                )
+            events = page.events
+        await graph.write_task(view, events, unwritten_steps)
+        unwritten_steps = []
+        written += len(events)
+        if not events or events[-1].seq >= last:
+            break
+        after = events[-1].seq
     return MirrorOutcome(events=written, steps=len(steps))
 
 

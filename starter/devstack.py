@@ -391,13 +391,19 @@ class _ManagedProcess:
         """Wait until the server answers; returns the seconds since start."""
         raise NotImplementedError
 
-    async def __aenter__(self) -> Self:
-        await self.start()
+    async def start_ready(self, timeout_s: float | None = None) -> tuple[int, float]:
+        """Start the server and wait until it answers (``wait_ready``'s default timeout when
+        None); stop it again if it does not. Returns ``(pid, seconds since start)``."""
+        pid = await self.start()
         try:
-            await self.wait_ready()
+            took = await (self.wait_ready() if timeout_s is None else self.wait_ready(timeout_s))
         except BaseException:
             await self.stop()
             raise
+        return pid, took
+
+    async def __aenter__(self) -> Self:
+        await self.start_ready()
         return self
 
     async def __aexit__(
@@ -1041,12 +1047,7 @@ async def up(
             return ServiceStatus(
                 "temporal", s.temporal_address, True, t_pid, False, "already running"
             )
-        pid = await temporal.start()
-        try:
-            took = await temporal.wait_ready(temporal_timeout_s)
-        except BaseException:
-            await temporal.stop()
-            raise
+        pid, took = await temporal.start_ready(temporal_timeout_s)
         ui = f", UI {temporal.ui_url}" if temporal.ui_url else ""
         return ServiceStatus(
             "temporal", s.temporal_address, True, pid, False, f"started in {took:.1f} s{ui}"
@@ -1063,12 +1064,7 @@ async def up(
             )
         if n_probe.answering:
             return ServiceStatus("neo4j", s.neo4j_uri, True, None, True, "external")
-        pid = await neo.start()
-        try:
-            took = await neo.wait_ready(neo4j_timeout_s)
-        except BaseException:
-            await neo.stop()
-            raise
+        pid, took = await neo.start_ready(neo4j_timeout_s)
         return ServiceStatus("neo4j", s.neo4j_uri, True, pid, False, f"started in {took:.1f} s")
 
     results = await asyncio.gather(bring_up_temporal(), bring_up_neo4j(), return_exceptions=True)
