@@ -1,33 +1,107 @@
-"""The worker: runs TaskWorkflow and the Neo4j mirror activity on the task queue.
+"""The worker and the one bootstrap of the project.
 
-``python worker.py`` and ``agent-tasks worker`` run it with the settings from the environment
-(``starter.settings``) until SIGINT or SIGTERM, then stop cleanly: the worker stops polling,
-lets running activities finish (``graceful_shutdown_timeout``), and closes the driver.
+``open_services`` connects to Temporal and opens the Neo4j task graph; ``build_worker`` makes
+the worker of ``TaskWorkflow`` and its activities. The CLI, the tests, the benchmarks and
+``run_worker`` all start from these two.
+
+``python worker.py`` and ``agent-tasks worker`` run a worker with the settings from the
+environment (``config.Settings``) until SIGINT or SIGTERM, then stop cleanly: the worker stops
+polling, lets running activities finish (``graceful_shutdown_timeout``), and closes the driver.
 """
 
 from __future__ import annotations
 
 import asyncio
 import signal
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from datetime import timedelta
 
 from neo4j.exceptions import DriverError, Neo4jError
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities.graph import TaskGraph, open_driver
 from activities.mirror import MirrorActivities
-from starter.client import connect
-from starter.settings import Settings
+from config import Settings, connect
+from taskgraph.graph import TaskGraph, open_driver
 from workflows.task import TaskWorkflow
+
+SCHEMA_TIMEOUT_S = 10.0
+"""How long ``open_services`` waits for Neo4j to create the schema (seconds)."""
+
+
+@dataclass(frozen=True)
+class Services:
+    """What the project runs on: the settings, a Temporal client with the pydantic data
+    converter, and the Neo4j task graph (None when not asked for)."""
+
+    settings: Settings
+    client: Client
+    graph: TaskGraph | None
+
+
+@asynccontextmanager
+async def open_graph(settings: Settings, *, schema: bool = False) -> AsyncIterator[TaskGraph]:
+    """Open the Neo4j task graph of ``settings``; close its driver on exit.
+
+    Args:
+        settings: where Neo4j is (``NEO4J_URI``, credentials, database).
+        schema: create the schema first (idempotent), waiting at most ``SCHEMA_TIMEOUT_S``.
+
+    Raises:
+        RuntimeError: no Neo4j password is set or generated.
+        neo4j.exceptions.Neo4jError, neo4j.exceptions.DriverError, TimeoutError: ``schema``
+            was asked and Neo4j refused or did not answer.
+    """
+    driver = open_driver(settings.neo4j_uri, settings.neo4j_auth())
+    try:
+        graph = TaskGraph(driver, settings.neo4j_database)
+        if schema:
+            await asyncio.wait_for(graph.init_schema(), SCHEMA_TIMEOUT_S)
+        yield graph
+    finally:
+        await driver.close()
+
+
+@asynccontextmanager
+async def open_services(
+    settings: Settings | None = None,
+    *,
+    client: Client | None = None,
+    with_graph: bool = True,
+    schema: bool = False,
+) -> AsyncIterator[Services]:
+    """Connect to Temporal (unless ``client`` is given) and open the Neo4j task graph
+    (``open_graph``, unless ``with_graph`` is False); close the driver on exit.
+
+    Args:
+        settings: where to connect; from the environment when None.
+        client: an existing client to use (for example a test server's).
+        with_graph: open the Neo4j task graph (credentials needed: ``Settings.neo4j_auth``).
+        schema: create the Neo4j schema first (``open_graph``).
+
+    Raises:
+        TaskServiceUnavailable: Temporal cannot be reached.
+        RuntimeError, neo4j.exceptions.Neo4jError, neo4j.exceptions.DriverError,
+            TimeoutError: as ``open_graph``.
+    """
+    settings = settings or Settings()
+    client = client or await connect(settings)
+    if not with_graph:
+        yield Services(settings, client, None)
+        return
+    async with open_graph(settings, schema=schema) as graph:
+        yield Services(settings, client, graph)
 
 
 def build_worker(client: Client, graph: TaskGraph, task_queue: str) -> Worker:
     """A worker for ``TaskWorkflow`` and the mirror activity on ``task_queue``.
 
     Args:
-        client: a connected client with the pydantic data converter (``starter.connect``).
-        graph: the Neo4j task graph the mirror writes to (its schema already created).
+        client: a connected client with the pydantic data converter (``config.connect``).
+        graph: the Neo4j task graph the mirror writes to (it creates the schema before its
+            first write if nobody did).
         task_queue: the task queue to poll.
     """
     mirror = MirrorActivities(client, graph)
@@ -41,36 +115,29 @@ def build_worker(client: Client, graph: TaskGraph, task_queue: str) -> Worker:
 
 
 async def run_worker(settings: Settings | None = None) -> None:
-    """Connect to Temporal, create the Neo4j schema (idempotent), and run the worker until
-    SIGINT or SIGTERM. Neo4j need not be up: then the worker starts anyway, and the mirror
-    creates the schema before its first write and retries while Neo4j is down.
+    """Run a worker until SIGINT or SIGTERM. Creates the Neo4j schema (idempotent) when Neo4j
+    answers; when it does not, the worker starts anyway (writes are accepted during an outage)
+    and the mirror creates the schema before its first write.
 
     Raises:
         TaskServiceUnavailable: Temporal cannot be reached.
         RuntimeError: no Neo4j password is set or generated (``Settings.neo4j_auth``).
     """
-    settings = settings or Settings()
-    client = await connect(settings)
-    driver = open_driver(settings.neo4j_uri, settings.neo4j_auth())
-    try:
-        graph = TaskGraph(driver, settings.neo4j_database)
+    async with open_services(settings) as services:
+        assert services.graph is not None
         try:
-            await asyncio.wait_for(graph.init_schema(), 10)
+            await asyncio.wait_for(services.graph.init_schema(), SCHEMA_TIMEOUT_S)
         except (TimeoutError, Neo4jError, DriverError) as err:
-            # Neo4j may be down: start anyway (writes are accepted during an outage); the
-            # mirror creates the schema before its first write.
             print(f"Neo4j schema not created yet ({err!r}); the mirror will create it", flush=True)
-        worker = build_worker(client, graph, settings.temporal_task_queue)
+        queue = services.settings.temporal_task_queue
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        async with worker:
-            print(f"worker polling task queue {settings.temporal_task_queue!r}", flush=True)
+        async with build_worker(services.client, services.graph, queue):
+            print(f"worker polling task queue {queue!r}", flush=True)
             await stop.wait()
         print("worker stopped", flush=True)
-    finally:
-        await driver.close()
 
 
 def main() -> None:

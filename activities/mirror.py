@@ -17,15 +17,14 @@ the seq range.
 
 from __future__ import annotations
 
-from typing import Any
-
 from neo4j.exceptions import DriverError, Neo4jError
-from pydantic import TypeAdapter
+from pydantic import BaseModel, TypeAdapter
 from temporalio import activity
 from temporalio.client import Client, WorkflowExecution
 from temporalio.exceptions import ApplicationError
 
-from activities.graph import TaskGraph
+from taskgraph.graph import TaskGraph
+from workflows.errors import MIRROR_DATA_ERROR, MIRROR_UNAVAILABLE
 from workflows.models import (
     MAX_STEPS_PER_TASK,
     MIRROR_ACTIVITY,
@@ -86,7 +85,7 @@ async def copy_run(
             if not page.events:
                 raise ApplicationError(
                     f"task {workflow_id}: events {after + 1}..{last} are not in run {run_id}",
-                    type="MirrorDataError",
+                    type=MIRROR_DATA_ERROR,
                     non_retryable=True,
                 )
             events = page.events
@@ -99,9 +98,22 @@ async def copy_run(
     return MirrorOutcome(events=written, steps=len(steps))
 
 
+class RebuildReport(BaseModel):
+    """What ``rebuild`` did."""
+
+    tasks: int
+    """Tasks found in Temporal visibility."""
+    runs: int
+    """Runs of those tasks."""
+    events: int
+    """Events copied."""
+    failed: list[str]
+    """``"workflow id: error"`` of each task that could not be rebuilt."""
+
+
 async def rebuild(
     client: Client, graph: TaskGraph, project_id: str, task: str | None = None
-) -> dict[str, Any]:
+) -> RebuildReport:
     """Rebuild a project's tasks (or one task) in Neo4j from the Temporal histories.
 
     Finds every run of the project's tasks in Temporal visibility first; then, task by task,
@@ -111,7 +123,7 @@ async def rebuild(
     project nodes are merged, not deleted: to drop stale ones, ``wipe_project`` first.
 
     Returns:
-        ``{"tasks": n, "runs": n, "events": n, "failed": ["workflow id: error", ...]}``.
+        The counts and the tasks that failed (``RebuildReport``).
 
     Raises:
         pydantic.ValidationError: ``project_id`` is not a valid project id.
@@ -132,12 +144,9 @@ async def rebuild(
                 events += copied.events
         except Exception as err:  # report the task, rebuild the others
             failed.append(f"{workflow_id}: {err}")
-    return {
-        "tasks": len(runs),
-        "runs": sum(len(e) for e in runs.values()),
-        "events": events,
-        "failed": failed,
-    }
+    return RebuildReport(
+        tasks=len(runs), runs=sum(len(e) for e in runs.values()), events=events, failed=failed
+    )
 
 
 class MirrorActivities:
@@ -166,10 +175,10 @@ class MirrorActivities:
             where = f"task {input.workflow_id} seqs {input.after_seq + 1}..{input.up_to_seq}"
             if isinstance(err, Neo4jError | DriverError) and err.is_retryable():
                 raise ApplicationError(
-                    f"Neo4j unavailable while mirroring {where}: {err}", type="MirrorUnavailable"
+                    f"Neo4j unavailable while mirroring {where}: {err}", type=MIRROR_UNAVAILABLE
                 ) from err
             raise ApplicationError(
                 f"Neo4j refused the mirror of {where}: {err}",
-                type="MirrorDataError",
+                type=MIRROR_DATA_ERROR,
                 non_retryable=True,
             ) from err

@@ -19,13 +19,10 @@ import time
 import uuid
 from pathlib import Path
 
-from activities.graph import TaskGraph, open_driver
-from starter.cli import EXAMPLES
-from starter.client import ConversationHistory, connect
-from starter.importer import import_file, mirror_caught_up, trajectory_files
-from starter.settings import Settings
-from starter.trajectories import parse_file
-from worker import build_worker
+from starter.client import ConversationHistory
+from starter.importer import EXAMPLES, import_file, mirror_caught_up, trajectory_files
+from trajectories import parse_file
+from worker import build_worker, open_services
 
 
 async def batched(history: ConversationHistory, files: list[Path]) -> tuple[float, float, int]:
@@ -58,31 +55,28 @@ async def one_per_update(
 
 
 async def main(rounds: int) -> None:
-    settings = Settings()
-    client = await connect(settings)
-    driver = open_driver(settings.neo4j_uri, settings.neo4j_auth())
-    graph = TaskGraph(driver, settings.neo4j_database)
-    await graph.init_schema()
-    files = list(trajectory_files([EXAMPLES]))
-    baseline_files = [f for f in files if "django-14752" in f.name or "pvlib" in f.name]
-    queue = f"bench-{uuid.uuid4().hex[:6]}"
-    results: dict[str, list[tuple[float, float, int]]] = {"batched": [], "baseline": []}
-    async with build_worker(client, graph, queue):
-        for _ in range(rounds):
-            for name, run, chosen in (
-                ("batched", batched, files),
-                ("baseline", one_per_update, baseline_files),
-            ):
-                history = ConversationHistory(
-                    client,
-                    project_id=f"bench-{uuid.uuid4().hex[:8]}",
-                    agent_id="bench",
-                    task_queue=queue,
-                    graph=graph,
-                )
-                results[name].append(await run(history, chosen))
-                await graph.wipe_project(history.project_id)
-    await driver.close()
+    async with open_services(schema=True) as services:
+        client, graph = services.client, services.graph
+        assert graph is not None
+        files = list(trajectory_files([EXAMPLES]))
+        baseline_files = [f for f in files if "django-14752" in f.name or "pvlib" in f.name]
+        queue = f"bench-{uuid.uuid4().hex[:6]}"
+        results: dict[str, list[tuple[float, float, int]]] = {"batched": [], "baseline": []}
+        async with build_worker(client, graph, queue):
+            for _ in range(rounds):
+                for name, run, chosen in (
+                    ("batched", batched, files),
+                    ("baseline", one_per_update, baseline_files),
+                ):
+                    history = ConversationHistory(
+                        client,
+                        project_id=f"bench-{uuid.uuid4().hex[:8]}",
+                        agent_id="bench",
+                        task_queue=queue,
+                        graph=graph,
+                    )
+                    results[name].append(await run(history, chosen))
+                    await graph.wipe_project(history.project_id)
     for name, rows in results.items():
         rates = [r[0] for r in rows]
         lags = [r[1] for r in rows]

@@ -16,18 +16,15 @@ import statistics
 import time
 import uuid
 
-from activities.graph import TaskGraph, open_driver
-from starter.client import ConversationHistory, connect
-from starter.settings import Settings
-from worker import build_worker
+from temporalio.client import Client
+
+from starter.client import ConversationHistory
+from taskgraph.graph import TaskGraph
+from worker import build_worker, open_services
 
 
-async def main(writes: int) -> None:
-    settings = Settings()
-    client = await connect(settings)
-    driver = open_driver(settings.neo4j_uri, settings.neo4j_auth())
-    graph = TaskGraph(driver, settings.neo4j_database)
-    await graph.init_schema()
+async def measure(client: Client, graph: TaskGraph, writes: int) -> tuple[list[float], list[float]]:
+    """Write ``writes`` single events to one task; returns (ack, visible) times in seconds."""
     queue = f"latency-{uuid.uuid4().hex[:6]}"
     history = ConversationHistory(
         client, project_id=f"lat-{uuid.uuid4().hex[:8]}", agent_id="bench", task_queue=queue
@@ -49,7 +46,13 @@ async def main(writes: int) -> None:
                 await asyncio.sleep(0.005)
             visible.append(time.perf_counter() - started)
         await graph.wipe_project(history.project_id)
-    await driver.close()
+    return ack, visible
+
+
+async def main(writes: int) -> None:
+    async with open_services(schema=True) as services:
+        assert services.graph is not None
+        ack, visible = await measure(services.client, services.graph, writes)
 
     def p95(values: list[float]) -> float:
         return sorted(values)[max(0, round(len(values) * 0.95) - 1)]

@@ -3,19 +3,22 @@
 >>> client = await starter.connect()
 >>> history = starter.ConversationHistory(client, project_id="demo", agent_id="agent-1")
 >>> await history.create_task("fix-bug-42", "Fix the failing test")
+
+Importing ``starter`` does not load the Neo4j driver: reads that need Neo4j take a
+``taskgraph.graph.TaskGraph`` (``worker.open_services`` makes one).
 """
 
-from starter.client import (
-    ConversationHistory,
-    EventsResult,
-    GetTaskResult,
-    StepsResult,
+from config import Settings, connect
+from starter.client import ConversationHistory
+from starter.results import EventsResult, GetTaskResult, StepsResult, WriteResult
+from taskgraph.models import EventRow, StepRow, TaskRow, ToolFailures, TreeRow
+from workflows.errors import (
+    ErrorCode,
+    GraphIncomplete,
+    GraphNotConfigured,
     TaskServiceUnavailable,
-    WriteResult,
-    connect,
 )
 from workflows.models import (
-    ErrorCode,
     EventInput,
     EventKind,
     ResultValidity,
@@ -31,16 +34,24 @@ __all__ = [
     "ErrorCode",
     "EventInput",
     "EventKind",
+    "EventRow",
     "EventsResult",
     "GetTaskResult",
+    "GraphIncomplete",
+    "GraphNotConfigured",
     "ResultValidity",
     "Role",
+    "Settings",
     "StepKind",
+    "StepRow",
     "StepState",
     "StepWrite",
     "StepsResult",
+    "TaskRow",
     "TaskServiceUnavailable",
     "TaskStatus",
+    "ToolFailures",
+    "TreeRow",
     "WriteResult",
     "connect",
 ]

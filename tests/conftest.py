@@ -12,30 +12,34 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from activities.graph import TaskGraph, open_driver
-from starter.client import ConversationHistory, connect
-from starter.settings import Settings
-from worker import build_worker
+from config import Settings
+from devstack import find_temporal_binary
+from starter.client import ConversationHistory
+from taskgraph.graph import TaskGraph
+from worker import Services, build_worker, open_services
 
 
 @pytest.fixture(scope="session")
-def settings() -> Settings:
-    return Settings()
+async def services() -> AsyncIterator[Services]:
+    """The project's bootstrap (``worker.open_services``) on the local stack, schema created."""
+    async with open_services(schema=True) as services:
+        yield services
 
 
 @pytest.fixture(scope="session")
-async def client(settings: Settings) -> Client:
-    return await connect(settings)
+def settings(services: Services) -> Settings:
+    return services.settings
 
 
 @pytest.fixture(scope="session")
-async def graph(settings: Settings) -> AsyncIterator[TaskGraph]:
-    driver = open_driver(settings.neo4j_uri, settings.neo4j_auth())
-    await driver.verify_connectivity()
-    graph = TaskGraph(driver, settings.neo4j_database)
-    await graph.init_schema()
-    yield graph
-    await driver.close()
+def client(services: Services) -> Client:
+    return services.client
+
+
+@pytest.fixture(scope="session")
+def graph(services: Services) -> TaskGraph:
+    assert services.graph is not None
+    return services.graph
 
 
 @pytest.fixture(scope="session")
@@ -83,7 +87,7 @@ async def mirrored(history: ConversationHistory, task: str, within: float = 30.0
 # ------------------------------------------------------------------- time skipping (private)
 
 TIME_SKIPPING_DYNAMIC_CONFIG = "frontend.WorkflowTimeSkippingEnabled=true"
-"""The dev server's switch for per-workflow time skipping (DESIGN.md, measured facts)."""
+"""The dev server's switch for per-workflow time skipping (``start_time_skipping_v2`` needs it)."""
 
 
 @pytest.fixture(scope="session")
@@ -93,11 +97,10 @@ async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
     task search attributes and the pydantic data converter. Every workflow started through
     ``env.client`` skips to its next timer whenever it waits on one; ``env.fast_forward(handle,
     duration)`` moves one workflow's clock (``env.sleep`` is not supported by V2)."""
-    from tests.capture_histories import temporal_cli
     from workflows.task import SEARCH_ATTRIBUTE_KEYS
 
     env = await WorkflowEnvironment.start_time_skipping_v2(
-        dev_server_existing_path=temporal_cli(),
+        dev_server_existing_path=str(find_temporal_binary()),
         data_converter=pydantic_data_converter,
         search_attributes=SEARCH_ATTRIBUTE_KEYS,
         dev_server_extra_args=["--dynamic-config-value", TIME_SKIPPING_DYNAMIC_CONFIG],

@@ -14,9 +14,9 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from activities.graph import TaskGraph, open_driver
+from devstack import Neo4jServer, find_temporal_binary, free_port
 from starter.client import ConversationHistory
-from starter.devstack import Neo4jServer, find_temporal_binary, free_port
+from taskgraph.graph import TaskGraph, open_driver
 from tests.conftest import mirrored
 from worker import build_worker
 from workflows.task import SEARCH_ATTRIBUTE_KEYS

@@ -183,7 +183,7 @@ _SHAPES = (
     "mini-swe-agent (an object with info and a messages list), "
     "swe-agent (an object with history and trajectory lists)"
 )
-_ATIF_ROLES = {"user": Role.user, "agent": Role.assistant, "system": Role.system}
+_ATIF_ROLES = {"user": Role.USER, "agent": Role.ASSISTANT, "system": Role.SYSTEM}
 
 
 class TrajectoryFormatError(ValueError):
@@ -321,7 +321,7 @@ class _Log:
         failed: bool = False,
     ) -> Hashable | None:
         """Append an event; return its pairing key (a new unique one for a keyless call)."""
-        if kind is EventKind.tool_call and key is None:
+        if kind is EventKind.TOOL_CALL and key is None:
             key = ("call", len(self.events))
         self.events.append(
             EventInput(
@@ -344,11 +344,11 @@ class _Log:
         results: dict[Hashable, list[int]] = {}
         for index, event in enumerate(self.events):
             key = self._keys[index]
-            if event.kind is EventKind.tool_result and key is not None:
+            if event.kind is EventKind.TOOL_RESULT and key is not None:
                 results.setdefault(key, []).append(index)
         steps = []
         for index, event in enumerate(self.events):
-            if event.kind is not EventKind.tool_call:
+            if event.kind is not EventKind.TOOL_CALL:
                 continue
             waiting = results.get(self._keys[index])
             result = waiting.pop(0) if waiting else None
@@ -378,13 +378,13 @@ def _read_atif(data: dict[str, Any], log: _Log) -> tuple[str, dict[str, object]]
         observation = step.get("observation")
         message = step.get("message")
         claude_result = isinstance(observation, dict) and observation.get("type") == "tool_result"
-        log.text(EventKind.reasoning, step.get("reasoning_content"))
+        log.text(EventKind.REASONING, step.get("reasoning_content"))
         if claude_result:
             pass  # the message only names the call id, read with the result below
         elif step.get("source") == "system" and isinstance(extra.get("event_type"), str):
-            log.add(EventKind.note, _text(message), name=extra["event_type"])
+            log.add(EventKind.NOTE, _text(message), name=extra["event_type"])
         elif step.get("source") in _ATIF_ROLES:
-            log.text(EventKind.message, message, _ATIF_ROLES[step["source"]])
+            log.text(EventKind.MESSAGE, message, _ATIF_ROLES[step["source"]])
         else:
             raise TrajectoryFormatError(f"step {number}: unknown source {step.get('source')!r}")
         unanswered: list[tuple[object, Hashable | None]] = []
@@ -393,7 +393,7 @@ def _read_atif(data: dict[str, Any], log: _Log) -> tuple[str, dict[str, object]]
             call_id = call.get("tool_call_id", call.get("id"))
             name = call.get("function_name", call.get("name")) or "tool"
             key = log.add(
-                EventKind.tool_call,
+                EventKind.TOOL_CALL,
                 _text(call.get("arguments")),
                 name=name,
                 call_id=call_id,
@@ -405,7 +405,7 @@ def _read_atif(data: dict[str, Any], log: _Log) -> tuple[str, dict[str, object]]
             call_id = found.group(1) if found else None
             success = _dig(observation, "result", "success")
             log.add(
-                EventKind.tool_result,
+                EventKind.TOOL_RESULT,
                 _text(_dig(observation, "content")),
                 call_id=call_id,
                 key=_short(call_id),
@@ -421,12 +421,12 @@ def _read_atif(data: dict[str, Any], log: _Log) -> tuple[str, dict[str, object]]
                 call_id, key = unanswered.pop(0)
             elif call_id is None:
                 command = _text(_dig(content, "command"))
-                key = log.add(EventKind.tool_call, command, name=_command_name(command))
+                key = log.add(EventKind.TOOL_CALL, command, name=_command_name(command))
             else:
                 key = _short(call_id)
                 unanswered = [pair for pair in unanswered if pair[1] != key]
             log.add(
-                EventKind.tool_result,
+                EventKind.TOOL_RESULT,
                 _text(content),
                 call_id=call_id,
                 key=key,
@@ -434,7 +434,7 @@ def _read_atif(data: dict[str, Any], log: _Log) -> tuple[str, dict[str, object]]
             )
             for ref in _items(result.get("subagent_trajectory_ref") or [], "subagent refs"):
                 child = _text(_obj(ref, "subagent_trajectory_ref entry")["session_id"])
-                log.add(EventKind.child_task, _task_name("atif", child))
+                log.add(EventKind.CHILD_TASK, _task_name("atif", child))
     agent = _obj(data.get("agent"), "agent")
     values: dict[str, object] = {
         "schema_version": data.get("schema_version"),
@@ -454,15 +454,15 @@ def _read_mini(data: dict[str, Any], log: _Log) -> tuple[str, dict[str, object]]
         content = message.get("content")
         extra = _fields(message.get("extra"))
         if role in ("system", "user"):
-            log.text(EventKind.message, content, Role(role))
+            log.text(EventKind.MESSAGE, content, Role(role))
         elif role == "assistant":
-            log.text(EventKind.reasoning, message.get("reasoning_content"))
-            log.text(EventKind.message, content, Role.assistant)
+            log.text(EventKind.REASONING, message.get("reasoning_content"))
+            log.text(EventKind.MESSAGE, content, Role.ASSISTANT)
             for call in _items(message.get("tool_calls") or [], f"messages[{number}].tool_calls"):
                 call = _obj(call, f"messages[{number}] tool call")
                 function = _obj(call.get("function"), f"messages[{number}] tool call function")
                 log.add(
-                    EventKind.tool_call,
+                    EventKind.TOOL_CALL,
                     _text(function.get("arguments")),
                     name=function.get("name") or "tool",
                     call_id=call.get("id"),
@@ -473,7 +473,7 @@ def _read_mini(data: dict[str, Any], log: _Log) -> tuple[str, dict[str, object]]
             payload = raw_output if isinstance(raw_output, str) and raw_output else _text(content)
             call_id = message.get("tool_call_id")
             log.add(
-                EventKind.tool_result,
+                EventKind.TOOL_RESULT,
                 payload,
                 call_id=call_id,
                 key=_short(call_id),
@@ -481,9 +481,9 @@ def _read_mini(data: dict[str, Any], log: _Log) -> tuple[str, dict[str, object]]
             )
         elif role == "exit":
             submitted = extra.get("exit_status") == "Submitted"
-            log.add(EventKind.note if submitted else EventKind.error, _text(content), name="exit")
+            log.add(EventKind.NOTE if submitted else EventKind.ERROR, _text(content), name="exit")
         else:
-            log.add(EventKind.note, _text(content), name=role)
+            log.add(EventKind.NOTE, _text(content), name=role)
     info = data.get("info")
     values: dict[str, object] = {
         "schema_version": data.get("trajectory_format"),
@@ -502,15 +502,15 @@ def _read_swe(data: dict[str, Any], log: _Log) -> tuple[str, dict[str, object]]:
     acting = [index for index, entry in enumerate(history) if entry.get("role") == "assistant"]
     for entry in history[: acting[0] if acting else len(history)]:
         if not entry.get("is_demo"):
-            log.text(EventKind.message, entry.get("content"), Role(_text(entry.get("role"))))
+            log.text(EventKind.MESSAGE, entry.get("content"), Role(_text(entry.get("role"))))
     for number, raw in enumerate(_items(data.get("trajectory"), "trajectory")):
         step = _obj(raw, f"trajectory[{number}]")
-        log.text(EventKind.message, step.get("thought"), Role.assistant)
+        log.text(EventKind.MESSAGE, step.get("thought"), Role.ASSISTANT)
         action = _text(step.get("action"))
-        key = log.add(EventKind.tool_call, action, name=_command_name(action))
+        key = log.add(EventKind.TOOL_CALL, action, name=_command_name(action))
         observation = _text(step.get("observation"))
         failed = any(signal in observation.lower() for signal in FAILURE_SIGNALS)
-        log.add(EventKind.tool_result, observation, key=key, failed=failed)
+        log.add(EventKind.TOOL_RESULT, observation, key=key, failed=failed)
     replay = data.get("replay_config")
     if isinstance(replay, str):
         try:
@@ -600,7 +600,7 @@ def parse_file(path: Path, format: str | None = None) -> ParsedTrajectory:
         log = _Log()
         ident, values = _READERS[fmt](_obj(data, "trajectory"), log)
         goal = next(
-            (e.payload for e in log.events if e.kind is EventKind.message and e.role is Role.user),
+            (e.payload for e in log.events if e.kind is EventKind.MESSAGE and e.role is Role.USER),
             "",
         )
         return _trajectory(
@@ -629,7 +629,7 @@ def _trajectory(
     digest: str,
 ) -> ParsedTrajectory:
     """Assemble a ParsedTrajectory; the children are the child_task payloads."""
-    children = [e.payload for e in events if e.kind is EventKind.child_task]
+    children = [e.payload for e in events if e.kind is EventKind.CHILD_TASK]
     return ParsedTrajectory(
         format=fmt,
         source=source,
@@ -647,7 +647,7 @@ def _trajectory(
 # Export to ATIF, and reading an export back.
 # --------------------------------------------------------------------------------------------
 
-_AGENT_ORDER = {EventKind.reasoning: 0, EventKind.message: 1, EventKind.tool_call: 2}
+_AGENT_ORDER = {EventKind.REASONING: 0, EventKind.MESSAGE: 1, EventKind.TOOL_CALL: 2}
 """Where an agent-side event goes in an ATIF agent step (results come last, at 3)."""
 
 
@@ -701,14 +701,14 @@ def export_atif(
             "full_sha256": event.full_sha256,
         }
         order = _AGENT_ORDER.get(event.kind)
-        if event.kind is EventKind.message and event.role is not Role.assistant:
+        if event.kind is EventKind.MESSAGE and event.role is not Role.ASSISTANT:
             order = None
-        elif event.kind is EventKind.tool_result and (
+        elif event.kind is EventKind.TOOL_RESULT and (
             event.call_id in unanswered or (event.call_id is None and unanswered)
         ):
             order = 3
         if order is None:
-            user = event.role is Role.user or event.kind is EventKind.input_response
+            user = event.role is Role.USER or event.kind is EventKind.INPUT_RESPONSE
             step: dict[str, Any] = {
                 "step_id": len(out_steps) + 1,
                 "timestamp": event.time.isoformat(),
@@ -716,7 +716,7 @@ def export_atif(
                 "message": "",
                 "extra": {"events": [entry]},
             }
-            if event.kind is EventKind.tool_result:
+            if event.kind is EventKind.TOOL_RESULT:
                 step["observation"] = {"results": [{"content": event.payload}]}
             else:
                 step["message"] = event.payload
@@ -735,11 +735,11 @@ def export_atif(
             unanswered = []
         stage = order
         agent_step["extra"]["events"].append(entry)
-        if event.kind is EventKind.reasoning:
+        if event.kind is EventKind.REASONING:
             agent_step["reasoning_content"] = event.payload
-        elif event.kind is EventKind.message:
+        elif event.kind is EventKind.MESSAGE:
             agent_step["message"] = event.payload
-        elif event.kind is EventKind.tool_call:
+        elif event.kind is EventKind.TOOL_CALL:
             call_id = event.call_id or f"call-{event.seq}"
             arguments, entry["arguments_text"] = _arguments(event.payload)
             agent_step.setdefault("tool_calls", []).append(
@@ -755,7 +755,7 @@ def export_atif(
             unanswered.remove(answered)
             result = {"source_call_id": answered, "content": event.payload}
             agent_step.setdefault("observation", {"results": []})["results"].append(result)
-    calls = {event.seq for event in events if event.kind is EventKind.tool_call}
+    calls = {event.seq for event in events if event.kind is EventKind.TOOL_CALL}
     records = []
     for view in steps:
         found = re.match(r"(\d+):", view.step_name)
@@ -799,13 +799,13 @@ def _restore(data: dict[str, Any], source: str, digest: str) -> ParsedTrajectory
         for raw_entry in _items(_dig(step, "extra", "events"), f"step {number} extra.events"):
             entry = _obj(raw_entry, f"step {number} event entry")
             kind = EventKind(entry["kind"])
-            if kind is EventKind.reasoning:
+            if kind is EventKind.REASONING:
                 payload = step["reasoning_content"]
-            elif kind is EventKind.tool_call:
+            elif kind is EventKind.TOOL_CALL:
                 arguments = _obj(next(calls, None), f"step {number} tool call")["arguments"]
                 text = entry.get("arguments_text")
                 payload = arguments["text"] if text else json.dumps(arguments, ensure_ascii=False)
-            elif kind is EventKind.tool_result:
+            elif kind is EventKind.TOOL_RESULT:
                 payload = _obj(next(results, None), f"step {number} result")["content"]
             else:
                 payload = step["message"]
@@ -828,7 +828,7 @@ def _restore(data: dict[str, Any], source: str, digest: str) -> ParsedTrajectory
             step_name=record["step_name"],
             call_index=index_of[record["call_event_seq"]],
             result_index=index_of.get(record["result_event_seq"]),
-            failed=record["state"] == StepState.failed.value,
+            failed=record["state"] == StepState.FAILED.value,
         )
         for record in (_obj(raw, "step record") for raw in _items(extra["steps"], "extra.steps"))
         if record.get("call_event_seq") in index_of

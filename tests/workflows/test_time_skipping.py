@@ -17,10 +17,11 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.testing import WorkflowEnvironment
 
-from activities.graph import TaskGraph
-from starter.client import ConversationHistory, TaskServiceUnavailable
+from starter.client import ConversationHistory
+from taskgraph.graph import TaskGraph
 from tests.conftest import eventually, mirrored
 from worker import build_worker
+from workflows.errors import TaskServiceUnavailable
 from workflows.models import TaskStatus
 
 PAUSES = [timedelta(seconds=n) for n in (2, 4, 8, 16, 30, 30)]
@@ -110,7 +111,7 @@ async def test_a_task_idle_for_a_week(
     await mirrored(history, "t")
     view = (await history.get_task("t")).view
     assert view is not None
-    assert (view.status, view.last_seq, view.mirrored_seq) == (TaskStatus.open, 2, 2)
+    assert (view.status, view.last_seq, view.mirrored_seq) == (TaskStatus.OPEN, 2, 2)
     assert view.updated_at - view.created_at >= WEEK
     events = (await history.list_events("t")).events
     assert [e.payload for e in events] == ["before", "after a week"]

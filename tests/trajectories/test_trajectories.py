@@ -1,4 +1,4 @@
-"""Unit tests of ``starter.trajectories`` (pure: no Temporal, no Neo4j).
+"""Unit tests of ``trajectories`` (pure: no Temporal, no Neo4j).
 
 The expected counts are computed here from the source JSON with small counters written from
 ``examples/trajectories/FORMATS.md`` and the mapping in the module docstring; they do not call
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from starter.trajectories import (
+from trajectories import (
     ParsedTrajectory,
     TrajectoryFormatError,
     detect_format,
@@ -30,10 +30,10 @@ from workflows.models import (
     StepKind,
     StepState,
     StepView,
-    result_validity,
 )
+from workflows.steps import result_validity
 
-ROOT = Path(__file__).resolve().parents[1] / "examples" / "trajectories"
+ROOT = Path(__file__).resolve().parents[2] / "examples" / "trajectories"
 FOLDERS = ("atif", "mini-swe-agent", "swe-agent")
 FILES = sorted(path for folder in FOLDERS for path in (ROOT / folder).iterdir())
 X8251X = ROOT / "atif" / "openagents__orchestrator__x8251x.atif.json"
@@ -120,13 +120,13 @@ def _ledger(parsed: ParsedTrajectory) -> tuple[list[Event], list[StepView]]:
     ]
     steps = []
     for step in parsed.steps:
-        state = StepState.failed if step.failed else StepState.completed
+        state = StepState.FAILED if step.failed else StepState.COMPLETED
         result_seq = None if step.result_index is None else step.result_index + 1
         steps.append(
             StepView(
                 step_name=step.step_name,
                 state=state,
-                kind=StepKind.tool,
+                kind=StepKind.TOOL,
                 result_event_seq=result_seq,
                 attempt=1,
                 updated_at=now,
@@ -171,9 +171,9 @@ def test_counts_match_the_source(path: Path) -> None:
     names = [step.step_name for step in parsed.steps]
     assert len(set(names)) == len(names) and all(1 <= len(n) <= 128 for n in names)
     for step in parsed.steps:
-        assert parsed.events[step.call_index].kind is EventKind.tool_call
+        assert parsed.events[step.call_index].kind is EventKind.TOOL_CALL
         if step.result_index is not None:
-            assert parsed.events[step.result_index].kind is EventKind.tool_result
+            assert parsed.events[step.result_index].kind is EventKind.TOOL_RESULT
     assert parse_file(path) == parsed  # deterministic
 
 
@@ -191,7 +191,7 @@ def test_long_observation_is_cut_with_full_length_and_hash() -> None:
     cut = [e for e in parsed.events if e.full_length != len(e.payload)]
     assert len(cut) == 1
     (event,) = cut
-    assert event.kind is EventKind.tool_result
+    assert event.kind is EventKind.TOOL_RESULT
     assert event.payload == source_text[:MAX_PAYLOAD_CHARS]
     assert len(event.payload) == 32_000
     assert event.full_length == len(source_text)

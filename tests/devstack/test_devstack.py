@@ -19,8 +19,9 @@ from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from starter import devstack
-from starter.devstack import (
+import devstack
+from config import Settings
+from devstack import (
     BIND_HOST,
     SEARCH_ATTRIBUTES,
     DevStackError,
@@ -31,7 +32,6 @@ from starter.devstack import (
     probe_neo4j,
     probe_temporal,
 )
-from starter.settings import Settings
 
 
 def _cmdline(pid: int) -> list[str]:

@@ -32,8 +32,8 @@ from tests.capture_histories import SCENARIOS
 from tests.conftest import eventually, mirrored
 from workflows.task import TaskWorkflow
 
-ROOT = Path(__file__).resolve().parents[1]
-HISTORIES = Path(__file__).resolve().parent / "histories"
+ROOT = Path(__file__).resolve().parents[2]
+HISTORIES = ROOT / "tests" / "histories"
 FILES = sorted(HISTORIES.glob("*.json"))
 MIRROR_HISTORY = HISTORIES / "mirror.json"
 

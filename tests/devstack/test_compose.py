@@ -7,9 +7,9 @@ from pathlib import Path
 
 import yaml
 
-from starter.settings import Settings
+from config import Settings
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_compose_services_and_environment_match_the_code() -> None:

@@ -1,4 +1,4 @@
-"""Connection settings, read from the environment when asked for (never at import time).
+"""Settings and ``connect()``: the only reader of the environment (when asked, never at import).
 
 Every name below is an environment variable (pydantic-settings, case-insensitive):
 
@@ -20,6 +20,10 @@ from pathlib import Path
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from workflows.errors import TaskServiceUnavailable
 
 
 class Settings(BaseSettings):
@@ -65,3 +69,31 @@ class Settings(BaseSettings):
                 f"NEO4J_PASSWORD is not set and {self.neo4j_password_file} does not exist: "
                 "run `agent-tasks dev up` or set NEO4J_PASSWORD"
             ) from None
+
+
+async def connect(
+    settings: Settings | None = None,
+    *,
+    address: str | None = None,
+    namespace: str | None = None,
+) -> Client:
+    """Connect to Temporal with the pydantic data converter.
+
+    Args:
+        settings: where to connect; read from the environment when None.
+        address: overrides ``settings.temporal_address`` (``host:port``).
+        namespace: overrides ``settings.temporal_namespace``.
+
+    Raises:
+        TaskServiceUnavailable: the server cannot be reached.
+    """
+    settings = settings or Settings()
+    target = address or settings.temporal_address
+    try:
+        return await Client.connect(
+            target,
+            namespace=namespace or settings.temporal_namespace,
+            data_converter=pydantic_data_converter,
+        )
+    except RuntimeError as err:
+        raise TaskServiceUnavailable(f"cannot reach Temporal at {target}: {err}") from err

@@ -22,12 +22,22 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any, LiteralString
 
 from neo4j import AsyncDriver, AsyncGraphDatabase, AsyncManagedTransaction
 
-from workflows.models import Event, StepState, StepView, TaskView, task_workflow_id
+from taskgraph.models import (
+    EventFilter,
+    EventRow,
+    StepFilter,
+    StepRow,
+    TaskFilter,
+    TaskRow,
+    ToolFailures,
+    TreeRow,
+    plain,
+)
+from workflows.models import Event, StepView, TaskView, task_workflow_id
 
 SCHEMA: tuple[LiteralString, ...] = (
     "CREATE CONSTRAINT project_key IF NOT EXISTS FOR (n:Project) REQUIRE n.project_id IS UNIQUE",
@@ -265,19 +275,9 @@ class TaskGraph:
         )
         return [_event(row["e"]) for row in rows]
 
-    async def list_tasks(
-        self,
-        project_id: str,
-        *,
-        status: str | None = None,
-        agent_id: str | None = None,
-        session_id: str | None = None,
-        parent: str | None = None,
-        after_name: str | None = None,
-        limit: int = 50,
-    ) -> list[dict[str, Any]]:
-        """Tasks of a project in name order, after ``after_name`` (the paging cursor), each
-        filter applied when not None. Returns task node properties."""
+    async def find_tasks(self, project_id: str, where: TaskFilter) -> list[TaskRow]:
+        """Tasks of a project in name order, after ``where.after_name`` (the paging cursor),
+        each filter applied when not None; placeholder nodes (no status) are left out."""
         rows = await self._read(
             """
             MATCH (t:Task {project_id: $p})
@@ -290,18 +290,16 @@ class TaskGraph:
             RETURN t ORDER BY t.name LIMIT $limit
             """,
             p=project_id,
-            status=status,
-            agent=agent_id,
-            session=session_id,
-            parent=parent,
-            after=after_name,
-            limit=limit,
+            status=None if where.status is None else where.status.value,
+            agent=where.agent_id,
+            session=where.session_id,
+            parent=where.parent,
+            after=where.after_name,
+            limit=where.limit,
         )
-        return [_plain(row["t"]) for row in rows]
+        return [TaskRow.model_validate(plain(row["t"])) for row in rows]
 
-    async def task_tree(
-        self, project_id: str, workflow_id: str, depth: int
-    ) -> list[dict[str, Any]]:
+    async def task_tree(self, project_id: str, workflow_id: str, depth: int) -> list[TreeRow]:
         """The task and its descendants up to ``depth`` levels (at most ``MAX_TREE_DEPTH``),
         each with its ``depth`` (0 for the task itself), ordered by depth then name."""
         rows = await self._read(
@@ -316,22 +314,11 @@ class TaskGraph:
             p=project_id,
             depth=min(depth, MAX_TREE_DEPTH),
         )
-        return [{**_plain(row["t"]), "depth": row["depth"]} for row in rows]
+        return [TreeRow.model_validate({**plain(row["t"]), "depth": row["depth"]}) for row in rows]
 
-    async def find_events(
-        self,
-        project_id: str,
-        *,
-        kind: str | None = None,
-        name: str | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        failed_only: bool = False,
-        limit: int = 50,
-    ) -> list[dict[str, Any]]:
+    async def find_events(self, project_id: str, where: EventFilter) -> list[EventRow]:
         """Events across the project's tasks, by kind, name and time range (``since`` <=
-        time < ``until``), oldest first. ``failed_only`` keeps tool results of failed steps.
-        Returns event properties with ``task_name``."""
+        time < ``until``), oldest first. ``failed_only`` keeps tool results of failed steps."""
         rows = await self._read(
             """
             MATCH (e:Event {project_id: $p})
@@ -344,18 +331,16 @@ class TaskGraph:
             RETURN e ORDER BY e.time, e.task_name, e.seq LIMIT $limit
             """,
             p=project_id,
-            kind=kind,
-            name=name,
-            since=since,
-            until=until,
-            failed=failed_only,
-            limit=limit,
+            kind=None if where.kind is None else where.kind.value,
+            name=where.name,
+            since=where.since,
+            until=where.until,
+            failed=where.failed_only,
+            limit=where.limit,
         )
-        return [_plain(row["e"]) for row in rows]
+        return [EventRow.model_validate(plain(row["e"])) for row in rows]
 
-    async def find_steps(
-        self, project_id: str, *, state: StepState | None = None, limit: int = 50
-    ) -> list[dict[str, Any]]:
+    async def find_steps(self, project_id: str, where: StepFilter) -> list[StepRow]:
         """Steps across the project's tasks in a state, ordered by task then step name."""
         rows = await self._read(
             """
@@ -364,23 +349,25 @@ class TaskGraph:
             RETURN s ORDER BY s.task_name, s.step_name LIMIT $limit
             """,
             p=project_id,
-            state=None if state is None else state.value,
-            limit=limit,
+            state=None if where.state is None else where.state.value,
+            limit=where.limit,
         )
-        return [_plain(row["s"]) for row in rows]
+        return [StepRow.model_validate(plain(row["s"])) for row in rows]
 
-    async def failed_tool_calls(self, project_id: str) -> list[dict[str, Any]]:
-        """Failed tool calls across the project's tasks, counted by tool name:
-        ``[{"tool": name, "failed": n, "tasks": m}]``, most failures first."""
-        return await self._read(
+    async def failed_tool_calls(self, project_id: str) -> list[ToolFailures]:
+        """Failed tool calls across the project's tasks, counted by tool name (steps of kind
+        ``tool`` in state ``failed``, by the name of their result event), most failures
+        first."""
+        rows = await self._read(
             """
-            MATCH (s:Step {project_id: $p, state: 'failed'})-[:RESULT]->(e:Event)
+            MATCH (s:Step {project_id: $p, state: 'failed', kind: 'tool'})-[:RESULT]->(e:Event)
             RETURN coalesce(e.name, '?') AS tool, count(s) AS failed,
                    count(DISTINCT s.task_key) AS tasks
             ORDER BY failed DESC, tool
             """,
             p=project_id,
         )
+        return [ToolFailures.model_validate(row) for row in rows]
 
     async def counts(self, project_id: str) -> dict[str, int]:
         """Nodes by label and relationships of the project (a fingerprint for tests and
@@ -400,13 +387,5 @@ class TaskGraph:
         return {row["label"]: row["c"] for row in rows}
 
 
-def _plain(node: Any) -> dict[str, Any]:
-    """Node properties with Neo4j temporal values as Python datetimes."""
-    return {
-        key: value.to_native() if hasattr(value, "to_native") else value
-        for key, value in dict(node).items()
-    }
-
-
 def _event(node: Any) -> Event:
-    return Event.model_validate(_plain(node), strict=False)
+    return Event.model_validate(plain(node), strict=False)

@@ -14,10 +14,10 @@ import pytest
 
 from starter.client import ConversationHistory
 from starter.importer import export_task, import_file, mirror_caught_up, verify_file
-from starter.trajectories import parse_file
-from tests.test_trajectories import COUNTERS, FILES
+from tests.trajectories.test_trajectories import COUNTERS, FILES
+from trajectories import parse_file
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +64,7 @@ async def test_every_shipped_file_imports_with_the_source_counts(
     assert cut[0].full_length == len(long_observation)
     assert cut[0].full_sha256 == hashlib.sha256(long_observation.encode()).hexdigest()
     failures = await history.failed_tool_calls()
-    assert sum(row["failed"] for row in failures) == sum(
+    assert sum(row.failed for row in failures) == sum(
         COUNTERS[p.parent.name](json.loads(p.read_text(encoding="utf-8")))[2] for p in FILES
     )
 

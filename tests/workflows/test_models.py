@@ -9,7 +9,6 @@ from pydantic import ValidationError
 
 from workflows.models import (
     MAX_PAYLOAD_CHARS,
-    STEP_TRANSITIONS,
     EventInput,
     FinishTaskInput,
     ResultValidity,
@@ -18,10 +17,10 @@ from workflows.models import (
     TaskStart,
     bound_text,
     clean_text,
-    result_validity,
     task_workflow_id,
     valid_request_id,
 )
+from workflows.steps import STEP_TRANSITIONS, result_validity
 
 EMOJI = "\U0001f600"  # 4 bytes in UTF-8
 CJK = "\u6f22"  # 3 bytes in UTF-8
@@ -137,17 +136,17 @@ def test_request_id_rule(request_id: object, ok: bool) -> None:
 def test_step_transition_table_is_the_documented_one() -> None:
     s = StepState
     documented = {
-        (s.not_started, s.in_progress),
-        (s.not_started, s.completed),
-        (s.not_started, s.failed),
-        (s.not_started, s.unknown),
-        (s.in_progress, s.completed),
-        (s.in_progress, s.failed),
-        (s.in_progress, s.unknown),
-        (s.unknown, s.in_progress),
-        (s.unknown, s.completed),
-        (s.unknown, s.failed),
-        (s.failed, s.in_progress),
+        (s.NOT_STARTED, s.IN_PROGRESS),
+        (s.NOT_STARTED, s.COMPLETED),
+        (s.NOT_STARTED, s.FAILED),
+        (s.NOT_STARTED, s.UNKNOWN),
+        (s.IN_PROGRESS, s.COMPLETED),
+        (s.IN_PROGRESS, s.FAILED),
+        (s.IN_PROGRESS, s.UNKNOWN),
+        (s.UNKNOWN, s.IN_PROGRESS),
+        (s.UNKNOWN, s.COMPLETED),
+        (s.UNKNOWN, s.FAILED),
+        (s.FAILED, s.IN_PROGRESS),
     }
     allowed = {(a, b) for a, targets in STEP_TRANSITIONS.items() for b in targets}
     assert allowed == documented
@@ -156,12 +155,12 @@ def test_step_transition_table_is_the_documented_one() -> None:
 @pytest.mark.parametrize(
     ("state", "seq", "validity"),
     [
-        (StepState.completed, 3, ResultValidity.valid),
-        (StepState.completed, None, ResultValidity.no_result),
-        (StepState.failed, 3, ResultValidity.failed),
-        (StepState.unknown, None, ResultValidity.uncertain),
-        (StepState.in_progress, None, ResultValidity.pending),
-        (StepState.not_started, None, ResultValidity.pending),
+        (StepState.COMPLETED, 3, ResultValidity.VALID),
+        (StepState.COMPLETED, None, ResultValidity.NO_RESULT),
+        (StepState.FAILED, 3, ResultValidity.FAILED),
+        (StepState.UNKNOWN, None, ResultValidity.UNCERTAIN),
+        (StepState.IN_PROGRESS, None, ResultValidity.PENDING),
+        (StepState.NOT_STARTED, None, ResultValidity.PENDING),
     ],
 )
 def test_result_validity(state: StepState, seq: int | None, validity: ResultValidity) -> None:
@@ -181,6 +180,7 @@ def test_carried_state_stays_small_at_every_limit() -> None:
         MAX_STEPS_PER_TASK,
         REQUEST_WINDOW,
         StepRecord,
+        StoredRequest,
         TaskState,
         TaskWorkflowInput,
         model_size,
@@ -203,7 +203,9 @@ def test_carried_state_stays_small_at_every_limit() -> None:
     )
     state = TaskState(start=start, workflow_id="w" * 280, created_at=now, updated_at=now)
     for i in range(REQUEST_WINDOW):
-        state.requests[request_key(f"request-{i}")] = ("d" * 12, 10**9 + i, 10**9 + i + 199)
+        state.requests[request_key(f"request-{i}")] = StoredRequest(
+            "d" * 12, 10**9 + i, 10**9 + i + 199
+        )
     for i in range(MAX_STEPS_PER_TASK):
         state.steps[f"{i:04d}".ljust(100, "s")] = StepRecord(
             state="completed",
@@ -221,7 +223,7 @@ def test_carried_state_stays_small_at_every_limit() -> None:
         updated_at=now,
     )
     for i in range(REQUEST_WINDOW):
-        typical.requests[request_key(f"request-{i}")] = ("d" * 12, 1000 + i, 1000 + i)
+        typical.requests[request_key(f"request-{i}")] = StoredRequest("d" * 12, 1000 + i, 1000 + i)
     for i in range(131):
         typical.steps[f"{i:04d}:bash"] = StepRecord(
             state="completed", kind="tool", result_event_seq=1000, attempt=1, updated_at=now

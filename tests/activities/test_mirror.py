@@ -10,9 +10,10 @@ import pytest
 from pydantic import ValidationError
 from temporalio.client import Client
 
-from activities.graph import TaskGraph
-from activities.mirror import MirrorActivities, rebuild
+from activities.mirror import MirrorActivities, RebuildReport, rebuild
 from starter.client import ConversationHistory
+from taskgraph.graph import TaskGraph
+from taskgraph.models import StepFilter, TaskFilter, ToolFailures
 from tests.conftest import mirrored
 from workflows.models import Event, EventInput, MirrorInput, StepState, StepView, StepWrite
 
@@ -31,8 +32,8 @@ async def mixed_writes(history: ConversationHistory, task: str) -> None:
     await history.set_steps(
         task,
         [
-            StepWrite(step_name="call-1", state=StepState.completed, result_event_seq=3),
-            StepWrite(step_name="call-2", state=StepState.unknown, kind="write"),
+            StepWrite(step_name="call-1", state=StepState.COMPLETED, result_event_seq=3),
+            StepWrite(step_name="call-2", state=StepState.UNKNOWN, kind="write"),
         ],
     )
 
@@ -40,12 +41,12 @@ async def mixed_writes(history: ConversationHistory, task: str) -> None:
 async def graph_state(graph: TaskGraph, history: ConversationHistory, task: str):
     events = await graph.events(history.project_id, history.workflow_id(task), 0, 10**9, 200)
     steps = [
-        StepView.model_validate(row)
-        for row in await graph.find_steps(history.project_id, limit=200)
-        if row["task_name"] == task
+        StepView.model_validate(row.model_dump())
+        for row in await graph.find_steps(history.project_id, StepFilter(limit=200))
+        if row.task_name == task
     ]
-    tasks = await graph.list_tasks(history.project_id, limit=200)
-    return events, steps, {t["name"]: t for t in tasks}
+    tasks = await graph.find_tasks(history.project_id, TaskFilter(limit=200))
+    return events, steps, {t.name: t for t in tasks}
 
 
 async def test_neo4j_holds_exactly_what_the_workflow_holds(
@@ -60,14 +61,14 @@ async def test_neo4j_holds_exactly_what_the_workflow_holds(
     view = (await history.get_task("t")).view
     assert view is not None
     node = tasks["t"]
-    assert (node["status"], node["goal"], node["last_seq"], node["agent_id"]) == (
+    assert (node.status, node.goal, node.last_seq, node.agent_id) == (
         "done",
         "mixed",
         4,
         "agent-1",
     )
-    assert json.loads(node["metadata"]) == {"model": "m-1"}
-    assert node["created_at"] == view.created_at and node["updated_at"] == view.updated_at
+    assert node.metadata == {"model": "m-1"}
+    assert node.created_at == view.created_at and node.updated_at == view.updated_at
     assert events[2].truncated and events[2].full_length == 40_000
 
 
@@ -160,11 +161,11 @@ async def test_wipe_and_rebuild_gives_the_same_graph(
     await graph.wipe_project(history.project_id)
     assert await graph.counts(history.project_id) == {}
     report = await rebuild(client, graph, history.project_id)
-    assert report == {"tasks": 2, "runs": 2, "events": 5, "failed": []}
+    assert report == RebuildReport(tasks=2, runs=2, events=5, failed=[])
     assert await graph.counts(history.project_id) == before
     assert await graph_state(graph, history, "a") == snapshot
     one = await rebuild(client, graph, history.project_id, "b")
-    assert one == {"tasks": 1, "runs": 1, "events": 1, "failed": []}
+    assert one == RebuildReport(tasks=1, runs=1, events=1, failed=[])
     assert await graph.counts(history.project_id) == before
 
 
@@ -183,28 +184,28 @@ async def test_cross_task_reads(graph: TaskGraph, history: ConversationHistory) 
         await mirrored(history, name)
 
     tree = await history.task_tree("root", depth=1)
-    assert [(t["depth"], t["name"]) for t in tree] == [(0, "root"), (1, "kid-1"), (1, "kid-2")]
+    assert [(t.depth, t.name) for t in tree] == [(0, "root"), (1, "kid-1"), (1, "kid-2")]
     deep = await history.task_tree("root", depth=5)
-    assert [t["name"] for t in deep] == ["root", "kid-1", "kid-2", "grandkid"]
+    assert [t.name for t in deep] == ["root", "kid-1", "kid-2", "grandkid"]
 
-    assert [t["name"] for t in await history.find_tasks(status="open")] == [
+    assert [t.name for t in await history.find_tasks(status="open")] == [
         "grandkid",
         "kid-1",
         "root",
     ]
-    assert [t["name"] for t in await history.find_tasks(parent="root")] == ["kid-1", "kid-2"]
+    assert [t.name for t in await history.find_tasks(parent="root")] == ["kid-1", "kid-2"]
     page1 = await history.find_tasks(limit=2)
-    page2 = await history.find_tasks(limit=2, after_name=page1[-1]["name"])
-    assert [t["name"] for t in page1 + page2] == ["grandkid", "kid-1", "kid-2", "root"]
+    page2 = await history.find_tasks(limit=2, after_name=page1[-1].name)
+    assert [t.name for t in page1 + page2] == ["grandkid", "kid-1", "kid-2", "root"]
 
     failed = await history.find_events(kind="tool_result", failed_only=True)
-    assert sorted(e["task_name"] for e in failed) == ["kid-1", "root"]
-    assert await history.failed_tool_calls() == [{"tool": "bash", "failed": 2, "tasks": 2}]
+    assert sorted(e.task_name for e in failed) == ["kid-1", "root"]
+    assert await history.failed_tool_calls() == [ToolFailures(tool="bash", failed=2, tasks=2)]
     now = datetime.now(UTC)
     assert await history.find_events(since=now + timedelta(hours=1)) == []
     assert len(await history.find_events(until=now + timedelta(hours=1))) == 3
     unknown = await history.find_steps(state="unknown")
-    assert [(s["task_name"], s["step_name"]) for s in unknown] == [("kid-2", "w")]
+    assert [(s.task_name, s.step_name) for s in unknown] == [("kid-2", "w")]
 
 
 async def test_events_are_equal_models(graph: TaskGraph, history: ConversationHistory) -> None:
@@ -225,14 +226,11 @@ async def test_rebuild_of_odd_names_and_bad_project_ids(
     await mirrored(history, odd)
     before = await graph.counts(history.project_id)
     report = await rebuild(client, graph, history.project_id, odd)
-    assert report == {"tasks": 1, "runs": 1, "events": 1, "failed": []}
+    assert report == RebuildReport(tasks=1, runs=1, events=1, failed=[])
     assert await graph.counts(history.project_id) == before
-    assert await rebuild(client, graph, history.project_id, "no such task") == {
-        "tasks": 0,
-        "runs": 0,
-        "events": 0,
-        "failed": [],
-    }
+    assert await rebuild(client, graph, history.project_id, "no such task") == RebuildReport(
+        tasks=0, runs=0, events=0, failed=[]
+    )
     assert await graph.counts(history.project_id) == before
     with pytest.raises(ValidationError):
         await rebuild(client, graph, "x' OR ProjectId != 'zz")

@@ -1,0 +1,257 @@
+"""The local stack as a whole: ``up``, ``down``, ``status`` and their report."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import Any
+
+from config import Settings
+from devstack.neo4j_server import (
+    Neo4jServer,
+    probe_neo4j,
+)
+from devstack.process import (
+    DevStackError,
+    ManagedProcess,
+    Probe,
+    ServiceStatus,
+    is_local_host,
+    parse_host_port,
+)
+from devstack.temporal import (
+    TemporalDevServer,
+    probe_temporal,
+)
+
+# --------------------------------------------------------------------------------------------
+# the stack: up, down, status
+
+
+def _neo4j_auth_or_none(settings: Settings) -> tuple[str, str] | None:
+    try:
+        return settings.neo4j_auth()
+    except RuntimeError:
+        return None
+
+
+async def status(
+    settings: Settings | None = None, *, timeout_s: float = 3.0
+) -> list[ServiceStatus]:
+    """Report Temporal and Neo4j: address, answering, started by ``up`` (pid) or external.
+
+    Args:
+        settings: default ``Settings()`` (the environment).
+        timeout_s: seconds per probe.
+
+    Returns:
+        ``[temporal, neo4j]`` as :class:`ServiceStatus`. Never starts or stops anything.
+    """
+    s = settings or Settings()
+    temporal = TemporalDevServer(s.data_dir, parse_host_port(s.temporal_address, 7233)[1])
+    neo = Neo4jServer(s.data_dir, parse_host_port(s.neo4j_uri, 7687)[1])
+    t_probe, n_probe = await asyncio.gather(
+        probe_temporal(s.temporal_address, namespace=s.temporal_namespace, timeout_s=timeout_s),
+        probe_neo4j(s.neo4j_uri, _neo4j_auth_or_none(s), timeout_s=timeout_s),
+    )
+    out = []
+    for name, address, server, probe in (
+        ("temporal", s.temporal_address, temporal, t_probe),
+        ("neo4j", s.neo4j_uri, neo, n_probe),
+    ):
+        pid = server.running_pid()
+        detail = probe.detail
+        if pid is not None and not probe.answering:
+            detail = f"process running, not answering yet ({detail})"
+        out.append(
+            ServiceStatus(
+                name, address, probe.answering, pid, probe.answering and pid is None, detail
+            )
+        )
+    return out
+
+
+async def up(
+    settings: Settings | None = None,
+    *,
+    extra_dynamic_config: Mapping[str, str] | None = None,
+    temporal_timeout_s: float = 60.0,
+    neo4j_timeout_s: float = 120.0,
+    probe_timeout_s: float = 3.0,
+) -> list[ServiceStatus]:
+    """Make Temporal and Neo4j answer: start local servers where nothing answers.
+
+    For each service: a process that ``up`` started earlier and still runs is reported (and
+    waited for); an address that answers is used as it is (external); a local address that
+    does not answer gets a server; an address on another host that does not answer is an
+    error. All services are checked before anything is started. Safe to run twice.
+
+    Args:
+        settings: default ``Settings()`` (the environment).
+        extra_dynamic_config: more Temporal dynamic config (key -> JSON text), used only when
+            Temporal is started by this call.
+        temporal_timeout_s: seconds to wait for Temporal to answer.
+        neo4j_timeout_s: seconds to wait for Neo4j to answer (a first start takes longer).
+        probe_timeout_s: seconds for the first "does it answer?" check of each address.
+
+    Returns:
+        ``[temporal, neo4j]`` as :class:`ServiceStatus`; ``detail`` says what was done and, for
+        a started server, how long it took to answer.
+
+    Raises:
+        DevStackError: a remote address does not answer (nothing started), a port is taken by
+            something else, a server could not be built or started or did not answer in time
+            (that server is stopped again; others keep running).
+    """
+    s = settings or Settings()
+    temporal = TemporalDevServer.from_settings(s, extra_dynamic_config)
+    t_host, _ = parse_host_port(s.temporal_address, 7233)
+    n_host, _ = parse_host_port(s.neo4j_uri, 7687)
+
+    # 1. plan: what runs already, what answers, what is to be started
+    t_pid = temporal.running_pid()
+    t_probe = Probe(False, "")
+    if t_pid is None:
+        t_probe = await probe_temporal(s.temporal_address, timeout_s=probe_timeout_s)
+    n_port = parse_host_port(s.neo4j_uri, 7687)[1]
+    neo = Neo4jServer(s.data_dir, n_port, s.neo4j_password_file)
+    n_pid = neo.running_pid()
+    n_probe = Probe(False, "")
+    if n_pid is None:
+        n_probe = await probe_neo4j(s.neo4j_uri, _neo4j_auth_or_none(s), timeout_s=probe_timeout_s)
+    errors = []
+    if t_pid is None and not t_probe.answering and not is_local_host(t_host):
+        errors.append(
+            f"TEMPORAL_ADDRESS={s.temporal_address} is not on this host and does not answer "
+            f"({t_probe.detail})"
+        )
+    if n_pid is None and not n_probe.answering:
+        if not is_local_host(n_host):
+            errors.append(
+                f"NEO4J_URI={s.neo4j_uri} is not on this host and does not answer "
+                f"({n_probe.detail})"
+            )
+        else:
+            try:
+                neo = Neo4jServer.from_settings(s)
+            except DevStackError as e:
+                errors.append(str(e))
+    if errors:
+        raise DevStackError("; ".join(errors) + ". Nothing was started.")
+
+    # 2. act
+    async def bring_up_temporal() -> ServiceStatus:
+        if t_probe.answering:
+            return ServiceStatus("temporal", s.temporal_address, True, None, True, "external")
+        if t_pid is not None:
+            await temporal.wait_ready(temporal_timeout_s)
+            return ServiceStatus(
+                "temporal", s.temporal_address, True, t_pid, False, "already running"
+            )
+        pid, took = await temporal.start_ready(temporal_timeout_s)
+        ui = f", UI {temporal.ui_url}" if temporal.ui_url else ""
+        return ServiceStatus(
+            "temporal", s.temporal_address, True, pid, False, f"started in {took:.1f} s{ui}"
+        )
+
+    async def bring_up_neo4j() -> ServiceStatus:
+        if n_pid is not None:
+            await neo.wait_ready(neo4j_timeout_s)
+            return ServiceStatus("neo4j", s.neo4j_uri, True, n_pid, False, "already running")
+        if n_probe.answering and n_probe.detail:
+            raise DevStackError(
+                f"a Neo4j at {s.neo4j_uri} (not started by this data folder) is {n_probe.detail}: "
+                "set NEO4J_PASSWORD to its password, or stop it"
+            )
+        if n_probe.answering:
+            return ServiceStatus("neo4j", s.neo4j_uri, True, None, True, "external")
+        pid, took = await neo.start_ready(neo4j_timeout_s)
+        return ServiceStatus("neo4j", s.neo4j_uri, True, pid, False, f"started in {took:.1f} s")
+
+    results = await asyncio.gather(bring_up_temporal(), bring_up_neo4j(), return_exceptions=True)
+    failures = [r for r in results if isinstance(r, BaseException)]
+    if failures:
+        if len(failures) == 1 or not all(isinstance(f, DevStackError) for f in failures):
+            raise failures[0]
+        raise DevStackError("\n".join(str(f) for f in failures))
+    return [r for r in results if isinstance(r, ServiceStatus)]
+
+
+async def down(settings: Settings | None = None, *, timeout_s: float = 60.0) -> list[ServiceStatus]:
+    """Stop the servers that ``up`` started (by their pid files); leave external ones alone.
+
+    Args:
+        settings: default ``Settings()`` (the environment).
+        timeout_s: seconds to wait for each clean exit before SIGKILL.
+
+    Returns:
+        ``[temporal, neo4j]`` as :class:`ServiceStatus`: ``pid`` is the stopped process, or
+        None when there was none; ``answering`` is False for a stopped one.
+
+    Raises:
+        DevStackError: a process survived SIGKILL.
+    """
+    s = settings or Settings()
+    servers: list[tuple[str, str, ManagedProcess]] = [
+        ("temporal", s.temporal_address,
+         TemporalDevServer(s.data_dir, parse_host_port(s.temporal_address, 7233)[1])),
+        ("neo4j", s.neo4j_uri, Neo4jServer(s.data_dir, parse_host_port(s.neo4j_uri, 7687)[1])),
+    ]  # fmt: skip
+
+    async def stop_one(name: str, address: str, server: ManagedProcess) -> ServiceStatus:
+        pid = server.running_pid()
+        if await server.stop(timeout_s):
+            return ServiceStatus(name, address, False, pid, False, f"stopped (pid {pid})")
+        return ServiceStatus(name, address, False, None, False, "not started by `dev up`")
+
+    return list(await asyncio.gather(*(stop_one(*x) for x in servers)))
+
+
+def format_status(services: Sequence[ServiceStatus]) -> str:
+    """Render services as aligned text lines for people (no secrets in it)."""
+    lines = []
+    for svc in services:
+        if svc.pid is not None:
+            owner = f"pid {svc.pid}"
+        elif svc.external:
+            owner = "external"
+        else:
+            owner = "-"
+        answering = "answering" if svc.answering else "not answering"
+        detail = f"  {svc.detail}" if svc.detail else ""
+        lines.append(f"{svc.name:<9} {svc.address:<24} {answering:<14} {owner:<10}{detail}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m devstack up|down|status``: run one command and print the result.
+
+    Returns:
+        the exit status: 0 done, 1 error (printed on stderr), 2 usage.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    run: Callable[[], Coroutine[Any, Any, list[ServiceStatus]]]
+    if args == ["up"]:
+        run = up
+    elif args == ["down"]:
+        run = down
+    elif args == ["status"]:
+        run = status
+    else:
+        print("usage: python -m devstack up|down|status", file=sys.stderr)
+        return 2
+    try:
+        print(format_status(asyncio.run(run())))
+    except DevStackError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # skip interpreter finalization: see the module docstring

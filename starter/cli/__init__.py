@@ -1,0 +1,45 @@
+"""``agent-tasks`` (also ``python -m starter``): the command line for a person at a terminal.
+
+One module per command group: ``task`` (one task), ``graph`` (Neo4j), ``dev`` (the local
+stack and the worker), ``transfer`` (import and export), ``replay`` (the pre-deploy check).
+Output is readable by default; ``--json`` prints JSON for scripts. Exit codes: 0 on success,
+1 when a write is refused or a read finds nothing (the error code is printed), 2 on bad
+arguments, 3 when Temporal or Neo4j cannot be reached.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from starter.cli.dev import dev_app, worker_command
+from starter.cli.graph import graph_app
+from starter.cli.replay import replay_command
+from starter.cli.task import task_app
+from starter.cli.transfer import export_command, import_command
+
+app = typer.Typer(help="Durable tasks for AI agents, on Temporal with a Neo4j mirror.")
+app.add_typer(task_app, name="task")
+app.add_typer(dev_app, name="dev")
+app.add_typer(graph_app, name="graph")
+app.command("worker")(worker_command)
+app.command("import")(import_command)
+app.command("export")(export_command)
+app.command("replay")(replay_command)
+
+
+def main() -> None:
+    """Entry point of ``agent-tasks`` and ``python -m starter``: run the command, flush the
+    output, and leave with ``os._exit``, because the temporalio client's Rust runtime can crash
+    the interpreter while it finalizes (exit 139 after a successful command)."""
+    try:
+        app()
+    except SystemExit as done:
+        code = done.code
+    else:
+        code = 0
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code if isinstance(code, int) else 0 if code is None else 1)

@@ -1,0 +1,120 @@
+"""What every CLI command shares: the console, options, output and exit codes, and the
+``ConversationHistory`` a command works through.
+
+Exit codes: 0 on success, 1 when a write is refused or a read finds nothing (the error code is
+printed), 2 on bad arguments, 3 when Temporal or Neo4j cannot be reached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from contextlib import asynccontextmanager
+from typing import Annotated, Any, TypeVar
+
+import typer
+from neo4j.exceptions import AuthError, ServiceUnavailable
+from pydantic import BaseModel, ValidationError
+from pydantic_core import to_jsonable_python
+from rich.console import Console
+from rich.table import Table
+
+from starter.client import ConversationHistory
+from starter.results import WriteResult
+from worker import open_services
+from workflows.errors import TaskServiceUnavailable
+
+console = Console(width=None if sys.stdout.isatty() else 160)
+"""Where commands print (160 columns when not a terminal, so piped output keeps its rows)."""
+_T = TypeVar("_T")
+
+ProjectOpt = Annotated[
+    str, typer.Option("--project", envvar="AGENT_TASKS_PROJECT", help="Project id.")
+]
+AgentOpt = Annotated[str, typer.Option("--agent", envvar="AGENT_TASKS_AGENT", help="Agent id.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+RequestOpt = Annotated[
+    str | None, typer.Option("--request-id", help="1 to 64 characters; a new UUID if unset.")
+]
+LimitOpt = Annotated[int, typer.Option(min=1, max=200, help="At most this many.")]
+
+
+def run(coro: Coroutine[Any, Any, _T]) -> _T:
+    """Run ``coro``; turn unreachable services (Temporal, a worker, Neo4j) into exit code 3
+    and bad arguments into 2, each with a one-line message."""
+    try:
+        return asyncio.run(coro)
+    except (TaskServiceUnavailable, ServiceUnavailable, AuthError) as err:
+        console.print(f"[red]unavailable:[/red] {err}")
+        raise typer.Exit(3) from err
+    except (ValidationError, ValueError) as err:
+        console.print(f"[red]invalid arguments:[/red] {err}")
+        raise typer.Exit(2) from err
+
+
+def emit(value: Any, as_json: bool, render: Callable[[Any], None] | None = None) -> None:
+    """Print ``value``: JSON with ``--json`` (models, datetimes and all), else
+    ``render(value)`` or a plain JSON dump."""
+    if as_json or render is None:
+        data = to_jsonable_python(value)
+        sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=None if as_json else 2))
+        sys.stdout.write("\n")
+    else:
+        render(value)
+
+
+def table(
+    rows: Sequence[BaseModel | dict[str, Any]], columns: list[str], title: str | None = None
+) -> None:
+    """Print ``rows`` (models or dicts) as a rich table of ``columns``."""
+    out = Table(title=title)
+    for column in columns:
+        out.add_column(column)
+    for row in rows:
+        data = row.model_dump(mode="json") if isinstance(row, BaseModel) else row
+        out.add_row(*("" if data.get(c) is None else str(data.get(c)) for c in columns))
+    console.print(out)
+
+
+@asynccontextmanager
+async def open_history(
+    project: str, agent: str, with_graph: bool = True
+) -> AsyncIterator[ConversationHistory]:
+    """An async context giving a ``ConversationHistory`` from the environment's settings,
+    with the Neo4j task graph attached when ``with_graph``."""
+    async with open_services(with_graph=with_graph) as services:
+        yield ConversationHistory(
+            services.client,
+            project_id=project,
+            agent_id=agent,
+            task_queue=services.settings.temporal_task_queue,
+            graph=services.graph,
+        )
+
+
+def write_outcome(result: WriteResult, as_json: bool) -> None:
+    """Print a write's result; exit 1 when it was refused."""
+    if as_json:
+        emit(result, True)
+    elif result.recorded:
+        detail = "duplicate of an earlier request" if result.duplicate else "recorded"
+        seqs = f" seqs {result.first_seq}..{result.last_seq}" if result.first_seq else ""
+        console.print(f"[green]{detail}[/green]{seqs}")
+    else:
+        console.print(
+            f"[red]{result.error.value if result.error else 'refused'}:[/red] {result.message}"
+        )
+    if not result.recorded:
+        raise typer.Exit(1)
+
+
+def not_found(name: str, as_json: bool) -> None:
+    """Report a task missing from the project (JSON with ``--json``) and exit 1."""
+    message = f"no task {name!r} in this project"
+    if as_json:
+        emit({"error": "task_not_found", "message": message}, True)
+    else:
+        console.print(f"[red]task_not_found:[/red] {message}")
+    raise typer.Exit(1)

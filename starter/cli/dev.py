@@ -1,0 +1,49 @@
+"""``agent-tasks dev ...`` (the local stack) and ``agent-tasks worker``."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import typer
+
+import devstack
+from config import Settings
+from starter.cli.common import console, run
+from worker import run_worker
+
+dev_app = typer.Typer(help="The local stack: Temporal dev server and Neo4j.")
+
+
+def _stack(command: Callable[[Settings], Coroutine[Any, Any, list[Any]]]) -> None:
+    try:
+        services = asyncio.run(command(Settings()))
+    except devstack.DevStackError as err:
+        console.print(f"[red]error:[/red] {err}")
+        raise typer.Exit(1) from err
+    sys.stdout.write(devstack.format_status(services) + "\n")
+
+
+@dev_app.command("up")
+def dev_up() -> None:
+    """Start Temporal and Neo4j where nothing answers yet; wait until both answer."""
+    _stack(devstack.up)
+
+
+@dev_app.command("down")
+def dev_down() -> None:
+    """Stop what `dev up` started (nothing else)."""
+    _stack(devstack.down)
+
+
+@dev_app.command("status")
+def dev_status() -> None:
+    """Show each service: address, answering, started by us (pid) or external."""
+    _stack(devstack.status)
+
+
+def worker_command() -> None:
+    """Run a worker until SIGINT or SIGTERM."""
+    run(run_worker())

@@ -1,0 +1,180 @@
+"""The ledger as a pure object: no Temporal server, no Neo4j. The workflow's handlers call the
+same methods, so these are the rules every write follows."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from temporalio.exceptions import ApplicationError
+
+from workflows.errors import DUPLICATE, ErrorCode
+from workflows.ledger import Ledger
+from workflows.models import (
+    REQUEST_WINDOW,
+    EventInput,
+    EventsQuery,
+    FinishTaskInput,
+    RecordEventsInput,
+    RequestLookup,
+    SetStepsInput,
+    StepsQuery,
+    StepState,
+    StepWrite,
+    TaskStart,
+    TaskStatus,
+    WriteOutcome,
+    args_digest,
+)
+
+T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+START = TaskStart(project_id="p", name="t", goal="g", agent_id="a", request_id="create")
+
+
+def new_ledger() -> Ledger:
+    ledger = Ledger.new(START, "agent-task/p/t", T0)
+    ledger.create(START, T0)
+    return ledger
+
+
+def events(*payloads: str, request_id: str) -> RecordEventsInput:
+    return RecordEventsInput(
+        agent_id="a",
+        events=[EventInput(kind="message", role="user", payload=p) for p in payloads],
+        request_id=request_id,
+    )
+
+
+def steps(*writes: tuple[str, str], request_id: str, **extra: object) -> SetStepsInput:
+    return SetStepsInput(
+        agent_id="a",
+        steps=[StepWrite.model_validate({"step_name": n, "state": s, **extra}) for n, s in writes],
+        request_id=request_id,
+    )
+
+
+def refused(code: ErrorCode, call: object) -> None:
+    assert callable(call)
+    with pytest.raises(ApplicationError) as caught:
+        call()
+    assert caught.value.type == code.value, caught.value
+
+
+def test_events_get_consecutive_seqs_and_the_write_time() -> None:
+    ledger = new_ledger()
+    one = ledger.record_events(events("a", request_id="r1"), T0)
+    later = T0 + timedelta(seconds=5)
+    two = ledger.record_events(events("b", "c", request_id="r2"), later)
+    assert (one.first_seq, one.last_seq, two.first_seq, two.last_seq) == (1, 1, 2, 3)
+    page = ledger.events_page(EventsQuery(after_seq=0))
+    assert [(e.seq, e.payload, e.time, e.request_id) for e in page.events] == [
+        (1, "a", T0, "r1"),
+        (2, "b", later, "r2"),
+        (3, "c", later, "r2"),
+    ]
+    assert ledger.view().last_seq == 3 and ledger.view().updated_at == later
+
+
+def test_a_repeated_request_id_is_a_duplicate_and_writes_nothing() -> None:
+    ledger = new_ledger()
+    first = ledger.record_events(events("a", request_id="r"), T0)
+    with pytest.raises(ApplicationError) as caught:
+        ledger.record_events(events("a", request_id="r"), T0)
+    assert caught.value.type == DUPLICATE
+    assert caught.value.details[0] == WriteOutcome(
+        first_seq=first.first_seq, last_seq=first.last_seq, duplicate=True
+    )
+    assert ledger.state.last_seq == 1 and ledger.state.writes == 2  # create + one write
+    refused(
+        ErrorCode.REQUEST_ID_REUSED,
+        lambda: ledger.record_events(events("other", request_id="r"), T0),
+    )
+    refused(ErrorCode.INVALID_REQUEST_ID, lambda: ledger.check_write("", "digest"))
+
+
+def test_create_rules() -> None:
+    ledger = new_ledger()
+    with pytest.raises(ApplicationError) as again:
+        ledger.check_create(START)
+    assert again.value.type == DUPLICATE and again.value.details[0].created
+    other_id = START.model_copy(update={"request_id": "create-2"})
+    with pytest.raises(ApplicationError) as same_goal:
+        ledger.check_create(other_id)
+    assert same_goal.value.details[0] == WriteOutcome(duplicate=True)
+    refused(
+        ErrorCode.TASK_EXISTS,
+        lambda: ledger.check_create(START.model_copy(update={"goal": "x", "request_id": "c3"})),
+    )
+
+
+def test_step_attempts_keys_and_validity() -> None:
+    ledger = new_ledger()
+    ledger.record_events(events("out", request_id="e"), T0)
+    ledger.set_steps(steps(("s", "in_progress"), request_id="s1"), T0)
+    ledger.set_steps(steps(("s", "failed"), request_id="s2", result_event_seq=1), T0)
+    ledger.set_steps(steps(("s", "in_progress"), request_id="s3"), T0)
+    (view,) = ledger.steps(StepsQuery())
+    assert (view.state, view.attempt, view.result_event_seq) == (StepState.IN_PROGRESS, 2, None)
+    assert view.idempotency_key == "agent-task/p/t/s/2"
+    refused(
+        ErrorCode.INVALID_TRANSITION,
+        lambda: ledger.set_steps(steps(("s", "in_progress"), request_id="s4"), T0),
+    )
+    refused(
+        ErrorCode.EVENT_NOT_FOUND,
+        lambda: ledger.set_steps(
+            steps(("s", "completed"), request_id="s5", result_event_seq=2), T0
+        ),
+    )
+    refused(
+        ErrorCode.STEP_KIND_CHANGED,
+        lambda: ledger.set_steps(steps(("s", "completed"), request_id="s6", kind="read"), T0),
+    )
+    ledger.set_steps(steps(("s", "completed"), request_id="s7", result_event_seq=1), T0)
+    (done,) = ledger.steps(StepsQuery())
+    assert (done.result_validity.value, done.attempt) == ("valid", 2)
+    assert ledger.view().step_counts[StepState.COMPLETED] == 1
+
+
+def test_a_refused_step_batch_changes_nothing() -> None:
+    ledger = new_ledger()
+    before = ledger.state.model_copy(deep=True)
+    refused(
+        ErrorCode.INVALID_TRANSITION,
+        lambda: ledger.set_steps(steps(("a", "completed"), ("a", "failed"), request_id="x"), T0),
+    )
+    assert ledger.state == before
+
+
+def test_finish_closes_the_task() -> None:
+    ledger = new_ledger()
+    finish = FinishTaskInput(agent_id="a", status="done", result="ok", request_id="f")
+    ledger.finish(finish, T0)
+    view = ledger.view()
+    assert ledger.closed and view.status is TaskStatus.DONE
+    assert view.result is not None and view.result.text == "ok"
+    refused(ErrorCode.TASK_CLOSED, lambda: ledger.record_events(events("late", request_id="l"), T0))
+    stored = ledger.request_outcome(RequestLookup(request_id="f", digest=args_digest(finish)))
+    assert stored == WriteOutcome(duplicate=True)
+
+
+def test_the_request_window_forgets_the_oldest_first() -> None:
+    ledger = new_ledger()
+    for i in range(REQUEST_WINDOW):
+        ledger.record_events(events(str(i), request_id=f"r{i}"), T0)
+    assert len(ledger.state.requests) == REQUEST_WINDOW
+    oldest = events("0", request_id="r0")
+    # The creating request and r0 were the two oldest; the window dropped the creation only.
+    assert ledger.request_outcome(RequestLookup(request_id="r0", digest=args_digest(oldest)))
+    ledger.record_events(events("new", request_id="r-new"), T0)
+    assert (
+        ledger.request_outcome(RequestLookup(request_id="r0", digest=args_digest(oldest))) is None
+    )
+
+
+def test_mirror_watermarks() -> None:
+    ledger = new_ledger()
+    ledger.record_events(events("a", "b", request_id="r"), T0)
+    assert ledger.unmirrored and ledger.unmirrored_events == 2
+    ledger.mirrored(2, ledger.state.writes)
+    assert not ledger.unmirrored and ledger.view().unmirrored_writes == 0

@@ -1,0 +1,108 @@
+"""The error vocabulary of the task layer: one place for every code and error type.
+
+What a caller can meet, and where it comes from::
+
+    refusal of a write (a result, never an exception in the client)
+      ErrorCode                      raised in an update validator as ApplicationError(type=code),
+                                     so nothing is written; the client returns it as
+                                     ``WriteResult.error``
+    control flow between workflow and client (ApplicationError types, never shown to users)
+      DUPLICATE                      a repeated request id with the same arguments; the details
+                                     carry the stored ``WriteOutcome``, the client returns it
+      CONTINUING_AS_NEW              the task drains before continue-as-new; the client resends
+    the mirror activity (ApplicationError types, seen in ``TaskView.mirror_error``)
+      MIRROR_UNAVAILABLE             Neo4j unreachable or a transient error: retried
+      MIRROR_DATA_ERROR              Neo4j refused the data: not retried, the workflow pauses
+    client exceptions (Python exceptions raised to the app)
+      TaskServiceUnavailable         Temporal, a worker or Neo4j did not answer: retry with the
+                                     same request id
+      pydantic.ValidationError       an argument of the wrong shape, before anything is sent
+      GraphNotConfigured             a read needs Neo4j and none was given
+      GraphIncomplete                Neo4j lacks events a read needs: rebuild the graph
+
+This module is deterministic (stdlib and temporalio only), so the workflow imports it.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel
+from temporalio.exceptions import ApplicationError
+
+
+class ErrorCode(StrEnum):
+    """Why a write was refused. A refused write leaves nothing in the history or the state."""
+
+    TASK_EXISTS = "task_exists"
+    """``create_task``: the name exists in this project with another goal."""
+    TASK_NOT_FOUND = "task_not_found"
+    """No task of that name in this project."""
+    EVENT_NOT_FOUND = "event_not_found"
+    """``result_event_seq`` names no event of this task."""
+    REQUEST_ID_REUSED = "request_id_reused"
+    """The request id was used before with other arguments."""
+    INVALID_REQUEST_ID = "invalid_request_id"
+    """A request id must be 1 to 64 characters."""
+    TASK_CLOSED = "task_closed"
+    """The task was finished; it takes no more writes."""
+    INVALID_TRANSITION = "invalid_transition"
+    """The step cannot move from its state to the asked one (``STEP_TRANSITIONS``)."""
+    STEP_KIND_CHANGED = "step_kind_changed"
+    """A step keeps the kind it was created with."""
+    STEP_LIMIT_REACHED = "step_limit_reached"
+    """The task already holds ``MAX_STEPS_PER_TASK`` steps."""
+    TASK_BUSY = "task_busy"
+    """The task's history is near Temporal's hard limit while the mirror catches up; retry
+    later (see ``HISTORY_BACKPRESSURE_EVENTS``)."""
+
+
+DUPLICATE = "duplicate_request"
+"""ApplicationError type a validator raises for a repeated request id with the same arguments;
+its details carry the stored ``WriteOutcome``. The client turns it into a normal result."""
+
+CONTINUING_AS_NEW = "continuing_as_new"
+"""ApplicationError type a validator raises while a task drains before continue-as-new (the
+mirror catching up); nothing is written, and the client sends the write again shortly, when
+the new run takes it."""
+
+MIRROR_UNAVAILABLE = "MirrorUnavailable"
+"""ApplicationError type of a mirror call that met a transient Neo4j error (retryable)."""
+
+MIRROR_DATA_ERROR = "MirrorDataError"
+"""ApplicationError type of a mirror call whose data Neo4j refused (not retryable)."""
+
+
+def refusal(code: ErrorCode, message: str) -> ApplicationError:
+    """The error a validator raises to refuse a write: its ``type`` is the ``ErrorCode`` value,
+    and the client maps it back to the same code."""
+    return ApplicationError(message, type=code.value, non_retryable=True)
+
+
+def duplicate(outcome: BaseModel) -> ApplicationError:
+    """The error a validator raises for a repeated request id: ``DUPLICATE`` with the stored
+    outcome as its one detail."""
+    return ApplicationError("duplicate request", outcome, type=DUPLICATE, non_retryable=True)
+
+
+def error_code(type_: str | None) -> ErrorCode | None:
+    """The ``ErrorCode`` whose value is ``type_`` (an ApplicationError type), else None."""
+    if type_ is None or type_ not in ErrorCode._value2member_map_:
+        return None
+    return ErrorCode(type_)
+
+
+class TaskServiceUnavailable(RuntimeError):
+    """Temporal (or Neo4j, for graph reads) could not be reached, or the connection was lost
+    before the server answered. The write may or may not have been recorded: retry it with the
+    same request id."""
+
+
+class GraphNotConfigured(RuntimeError):
+    """A read needs the Neo4j task graph (older runs' events, cross-task reads) and the client
+    was made without one: pass ``graph=`` to ``ConversationHistory``."""
+
+
+class GraphIncomplete(RuntimeError):
+    """Neo4j lacks events of a task's earlier run that a read needs (the graph was wiped or
+    lost): rebuild it from the Temporal histories with ``agent-tasks graph rebuild``."""

@@ -1,0 +1,299 @@
+"""The ledger: one task's events, steps and request ids over its carried ``TaskState``.
+
+The one write path of a task. The workflow's update handlers call it today, and code running
+inside the workflow (steps, input, children) calls it the same way. Pure and deterministic: the
+caller passes the workflow time (``now``), so the ledger runs in tests without a server.
+
+Each write has a ``check_*`` method (the state rules: request id, closed task, transitions),
+which update validators call and raise from, and an apply method, which handlers call. Apply
+methods check again before they change anything, since validators do not run on replay while
+handlers do. Admission rules that depend on the moment (the drain before continue-as-new, the
+history length) are not here: they live in the workflow's validators only.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from workflows.errors import ErrorCode, duplicate, refusal
+from workflows.models import (
+    REQUEST_WINDOW,
+    Event,
+    EventsPage,
+    EventsQuery,
+    FinishTaskInput,
+    RecordEventsInput,
+    RequestLookup,
+    SetStepsInput,
+    StepRecord,
+    StepsQuery,
+    StepState,
+    StepView,
+    StoredRequest,
+    TaskStart,
+    TaskState,
+    TaskStatus,
+    TaskView,
+    WriteOutcome,
+    args_digest,
+    request_key,
+    valid_request_id,
+)
+from workflows.steps import idempotency_key, next_steps, result_validity
+
+
+class Ledger:
+    """One task's ledger: the carried ``state`` and this run's events (``run_events``).
+
+    Args:
+        state: the task's state, new or carried across continue-as-new.
+    """
+
+    def __init__(self, state: TaskState) -> None:
+        self.state = state
+        self.run_events: list[Event] = []
+        """This run's events: seqs ``run_first_seq`` to ``state.last_seq``."""
+        self.run_first_seq = state.last_seq + 1
+        """The first seq this run holds (older ones are in Neo4j)."""
+
+    @classmethod
+    def new(cls, start: TaskStart, workflow_id: str, now: datetime) -> Ledger:
+        """The ledger of a new task, not yet created (``create`` records the creation)."""
+        return cls(TaskState(start=start, workflow_id=workflow_id, created_at=now, updated_at=now))
+
+    # ---------------------------------------------------------------- state
+
+    @property
+    def closed(self) -> bool:
+        """True once the task is finished."""
+        return self.state.status is not TaskStatus.OPEN
+
+    @property
+    def unmirrored(self) -> bool:
+        """True while some accepted write is not in Neo4j yet."""
+        return self.state.mirrored_write < self.state.writes
+
+    @property
+    def unmirrored_events(self) -> int:
+        """Events not in Neo4j yet."""
+        return self.state.last_seq - self.state.mirrored_seq
+
+    # ---------------------------------------------------------------- checks
+
+    def stored(self, request_id: str, digest: str) -> WriteOutcome | None:
+        """The stored outcome of ``request_id`` if its digest matches, None if the id is new.
+
+        Raises:
+            ApplicationError: refusal ``invalid_request_id`` or ``request_id_reused``.
+        """
+        if not valid_request_id(request_id):
+            raise refusal(ErrorCode.INVALID_REQUEST_ID, "request_id must be 1 to 64 characters")
+        key = request_key(request_id)
+        stored = self.state.requests.get(key)
+        if stored is None:
+            return None
+        if stored.digest != digest:
+            raise refusal(
+                ErrorCode.REQUEST_ID_REUSED,
+                f"request_id {request_id!r} was used before with other arguments",
+            )
+        return WriteOutcome(
+            first_seq=stored.first_seq,
+            last_seq=stored.last_seq,
+            duplicate=True,
+            created=key == request_key(self.state.start.request_id),
+        )
+
+    def check_write(self, request_id: str, digest: str) -> None:
+        """The state rules of every write but ``create``.
+
+        Raises:
+            ApplicationError: ``DUPLICATE`` with the stored outcome, or a refusal
+                (``invalid_request_id``, ``request_id_reused``, ``task_closed``).
+        """
+        stored = self.stored(request_id, digest)
+        if stored is not None:
+            raise duplicate(stored)
+        if self.closed:
+            raise refusal(ErrorCode.TASK_CLOSED, f"task is {self.state.status.value}")
+
+    def check_create(self, start: TaskStart) -> None:
+        """What ``create_task`` may do: only the creating request, the first time.
+
+        Raises:
+            ApplicationError: ``DUPLICATE`` (the creating request again: ``created`` True; the
+                same goal under another request id: ``created`` False), or a refusal
+                (``task_exists`` for another goal, ``invalid_request_id``,
+                ``request_id_reused``).
+        """
+        stored = self.stored(start.request_id, args_digest(start))
+        if stored is None and start.goal != self.state.start.goal:
+            raise refusal(
+                ErrorCode.TASK_EXISTS,
+                f"task {start.name!r} exists in project {start.project_id!r} with another goal",
+            )
+        if stored is None and start.request_id != self.state.start.request_id:
+            stored = WriteOutcome(duplicate=True)
+        if stored is not None:
+            raise duplicate(stored)
+
+    def check_steps(self, input: SetStepsInput, now: datetime) -> dict[str, StepRecord]:
+        """The state rules of ``set_steps``; returns the step records it leads to.
+
+        Raises:
+            ApplicationError: as ``check_write``, or a step refusal (``next_steps``).
+        """
+        self.check_write(input.request_id, args_digest(input))
+        return next_steps(
+            self.state.steps,
+            input.steps,
+            last_seq=self.state.last_seq,
+            write_number=self.state.writes + 1,
+            now=now,
+        )
+
+    # ---------------------------------------------------------------- writes
+
+    def _accept(
+        self, request_id: str, digest: str, first_seq: int, last_seq: int, now: datetime
+    ) -> None:
+        """Count an accepted write and remember its request id (oldest forgotten first)."""
+        self.state.writes += 1
+        self.state.updated_at = now
+        self.state.requests[request_key(request_id)] = StoredRequest(digest, first_seq, last_seq)
+        while len(self.state.requests) > REQUEST_WINDOW:
+            del self.state.requests[next(iter(self.state.requests))]
+
+    def create(self, start: TaskStart, now: datetime) -> WriteOutcome:
+        """Record the creation of the task (``check_create`` first)."""
+        self.check_create(start)
+        self._accept(start.request_id, args_digest(start), 0, 0, now)
+        return WriteOutcome(created=True)
+
+    def record_events(self, input: RecordEventsInput, now: datetime) -> WriteOutcome:
+        """Append ``input.events`` with consecutive seqs; returns the first and last seq."""
+        digest = args_digest(input)
+        self.check_write(input.request_id, digest)
+        first = self.state.last_seq + 1
+        for offset, item in enumerate(input.events):
+            assert item.full_length is not None and item.full_sha256 is not None
+            self.run_events.append(
+                Event(
+                    seq=first + offset,
+                    kind=item.kind,
+                    role=item.role,
+                    name=item.name,
+                    call_id=item.call_id,
+                    payload=item.payload,
+                    full_length=item.full_length,
+                    full_sha256=item.full_sha256,
+                    author=input.agent_id,
+                    time=now,
+                    request_id=input.request_id,
+                )
+            )
+        self.state.last_seq = first + len(input.events) - 1
+        self._accept(input.request_id, digest, first, self.state.last_seq, now)
+        return WriteOutcome(first_seq=first, last_seq=self.state.last_seq)
+
+    def set_steps(self, input: SetStepsInput, now: datetime) -> WriteOutcome:
+        """Apply step changes in order, all or nothing (``STEP_TRANSITIONS``)."""
+        changed = self.check_steps(input, now)
+        self._accept(input.request_id, args_digest(input), 0, 0, now)
+        self.state.steps.update(changed)
+        return WriteOutcome()
+
+    def finish(self, input: FinishTaskInput, now: datetime) -> WriteOutcome:
+        """Close the task with a final status; later writes get ``task_closed``."""
+        digest = args_digest(input)
+        self.check_write(input.request_id, digest)
+        self.state.status = input.status
+        self.state.result = input.result
+        self.state.error = input.error
+        self._accept(input.request_id, digest, 0, 0, now)
+        return WriteOutcome()
+
+    def mirrored(self, up_to_seq: int, up_to_write: int | None) -> None:
+        """Record a successful mirror call: events up to ``up_to_seq`` and (when not None)
+        writes up to ``up_to_write`` are in Neo4j."""
+        self.state.mirror_error = None
+        self.state.mirrored_seq = up_to_seq
+        if up_to_write is not None:
+            self.state.mirrored_write = up_to_write
+
+    # ---------------------------------------------------------------- reads
+
+    def view(self) -> TaskView:
+        """The task view, without event bodies."""
+        start = self.state.start
+        counts = dict.fromkeys(StepState, 0)
+        for step in self.state.steps.values():
+            counts[step.state] += 1
+        return TaskView(
+            project_id=start.project_id,
+            name=start.name,
+            workflow_id=self.state.workflow_id,
+            goal=start.goal,
+            agent_id=start.agent_id,
+            session_id=start.session_id,
+            parent=start.parent,
+            metadata=start.metadata,
+            status=self.state.status,
+            result=self.state.result,
+            error=self.state.error,
+            step_counts=counts,
+            last_seq=self.state.last_seq,
+            mirrored_seq=self.state.mirrored_seq,
+            unmirrored_writes=self.state.writes - self.state.mirrored_write,
+            mirror_error=self.state.mirror_error,
+            run_first_seq=self.run_first_seq,
+            runs=self.state.runs,
+            created_at=self.state.created_at,
+            updated_at=self.state.updated_at,
+        )
+
+    def events_page(self, query: EventsQuery) -> EventsPage:
+        """This run's events with seq > ``after_seq``, at most ``limit`` of them and about
+        ``max_bytes`` of payload (never fewer than one event when one is left)."""
+        start = max(query.after_seq + 1 - self.run_first_seq, 0)
+        last = self.state.last_seq if query.up_to_seq is None else query.up_to_seq
+        page: list[Event] = []
+        size = 0
+        for event in self.run_events[start : start + query.limit]:
+            size += len(event.payload.encode("utf-8"))
+            if event.seq > last or (page and size > query.max_bytes):
+                break
+            page.append(event)
+        return EventsPage(
+            events=page, run_first_seq=self.run_first_seq, last_seq=self.state.last_seq
+        )
+
+    def steps(self, query: StepsQuery) -> list[StepView]:
+        """Steps in name order, filtered by state and by change since a write counter."""
+        selected = sorted(
+            (name, step)
+            for name, step in self.state.steps.items()
+            if (query.state is None or step.state is query.state)
+            and step.changed_write > query.changed_after_write
+        )
+        return [self.step_view(name, step) for name, step in selected[: query.limit]]
+
+    def step_view(self, name: str, step: StepRecord) -> StepView:
+        """A step record as readers see it, with its validity and idempotency key."""
+        return StepView(
+            step_name=name,
+            state=step.state,
+            kind=step.kind,
+            result_event_seq=step.result_event_seq,
+            attempt=step.attempt,
+            updated_at=step.updated_at,
+            result_validity=result_validity(step.state, step.result_event_seq),
+            idempotency_key=idempotency_key(self.state.workflow_id, name, step.attempt),
+        )
+
+    def request_outcome(self, lookup: RequestLookup) -> WriteOutcome | None:
+        """The stored outcome of a request id whose digest matches, else None."""
+        stored = self.state.requests.get(request_key(lookup.request_id))
+        if stored is None or stored.digest != lookup.digest:
+            return None
+        return WriteOutcome(first_seq=stored.first_seq, last_seq=stored.last_seq, duplicate=True)

@@ -1,0 +1,226 @@
+"""Write inputs (one model per update), their outcome, and query inputs.
+
+These cross Temporal as update and query arguments. Their class and field names reach the
+histories (as JSON field names), so they stay; new fields are optional so that old payloads
+still decode.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Self
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StrictStr,
+    field_validator,
+    model_validator,
+)
+
+from workflows.models.kinds import EventKind, Role, StepKind, StepState, TaskStatus
+from workflows.models.limits import (
+    MAX_EVENTS_PER_UPDATE,
+    MAX_FULL_LENGTH,
+    MAX_GOAL_CHARS,
+    MAX_METADATA_ENTRIES,
+    MAX_METADATA_VALUE_CHARS,
+    MAX_PAYLOAD_CHARS,
+    MAX_STEPS_PER_TASK,
+    MAX_STEPS_PER_UPDATE,
+    MAX_UPDATE_BYTES,
+    PAGE_LIMIT_MAX,
+)
+from workflows.models.text import (
+    BoundedText,
+    Name,
+    ProjectId,
+    ShortText,
+    StepName,
+    bound_text,
+    check_name,
+    clean_text,
+)
+
+
+class _Input(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class EventInput(_Input):
+    """One event to record. The payload is cleaned and bounded on validation, so a multi-MiB
+    payload never leaves the client: only its first ``MAX_PAYLOAD_CHARS`` characters do."""
+
+    kind: EventKind
+    """What the event records."""
+    role: Role | None = None
+    """Whose message it is (messages); None for other kinds if not meaningful."""
+    name: ShortText | None = None
+    """Tool name for tool calls and results; any short label otherwise."""
+    call_id: ShortText | None = None
+    """Links a tool_result to its tool_call (the tool call id of the source)."""
+    payload: StrictStr = ""
+    """The text: message content, tool arguments (JSON text), tool output."""
+    full_length: int | None = Field(default=None, ge=0, le=MAX_FULL_LENGTH)
+    """Characters of the full payload; set by validation, or kept when the payload is
+    already a cut (``len(payload) == MAX_PAYLOAD_CHARS``)."""
+    full_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    """SHA-256 hex of the full payload as UTF-8; set like ``full_length``."""
+
+    @model_validator(mode="after")
+    def _bound(self) -> Self:
+        kept_cut = (
+            self.full_length is not None
+            and self.full_sha256 is not None
+            and len(self.payload) == MAX_PAYLOAD_CHARS
+            and self.full_length > MAX_PAYLOAD_CHARS
+            and clean_text(self.payload) == self.payload
+        )
+        if not kept_cut:
+            bounded = bound_text(self.payload)
+            self.payload = bounded.text  # plain assignment: validate_assignment is off
+            self.full_length = bounded.full_length
+            self.full_sha256 = bounded.full_sha256
+        return self
+
+
+class StepWrite(_Input):
+    """One step change."""
+
+    step_name: StepName
+    """The step's name, unique within the task."""
+    state: StepState
+    """The state to move to."""
+    kind: StepKind | None = None
+    """The step's kind; required when the step is new, else it must match or be None."""
+    result_event_seq: StrictInt | None = Field(default=None, ge=1)
+    """Seq of the event holding the step's result; must name an event of the same task."""
+
+
+class TaskStart(_Input):
+    """What creates a task: the start input of update-with-start and the input of the
+    ``create_task`` update sent with it."""
+
+    project_id: ProjectId
+    """Project that scopes the task."""
+    name: Name
+    """Task name, unique in the project."""
+    goal: Annotated[StrictStr, Field(max_length=MAX_GOAL_CHARS)]
+    """What the task is for."""
+    agent_id: ShortText
+    """Agent that created the task."""
+    session_id: ShortText | None = None
+    """Session the task belongs to, if any."""
+    parent: Name | None = None
+    """Name of the parent task in the same project, if this is a child task."""
+    metadata: dict[ShortText, Annotated[StrictStr, Field(max_length=MAX_METADATA_VALUE_CHARS)]] = (
+        Field(default_factory=dict, max_length=MAX_METADATA_ENTRIES)
+    )
+    """Free metadata (model, source file, exit status...)."""
+    request_id: StrictStr
+    """Request id of the creating call (1 to 64 characters)."""
+
+    @model_validator(mode="after")
+    def _names(self) -> Self:
+        check_name(self.name, "name")
+        if self.parent is not None:
+            check_name(self.parent, "parent")
+        return self
+
+
+class RecordEventsInput(_Input):
+    """Update ``record_events``."""
+
+    agent_id: ShortText
+    """Author of the events."""
+    events: list[EventInput] = Field(min_length=1, max_length=MAX_EVENTS_PER_UPDATE)
+    """Events in order; they get consecutive seqs."""
+    request_id: StrictStr
+    """Request id (1 to 64 characters)."""
+
+
+class SetStepsInput(_Input):
+    """Update ``set_steps``: applied all or nothing, in order."""
+
+    agent_id: ShortText
+    """Who sets the steps."""
+    steps: list[StepWrite] = Field(min_length=1, max_length=MAX_STEPS_PER_UPDATE)
+    """Step changes in order."""
+    request_id: StrictStr
+    """Request id (1 to 64 characters)."""
+
+
+class FinishTaskInput(_Input):
+    """Update ``finish_task``."""
+
+    agent_id: ShortText
+    """Who finishes the task."""
+    status: TaskStatus
+    """done, failed or cancelled (``open`` is refused by validation)."""
+    result: BoundedText | None = None
+    """Result text, cleaned and cut like a payload (a ``str`` is bounded on validation, so a
+    long text never leaves the client whole)."""
+    error: BoundedText | None = None
+    """Error text, bounded like ``result``."""
+    request_id: StrictStr
+    """Request id (1 to 64 characters)."""
+
+    @field_validator("result", "error", mode="before")
+    @classmethod
+    def _bound_text(cls, value: object) -> object:
+        return bound_text(value) if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _closing_status(self) -> Self:
+        if self.status is TaskStatus.OPEN:
+            raise ValueError("status must be done, failed or cancelled")
+        return self
+
+
+class WriteOutcome(BaseModel):
+    """What an accepted write returns, and what a repeated request id returns again."""
+
+    first_seq: int = 0
+    """First seq the write assigned (0 when it assigned none)."""
+    last_seq: int = 0
+    """Last seq the write assigned (0 when it assigned none)."""
+    duplicate: bool = False
+    """True when this is the stored outcome of an earlier write with the same request id, or
+    (``create_task``) the task already existed with the same goal."""
+    created: bool = False
+    """``create_task``: True when this request id is the one that created the task."""
+
+
+class RequestLookup(BaseModel):
+    """Query input: the outcome stored for a request id, if its argument digest matches."""
+
+    request_id: str
+    """The request id of the write."""
+    digest: str
+    """``args_digest`` of the write's input."""
+
+
+class EventsQuery(BaseModel):
+    """Query input: events of the current run after a seq."""
+
+    after_seq: int = 0
+    """Events with seq > after_seq."""
+    limit: int = Field(default=50, ge=1, le=PAGE_LIMIT_MAX)
+    """At most this many events."""
+    up_to_seq: int | None = None
+    """Stop at this seq (inclusive); None: the newest."""
+    max_bytes: int = Field(default=MAX_UPDATE_BYTES, ge=1)
+    """Stop adding events once the page's payloads pass this many UTF-8 bytes (at least one
+    event is returned)."""
+
+
+class StepsQuery(BaseModel):
+    """Query input for steps."""
+
+    state: StepState | None = None
+    """Only steps in this state; None: every state."""
+    limit: int = Field(default=PAGE_LIMIT_MAX, ge=1, le=MAX_STEPS_PER_TASK)
+    """At most this many steps, in name order."""
+    changed_after_write: int = 0
+    """Only steps changed after this write counter (the mirror's watermark)."""

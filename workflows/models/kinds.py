@@ -1,0 +1,88 @@
+"""The task model's enums. Members are upper case; their values (lower case) are what is stored
+in histories, Neo4j and JSON, so renaming a member never changes stored data."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class EventKind(StrEnum):
+    """What an event records."""
+
+    MESSAGE = "message"
+    """A chat message (``role`` says whose)."""
+    TOOL_CALL = "tool_call"
+    """A call of a tool (``name`` is the tool, the payload its arguments as text)."""
+    TOOL_RESULT = "tool_result"
+    """What a tool returned (``call_id`` links it to its call)."""
+    REASONING = "reasoning"
+    """Model reasoning kept apart from the message text."""
+    INPUT_REQUEST = "input_request"
+    """The agent asks a person for input."""
+    INPUT_RESPONSE = "input_response"
+    """A person's answer to an input request."""
+    CHILD_TASK = "child_task"
+    """A child task was spawned (the payload names it)."""
+    CHILD_RESULT = "child_result"
+    """A child task finished (the payload is its result)."""
+    ERROR = "error"
+    """An error outside any tool call (a crash, a model API failure)."""
+    NOTE = "note"
+    """Anything else worth keeping in the log (annotations, imported metadata)."""
+
+
+class Role(StrEnum):
+    """Author role of a message, as in chat transcripts."""
+
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+
+
+class StepState(StrEnum):
+    """State of a step. Transitions follow ``workflows.steps.STEP_TRANSITIONS``."""
+
+    NOT_STARTED = "not_started"
+    IN_PROGRESS = "in_progress"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    UNKNOWN = "unknown"
+    """The step may or may not have had its effect (for example the worker died mid-call)."""
+
+
+class StepKind(StrEnum):
+    """What a step does. ``human`` and ``child`` are this project's additions."""
+
+    READ = "read"
+    WRITE = "write"
+    TOOL = "tool"
+    MODEL = "model"
+    HUMAN = "human"
+    """Waits for a person's input."""
+    CHILD = "child"
+    """Runs a child task."""
+
+
+class TaskStatus(StrEnum):
+    """Status of a task. ``open`` until ``finish_task`` sets one of the other three."""
+
+    OPEN = "open"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class ResultValidity(StrEnum):
+    """How far a reader can trust a step's result, as returned by ``list_steps``."""
+
+    VALID = "valid"
+    """Completed, and ``result_event_seq`` names the event holding the result."""
+    NO_RESULT = "no_result"
+    """Completed without a result event: the effect happened, its output was not recorded."""
+    PENDING = "pending"
+    """Not started or in progress: there is no result yet."""
+    FAILED = "failed"
+    """Failed: the result event, if any, holds the error, not a result."""
+    UNCERTAIN = "uncertain"
+    """State ``unknown``: the effect may or may not have happened; check before retrying."""

@@ -1,0 +1,43 @@
+"""The task model's limits, each with its unit and where the number comes from.
+
+The server facts behind them were measured on a Temporal CLI dev server 1.32 with temporalio 1.35
+(the project's design notes): an update payload over 2 MiB stalls its workflow, the SDK warns at
+512 KiB, continue-as-new is suggested at 4,096 history events or 4 MiB, and a run is terminated
+at 51,200 events or 50 MiB.
+
+Changing a limit is a change to workflow code: the models' validators run when Temporal decodes
+an update's input, also on replay, so a tighter limit can make an old history's input fail to
+decode. Loosen limits freely; tighten them only behind ``workflow.patched`` (README, "Changing
+workflow code safely").
+"""
+
+from __future__ import annotations
+
+MAX_PAYLOAD_CHARS = 32_000
+"""An event payload longer than this many characters (code points) is cut to it."""
+MAX_EVENTS_PER_UPDATE = 200
+"""Events in one ``record_events`` update; the client splits larger batches."""
+MAX_UPDATE_BYTES = 1_048_576
+"""Serialized size (bytes of JSON) the client keeps one update under; the server stalls a
+workflow on an update payload over 2 MiB, so a batch is split long before that."""
+MAX_STEPS_PER_UPDATE = 200
+"""Step writes in one ``set_steps`` update; the client splits larger batches."""
+MAX_STEPS_PER_TASK = 500
+"""Steps one task may hold (their records are carried across continue-as-new)."""
+REQUEST_WINDOW = 2_000
+"""How many of a task's most recent writes keep their request id for deduplication."""
+MAX_METADATA_ENTRIES = 16
+"""Entries in a task's metadata map."""
+MAX_METADATA_VALUE_CHARS = 500
+"""Characters of one metadata value."""
+MAX_GOAL_CHARS = 4_000
+"""Characters of a task goal."""
+MAX_FULL_LENGTH = 2**53
+"""Largest ``full_length`` an event may claim (a count every JSON reader and Neo4j's 64-bit
+integers hold exactly)."""
+PAGE_LIMIT_MAX = 200
+"""Largest page a read returns (events, steps, tasks)."""
+HISTORY_BACKPRESSURE_EVENTS = 40_000
+"""History length (events) at which a task refuses writes with ``task_busy``: Temporal
+terminates a run at 51,200 events, and this happens only if Neo4j stays down long enough to
+delay continue-as-new."""

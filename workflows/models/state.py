@@ -1,0 +1,89 @@
+"""What a task carries across continue-as-new: ``TaskState``, no event bodies, bounded size.
+
+``TaskState`` is the workflow's input after continue-as-new (``TaskWorkflowInput.carried``), so
+its class and field names are in the histories; fields added later must be optional.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from pydantic import AwareDatetime, BaseModel, Field
+
+from workflows.models.inputs import TaskStart
+from workflows.models.kinds import StepKind, StepState, TaskStatus
+from workflows.models.text import BoundedText
+
+
+class StepRecord(BaseModel):
+    """A step as the workflow keeps it (carried across continue-as-new)."""
+
+    state: StepState
+    """The step's current state."""
+    kind: StepKind
+    """What the step does; fixed when the step is created."""
+    result_event_seq: int | None = None
+    """Seq of the event holding the result (or the error) of the last attempt."""
+    attempt: int = 0
+    """Times the step entered ``in_progress``: the attempt number in its idempotency key."""
+    updated_at: AwareDatetime
+    """Workflow time of the step's last change."""
+    changed_write: int = 0
+    """The task's write counter when this step last changed (the mirror reads from it)."""
+
+
+class StoredRequest(NamedTuple):
+    """What the request-id window remembers of one write (carried as a JSON list
+    ``[digest, first_seq, last_seq]``)."""
+
+    digest: str
+    """``args_digest`` of the write's input."""
+    first_seq: int
+    """First seq the write assigned (0: none)."""
+    last_seq: int
+    """Last seq the write assigned (0: none)."""
+
+
+class TaskState(BaseModel):
+    """Everything a task carries across continue-as-new: no event bodies, bounded size."""
+
+    start: TaskStart
+    """The fields the task was created with."""
+    workflow_id: str
+    """The task's workflow id (``task_workflow_id``)."""
+    status: TaskStatus = TaskStatus.OPEN
+    """Open until finished."""
+    result: BoundedText | None = None
+    """The result text ``finish_task`` gave."""
+    error: BoundedText | None = None
+    """The error text ``finish_task`` gave."""
+    created_at: AwareDatetime
+    """Workflow time of the creation."""
+    updated_at: AwareDatetime
+    """Workflow time of the last accepted write."""
+    last_seq: int = 0
+    """Seq of the newest event (0: none yet)."""
+    writes: int = 0
+    """Accepted writes so far (every update that changed state)."""
+    mirrored_write: int = 0
+    """Writes already mirrored to Neo4j."""
+    mirrored_seq: int = 0
+    """Events already mirrored to Neo4j."""
+    mirror_error: str | None = None
+    """The last mirror failure, None once the mirror succeeds again."""
+    steps: dict[str, StepRecord] = Field(default_factory=dict)
+    """Step name -> record."""
+    requests: dict[str, StoredRequest] = Field(default_factory=dict)
+    """``request_key(request_id)`` -> what the write stored, oldest first, at most
+    ``REQUEST_WINDOW`` entries."""
+    runs: int = 1
+    """Runs of the workflow so far (1 + continue-as-new count)."""
+
+
+class TaskWorkflowInput(BaseModel):
+    """The workflow's input: a new task's start, or the state carried by continue-as-new."""
+
+    start: TaskStart | None = None
+    """A new task."""
+    carried: TaskState | None = None
+    """The state of the run that continued-as-new."""

@@ -1,0 +1,132 @@
+"""Pure text rules of the task model: names and ids, cleaning and bounding text, digests.
+
+Deterministic (stdlib and pydantic only): the workflow and the client both use these, so both
+sides validate, bound and hash text the same way. ``clean_text`` and ``bound_text`` run inside
+the models' validators, which also run when a history is replayed: changing them changes what
+a replay computes (README, "Changing workflow code safely").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StrictStr
+
+from workflows.models.limits import MAX_PAYLOAD_CHARS
+
+_PROJECT_ID = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+Name = Annotated[StrictStr, Field(min_length=1, max_length=200)]
+"""A task name: 1 to 200 characters, no control characters (checked by ``check_name``)."""
+StepName = Annotated[
+    StrictStr, Field(min_length=1, max_length=100, pattern=r"^[^/\x00-\x1f\x7f-\x9f]+$")
+]
+"""A step name: 1 to 100 characters, no ``/`` and no control characters, so that the step's
+idempotency key ``{workflow_id}/{step_name}/{attempt}`` and its Neo4j key read back one way."""
+ShortText = Annotated[StrictStr, Field(min_length=1, max_length=128)]
+"""An agent id, session id, tool name or call id: 1 to 128 characters."""
+ProjectId = Annotated[StrictStr, Field(pattern=_PROJECT_ID)]
+"""1 to 64 characters of ``[A-Za-z0-9_.-]``, starting with a letter or digit (never ``/``)."""
+
+
+def check_name(value: str, field: str) -> str:
+    """Return ``value`` if it has no control character, else raise ``ValueError`` naming
+    ``field``. Lengths are checked by the pydantic field constraints."""
+    if _CONTROL.search(value):
+        raise ValueError(f"{field} must not contain control characters")
+    return value
+
+
+def task_workflow_id(project_id: str, name: str) -> str:
+    """The workflow id of a task: ``agent-task/{project_id}/{name}``.
+
+    Collision-free: a project id never contains ``/`` (``ProjectId``), so the first ``/`` after
+    the prefix ends it and distinct ``(project_id, name)`` pairs give distinct ids.
+    """
+    return f"agent-task/{project_id}/{name}"
+
+
+def valid_request_id(request_id: object) -> bool:
+    """True for a ``str`` of 1 to 64 characters that encodes to UTF-8 (no lone surrogates):
+    the rule behind ``invalid_request_id``."""
+    return (
+        isinstance(request_id, str)
+        and 1 <= len(request_id) <= 64
+        and clean_text(request_id) == request_id
+    )
+
+
+def clean_text(text: str) -> str:
+    """Return ``text`` as valid Unicode that encodes to UTF-8.
+
+    The one rule for text that is not valid UTF-8: a surrogate pair written as two code points
+    is joined into the character it encodes, and every lone surrogate (U+D800 to U+DFFF)
+    becomes U+FFFD REPLACEMENT CHARACTER. Everything else is kept as it is. Lengths and hashes
+    are then taken of the cleaned text, since the original has no UTF-8 form.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text
+
+
+def sha256_hex(text: str) -> str:
+    """SHA-256 (lower-case hex, 64 characters) of ``text`` encoded as UTF-8."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def args_digest(model: BaseModel) -> str:
+    """A 12-hex-character (48-bit) digest of a write's arguments, ``request_id`` excluded.
+
+    Two writes with one request id are "the same" when their digests match. The JSON is
+    canonical (sorted keys, no spaces) so the client and the workflow compute the same value.
+    """
+    data = model.model_dump(mode="json", exclude={"request_id"})
+    blob = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:12]
+
+
+def request_key(request_id: str) -> str:
+    """The key a request id is remembered under: 16 hex characters (64 bits) of its SHA-256,
+    so that the window's size does not depend on how long callers' ids are."""
+    return sha256_hex(request_id)[:16]
+
+
+def model_size(model: BaseModel) -> int:
+    """Bytes of ``model`` as JSON, the size it has as a Temporal payload."""
+    return len(model.__pydantic_serializer__.to_json(model))
+
+
+class BoundedText(BaseModel):
+    """Text bounded to ``MAX_PAYLOAD_CHARS``, with the length and hash of the full text."""
+
+    model_config = ConfigDict(frozen=True)
+
+    text: str
+    """The text, cut to at most ``MAX_PAYLOAD_CHARS`` characters."""
+    full_length: int
+    """Length of the full (cleaned) text in characters (code points)."""
+    full_sha256: str
+    """SHA-256 hex of the full (cleaned) text as UTF-8."""
+
+    @property
+    def truncated(self) -> bool:
+        """True when ``text`` is shorter than the full text."""
+        return self.full_length > len(self.text)
+
+
+def bound_text(text: str) -> BoundedText:
+    """Clean ``text`` (``clean_text``) and cut it to ``MAX_PAYLOAD_CHARS`` characters.
+
+    A Python ``str`` holds code points, so a cut at a code point boundary never splits a
+    character's UTF-8 bytes. Returns the cut text with the full text's length and SHA-256.
+    """
+    full = clean_text(text)
+    return BoundedText(
+        text=full[:MAX_PAYLOAD_CHARS], full_length=len(full), full_sha256=sha256_hex(full)
+    )

@@ -1,0 +1,120 @@
+"""What reads return: events, steps and the task view (query results, never carried)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import AwareDatetime, BaseModel
+
+from workflows.models.kinds import EventKind, ResultValidity, Role, StepKind, StepState, TaskStatus
+from workflows.models.text import BoundedText
+
+
+class Event(BaseModel):
+    """A recorded event."""
+
+    seq: int
+    """Position in the task's log: 1, 2, 3 ... with no gaps, across continue-as-new."""
+    kind: EventKind
+    """What the event records."""
+    role: Role | None = None
+    """Whose message it is."""
+    name: str | None = None
+    """Tool name or label."""
+    call_id: str | None = None
+    """Links a tool result to its call."""
+    payload: str
+    """The payload, at most ``MAX_PAYLOAD_CHARS`` characters."""
+    full_length: int
+    """Characters of the full payload."""
+    full_sha256: str
+    """SHA-256 hex of the full payload as UTF-8."""
+    author: str
+    """Agent id of the writer."""
+    time: AwareDatetime
+    """Workflow time of the write (UTC)."""
+    request_id: str
+    """Request id of the write that recorded it."""
+
+    @property
+    def truncated(self) -> bool:
+        """True when the payload was cut."""
+        return self.full_length > len(self.payload)
+
+
+class StepView(BaseModel):
+    """A step as readers see it."""
+
+    step_name: str
+    """The step's name, unique in its task."""
+    state: StepState
+    """Its state."""
+    kind: StepKind
+    """What it does."""
+    result_event_seq: int | None = None
+    """Seq of the event holding its result (or error)."""
+    attempt: int
+    """Times it entered ``in_progress``."""
+    updated_at: datetime
+    """Workflow time of its last change (UTC)."""
+    result_validity: ResultValidity
+    """How far its result can be trusted (``workflows.steps.result_validity``)."""
+    idempotency_key: str
+    """``{workflow_id}/{step_name}/{attempt}``: stable across activity retries and
+    continue-as-new; hand it to a tool so an external side effect can be deduplicated."""
+
+
+class TaskView(BaseModel):
+    """The task view a query returns: no event bodies."""
+
+    project_id: str
+    """The task's project."""
+    name: str
+    """The task's name."""
+    workflow_id: str
+    """Its workflow id."""
+    goal: str
+    """What it is for."""
+    agent_id: str
+    """The agent that created it."""
+    session_id: str | None
+    """Its session, if any."""
+    parent: str | None
+    """Its parent task's name, if any."""
+    metadata: dict[str, str]
+    """Free metadata."""
+    status: TaskStatus
+    """open, done, failed or cancelled."""
+    result: BoundedText | None
+    """The result text of a finished task."""
+    error: BoundedText | None
+    """The error text of a finished task."""
+    step_counts: dict[StepState, int]
+    """Steps in each state (every state present, zero included)."""
+    last_seq: int
+    """Seq of the newest event."""
+    mirrored_seq: int
+    """Last seq mirrored to Neo4j; ``last_seq - mirrored_seq`` is the mirror lag."""
+    unmirrored_writes: int
+    """Writes (events, steps, status) not yet in Neo4j; 0 when the mirror has caught up."""
+    mirror_error: str | None
+    """The last mirror failure, if the mirror is failing."""
+    run_first_seq: int
+    """First seq kept in the current run (older ones are in Neo4j)."""
+    runs: int
+    """Runs so far (1 + continue-as-new count)."""
+    created_at: datetime
+    """Workflow time of the creation (UTC)."""
+    updated_at: datetime
+    """Workflow time of the last accepted write (UTC)."""
+
+
+class EventsPage(BaseModel):
+    """Query result: events of the current run and where the run's log starts."""
+
+    events: list[Event]
+    """The page, in seq order."""
+    run_first_seq: int
+    """First seq of the current run (older seqs are in Neo4j)."""
+    last_seq: int
+    """The task's newest seq."""
