@@ -48,11 +48,15 @@ from starter.results import (
 from taskgraph.models import (
     EventFilter,
     EventRow,
+    EventsRead,
     StepFilter,
     StepRow,
     TaskFilter,
+    TaskListFilter,
+    TaskRead,
     TaskRow,
     ToolFailures,
+    TreeRead,
     TreeRow,
 )
 from workflows.errors import (
@@ -512,7 +516,12 @@ class ConversationHistory:
 
     async def get_task(self, name: str) -> GetTaskResult:
         """The task view (no event bodies); ``found`` False when the name is not in this
-        project. Works for running and finished tasks."""
+        project. Works for running and finished tasks.
+
+        Raises:
+            pydantic.ValidationError: ``name`` is not a task name (field ``task``).
+        """
+        TaskRead(task=name)
         handle = self._handle(name)
         found, view = await self._query(name, lambda: handle.query(TaskWorkflow.view))
         return GetTaskResult(found=found, view=view)
@@ -524,10 +533,12 @@ class ConversationHistory:
         its own writes at once.
 
         Raises:
-            pydantic.ValidationError: ``limit`` outside 1 to 200.
+            pydantic.ValidationError: an argument of the wrong shape, naming the field
+                (``EventsRead``: ``after_seq`` an int from 0, ``limit`` an int from 1 to 200).
             GraphNotConfigured: older seqs are needed and no graph was given.
             GraphIncomplete: Neo4j lacks some of them (run ``agent-tasks graph rebuild``).
         """
+        EventsRead(task=task, after_seq=after_seq, limit=limit)
         query = EventsQuery(after_seq=after_seq, limit=limit)
         handle = self._handle(task)
         found, page = await self._query(task, lambda: handle.query(TaskWorkflow.events, query))
@@ -566,16 +577,21 @@ class ConversationHistory:
         self, status: TaskStatus | str | None = None, limit: int = 50
     ) -> list[str]:
         """Task names of this project from Temporal visibility (works without Neo4j),
-        newest first, optionally of one status (the ``TaskStatus`` search attribute)."""
+        newest first, optionally of one status (the ``TaskStatus`` search attribute).
+
+        Raises:
+            pydantic.ValidationError: a filter of the wrong shape (``TaskListFilter``).
+        """
+        where = TaskListFilter(status=status, limit=limit)
         query = (
             f"WorkflowType = 'TaskWorkflow' AND ProjectId = '{self.project_id}'"
             " AND ExecutionStatus != 'ContinuedAsNew'"
         )
-        if status is not None:
-            query += f" AND TaskStatus = '{TaskStatus(status).value}'"
+        if where.status is not None:
+            query += f" AND TaskStatus = '{where.status.value}'"
         prefix = self.workflow_id("")
         names: list[str] = []
-        async for execution in self.client.list_workflows(query, limit=limit):
+        async for execution in self.client.list_workflows(query, limit=where.limit):
             names.append(execution.id.removeprefix(prefix))
         return names
 
@@ -610,8 +626,13 @@ class ConversationHistory:
         return await self._graph().find_tasks(self.project_id, where)
 
     async def task_tree(self, task: str, depth: int = 3) -> list[TreeRow]:
-        """The task and its child tasks down to ``depth`` levels, from Neo4j."""
-        return await self._graph().task_tree(self.project_id, self.workflow_id(task), depth)
+        """The task and its child tasks down to ``depth`` levels (0 to 20), from Neo4j.
+
+        Raises:
+            pydantic.ValidationError: an argument of the wrong shape (``TreeRead``).
+            GraphNotConfigured: no graph was given.
+        """
+        return await self._graph().task_tree(self.project_id, TreeRead(task=task, depth=depth))
 
     async def find_events(
         self,

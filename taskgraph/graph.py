@@ -34,8 +34,10 @@ from taskgraph.models import (
     TaskFilter,
     TaskRow,
     ToolFailures,
+    TreeRead,
     TreeRow,
     plain,
+    utc,
 )
 from workflows.models import Event, StepView, TaskView, task_workflow_id
 
@@ -54,9 +56,6 @@ SCHEMA: tuple[LiteralString, ...] = (
 )
 """Constraints and indexes, created before the first write (all single-property uniqueness
 constraints and range indexes, which Neo4j Community has)."""
-
-MAX_TREE_DEPTH = 20
-"""Deepest level ``task_tree`` follows."""
 
 _TASK: LiteralString = """
 MERGE (p:Project {project_id: $t.project_id})
@@ -139,14 +138,15 @@ def task_properties(view: TaskView) -> dict[str, Any]:
         "error": None if view.error is None else view.error.text,
         "last_seq": view.last_seq,
         "runs": view.runs,
-        "created_at": view.created_at,
-        "updated_at": view.updated_at,
+        "created_at": utc(view.created_at),
+        "updated_at": utc(view.updated_at),
     }
 
 
 def event_properties(event: Event) -> dict[str, Any]:
-    """Event node properties (``time`` becomes a Neo4j datetime)."""
+    """Event node properties (``time`` becomes a Neo4j datetime in UTC)."""
     props = event.model_dump(mode="python")
+    props["time"] = utc(event.time)
     props["kind"] = event.kind.value
     props["role"] = None if event.role is None else event.role.value
     props["truncated"] = event.truncated
@@ -154,8 +154,9 @@ def event_properties(event: Event) -> dict[str, Any]:
 
 
 def step_properties(step: StepView) -> dict[str, Any]:
-    """Step node properties."""
+    """Step node properties (``updated_at`` in UTC)."""
     props = step.model_dump(mode="python")
+    props["updated_at"] = utc(step.updated_at)
     for field in ("state", "kind", "result_validity"):
         props[field] = props[field].value
     return props
@@ -299,9 +300,10 @@ class TaskGraph:
         )
         return [TaskRow.model_validate(plain(row["t"])) for row in rows]
 
-    async def task_tree(self, project_id: str, workflow_id: str, depth: int) -> list[TreeRow]:
-        """The task and its descendants up to ``depth`` levels (at most ``MAX_TREE_DEPTH``),
-        each with its ``depth`` (0 for the task itself), ordered by depth then name."""
+    async def task_tree(self, project_id: str, where: TreeRead) -> list[TreeRow]:
+        """The task ``where.task`` and its descendants up to ``where.depth`` levels (at most
+        ``MAX_TREE_DEPTH``), each with its ``depth`` (0 for the task itself), ordered by
+        depth then name."""
         rows = await self._read(
             """
             MATCH (root:Task {key: $key, project_id: $p})
@@ -310,9 +312,9 @@ class TaskGraph:
             RETURN t, length(path) AS depth
             ORDER BY depth, t.name
             """,
-            key=workflow_id,
+            key=task_workflow_id(project_id, where.task),
             p=project_id,
-            depth=min(depth, MAX_TREE_DEPTH),
+            depth=where.depth,
         )
         return [TreeRow.model_validate({**plain(row["t"]), "depth": row["depth"]}) for row in rows]
 

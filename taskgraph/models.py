@@ -2,32 +2,108 @@
 
 Each filter is defined once and used by the client, the CLI and ``TaskGraph``: a bad argument
 raises pydantic's ``ValidationError`` naming the field, before any query is sent.
+
+Every datetime handed to the Neo4j driver goes through ``utc`` first (the filters' bounds here,
+the node properties in ``taskgraph.graph``), for two reasons measured with the driver 6.4:
+
+- Cypher compares two datetimes of the same instant in different offsets as unequal and orders
+  them by offset, so ``e.time >= $since`` with ``since`` at ``+05:30`` missed the event stored
+  in UTC at that very instant.
+- The driver's pure-Python encoding of a datetime with a ``zoneinfo.ZoneInfo`` passes its own
+  ``neo4j.time.DateTime`` to ``ZoneInfo.utcoffset``, which CPython's C zoneinfo reads as a
+  ``datetime`` without checking: the process dies with SIGSEGV (every run of a loop of
+  20,000 encodings). ``datetime.UTC`` (``timezone.utc``) takes the driver's fixed-offset path.
 """
 
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    field_validator,
+)
 
 from workflows.models import (
     PAGE_LIMIT_MAX,
     Event,
     EventKind,
+    Name,
     ResultValidity,
     StepKind,
     StepState,
     TaskStatus,
 )
 
-Limit = Annotated[int, Field(ge=1, le=PAGE_LIMIT_MAX)]
-"""A page size: 1 to ``PAGE_LIMIT_MAX``."""
+MAX_TREE_DEPTH = 20
+"""Deepest level ``task_tree`` follows."""
+NEO4J_INT_MAX = 2**63 - 1
+"""Largest integer Neo4j stores and compares (64-bit signed): a bound of every seq argument,
+so that a huge int is refused by name instead of raising ``OverflowError`` in the driver."""
+
+Limit = Annotated[StrictInt, Field(ge=1, le=PAGE_LIMIT_MAX)]
+"""A page size: an ``int`` (not a string, not a bool) from 1 to ``PAGE_LIMIT_MAX``."""
+Seq = Annotated[StrictInt, Field(ge=0, le=NEO4J_INT_MAX)]
+"""A seq cursor: an ``int`` from 0 (before the first event) to ``NEO4J_INT_MAX``."""
+
+
+def utc(value: datetime) -> datetime:
+    """``value`` as the same instant in ``datetime.UTC``: the only datetimes the Neo4j driver
+    is given (see the module docstring for why).
+
+    Raises:
+        ValueError: ``value`` is naive (no time zone): its instant is unknown.
+    """
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"datetime {value.isoformat()} has no time zone: give an offset")
+    return value.astimezone(UTC)
+
+
+UtcDatetime = Annotated[AwareDatetime, AfterValidator(utc)]
+"""A timezone-aware datetime (naive ones are refused), normalised to UTC."""
 
 
 class _Filter(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TaskRead(_Filter):
+    """Which task ``get_task`` reads."""
+
+    task: Name
+    """The task's name (1 to 200 characters)."""
+
+
+class EventsRead(TaskRead):
+    """Which page of one task's events ``list_events`` returns."""
+
+    after_seq: Seq = 0
+    """Events with seq > after_seq (0: from the first)."""
+    limit: Limit = 50
+    """At most this many events."""
+
+
+class TreeRead(TaskRead):
+    """How deep ``task_tree`` follows a task's children."""
+
+    depth: Annotated[StrictInt, Field(ge=0, le=MAX_TREE_DEPTH)] = 3
+    """Levels of children below the task (0: the task alone)."""
+
+
+class TaskListFilter(_Filter):
+    """Which task names ``list_tasks`` returns from Temporal visibility."""
+
+    status: TaskStatus | None = None
+    """Only tasks in this status."""
+    limit: Limit = 50
+    """At most this many names."""
 
 
 class TaskFilter(_Filter):
@@ -54,10 +130,10 @@ class EventFilter(_Filter):
     """Only events of this kind."""
     name: str | None = None
     """Only events with this tool name or label."""
-    since: AwareDatetime | None = None
-    """Inclusive lower bound of the event time (timezone-aware, any offset)."""
-    until: AwareDatetime | None = None
-    """Exclusive upper bound of the event time (timezone-aware, any offset)."""
+    since: UtcDatetime | None = None
+    """Inclusive lower bound of the event time (timezone-aware, any offset; kept in UTC)."""
+    until: UtcDatetime | None = None
+    """Exclusive upper bound of the event time (timezone-aware, any offset; kept in UTC)."""
     failed_only: bool = False
     """Only results of failed steps (every failed tool call, for example)."""
     limit: Limit = 50
