@@ -23,7 +23,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.mirror import MirrorActivities
-from config import Settings, connect
+from config import Settings, connect, release_runtime
 from taskgraph.graph import TaskGraph, open_driver
 from workflows.task import TaskWorkflow
 
@@ -73,7 +73,9 @@ async def open_services(
     schema: bool = False,
 ) -> AsyncIterator[Services]:
     """Connect to Temporal (unless ``client`` is given) and open the Neo4j task graph
-    (``open_graph``, unless ``with_graph`` is False); close the driver on exit.
+    (``open_graph``, unless ``with_graph`` is False); on exit close the driver and wait for
+    the Temporal SDK's runtime threads to leave Python (``config.release_runtime``), so a
+    process may end right after.
 
     Args:
         settings: where to connect; from the environment when None.
@@ -88,11 +90,14 @@ async def open_services(
     """
     settings = settings or Settings()
     client = client or await connect(settings)
-    if not with_graph:
-        yield Services(settings, client, None)
-        return
-    async with open_graph(settings, schema=schema) as graph:
-        yield Services(settings, client, graph)
+    try:
+        if not with_graph:
+            yield Services(settings, client, None)
+            return
+        async with open_graph(settings, schema=schema) as graph:
+            yield Services(settings, client, graph)
+    finally:
+        await release_runtime()
 
 
 def build_worker(client: Client, graph: TaskGraph, task_queue: str) -> Worker:

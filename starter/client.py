@@ -37,6 +37,7 @@ from temporalio.common import (
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from config import release_runtime
 from starter.results import (
     EventsResult,
     GetTaskResult,
@@ -161,6 +162,16 @@ def _no_worker(err: RPCError) -> bool:
     return err.status == RPCStatusCode.FAILED_PRECONDITION and "poller" in err.message
 
 
+async def _retrieve_start(operation: WithStartWorkflowOperation[Any, Any]) -> None:
+    """Retrieve the start operation's own outcome. The SDK keeps it in a future that it
+    settles before the update-with-start call returns or raises, with the call's error when
+    the start was not seen (a time-out cancels the call: ``CancelledError``); left unread,
+    asyncio prints "Future exception was never retrieved" when the future is collected. The
+    future is done here, so this never waits."""
+    with contextlib.suppress(Exception, asyncio.CancelledError):
+        await operation.workflow_handle()
+
+
 def chunk_request_id(request_id: str, index: int) -> str:
     """Request id of the ``index``-th update of a batch split across updates: the caller's
     own for the first, ``"{sha256(request_id/index)[:40]}"`` for the others (1 to 64
@@ -225,6 +236,20 @@ class ConversationHistory:
         self.task_queue = task_queue
         self.graph = graph
         self.timeout_s = timeout_s
+
+    async def __aenter__(self) -> ConversationHistory:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """End the use of Temporal cleanly before the process exits (``async with
+        ConversationHistory(...) as history`` calls it): waits until the Temporal SDK's
+        runtime threads have left Python (``config.release_runtime``), without which an app
+        that writes and exits can abort in the interpreter's finalization. The client and the
+        graph stay open (they belong to the caller); calling it twice is harmless."""
+        await release_runtime()
 
     # ------------------------------------------------------------------ plumbing
 
@@ -361,12 +386,12 @@ class ConversationHistory:
         except WorkflowUpdateFailedError as err:
             return _from_update_failure(err)
         except WorkflowAlreadyStartedError:
-            with contextlib.suppress(WorkflowAlreadyStartedError):
-                await operation.workflow_handle()  # retrieve the start's own copy of the error
             found = await self.get_task(name)
             if found.view is not None and found.view.goal == goal:
                 return WriteResult(recorded=True, duplicate=True)
             return refused(ErrorCode.TASK_EXISTS, f"task {name!r} exists (finished)")
+        finally:
+            await _retrieve_start(operation)
         return from_outcome(outcome)
 
     async def record_event(
