@@ -17,6 +17,11 @@ the seq range.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable
+from datetime import timedelta
+from typing import TypeVar
+
 from neo4j.exceptions import DriverError, Neo4jError
 from pydantic import BaseModel, TypeAdapter
 from temporalio import activity
@@ -41,6 +46,36 @@ MIRROR_PAGE_EVENTS = 100
 """Events read per query page and written per transaction."""
 MIRROR_PAGE_BYTES = 1_048_576
 """Payload bytes (UTF-8) per query page, at most (one event may pass it alone)."""
+QUERY_TIMEOUT = timedelta(seconds=10)
+"""RPC timeout of each query the mirror sends to its workflow (answered by the worker that
+runs the activity, from its cache, in milliseconds)."""
+
+_T = TypeVar("_T")
+
+
+async def heartbeating(work: Awaitable[_T]) -> _T:
+    """Await ``work`` inside an activity while heartbeating every quarter of the activity's
+    heartbeat timeout (none when it has no heartbeat timeout).
+
+    The heartbeat says "this worker is alive and on it": when the worker dies, the server
+    retries the attempt after the heartbeat timeout. It does not say the work advances; each
+    step of the work is bounded by its own timeout instead (``QUERY_TIMEOUT``,
+    ``taskgraph.graph.NEO4J_CALL_TIMEOUT_S``), so a silent peer cannot hold the attempt.
+    """
+    timeout = activity.info().heartbeat_timeout
+    if not timeout:
+        return await work
+
+    async def beat() -> None:
+        while True:
+            activity.heartbeat()
+            await asyncio.sleep(timeout.total_seconds() / 4)
+
+    beats = asyncio.create_task(beat())
+    try:
+        return await work
+    finally:
+        beats.cancel()
 
 
 async def copy_run(
@@ -62,10 +97,12 @@ async def copy_run(
         temporalio.service.RPCError: from the queries.
     """
     handle = client.get_workflow_handle(workflow_id, run_id=run_id)
-    view = await handle.query(TaskWorkflow.view)
+    view = await handle.query(TaskWorkflow.view, rpc_timeout=QUERY_TIMEOUT)
     last = view.last_seq if up_to_seq is None else up_to_seq
     steps = await handle.query(
-        TaskWorkflow.steps, StepsQuery(changed_after_write=after_write, limit=MAX_STEPS_PER_TASK)
+        TaskWorkflow.steps,
+        StepsQuery(changed_after_write=after_write, limit=MAX_STEPS_PER_TASK),
+        rpc_timeout=QUERY_TIMEOUT,
     )
     after = max(after_seq, view.run_first_seq - 1)
     written = 0
@@ -81,6 +118,7 @@ async def copy_run(
                     limit=MIRROR_PAGE_EVENTS,
                     max_bytes=MIRROR_PAGE_BYTES,
                 ),
+                rpc_timeout=QUERY_TIMEOUT,
             )
             if not page.events:
                 raise ApplicationError(
@@ -160,16 +198,19 @@ class MirrorActivities:
     @activity.defn(name=MIRROR_ACTIVITY)
     async def mirror_task(self, input: MirrorInput) -> MirrorOutcome:
         """Mirror events ``after_seq < seq <= up_to_seq``, the steps changed after
-        ``after_write``, and the task node. Returns the counts written."""
+        ``after_write``, and the task node, heartbeating (``heartbeating``). Returns the
+        counts written."""
         try:
-            return await copy_run(
-                self.client,
-                self.graph,
-                input.workflow_id,
-                input.run_id,
-                after_seq=input.after_seq,
-                up_to_seq=input.up_to_seq,
-                after_write=input.after_write,
+            return await heartbeating(
+                copy_run(
+                    self.client,
+                    self.graph,
+                    input.workflow_id,
+                    input.run_id,
+                    after_seq=input.after_seq,
+                    up_to_seq=input.up_to_seq,
+                    after_write=input.after_write,
+                )
             )
         except (Neo4jError, DriverError, OverflowError, TypeError, ValueError) as err:
             where = f"task {input.workflow_id} seqs {input.after_seq + 1}..{input.up_to_seq}"

@@ -20,11 +20,20 @@ Unicode are stored exactly as recorded.
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from typing import Any, LiteralString
 
-from neo4j import AsyncDriver, AsyncGraphDatabase, AsyncManagedTransaction
+from neo4j import (
+    AsyncDriver,
+    AsyncGraphDatabase,
+    AsyncManagedTransaction,
+    AsyncSession,
+    unit_of_work,
+)
+from neo4j.exceptions import ServiceUnavailable
 
 from taskgraph.models import (
     EventFilter,
@@ -116,10 +125,49 @@ MERGE (s)-[:RESULT]->(e)
 """
 
 
+NEO4J_CONNECT_TIMEOUT_S = 5.0
+"""Seconds a new connection may take to connect and finish the Bolt handshake (the driver's
+default is 30 s; a local or same-region Neo4j answers in milliseconds)."""
+NEO4J_ACQUIRE_TIMEOUT_S = 10.0
+"""Seconds to get a connection from the pool, a new one's connect or an idle one's liveness
+check included (the driver's default is 60 s)."""
+NEO4J_LIVENESS_CHECK_S = 10.0
+"""A pooled connection idle for longer than this (seconds) is checked with a round trip before
+it is used, within the acquisition timeout: one that died silently (a restarted server, a
+dropped NAT entry, a proxy that stopped forwarding) is replaced instead of hanging a
+transaction."""
+NEO4J_TRANSACTION_TIMEOUT_S = 10.0
+"""Seconds the server lets one transaction run (``unit_of_work(timeout=...)``) before it
+aborts it; one mirror page (100 events, 1 MiB) takes about 0.1 s."""
+NEO4J_RETRY_S = 10.0
+"""Seconds the driver keeps retrying a transaction that failed with a transient error
+(``max_transaction_retry_time``, default 30 s); the mirror activity's retry policy and the
+workflow's pause retry after that."""
+NEO4J_CALL_TIMEOUT_S = NEO4J_RETRY_S + NEO4J_ACQUIRE_TIMEOUT_S + NEO4J_TRANSACTION_TIMEOUT_S + 5.0
+"""Client-side bound of one managed transaction with its retries (seconds): the last retry
+may start just before ``NEO4J_RETRY_S`` and then take an acquisition and a transaction, plus
+a margin. The server-side timeout cannot end a transaction whose peer went silent (a
+half-open TCP connection, a partition): this bound does, by cancelling the call (the async
+driver then drops that connection) and raising ``ServiceUnavailable``."""
+
+
 def open_driver(uri: str, auth: tuple[str, str]) -> AsyncDriver:
     """The async driver every part of the project uses: ``auth`` is ``(user, password)``;
-    server notifications (warnings about unknown property keys on an empty graph) are off."""
-    return AsyncGraphDatabase.driver(uri, auth=auth, notifications_min_severity="OFF")
+    connect, acquisition, liveness check and retry bounded (``NEO4J_*`` above); server
+    notifications (warnings about unknown property keys on an empty graph) are off."""
+    return AsyncGraphDatabase.driver(
+        uri,
+        auth=auth,
+        notifications_min_severity="OFF",
+        connection_timeout=NEO4J_CONNECT_TIMEOUT_S,
+        connection_acquisition_timeout=NEO4J_ACQUIRE_TIMEOUT_S,
+        liveness_check_timeout=NEO4J_LIVENESS_CHECK_S,
+        max_transaction_retry_time=NEO4J_RETRY_S,
+    )
+
+
+_bounded = unit_of_work(timeout=NEO4J_TRANSACTION_TIMEOUT_S)
+"""Marks a transaction function with the server-side ``NEO4J_TRANSACTION_TIMEOUT_S``."""
 
 
 def task_properties(view: TaskView) -> dict[str, Any]:
@@ -167,10 +215,12 @@ class TaskGraph:
 
     Each method opens its own session (one session per coroutine) and uses managed
     transactions (``execute_read`` / ``execute_write``), which retry transient errors
-    (deadlocks, leader switches, unavailable servers) for up to the driver's
-    ``max_transaction_retry_time`` (30 s by default). Errors left after that are raised as the
-    driver's ``neo4j.exceptions`` (``Neo4jError`` or ``DriverError``; ``is_retryable()`` says
-    whether trying later can help).
+    (deadlocks, leader switches, unavailable servers) for up to ``NEO4J_RETRY_S``. Every
+    transaction is bounded twice: by the server (``NEO4J_TRANSACTION_TIMEOUT_S``) and, with
+    its retries, by the client (``NEO4J_CALL_TIMEOUT_S``), so a silent peer never holds a
+    caller (an activity slot, a CLI command) for ever. Errors left are raised as the driver's
+    ``neo4j.exceptions`` (``Neo4jError`` or ``DriverError``; ``is_retryable()`` says whether
+    trying later can help; the client-side bound raises ``ServiceUnavailable``).
     """
 
     def __init__(self, driver: AsyncDriver, database: str = "neo4j") -> None:
@@ -178,10 +228,28 @@ class TaskGraph:
         self.database = database
         self._schema_ready = False
 
+    @asynccontextmanager
+    async def _session(self) -> AsyncIterator[AsyncSession]:
+        """A session whose use is bounded by ``NEO4J_CALL_TIMEOUT_S``.
+
+        Raises:
+            neo4j.exceptions.ServiceUnavailable: the bound passed (the call was cancelled).
+        """
+        try:
+            async with (
+                asyncio.timeout(NEO4J_CALL_TIMEOUT_S),
+                self.driver.session(database=self.database) as session,
+            ):
+                yield session
+        except TimeoutError as err:
+            raise ServiceUnavailable(
+                f"Neo4j did not answer within {NEO4J_CALL_TIMEOUT_S:g} s"
+            ) from err
+
     async def init_schema(self) -> None:
         """Create the constraints and indexes of ``SCHEMA`` (idempotent). ``write_task``
         runs it before its first write, so a worker can start while Neo4j is down."""
-        async with self.driver.session(database=self.database) as session:
+        async with self._session() as session:
             for statement in SCHEMA:
                 await (await session.run(statement)).consume()
         self._schema_ready = True
@@ -196,8 +264,8 @@ class TaskGraph:
             record = await result.single(strict=True)
             return int(record["n"])
 
-        async with self.driver.session(database=self.database) as session:
-            return await session.execute_write(work)
+        async with self._session() as session:
+            return await session.execute_write(_bounded(work))
 
     async def wipe_task(self, project_id: str, workflow_id: str) -> int:
         """Delete one task's event and step nodes (the task node stays, with its links to
@@ -217,8 +285,8 @@ class TaskGraph:
             record = await result.single(strict=True)
             return int(record["n"])
 
-        async with self.driver.session(database=self.database) as session:
-            return await session.execute_write(work)
+        async with self._session() as session:
+            return await session.execute_write(_bounded(work))
 
     async def write_task(
         self, view: TaskView, events: Sequence[Event], steps: Sequence[StepView]
@@ -246,16 +314,16 @@ class TaskGraph:
 
         if not self._schema_ready:
             await self.init_schema()
-        async with self.driver.session(database=self.database) as session:
-            await session.execute_write(work)
+        async with self._session() as session:
+            await session.execute_write(_bounded(work))
 
     async def _read(self, query: LiteralString, **params: Any) -> list[dict[str, Any]]:
         async def work(tx: AsyncManagedTransaction) -> list[dict[str, Any]]:
             result = await tx.run(query, **params)
             return [record.data() async for record in result]
 
-        async with self.driver.session(database=self.database) as session:
-            return await session.execute_read(work)
+        async with self._session() as session:
+            return await session.execute_read(_bounded(work))
 
     async def events(
         self, project_id: str, workflow_id: str, after_seq: int, up_to_seq: int, limit: int

@@ -71,6 +71,13 @@ MIRROR_RETRY = RetryPolicy(
 MIRROR_WITHOUT_DEBOUNCE = "mirror-without-debounce-timer"
 """Patch id: the mirror starts as soon as a write waits, without the 200 ms debounce timer
 (whose firing the dev server rounds to about a second, which made the mirror lag ~1 s)."""
+MIRROR_START_TO_CLOSE = timedelta(seconds=60)
+"""Longest one mirror attempt may run (at most ``MIRROR_MAX_EVENTS`` events, in pages of one
+query and one bounded Neo4j transaction each)."""
+MIRROR_HEARTBEAT = timedelta(seconds=10)
+"""The mirror activity heartbeats while it runs; an attempt whose worker died (killed, cut
+off) is retried once this passes without a heartbeat, not after ``MIRROR_START_TO_CLOSE``.
+(Timeouts are not part of replay's command matching: changing them needs no patch.)"""
 MIRROR_PAUSE = timedelta(seconds=1)
 """After a failed mirror call the workflow records ``mirror_error``, keeps accepting writes,
 and calls again after ``MIRROR_PAUSE * 2**failures`` (2 s, 4 s ...) up to ``MIRROR_PAUSE_MAX``,
@@ -178,7 +185,8 @@ class TaskWorkflow:
                     after_write=state.mirrored_write,
                 ),
                 result_type=MirrorOutcome,
-                start_to_close_timeout=timedelta(seconds=60),
+                start_to_close_timeout=MIRROR_START_TO_CLOSE,
+                heartbeat_timeout=MIRROR_HEARTBEAT,
                 retry_policy=MIRROR_RETRY,
             )
         except ActivityError as err:

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from pydantic import ValidationError
 from temporalio.client import Client
+from temporalio.testing import ActivityEnvironment
 
 from activities.mirror import MirrorActivities, RebuildReport, rebuild
 from starter.client import ConversationHistory
@@ -103,14 +104,15 @@ async def test_rerunning_a_mirror_batch_changes_nothing(
     events_before = await graph.events(history.project_id, history.workflow_id("t"), 0, 99, 99)
     handle = client.get_workflow_handle(history.workflow_id("t"))
     run_id = (await handle.describe()).run_id
-    outcome = await MirrorActivities(client, graph).mirror_task(
+    outcome = await ActivityEnvironment().run(
+        MirrorActivities(client, graph).mirror_task,
         MirrorInput(
             workflow_id=history.workflow_id("t"),
             run_id=run_id,
             after_seq=0,
             up_to_seq=4,
             after_write=0,
-        )
+        ),
     )
     assert (outcome.events, outcome.steps) == (4, 2)
     assert await graph.counts(history.project_id) == before
