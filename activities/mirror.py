@@ -1,11 +1,12 @@
 """The mirror: copies a task run's events, steps and task fields from Temporal to Neo4j.
 
-``copy_run`` reads one run's state back by query (the view, the steps changed after a write
-counter, and the events of a seq range in pages bounded by count, ``MIRROR_PAGE_EVENTS``, and
-bytes, ``MIRROR_PAGE_BYTES``) and writes each page in one managed transaction. Writes are
-MERGEs on stable keys, so repeating a copy changes nothing. It serves the mirror activity
-(whose input carries references only: task, run, seq range, write watermark) and the rebuild
-of Neo4j from the Temporal histories (``rebuild``).
+``copy_run`` reads one run's state (the view, the steps changed after a write counter, and the
+events of a seq range in pages bounded by count, ``MIRROR_PAGE_EVENTS``, and bytes,
+``MIRROR_PAGE_BYTES``) from a ``RunSource`` and writes each page in one managed transaction.
+Writes are MERGEs on stable keys, so repeating a copy changes nothing. It serves the mirror
+activity (whose input carries references only: task, run, seq range, write watermark; it reads
+the live run by query) and the rebuild of Neo4j from the Temporal histories
+(``activities.rebuild``, which replays each run's history once).
 
 Error mapping at the activity edge: Neo4j errors that may pass (``is_retryable()``: deadlock,
 unavailable, leader switch, session expired) raise a retryable ``ApplicationError`` of type
@@ -20,12 +21,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable
 from datetime import timedelta
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from neo4j.exceptions import DriverError, Neo4jError
-from pydantic import BaseModel, TypeAdapter
 from temporalio import activity
-from temporalio.client import Client, WorkflowExecution
+from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
 from taskgraph.graph import TaskGraph
@@ -33,12 +33,13 @@ from workflows.errors import MIRROR_DATA_ERROR, MIRROR_UNAVAILABLE
 from workflows.models import (
     MAX_STEPS_PER_TASK,
     MIRROR_ACTIVITY,
+    EventsPage,
     EventsQuery,
     MirrorInput,
     MirrorOutcome,
-    ProjectId,
     StepsQuery,
-    task_workflow_id,
+    StepView,
+    TaskView,
 )
 from workflows.task import TaskWorkflow
 
@@ -78,31 +79,74 @@ async def heartbeating(work: Awaitable[_T]) -> _T:
         beats.cancel()
 
 
+class RunSource(Protocol):
+    """Where ``copy_run`` reads one run's state: the live run by query (``QueriedRun``) or a
+    run's ledger rebuilt by replaying its history (``activities.rebuild.ReplayedRun``)."""
+
+    async def view(self) -> TaskView:
+        """The task view as of this run."""
+        ...
+
+    async def steps(self, query: StepsQuery) -> list[StepView]:
+        """The run's steps (``TaskWorkflow.steps``)."""
+        ...
+
+    async def events(self, query: EventsQuery) -> EventsPage:
+        """A page of the run's events (``TaskWorkflow.events``)."""
+        ...
+
+
+class QueriedRun:
+    """A run read by query, each bounded by ``QUERY_TIMEOUT``. For the run the mirror activity
+    serves: its worker answers from its cache. (A query to a closed run replays its whole
+    history on a worker: ``rebuild`` replays once instead.)"""
+
+    def __init__(self, client: Client, workflow_id: str, run_id: str) -> None:
+        self.handle = client.get_workflow_handle(workflow_id, run_id=run_id)
+
+    async def view(self) -> TaskView:
+        """The view query."""
+        return await self.handle.query(TaskWorkflow.view, rpc_timeout=QUERY_TIMEOUT)
+
+    async def steps(self, query: StepsQuery) -> list[StepView]:
+        """The steps query."""
+        return await self.handle.query(TaskWorkflow.steps, query, rpc_timeout=QUERY_TIMEOUT)
+
+    async def events(self, query: EventsQuery) -> EventsPage:
+        """The events query."""
+        return await self.handle.query(TaskWorkflow.events, query, rpc_timeout=QUERY_TIMEOUT)
+
+
 async def copy_run(
-    client: Client,
+    source: RunSource,
     graph: TaskGraph,
-    workflow_id: str,
-    run_id: str | None,
+    run: str,
     *,
     after_seq: int = 0,
     up_to_seq: int | None = None,
     after_write: int = 0,
+    mark: str | None = None,
 ) -> MirrorOutcome:
     """Copy events ``after_seq < seq <= up_to_seq`` (None: the run's newest), the steps
-    changed after ``after_write``, and the task node, from one run to Neo4j.
+    changed after ``after_write``, and the task node, from one run to Neo4j, one page of
+    events per transaction (the steps go with the first).
+
+    Args:
+        source: the run's state.
+        graph: where to write.
+        run: names the run in errors (``"workflow id run run id"``).
+        after_seq, up_to_seq, after_write: what to copy.
+        mark: stamped on every event and step node written (``TaskGraph.write_task``).
 
     Raises:
         ApplicationError: ``MirrorDataError`` when the run does not hold the asked events.
         neo4j.exceptions.Neo4jError, neo4j.exceptions.DriverError: from the writes.
         temporalio.service.RPCError: from the queries.
     """
-    handle = client.get_workflow_handle(workflow_id, run_id=run_id)
-    view = await handle.query(TaskWorkflow.view, rpc_timeout=QUERY_TIMEOUT)
+    view = await source.view()
     last = view.last_seq if up_to_seq is None else up_to_seq
-    steps = await handle.query(
-        TaskWorkflow.steps,
-        StepsQuery(changed_after_write=after_write, limit=MAX_STEPS_PER_TASK),
-        rpc_timeout=QUERY_TIMEOUT,
+    steps = await source.steps(
+        StepsQuery(changed_after_write=after_write, limit=MAX_STEPS_PER_TASK)
     )
     after = max(after_seq, view.run_first_seq - 1)
     written = 0
@@ -110,81 +154,28 @@ async def copy_run(
     while True:
         events = []
         if after < last:
-            page = await handle.query(
-                TaskWorkflow.events,
+            page = await source.events(
                 EventsQuery(
                     after_seq=after,
                     up_to_seq=last,
                     limit=MIRROR_PAGE_EVENTS,
                     max_bytes=MIRROR_PAGE_BYTES,
-                ),
-                rpc_timeout=QUERY_TIMEOUT,
+                )
             )
             if not page.events:
                 raise ApplicationError(
-                    f"task {workflow_id}: events {after + 1}..{last} are not in run {run_id}",
+                    f"{run}: events {after + 1}..{last} are not in the run",
                     type=MIRROR_DATA_ERROR,
                     non_retryable=True,
                 )
             events = page.events
-        await graph.write_task(view, events, unwritten_steps)
+        await graph.write_task(view, events, unwritten_steps, mark=mark)
         unwritten_steps = []
         written += len(events)
         if not events or events[-1].seq >= last:
             break
         after = events[-1].seq
     return MirrorOutcome(events=written, steps=len(steps))
-
-
-class RebuildReport(BaseModel):
-    """What ``rebuild`` did."""
-
-    tasks: int
-    """Tasks found in Temporal visibility."""
-    runs: int
-    """Runs of those tasks."""
-    events: int
-    """Events copied."""
-    failed: list[str]
-    """``"workflow id: error"`` of each task that could not be rebuilt."""
-
-
-async def rebuild(
-    client: Client, graph: TaskGraph, project_id: str, task: str | None = None
-) -> RebuildReport:
-    """Rebuild a project's tasks (or one task) in Neo4j from the Temporal histories.
-
-    Finds every run of the project's tasks in Temporal visibility first; then, task by task,
-    deletes the task's event and step nodes and copies every run, oldest first, by querying
-    each run (Temporal replays its history on a worker to answer). A task that fails is
-    reported and the others go on; a task with no run found is not touched. Agent, session and
-    project nodes are merged, not deleted: to drop stale ones, ``wipe_project`` first.
-
-    Returns:
-        The counts and the tasks that failed (``RebuildReport``).
-
-    Raises:
-        pydantic.ValidationError: ``project_id`` is not a valid project id.
-    """
-    TypeAdapter(ProjectId).validate_python(project_id)
-    query = f"WorkflowType = 'TaskWorkflow' AND ProjectId = '{project_id}'"
-    wanted = None if task is None else task_workflow_id(project_id, task)
-    runs: dict[str, list[WorkflowExecution]] = {}
-    async for execution in client.list_workflows(query):
-        if wanted is None or execution.id == wanted:
-            runs.setdefault(execution.id, []).append(execution)
-    events, failed = 0, []
-    for workflow_id, executions in sorted(runs.items()):
-        try:
-            await graph.wipe_task(project_id, workflow_id)
-            for execution in sorted(executions, key=lambda e: e.start_time):
-                copied = await copy_run(client, graph, workflow_id, execution.run_id)
-                events += copied.events
-        except Exception as err:  # report the task, rebuild the others
-            failed.append(f"{workflow_id}: {err}")
-    return RebuildReport(
-        tasks=len(runs), runs=sum(len(e) for e in runs.values()), events=events, failed=failed
-    )
 
 
 class MirrorActivities:
@@ -203,10 +194,9 @@ class MirrorActivities:
         try:
             return await heartbeating(
                 copy_run(
-                    self.client,
+                    QueriedRun(self.client, input.workflow_id, input.run_id),
                     self.graph,
-                    input.workflow_id,
-                    input.run_id,
+                    f"task {input.workflow_id} run {input.run_id}",
                     after_seq=input.after_seq,
                     up_to_seq=input.up_to_seq,
                     after_write=input.after_write,

@@ -24,6 +24,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from datetime import datetime
 from typing import Any, LiteralString
 
 from neo4j import (
@@ -267,20 +268,38 @@ class TaskGraph:
         async with self._session() as session:
             return await session.execute_write(_bounded(work))
 
-    async def wipe_task(self, project_id: str, workflow_id: str) -> int:
-        """Delete one task's event and step nodes (the task node stays, with its links to
-        parent and children); returns nodes deleted."""
+    async def drop_unmarked(
+        self,
+        project_id: str,
+        workflow_id: str,
+        mark: str,
+        *,
+        up_to_seq: int | None,
+        as_of: datetime | None,
+    ) -> int:
+        """The end of a rebuild of one task: delete its event and step nodes that the rebuild
+        did not write (``mark``), within what the rebuild covered. ``up_to_seq`` and ``as_of``
+        None (a closed task: nothing else can be written to it) delete every unmarked one;
+        otherwise only events with seq <= ``up_to_seq`` and steps changed at or before
+        ``as_of``, since the live mirror may have written newer ones meanwhile. The task node
+        stays, with its links to parent and children. Returns nodes deleted."""
 
         async def work(tx: AsyncManagedTransaction) -> int:
             result = await tx.run(
                 """
                 MATCH (n {project_id: $p, task_key: $key})
-                WHERE n:Event OR n:Step
+                WHERE (n:Event OR n:Step) AND coalesce(n.rebuild, '') <> $mark
+                  AND ($upto IS NULL
+                       OR (n:Event AND n.seq <= $upto)
+                       OR (n:Step AND n.updated_at <= $as_of))
                 DETACH DELETE n
                 RETURN count(n) AS n
                 """,
                 p=project_id,
                 key=workflow_id,
+                mark=mark,
+                upto=up_to_seq,
+                as_of=None if as_of is None else utc(as_of),
             )
             record = await result.single(strict=True)
             return int(record["n"])
@@ -289,18 +308,25 @@ class TaskGraph:
             return await session.execute_write(_bounded(work))
 
     async def write_task(
-        self, view: TaskView, events: Sequence[Event], steps: Sequence[StepView]
+        self,
+        view: TaskView,
+        events: Sequence[Event],
+        steps: Sequence[StepView],
+        *,
+        mark: str | None = None,
     ) -> None:
         """Merge the task node, ``events`` (with their NEXT links) and ``steps`` in one
-        transaction. Idempotent: repeating it changes nothing."""
+        transaction. Idempotent: repeating it changes nothing. ``mark`` (a rebuild's id) is
+        stamped on the event and step nodes as property ``rebuild`` (``drop_unmarked``)."""
         props = task_properties(view)
         parent_key = None
         if view.parent is not None:
             parent_key = task_workflow_id(view.project_id, view.parent)
         key = view.workflow_id
-        event_rows = [event_properties(e) for e in events]
+        stamp = {} if mark is None else {"rebuild": mark}
+        event_rows = [event_properties(e) | stamp for e in events]
         seqs = [e.seq for e in events]
-        step_rows = [step_properties(s) for s in steps]
+        step_rows = [step_properties(s) | stamp for s in steps]
         watermark = max(seqs, default=0)
 
         async def work(tx: AsyncManagedTransaction) -> None:

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from pydantic import AwareDatetime, TypeAdapter
 
-from activities.mirror import RebuildReport, rebuild
+from activities.rebuild import RebuildReport, rebuild
 from config import Settings
 from starter.cli.common import (
     JsonOpt,

@@ -11,7 +11,8 @@ from pydantic import ValidationError
 from temporalio.client import Client
 from temporalio.testing import ActivityEnvironment
 
-from activities.mirror import MirrorActivities, RebuildReport, rebuild
+from activities.mirror import MirrorActivities
+from activities.rebuild import RebuildReport, rebuild
 from starter.client import ConversationHistory
 from taskgraph.graph import TaskGraph
 from taskgraph.models import StepFilter, TaskFilter, ToolFailures
