@@ -167,9 +167,9 @@ async def _retrieve_start(operation: WithStartWorkflowOperation[Any, Any]) -> No
     settles before the update-with-start call returns or raises, with the call's error when
     the start was not seen (a time-out cancels the call: ``CancelledError``); left unread,
     asyncio prints "Future exception was never retrieved" when the future is collected. The
-    future is done here, so this never waits."""
+    future is done here, so this does not wait (and never waits over a second)."""
     with contextlib.suppress(Exception, asyncio.CancelledError):
-        await operation.workflow_handle()
+        await asyncio.wait_for(operation.workflow_handle(), 1.0)
 
 
 def chunk_request_id(request_id: str, index: int) -> str:
