@@ -13,6 +13,8 @@ the node properties in ``taskgraph.graph``), for two reasons measured with the d
   ``neo4j.time.DateTime`` to ``ZoneInfo.utcoffset``, which CPython's C zoneinfo reads as a
   ``datetime`` without checking: the process dies with SIGSEGV (every run of a loop of
   20,000 encodings). ``datetime.UTC`` (``timezone.utc``) takes the driver's fixed-offset path.
+  The driver's Rust extension (``neo4j-rust-ext`` 6.4.1) is no fix: its packer calls the same
+  Python encoding for datetimes and crashes the same way.
 """
 
 from __future__ import annotations
