@@ -31,6 +31,7 @@ from temporalio.exceptions import ApplicationError
 from taskgraph.graph import TaskGraph
 from workflows.errors import MIRROR_DATA_ERROR, MIRROR_UNAVAILABLE
 from workflows.models import (
+    MAX_PAYLOAD_BYTES,
     MAX_STEPS_PER_TASK,
     MIRROR_ACTIVITY,
     EventsPage,
@@ -45,8 +46,8 @@ from workflows.task import TaskWorkflow
 
 MIRROR_PAGE_EVENTS = 100
 """Events read per query page and written per transaction."""
-MIRROR_PAGE_BYTES = 1_048_576
-"""Payload bytes (UTF-8) per query page, at most (one event may pass it alone)."""
+MIRROR_PAGE_BYTES = MAX_PAYLOAD_BYTES
+"""Bytes of JSON per query page, at most (``MAX_PAYLOAD_BYTES``: the query result's budget)."""
 QUERY_TIMEOUT = timedelta(seconds=10)
 """RPC timeout of each query the mirror sends to its workflow (answered by the worker that
 runs the activity, from its cache, in milliseconds)."""

@@ -16,9 +16,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import random
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from datetime import datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import TypeAdapter
@@ -71,13 +74,14 @@ from workflows.errors import (
 )
 from workflows.models import (
     MAX_EVENTS_PER_UPDATE,
+    MAX_PAYLOAD_BYTES,
     MAX_STEPS_PER_TASK,
     MAX_STEPS_PER_UPDATE,
-    MAX_UPDATE_BYTES,
     PAGE_LIMIT_MAX,
     Event,
     EventInput,
     EventKind,
+    EventsPage,
     EventsQuery,
     FinishTaskInput,
     ProjectId,
@@ -104,9 +108,9 @@ from workflows.task import TaskWorkflow, search_attributes
 if TYPE_CHECKING:  # the driver is loaded only by whoever makes the graph
     from taskgraph.graph import TaskGraph
 
-_BUSY_RETRIES = 30
-"""Attempts for a write the server refuses as RESOURCE_EXHAUSTED (more than 10 updates in
-flight on one workflow), with a backoff from 20 ms doubling to 1 s."""
+_BUSY_BACKOFF_S = (0.02, 1.0)
+"""Pause before resending a call the server turned away as busy (``_busy``): from 20 ms,
+doubling, at most 1 s, each with random jitter down to half, until ``timeout_s`` has passed."""
 
 _DRAIN_WAIT_S = 60.0
 """How long a write is sent again (seconds; from 20 ms doubling to 0.5 s apart) while its task
@@ -143,12 +147,60 @@ def _unavailable(err: Exception) -> TaskServiceUnavailable:
     return TaskServiceUnavailable(f"Temporal did not answer: {err}")
 
 
+def _busy(err: RPCError) -> bool:
+    """The server turned the call away unprocessed, for a moment: more than 10 updates in
+    flight on one workflow (RESOURCE_EXHAUSTED), an update it aborted when the workflow task
+    that was to take it did not complete ("workflow update was aborted"), or a query that came
+    before a new run's first workflow task (right after continue-as-new: "Workflow task is not
+    scheduled yet"). Nothing was written; resending is safe (request ids make it safe in any
+    case)."""
+    return (
+        err.status == RPCStatusCode.RESOURCE_EXHAUSTED
+        or (err.status == RPCStatusCode.UNAVAILABLE and "update was aborted" in err.message)
+        or (
+            err.status == RPCStatusCode.FAILED_PRECONDITION
+            and "workflow task is not scheduled yet" in err.message.lower()
+        )
+    )
+
+
 def _lost(err: RPCError) -> bool:
     return err.status in (
         RPCStatusCode.UNAVAILABLE,
         RPCStatusCode.DEADLINE_EXCEEDED,
         RPCStatusCode.CANCELLED,
     )
+
+
+class _Lane:
+    """The writes of one client to one task, sent one at a time in call order."""
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()  # asyncio.Lock wakes its waiters first come, first served
+        self.users = 0
+
+
+_LANES: weakref.WeakKeyDictionary[Client, dict[str, _Lane]] = weakref.WeakKeyDictionary()
+"""Per Temporal client: workflow id -> its lane (dropped when no call uses it)."""
+
+
+@contextlib.asynccontextmanager
+async def _lane(client: Client, workflow_id: str) -> AsyncIterator[None]:
+    """Hold the lane of ``workflow_id`` on ``client``: the order guarantee of writes. Writes
+    through one ``Client`` to one task are applied in the order their calls were made, also
+    when they are made concurrently and when the task continues-as-new (a write turned away
+    while the task drains is resent before the next one is sent), and the server's limit of
+    10 updates in flight per workflow is never reached from one client."""
+    lanes = _LANES.setdefault(client, {})
+    lane = lanes.setdefault(workflow_id, _Lane())
+    lane.users += 1
+    try:
+        async with lane.lock:
+            yield
+    finally:
+        lane.users -= 1
+        if not lane.users:
+            del lanes[workflow_id]
 
 
 def _or_new(request_id: str | None) -> str:
@@ -183,13 +235,13 @@ def chunk_request_id(request_id: str, index: int) -> str:
 
 def split_events(events: Sequence[EventInput]) -> Iterator[list[EventInput]]:
     """Split events into update-sized lists: at most ``MAX_EVENTS_PER_UPDATE`` events and
-    about ``MAX_UPDATE_BYTES`` of JSON each (one event is at most ~200 KB, since a payload is
+    about ``MAX_PAYLOAD_BYTES`` of JSON each (one event is at most ~200 KB, since a payload is
     at most 32,000 characters)."""
     chunk: list[EventInput] = []
     size = 0
     for event in events:
         event_size = model_size(event)
-        if chunk and (len(chunk) == MAX_EVENTS_PER_UPDATE or size + event_size > MAX_UPDATE_BYTES):
+        if chunk and (len(chunk) == MAX_EVENTS_PER_UPDATE or size + event_size > MAX_PAYLOAD_BYTES):
             yield chunk
             chunk, size = [], 0
         chunk.append(event)
@@ -261,13 +313,15 @@ class ConversationHistory:
         return self.client.get_workflow_handle(self.workflow_id(task))
 
     async def _call(self, call: Callable[[], Awaitable[_T]]) -> _T:
-        """Run one Temporal call, retrying RESOURCE_EXHAUSTED; lost connections, no worker
-        polling, and no answer within ``timeout_s`` raise ``TaskServiceUnavailable``; other
-        ``RPCError``s propagate."""
-        delay = 0.02
-        for attempt in range(_BUSY_RETRIES):
+        """Run one Temporal call within ``timeout_s``, resending it while the server turns it
+        away as busy (``_busy``). Lost connections, no worker polling, and no answer in time
+        raise ``TaskServiceUnavailable``; other ``RPCError``s propagate."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout_s
+        delay, most = _BUSY_BACKOFF_S
+        while True:
             try:
-                return await asyncio.wait_for(call(), self.timeout_s)
+                return await asyncio.wait_for(call(), max(deadline - loop.time(), 0.001))
             except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError) as err:
                 raise TaskServiceUnavailable(
                     f"no answer within {self.timeout_s:g} s: is a worker polling task queue "
@@ -275,13 +329,14 @@ class ConversationHistory:
                     "with the same request id"
                 ) from err
             except RPCError as err:
-                if _lost(err) or _no_worker(err):
-                    raise _unavailable(err) from err
-                if err.status != RPCStatusCode.RESOURCE_EXHAUSTED or attempt == _BUSY_RETRIES - 1:
+                if not _busy(err):
+                    if _lost(err) or _no_worker(err):
+                        raise _unavailable(err) from err
                     raise
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
-        raise AssertionError("unreachable")
+                if loop.time() + delay >= deadline:
+                    raise _unavailable(err) from err
+            await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+            delay = min(delay * 2, most)
 
     async def _update(self, task: str, update: Any, input: Any) -> WriteResult:
         """Send one write update; map refusals, duplicates and a closed or missing task."""
@@ -292,22 +347,23 @@ class ConversationHistory:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + _DRAIN_WAIT_S
         delay = 0.02
-        while True:
-            try:
-                outcome = await self._call(
-                    lambda: handle.execute_update(update, input, result_type=WriteOutcome)
-                )
-            except WorkflowUpdateFailedError as err:
-                if _resend(err) and loop.time() < deadline:
-                    await asyncio.sleep(delay)  # the new run takes it once the old one ends
-                    delay = min(delay * 2, 0.5)
-                    continue
-                return _from_update_failure(err)
-            except RPCError as err:
-                if err.status != RPCStatusCode.NOT_FOUND:
-                    raise
-                return await self._closed_or_missing(task, input.request_id, digest)
-            return from_outcome(outcome)
+        async with _lane(self.client, handle.id):
+            while True:
+                try:
+                    outcome = await self._call(
+                        lambda: handle.execute_update(update, input, result_type=WriteOutcome)
+                    )
+                except WorkflowUpdateFailedError as err:
+                    if _resend(err) and loop.time() < deadline:
+                        await asyncio.sleep(delay)  # the new run takes it once the old ends
+                        delay = min(delay * 2, 0.5)
+                        continue
+                    return _from_update_failure(err)
+                except RPCError as err:
+                    if err.status != RPCStatusCode.NOT_FOUND:
+                        raise
+                    return await self._closed_or_missing(task, input.request_id, digest)
+                return from_outcome(outcome)
 
     async def _closed_or_missing(self, task: str, request_id: str, digest: str) -> WriteResult:
         """A write found no running workflow: the task is closed (answer a retried request
@@ -376,13 +432,14 @@ class ConversationHistory:
             search_attributes=TypedSearchAttributes(search_attributes(start, TaskStatus.OPEN)),
         )
         try:
-            outcome = await self._call(
-                lambda: self.client.execute_update_with_start_workflow(
-                    TaskWorkflow.create_task,
-                    start,
-                    start_workflow_operation=operation,
+            async with _lane(self.client, self.workflow_id(name)):
+                outcome = await self._call(
+                    lambda: self.client.execute_update_with_start_workflow(
+                        TaskWorkflow.create_task,
+                        start,
+                        start_workflow_operation=operation,
+                    )
                 )
-            )
         except WorkflowUpdateFailedError as err:
             return _from_update_failure(err)
         except WorkflowAlreadyStartedError:
@@ -553,14 +610,15 @@ class ConversationHistory:
 
     async def list_events(self, task: str, after_seq: int = 0, limit: int = 50) -> EventsResult:
         """Events with seq > ``after_seq`` in seq order, at most ``limit`` (1 to 200), across
-        every run of the task: seqs of earlier runs come from Neo4j (the mirror has them
-        before a run continues-as-new), the current run's from the workflow, so a reader sees
-        its own writes at once.
+        every run of the task: the current run's from the workflow (a reader sees its own
+        writes at once), earlier runs' from Neo4j up to the mirror's watermark and from the
+        earlier runs themselves beyond it (``TaskView.mirror_backlog``: a closed run still
+        answers queries), so a read never waits for the mirror.
 
         Raises:
             pydantic.ValidationError: an argument of the wrong shape, naming the field
                 (``EventsRead``: ``after_seq`` an int from 0, ``limit`` an int from 1 to 200).
-            GraphNotConfigured: older seqs are needed and no graph was given.
+            GraphNotConfigured: mirrored seqs of earlier runs are needed and no graph was given.
             GraphIncomplete: Neo4j lacks some of them (run ``agent-tasks graph rebuild``).
         """
         EventsRead(task=task, after_seq=after_seq, limit=limit)
@@ -572,19 +630,45 @@ class ConversationHistory:
         events: list[Event] = []
         if after_seq + 1 < page.run_first_seq:
             up_to = min(page.run_first_seq - 1, after_seq + limit)
-            events = await self._graph().events(
-                self.project_id, self.workflow_id(task), after_seq, up_to, limit
-            )
-            if [e.seq for e in events] != list(range(after_seq + 1, up_to + 1)):
-                raise GraphIncomplete(
-                    f"Neo4j lacks events {after_seq + 1}..{up_to} of task {task!r}: "
-                    "run `agent-tasks graph rebuild`"
-                )
-        events += page.events[: limit - len(events)]
+            events = await self._earlier_events(task, page, after_seq, up_to)
+        if not events or events[-1].seq == page.run_first_seq - 1:
+            events += page.events[: limit - len(events)]
         last = events[-1].seq if events else after_seq
         return EventsResult(
             found=True, events=events, next_after_seq=last if last < page.last_seq else None
         )
+
+    async def _earlier_events(
+        self, task: str, page: EventsPage, after_seq: int, up_to: int
+    ) -> list[Event]:
+        """Seqs ``after_seq + 1`` to ``up_to`` of earlier runs, in order: from Neo4j up to
+        ``page.mirrored_seq``, then from the backlog runs that hold the rest (a run's page may
+        end early at the query's byte budget; the caller pages on)."""
+        workflow_id = self.workflow_id(task)
+        events: list[Event] = []
+        if after_seq < page.mirrored_seq:
+            stop = min(up_to, page.mirrored_seq)
+            events = await self._graph().events(
+                self.project_id, workflow_id, after_seq, stop, stop - after_seq
+            )
+            if [e.seq for e in events] != list(range(after_seq + 1, stop + 1)):
+                raise GraphIncomplete(
+                    f"Neo4j lacks events {after_seq + 1}..{stop} of task {task!r}: "
+                    "run `agent-tasks graph rebuild`"
+                )
+            after_seq = stop
+        for run in page.mirror_backlog:
+            stop = min(up_to, run.up_to_seq)
+            if after_seq >= stop:
+                continue
+            earlier = self.client.get_workflow_handle(workflow_id, run_id=run.run_id)
+            query = EventsQuery(after_seq=after_seq, up_to_seq=stop, limit=stop - after_seq)
+            got = await self._call(partial(earlier.query, TaskWorkflow.events, query))
+            events += got.events
+            if not got.events or got.events[-1].seq < stop:
+                break
+            after_seq = stop
+        return events
 
     async def list_steps(
         self, task: str, state: StepState | str | None = None, limit: int = PAGE_LIMIT_MAX

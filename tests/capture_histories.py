@@ -36,7 +36,8 @@ import json
 import logging
 import sys
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -171,6 +172,25 @@ async def fetch(
     return await handle.fetch_history()
 
 
+async def first_two_runs(
+    history: ConversationHistory, task: str
+) -> tuple[WorkflowHistory, WorkflowHistory]:
+    """The histories of the task's first run and of the run it continued as.
+
+    Raises:
+        CaptureError: the first run did not end in continue-as-new.
+    """
+    handle = history.client.get_workflow_handle(history.workflow_id(task))
+    description = await handle.describe()
+    first_run = description.raw_description.workflow_execution_info.first_run_id
+    run1 = await fetch(history, task, first_run)
+    last = run1.events[-1]
+    if not last.HasField("workflow_execution_continued_as_new_event_attributes"):
+        raise CaptureError("the first run did not end in continue-as-new")
+    attributes = last.workflow_execution_continued_as_new_event_attributes
+    return run1, await fetch(history, task, attributes.new_execution_run_id)
+
+
 def event_types(history: WorkflowHistory) -> list[str]:
     """The history's event type names without the ``EVENT_TYPE_`` prefix."""
     return [EventType.Name(e.event_type).removeprefix("EVENT_TYPE_") for e in history.events]
@@ -179,6 +199,36 @@ def event_types(history: WorkflowHistory) -> list[str]:
 async def history_length(history: ConversationHistory, task: str) -> int:
     """Events in the task's current run."""
     return len((await fetch(history, task)).events)
+
+
+@asynccontextmanager
+async def low_limit_stack(stack: Stack, queue_prefix: str) -> AsyncIterator[Stack]:
+    """A private dev server that suggests continue-as-new at ``CONTINUE_AS_NEW_SUGGESTED_AT``
+    events, as a ``Stack``: a client on it, the same task graph, a fresh task queue (no worker
+    polls it yet)."""
+    dynamic = f"limit.historyCount.suggestContinueAsNew={CONTINUE_AS_NEW_SUGGESTED_AT}"
+    async with await WorkflowEnvironment.start_local(
+        dev_server_existing_path=str(find_temporal_binary()),
+        search_attributes=SEARCH_ATTRIBUTE_KEYS,
+        dev_server_extra_args=["--dynamic-config-value", dynamic],
+        data_converter=pydantic_data_converter,
+    ) as env:
+        target = env.client.service_client.config.target_host
+        client = await connect(stack.settings, address=target)
+        queue = f"{queue_prefix}-{uuid.uuid4().hex[:8]}"
+        yield Stack(client, stack.graph, queue, stack.settings)
+
+
+@contextmanager
+def expected_activity_failures() -> Iterator[None]:
+    """Silence the worker's warning for each failed activity (the failures a scenario causes)."""
+    activity_log = logging.getLogger("temporalio.activity")
+    level = activity_log.level
+    activity_log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        activity_log.setLevel(level)
 
 
 # ---------------------------------------------------------------------------------- scenarios
@@ -363,13 +413,8 @@ async def mirror_failure_scenario(stack: Stack) -> Captured:
     history.task_queue = queue
     task = "mirror-failure"
     handle = stack.client.get_workflow_handle(history.workflow_id(task))
-    activity_log = logging.getLogger("temporalio.activity")
-    level = activity_log.level
-    activity_log.setLevel(logging.ERROR)  # the worker logs the expected failure as a warning
-    try:
+    with expected_activity_failures():
         captured = await _fail_the_mirror(stack, broken, history, task, handle)
-    finally:
-        activity_log.setLevel(level)
     await handle.terminate("history captured")
     types = event_types(captured)
     if "ACTIVITY_TASK_FAILED" not in types or types.count("TIMER_STARTED") < 2:
@@ -422,17 +467,8 @@ async def continue_as_new_scenario(stack: Stack) -> Captured:
     during the switch runs in the next run's first workflow task (state restored in
     ``@workflow.init``). A request id of the first run is then retried: deduplicated across
     runs, it writes nothing. Captures the first run and the run it continued as."""
-    dynamic = f"limit.historyCount.suggestContinueAsNew={CONTINUE_AS_NEW_SUGGESTED_AT}"
-    async with await WorkflowEnvironment.start_local(
-        dev_server_existing_path=str(find_temporal_binary()),
-        search_attributes=SEARCH_ATTRIBUTE_KEYS,
-        dev_server_extra_args=["--dynamic-config-value", dynamic],
-        data_converter=pydantic_data_converter,
-    ) as env:
-        target = env.client.service_client.config.target_host
-        client = await connect(stack.settings, address=target)
-        queue = f"capture-can-{uuid.uuid4().hex[:8]}"
-        private = Stack(client, stack.graph, queue, stack.settings)
+    async with low_limit_stack(stack, "capture-can") as private:
+        client, queue = private.client, private.task_queue
         async with build_worker(client, stack.graph, queue):
             history = private.history("continue_as_new")
             task = "long-task"
@@ -455,14 +491,7 @@ async def continue_as_new_scenario(stack: Stack) -> Captured:
             await quiet(handle, mirrored(history, task))
             again = await history.record_event(task, "message", "w0 0", request_id="w0-0")
             expect(again, duplicate=True, first_seq=results[0].seq)
-            description = await handle.describe()
-            first_run = description.raw_description.workflow_execution_info.first_run_id
-            run1 = await fetch(history, task, first_run)
-            last = run1.events[-1]
-            if not last.HasField("workflow_execution_continued_as_new_event_attributes"):
-                raise CaptureError("the first run did not end in continue-as-new")
-            attributes = last.workflow_execution_continued_as_new_event_attributes
-            run2 = await fetch(history, task, attributes.new_execution_run_id)
+            run1, run2 = await first_two_runs(history, task)
             if event_types(run2)[4:6] != [
                 "WORKFLOW_EXECUTION_UPDATE_ACCEPTED",
                 "WORKFLOW_EXECUTION_UPDATE_COMPLETED",
@@ -472,6 +501,40 @@ async def continue_as_new_scenario(stack: Stack) -> Captured:
                     "ran no update); this is timing: run the scenario again"
                 )
             return {"continue_as_new_run1": run1, "continue_as_new_run2": run2}
+
+
+async def backlog_scenario(stack: Stack) -> Captured:
+    """Continue-as-new without waiting for the mirror (the ``continue-as-new-without-mirror``
+    patch), on a private dev server that suggests it at ``CONTINUE_AS_NEW_SUGGESTED_AT``
+    events: a worker whose Neo4j database does not exist fails every mirror call while events
+    are written one by one until the first run continues-as-new with its writes unmirrored
+    (``mirror_backlog``); one more event goes to the second run; a worker with the right
+    database then lets the second run copy the first run's writes (querying the closed run)
+    and its own. Captures both runs."""
+    async with low_limit_stack(stack, "capture-backlog") as private:
+        client, queue = private.client, private.task_queue
+        history = private.history("backlog")
+        task = "backlog-task"
+        handle = client.get_workflow_handle(history.workflow_id(task))
+        broken = TaskGraph(stack.graph.driver, "no-such-database")
+        with expected_activity_failures():
+            async with build_worker(client, broken, queue):
+                expect(await history.create_task(task, "continue while Neo4j refuses"))
+                seq = 0
+                while (view := (await history.get_task(task)).view) is None or view.runs < 2:
+                    seq += 1
+                    expect(await history.record_event(task, "message", f"m{seq}"), first_seq=seq)
+                    if seq > 100:
+                        raise CaptureError("no continue-as-new after 100 writes")
+                if not view.mirror_backlog:
+                    raise CaptureError("the first run continued-as-new without a backlog")
+                expect(await history.record_event(task, "message", "next run"), first_seq=seq + 1)
+        async with build_worker(client, stack.graph, queue):
+            await quiet(handle, mirrored(history, task))
+        run1, run2 = await first_two_runs(history, task)
+        if "ACTIVITY_TASK_COMPLETED" not in event_types(run2):
+            raise CaptureError("the second run did not mirror the backlog")
+        return {"backlog_run1": run1, "backlog_run2": run2}
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -491,6 +554,11 @@ SCENARIOS: dict[str, Scenario] = {
         continue_as_new_scenario,
         ("continue_as_new_run1", "continue_as_new_run2"),
         "continue-as-new with writes in flight (private dev server)",
+    ),
+    "backlog": Scenario(
+        backlog_scenario,
+        ("backlog_run1", "backlog_run2"),
+        "continue-as-new while the mirror fails; the next run copies the backlog (patched)",
     ),
 }
 """Every scenario by name, in capture order."""

@@ -14,16 +14,20 @@ history length) are not here: they live in the workflow's validators only.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import NamedTuple
 
 from workflows.errors import ErrorCode, duplicate, refusal
 from workflows.models import (
+    MIRROR_ERROR_CHARS,
     REQUEST_WINDOW,
     Event,
     EventsPage,
     EventsQuery,
     FinishTaskInput,
+    MirrorInput,
     RecordEventsInput,
     RequestLookup,
+    RunRange,
     SetStepsInput,
     StepRecord,
     StepsQuery,
@@ -36,10 +40,22 @@ from workflows.models import (
     TaskView,
     WriteOutcome,
     args_digest,
+    model_size,
     request_key,
     valid_request_id,
 )
 from workflows.steps import idempotency_key, next_steps, result_validity
+
+
+class MirrorTarget(NamedTuple):
+    """One mirror call: its activity input and what a success records."""
+
+    input: MirrorInput
+    """The activity's input (references only)."""
+    up_to_write: int | None
+    """The write counter reached when the call covers its run's last event, else None."""
+    from_backlog: bool
+    """True when it copies an earlier run (``TaskState.mirror_backlog``)."""
 
 
 class Ledger:
@@ -54,7 +70,9 @@ class Ledger:
         self.run_events: list[Event] = []
         """This run's events: seqs ``run_first_seq`` to ``state.last_seq``."""
         self.run_first_seq = state.last_seq + 1
-        """The first seq this run holds (older ones are in Neo4j)."""
+        """The first seq this run holds (older ones are in Neo4j or in ``mirror_backlog``)."""
+        self.run_first_write = state.writes
+        """The write counter when this run started."""
 
     @classmethod
     def new(cls, start: TaskStart, workflow_id: str, now: datetime) -> Ledger:
@@ -213,13 +231,73 @@ class Ledger:
         self._accept(input.request_id, digest, 0, 0, now)
         return WriteOutcome()
 
-    def mirrored(self, up_to_seq: int, up_to_write: int | None) -> None:
-        """Record a successful mirror call: events up to ``up_to_seq`` and (when not None)
-        writes up to ``up_to_write`` are in Neo4j."""
+    def mirror_target(self, run_id: str, max_events: int) -> MirrorTarget:
+        """What the next mirror call copies: the oldest backlog run first, else this run
+        (``run_id``); at most ``max_events`` events."""
+        state = self.state
+        if state.mirror_backlog:
+            oldest = state.mirror_backlog[0]
+            after = max(state.mirrored_seq, oldest.after_seq)
+            up_to = min(oldest.up_to_seq, after + max_events)
+            return MirrorTarget(
+                MirrorInput(
+                    workflow_id=state.workflow_id,
+                    run_id=oldest.run_id,
+                    after_seq=after,
+                    up_to_seq=up_to,
+                    after_write=max(state.mirrored_write, oldest.after_write),
+                ),
+                up_to_write=oldest.up_to_write if up_to == oldest.up_to_seq else None,
+                from_backlog=True,
+            )
+        up_to = min(state.last_seq, state.mirrored_seq + max_events)
+        return MirrorTarget(
+            MirrorInput(
+                workflow_id=state.workflow_id,
+                run_id=run_id,
+                after_seq=state.mirrored_seq,
+                up_to_seq=up_to,
+                after_write=state.mirrored_write,
+            ),
+            up_to_write=state.writes if up_to == state.last_seq else None,
+            from_backlog=False,
+        )
+
+    def mirrored(self, target: MirrorTarget) -> None:
+        """Record a successful mirror call of ``target``: its events, and its writes when it
+        reached the end of its run, are in Neo4j; a backlog run copied to its end is dropped."""
         self.state.mirror_error = None
-        self.state.mirrored_seq = up_to_seq
-        if up_to_write is not None:
-            self.state.mirrored_write = up_to_write
+        self.state.mirror_failures = 0
+        self.state.mirrored_seq = target.input.up_to_seq
+        if target.up_to_write is not None:
+            self.state.mirrored_write = target.up_to_write
+            if target.from_backlog:
+                self.state.mirror_backlog.pop(0)
+
+    def mirror_failed(self, error: str) -> None:
+        """Record a failed mirror call (its retries spent) and why (cut to
+        ``MIRROR_ERROR_CHARS``)."""
+        self.state.mirror_error = error[:MIRROR_ERROR_CHARS]
+        self.state.mirror_failures += 1
+
+    def carry_over(self, run_id: str) -> TaskState:
+        """The state the next run starts from (``run_id`` is this run's): this run's writes
+        that Neo4j lacks join ``mirror_backlog``, so the next run mirrors them from this run."""
+        state = self.state
+        after_seq = max(state.mirrored_seq, self.run_first_seq - 1)
+        after_write = max(state.mirrored_write, self.run_first_write)
+        if state.last_seq > after_seq or state.writes > after_write:
+            state.mirror_backlog.append(
+                RunRange(
+                    run_id=run_id,
+                    after_seq=after_seq,
+                    up_to_seq=state.last_seq,
+                    after_write=after_write,
+                    up_to_write=state.writes,
+                )
+            )
+        state.runs += 1
+        return state
 
     # ---------------------------------------------------------------- reads
 
@@ -246,26 +324,33 @@ class Ledger:
             mirrored_seq=self.state.mirrored_seq,
             unmirrored_writes=self.state.writes - self.state.mirrored_write,
             mirror_error=self.state.mirror_error,
+            mirror_failures=self.state.mirror_failures,
             run_first_seq=self.run_first_seq,
             runs=self.state.runs,
+            mirror_backlog=self.state.mirror_backlog,
             created_at=self.state.created_at,
             updated_at=self.state.updated_at,
         )
 
     def events_page(self, query: EventsQuery) -> EventsPage:
-        """This run's events with seq > ``after_seq``, at most ``limit`` of them and about
-        ``max_bytes`` of payload (never fewer than one event when one is left)."""
+        """This run's events with seq > ``after_seq``, at most ``limit`` of them and at most
+        ``max_bytes`` of JSON (never fewer than one event when one is left), so the query's
+        result stays within ``MAX_PAYLOAD_BYTES`` whatever the events hold."""
         start = max(query.after_seq + 1 - self.run_first_seq, 0)
         last = self.state.last_seq if query.up_to_seq is None else query.up_to_seq
         page: list[Event] = []
         size = 0
         for event in self.run_events[start : start + query.limit]:
-            size += len(event.payload.encode("utf-8"))
+            size += model_size(event)
             if event.seq > last or (page and size > query.max_bytes):
                 break
             page.append(event)
         return EventsPage(
-            events=page, run_first_seq=self.run_first_seq, last_seq=self.state.last_seq
+            events=page,
+            run_first_seq=self.run_first_seq,
+            last_seq=self.state.last_seq,
+            mirrored_seq=self.state.mirrored_seq,
+            mirror_backlog=self.state.mirror_backlog,
         )
 
     def steps(self, query: StepsQuery) -> list[StepView]:

@@ -18,7 +18,9 @@ the final ``TaskView`` once the task is finished and mirrored.
 
 from __future__ import annotations
 
+import contextlib
 from datetime import timedelta
+from typing import NoReturn
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey, SearchAttributePair
@@ -38,7 +40,6 @@ with workflow.unsafe.imports_passed_through():
         EventsPage,
         EventsQuery,
         FinishTaskInput,
-        MirrorInput,
         MirrorOutcome,
         RecordEventsInput,
         RequestLookup,
@@ -80,11 +81,37 @@ off) is retried once this passes without a heartbeat, not after ``MIRROR_START_T
 (Timeouts are not part of replay's command matching: changing them needs no patch.)"""
 MIRROR_PAUSE = timedelta(seconds=1)
 """After a failed mirror call the workflow records ``mirror_error``, keeps accepting writes,
-and calls again after ``MIRROR_PAUSE * 2**failures`` (2 s, 4 s ...) up to ``MIRROR_PAUSE_MAX``,
-without end: Neo4j may be down for minutes, and a data error may be fixed by deploying a new
-worker."""
+and calls again after ``mirror_pause(failures)``: 2 s, 4 s, 8 s, 16 s, then 30 s, and 5 minutes
+once an outage has lasted ``MIRROR_LONG_OUTAGE_FAILURES`` calls; without end (Neo4j may be
+down for days; a data error may be fixed by deploying a new worker)."""
 MIRROR_PAUSE_MAX = timedelta(seconds=30)
-"""The longest pause between failed mirror calls."""
+"""The longest pause between failed mirror calls in a short outage."""
+MIRROR_PAUSE_LONG = timedelta(minutes=5)
+"""The pause in a long outage: few enough calls that a week of outage adds a few thousand
+history events, at the cost of up to 5 minutes before the mirror notices Neo4j is back."""
+MIRROR_LONG_OUTAGE_FAILURES = 20
+"""Failed calls in a row (about 9 minutes of pauses) after which the outage counts as long."""
+CONTINUE_WITHOUT_MIRROR = "continue-as-new-without-mirror"
+"""Patch id: a run continues-as-new when Temporal suggests it without waiting for the mirror;
+what Neo4j lacks goes to the next run's ``mirror_backlog``. Before it, a run waited for the
+mirror, so a long Neo4j outage grew its history towards Temporal's hard limit."""
+
+
+MIRROR_PAUSE_DOUBLINGS = 5
+"""Doublings after which the pause has passed ``MIRROR_PAUSE_MAX`` (1 s * 2**5 = 32 s)."""
+
+
+def mirror_pause(failures: int) -> timedelta:
+    """The pause after ``failures`` failed mirror calls in a row (1 or more, carried across
+    continue-as-new): ``MIRROR_PAUSE * 2**failures`` capped at ``MIRROR_PAUSE_MAX``, then
+    ``MIRROR_PAUSE_LONG`` past ``MIRROR_LONG_OUTAGE_FAILURES``. The exponent is capped before
+    the power is taken (an uncapped ``2**failures`` overflowed ``timedelta`` after 47 failures,
+    about 1.5 hours of outage, and failed the workflow task for good). Timer durations are not
+    part of replay's determinism check, so the schedule may change without a patch."""
+    if failures > MIRROR_LONG_OUTAGE_FAILURES:
+        return MIRROR_PAUSE_LONG
+    pause: timedelta = MIRROR_PAUSE * 2 ** min(failures, MIRROR_PAUSE_DOUBLINGS)
+    return min(pause, MIRROR_PAUSE_MAX)
 
 
 def search_attributes(start: TaskStart, status: TaskStatus) -> list[SearchAttributePair[str]]:
@@ -115,17 +142,26 @@ class TaskWorkflow:
             self.ledger = Ledger.new(input.start, workflow.info().workflow_id, workflow.now())
         self.draining = False
         """True once continue-as-new is due: writes are turned away until the new run."""
-        self.mirror_failures = 0
-        """Mirror calls failed in a row (their retries spent); 0 after a success."""
 
     @workflow.run
     async def run(self, input: TaskWorkflowInput) -> TaskView:
-        """Mirror, continue-as-new and finish; returns the final view once finished."""
+        """Mirror, continue-as-new and finish; returns the final view once finished and
+        mirrored."""
         ledger = self.ledger
         while True:
             await workflow.wait_condition(
                 lambda: ledger.unmirrored or ledger.closed or self._should_continue()
             )
+            if (
+                self._should_continue()
+                and (ledger.unmirrored or not ledger.closed)
+                and workflow.patched(CONTINUE_WITHOUT_MIRROR)
+            ):
+                # The next run mirrors what this one has not (a closed run still answers
+                # queries), so neither a Neo4j outage nor a long mirror holds up the switch.
+                self.draining = True
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                self._continue_as_new()
             if ledger.unmirrored:
                 urgent = ledger.closed or self._should_continue()
                 if not urgent and not workflow.patched(MIRROR_WITHOUT_DEBOUNCE):
@@ -150,40 +186,37 @@ class TaskWorkflow:
                 continue
             if ledger.closed:
                 return ledger.view()
-            ledger.state.runs += 1
-            workflow.continue_as_new(
-                TaskWorkflowInput(carried=ledger.state),
-                search_attributes=workflow.info().typed_search_attributes,
-            )
+            self._continue_as_new()
 
     # ---------------------------------------------------------------- run loop helpers
 
     def _should_continue(self) -> bool:
         return workflow.info().is_continue_as_new_suggested()
 
+    def _continue_as_new(self) -> NoReturn:
+        """Continue as a new run carrying the ledger's state (``Ledger.carry_over``)."""
+        carried = self.ledger.carry_over(workflow.info().run_id)
+        workflow.continue_as_new(
+            TaskWorkflowInput(carried=carried),
+            search_attributes=workflow.info().typed_search_attributes,
+        )
+
     def _drain_if_due(self) -> None:
         """Once continue-as-new is due, turn writes away (the client sends them again) until
         the mirror has caught up and the new run takes them; never while the mirror fails,
         so that writes are not held up by a Neo4j outage. Validators read the flag, so it
         adds no command and changes no replay."""
-        if self._should_continue() and not self.mirror_failures:
+        if self._should_continue() and not self.ledger.state.mirror_failures:
             self.draining = True
 
     async def _mirror(self) -> None:
-        """Mirror the waiting events (at most ``MIRROR_MAX_EVENTS``) and changed steps."""
-        state = self.ledger.state
-        up_to_seq = min(state.last_seq, state.mirrored_seq + MIRROR_MAX_EVENTS)
-        up_to_write = state.writes if up_to_seq == state.last_seq else None
+        """Mirror the next waiting writes (``Ledger.mirror_target``: an earlier run's first,
+        at most ``MIRROR_MAX_EVENTS`` events); after a failure, pause (``mirror_pause``)."""
+        target = self.ledger.mirror_target(workflow.info().run_id, MIRROR_MAX_EVENTS)
         try:
             await workflow.execute_activity(
                 MIRROR_ACTIVITY,
-                MirrorInput(
-                    workflow_id=state.workflow_id,
-                    run_id=workflow.info().run_id,
-                    after_seq=state.mirrored_seq,
-                    up_to_seq=up_to_seq,
-                    after_write=state.mirrored_write,
-                ),
+                target.input,
                 result_type=MirrorOutcome,
                 start_to_close_timeout=MIRROR_START_TO_CLOSE,
                 heartbeat_timeout=MIRROR_HEARTBEAT,
@@ -192,13 +225,17 @@ class TaskWorkflow:
         except ActivityError as err:
             # Neo4j down past the activity's retries, or a data error: keep the ledger open
             # and writable, show the error in the view, and try again after a pause.
-            state.mirror_error = str(err.cause or err)
-            self.mirror_failures += 1
+            self.ledger.mirror_failed(str(err.cause or err))
             self.draining = False
-            await workflow.sleep(min(MIRROR_PAUSE * 2**self.mirror_failures, MIRROR_PAUSE_MAX))
+            pause = mirror_pause(self.ledger.state.mirror_failures)
+            if workflow.patched(CONTINUE_WITHOUT_MIRROR):
+                # A pause may last minutes: continue-as-new as soon as it is suggested.
+                with contextlib.suppress(TimeoutError):
+                    await workflow.wait_condition(self._should_continue, timeout=pause)
+            else:
+                await workflow.sleep(pause)
             return
-        self.mirror_failures = 0
-        self.ledger.mirrored(up_to_seq, up_to_write)
+        self.ledger.mirrored(target)
 
     def _admit(self) -> None:
         """Admission, checked by validators only (so replaying an accepted write never depends
@@ -266,8 +303,8 @@ class TaskWorkflow:
 
     @workflow.query
     def events(self, query: EventsQuery) -> EventsPage:
-        """This run's events with seq > ``after_seq``, at most ``limit`` of them and about
-        ``max_bytes`` of payload (never fewer than one event when one is left)."""
+        """This run's events with seq > ``after_seq``: at most ``limit`` of them and at most
+        ``max_bytes`` of JSON (never fewer than one event when one is left)."""
         return self.ledger.events_page(query)
 
     @workflow.query

@@ -11,6 +11,7 @@ from temporalio.exceptions import ApplicationError
 from workflows.errors import DUPLICATE, ErrorCode
 from workflows.ledger import Ledger
 from workflows.models import (
+    MIRROR_ERROR_CHARS,
     REQUEST_WINDOW,
     EventInput,
     EventsQuery,
@@ -176,5 +177,49 @@ def test_mirror_watermarks() -> None:
     ledger = new_ledger()
     ledger.record_events(events("a", "b", request_id="r"), T0)
     assert ledger.unmirrored and ledger.unmirrored_events == 2
-    ledger.mirrored(2, ledger.state.writes)
+    target = ledger.mirror_target("run-1", max_events=500)
+    assert (target.input.run_id, target.input.after_seq, target.input.up_to_seq) == ("run-1", 0, 2)
+    ledger.mirrored(target)
     assert not ledger.unmirrored and ledger.view().unmirrored_writes == 0
+
+
+def test_a_run_continues_without_the_mirror_and_the_next_run_copies_its_backlog() -> None:
+    ledger = new_ledger()
+    ledger.record_events(events("a", "b", "c", request_id="r1"), T0)
+    first = ledger.mirror_target("run-1", max_events=2)
+    ledger.mirrored(first)  # seqs 1..2 in Neo4j, seq 3 and the writes after it not yet
+    ledger.set_steps(steps(("s", "in_progress"), request_id="s1"), T0)
+    carried = ledger.carry_over("run-1")
+    assert carried.runs == 2
+    assert [r.model_dump() for r in carried.mirror_backlog] == [
+        {"run_id": "run-1", "after_seq": 2, "up_to_seq": 3, "after_write": 0, "up_to_write": 3}
+    ]
+    # The next run takes writes at once and mirrors run-1's rest before its own.
+    nxt = Ledger(carried.model_copy(deep=True))
+    nxt.record_events(events("d", request_id="r2"), T0)
+    backlog = nxt.mirror_target("run-2", max_events=500)
+    assert (backlog.input.run_id, backlog.input.after_seq, backlog.input.up_to_seq) == (
+        "run-1",
+        2,
+        3,
+    )
+    assert backlog.from_backlog and backlog.up_to_write == 3
+    nxt.mirrored(backlog)
+    assert nxt.state.mirror_backlog == [] and nxt.unmirrored
+    own = nxt.mirror_target("run-2", max_events=500)
+    assert (own.input.run_id, own.input.after_seq, own.input.up_to_seq, own.up_to_write) == (
+        "run-2",
+        3,
+        4,
+        4,
+    )
+    nxt.mirrored(own)
+    assert not nxt.unmirrored
+    # A run with nothing unmirrored carries no backlog.
+    assert nxt.carry_over("run-2").mirror_backlog == []
+
+
+def test_mirror_errors_are_bounded() -> None:
+    ledger = new_ledger()
+    ledger.mirror_failed("x" * 100_000)
+    assert ledger.view().mirror_error == "x" * MIRROR_ERROR_CHARS

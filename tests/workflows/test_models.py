@@ -229,3 +229,28 @@ def test_carried_state_stays_small_at_every_limit() -> None:
             state="completed", kind="tool", result_event_seq=1000, attempt=1, updated_at=now
         )
     assert model_size(TaskWorkflowInput(carried=typical)) < 150 * 1024
+
+
+@pytest.mark.parametrize(
+    ("failures", "seconds"),
+    [
+        (1, 2),
+        (2, 4),
+        (3, 8),
+        (4, 16),
+        (5, 30),
+        (6, 30),
+        (20, 30),
+        (21, 300),
+        (47, 300),
+        (10**6, 300),
+    ],
+)
+def test_the_mirror_pause_doubles_to_30_s_then_5_min_and_never_overflows(
+    failures: int, seconds: int
+) -> None:
+    from datetime import timedelta
+
+    from workflows.task import mirror_pause
+
+    assert mirror_pause(failures) == timedelta(seconds=seconds)

@@ -33,10 +33,11 @@ from workflows.models.limits import (
     MAX_GOAL_CHARS,
     MAX_METADATA_ENTRIES,
     MAX_METADATA_VALUE_CHARS,
+    MAX_PAYLOAD_BYTES,
     MAX_PAYLOAD_CHARS,
     MAX_STEPS_PER_TASK,
     MAX_STEPS_PER_UPDATE,
-    MAX_UPDATE_BYTES,
+    MIRROR_ERROR_CHARS,
     PAGE_LIMIT_MAX,
     REQUEST_WINDOW,
 )
@@ -48,7 +49,13 @@ from workflows.models.mirror import (
     MirrorInput,
     MirrorOutcome,
 )
-from workflows.models.state import StepRecord, StoredRequest, TaskState, TaskWorkflowInput
+from workflows.models.state import (
+    RunRange,
+    StepRecord,
+    StoredRequest,
+    TaskState,
+    TaskWorkflowInput,
+)
 from workflows.models.text import (
     BoundedText,
     Name,
@@ -74,13 +81,14 @@ __all__ = [
     "MAX_GOAL_CHARS",
     "MAX_METADATA_ENTRIES",
     "MAX_METADATA_VALUE_CHARS",
+    "MAX_PAYLOAD_BYTES",
     "MAX_PAYLOAD_CHARS",
     "MAX_STEPS_PER_TASK",
     "MAX_STEPS_PER_UPDATE",
-    "MAX_UPDATE_BYTES",
     "MIRROR_ACTIVITY",
     "MIRROR_BATCH_EVENTS",
     "MIRROR_DEBOUNCE_MS",
+    "MIRROR_ERROR_CHARS",
     "MIRROR_MAX_EVENTS",
     "PAGE_LIMIT_MAX",
     "REQUEST_WINDOW",
@@ -99,6 +107,7 @@ __all__ = [
     "RequestLookup",
     "ResultValidity",
     "Role",
+    "RunRange",
     "SetStepsInput",
     "ShortText",
     "StepKind",

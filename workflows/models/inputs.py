@@ -26,10 +26,10 @@ from workflows.models.limits import (
     MAX_GOAL_CHARS,
     MAX_METADATA_ENTRIES,
     MAX_METADATA_VALUE_CHARS,
+    MAX_PAYLOAD_BYTES,
     MAX_PAYLOAD_CHARS,
     MAX_STEPS_PER_TASK,
     MAX_STEPS_PER_UPDATE,
-    MAX_UPDATE_BYTES,
     PAGE_LIMIT_MAX,
 )
 from workflows.models.text import (
@@ -210,9 +210,9 @@ class EventsQuery(BaseModel):
     """At most this many events."""
     up_to_seq: int | None = None
     """Stop at this seq (inclusive); None: the newest."""
-    max_bytes: int = Field(default=MAX_UPDATE_BYTES, ge=1)
-    """Stop adding events once the page's payloads pass this many UTF-8 bytes (at least one
-    event is returned)."""
+    max_bytes: int = Field(default=MAX_PAYLOAD_BYTES, ge=1, le=MAX_PAYLOAD_BYTES)
+    """Stop before the page's events pass this many bytes of JSON (at least one event is
+    returned)."""
 
 
 class StepsQuery(BaseModel):

@@ -17,9 +17,14 @@ MAX_PAYLOAD_CHARS = 32_000
 """An event payload longer than this many characters (code points) is cut to it."""
 MAX_EVENTS_PER_UPDATE = 200
 """Events in one ``record_events`` update; the client splits larger batches."""
-MAX_UPDATE_BYTES = 1_048_576
-"""Serialized size (bytes of JSON) the client keeps one update under; the server stalls a
-workflow on an update payload over 2 MiB, so a batch is split long before that."""
+MAX_PAYLOAD_BYTES = 400 * 1024
+"""The budget of every payload the product sends through Temporal, in bytes of its JSON encoding
+(what the pydantic data converter writes; a compressing codec only makes it smaller): an
+update's input (the client splits batches), a query's result (events and steps are paged by
+it), an activity's input and result. Bytes, not characters: JSON writes a control character as
+six bytes (``\u0001``). The server refuses a payload over 2 MiB (an update that large stalls
+its workflow for good) and the SDK warns at 512 KiB, so 400 KiB keeps a margin under both. One
+event is at most about 192 KiB (32,000 control characters), so a page always holds one."""
 MAX_STEPS_PER_UPDATE = 200
 """Step writes in one ``set_steps`` update; the client splits larger batches."""
 MAX_STEPS_PER_TASK = 500
@@ -35,6 +40,8 @@ MAX_GOAL_CHARS = 4_000
 MAX_FULL_LENGTH = 2**53
 """Largest ``full_length`` an event may claim (a count every JSON reader and Neo4j's 64-bit
 integers hold exactly)."""
+MIRROR_ERROR_CHARS = 2_000
+"""``mirror_error`` is cut to this many characters (it is carried and shown in every view)."""
 PAGE_LIMIT_MAX = 200
 """Largest page a read returns (events, steps, tasks)."""
 HISTORY_BACKPRESSURE_EVENTS = 40_000

@@ -44,6 +44,22 @@ class StoredRequest(NamedTuple):
     """Last seq the write assigned (0: none)."""
 
 
+class RunRange(BaseModel):
+    """Writes of an earlier run that Neo4j does not have yet: the mirror copies them from that
+    run (a closed run still answers queries) before the current run's own."""
+
+    run_id: str
+    """The run that holds the writes."""
+    after_seq: int
+    """Its events with seq > after_seq ..."""
+    up_to_seq: int
+    """... and seq <= up_to_seq are not mirrored yet."""
+    after_write: int
+    """Its steps changed after this write counter are not mirrored yet ..."""
+    up_to_write: int
+    """... up to this one (the write counter when the run continued-as-new)."""
+
+
 class TaskState(BaseModel):
     """Everything a task carries across continue-as-new: no event bodies, bounded size."""
 
@@ -71,6 +87,9 @@ class TaskState(BaseModel):
     """Events already mirrored to Neo4j."""
     mirror_error: str | None = None
     """The last mirror failure, None once the mirror succeeds again."""
+    mirror_failures: int = 0
+    """Mirror calls failed in a row (their retries spent); 0 after a success. Carried, so the
+    pause of a long outage stays long across continue-as-new."""
     steps: dict[str, StepRecord] = Field(default_factory=dict)
     """Step name -> record."""
     requests: dict[str, StoredRequest] = Field(default_factory=dict)
@@ -78,6 +97,9 @@ class TaskState(BaseModel):
     ``REQUEST_WINDOW`` entries."""
     runs: int = 1
     """Runs of the workflow so far (1 + continue-as-new count)."""
+    mirror_backlog: list[RunRange] = Field(default_factory=list)
+    """Earlier runs' writes the mirror has not copied yet, oldest first (a run continues-as-new
+    without waiting for the mirror; added by the ``continue-as-new-without-mirror`` patch)."""
 
 
 class TaskWorkflowInput(BaseModel):

@@ -7,6 +7,7 @@ from datetime import datetime
 from pydantic import AwareDatetime, BaseModel
 
 from workflows.models.kinds import EventKind, ResultValidity, Role, StepKind, StepState, TaskStatus
+from workflows.models.state import RunRange
 from workflows.models.text import BoundedText
 
 
@@ -99,10 +100,14 @@ class TaskView(BaseModel):
     """Writes (events, steps, status) not yet in Neo4j; 0 when the mirror has caught up."""
     mirror_error: str | None
     """The last mirror failure, if the mirror is failing."""
+    mirror_failures: int = 0
+    """Mirror calls failed in a row (0 while the mirror works)."""
     run_first_seq: int
     """First seq kept in the current run (older ones are in Neo4j)."""
     runs: int
     """Runs so far (1 + continue-as-new count)."""
+    mirror_backlog: list[RunRange] = []
+    """Earlier runs' writes not in Neo4j yet (their events are read from those runs)."""
     created_at: datetime
     """Workflow time of the creation (UTC)."""
     updated_at: datetime
@@ -118,3 +123,7 @@ class EventsPage(BaseModel):
     """First seq of the current run (older seqs are in Neo4j)."""
     last_seq: int
     """The task's newest seq."""
+    mirrored_seq: int = 0
+    """Events up to this seq are in Neo4j."""
+    mirror_backlog: list[RunRange] = []
+    """Earlier runs' writes not in Neo4j yet (``TaskView.mirror_backlog``)."""
