@@ -32,12 +32,13 @@ from taskgraph.graph import TaskGraph
 from workflows.errors import MIRROR_DATA_ERROR, MIRROR_UNAVAILABLE
 from workflows.models import (
     MAX_PAYLOAD_BYTES,
-    MAX_STEPS_PER_TASK,
     MIRROR_ACTIVITY,
+    STEPS_PAGE_MAX,
     EventsPage,
     EventsQuery,
     MirrorInput,
     MirrorOutcome,
+    StepsPage,
     StepsQuery,
     StepView,
     TaskView,
@@ -88,7 +89,7 @@ class RunSource(Protocol):
         """The task view as of this run."""
         ...
 
-    async def steps(self, query: StepsQuery) -> list[StepView]:
+    async def steps(self, query: StepsQuery) -> StepsPage:
         """The run's steps (``TaskWorkflow.steps``)."""
         ...
 
@@ -109,13 +110,28 @@ class QueriedRun:
         """The view query."""
         return await self.handle.query(TaskWorkflow.view, rpc_timeout=QUERY_TIMEOUT)
 
-    async def steps(self, query: StepsQuery) -> list[StepView]:
+    async def steps(self, query: StepsQuery) -> StepsPage:
         """The steps query."""
         return await self.handle.query(TaskWorkflow.steps, query, rpc_timeout=QUERY_TIMEOUT)
 
     async def events(self, query: EventsQuery) -> EventsPage:
         """The events query."""
         return await self.handle.query(TaskWorkflow.events, query, rpc_timeout=QUERY_TIMEOUT)
+
+
+async def changed_steps(source: RunSource, after_write: int) -> list[StepView]:
+    """Every step of the run changed after ``after_write``, read in pages (``STEPS_PAGE_MAX``
+    steps or ``MAX_PAYLOAD_BYTES``)."""
+    steps: list[StepView] = []
+    after_name = None
+    while True:
+        page = await source.steps(
+            StepsQuery(changed_after_write=after_write, after_name=after_name, limit=STEPS_PAGE_MAX)
+        )
+        steps += page.steps
+        if page.next_after_name is None:
+            return steps
+        after_name = page.next_after_name
 
 
 async def copy_run(
@@ -146,9 +162,7 @@ async def copy_run(
     """
     view = await source.view()
     last = view.last_seq if up_to_seq is None else up_to_seq
-    steps = await source.steps(
-        StepsQuery(changed_after_write=after_write, limit=MAX_STEPS_PER_TASK)
-    )
+    steps = await changed_steps(source, after_write)
     after = max(after_seq, view.run_first_seq - 1)
     written = 0
     unwritten_steps = steps  # go with the first transaction, with the first page of events

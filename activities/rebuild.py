@@ -40,8 +40,8 @@ from workflows.models import (
     EventsPage,
     EventsQuery,
     ProjectId,
+    StepsPage,
     StepsQuery,
-    StepView,
     TaskView,
     task_workflow_id,
 )
@@ -58,7 +58,7 @@ class ReplayedRun:
         """The ledger's view."""
         return self.ledger.view()
 
-    async def steps(self, query: StepsQuery) -> list[StepView]:
+    async def steps(self, query: StepsQuery) -> StepsPage:
         """The ledger's steps."""
         return self.ledger.steps(query)
 

@@ -55,6 +55,7 @@ from taskgraph.models import (
     EventsRead,
     StepFilter,
     StepRow,
+    StepsRead,
     TaskFilter,
     TaskListFilter,
     TaskRead,
@@ -78,6 +79,7 @@ from workflows.models import (
     MAX_STEPS_PER_TASK,
     MAX_STEPS_PER_UPDATE,
     PAGE_LIMIT_MAX,
+    STEPS_PAGE_MAX,
     Event,
     EventInput,
     EventKind,
@@ -93,6 +95,7 @@ from workflows.models import (
     StepKind,
     StepsQuery,
     StepState,
+    StepView,
     StepWrite,
     TaskStart,
     TaskStatus,
@@ -671,16 +674,74 @@ class ConversationHistory:
         return events
 
     async def list_steps(
-        self, task: str, state: StepState | str | None = None, limit: int = PAGE_LIMIT_MAX
+        self,
+        task: str,
+        state: StepState | str | None = None,
+        limit: int = PAGE_LIMIT_MAX,
+        *,
+        after_name: str | None = None,
     ) -> StepsResult:
-        """Steps in name order, optionally of one state, each with its ``result_validity``
-        and ``idempotency_key``; at most ``limit`` (1 to 500)."""
-        query = StepsQuery(
-            state=None if state is None else StepState(state), limit=min(limit, MAX_STEPS_PER_TASK)
-        )
+        """A page of the task's steps in name order after ``after_name``, optionally of one
+        state, each with its ``result_validity`` and ``idempotency_key``; at most ``limit`` (1
+        to 500). A task holds up to 10,000 steps; the steps a run holds (open ones, and those
+        changed in it) come from the workflow, the steps closed in earlier runs from Neo4j (and
+        from those runs while Neo4j lacks them), the newest record of each name winning.
+
+        Raises:
+            pydantic.ValidationError: an argument of the wrong shape, naming the field
+                (``StepsRead``).
+            GraphNotConfigured: the task has steps of earlier runs and no graph was given.
+        """
+        read = StepsRead(task=task, state=state, limit=limit, after_name=after_name)
+        query = StepsQuery(state=read.state, limit=read.limit, after_name=read.after_name)
         handle = self._handle(task)
-        found, steps = await self._query(task, lambda: handle.query(TaskWorkflow.steps, query))
-        return StepsResult(found=found, steps=steps or [])
+        found, page = await self._query(task, lambda: handle.query(TaskWorkflow.steps, query))
+        if page is None:
+            return StepsResult(found=found)
+        if not page.earlier and not page.mirror_backlog:
+            return StepsResult(found=True, steps=page.steps, next_after_name=page.next_after_name)
+        older = await self._graph().steps(
+            self.project_id,
+            self.workflow_id(task),
+            state=read.state,
+            after_name=read.after_name,
+            limit=read.limit,
+            up_to_write=page.run_first_write,
+        )
+        upper = older[-1].step_name if len(older) == read.limit else None
+        merged = {step.step_name: step for step in older}
+        runs = [(run.run_id, run.after_write) for run in page.mirror_backlog]
+        for run_id, after_write in [*runs, (None, 0)]:  # newer runs' records win
+            run = self.client.get_workflow_handle(self.workflow_id(task), run_id=run_id)
+            merged |= await self._held_steps(run, after_write, read.after_name, upper)
+        chosen = sorted(
+            (s for s in merged.values() if read.state is None or s.state is read.state),
+            key=lambda s: s.step_name,
+        )
+        steps = chosen[: read.limit]
+        more = len(chosen) > read.limit or upper is not None
+        cursor = steps[-1].step_name if steps else upper
+        return StepsResult(found=True, steps=steps, next_after_name=cursor if more else None)
+
+    async def _held_steps(
+        self,
+        run: WorkflowHandle[Any, Any],
+        after_write: int,
+        after_name: str | None,
+        upper: str | None,
+    ) -> dict[str, StepView]:
+        """The steps ``run`` holds changed after ``after_write``, whatever their state, with
+        ``after_name < name <= upper`` (no upper bound when None), by name."""
+        held: dict[str, StepView] = {}
+        while True:
+            query = StepsQuery(
+                changed_after_write=after_write, after_name=after_name, limit=STEPS_PAGE_MAX
+            )
+            page = await self._call(partial(run.query, TaskWorkflow.steps, query))
+            held |= {s.step_name: s for s in page.steps if upper is None or s.step_name <= upper}
+            after_name = page.next_after_name
+            if after_name is None or (upper is not None and after_name >= upper):
+                return held
 
     async def list_tasks(
         self, status: TaskStatus | str | None = None, limit: int = 50

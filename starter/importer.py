@@ -26,7 +26,14 @@ from pydantic import BaseModel
 
 from starter.client import ConversationHistory
 from trajectories import ParsedTrajectory, export_atif, parse_file
-from workflows.models import MAX_STEPS_PER_TASK, PAGE_LIMIT_MAX, Event, StepState, StepWrite
+from workflows.models import (
+    PAGE_LIMIT_MAX,
+    STEPS_PAGE_MAX,
+    Event,
+    StepState,
+    StepView,
+    StepWrite,
+)
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "trajectories"
 """The trajectories shipped with the project: the default input of ``agent-tasks import``."""
@@ -175,6 +182,18 @@ async def all_events(history: ConversationHistory, task: str) -> list[Event]:
     return events
 
 
+async def all_steps(history: ConversationHistory, task: str) -> list[StepView]:
+    """Every step of ``task`` in name order, through ``list_steps`` (all runs)."""
+    steps: list[StepView] = []
+    after: str | None = None
+    while True:
+        page = await history.list_steps(task, limit=STEPS_PAGE_MAX, after_name=after)
+        steps += page.steps
+        if page.next_after_name is None:
+            return steps
+        after = page.next_after_name
+
+
 async def verify_file(history: ConversationHistory, path: Path, format: str | None) -> list[str]:
     """Compare an imported file's events, read back from the workflow and from Neo4j, with
     the source: count, kind, payload, full length and SHA-256. Returns the mismatches (empty
@@ -201,7 +220,7 @@ async def verify_file(history: ConversationHistory, path: Path, format: str | No
         for index, (mine, theirs) in enumerate(zip(expected, got, strict=False)):
             if mine != theirs:
                 problems.append(f"{path}: {where} event {index + 1} differs from the source")
-    steps = (await history.list_steps(parsed.name, limit=MAX_STEPS_PER_TASK)).steps
+    steps = await all_steps(history, parsed.name)
     if len(steps) != len(parsed.steps):
         problems.append(f"{path}: {len(steps)} steps, the source {len(parsed.steps)}")
     return problems
@@ -221,7 +240,7 @@ async def export_task(history: ConversationHistory, task: str) -> dict[str, Any]
     if found.view is None:
         raise LookupError(f"no task {task!r} in project {history.project_id!r}")
     view = found.view
-    steps = (await history.list_steps(task, limit=MAX_STEPS_PER_TASK)).steps
+    steps = await all_steps(history, task)
     return export_atif(
         name=view.name,
         goal=view.goal,

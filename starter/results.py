@@ -81,9 +81,11 @@ class EventsResult(BaseModel):
 
 
 class StepsResult(BaseModel):
-    """``list_steps``: steps in name order."""
+    """``list_steps``: a page of steps in name order and the cursor of the next page."""
 
     found: bool
     """True when the task exists in this project."""
     steps: list[StepView] = []
     """The steps."""
+    next_after_name: str | None = None
+    """Pass as ``after_name`` for the next page; None at the end."""

@@ -49,7 +49,7 @@ from taskgraph.models import (
     plain,
     utc,
 )
-from workflows.models import Event, StepView, TaskView, task_workflow_id
+from workflows.models import Event, StepState, StepView, TaskView, task_workflow_id
 
 SCHEMA: tuple[LiteralString, ...] = (
     "CREATE CONSTRAINT project_key IF NOT EXISTS FOR (n:Project) REQUIRE n.project_id IS UNIQUE",
@@ -369,6 +369,36 @@ class TaskGraph:
             limit=limit,
         )
         return [_event(row["e"]) for row in rows]
+
+    async def steps(
+        self,
+        project_id: str,
+        workflow_id: str,
+        *,
+        state: StepState | None,
+        after_name: str | None,
+        limit: int,
+        up_to_write: int,
+    ) -> list[StepView]:
+        """One task's mirrored steps last changed at or before write ``up_to_write`` (the
+        earlier runs' steps: ``StepsPage.run_first_write``), in name order after ``after_name``,
+        in ``state`` when not None, at most ``limit``."""
+        rows = await self._read(
+            """
+            MATCH (t:Task {key: $key, project_id: $p})-[:HAS_STEP]->(s:Step)
+            WHERE coalesce(s.changed_write, 0) <= $upto
+              AND ($state IS NULL OR s.state = $state)
+              AND ($after IS NULL OR s.step_name > $after)
+            RETURN s ORDER BY s.step_name LIMIT $limit
+            """,
+            key=workflow_id,
+            p=project_id,
+            upto=up_to_write,
+            state=None if state is None else state.value,
+            after=after_name,
+            limit=limit,
+        )
+        return [StepView.model_validate(plain(row["s"])) for row in rows]
 
     async def find_tasks(self, project_id: str, where: TaskFilter) -> list[TaskRow]:
         """Tasks of a project in name order, after ``where.after_name`` (the paging cursor),

@@ -35,12 +35,13 @@ from pydantic import (
 
 from workflows.models import (
     PAGE_LIMIT_MAX,
+    STEPS_PAGE_MAX,
     Event,
     EventKind,
     Name,
-    ResultValidity,
-    StepKind,
+    StepName,
     StepState,
+    StepView,
     TaskStatus,
 )
 
@@ -90,6 +91,17 @@ class EventsRead(TaskRead):
     """Events with seq > after_seq (0: from the first)."""
     limit: Limit = 50
     """At most this many events."""
+
+
+class StepsRead(TaskRead):
+    """Which page of one task's steps ``list_steps`` returns."""
+
+    state: StepState | None = None
+    """Only steps in this state."""
+    limit: Annotated[StrictInt, Field(ge=1, le=STEPS_PAGE_MAX)] = PAGE_LIMIT_MAX
+    """At most this many steps."""
+    after_name: StepName | None = None
+    """The paging cursor: steps whose name sorts after this one."""
 
 
 class TreeRead(TaskRead):
@@ -192,18 +204,11 @@ class EventRow(Event):
     """The name of the event's task."""
 
 
-class StepRow(BaseModel):
+class StepRow(StepView):
     """A step across tasks, with the task it belongs to."""
 
     task_name: str
-    step_name: str
-    state: StepState
-    kind: StepKind
-    result_event_seq: int | None = None
-    attempt: int = 0
-    result_validity: ResultValidity
-    idempotency_key: str
-    updated_at: datetime | None = None
+    """The name of the step's task."""
 
 
 class ToolFailures(BaseModel):

@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 from workflows.errors import ErrorCode, duplicate, refusal
 from workflows.models import (
+    MAX_PAYLOAD_BYTES,
     MIRROR_ERROR_CHARS,
     REQUEST_WINDOW,
     Event,
@@ -30,6 +31,7 @@ from workflows.models import (
     RunRange,
     SetStepsInput,
     StepRecord,
+    StepsPage,
     StepsQuery,
     StepState,
     StepView,
@@ -44,7 +46,16 @@ from workflows.models import (
     request_key,
     valid_request_id,
 )
-from workflows.steps import idempotency_key, next_steps, result_validity
+from workflows.steps import (
+    OPEN_STATES,
+    ClosedStep,
+    idempotency_key,
+    next_steps,
+    pack_closed,
+    result_validity,
+    step_key,
+    unpack_closed,
+)
 
 
 class MirrorTarget(NamedTuple):
@@ -73,6 +84,9 @@ class Ledger:
         """The first seq this run holds (older ones are in Neo4j or in ``mirror_backlog``)."""
         self.run_first_write = state.writes
         """The write counter when this run started."""
+        self.earlier_steps: dict[bytes, ClosedStep] = unpack_closed(state.closed_steps)
+        """Steps closed in earlier runs, by ``step_key``; never also in ``state.steps`` (a
+        step written again moves to ``state.steps``)."""
 
     @classmethod
     def new(cls, start: TaskStart, workflow_id: str, now: datetime) -> Ledger:
@@ -155,6 +169,20 @@ class Ledger:
         if stored is not None:
             raise duplicate(stored)
 
+    def step(self, name: str) -> StepRecord | None:
+        """The record of step ``name``, None when the task has no such step. A step closed in an
+        earlier run comes back without its result and times (those are in Neo4j)."""
+        record = self.state.steps.get(name)
+        closed = None if record is not None else self.earlier_steps.get(step_key(name))
+        if closed is not None:
+            record = StepRecord(
+                state=closed.state,
+                kind=closed.kind,
+                attempt=closed.attempt,
+                updated_at=self.state.created_at,
+            )
+        return record
+
     def check_steps(self, input: SetStepsInput, now: datetime) -> dict[str, StepRecord]:
         """The state rules of ``set_steps``; returns the step records it leads to.
 
@@ -163,11 +191,13 @@ class Ledger:
         """
         self.check_write(input.request_id, args_digest(input))
         return next_steps(
-            self.state.steps,
+            self.step,
             input.steps,
             last_seq=self.state.last_seq,
             write_number=self.state.writes + 1,
             now=now,
+            step_count=len(self.state.steps) + len(self.earlier_steps),
+            open_steps=sum(r.state in OPEN_STATES for r in self.state.steps.values()),
         )
 
     # ---------------------------------------------------------------- writes
@@ -218,6 +248,8 @@ class Ledger:
         """Apply step changes in order, all or nothing (``STEP_TRANSITIONS``)."""
         changed = self.check_steps(input, now)
         self._accept(input.request_id, args_digest(input), 0, 0, now)
+        for name in changed:
+            self.earlier_steps.pop(step_key(name), None)
         self.state.steps.update(changed)
         return WriteOutcome()
 
@@ -281,13 +313,23 @@ class Ledger:
         self.state.mirror_failures += 1
 
     def carry_over(self, run_id: str) -> TaskState:
-        """The state the next run starts from (``run_id`` is this run's): this run's writes
-        that Neo4j lacks join ``mirror_backlog``, so the next run mirrors them from this run."""
+        """The state the next run starts from (``run_id`` is this run's), leaving this run's
+        own state as it is (a closed run still answers queries, the mirror's among them):
+        closed steps move to the packed table (``closed_steps``), and this run's writes that
+        Neo4j lacks join ``mirror_backlog``, so the next run mirrors them from this run."""
         state = self.state
+        steps = {n: r for n, r in state.steps.items() if r.state in OPEN_STATES}
+        closed = dict(self.earlier_steps)
+        closed.update(
+            (step_key(n), ClosedStep(r.state, r.kind, r.attempt))
+            for n, r in state.steps.items()
+            if n not in steps
+        )
+        backlog = list(state.mirror_backlog)
         after_seq = max(state.mirrored_seq, self.run_first_seq - 1)
         after_write = max(state.mirrored_write, self.run_first_write)
         if state.last_seq > after_seq or state.writes > after_write:
-            state.mirror_backlog.append(
+            backlog.append(
                 RunRange(
                     run_id=run_id,
                     after_seq=after_seq,
@@ -296,8 +338,14 @@ class Ledger:
                     up_to_write=state.writes,
                 )
             )
-        state.runs += 1
-        return state
+        return state.model_copy(
+            update={
+                "steps": steps,
+                "closed_steps": pack_closed(closed),
+                "mirror_backlog": backlog,
+                "runs": state.runs + 1,
+            }
+        )
 
     # ---------------------------------------------------------------- reads
 
@@ -305,8 +353,11 @@ class Ledger:
         """The task view, without event bodies."""
         start = self.state.start
         counts = dict.fromkeys(StepState, 0)
-        for step in self.state.steps.values():
-            counts[step.state] += 1
+        for state in (
+            *(r.state for r in self.state.steps.values()),
+            *(c.state for c in self.earlier_steps.values()),
+        ):
+            counts[state] += 1
         return TaskView(
             project_id=start.project_id,
             name=start.name,
@@ -353,15 +404,32 @@ class Ledger:
             mirror_backlog=self.state.mirror_backlog,
         )
 
-    def steps(self, query: StepsQuery) -> list[StepView]:
-        """Steps in name order, filtered by state and by change since a write counter."""
+    def steps(self, query: StepsQuery) -> StepsPage:
+        """A page of the steps this run holds (open ones, and those changed in this run), in
+        name order: filtered by state, by change since a write counter and by the name cursor,
+        at most ``limit`` of them and ``MAX_PAYLOAD_BYTES`` of JSON (one at least)."""
         selected = sorted(
             (name, step)
             for name, step in self.state.steps.items()
             if (query.state is None or step.state is query.state)
             and step.changed_write > query.changed_after_write
+            and (query.after_name is None or name > query.after_name)
         )
-        return [self.step_view(name, step) for name, step in selected[: query.limit]]
+        page: list[StepView] = []
+        size = 0
+        for name, step in selected[: query.limit]:
+            view = self.step_view(name, step)
+            size += model_size(view)
+            if page and size > MAX_PAYLOAD_BYTES:
+                break
+            page.append(view)
+        return StepsPage(
+            steps=page,
+            next_after_name=page[-1].step_name if page and len(page) < len(selected) else None,
+            earlier=bool(self.earlier_steps),
+            run_first_write=self.run_first_write,
+            mirror_backlog=self.state.mirror_backlog,
+        )
 
     def step_view(self, name: str, step: StepRecord) -> StepView:
         """A step record as readers see it, with its validity and idempotency key."""
@@ -374,6 +442,7 @@ class Ledger:
             updated_at=step.updated_at,
             result_validity=result_validity(step.state, step.result_event_seq),
             idempotency_key=idempotency_key(self.state.workflow_id, name, step.attempt),
+            changed_write=step.changed_write,
         )
 
     def request_outcome(self, lookup: RequestLookup) -> WriteOutcome | None:

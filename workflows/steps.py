@@ -6,11 +6,17 @@ without a server.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import base64
+import hashlib
+import struct
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
+from typing import NamedTuple
 
 from workflows.errors import ErrorCode, refusal
 from workflows.models import (
+    MAX_OPEN_STEPS,
+    MAX_STEP_ATTEMPTS,
     MAX_STEPS_PER_TASK,
     ResultValidity,
     StepKind,
@@ -36,6 +42,61 @@ made idempotent by its request id, not by repeating the state. Each move into ``
 starts a new attempt (``StepView.attempt``)."""
 
 
+OPEN_STATES = frozenset({StepState.NOT_STARTED, StepState.IN_PROGRESS, StepState.UNKNOWN})
+"""States of open steps: carried across continue-as-new in full (at most ``MAX_OPEN_STEPS``)."""
+
+_KIND_CODES: tuple[StepKind, ...] = (
+    StepKind.READ,
+    StepKind.WRITE,
+    StepKind.TOOL,
+    StepKind.MODEL,
+    StepKind.HUMAN,
+    StepKind.CHILD,
+)
+"""Kind -> code in the closed-step table (append only: codes are carried in histories)."""
+_ENTRY = struct.Struct(">8sBB")
+"""A closed-step table entry: 8 bytes of SHA-256(name), kind code * 2 + (1 if failed), attempt."""
+
+
+class ClosedStep(NamedTuple):
+    """What a task keeps of a closed (``completed`` or ``failed``) step after the run that
+    closed it: enough to refuse or start its next attempt, not its name or result (those are
+    in the history and Neo4j)."""
+
+    state: StepState
+    """``completed`` or ``failed``."""
+    kind: StepKind
+    """The step's kind."""
+    attempt: int
+    """Its attempts so far (at most ``MAX_STEP_ATTEMPTS``)."""
+
+
+def step_key(name: str) -> bytes:
+    """The closed-step table's key of a step name: the first 8 bytes (64 bits) of its SHA-256."""
+    return hashlib.sha256(name.encode("utf-8")).digest()[:8]
+
+
+def pack_closed(steps: Mapping[bytes, ClosedStep]) -> str:
+    """The closed-step table as base64 text (10 bytes an entry, in key order, so the same steps
+    always give the same text)."""
+    packed = b"".join(
+        _ENTRY.pack(
+            key, _KIND_CODES.index(step.kind) * 2 + (step.state is StepState.FAILED), step.attempt
+        )
+        for key, step in sorted(steps.items())
+    )
+    return base64.b64encode(packed).decode("ascii")
+
+
+def unpack_closed(text: str) -> dict[bytes, ClosedStep]:
+    """The closed-step table from ``pack_closed``'s text."""
+    table: dict[bytes, ClosedStep] = {}
+    for key, code, attempt in _ENTRY.iter_unpack(base64.b64decode(text)):
+        state = StepState.FAILED if code % 2 else StepState.COMPLETED
+        table[key] = ClosedStep(state, _KIND_CODES[code // 2], attempt)
+    return table
+
+
 def result_validity(state: StepState, result_event_seq: int | None) -> ResultValidity:
     """Map a step's state and result seq to its ``ResultValidity`` (the table in its docstring)."""
     if state is StepState.COMPLETED:
@@ -54,21 +115,25 @@ def idempotency_key(workflow_id: str, step_name: str, attempt: int) -> str:
 
 
 def next_steps(
-    steps: Mapping[str, StepRecord],
+    lookup: Callable[[str], StepRecord | None],
     writes: Sequence[StepWrite],
     *,
     last_seq: int,
     write_number: int,
     now: datetime,
+    step_count: int,
+    open_steps: int,
 ) -> dict[str, StepRecord]:
     """The step records ``writes`` lead to, applied in order, all or nothing.
 
     Args:
-        steps: the task's steps now (name -> record).
+        lookup: the task's record of a step by name, None for a new step.
         writes: the changes, in order (a step may appear more than once).
         last_seq: the task's newest seq (``result_event_seq`` must be at most this).
         write_number: the write counter this change will have (``StepRecord.changed_write``).
         now: workflow time of the change.
+        step_count: the steps the task holds now.
+        open_steps: how many of them are open (``OPEN_STATES``).
 
     Returns:
         The changed records only (name -> new record). A new step's kind defaults to ``tool``;
@@ -77,11 +142,15 @@ def next_steps(
 
     Raises:
         ApplicationError: a refusal, ``event_not_found``, ``step_kind_changed``,
-            ``invalid_transition`` or ``step_limit_reached`` (``MAX_STEPS_PER_TASK``).
+            ``invalid_transition`` or ``step_limit_reached`` (``MAX_STEPS_PER_TASK`` steps,
+            ``MAX_OPEN_STEPS`` open ones, ``MAX_STEP_ATTEMPTS`` attempts of one step).
     """
+    before: dict[str, StepRecord | None] = {}
     changed: dict[str, StepRecord] = {}
     for write in writes:
-        current = changed.get(write.step_name) or steps.get(write.step_name)
+        if write.step_name not in before:
+            before[write.step_name] = lookup(write.step_name)
+        current = changed.get(write.step_name) or before[write.step_name]
         if write.result_event_seq is not None and write.result_event_seq > last_seq:
             raise refusal(
                 ErrorCode.EVENT_NOT_FOUND,
@@ -109,16 +178,33 @@ def next_steps(
             result_seq = write.result_event_seq
             if result_seq is None and write.state is not StepState.IN_PROGRESS:
                 result_seq = current.result_event_seq
+        attempt = previous_attempts + (write.state is StepState.IN_PROGRESS)
+        if attempt > MAX_STEP_ATTEMPTS:
+            raise refusal(
+                ErrorCode.STEP_LIMIT_REACHED,
+                f"step {write.step_name!r}: a step has at most {MAX_STEP_ATTEMPTS} attempts",
+            )
         changed[write.step_name] = StepRecord(
             state=write.state,
             kind=kind,
             result_event_seq=result_seq,
-            attempt=previous_attempts + (write.state is StepState.IN_PROGRESS),
+            attempt=attempt,
             updated_at=now,
             changed_write=write_number,
         )
-    if len(steps.keys() | changed.keys()) > MAX_STEPS_PER_TASK:
+    if step_count + sum(record is None for record in before.values()) > MAX_STEPS_PER_TASK:
         raise refusal(
             ErrorCode.STEP_LIMIT_REACHED, f"a task holds at most {MAX_STEPS_PER_TASK} steps"
+        )
+    opened = sum(
+        (record.state in OPEN_STATES) - (was is not None and was.state in OPEN_STATES)
+        for name, record in changed.items()
+        for was in (before[name],)
+    )
+    if open_steps + opened > MAX_OPEN_STEPS:
+        raise refusal(
+            ErrorCode.STEP_LIMIT_REACHED,
+            f"a task holds at most {MAX_OPEN_STEPS} open steps (not started, in progress or "
+            "unknown)",
         )
     return changed

@@ -44,8 +44,8 @@ with workflow.unsafe.imports_passed_through():
         RecordEventsInput,
         RequestLookup,
         SetStepsInput,
+        StepsPage,
         StepsQuery,
-        StepView,
         TaskStart,
         TaskStatus,
         TaskView,
@@ -308,8 +308,8 @@ class TaskWorkflow:
         return self.ledger.events_page(query)
 
     @workflow.query
-    def steps(self, query: StepsQuery) -> list[StepView]:
-        """Steps in name order, filtered by state and by change since a write counter."""
+    def steps(self, query: StepsQuery) -> StepsPage:
+        """A page of the steps this run holds, in name order (``Ledger.steps``)."""
         return self.ledger.steps(query)
 
     @workflow.query

@@ -153,15 +153,28 @@ async def test_step_batches_are_all_or_nothing(history: ConversationHistory) -> 
     assert (await history.list_steps("t")).steps == []
 
 
-async def test_step_limit(history: ConversationHistory) -> None:
+async def test_step_limits(history: ConversationHistory) -> None:
+    """At most 500 open steps at once (each is carried in full across continue-as-new); closed
+    steps count towards the 10,000 only; a list over 10,000 is refused before it is sent."""
     await history.create_task("t", "g")
-    writes = [StepWrite(step_name=f"s{i}", state=StepState.COMPLETED) for i in range(500)]
-    assert (await history.set_steps("t", writes)).recorded
-    over = await history.set_step("t", "one-more", "completed")
-    assert over.error is ErrorCode.STEP_LIMIT_REACHED
-    assert len((await history.list_steps("t", limit=MAX_STEPS_PER_TASK)).steps) == 500
+    planned = [StepWrite(step_name=f"s{i}", state=StepState.NOT_STARTED) for i in range(500)]
+    assert (await history.set_steps("t", planned)).recorded
+    over = await history.set_step("t", "one-more", "not_started")
+    assert over.error is ErrorCode.STEP_LIMIT_REACHED and "open steps" in (over.message or "")
+    assert (await history.set_step("t", "closed-one", "completed")).recorded
+    assert (await history.set_step("t", "s0", "completed")).recorded  # one open step fewer
+    assert (await history.set_step("t", "one-more", "not_started")).recorded
+    view = (await history.get_task("t")).view
+    assert view is not None
+    assert (view.step_counts[StepState.NOT_STARTED], view.step_counts[StepState.COMPLETED]) == (
+        500,
+        2,
+    )
     await history.create_task("u", "g")
-    too_many = [StepWrite(step_name=f"s{i}", state=StepState.COMPLETED) for i in range(501)]
+    too_many = [
+        StepWrite(step_name=f"s{i}", state=StepState.COMPLETED)
+        for i in range(MAX_STEPS_PER_TASK + 1)
+    ]
     refused = await history.set_steps("u", too_many)
     assert refused.error is ErrorCode.STEP_LIMIT_REACHED
     assert (await history.list_steps("u")).steps == []  # refused whole, nothing stored

@@ -21,12 +21,12 @@ from temporalio.testing import WorkflowEnvironment
 from config import connect
 from devstack import find_temporal_binary, free_port
 from starter.client import ConversationHistory
-from starter.importer import all_events
+from starter.importer import all_events, all_steps
 from taskgraph.graph import TaskGraph
 from tests.conftest import TIME_SKIPPING_DYNAMIC_CONFIG, eventually, mirrored
 from worker import build_worker
-from workflows.errors import TaskServiceUnavailable
-from workflows.models import TaskStatus, TaskView, sha256_hex
+from workflows.errors import ErrorCode, TaskServiceUnavailable
+from workflows.models import StepState, StepWrite, TaskStatus, TaskView, sha256_hex
 from workflows.task import SEARCH_ATTRIBUTE_KEYS
 
 CONTINUE_AS_NEW_AT = "limit.historyCount.suggestContinueAsNew=60"
@@ -255,3 +255,69 @@ async def test_one_writers_order_holds_across_continue_as_new(
         events = await all_events(history, "t")
         assert [e.payload for e in events] == [f"m{i}" for i in range(50)]
         await mirrored(history, "t")
+
+
+async def test_ten_thousand_steps_across_continue_as_new(
+    low_limit_env: WorkflowEnvironment, graph: TaskGraph, project_id: str
+) -> None:
+    """A long agent run: 10,000 steps in one task, which continues-as-new many times meanwhile
+    (closed steps are carried as 10 bytes each, their records stay in the history and Neo4j).
+    Every step reads back, in pages, with its state and result; the 10,001st is refused; a step
+    failed in an earlier run is retried under a new idempotency key, and one completed in an
+    earlier run stays final."""
+    client, queue = low_limit_env.client, "steps"
+    history = ConversationHistory(
+        client, project_id=project_id, agent_id="a", task_queue=queue, graph=graph
+    )
+    names = [f"step-{i:05d}" for i in range(10_000)]
+    async with build_worker(client, graph, queue):
+        await history.create_task("t", "long agent run")
+        result = (await history.record_event("t", "tool_result", "out")).seq
+        writes = [
+            StepWrite(
+                step_name=name,
+                state=StepState.FAILED if i % 1000 == 0 else StepState.COMPLETED,
+                result_event_seq=result,
+            )
+            for i, name in enumerate(names)
+        ]
+        assert (await history.set_steps("t", writes)).recorded
+
+        async def continued() -> bool:
+            view = (await history.get_task("t")).view
+            return view is not None and view.runs > 1
+
+        await eventually(continued)  # the steps are closed in an earlier run from here on
+        over = await history.set_step("t", "step-10000", "completed")
+        assert over.error is ErrorCode.STEP_LIMIT_REACHED
+        retried = await history.set_step("t", "step-00000", "in_progress")
+        assert retried.recorded
+        final = await history.set_step("t", "step-00001", "in_progress")
+        assert final.error is ErrorCode.INVALID_TRANSITION
+        view = (await history.get_task("t")).view
+        assert view is not None
+        assert view.step_counts[StepState.COMPLETED] == 9_990
+        assert view.step_counts[StepState.FAILED] == 9
+        assert view.step_counts[StepState.IN_PROGRESS] == 1
+        await mirrored(history, "t")
+        steps = await all_steps(history, "t")
+        assert [s.step_name for s in steps] == names
+        expected = {
+            name: (
+                StepState.IN_PROGRESS
+                if i == 0
+                else StepState.FAILED
+                if i % 1000 == 0
+                else StepState.COMPLETED
+            )
+            for i, name in enumerate(names)
+        }
+        assert {s.step_name: s.state for s in steps} == expected
+        first = steps[0]
+        assert (first.attempt, first.result_event_seq) == (1, None)
+        assert first.idempotency_key == f"{history.workflow_id('t')}/step-00000/1"
+        assert all(s.result_event_seq == result for s in steps[1:])
+        failed = await history.list_steps("t", state="failed", limit=500)
+        assert [s.step_name for s in failed.steps] == [
+            f"step-{i:05d}" for i in range(1000, 10_000, 1000)
+        ]

@@ -114,7 +114,7 @@ def test_step_attempts_keys_and_validity() -> None:
     ledger.set_steps(steps(("s", "in_progress"), request_id="s1"), T0)
     ledger.set_steps(steps(("s", "failed"), request_id="s2", result_event_seq=1), T0)
     ledger.set_steps(steps(("s", "in_progress"), request_id="s3"), T0)
-    (view,) = ledger.steps(StepsQuery())
+    (view,) = ledger.steps(StepsQuery()).steps
     assert (view.state, view.attempt, view.result_event_seq) == (StepState.IN_PROGRESS, 2, None)
     assert view.idempotency_key == "agent-task/p/t/s/2"
     refused(
@@ -132,7 +132,7 @@ def test_step_attempts_keys_and_validity() -> None:
         lambda: ledger.set_steps(steps(("s", "completed"), request_id="s6", kind="read"), T0),
     )
     ledger.set_steps(steps(("s", "completed"), request_id="s7", result_event_seq=1), T0)
-    (done,) = ledger.steps(StepsQuery())
+    (done,) = ledger.steps(StepsQuery()).steps
     assert (done.result_validity.value, done.attempt) == ("valid", 2)
     assert ledger.view().step_counts[StepState.COMPLETED] == 1
 

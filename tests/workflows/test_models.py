@@ -167,24 +167,27 @@ def test_result_validity(state: StepState, seq: int | None, validity: ResultVali
     assert result_validity(state, seq) is validity
 
 
-def test_carried_state_stays_small_at_every_limit() -> None:
-    """Continue-as-new carries ``TaskState``: at every limit at once (2,000 remembered
-    requests with 10-digit seqs, 500 steps with 100-character names, the largest task fields)
-    it stays under 256 KiB; a typical imported task's stays under 64 KiB."""
+def test_carried_state_stays_within_the_payload_budget_at_every_limit() -> None:
+    """Continue-as-new carries what ``Ledger.carry_over`` gives. At every limit at once (the
+    largest task fields, 500 open steps and 9,500 closed ones with 100-character names, 2,000
+    remembered requests of 64 characters) it stays under the 400 KiB payload budget, and
+    without the closed steps under 256 KiB; closed steps cost 10 bytes each (base64: 13.3)."""
     from datetime import UTC, datetime
 
+    from workflows.ledger import Ledger
     from workflows.models import (
         MAX_GOAL_CHARS,
         MAX_METADATA_ENTRIES,
         MAX_METADATA_VALUE_CHARS,
+        MAX_OPEN_STEPS,
+        MAX_PAYLOAD_BYTES,
         MAX_STEPS_PER_TASK,
         REQUEST_WINDOW,
-        StepRecord,
-        StoredRequest,
-        TaskState,
+        EventInput,
+        RecordEventsInput,
+        SetStepsInput,
         TaskWorkflowInput,
         model_size,
-        request_key,
     )
 
     now = datetime.now(UTC)
@@ -201,34 +204,47 @@ def test_carried_state_stays_small_at_every_limit() -> None:
         },
         request_id="r" * 64,
     )
-    state = TaskState(start=start, workflow_id="w" * 280, created_at=now, updated_at=now)
+    ledger = Ledger.new(start, "w" * 280, now)
+    ledger.create(start, now)
+    note = [EventInput(kind="note", payload="x")]
+    ledger.record_events(RecordEventsInput(agent_id="a", events=note, request_id="e"), now)
+    names = [f"{i:05d}".ljust(100, "s") for i in range(MAX_STEPS_PER_TASK)]
+    for first in range(0, MAX_STEPS_PER_TASK, 200):
+        writes = [
+            StepWrite(step_name=name, state="in_progress")
+            if i < MAX_OPEN_STEPS
+            else StepWrite(step_name=name, state="failed", result_event_seq=1)
+            for i, name in enumerate(names[first : first + 200], start=first)
+        ]
+        request = f"steps-{first}".ljust(64, "x")
+        ledger.set_steps(SetStepsInput(agent_id="a", steps=writes, request_id=request), now)
     for i in range(REQUEST_WINDOW):
-        state.requests[request_key(f"request-{i}")] = StoredRequest(
-            "d" * 12, 10**9 + i, 10**9 + i + 199
+        request = f"request-{i}".ljust(64, "y")
+        ledger.record_events(RecordEventsInput(agent_id="a", events=note, request_id=request), now)
+    carried = ledger.carry_over("run-id")
+    assert len(carried.steps) == MAX_OPEN_STEPS
+    closed = MAX_STEPS_PER_TASK - MAX_OPEN_STEPS
+    assert len(carried.closed_steps) == 4 * -(-closed * 10 // 3)  # base64 of 10 bytes each
+    assert model_size(TaskWorkflowInput(carried=carried)) < MAX_PAYLOAD_BYTES
+    without_closed = carried.model_copy(update={"closed_steps": ""})
+    assert model_size(TaskWorkflowInput(carried=without_closed)) < 256 * 1024
+
+
+def test_the_closed_step_table_round_trips() -> None:
+    from workflows.models import StepKind, StepState
+    from workflows.steps import ClosedStep, pack_closed, step_key, unpack_closed
+
+    table = {
+        step_key(f"s{i}"): ClosedStep(
+            StepState.FAILED if i % 2 else StepState.COMPLETED, list(StepKind)[i % 6], i
         )
-    for i in range(MAX_STEPS_PER_TASK):
-        state.steps[f"{i:04d}".ljust(100, "s")] = StepRecord(
-            state="completed",
-            kind="tool",
-            result_event_seq=10**9,
-            attempt=99,
-            updated_at=now,
-            changed_write=10**9,
-        )
-    assert model_size(TaskWorkflowInput(carried=state)) < 256 * 1024
-    typical = TaskState(
-        start=start.model_copy(update={"goal": "fix", "metadata": {}}),
-        workflow_id="agent-task/p/n",
-        created_at=now,
-        updated_at=now,
-    )
-    for i in range(REQUEST_WINDOW):
-        typical.requests[request_key(f"request-{i}")] = StoredRequest("d" * 12, 1000 + i, 1000 + i)
-    for i in range(131):
-        typical.steps[f"{i:04d}:bash"] = StepRecord(
-            state="completed", kind="tool", result_event_seq=1000, attempt=1, updated_at=now
-        )
-    assert model_size(TaskWorkflowInput(carried=typical)) < 150 * 1024
+        for i in range(256)
+    }
+    text = pack_closed(table)
+    assert len(text) == 4 * -(-256 * 10 // 3)
+    assert unpack_closed(text) == table
+    assert pack_closed(unpack_closed(text)) == text
+    assert step_key("s1") == hashlib.sha256(b"s1").digest()[:8]
 
 
 @pytest.mark.parametrize(

@@ -33,13 +33,16 @@ from workflows.models.limits import (
     MAX_GOAL_CHARS,
     MAX_METADATA_ENTRIES,
     MAX_METADATA_VALUE_CHARS,
+    MAX_OPEN_STEPS,
     MAX_PAYLOAD_BYTES,
     MAX_PAYLOAD_CHARS,
+    MAX_STEP_ATTEMPTS,
     MAX_STEPS_PER_TASK,
     MAX_STEPS_PER_UPDATE,
     MIRROR_ERROR_CHARS,
     PAGE_LIMIT_MAX,
     REQUEST_WINDOW,
+    STEPS_PAGE_MAX,
 )
 from workflows.models.mirror import (
     MIRROR_ACTIVITY,
@@ -72,7 +75,7 @@ from workflows.models.text import (
     task_workflow_id,
     valid_request_id,
 )
-from workflows.models.views import Event, EventsPage, StepView, TaskView
+from workflows.models.views import Event, EventsPage, StepsPage, StepView, TaskView
 
 __all__ = [
     "HISTORY_BACKPRESSURE_EVENTS",
@@ -81,10 +84,12 @@ __all__ = [
     "MAX_GOAL_CHARS",
     "MAX_METADATA_ENTRIES",
     "MAX_METADATA_VALUE_CHARS",
+    "MAX_OPEN_STEPS",
     "MAX_PAYLOAD_BYTES",
     "MAX_PAYLOAD_CHARS",
     "MAX_STEPS_PER_TASK",
     "MAX_STEPS_PER_UPDATE",
+    "MAX_STEP_ATTEMPTS",
     "MIRROR_ACTIVITY",
     "MIRROR_BATCH_EVENTS",
     "MIRROR_DEBOUNCE_MS",
@@ -92,6 +97,7 @@ __all__ = [
     "MIRROR_MAX_EVENTS",
     "PAGE_LIMIT_MAX",
     "REQUEST_WINDOW",
+    "STEPS_PAGE_MAX",
     "BoundedText",
     "Event",
     "EventInput",
@@ -116,6 +122,7 @@ __all__ = [
     "StepState",
     "StepView",
     "StepWrite",
+    "StepsPage",
     "StepsQuery",
     "StoredRequest",
     "TaskStart",

@@ -28,9 +28,9 @@ from workflows.models.limits import (
     MAX_METADATA_VALUE_CHARS,
     MAX_PAYLOAD_BYTES,
     MAX_PAYLOAD_CHARS,
-    MAX_STEPS_PER_TASK,
     MAX_STEPS_PER_UPDATE,
     PAGE_LIMIT_MAX,
+    STEPS_PAGE_MAX,
 )
 from workflows.models.text import (
     BoundedText,
@@ -216,11 +216,13 @@ class EventsQuery(BaseModel):
 
 
 class StepsQuery(BaseModel):
-    """Query input for steps."""
+    """Query input for steps: a page in name order."""
 
     state: StepState | None = None
     """Only steps in this state; None: every state."""
-    limit: int = Field(default=PAGE_LIMIT_MAX, ge=1, le=MAX_STEPS_PER_TASK)
-    """At most this many steps, in name order."""
+    limit: int = Field(default=PAGE_LIMIT_MAX, ge=1, le=STEPS_PAGE_MAX)
+    """At most this many steps (and at most ``MAX_PAYLOAD_BYTES`` of JSON)."""
     changed_after_write: int = 0
     """Only steps changed after this write counter (the mirror's watermark)."""
+    after_name: str | None = None
+    """Only steps whose name sorts after this one (the paging cursor)."""

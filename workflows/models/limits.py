@@ -27,8 +27,18 @@ its workflow for good) and the SDK warns at 512 KiB, so 400 KiB keeps a margin u
 event is at most about 192 KiB (32,000 control characters), so a page always holds one."""
 MAX_STEPS_PER_UPDATE = 200
 """Step writes in one ``set_steps`` update; the client splits larger batches."""
-MAX_STEPS_PER_TASK = 500
-"""Steps one task may hold (their records are carried across continue-as-new)."""
+MAX_STEPS_PER_TASK = 10_000
+"""Steps one task may hold. Open steps are carried across continue-as-new in full; a closed
+one (``completed``, ``failed``) as 10 bytes of a packed table (``workflows.steps``): its
+name, result and times stay in the history and Neo4j."""
+MAX_OPEN_STEPS = 500
+"""Open steps (not started, in progress, unknown) one task may hold at once: each is carried
+in full across continue-as-new. (500 was the limit on all steps before, so every existing
+history stays within it.)"""
+MAX_STEP_ATTEMPTS = 255
+"""Attempts of one step (the closed-step table keeps the count in one byte)."""
+STEPS_PAGE_MAX = 500
+"""Largest page of steps a query returns (also bounded by ``MAX_PAYLOAD_BYTES``)."""
 REQUEST_WINDOW = 2_000
 """How many of a task's most recent writes keep their request id for deduplication."""
 MAX_METADATA_ENTRIES = 16

@@ -91,7 +91,10 @@ class TaskState(BaseModel):
     """Mirror calls failed in a row (their retries spent); 0 after a success. Carried, so the
     pause of a long outage stays long across continue-as-new."""
     steps: dict[str, StepRecord] = Field(default_factory=dict)
-    """Step name -> record."""
+    """Step name -> record: the open steps, and every step changed in the current run."""
+    closed_steps: str = ""
+    """The steps closed in earlier runs (``completed``, ``failed``): a packed table of name
+    hashes, kinds and attempts, as base64 (``workflows.steps.pack_closed``)."""
     requests: dict[str, StoredRequest] = Field(default_factory=dict)
     """``request_key(request_id)`` -> what the write stored, oldest first, at most
     ``REQUEST_WINDOW`` entries."""

@@ -63,6 +63,8 @@ class StepView(BaseModel):
     idempotency_key: str
     """``{workflow_id}/{step_name}/{attempt}``: stable across activity retries and
     continue-as-new; hand it to a tool so an external side effect can be deduplicated."""
+    changed_write: int = 0
+    """The task's write counter at the step's last change."""
 
 
 class TaskView(BaseModel):
@@ -112,6 +114,23 @@ class TaskView(BaseModel):
     """Workflow time of the creation (UTC)."""
     updated_at: datetime
     """Workflow time of the last accepted write (UTC)."""
+
+
+class StepsPage(BaseModel):
+    """Query result: a page of the steps this run holds, in name order."""
+
+    steps: list[StepView]
+    """The page."""
+    next_after_name: str | None = None
+    """The cursor of the next page (the last name here); None when this run holds no more."""
+    earlier: bool = False
+    """True when the task also has steps this run does not hold: closed in an earlier run and
+    kept in Neo4j (only their state, kind and attempts are carried)."""
+    run_first_write: int = 0
+    """The write counter when this run started: Neo4j's step nodes changed at or before it are
+    the earlier runs' steps."""
+    mirror_backlog: list[RunRange] = []
+    """Earlier runs' writes not in Neo4j yet (``TaskView.mirror_backlog``)."""
 
 
 class EventsPage(BaseModel):
