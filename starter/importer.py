@@ -205,6 +205,22 @@ class _Planner:
             if everything or b"_trajectory_ref" in path.read_bytes():
                 self.read(path, asked=False)
 
+    def read_named(self) -> None:
+        """Read the files that runs name (continuations, subagent paths), until none is new."""
+        while True:
+            named = {
+                (path.resolve().parent / target).resolve()
+                for path, run in self.runs()
+                for target in [run.continued_in, *(ref.trajectory_path for ref in run.subagents)]
+                if target and "://" not in target
+            }
+            new = [p for p in named if p not in self.files and p.is_file()]
+            if not new:
+                return
+            for path in sorted(new):
+                self.read(path, asked=False)
+                self.files.setdefault(path, _Read(path, [], asked=False))
+
     def runs(self) -> Iterator[tuple[Path, ParsedTrajectory]]:
         for read in self.files.values():
             for run in read.runs:
@@ -263,6 +279,7 @@ def plan_import(
     folders = sorted({path.resolve().parent for path in asked if path.exists()})
     for folder in folders:
         planner.read_siblings(folder, everything=False)
+    planner.read_named()
     runs = list(planner.runs())
     unresolved = {
         path.resolve().parent
@@ -272,6 +289,7 @@ def plan_import(
     }
     for folder in sorted(unresolved):
         planner.read_siblings(folder, everything=True)
+    planner.read_named()
     runs = list(planner.runs())
     parent_of: dict[int, str] = {}
     next_of: dict[int, tuple[Path, ParsedTrajectory]] = {}
@@ -436,6 +454,15 @@ async def import_tasks(
         return report
 
     return list(await asyncio.gather(*(one(task) for task in tasks)))
+
+
+async def import_paths(
+    history: ConversationHistory, paths: Iterable[Path], format: str | None = None
+) -> list[ImportReport]:
+    """Plan and write the runs of ``paths`` (``plan_import`` then ``import_tasks``); returns the
+    refused reports of unreadable files, then one report per task in plan order."""
+    tasks, unreadable = plan_import(paths, format)
+    return unreadable + await import_tasks(history, tasks)
 
 
 async def mirror_caught_up(
