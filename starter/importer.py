@@ -57,6 +57,7 @@ from trajectories import (
     TrajectoryFormatError,
     export_atif,
     read_file,
+    short_text,
 )
 from workflows.models import (
     MAX_STEPS_PER_TASK,
@@ -376,7 +377,7 @@ async def _write(
         head.goal,
         metadata=head.metadata,
         parent=task.parent,
-        session_id=head.source_id,
+        session_id=short_text(head.source_id),
         request_id=_request_id(head, "create"),
     )
     if not created.recorded:

@@ -12,6 +12,7 @@ from trajectories.base import (
     ParsedTrajectory,
     SubagentRef,
     TrajectoryFormatError,
+    short_text,
     step_name,
     task_name,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "export_atif",
     "read_file",
     "read_trajectory",
+    "short_text",
     "step_name",
     "task_name",
 ]

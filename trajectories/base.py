@@ -40,8 +40,9 @@ call id, full length, full SHA-256 of each, in order). So two different runs tha
 two tasks, and the same run read again, from the same file or from another (renamed, part of a
 JSON array or JSON Lines file, embedded in a parent), gets the same task, which makes a
 re-import a no-op. The source id (cleaned, control characters replaced by ``_``) is cut so the
-name fits 200 characters; it is kept whole in ``metadata["source_id"]`` and is the task's
-session id (searchable in Temporal visibility as ``SessionId`` and in Neo4j as ``:Session``).
+name fits 200 characters; ``metadata["source_id"]`` keeps it (up to 500 characters) and the
+importer makes it the task's session id (``short_text``: searchable in Temporal visibility as
+``SessionId`` and in Neo4j as ``:Session``).
 """
 
 from __future__ import annotations
@@ -124,7 +125,7 @@ class ParsedTrajectory(BaseModel):
     name: Name
     """The task name (module docstring, "Task identity")."""
     source_id: str | None
-    """The source's own id of the run (ATIF ``trajectory_id`` or ``session_id``,
+    """The source's own id of the run (ATIF ``session_id``, else ``trajectory_id``;
     mini-swe-agent ``instance_id``, SWE-agent problem statement id), None when it has none."""
     digest: str
     """``run_digest`` (64 hex digits)."""
