@@ -87,13 +87,13 @@ def one_per_update(files: list[Path]) -> Callable[[ConversationHistory], Awaitab
 
 
 async def _round(
-    client: object,
+    client: Client,
     graph: TaskGraph,
     queue: str,
     run: Callable[[ConversationHistory], Awaitable[Round]],
 ) -> Round:
     history = ConversationHistory(
-        client,  # type: ignore[arg-type]
+        client,
         project_id=f"bench-{uuid.uuid4().hex[:8]}",
         agent_id="bench",
         task_queue=queue,
