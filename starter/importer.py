@@ -43,7 +43,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -161,7 +161,6 @@ class _Read:
     path: Path
     runs: list[ParsedTrajectory]
     asked: bool
-    refs_checked: bool = field(default=False)
 
 
 def trajectory_files(paths: Iterable[Path]) -> Iterator[Path]:
@@ -238,24 +237,21 @@ class _Planner:
             found = same_file or [r for _, r in here if r.trajectory_id == ref.trajectory_id]
             if len(found) == 1:
                 return found[0]
-        if ref.trajectory_path is not None and "://" not in ref.trajectory_path:
-            target = self.files.get((folder / ref.trajectory_path).resolve())
-            tops = [r for r in target.runs if r.embedded_in is None] if target else []
-            if len(tops) == 1:
-                return tops[0]
+        named = self.file_run(path, ref.trajectory_path)
+        if named is not None:
+            return named[1]
         if ref.session_id is not None:
             found = [r for _, r in here if r.session_id == ref.session_id]
             if len(found) == 1:
                 return found[0]
         return None
 
-    def continuation(
-        self, path: Path, run: ParsedTrajectory
-    ) -> tuple[Path, ParsedTrajectory] | None:
-        """The file and run that continue ``run``, if its continuation file was read."""
-        if run.continued_in is None:
+    def file_run(self, path: Path, relative: str | None) -> tuple[Path, ParsedTrajectory] | None:
+        """The file named ``relative`` to ``path``'s folder, and its one top-level run, if it
+        was read (None for a URL, a file not read, or a file of several runs)."""
+        if relative is None or "://" in relative:
             return None
-        target = self.files.get((path.resolve().parent / run.continued_in).resolve())
+        target = self.files.get((path.resolve().parent / relative).resolve())
         tops = [r for r in target.runs if r.embedded_in is None] if target else []
         return (target.path, tops[0]) if target and len(tops) == 1 else None
 
@@ -303,7 +299,7 @@ def plan_import(
             child = planner.resolve(path, run, ref)
             if child is not None:
                 parent_of.setdefault(id(child), run.name)
-        following = planner.continuation(path, run)
+        following = planner.file_run(path, run.continued_in)
         if following is not None:
             next_of[id(run)] = following
     continuations = {id(run) for _, run in next_of.values()}

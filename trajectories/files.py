@@ -110,14 +110,19 @@ def read_trajectory(data: object, source: str, format: str | None = None) -> lis
     return swe_agent.read(cast(swe_agent.Trajectory, model), source)
 
 
-def _json_lines(text: str) -> list[tuple[int, object]] | None:
-    """The values of JSON Lines text with their line numbers, None if a line is not JSON."""
+def _json_lines(text: str, name: str, strict: bool) -> list[tuple[int, object]] | None:
+    """The values of JSON Lines text with their line numbers (blank lines skipped); for a line
+    that is not JSON, None, or with ``strict`` a ``TrajectoryFormatError`` naming the line."""
     values = []
     for number, line in enumerate(text.splitlines(), start=1):
         if line.strip():
             try:
                 values.append((number, json.loads(line)))
-            except ValueError:
+            except json.JSONDecodeError as err:
+                if strict:
+                    raise TrajectoryFormatError(
+                        f"{name}:{number}: invalid JSON: {err.msg} at column {err.colno}"
+                    ) from None
                 return None
     return values
 
@@ -135,13 +140,17 @@ def read_file(path: Path, format: str | None = None) -> list[ParsedTrajectory]:
 
     Raises:
         TrajectoryFormatError: the file is not UTF-8, not JSON or JSON Lines (the message gives
-            the JSON error's line, column and character position), or a trajectory in it is
+            the JSON error's line, column and character position), holds no trajectory (an
+            empty array, a blank file), or a trajectory in it is
             of an unknown shape or has a field of the wrong shape. Every message starts with
             the path.
         OSError: the file cannot be read.
     """
     try:
-        return _read(path, format)
+        runs = _read(path, format)
+        if not runs:
+            raise TrajectoryFormatError(f"{path.name}: holds no trajectory")
+        return runs
     except TrajectoryFormatError as err:
         raise TrajectoryFormatError(f"{path.parent / str(err)}") from None
 
@@ -155,12 +164,13 @@ def _read(path: Path, format: str | None) -> list[ParsedTrajectory]:
         raise TrajectoryFormatError(
             f"{path.name}: not UTF-8 text ({err.reason} at byte {err.start})"
         ) from None
-    lines = _json_lines(text) if path.suffix in JSON_LINES_SUFFIXES else None
+    jsonl = path.suffix in JSON_LINES_SUFFIXES
+    lines = _json_lines(text, path.name, strict=True) if jsonl else None
     if lines is None:
         try:
             value = json.loads(text)
         except json.JSONDecodeError as err:
-            lines = _json_lines(text) if err.msg == "Extra data" else None
+            lines = _json_lines(text, path.name, strict=False) if err.msg == "Extra data" else None
             if lines is None:
                 raise TrajectoryFormatError(
                     f"{path.name}: invalid JSON: {err.msg} at line {err.lineno} column {err.colno} "

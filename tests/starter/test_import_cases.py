@@ -52,6 +52,30 @@ async def test_two_runs_with_one_session_id_are_two_finished_tasks(
     assert [(await history.get_task(name)).view for name in (a, b)] == views
 
 
+async def test_two_models_on_one_instance_are_two_tasks(
+    history: ConversationHistory, tmp_path: Path
+) -> None:
+    source = CASES / "mini-swe-agent-1__pydata__xarray-4629.traj.json"
+    other = json.loads(source.read_text(encoding="utf-8"))
+    other["info"]["config"]["model"]["model_name"] = "another/model"
+    other["messages"][2]["content"] = "THOUGHT: look first\n\n```bash\nls xarray\n```"
+    second = _write(tmp_path / "other-model.traj.json", other)
+    reports = await import_paths(history, [source, second])
+    assert [r.status for r in reports] == ["created", "created"]
+    names = [r.task or "" for r in reports]
+    assert len(set(names)) == 2
+    assert all(name.startswith("mini-swe-agent/pydata__xarray-4629/") for name in names)
+    await mirror_caught_up(history, names)
+    models = [(await history.get_task(name)).view for name in names]
+    assert [v.metadata.get("model") if v else None for v in models] == [
+        one_run(source).metadata.get("model"),
+        "another/model",
+    ]
+    assert {row.name for row in await history.find_tasks(session_id="pydata__xarray-4629")} == set(
+        names
+    )
+
+
 async def test_subagent_file_and_parent_link_whichever_is_imported_first(
     history: ConversationHistory, tmp_path: Path
 ) -> None:

@@ -148,12 +148,22 @@ def test_wrong_shapes_in_other_formats_and_lines(tmp_path: Path) -> None:
     (tmp_path / "runs.jsonl").write_text(lines, encoding="utf-8")
     with pytest.raises(TrajectoryFormatError, match=r"runs\.jsonl:2: .*messages\[2\]\.tool_calls"):
         read_file(tmp_path / "runs.jsonl")
+    (tmp_path / "cut.jsonl").write_text(lines + '{"schema_version": \n', encoding="utf-8")
+    with pytest.raises(TrajectoryFormatError, match=r"cut\.jsonl:3: invalid JSON"):
+        read_file(tmp_path / "cut.jsonl")
     swe = json.loads(
         (ROOT / "swe-agent" / "sweagent__demo__humanevalfix-python-0.traj").read_text()
     )
     swe["trajectory"][1]["action"] = None
     with pytest.raises(TrajectoryFormatError, match=r"swe\.traj: .*trajectory\[1\]\.action"):
         read_file(_write(tmp_path / "swe.traj", swe))
+
+
+def test_an_empty_array_or_blank_lines_hold_no_trajectory(tmp_path: Path) -> None:
+    (tmp_path / "blank.jsonl").write_text("\n\n", encoding="utf-8")
+    for path in (_write(tmp_path / "empty.json", []), tmp_path / "blank.jsonl"):
+        with pytest.raises(TrajectoryFormatError, match=f"{path.name}: holds no trajectory"):
+            read_file(path)
 
 
 def test_multimodal_content_parts(tmp_path: Path) -> None:
