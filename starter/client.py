@@ -397,6 +397,7 @@ class ConversationHistory:
         request_id: str | None = None,
         metadata: dict[str, str] | None = None,
         parent: str | None = None,
+        session_id: str | None = None,
     ) -> WriteResult:
         """Create a task, or return the existing one of that name and goal.
 
@@ -411,6 +412,7 @@ class ConversationHistory:
             request_id: 1 to 64 characters; a new UUID when None.
             metadata: at most 16 entries, keys up to 128 and values up to 500 characters.
             parent: name of the parent task in this project (child tasks).
+            session_id: the session of this task; None: this object's ``session_id``.
         """
         request_id = _or_new(request_id)
         if not valid_request_id(request_id):
@@ -420,7 +422,7 @@ class ConversationHistory:
             name=name,
             goal=goal,
             agent_id=self.agent_id,
-            session_id=self.session_id,
+            session_id=self.session_id if session_id is None else session_id,
             parent=parent,
             metadata=metadata or {},
             request_id=request_id,

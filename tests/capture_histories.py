@@ -50,7 +50,7 @@ from temporalio.testing import WorkflowEnvironment
 from config import Settings, connect
 from devstack import find_temporal_binary
 from starter.client import ConversationHistory
-from starter.importer import import_file
+from starter.importer import import_paths
 from starter.results import WriteResult
 from taskgraph.graph import TaskGraph, open_driver
 from worker import build_worker
@@ -448,10 +448,10 @@ async def _fail_the_mirror(
 
 
 async def import_scenario(stack: Stack) -> Captured:
-    """``starter.importer.import_file`` of a small SWE-agent trajectory (create, one batch of
+    """``starter.importer.import_paths`` of a small SWE-agent trajectory (create, one batch of
     events, one batch of steps, finish)."""
     history = stack.history("import")
-    report = await import_file(history, IMPORT_FILE, None)
+    (report,) = await import_paths(history, [IMPORT_FILE])
     if report.error or report.task is None:
         raise CaptureError(f"import failed: {report}")
     handle = stack.client.get_workflow_handle(history.workflow_id(report.task))

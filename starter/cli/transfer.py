@@ -23,19 +23,23 @@ from starter.cli.common import (
     table,
 )
 from starter.importer import (
+    CONCURRENCY,
     EXAMPLES,
     ImportReport,
     export_task,
-    import_file,
+    import_tasks,
     mirror_caught_up,
-    trajectory_files,
-    verify_file,
+    plan_import,
+    verify_task,
 )
+from trajectories import check_atif
 from worker import build_worker
 
 
 def import_command(
-    paths: Annotated[list[Path] | None, typer.Argument(help="Files or folders.")] = None,
+    paths: Annotated[
+        list[Path] | None, typer.Argument(help="Files or folders (walked recursively).")
+    ] = None,
     format: Annotated[
         str | None, typer.Option(help="atif, mini-swe-agent or swe-agent (default: detect).")
     ] = None,
@@ -43,13 +47,15 @@ def import_command(
     with_worker: Annotated[
         bool, typer.Option("--with-worker", help="Run a worker in this process meanwhile.")
     ] = False,
+    concurrency: Annotated[int, typer.Option(min=1, help="Tasks written at once.")] = CONCURRENCY,
     project: ProjectOpt = "default",
     agent: AgentOpt = "importer",
     as_json: JsonOpt = False,
 ) -> None:
-    """Import trajectory files as tasks (default: the shipped examples). Exit 1 when a file
-    fails to import or, with --verify, any event differs from its source."""
-    files = list(trajectory_files(paths or [EXAMPLES]))
+    """Import trajectory files as tasks (default: the shipped examples), one task per run.
+    Reports each run as created, already imported or refused. Exit 1 when a run is refused
+    or, with --verify, any event differs from its source."""
+    tasks, unreadable = plan_import(paths or [EXAMPLES], format)
 
     async def go() -> tuple[list[ImportReport], list[str], dict[str, float]]:
         async with open_history(project, agent) as history:
@@ -60,35 +66,37 @@ def import_command(
                     await stack.enter_async_context(
                         build_worker(history.client, history.graph, history.task_queue)
                     )
-                reports: list[ImportReport] = []
                 started = time.perf_counter()
                 with Progress(console=console, transient=True, disable=as_json) as progress:
-                    bar = progress.add_task("importing", total=len(files))
-                    for path in files:
-                        reports.append(await import_file(history, path, format))
-                        progress.advance(bar)
+                    bar = progress.add_task("importing", total=len(tasks))
+                    reports = await import_tasks(
+                        history,
+                        tasks,
+                        concurrency=concurrency,
+                        done=lambda _: progress.advance(bar),
+                    )
                 write_s = time.perf_counter() - started
-                imported = [r.task for r in reports if r.task and not r.error]
+                written = [r.task for r in reports if r.task and r.status != "refused"]
                 try:
-                    catch_up_s = await mirror_caught_up(history, imported)
+                    catch_up_s = await mirror_caught_up(history, written)
                 except TimeoutError as err:
                     console.print(f"[red]mirror lagging:[/red] {err}")
                     raise typer.Exit(1) from err
                 problems: list[str] = []
                 if verify:
-                    for report in reports:
-                        if not report.error:
-                            problems += await verify_file(history, Path(report.file), format)
+                    for task, report in zip(tasks, reports, strict=True):
+                        if report.status != "refused":
+                            problems += await verify_task(history, task)
                 new = sum(r.new_events for r in reports)
                 numbers = {
-                    "files": len(files),
+                    "runs": len(reports),
                     "events": sum(r.events for r in reports),
                     "new_events": new,
                     "write_s": round(write_s, 3),
                     "events_per_s": round(new / write_s, 1) if new else 0.0,
                     "mirror_catch_up_s": round(catch_up_s, 3),
                 }
-                return reports, problems, numbers
+                return unreadable + reports, problems, numbers
 
     reports, problems, numbers = run(go())
     if as_json:
@@ -102,8 +110,16 @@ def import_command(
         )
     else:
         table(
-            [{**r.model_dump(), "ms": f"{r.ms:.0f}", "file": Path(r.file).name} for r in reports],
-            ["file", "task", "events", "steps", "failed_steps", "cut_payloads", "ms", "error"],
+            [
+                {
+                    **r.model_dump(),
+                    "ms": f"{r.ms:.0f}",
+                    "file": Path(r.file).name + (r.source or "").removeprefix(Path(r.file).name),
+                    "status": r.status + (" (open)" if r.open else ""),
+                }
+                for r in reports
+            ],
+            ["file", "task", "status", "events", "steps", "failed_steps", "ms", "error"],
             title="import",
         )
         if numbers["new_events"]:
@@ -127,7 +143,7 @@ def import_command(
                     "[green]verified:[/green] every event matches its source, in the "
                     "workflow and in Neo4j"
                 )
-    if problems or any(r.error for r in reports):
+    if problems or any(r.status == "refused" for r in reports):
         raise typer.Exit(1)
 
 
@@ -139,7 +155,8 @@ def export_command(
     ] = None,
     project: ProjectOpt = "default",
 ) -> None:
-    """Write a task as an ATIF trajectory."""
+    """Write a task as an ATIF v1.7 trajectory, its child tasks embedded; the export is
+    checked against the published ATIF v1.7 schema first (exit 1 if it fails)."""
     if format != "atif":
         console.print(f"[red]unknown format {format!r}:[/red] only atif")
         raise typer.Exit(2)
@@ -153,6 +170,10 @@ def export_command(
     except LookupError as err:
         console.print(f"[red]task_not_found:[/red] {err}")
         raise typer.Exit(1) from err
+    problems = check_atif(data)
+    if problems:
+        console.print(f"[red]not valid ATIF v1.7:[/red] {'; '.join(problems[:5])}")
+        raise typer.Exit(1)
     text = json.dumps(data, ensure_ascii=False, indent=2) + "\n"
     if output is None:
         sys.stdout.write(text)

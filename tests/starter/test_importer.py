@@ -11,22 +11,32 @@ import sys
 from pathlib import Path
 
 import pytest
+from temporalio.client import Client
 
+from bench.corpus import build_corpus
 from starter.client import ConversationHistory
-from starter.importer import export_task, import_file, mirror_caught_up, verify_file
-from tests.trajectories.test_trajectories import COUNTERS, FILES
-from trajectories import parse_file
+from starter.importer import (
+    export_task,
+    import_paths,
+    mirror_caught_up,
+    plan_import,
+    verify_task,
+)
+from taskgraph.graph import TaskGraph
+from tests.starter.test_client import history_length
+from tests.trajectories.test_trajectories import CASES, COUNTERS, FILES, one_run
+from trajectories import check_atif, read_file
 
 ROOT = Path(__file__).resolve().parents[2]
+X8251X = ROOT / "examples/trajectories/atif/openagents__orchestrator__x8251x.atif.json"
+HUMANEVAL = ROOT / "examples/trajectories/swe-agent/sweagent__demo__humanevalfix-python-0.traj"
 
 
 @pytest.fixture(scope="module")
 def long_observation() -> str:
     """The result holding the 39,372-character test log of the x8251x orchestrator run, as the
     documented mapping writes an object payload: ``json.dumps(content, ensure_ascii=False)``."""
-    data = json.loads(
-        (ROOT / "examples/trajectories/atif/openagents__orchestrator__x8251x.atif.json").read_text()
-    )
+    data = json.loads(X8251X.read_text())
     (content,) = [
         r["content"]
         for step in data["steps"]
@@ -40,20 +50,22 @@ def long_observation() -> str:
 async def test_every_shipped_file_imports_with_the_source_counts(
     history: ConversationHistory, long_observation: str
 ) -> None:
-    reports = [await import_file(history, path, None) for path in FILES]
-    assert [r.error for r in reports] == [None] * len(FILES)
+    reports = await import_paths(history, FILES)
+    assert [(r.status, r.error) for r in reports] == [("created", None)] * len(FILES)
     await mirror_caught_up(history, [r.task for r in reports if r.task])
-    for path, report in zip(FILES, reports, strict=True):
+    tasks, _ = plan_import(FILES)
+    for path, report, task in zip(FILES, reports, tasks, strict=True):
         data = json.loads(path.read_text(encoding="utf-8"))
         events, steps, failed = COUNTERS[path.parent.name](data)
-        assert report.task is not None
+        assert report.task == one_run(path).name
         view = (await history.get_task(report.task)).view
         assert view is not None, path.name
-        assert view.last_seq == events, path.name
+        assert view.last_seq == events == report.new_events, path.name
         assert sum(view.step_counts.values()) == steps, path.name
         assert view.step_counts["failed"] == failed, path.name  # type: ignore[index]
         assert view.status.value in ("done", "failed")
-        assert await verify_file(history, path, None) == []
+        assert view.session_id == one_run(path).source_id
+        assert await verify_task(history, task) == []
     # The long observation: cut to 32,000 characters, with the hash and length of its text.
     x8251x = next(r for r in reports if "x8251x" in r.file)
     assert x8251x.cut_payloads == 1
@@ -69,62 +81,123 @@ async def test_every_shipped_file_imports_with_the_source_counts(
     )
 
 
-async def test_reimport_is_a_no_op(history: ConversationHistory) -> None:
-    path = next(p for p in FILES if "humanevalfix" in p.name)
-    first = await import_file(history, path, None)
-    assert first.new_events == first.events > 0
-    await mirror_caught_up(history, [first.task or ""])
-    before = (await history.get_task(first.task or "")).view
-    again = await import_file(history, path, None)
-    assert again.error is None and again.new_events == 0
-    assert (await history.get_task(first.task or "")).view == before
-
-
-async def test_export_then_import_round_trips(
-    history: ConversationHistory, client, graph, task_queue, tmp_path: Path
+async def test_reimport_of_a_corpus_is_a_no_op(
+    history: ConversationHistory, client: Client, tmp_path: Path
 ) -> None:
-    path = next(p for p in FILES if "x8251x" in p.name)
-    report = await import_file(history, path, None)
-    assert report.task is not None
-    original = (await history.list_events(report.task, limit=200)).events
-    exported = tmp_path / "export.json"
-    exported.write_text(json.dumps(await export_task(history, report.task), ensure_ascii=False))
-    assert json.loads(exported.read_text())["schema_version"] == "ATIF-v1.5"
+    corpus = build_corpus(tmp_path / "corpus", 40)
+    first = await import_paths(history, [tmp_path / "corpus"])
+    assert [r.status for r in first] == ["created"] * 40
+    assert len({r.task for r in first}) == 40  # altered ids: 40 runs, 40 tasks
+    names = [r.task or "" for r in first]
+    await mirror_caught_up(history, names)
+    before = [(await history.get_task(name)).view for name in names]
+    lengths = [await history_length(client, history, name) for name in names]
+    again = await import_paths(history, corpus)
+    assert {(r.status, r.new_events, r.error) for r in again} == {("already imported", 0, None)}
+    assert [(await history.get_task(name)).view for name in names] == before
+    assert [await history_length(client, history, name) for name in names] == lengths
+
+
+async def test_a_refused_import_writes_nothing(
+    history: ConversationHistory, client: Client, graph: TaskGraph
+) -> None:
+    run = one_run(HUMANEVAL)
+    other = await history.create_task(run.name, "another goal", request_id="someone-else")
+    assert other.created
+    await history.record_event(run.name, "message", "the other task's own event")
+    await mirror_caught_up(history, [run.name])
+    before = (
+        await history_length(client, history, run.name),
+        (await history.get_task(run.name)).view,
+        await graph.counts(history.project_id),
+    )
+    (report,) = await import_paths(history, [HUMANEVAL])
+    assert report.status == "refused"
+    assert report.error is not None and report.error.startswith("task_exists")
+    assert report.new_events == 0
+    await asyncio.sleep(0.5)  # a write, had there been one, would reach the mirror by now
+    after = (
+        await history_length(client, history, run.name),
+        (await history.get_task(run.name)).view,
+        await graph.counts(history.project_id),
+    )
+    assert after == before
+    # The same name and goal, created by another writer: not this import's task either.
+    second = ConversationHistory(
+        client,
+        project_id=history.project_id + "-2",
+        agent_id="someone",
+        task_queue=history.task_queue,
+        graph=graph,
+    )
+    assert (await second.create_task(run.name, run.goal, request_id="not-the-import")).created
+    await mirror_caught_up(second, [run.name])
+    length = await history_length(client, second, run.name)
+    (report,) = await import_paths(second, [HUMANEVAL])
+    assert report.status == "refused" and "another writer" in (report.error or "")
+    assert await history_length(client, second, run.name) == length
+    view = (await second.get_task(run.name)).view
+    assert view is not None and view.last_seq == 0 and view.status.value == "open"
+
+
+async def test_export_is_valid_atif_and_imports_back_with_subagents(
+    history: ConversationHistory, client: Client, graph: TaskGraph, tmp_path: Path
+) -> None:
+    reports = await import_paths(history, [X8251X, CASES / "atif-1.7-embedded-subagent.json"])
+    await mirror_caught_up(history, [r.task or "" for r in reports])
     other = ConversationHistory(
         client,
         project_id=history.project_id + "-b",
         agent_id="b",
-        task_queue=task_queue,
+        task_queue=history.task_queue,
         graph=graph,
     )
-    again = await import_file(other, exported, None)
-    assert again.error is None and again.task == report.task
-    copied = (await other.list_events(report.task, limit=200)).events
     fields = ("seq", "kind", "role", "name", "call_id", "payload", "full_length", "full_sha256")
-    assert [[getattr(e, f) for f in fields] for e in copied] == [
-        [getattr(e, f) for f in fields] for e in original
-    ]
-    steps = [
-        (s.step_name, s.state, s.result_event_seq)
-        for s in (await other.list_steps(report.task)).steps
-    ]
-    assert steps == [
-        (s.step_name, s.state, s.result_event_seq)
-        for s in (await history.list_steps(report.task)).steps
-    ]
-    assert parse_file(exported).name == report.task
+    for report in reports:
+        if report.parent is not None:
+            continue  # exported inside its parent
+        assert report.task is not None
+        exported = await export_task(history, report.task)
+        assert exported["schema_version"] == "ATIF-v1.7"
+        assert check_atif(exported) == []
+        path = tmp_path / "export.json"
+        path.write_text(json.dumps(exported, ensure_ascii=False), encoding="utf-8")
+        names = [run.name for run in read_file(path)]
+        again = await import_paths(other, [path])
+        assert [r.task for r in again] == names and {r.status for r in again} == {"created"}
+        for name in names:
+            copied = (await other.list_events(name, limit=200)).events
+            original = (await history.list_events(name, limit=200)).events
+            assert [[getattr(e, f) for f in fields] for e in copied] == [
+                [getattr(e, f) for f in fields] for e in original
+            ]
+            steps = [
+                (s.step_name, s.state, s.result_event_seq)
+                for s in (await other.list_steps(name)).steps
+            ]
+            assert steps == [
+                (s.step_name, s.state, s.result_event_seq)
+                for s in (await history.list_steps(name)).steps
+            ]
+            copy_view, view = (await other.get_task(name)).view, (await history.get_task(name)).view
+            assert copy_view is not None and view is not None
+            assert (copy_view.parent, copy_view.goal, copy_view.metadata) == (
+                view.parent,
+                view.goal,
+                view.metadata,
+            )
+    assert sum(r.parent is not None for r in reports) == 1
 
 
 async def test_bad_files_get_a_clear_error_and_the_rest_import(
     tmp_path: Path, task_queue: str, project_id: str
 ) -> None:
     truncated = tmp_path / "truncated.json"
-    source = ROOT / "examples/trajectories/swe-agent/sweagent__demo__humanevalfix-python-0.traj"
-    truncated.write_text(source.read_text()[:500])
+    truncated.write_text(HUMANEVAL.read_text()[:500])
     unknown = tmp_path / "unknown.json"
     unknown.write_text(json.dumps({"hello": "world"}))
     good = tmp_path / "good.traj"
-    good.write_bytes(source.read_bytes())
+    good.write_bytes(HUMANEVAL.read_bytes())
     # A subprocess, so that this session's worker (on this event loop) keeps running.
     process = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -144,10 +217,27 @@ async def test_bad_files_get_a_clear_error_and_the_rest_import(
     stdout, stderr = await asyncio.wait_for(process.communicate(), 300)
     assert process.returncode == 1, stderr.decode()
     out = json.loads(stdout)
-    errors = {Path(f["file"]).name: f["error"] for f in out["files"]}
+    rows = {Path(f["file"]).name: f for f in out["files"]}
+    assert rows["truncated.json"]["status"] == "refused"
+    assert str(truncated) in rows["truncated.json"]["error"]
+    assert "invalid JSON" in rows["truncated.json"]["error"]
+    assert "unknown.json" in rows["unknown.json"]["error"]
+    assert "mini-swe-agent" in rows["unknown.json"]["error"]
+    assert (rows["good.traj"]["status"], rows["good.traj"]["error"]) == ("created", None)
     assert (
-        "truncated.json" in errors["truncated.json"] and "invalid JSON" in errors["truncated.json"]
+        out["totals"]["new_events"] == COUNTERS["swe-agent"](json.loads(HUMANEVAL.read_text()))[0]
     )
-    assert "unknown.json" in errors["unknown.json"] and "mini-swe-agent" in errors["unknown.json"]
-    assert errors["good.traj"] is None
-    assert out["totals"]["new_events"] == COUNTERS["swe-agent"](json.loads(source.read_text()))[0]
+
+
+async def test_a_run_over_the_step_limit_is_refused_whole(
+    history: ConversationHistory, tmp_path: Path
+) -> None:
+    """A SWE-agent run of 10,001 tool calls: more steps than a task holds, so the import is
+    refused before anything is written (no task, no events)."""
+    steps = [{"thought": "", "action": f"echo {i}", "observation": str(i)} for i in range(10_001)]
+    path = tmp_path / "long.traj"
+    path.write_text(json.dumps({"history": [], "trajectory": steps}), encoding="utf-8")
+    (report,) = await import_paths(history, [path])
+    assert report.status == "refused" and report.steps == 10_001
+    assert report.error is not None and report.error.startswith("step_limit_reached")
+    assert report.task is not None and not (await history.get_task(report.task)).found

@@ -1,8 +1,8 @@
 """Unit tests of ``trajectories`` (pure: no Temporal, no Neo4j).
 
 The expected counts are computed here from the source JSON with small counters written from
-``examples/trajectories/FORMATS.md`` and the mapping in the module docstring; they do not call
-the parser's helpers.
+``examples/trajectories/FORMATS.md`` and the mapping in each format module's docstring; they do
+not call the parser's helpers.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -19,9 +20,10 @@ import pytest
 from trajectories import (
     ParsedTrajectory,
     TrajectoryFormatError,
+    check_atif,
     detect_format,
     export_atif,
-    parse_file,
+    read_file,
 )
 from workflows.models import (
     MAX_PAYLOAD_CHARS,
@@ -34,8 +36,12 @@ from workflows.models import (
 from workflows.steps import result_validity
 
 ROOT = Path(__file__).resolve().parents[2] / "examples" / "trajectories"
+CASES = Path(__file__).resolve().parent / "cases"
 FOLDERS = ("atif", "mini-swe-agent", "swe-agent")
 FILES = sorted(path for folder in FOLDERS for path in (ROOT / folder).iterdir())
+MINI_V1 = sorted(CASES.glob("mini-swe-agent-1*.json"))
+BASH_BLOCK = re.compile(r"```bash\s*\n(.*?)\n```", re.DOTALL)
+RETURN_CODE = re.compile(r"<returncode>(\d+)</returncode>")
 X8251X = ROOT / "atif" / "openagents__orchestrator__x8251x.atif.json"
 SWE_FAILURE = re.compile(
     r"Traceback \(most recent call last\)|syntax error|No such file or directory"
@@ -54,6 +60,7 @@ def _count_atif(data: dict[str, Any]) -> tuple[int, int, int]:
         observation = step.get("observation") or {}
         calls = step.get("tool_calls") or []
         events += _has_text(step.get("reasoning_content")) + len(calls)
+        events += "metrics" in step  # a note with the step's metrics
         steps += len(calls)
         if observation.get("type") == "tool_result":  # claude-code: the result step
             events += 1
@@ -66,28 +73,39 @@ def _count_atif(data: dict[str, Any]) -> tuple[int, int, int]:
         results = observation.get("results", [])
         call_ids = {call.get("tool_call_id", call.get("id")) for call in calls}
         answered = sum(r.get("source_call_id") in call_ids for r in results)
-        without_id = sum(r.get("source_call_id") is None for r in results)
-        synthesized = max(0, without_id - (len(calls) - answered))
-        events += len(results) + synthesized
+        without_id = [r for r in results if r.get("source_call_id") is None]
+        open_calls = len(calls) - answered
+        synthesized = sum(r.get("content") is not None for r in without_id[open_calls:])
+        refs_only = sum(r.get("content") is None for r in without_id[open_calls:])
+        events += len(results) - refs_only + synthesized
         steps += synthesized
         for result in results:
             events += len(result.get("subagent_trajectory_ref") or [])
             content = result.get("content")
             failed += isinstance(content, dict) and content.get("passed") is False
+    events += bool(data.get("notes")) + ("final_metrics" in data)
     return events, steps, failed
 
 
 def _count_mini(data: dict[str, Any]) -> tuple[int, int, int]:
     events = steps = failed = 0
+    text_actions = data["trajectory_format"] == "mini-swe-agent-1"
+    acted = False
     for message in data["messages"]:
         role = message["role"]
-        if role in ("system", "user"):
+        if text_actions and role == "user" and acted:  # the output of the last action
+            events += 1
+            code = RETURN_CODE.match(message["content"])
+            failed += code is not None and code.group(1) != "0"
+            acted = False
+        elif role in ("system", "user"):
             events += _has_text(message["content"])
         elif role == "assistant":
             calls = message.get("tool_calls") or []
             events += _has_text(message.get("reasoning_content")) + _has_text(message["content"])
-            events += len(calls)
-            steps += len(calls)
+            acted = text_actions and len(BASH_BLOCK.findall(message["content"])) == 1
+            events += len(calls) + acted
+            steps += len(calls) + acted
         else:  # tool, exit
             events += 1
             failed += role == "tool" and message["extra"].get("returncode") != 0
@@ -137,44 +155,63 @@ def _ledger(parsed: ParsedTrajectory) -> tuple[list[Event], list[StepView]]:
     return events, steps
 
 
-def _export_and_read(parsed: ParsedTrajectory, tmp_path: Path) -> tuple[dict[str, Any], Any]:
+def _export(parsed: ParsedTrajectory, children: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
     events, steps = _ledger(parsed)
-    exported = export_atif(
+    return export_atif(
         name=parsed.name,
         goal=parsed.goal,
         agent_id="importer",
+        session_id=parsed.source_id,
+        parent=None,
         metadata=parsed.metadata,
         events=events,
         steps=steps,
+        children=children,
     )
+
+
+def _export_and_read(parsed: ParsedTrajectory, tmp_path: Path) -> tuple[dict[str, Any], Any]:
+    exported = _export(parsed)
     out = tmp_path / "export.atif.json"
     out.write_text(json.dumps(exported, ensure_ascii=False, indent=1), encoding="utf-8")
-    return exported, parse_file(out)
+    (back,) = read_file(out)
+    return exported, back
+
+
+def one_run(path: Path) -> ParsedTrajectory:
+    (run,) = read_file(path)
+    return run
 
 
 def test_sixteen_files() -> None:
     assert [len([f for f in FILES if f.parent.name == folder]) for folder in FOLDERS] == [5, 6, 5]
 
 
-@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def _format(path: Path) -> str:
+    return "mini-swe-agent" if path.name.startswith("mini-swe-agent-1") else path.parent.name
+
+
+@pytest.mark.parametrize("path", FILES + MINI_V1, ids=lambda p: p.name)
 def test_counts_match_the_source(path: Path) -> None:
     data = json.loads(path.read_text(encoding="utf-8"))
-    parsed = parse_file(path)
-    events, steps, failed = COUNTERS[path.parent.name](data)
+    parsed = one_run(path)
+    events, steps, failed = COUNTERS[_format(path)](data)
     assert len(parsed.events) == events
     assert len(parsed.steps) == steps
     assert sum(step.failed for step in parsed.steps) == failed
-    assert parsed.format == path.parent.name
+    assert parsed.format == _format(path)
     assert parsed.source == path.name
-    assert parsed.source_sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
-    assert parsed.metadata["source_file"] == path.name
+    assert parsed.metadata["format"] == parsed.format
+    digest = parsed.name.rsplit("/", 1)[1]
+    assert re.fullmatch(r"[0-9a-f]{16}", digest) and parsed.digest.startswith(digest)
+    assert parsed.name.startswith(f"{parsed.format}/")
     names = [step.step_name for step in parsed.steps]
     assert len(set(names)) == len(names) and all(1 <= len(n) <= 128 for n in names)
     for step in parsed.steps:
         assert parsed.events[step.call_index].kind is EventKind.TOOL_CALL
         if step.result_index is not None:
             assert parsed.events[step.result_index].kind is EventKind.TOOL_RESULT
-    assert parse_file(path) == parsed  # deterministic
+    assert one_run(path) == parsed  # deterministic
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
@@ -187,7 +224,7 @@ def test_long_observation_is_cut_with_full_length_and_hash() -> None:
     content = data["steps"][6]["observation"]["results"][0]["content"]
     assert len(content["output"]) == 39_372
     source_text = json.dumps(content, ensure_ascii=False)  # the mapping: objects as JSON text
-    parsed = parse_file(X8251X)
+    parsed = one_run(X8251X)
     cut = [e for e in parsed.events if e.full_length != len(e.payload)]
     assert len(cut) == 1
     (event,) = cut
@@ -203,7 +240,7 @@ def test_truncated_json_names_the_file(tmp_path: Path) -> None:
     broken = tmp_path / "broken.traj.json"
     broken.write_bytes(X8251X.read_bytes()[:5_000])
     with pytest.raises(TrajectoryFormatError) as err:
-        parse_file(broken)
+        read_file(broken)
     assert "broken.traj.json" in str(err.value)
     assert re.search(r"line \d+ column \d+", str(err.value))
 
@@ -212,7 +249,7 @@ def test_unknown_shape_names_the_file_and_the_formats_tried(tmp_path: Path) -> N
     odd = tmp_path / "odd.json"
     odd.write_text(json.dumps({"events": [], "version": 2}), encoding="utf-8")
     with pytest.raises(TrajectoryFormatError) as err:
-        parse_file(odd)
+        read_file(odd)
     message = str(err.value)
     assert "odd.json" in message
     assert all(name in message for name in FOLDERS)
@@ -220,11 +257,12 @@ def test_unknown_shape_names_the_file_and_the_formats_tried(tmp_path: Path) -> N
         detect_format([1, 2])
 
 
-@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
-def test_export_round_trips(path: Path, tmp_path: Path) -> None:
-    parsed = parse_file(path)
+@pytest.mark.parametrize("path", FILES + MINI_V1, ids=lambda p: p.name)
+def test_export_is_valid_atif_1_7_and_round_trips(path: Path, tmp_path: Path) -> None:
+    parsed = one_run(path)
     exported, back = _export_and_read(parsed, tmp_path)
-    assert exported["schema_version"] == "ATIF-v1.5"
+    assert exported["schema_version"] == "ATIF-v1.7"
+    assert check_atif(exported) == []
     assert [s["step_id"] for s in exported["steps"]] == list(range(1, len(exported["steps"]) + 1))
     for step in exported["steps"]:
         assert step["source"] in ("system", "user", "agent")
@@ -237,11 +275,12 @@ def test_export_round_trips(path: Path, tmp_path: Path) -> None:
         e.model_dump(include=set(fields)) for e in parsed.events
     ]
     assert back.steps == parsed.steps
-    assert (back.name, back.goal, back.metadata, back.children) == (
+    assert (back.name, back.goal, back.metadata, back.format, back.digest) == (
         parsed.name,
         parsed.goal,
         parsed.metadata,
-        parsed.children,
+        parsed.format,
+        parsed.digest,
     )
     assert detect_format(exported) == "atif"
 
@@ -271,13 +310,13 @@ def test_non_ascii_survives_parse_and_export(tmp_path: Path) -> None:
             {"role": "exit", "content": "", "extra": {"exit_status": "Submitted"}},
         ],
     }
-    parsed = parse_file(_write(tmp_path, "unicode.traj.json", data))
+    parsed = one_run(_write(tmp_path, "unicode.traj.json", data))
     assert [e.payload for e in parsed.events] == [task, "运行 🚀", arguments, output, ""]
     assert parsed.goal == task
     assert parsed.events[2].full_sha256 == hashlib.sha256(arguments.encode("utf-8")).hexdigest()
     _, back = _export_and_read(parsed, tmp_path)
     assert [e.payload for e in back.events] == [e.payload for e in parsed.events]
-    ctf = parse_file(ROOT / "swe-agent" / "sweagent__demo__ctf-crypto-BabyEncryption.traj")
+    ctf = one_run(ROOT / "swe-agent" / "sweagent__demo__ctf-crypto-BabyEncryption.traj")
     assert any("\u192c" in e.payload for e in ctf.events)
 
 
@@ -310,7 +349,7 @@ def test_atif_ids_results_and_subagents(tmp_path: Path) -> None:
             },
         ],
     }
-    parsed = parse_file(_write(tmp_path, "sub.json", data))
+    parsed = one_run(_write(tmp_path, "sub.json", data))
     kinds = [e.kind.value for e in parsed.events]
     assert kinds == [
         "message",
@@ -325,7 +364,8 @@ def test_atif_ids_results_and_subagents(tmp_path: Path) -> None:
     assert parsed.events[4].call_id == call_id  # the id-less result answers the open call
     assert [(s.call_index, s.result_index) for s in parsed.steps] == [(1, 4), (2, 3)]
     assert parsed.events[1].payload == '{"b": 1}'
-    assert parsed.children == ["atif/child-1"]
-    assert parsed.name == "atif/parent" and parsed.goal == "do it"
+    assert [ref.session_id for ref in parsed.subagents] == ["child-1"]
+    assert json.loads(parsed.events[5].payload) == {"session_id": "child-1"}
+    assert parsed.name.startswith("atif/parent/") and parsed.goal == "do it"
     _, back = _export_and_read(parsed, tmp_path)
     assert back.events == parsed.events and back.steps == parsed.steps
