@@ -22,6 +22,7 @@ from neo4j.exceptions import DriverError, Neo4jError
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+import telemetry
 from activities.mirror import MirrorActivities
 from config import Settings, connect, release_runtime
 from taskgraph.graph import TaskGraph, open_driver
@@ -46,17 +47,20 @@ async def open_graph(settings: Settings, *, schema: bool = False) -> AsyncIterat
     """Open the Neo4j task graph of ``settings``; close its driver on exit.
 
     Args:
-        settings: where Neo4j is (``NEO4J_URI``, credentials, database).
+        settings: where Neo4j is (``NEO4J_URI``, credentials, database) and whether its writes
+            are traced (``OTEL_TRACES_EXPORTER``).
         schema: create the schema first (idempotent), waiting at most ``SCHEMA_TIMEOUT_S``.
 
     Raises:
         RuntimeError: no Neo4j password is set or generated.
+        ValueError: traces asked for without the ``otel`` extra.
         neo4j.exceptions.Neo4jError, neo4j.exceptions.DriverError, TimeoutError: ``schema``
             was asked and Neo4j refused or did not answer.
     """
     driver = open_driver(settings.neo4j_uri, settings.neo4j_auth())
     try:
-        graph = TaskGraph(driver, settings.neo4j_database)
+        tracer = telemetry.setup(settings.exporters()).tracer
+        graph = TaskGraph(driver, settings.neo4j_database, tracer)
         if schema:
             await asyncio.wait_for(graph.init_schema(), SCHEMA_TIMEOUT_S)
         yield graph
