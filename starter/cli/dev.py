@@ -9,11 +9,13 @@ from datetime import timedelta
 from typing import Annotated, Any
 
 import typer
+from temporalio.service import RPCError, RPCStatusCode
 
 import devstack
 from config import Settings, connect
 from starter.cli.common import console, run
 from worker import DEFAULT_RETENTION, open_graph, prepare_namespace, run_worker
+from workflows.errors import TaskServiceUnavailable
 
 dev_app = typer.Typer(help="The local stack: Temporal dev server and Neo4j.")
 
@@ -59,17 +61,38 @@ def setup_command(
             help="Days Temporal keeps a closed task's history.",
         ),
     ] = DEFAULT_RETENTION.days,
+    wait: Annotated[
+        float,
+        typer.Option(min=0, help="Seconds to keep trying while Temporal is still starting."),
+    ] = 0,
 ) -> None:
     """Ready Temporal and Neo4j (idempotent): the namespace with its retention and the task
-    search attributes, then the Neo4j constraints and indexes."""
+    search attributes, then the Neo4j constraints and indexes. Exit 1 when Temporal refuses
+    (for example Temporal Cloud, where namespaces are made with tcld or the console)."""
 
     async def go() -> list[str]:
         settings = Settings()
-        done = await prepare_namespace(await connect(settings), timedelta(days=retention_days))
+        deadline = asyncio.get_running_loop().time() + wait
+        while True:
+            try:
+                client = await connect(settings)
+                done = await prepare_namespace(client, timedelta(days=retention_days))
+                break
+            except (TaskServiceUnavailable, RPCError) as err:
+                starting = not isinstance(err, RPCError) or err.status == RPCStatusCode.UNAVAILABLE
+                if not starting or asyncio.get_running_loop().time() >= deadline:
+                    raise
+                console.print(f"Temporal is not ready yet ({err}); trying again")
+                await asyncio.sleep(2)
         async with open_graph(settings, schema=True):
             pass
         return done
 
-    for line in run(go()) or ["Temporal namespace ready, nothing to change"]:
+    try:
+        done = run(go())
+    except RPCError as err:
+        console.print(f"[red]refused:[/red] {err.status.name if err.status else ''} {err}")
+        raise typer.Exit(1) from err
+    for line in done or ["Temporal namespace ready, nothing to change"]:
         console.print(line)
     console.print("Neo4j schema ready")
