@@ -26,7 +26,7 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from pydantic import ValidationError
 
 from config import DEFAULT_TEMPORAL_ADDRESS, Settings, TemporalProfile, connect
@@ -71,8 +71,11 @@ def _certificate(
     issuer: tuple[str, ec.EllipticCurvePrivateKey] | None,
     extensions: list[x509.ExtensionType],
 ) -> x509.Certificate:
+    """An RFC 5280 certificate, as Python 3.13's default ``VERIFY_X509_STRICT`` requires:
+    critical basic constraints and key usage, subject and authority key identifiers."""
     now = datetime.datetime.now(datetime.UTC)
     issuer_name, issuer_key = issuer or (subject, key)
+    is_ca = issuer is None
     builder = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
@@ -81,6 +84,25 @@ def _certificate(
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=is_ca, path_length=0 if is_ca else None), True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=not is_ca,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=is_ca,
+                crl_sign=is_ca,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key.public_key()), False
+        )
     )
     for extension in extensions:
         builder = builder.add_extension(extension, critical=False)
@@ -91,7 +113,7 @@ def _certificate(
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     folder = tmp_path_factory.mktemp("pki")
     ca_key, _ = _key_and_pem(folder, "ca")
-    ca = _certificate("test CA", ca_key, None, [x509.BasicConstraints(ca=True, path_length=0)])
+    ca = _certificate("test CA", ca_key, None, [])
     server_key, server_key_path = _key_and_pem(folder, "server")
     server = _certificate(
         "localhost",
@@ -101,7 +123,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
             x509.SubjectAlternativeName(
                 [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
             ),
-            x509.BasicConstraints(ca=False, path_length=None),
+            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]),
         ],
     )
     client_key, client_key_path = _key_and_pem(folder, "client")
@@ -109,7 +131,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
         "agent-tasks-worker",
         client_key,
         ("test CA", ca_key),
-        [x509.BasicConstraints(ca=False, path_length=None)],
+        [x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH])],
     )
     paths = {}
     for name, cert in (("ca", ca), ("server", server), ("client", client)):
