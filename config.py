@@ -1,17 +1,57 @@
 """Settings and ``connect()``: the only reader of the environment (when asked, never at import).
 
-Every name below is an environment variable (pydantic-settings, case-insensitive):
+**Temporal** is reached through the SDK's own client configuration (``temporalio.envconfig``):
+the environment variables and the TOML profile file that the ``temporal`` CLI reads too, so
+one profile serves the CLI, the workers and the apps. The SDK reads these; this project adds
+only its defaults for the local stack (address and namespace when the profile sets none):
 
 | variable | default | meaning |
 | --- | --- | --- |
-| ``TEMPORAL_ADDRESS`` | ``127.0.0.1:7233`` | Temporal frontend, host:port |
-| ``TEMPORAL_NAMESPACE`` | ``default`` | Temporal namespace |
+| ``TEMPORAL_ADDRESS`` | ``127.0.0.1:7233`` | frontend ``host:port`` |
+| ``TEMPORAL_NAMESPACE`` | ``default`` | namespace of the task workflows |
+| ``TEMPORAL_API_KEY`` | unset | API key (Temporal Cloud); sent as a bearer token, turns TLS on |
+| ``TEMPORAL_TLS`` | unset | ``true`` turns TLS on with the system's roots; ``false`` turns it off |
+| ``TEMPORAL_TLS_CLIENT_CERT_PATH``, ``_DATA`` | unset | mTLS client certificate (PEM) |
+| ``TEMPORAL_TLS_CLIENT_KEY_PATH``, ``_DATA`` | unset | mTLS client key (PEM) |
+| ``TEMPORAL_TLS_SERVER_CA_CERT_PATH``, ``_DATA`` | unset | CA of the server's certificate |
+| ``TEMPORAL_TLS_SERVER_NAME`` | unset | server name checked against the certificate (SNI) |
+| ``TEMPORAL_GRPC_META_<NAME>`` | unset | a gRPC header sent with every call |
+| ``TEMPORAL_PROFILE`` | ``default`` | the profile to read from the file |
+| ``TEMPORAL_CONFIG_FILE`` | ``~/.config/temporalio/temporal.toml`` | the TOML profile file |
+
+Any TLS setting or an API key turns TLS on (``TEMPORAL_TLS=false`` turns it off again); the
+Temporal Cloud address is ``<namespace>.<account>.tmprl.cloud:7233``, or the regional API
+endpoint with an API key. Environment variables override the file's values.
+``TemporalProfile`` keeps the loaded profile out of every repr, log line and dump: only the
+address, the namespace, and whether TLS and an API key are on are ever shown.
+
+**This project's own variables** (pydantic-settings, case-insensitive):
+
+| variable | default | meaning |
+| --- | --- | --- |
 | ``TEMPORAL_TASK_QUEUE`` | ``agent-tasks`` | task queue of the TaskWorkflow worker |
-| ``NEO4J_URI`` | ``bolt://127.0.0.1:7687`` | Neo4j Bolt address |
+| ``NEO4J_URI`` | ``bolt://127.0.0.1:7687`` | Neo4j URI (schemes below) |
 | ``NEO4J_USERNAME`` | ``neo4j`` | Neo4j user |
 | ``NEO4J_PASSWORD`` | unset | Neo4j password; unset means the generated one in the data folder |
 | ``NEO4J_DATABASE`` | ``neo4j`` | Neo4j database name |
 | ``AGENT_TASKS_DATA_DIR`` | ``.agent-tasks`` | local stack data: SQLite file, Neo4j store, logs |
+| ``OTEL_TRACES_EXPORTER`` | ``none`` | ``otlp`` or ``console``: traces (``telemetry``) |
+| ``OTEL_METRICS_EXPORTER`` | ``none`` | ``otlp`` or ``prometheus``: the SDK's runtime metrics |
+| ``OTEL_EXPORTER_OTLP_ENDPOINT`` | ``http://localhost:4318`` | OTLP/HTTP collector (base URL) |
+| ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` | base + ``/v1/traces`` | traces URL, used as is |
+| ``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`` | base + ``/v1/metrics`` | metrics URL, used as is |
+| ``OTEL_EXPORTER_OTLP_HEADERS`` | unset | ``key=value,...`` sent with every export (secret) |
+| ``OTEL_EXPORTER_PROMETHEUS_HOST`` | ``localhost`` | where the ``/metrics`` endpoint listens |
+| ``OTEL_EXPORTER_PROMETHEUS_PORT`` | ``9464`` | its port |
+
+Neo4j URI schemes (the driver's own): ``bolt://`` one server, ``neo4j://`` a cluster (routing),
+each with ``+s`` for TLS checked against the system's CAs (Aura: ``neo4j+s://<id>.databases.
+neo4j.io``) or ``+ssc`` for TLS with a self-signed certificate.
+
+The ``OTEL_*`` names and meanings are OpenTelemetry's standard ones, with one choice of ours:
+nothing is exported unless an exporter is named (the specification's default is ``otlp``). The
+OpenTelemetry SDK reads the rest of the standard variables itself (``OTEL_SERVICE_NAME``,
+``OTEL_RESOURCE_ATTRIBUTES``, the OTLP exporter's timeout, compression and certificates).
 """
 
 from __future__ import annotations
@@ -19,29 +59,135 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any, Literal
 
-from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.envconfig import ClientConfigProfile, ClientConnectConfig
 
+import telemetry
 from workflows.errors import TaskServiceUnavailable
+
+DEFAULT_TEMPORAL_ADDRESS = "127.0.0.1:7233"
+"""Where the local stack's Temporal dev server listens (``agent-tasks dev up``)."""
+DEFAULT_TEMPORAL_NAMESPACE = "default"
+"""The namespace every Temporal server has."""
+NEO4J_SCHEMES = ("bolt", "bolt+s", "bolt+ssc", "neo4j", "neo4j+s", "neo4j+ssc")
+"""URI schemes the Neo4j Python driver accepts (``+s``: TLS, ``+ssc``: self-signed TLS)."""
+
+
+@dataclass(frozen=True, repr=False)
+class TemporalProfile:
+    """How the client reaches Temporal: one profile of the SDK's client configuration, with
+    this project's defaults where the profile sets no address or namespace.
+
+    The profile may hold secrets (API key, client key, gRPC headers), so the repr shows only
+    the address, the namespace, and whether TLS and an API key are on.
+    """
+
+    profile: ClientConfigProfile = field(default_factory=ClientConfigProfile)
+    """The SDK's profile as loaded (environment over file)."""
+
+    @classmethod
+    def load(cls, env: Mapping[str, str] | None = None) -> TemporalProfile:
+        """Load the profile ``TEMPORAL_PROFILE`` names (``default``) from the TOML file and
+        the ``TEMPORAL_*`` variables (``ClientConfigProfile.load``).
+
+        Args:
+            env: the variables to read instead of the process environment (tests).
+
+        Raises:
+            ValueError: the file cannot be read or parsed, or names no such profile.
+        """
+        try:
+            return cls(ClientConfigProfile.load(override_env_vars=env))
+        except RuntimeError as err:  # the SDK's ConfigError
+            raise ValueError(f"Temporal client configuration: {err}") from err
+
+    @property
+    def address(self) -> str:
+        """Frontend ``host:port``; ``DEFAULT_TEMPORAL_ADDRESS`` when the profile sets none."""
+        return self.profile.address or DEFAULT_TEMPORAL_ADDRESS
+
+    @property
+    def namespace(self) -> str:
+        """Namespace; ``DEFAULT_TEMPORAL_NAMESPACE`` when the profile sets none."""
+        return self.profile.namespace or DEFAULT_TEMPORAL_NAMESPACE
+
+    @property
+    def tls(self) -> bool:
+        """Whether the connection uses TLS (an API key or any TLS setting, unless
+        ``TEMPORAL_TLS=false``)."""
+        if self.profile.tls is not None:
+            return self.profile.tls.disabled is not True
+        return self.profile.api_key is not None
+
+    def with_overrides(
+        self, *, address: str | None = None, namespace: str | None = None
+    ) -> TemporalProfile:
+        """This profile with another address or namespace (None keeps the profile's)."""
+        return TemporalProfile(
+            replace(
+                self.profile,
+                address=address or self.profile.address,
+                namespace=namespace or self.profile.namespace,
+            )
+        )
+
+    def connect_config(self) -> ClientConnectConfig:
+        """Keyword arguments of ``Client.connect``: ``target_host``, ``namespace``, and
+        ``api_key``, ``tls``, ``rpc_metadata`` when the profile sets them.
+
+        Raises:
+            OSError: a certificate or key file cannot be read.
+        """
+        config = self.profile.to_client_connect_config()
+        config["target_host"] = self.address
+        config["namespace"] = self.namespace
+        return config
+
+    def __repr__(self) -> str:
+        api_key = "set" if self.profile.api_key else "unset"
+        return (
+            f"TemporalProfile(address={self.address!r}, namespace={self.namespace!r}, "
+            f"tls={self.tls}, api_key={api_key})"
+        )
+
+
+class _OwnEnvironment(EnvSettingsSource):
+    """pydantic-settings' environment source, minus ``temporal``: the SDK reads the Temporal
+    variables (``TemporalProfile.load``), never pydantic from a variable named TEMPORAL."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        if field_name == "temporal":
+            return None, field_name, False
+        return super().get_field_value(field, field_name)
 
 
 class Settings(BaseSettings):
-    """Addresses and credentials of Temporal and Neo4j, plus the local stack's data folder."""
+    """Addresses and credentials of Temporal and Neo4j, telemetry, and the local stack's data
+    folder. ``Settings()`` reads the environment (the tables in the module docstring); keyword
+    arguments override it (``Settings(temporal=TemporalProfile.load({...}))`` in tests)."""
 
     model_config = SettingsConfigDict(extra="ignore", case_sensitive=False)
 
-    temporal_address: str = "127.0.0.1:7233"
-    """Temporal frontend gRPC address, ``host:port``."""
-    temporal_namespace: str = "default"
-    """Temporal namespace holding the task workflows."""
+    temporal: TemporalProfile = Field(default_factory=TemporalProfile.load, exclude=True)
+    """Where and how to reach Temporal (the SDK's client configuration)."""
     temporal_task_queue: str = "agent-tasks"
     """Task queue the worker polls and the client starts workflows on."""
     neo4j_uri: str = "bolt://127.0.0.1:7687"
-    """Neo4j Bolt URI."""
+    """Neo4j URI: ``bolt://`` one server, ``neo4j://`` a cluster, ``+s`` / ``+ssc`` for TLS."""
     neo4j_username: str = "neo4j"
     """Neo4j user name."""
     neo4j_password: SecretStr | None = None
@@ -50,6 +196,43 @@ class Settings(BaseSettings):
     """Neo4j database the mirror writes to."""
     data_dir: Path = Field(default=Path(".agent-tasks"), validation_alias="AGENT_TASKS_DATA_DIR")
     """Data folder of the local stack: Temporal SQLite file, Neo4j store, password, logs."""
+    otel_traces_exporter: Literal["none", "otlp", "console"] = "none"
+    """Where traces go: nowhere, an OTLP/HTTP collector, or standard output."""
+    otel_metrics_exporter: Literal["none", "otlp", "prometheus"] = "none"
+    """Where the SDK's runtime metrics go: nowhere, OTLP/HTTP, or a Prometheus endpoint."""
+    otel_exporter_otlp_endpoint: str = "http://localhost:4318"
+    """OTLP/HTTP collector base URL (the signal's path is appended)."""
+    otel_exporter_otlp_traces_endpoint: str | None = None
+    """OTLP/HTTP traces URL, used as is; None: the base URL + ``/v1/traces``."""
+    otel_exporter_otlp_metrics_endpoint: str | None = None
+    """OTLP/HTTP metrics URL, used as is; None: the base URL + ``/v1/metrics``."""
+    otel_exporter_otlp_headers: SecretStr | None = None
+    """``key=value`` pairs, comma-separated, sent with every export (for example a token)."""
+    otel_exporter_prometheus_host: str = "localhost"
+    """Host the Prometheus ``/metrics`` endpoint binds to (``0.0.0.0`` in a container)."""
+    otel_exporter_prometheus_port: int = Field(default=9464, ge=1, le=65535)
+    """Port of the Prometheus ``/metrics`` endpoint."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Keyword arguments, then the environment (without ``temporal``, see
+        ``_OwnEnvironment``); no dotenv or secrets folder."""
+        return init_settings, _OwnEnvironment(settings_cls)
+
+    @field_validator("neo4j_uri")
+    @classmethod
+    def _check_neo4j_scheme(cls, uri: str) -> str:
+        scheme = uri.partition("://")[0]
+        if scheme not in NEO4J_SCHEMES:
+            raise ValueError(f"NEO4J_URI must start with one of {', '.join(NEO4J_SCHEMES)}://")
+        return uri
 
     @property
     def neo4j_password_file(self) -> Path:
@@ -73,6 +256,25 @@ class Settings(BaseSettings):
                 "run `agent-tasks dev up` or set NEO4J_PASSWORD"
             ) from None
 
+    def exporters(self) -> telemetry.Exporters:
+        """The telemetry exporters these settings name.
+
+        Raises:
+            ValueError: ``OTEL_EXPORTER_OTLP_HEADERS`` is not ``key=value,...``.
+        """
+        base = self.otel_exporter_otlp_endpoint.rstrip("/")
+        headers = self.otel_exporter_otlp_headers
+        return telemetry.Exporters(
+            traces=self.otel_traces_exporter,
+            metrics=self.otel_metrics_exporter,
+            otlp_traces_url=self.otel_exporter_otlp_traces_endpoint or f"{base}/v1/traces",
+            otlp_metrics_url=self.otel_exporter_otlp_metrics_endpoint or f"{base}/v1/metrics",
+            otlp_headers=telemetry.parse_headers(headers.get_secret_value() if headers else ""),
+            prometheus_bind=(
+                f"{self.otel_exporter_prometheus_host}:{self.otel_exporter_prometheus_port}"
+            ),
+        )
+
 
 async def connect(
     settings: Settings | None = None,
@@ -80,26 +282,33 @@ async def connect(
     address: str | None = None,
     namespace: str | None = None,
 ) -> Client:
-    """Connect to Temporal with the pydantic data converter.
+    """Connect to Temporal with the pydantic data converter, the SDK's client configuration
+    (address, namespace, TLS, mTLS, API key), and the telemetry the settings name (the tracing
+    interceptor, which workers built on this client inherit, and the runtime's metrics).
 
     Args:
         settings: where to connect; read from the environment when None.
-        address: overrides ``settings.temporal_address`` (``host:port``).
-        namespace: overrides ``settings.temporal_namespace``.
+        address: overrides the profile's address (``host:port``).
+        namespace: overrides the profile's namespace.
 
     Raises:
-        TaskServiceUnavailable: the server cannot be reached.
+        TaskServiceUnavailable: the server cannot be reached, or refused the TLS handshake or
+            the credentials.
+        OSError: a certificate or key file named by the configuration cannot be read.
+        ValueError: telemetry is asked for but the ``otel`` extra is not installed.
     """
     settings = settings or Settings()
-    target = address or settings.temporal_address
+    profile = settings.temporal.with_overrides(address=address, namespace=namespace)
+    observe = telemetry.setup(settings.exporters())
     try:
         return await Client.connect(
-            target,
-            namespace=namespace or settings.temporal_namespace,
+            **profile.connect_config(),
             data_converter=pydantic_data_converter,
+            interceptors=observe.interceptors,
+            runtime=observe.runtime,
         )
     except RuntimeError as err:
-        raise TaskServiceUnavailable(f"cannot reach Temporal at {target}: {err}") from err
+        raise TaskServiceUnavailable(f"cannot reach Temporal at {profile!r}: {err}") from err
 
 
 RUNTIME_SETTLE_S = 1.0

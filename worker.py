@@ -7,6 +7,10 @@ the worker of ``TaskWorkflow`` and its activities. The CLI, the tests, the bench
 ``python worker.py`` and ``agent-tasks worker`` run a worker with the settings from the
 environment (``config.Settings``) until SIGINT or SIGTERM, then stop cleanly: the worker stops
 polling, lets running activities finish (``graceful_shutdown_timeout``), and closes the driver.
+
+``prepare_namespace`` (``agent-tasks setup``, the compose files' one-shot ``setup`` service)
+readies a Temporal server for the tasks: the namespace with its retention and the custom search
+attributes of ``TaskWorkflow``.
 """
 
 from __future__ import annotations
@@ -18,17 +22,38 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 
+from google.protobuf.duration_pb2 import Duration
 from neo4j.exceptions import DriverError, Neo4jError
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.namespace.v1 import NamespaceConfig
+from temporalio.api.operatorservice.v1 import (
+    AddSearchAttributesRequest,
+    ListSearchAttributesRequest,
+)
+from temporalio.api.workflowservice.v1 import (
+    DescribeNamespaceRequest,
+    RegisterNamespaceRequest,
+    UpdateNamespaceRequest,
+)
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
+import telemetry
 from activities.mirror import MirrorActivities
 from config import Settings, connect, release_runtime
 from taskgraph.graph import TaskGraph, open_driver
-from workflows.task import TaskWorkflow
+from workflows.task import SEARCH_ATTRIBUTE_KEYS, TaskWorkflow
 
 SCHEMA_TIMEOUT_S = 10.0
 """How long ``open_services`` waits for Neo4j to create the schema (seconds)."""
+DEFAULT_RETENTION = timedelta(days=30)
+"""Retention of closed tasks' histories that ``prepare_namespace`` sets by default: a finished
+task stays readable (``get_task``, replay, ``graph rebuild``) this long. The server's default
+(one day) would let a rebuild of Neo4j lose yesterday's tasks."""
+NAMESPACE_READY_TIMEOUT_S = 60.0
+"""How long ``prepare_namespace`` waits for a new namespace to answer (seconds): a cluster
+propagates a registration through its namespace cache (10 s by default)."""
 
 
 @dataclass(frozen=True)
@@ -46,17 +71,20 @@ async def open_graph(settings: Settings, *, schema: bool = False) -> AsyncIterat
     """Open the Neo4j task graph of ``settings``; close its driver on exit.
 
     Args:
-        settings: where Neo4j is (``NEO4J_URI``, credentials, database).
+        settings: where Neo4j is (``NEO4J_URI``, credentials, database) and whether its writes
+            are traced (``OTEL_TRACES_EXPORTER``).
         schema: create the schema first (idempotent), waiting at most ``SCHEMA_TIMEOUT_S``.
 
     Raises:
         RuntimeError: no Neo4j password is set or generated.
+        ValueError: traces asked for without the ``otel`` extra.
         neo4j.exceptions.Neo4jError, neo4j.exceptions.DriverError, TimeoutError: ``schema``
             was asked and Neo4j refused or did not answer.
     """
     driver = open_driver(settings.neo4j_uri, settings.neo4j_auth())
     try:
-        graph = TaskGraph(driver, settings.neo4j_database)
+        tracer = telemetry.setup(settings.exporters()).tracer
+        graph = TaskGraph(driver, settings.neo4j_database, tracer)
         if schema:
             await asyncio.wait_for(graph.init_schema(), SCHEMA_TIMEOUT_S)
         yield graph
@@ -98,6 +126,85 @@ async def open_services(
             yield Services(settings, client, graph)
     finally:
         await release_runtime()
+
+
+async def prepare_namespace(client: Client, retention: timedelta = DEFAULT_RETENTION) -> list[str]:
+    """Ready ``client.namespace`` for task workflows; idempotent. Registers the namespace when
+    missing, sets its retention when it differs, and adds the custom search attributes of
+    ``SEARCH_ATTRIBUTE_KEYS`` that are missing (Keyword).
+
+    On Temporal Cloud namespaces and search attributes are managed with ``tcld`` or the Cloud
+    console; create them there first, and this call then changes nothing (or is refused).
+
+    Args:
+        client: a client of the namespace to prepare (``config.connect``).
+        retention: how long closed workflows' histories are kept (the server's minimum is a
+            day).
+
+    Returns:
+        what was changed, one line each (empty when nothing was).
+
+    Raises:
+        ValueError: a search attribute exists with another type (the message names it).
+        temporalio.service.RPCError: the server refused (for example PERMISSION_DENIED).
+        TimeoutError: a new namespace did not answer within ``NAMESPACE_READY_TIMEOUT_S``.
+    """
+    namespace = client.namespace
+    service = client.workflow_service
+    ttl = Duration()
+    ttl.FromTimedelta(retention)
+    done = []
+    try:
+        described = await service.describe_namespace(DescribeNamespaceRequest(namespace=namespace))
+    except RPCError as err:
+        if err.status != RPCStatusCode.NOT_FOUND:
+            raise
+        await service.register_namespace(
+            RegisterNamespaceRequest(namespace=namespace, workflow_execution_retention_period=ttl)
+        )
+        done.append(f"namespace {namespace!r} registered, retention {_days(retention)}")
+    else:
+        current = described.config.workflow_execution_retention_ttl.ToTimedelta()
+        if current != retention:
+            await service.update_namespace(
+                UpdateNamespaceRequest(
+                    namespace=namespace,
+                    config=NamespaceConfig(workflow_execution_retention_ttl=ttl),
+                )
+            )
+            done.append(f"namespace {namespace!r} retention {_days(current)} -> {_days(retention)}")
+    async with asyncio.timeout(NAMESPACE_READY_TIMEOUT_S):
+        while True:
+            try:
+                listed = await client.operator_service.list_search_attributes(
+                    ListSearchAttributesRequest(namespace=namespace)
+                )
+                break
+            except RPCError as err:  # a new namespace is not in every cache yet
+                if err.status != RPCStatusCode.NOT_FOUND:
+                    raise
+                await asyncio.sleep(0.5)
+    missing: dict[str, IndexedValueType.ValueType] = {}
+    for key in SEARCH_ATTRIBUTE_KEYS:
+        wanted = IndexedValueType.ValueType(int(key.indexed_value_type))
+        have = listed.custom_attributes.get(key.name)
+        if have is None:
+            missing[key.name] = wanted
+        elif have != wanted:
+            raise ValueError(
+                f"search attribute {key.name} of namespace {namespace!r} has type "
+                f"{IndexedValueType.Name(have)}, TaskWorkflow needs {IndexedValueType.Name(wanted)}"
+            )
+    if missing:
+        await client.operator_service.add_search_attributes(
+            AddSearchAttributesRequest(namespace=namespace, search_attributes=missing)
+        )
+        done.append(f"search attributes added: {', '.join(sorted(missing))} (Keyword)")
+    return done
+
+
+def _days(span: timedelta) -> str:
+    return f"{span / timedelta(days=1):g} days"
 
 
 def build_worker(client: Client, graph: TaskGraph, task_queue: str) -> Worker:

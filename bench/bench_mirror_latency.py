@@ -5,7 +5,7 @@ For ``--writes`` single-event writes to one task (one at a time), measures:
 - ``visible``: from sending the write until the event is readable in Neo4j.
 Prints medians and p95 in ms and the ratio visible / ack (the baseline, in the same process).
 
-    python bench/bench_mirror_latency.py [--writes 20]
+    python -m bench.bench_mirror_latency [--writes 20]
 """
 
 from __future__ import annotations

@@ -50,15 +50,15 @@ async def status(
         ``[temporal, neo4j]`` as :class:`ServiceStatus`. Never starts or stops anything.
     """
     s = settings or Settings()
-    temporal = TemporalDevServer(s.data_dir, parse_host_port(s.temporal_address, 7233)[1])
+    temporal = TemporalDevServer(s.data_dir, parse_host_port(s.temporal.address, 7233)[1])
     neo = Neo4jServer(s.data_dir, parse_host_port(s.neo4j_uri, 7687)[1])
     t_probe, n_probe = await asyncio.gather(
-        probe_temporal(s.temporal_address, namespace=s.temporal_namespace, timeout_s=timeout_s),
+        probe_temporal(s.temporal, namespace=s.temporal.namespace, timeout_s=timeout_s),
         probe_neo4j(s.neo4j_uri, _neo4j_auth_or_none(s), timeout_s=timeout_s),
     )
     out = []
     for name, address, server, probe in (
-        ("temporal", s.temporal_address, temporal, t_probe),
+        ("temporal", s.temporal.address, temporal, t_probe),
         ("neo4j", s.neo4j_uri, neo, n_probe),
     ):
         pid = server.running_pid()
@@ -107,14 +107,14 @@ async def up(
     """
     s = settings or Settings()
     temporal = TemporalDevServer.from_settings(s, extra_dynamic_config)
-    t_host, _ = parse_host_port(s.temporal_address, 7233)
+    t_host, _ = parse_host_port(s.temporal.address, 7233)
     n_host, _ = parse_host_port(s.neo4j_uri, 7687)
 
     # 1. plan: what runs already, what answers, what is to be started
     t_pid = temporal.running_pid()
     t_probe = Probe(False, "")
     if t_pid is None:
-        t_probe = await probe_temporal(s.temporal_address, timeout_s=probe_timeout_s)
+        t_probe = await probe_temporal(s.temporal, timeout_s=probe_timeout_s)
     n_port = parse_host_port(s.neo4j_uri, 7687)[1]
     neo = Neo4jServer(s.data_dir, n_port, s.neo4j_password_file)
     n_pid = neo.running_pid()
@@ -124,7 +124,7 @@ async def up(
     errors = []
     if t_pid is None and not t_probe.answering and not is_local_host(t_host):
         errors.append(
-            f"TEMPORAL_ADDRESS={s.temporal_address} is not on this host and does not answer "
+            f"TEMPORAL_ADDRESS={s.temporal.address} is not on this host and does not answer "
             f"({t_probe.detail})"
         )
     if n_pid is None and not n_probe.answering:
@@ -144,16 +144,16 @@ async def up(
     # 2. act
     async def bring_up_temporal() -> ServiceStatus:
         if t_probe.answering:
-            return ServiceStatus("temporal", s.temporal_address, True, None, True, "external")
+            return ServiceStatus("temporal", s.temporal.address, True, None, True, "external")
         if t_pid is not None:
             await temporal.wait_ready(temporal_timeout_s)
             return ServiceStatus(
-                "temporal", s.temporal_address, True, t_pid, False, "already running"
+                "temporal", s.temporal.address, True, t_pid, False, "already running"
             )
         pid, took = await temporal.start_ready(temporal_timeout_s)
         ui = f", UI {temporal.ui_url}" if temporal.ui_url else ""
         return ServiceStatus(
-            "temporal", s.temporal_address, True, pid, False, f"started in {took:.1f} s{ui}"
+            "temporal", s.temporal.address, True, pid, False, f"started in {took:.1f} s{ui}"
         )
 
     async def bring_up_neo4j() -> ServiceStatus:
@@ -195,8 +195,8 @@ async def down(settings: Settings | None = None, *, timeout_s: float = 60.0) -> 
     """
     s = settings or Settings()
     servers: list[tuple[str, str, ManagedProcess]] = [
-        ("temporal", s.temporal_address,
-         TemporalDevServer(s.data_dir, parse_host_port(s.temporal_address, 7233)[1])),
+        ("temporal", s.temporal.address,
+         TemporalDevServer(s.data_dir, parse_host_port(s.temporal.address, 7233)[1])),
         ("neo4j", s.neo4j_uri, Neo4jServer(s.data_dir, parse_host_port(s.neo4j_uri, 7687)[1])),
     ]  # fmt: skip
 

@@ -15,7 +15,7 @@ from typing import ClassVar
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
 
-from config import Settings
+from config import Settings, TemporalProfile
 from devstack.process import (
     BIND_HOST,
     DevStackError,
@@ -34,12 +34,13 @@ DEFAULT_DYNAMIC_CONFIG: Mapping[str, str] = {"frontend.WorkflowTimeSkippingEnabl
 
 
 async def probe_temporal(
-    address: str, *, namespace: str | None = None, timeout_s: float = 3.0
+    target: str | TemporalProfile, *, namespace: str | None = None, timeout_s: float = 3.0
 ) -> Probe:
-    """Check whether a Temporal frontend answers at ``address``.
+    """Check whether a Temporal frontend answers at ``target``.
 
     Args:
-        address: ``host:port`` of the frontend.
+        target: ``host:port`` of a plain-text frontend, or a client configuration profile
+            (TLS, API key).
         namespace: when given, the namespace must also exist.
         timeout_s: seconds for the whole check.
 
@@ -48,7 +49,10 @@ async def probe_temporal(
     """
     try:
         async with asyncio.timeout(timeout_s):
-            client = await Client.connect(address)
+            if isinstance(target, str):
+                client = await Client.connect(target)
+            else:
+                client = await Client.connect(**target.connect_config())
             if not await client.service_client.check_health():
                 return Probe(False, "health check says not serving")
             if namespace is not None:
@@ -134,10 +138,10 @@ class TemporalDevServer(ManagedProcess):
     def from_settings(
         cls, settings: Settings, extra_dynamic_config: Mapping[str, str] | None = None
     ) -> TemporalDevServer:
-        """The dev server for ``TEMPORAL_ADDRESS`` and ``TEMPORAL_NAMESPACE``, with the Web UI."""
-        _, port = parse_host_port(settings.temporal_address, 7233)
+        """The dev server for the configured Temporal address and namespace, with the Web UI."""
+        _, port = parse_host_port(settings.temporal.address, 7233)
         return cls(
-            settings.data_dir, port, settings.temporal_namespace, extra_dynamic_config, ui=True
+            settings.data_dir, port, settings.temporal.namespace, extra_dynamic_config, ui=True
         )
 
     @property

@@ -23,9 +23,9 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractContextManager, asynccontextmanager, nullcontext
 from datetime import datetime
-from typing import Any, LiteralString
+from typing import TYPE_CHECKING, Any, LiteralString
 
 from neo4j import (
     AsyncDriver,
@@ -50,6 +50,9 @@ from taskgraph.models import (
     utc,
 )
 from workflows.models import Event, StepState, StepView, TaskView, task_workflow_id
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Tracer
 
 SCHEMA: tuple[LiteralString, ...] = (
     "CREATE CONSTRAINT project_key IF NOT EXISTS FOR (n:Project) REQUIRE n.project_id IS UNIQUE",
@@ -222,11 +225,20 @@ class TaskGraph:
     caller (an activity slot, a CLI command) for ever. Errors left are raised as the driver's
     ``neo4j.exceptions`` (``Neo4jError`` or ``DriverError``; ``is_retryable()`` says whether
     trying later can help; the client-side bound raises ``ServiceUnavailable``).
+
+    Given an OpenTelemetry ``tracer`` (``telemetry.setup``), each ``write_task`` transaction
+    runs in a client span ``neo4j write_task`` with the database semantic conventions
+    (``db.system.name``, ``db.namespace``, ``db.operation.name``) and the task's workflow id,
+    project id, counts and seq range (``agent_tasks.*``; the range only when events were
+    written); without one, no OpenTelemetry code runs.
     """
 
-    def __init__(self, driver: AsyncDriver, database: str = "neo4j") -> None:
+    def __init__(
+        self, driver: AsyncDriver, database: str = "neo4j", tracer: Tracer | None = None
+    ) -> None:
         self.driver = driver
         self.database = database
+        self.tracer = tracer
         self._schema_ready = False
 
     @asynccontextmanager
@@ -340,8 +352,36 @@ class TaskGraph:
 
         if not self._schema_ready:
             await self.init_schema()
-        async with self._session() as session:
-            await session.execute_write(_bounded(work))
+        with self._write_span(view, seqs, len(step_rows)):
+            async with self._session() as session:
+                await session.execute_write(_bounded(work))
+
+    def _write_span(
+        self, view: TaskView, seqs: Sequence[int], steps: int
+    ) -> AbstractContextManager[object]:
+        """The span around one ``write_task`` transaction (retries included)."""
+        if self.tracer is None:
+            return nullcontext()
+        from opentelemetry.trace import SpanKind
+
+        return self.tracer.start_as_current_span(
+            "neo4j write_task",
+            kind=SpanKind.CLIENT,
+            attributes={
+                "db.system.name": "neo4j",
+                "db.namespace": self.database,
+                "db.operation.name": "write_task",
+                "agent_tasks.workflow_id": view.workflow_id,
+                "agent_tasks.project_id": view.project_id,
+                "agent_tasks.events": len(seqs),
+                "agent_tasks.steps": steps,
+                **(
+                    {"agent_tasks.seq.first": seqs[0], "agent_tasks.seq.last": seqs[-1]}
+                    if seqs
+                    else {}
+                ),
+            },
+        )
 
     async def _read(self, query: LiteralString, **params: Any) -> list[dict[str, Any]]:
         async def work(tx: AsyncManagedTransaction) -> list[dict[str, Any]]:

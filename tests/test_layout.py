@@ -2,7 +2,8 @@
 
 The allowed arrows (README, "Layout"): workflows <- activities <- worker <- starter and the CLI;
 taskgraph is used by activities, worker and starter; trajectories is pure; devstack serves the
-CLI and tests; config is read by worker, starter and devstack. Nothing imports up.
+CLI and tests; config is read by worker, starter and devstack; telemetry (OpenTelemetry, loaded
+only when configured) is used by config and worker. Nothing imports up.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ ALLOWED: dict[str, set[str]] = {
     "trajectories": {"workflows"},
     "taskgraph": {"workflows"},
     "activities": {"workflows", "taskgraph"},
-    "config": {"workflows"},
-    "worker": {"workflows", "taskgraph", "activities", "config"},
+    "telemetry": set(),
+    "config": {"workflows", "telemetry"},
+    "worker": {"workflows", "taskgraph", "activities", "config", "telemetry"},
     "devstack": {"workflows", "config"},
     "starter": {
         "workflows",
@@ -32,6 +34,7 @@ ALLOWED: dict[str, set[str]] = {
         "worker",
         "devstack",
         "trajectories",
+        "telemetry",
     },
 }
 """Each top-level part of the project -> the parts it may import (besides itself)."""
@@ -84,3 +87,16 @@ def test_import_starter_loads_no_neo4j_driver() -> None:
 def test_workflows_load_no_neo4j_no_settings_no_starter() -> None:
     loaded = loaded_top_level("import workflows.task, workflows.ledger, workflows.models")
     assert not loaded & {"neo4j", "starter", "activities", "config", "pydantic_settings"}
+
+
+def test_no_opentelemetry_is_loaded_unless_configured() -> None:
+    """The ``otel`` extra is optional: with no exporter named, bootstrapping a worker's pieces
+    (settings, the Temporal client's options, the task graph) imports no OpenTelemetry."""
+    statement = (
+        "import worker, starter, telemetry; from config import Settings; "
+        "s = Settings(otel_traces_exporter='none', otel_metrics_exporter='none'); "
+        "assert telemetry.setup(s.exporters()) == telemetry.Telemetry()"
+    )
+    loaded = loaded_top_level(statement)
+    assert "worker" in loaded
+    assert "opentelemetry" not in loaded

@@ -1,7 +1,8 @@
 """``agent-tasks`` (also ``python -m starter``): the command line for a person at a terminal.
 
 One module per command group: ``task`` (one task), ``graph`` (Neo4j), ``dev`` (the local
-stack and the worker), ``transfer`` (import and export), ``replay`` (the pre-deploy check).
+stack, the worker and ``setup``), ``transfer`` (import and export), ``replay`` (the pre-deploy
+check).
 Output is readable by default; ``--json`` prints JSON for scripts. Exit codes: 0 on success,
 1 when a write is refused or a read finds nothing (the error code is printed), 2 on bad
 arguments, 3 when Temporal or Neo4j cannot be reached.
@@ -14,7 +15,7 @@ import sys
 
 import typer
 
-from starter.cli.dev import dev_app, worker_command
+from starter.cli.dev import dev_app, setup_command, worker_command
 from starter.cli.graph import graph_app
 from starter.cli.replay import replay_command
 from starter.cli.task import task_app
@@ -25,6 +26,7 @@ app.add_typer(task_app, name="task")
 app.add_typer(dev_app, name="dev")
 app.add_typer(graph_app, name="graph")
 app.command("worker")(worker_command)
+app.command("setup")(setup_command)
 app.command("import")(import_command)
 app.command("export")(export_command)
 app.command("replay")(replay_command)

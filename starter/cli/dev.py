@@ -1,18 +1,21 @@
-"""``agent-tasks dev ...`` (the local stack) and ``agent-tasks worker``."""
+"""``agent-tasks dev ...`` (the local stack), ``agent-tasks worker`` and ``agent-tasks setup``."""
 
 from __future__ import annotations
 
 import asyncio
 import sys
 from collections.abc import Callable, Coroutine
-from typing import Any
+from datetime import timedelta
+from typing import Annotated, Any
 
 import typer
+from temporalio.service import RPCError, RPCStatusCode
 
 import devstack
-from config import Settings
+from config import Settings, connect
 from starter.cli.common import console, run
-from worker import run_worker
+from worker import DEFAULT_RETENTION, open_graph, prepare_namespace, run_worker
+from workflows.errors import TaskServiceUnavailable
 
 dev_app = typer.Typer(help="The local stack: Temporal dev server and Neo4j.")
 
@@ -47,3 +50,49 @@ def dev_status() -> None:
 def worker_command() -> None:
     """Run a worker until SIGINT or SIGTERM."""
     run(run_worker())
+
+
+def setup_command(
+    retention_days: Annotated[
+        int,
+        typer.Option(
+            envvar="AGENT_TASKS_RETENTION_DAYS",
+            min=1,
+            help="Days Temporal keeps a closed task's history.",
+        ),
+    ] = DEFAULT_RETENTION.days,
+    wait: Annotated[
+        float,
+        typer.Option(min=0, help="Seconds to keep trying while Temporal is still starting."),
+    ] = 0,
+) -> None:
+    """Ready Temporal and Neo4j (idempotent): the namespace with its retention and the task
+    search attributes, then the Neo4j constraints and indexes. Exit 1 when Temporal refuses
+    (for example Temporal Cloud, where namespaces are made with tcld or the console)."""
+
+    async def go() -> list[str]:
+        settings = Settings()
+        deadline = asyncio.get_running_loop().time() + wait
+        while True:
+            try:
+                client = await connect(settings)
+                done = await prepare_namespace(client, timedelta(days=retention_days))
+                break
+            except (TaskServiceUnavailable, RPCError) as err:
+                starting = not isinstance(err, RPCError) or err.status == RPCStatusCode.UNAVAILABLE
+                if not starting or asyncio.get_running_loop().time() >= deadline:
+                    raise
+                console.print(f"Temporal is not ready yet ({err}); trying again")
+                await asyncio.sleep(2)
+        async with open_graph(settings, schema=True):
+            pass
+        return done
+
+    try:
+        done = run(go())
+    except RPCError as err:
+        console.print(f"[red]refused:[/red] {err.status.name if err.status else ''} {err}")
+        raise typer.Exit(1) from err
+    for line in done or ["Temporal namespace ready, nothing to change"]:
+        console.print(line)
+    console.print("Neo4j schema ready")

@@ -20,7 +20,7 @@ from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client, WorkflowExecutionStatus
 
 import devstack
-from config import Settings
+from config import Settings, TemporalProfile
 from devstack import (
     BIND_HOST,
     SEARCH_ATTRIBUTES,
@@ -44,8 +44,7 @@ def _pid_files(data_dir: Path) -> list[Path]:
 
 def _settings(data_dir: Path, temporal_address: str, neo4j_port: int) -> Settings:
     return Settings(
-        temporal_address=temporal_address,
-        temporal_namespace="default",
+        temporal=TemporalProfile().with_overrides(address=temporal_address, namespace="default"),
         neo4j_uri=f"bolt://{BIND_HOST}:{neo4j_port}",
         neo4j_username="neo4j",
         neo4j_password=None,

@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 from temporalio.client import Client
 
-from config import Settings, connect
+from config import connect
 from devstack import free_port
 from starter.client import ConversationHistory
 from taskgraph.graph import TaskGraph
@@ -343,4 +343,4 @@ async def test_no_worker_and_no_server_raise_a_clear_exception(
         await lonely.create_task("t", "g")
     await client.get_workflow_handle(lonely.workflow_id("t")).terminate("test cleanup")
     with pytest.raises(TaskServiceUnavailable, match="cannot reach Temporal"):
-        await connect(Settings(temporal_address=f"127.0.0.1:{free_port()}"))
+        await connect(address=f"127.0.0.1:{free_port()}")

@@ -1,0 +1,107 @@
+"""``prepare_namespace`` and ``agent-tasks setup`` (the compose files' one-shot service) against
+a private Temporal dev server: the namespace, its retention and the task search attributes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import (
+    AddSearchAttributesRequest,
+    ListSearchAttributesRequest,
+    RemoveSearchAttributesRequest,
+)
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
+from temporalio.client import Client
+
+from devstack import TemporalDevServer, free_port
+from worker import prepare_namespace
+from workflows.task import SEARCH_ATTRIBUTE_KEYS
+
+ROOT = Path(__file__).resolve().parents[1]
+TASK_ATTRIBUTES = {key.name for key in SEARCH_ATTRIBUTE_KEYS}
+
+
+@pytest.fixture(scope="module")
+async def server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[TemporalDevServer]:
+    """A private headless dev server: the namespaces registered later have none of the task
+    search attributes that it registers at start."""
+    async with TemporalDevServer(tmp_path_factory.mktemp("temporal"), free_port()) as dev:
+        yield dev
+
+
+async def _state(client: Client) -> tuple[timedelta, dict[str, str]]:
+    described = await client.workflow_service.describe_namespace(
+        DescribeNamespaceRequest(namespace=client.namespace)
+    )
+    listed = await client.operator_service.list_search_attributes(
+        ListSearchAttributesRequest(namespace=client.namespace)
+    )
+    attributes = {
+        name: IndexedValueType.Name(kind)
+        for name, kind in listed.custom_attributes.items()
+        if name in TASK_ATTRIBUTES
+    }
+    return described.config.workflow_execution_retention_ttl.ToTimedelta(), attributes
+
+
+async def test_setup_command_registers_the_namespace_then_changes_nothing_twice(
+    server: TemporalDevServer, tmp_path: Path
+) -> None:
+    env = {
+        **os.environ,
+        "TEMPORAL_ADDRESS": server.address,
+        "TEMPORAL_NAMESPACE": "agents-prod",
+        "AGENT_TASKS_RETENTION_DAYS": "45",
+    }
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "starter", "setup"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "namespace 'agents-prod' registered, retention 45 days" in done.stdout
+    assert "search attributes added: AgentId, ParentTask, ProjectId, SessionId, TaskStatus" in (
+        done.stdout
+    )
+    assert "Neo4j schema ready" in done.stdout
+
+    client = await Client.connect(server.address, namespace="agents-prod")
+    assert await _state(client) == (
+        timedelta(days=45),
+        dict.fromkeys(TASK_ATTRIBUTES, "INDEXED_VALUE_TYPE_KEYWORD"),
+    )
+    assert await prepare_namespace(client, timedelta(days=45)) == []
+    assert await prepare_namespace(client) == [
+        "namespace 'agents-prod' retention 45 days -> 30 days"
+    ]
+    assert (await _state(client))[0] == timedelta(days=30)
+
+
+async def test_an_attribute_of_another_type_is_a_clear_error(server: TemporalDevServer) -> None:
+    client = await Client.connect(server.address, namespace="typed-otherwise")
+    assert await prepare_namespace(client, timedelta(days=1)) != []  # registered
+    await client.operator_service.remove_search_attributes(
+        RemoveSearchAttributesRequest(namespace="typed-otherwise", search_attributes=["ProjectId"])
+    )
+    await client.operator_service.add_search_attributes(
+        AddSearchAttributesRequest(
+            namespace="typed-otherwise",
+            search_attributes={"ProjectId": IndexedValueType.INDEXED_VALUE_TYPE_TEXT},
+        )
+    )
+    with pytest.raises(ValueError, match="ProjectId of namespace 'typed-otherwise' has type "):
+        await prepare_namespace(client, timedelta(days=1))
+    _, attributes = await _state(client)
+    assert attributes["ProjectId"] == "INDEXED_VALUE_TYPE_TEXT"  # left as it was
