@@ -35,6 +35,7 @@ address, the namespace, and whether TLS and an API key are on are ever shown.
 | ``NEO4J_PASSWORD`` | unset | Neo4j password; unset means the generated one in the data folder |
 | ``NEO4J_DATABASE`` | ``neo4j`` | Neo4j database name |
 | ``AGENT_TASKS_DATA_DIR`` | ``.agent-tasks`` | local stack data: SQLite file, Neo4j store, logs |
+| ``AGENT_TASKS_FILES_ROOT`` | ``.`` | the folder the demo agent's file tools read, on the worker |
 | ``OTEL_TRACES_EXPORTER`` | ``none`` | ``otlp`` or ``console``: traces (``telemetry``) |
 | ``OTEL_METRICS_EXPORTER`` | ``none`` | ``otlp`` or ``prometheus``: the SDK's runtime metrics |
 | ``OTEL_EXPORTER_OTLP_ENDPOINT`` | ``http://localhost:4318`` | OTLP/HTTP collector (base URL) |
@@ -175,6 +176,10 @@ class _OwnEnvironment(EnvSettingsSource):
         return super().get_field_value(field, field_name)
 
 
+class Neo4jPasswordMissing(RuntimeError):
+    """No ``NEO4J_PASSWORD`` is set and the local stack's data folder holds no generated one."""
+
+
 class Settings(BaseSettings):
     """Addresses and credentials of Temporal and Neo4j, telemetry, and the local stack's data
     folder. ``Settings()`` reads the environment (the tables in the module docstring); keyword
@@ -196,6 +201,8 @@ class Settings(BaseSettings):
     """Neo4j database the mirror writes to."""
     data_dir: Path = Field(default=Path(".agent-tasks"), validation_alias="AGENT_TASKS_DATA_DIR")
     """Data folder of the local stack: Temporal SQLite file, Neo4j store, password, logs."""
+    files_root: Path = Field(default=Path("."), validation_alias="AGENT_TASKS_FILES_ROOT")
+    """The folder the demo agent's file tools read (list, read, search), on the worker."""
     otel_traces_exporter: Literal["none", "otlp", "console"] = "none"
     """Where traces go: nowhere, an OTLP/HTTP collector, or standard output."""
     otel_metrics_exporter: Literal["none", "otlp", "prometheus"] = "none"
@@ -243,7 +250,7 @@ class Settings(BaseSettings):
         """Return ``(username, password)`` for the Neo4j driver.
 
         Raises:
-            RuntimeError: no NEO4J_PASSWORD is set and the data folder holds no generated one
+            Neo4jPasswordMissing: no NEO4J_PASSWORD is set and the data folder holds none
                 (run ``agent-tasks dev up`` first).
         """
         if self.neo4j_password is not None:
@@ -251,7 +258,7 @@ class Settings(BaseSettings):
         try:
             return self.neo4j_username, self.neo4j_password_file.read_text().strip()
         except FileNotFoundError:
-            raise RuntimeError(
+            raise Neo4jPasswordMissing(
                 f"NEO4J_PASSWORD is not set and {self.neo4j_password_file} does not exist: "
                 "run `agent-tasks dev up` or set NEO4J_PASSWORD"
             ) from None

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 
 from google.protobuf.duration_pb2 import Duration
 from neo4j.exceptions import DriverError, Neo4jError
@@ -40,7 +41,10 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
 import telemetry
+from activities.files import file_tools, files_demo
 from activities.mirror import MirrorActivities
+from activities.model import ModelActivities, Script
+from activities.tools import Tool, ToolActivities
 from config import Settings, connect, release_runtime
 from taskgraph.graph import TaskGraph, open_driver
 from workflows.task import SEARCH_ATTRIBUTE_KEYS, TaskWorkflow
@@ -76,7 +80,7 @@ async def open_graph(settings: Settings, *, schema: bool = False) -> AsyncIterat
         schema: create the schema first (idempotent), waiting at most ``SCHEMA_TIMEOUT_S``.
 
     Raises:
-        RuntimeError: no Neo4j password is set or generated.
+        Neo4jPasswordMissing: no Neo4j password is set or generated.
         ValueError: traces asked for without the ``otel`` extra.
         neo4j.exceptions.Neo4jError, neo4j.exceptions.DriverError, TimeoutError: ``schema``
             was asked and Neo4j refused or did not answer.
@@ -207,21 +211,39 @@ def _days(span: timedelta) -> str:
     return f"{span / timedelta(days=1):g} days"
 
 
-def build_worker(client: Client, graph: TaskGraph, task_queue: str) -> Worker:
-    """A worker for ``TaskWorkflow`` and the mirror activity on ``task_queue``.
+DEMO_SCRIPTS: dict[str, Script] = {"files-demo": files_demo}
+"""The scripted models every worker has (``ModelSpec(provider="scripted", model=...)``)."""
+
+
+def build_worker(
+    client: Client,
+    graph: TaskGraph,
+    task_queue: str,
+    *,
+    tools: Sequence[Tool] | None = None,
+    scripts: Mapping[str, Script] | None = None,
+) -> Worker:
+    """A worker for ``TaskWorkflow`` and its activities on ``task_queue``: the mirror, the
+    agent tasks' tools, the model call and the read of a recorded result.
 
     Args:
         client: a connected client with the pydantic data converter (``config.connect``).
         graph: the Neo4j task graph the mirror writes to (it creates the schema before its
             first write if nobody did).
         task_queue: the task queue to poll.
+        tools: the tools this worker runs (``activities.tools.tool``); default: the demo's
+            read-only file tools over the current folder.
+        scripts: the scripted models by name, besides ``DEMO_SCRIPTS``.
     """
     mirror = MirrorActivities(client, graph)
+    steps = ToolActivities(client, graph, file_tools(Path.cwd()) if tools is None else tools)
+    specs = [t.spec for t in steps.tools]
+    model = ModelActivities(client, graph, {**DEMO_SCRIPTS, **(scripts or {})}, specs)
     return Worker(
         client,
         task_queue=task_queue,
         workflows=[TaskWorkflow],
-        activities=[mirror.mirror_task],
+        activities=[mirror.mirror_task, model.model_turn, *steps.activities()],
         graceful_shutdown_timeout=timedelta(seconds=10),
     )
 
@@ -233,7 +255,7 @@ async def run_worker(settings: Settings | None = None) -> None:
 
     Raises:
         TaskServiceUnavailable: Temporal cannot be reached.
-        RuntimeError: no Neo4j password is set or generated (``Settings.neo4j_auth``).
+        Neo4jPasswordMissing: no Neo4j password is set or generated (``Settings.neo4j_auth``).
     """
     async with open_services(settings) as services:
         assert services.graph is not None
@@ -246,7 +268,8 @@ async def run_worker(settings: Settings | None = None) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        async with build_worker(services.client, services.graph, queue):
+        tools = file_tools(services.settings.files_root)
+        async with build_worker(services.client, services.graph, queue, tools=tools):
             print(f"worker polling task queue {queue!r}", flush=True)
             await stop.wait()
         print("worker stopped", flush=True)

@@ -28,6 +28,7 @@ from pydantic import TypeAdapter
 from temporalio.client import (
     Client,
     WithStartWorkflowOperation,
+    WorkflowFailureError,
     WorkflowHandle,
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
@@ -40,6 +41,7 @@ from temporalio.common import (
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.reader import earlier_events
 from config import release_runtime
 from starter.results import (
     EventsResult,
@@ -68,7 +70,6 @@ from workflows.errors import (
     CONTINUING_AS_NEW,
     DUPLICATE,
     ErrorCode,
-    GraphIncomplete,
     GraphNotConfigured,
     TaskServiceUnavailable,
     error_code,
@@ -80,10 +81,10 @@ from workflows.models import (
     MAX_STEPS_PER_UPDATE,
     PAGE_LIMIT_MAX,
     STEPS_PAGE_MAX,
+    AgentSpec,
     Event,
     EventInput,
     EventKind,
-    EventsPage,
     EventsQuery,
     FinishTaskInput,
     ProjectId,
@@ -99,6 +100,7 @@ from workflows.models import (
     StepWrite,
     TaskStart,
     TaskStatus,
+    TaskView,
     TaskWorkflowInput,
     WriteOutcome,
     args_digest,
@@ -398,6 +400,7 @@ class ConversationHistory:
         metadata: dict[str, str] | None = None,
         parent: str | None = None,
         session_id: str | None = None,
+        agent: AgentSpec | None = None,
     ) -> WriteResult:
         """Create a task, or return the existing one of that name and goal.
 
@@ -413,6 +416,8 @@ class ConversationHistory:
             metadata: at most 16 entries, keys up to 128 and values up to 500 characters.
             parent: name of the parent task in this project (child tasks).
             session_id: the session of this task; None: this object's ``session_id``.
+            agent: the agent that runs the task (an agent task: ``queued``, then
+                ``in_progress`` once its agent starts); None: a recorded task (``open``).
         """
         request_id = _or_new(request_id)
         if not valid_request_id(request_id):
@@ -426,7 +431,9 @@ class ConversationHistory:
             parent=parent,
             metadata=metadata or {},
             request_id=request_id,
+            agent=agent,
         )
+        status = TaskStatus.OPEN if agent is None else TaskStatus.QUEUED
         operation = WithStartWorkflowOperation(
             TaskWorkflow.run,
             TaskWorkflowInput(start=start),
@@ -434,7 +441,7 @@ class ConversationHistory:
             task_queue=self.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-            search_attributes=TypedSearchAttributes(search_attributes(start, TaskStatus.OPEN)),
+            search_attributes=TypedSearchAttributes(search_attributes(start, status)),
         )
         try:
             async with _lane(self.client, self.workflow_id(name)):
@@ -455,6 +462,83 @@ class ConversationHistory:
         finally:
             await _retrieve_start(operation)
         return from_outcome(outcome)
+
+    async def cancel_task(self, task: str) -> WriteResult:
+        """Cancel the task: a Temporal cancel request, the same as ``temporal workflow cancel``
+        or the Web UI's. The task cancels its agent (a running tool sees the cancellation),
+        settles every step left ``in_progress`` as ``unknown``, records a final event, ends
+        ``cancelled`` (view, search attribute, Neo4j) and its workflow closes as cancelled.
+        (Terminating the workflow instead is the unclean path: nothing of this happens.)
+
+        Returns:
+            ``recorded`` True once requested (``wait_task`` waits for the end);
+            ``task_not_found``; ``task_closed`` when the task had already ended.
+        """
+        handle = self._handle(task)
+        try:
+            description = await self._call(handle.describe)
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                return refused(ErrorCode.TASK_NOT_FOUND, f"no task {task!r} in this project")
+            raise
+        if description.close_time is not None:
+            return refused(ErrorCode.TASK_CLOSED, f"task {task!r} has ended")
+        await self._call(handle.cancel)
+        return WriteResult(recorded=True)
+
+    async def resume_task(self, task: str) -> WriteResult:
+        """Run a failed or cancelled agent task's agent again, in a new run of the same task
+        (its workflow id, started from the last run's state): the steps that completed keep
+        their results (agent code's steps are memoized by name), the others run again (a
+        failed one under a new idempotency key, an ``unknown`` one under its old key); the
+        budgets count afresh.
+
+        Returns:
+            ``recorded`` True once started; ``task_not_found``; ``not_resumable`` for a task
+            that runs, a recorded task, or one that ended ``done``.
+        """
+        found = await self.get_task(task)
+        if found.view is None:
+            return refused(ErrorCode.TASK_NOT_FOUND, f"no task {task!r} in this project")
+        view = found.view
+        handle = self._handle(task)
+        description = await self._call(handle.describe)
+        resumable = (TaskStatus.FAILED, TaskStatus.CANCELLED)
+        if view.agent is None or description.close_time is None or view.status not in resumable:
+            return refused(
+                ErrorCode.NOT_RESUMABLE,
+                f"task {task!r} is {view.status.value}: only a failed or cancelled agent task "
+                "that has ended resumes",
+            )
+        state = await self._call(lambda: handle.query(TaskWorkflow.resume_state))
+        await self._call(
+            lambda: self.client.start_workflow(
+                TaskWorkflow.run,
+                TaskWorkflowInput(carried=state, resume=True),
+                id=self.workflow_id(task),
+                task_queue=self.task_queue,
+                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+                search_attributes=TypedSearchAttributes(
+                    search_attributes(state.start, TaskStatus.QUEUED)
+                ),
+            )
+        )
+        return WriteResult(recorded=True)
+
+    async def wait_task(self, task: str) -> TaskView | None:
+        """Wait until the task's workflow has ended (an agent task finished, failed or was
+        cancelled, and the mirror caught up) and return its final view; None when the task is
+        not in this project. Waits without a time limit (wrap it in ``asyncio.timeout``)."""
+        handle = self.client.get_workflow_handle(self.workflow_id(task), result_type=TaskView)
+        try:
+            view: TaskView = await handle.result()
+            return view
+        except WorkflowFailureError:  # cancelled (or failed): its last view says how
+            return (await self.get_task(task)).view
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                return None
+            raise
 
     async def record_event(
         self,
@@ -635,45 +719,15 @@ class ConversationHistory:
         events: list[Event] = []
         if after_seq + 1 < page.run_first_seq:
             up_to = min(page.run_first_seq - 1, after_seq + limit)
-            events = await self._earlier_events(task, page, after_seq, up_to)
+            events = await earlier_events(
+                self.client, self.graph, self.workflow_id(task), page, after_seq, up_to, self._call
+            )
         if not events or events[-1].seq == page.run_first_seq - 1:
             events += page.events[: limit - len(events)]
         last = events[-1].seq if events else after_seq
         return EventsResult(
             found=True, events=events, next_after_seq=last if last < page.last_seq else None
         )
-
-    async def _earlier_events(
-        self, task: str, page: EventsPage, after_seq: int, up_to: int
-    ) -> list[Event]:
-        """Seqs ``after_seq + 1`` to ``up_to`` of earlier runs, in order: from Neo4j up to
-        ``page.mirrored_seq``, then from the backlog runs that hold the rest (a run's page may
-        end early at the query's byte budget; the caller pages on)."""
-        workflow_id = self.workflow_id(task)
-        events: list[Event] = []
-        if after_seq < page.mirrored_seq:
-            stop = min(up_to, page.mirrored_seq)
-            events = await self._graph().events(
-                self.project_id, workflow_id, after_seq, stop, stop - after_seq
-            )
-            if [e.seq for e in events] != list(range(after_seq + 1, stop + 1)):
-                raise GraphIncomplete(
-                    f"Neo4j lacks events {after_seq + 1}..{stop} of task {task!r}: "
-                    "run `agent-tasks graph rebuild`"
-                )
-            after_seq = stop
-        for run in page.mirror_backlog:
-            stop = min(up_to, run.up_to_seq)
-            if after_seq >= stop:
-                continue
-            earlier = self.client.get_workflow_handle(workflow_id, run_id=run.run_id)
-            query = EventsQuery(after_seq=after_seq, up_to_seq=stop, limit=stop - after_seq)
-            got = await self._call(partial(earlier.query, TaskWorkflow.events, query))
-            events += got.events
-            if not got.events or got.events[-1].seq < stop:
-                break
-            after_seq = stop
-        return events
 
     async def list_steps(
         self,

@@ -440,6 +440,15 @@ class TaskGraph:
         )
         return [StepView.model_validate(plain(row["s"])) for row in rows]
 
+    async def step(self, project_id: str, workflow_id: str, name: str) -> StepView | None:
+        """One task's mirrored step ``name``, None when Neo4j has no such step."""
+        rows = await self._read(
+            "MATCH (s:Step {key: $key, project_id: $p}) RETURN s",
+            key=f"{workflow_id}/{name}",
+            p=project_id,
+        )
+        return StepView.model_validate(plain(rows[0]["s"])) if rows else None
+
     async def find_tasks(self, project_id: str, where: TaskFilter) -> list[TaskRow]:
         """Tasks of a project in name order, after ``where.after_name`` (the paging cursor),
         each filter applied when not None; placeholder nodes (no status) are left out."""

@@ -537,6 +537,75 @@ async def backlog_scenario(stack: Stack) -> Captured:
         return {"backlog_run1": run1, "backlog_run2": run2}
 
 
+async def agent_scenarios(stack: Stack) -> Captured:
+    """Agent tasks on a worker with the agent tests' tools (``tests.agent_tools``):
+
+    - ``agent_loop``: the tool-calling loop with a scripted model: two tool calls in one round
+      (one succeeds, one names no tool and fails), a second round, the final answer;
+    - ``agent_cancel``: a cancel request while a heartbeating tool runs: the tool sees the
+      cancellation, the step ends ``unknown``, the task ``cancelled`` and the workflow closes
+      as cancelled;
+    - ``agent_failed`` and ``agent_resumed``: agent code whose third step fails (the task ends
+      ``failed``), then the run ``resume`` starts, where the completed steps return their
+      recorded results (read by an activity) and the failed one runs again."""
+    import tempfile
+
+    from tests.agent_tools import SCRIPTS, TOOL_NAMES, TOOLS, answer, calls
+    from workflows.models import AgentSpec, ModelSpec
+
+    queue = f"capture-agents-{uuid.uuid4().hex[:8]}"
+    history = stack.history("agents")
+    history.task_queue = queue
+    model = ModelSpec(provider="scripted", model="from-goal")
+    captured: Captured = {}
+    with tempfile.TemporaryDirectory() as folder, expected_activity_failures():
+        log = str(Path(folder) / "effects.log")
+        async with build_worker(stack.client, stack.graph, queue, tools=TOOLS, scripts=SCRIPTS):
+            turns = [
+                calls(("echo", {"text": "hello"}), ("no_such_tool", {})),
+                calls(("echo", {"text": "again"})),
+                answer("two echoes"),
+            ]
+            goal = json.dumps([t.model_dump(mode="json") for t in turns])
+            loop = AgentSpec(tools=TOOL_NAMES, model=model)
+            expect(await history.create_task("loop", goal, agent=loop))
+            await history.wait_task("loop")
+            captured["agent_loop"] = await fetch(history, "loop")
+
+            turns = [calls(("charge_card", {"log": log, "seconds": 300})), answer("never")]
+            goal = json.dumps([t.model_dump(mode="json") for t in turns])
+            expect(await history.create_task("cancel", goal, agent=loop))
+            await quiet_until(lambda: Path(log).exists())
+            expect(await history.cancel_task("cancel"))
+            await history.wait_task("cancel")
+            captured["agent_cancel"] = await fetch(history, "cancel")
+
+            code = AgentSpec(name="three_steps", tools=TOOL_NAMES, input={"log": log + ".r"})
+            expect(await history.create_task("resume", "three steps", agent=code))
+            await history.wait_task("resume")
+            handle = stack.client.get_workflow_handle(history.workflow_id("resume"))
+            first_run = (await handle.describe()).run_id
+            expect(await history.resume_task("resume"))
+            await history.wait_task("resume")
+            captured["agent_failed"] = await fetch(history, "resume", first_run)
+            captured["agent_resumed"] = await fetch(history, "resume")
+    return captured
+
+
+async def quiet_until(check: Callable[[], bool], within: float = 60.0) -> None:
+    """Wait (polling every 50 ms) until ``check()`` is true.
+
+    Raises:
+        CaptureError: not within ``within`` seconds.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while not check():
+        if loop.time() > deadline:
+            raise CaptureError(f"not ready within {within} s")
+        await asyncio.sleep(0.05)
+
+
 SCENARIOS: dict[str, Scenario] = {
     "create": Scenario(create_scenario, ("create",), "create a task (update-with-start)"),
     "writes": Scenario(writes_scenario, ("writes",), "event and step writes"),
@@ -559,6 +628,11 @@ SCENARIOS: dict[str, Scenario] = {
         backlog_scenario,
         ("backlog_run1", "backlog_run2"),
         "continue-as-new while the mirror fails; the next run copies the backlog (patched)",
+    ),
+    "agents": Scenario(
+        agent_scenarios,
+        ("agent_loop", "agent_cancel", "agent_failed", "agent_resumed"),
+        "agent tasks: the tool loop, a cancel, a failure and its resume",
     ),
 }
 """Every scenario by name, in capture order."""

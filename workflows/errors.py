@@ -52,6 +52,11 @@ class ErrorCode(StrEnum):
     """A step keeps the kind it was created with."""
     STEP_LIMIT_REACHED = "step_limit_reached"
     """The task already holds ``MAX_STEPS_PER_TASK`` steps."""
+    RUN_BY_AGENT = "run_by_agent"
+    """The task is run by its agent, the single writer of its steps, events and end: from
+    outside it takes notes, input and a cancel only."""
+    NOT_RESUMABLE = "not_resumable"
+    """``resume_task``: only an agent task that ended ``failed`` or ``cancelled`` resumes."""
     TASK_BUSY = "task_busy"
     """The task's history is near Temporal's hard limit while the mirror catches up; retry
     later (see ``HISTORY_BACKPRESSURE_EVENTS``)."""

@@ -13,15 +13,21 @@ history length) are not here: they live in the workflow's validators only.
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Sequence
 from datetime import datetime
 from typing import NamedTuple
 
 from workflows.errors import ErrorCode, duplicate, refusal
 from workflows.models import (
+    CLOSED_STATUSES,
     MAX_PAYLOAD_BYTES,
     MIRROR_ERROR_CHARS,
     REQUEST_WINDOW,
+    AgentRun,
     Event,
+    EventInput,
+    EventKind,
     EventsPage,
     EventsQuery,
     FinishTaskInput,
@@ -30,11 +36,13 @@ from workflows.models import (
     RequestLookup,
     RunRange,
     SetStepsInput,
+    StepKind,
     StepRecord,
     StepsPage,
     StepsQuery,
     StepState,
     StepView,
+    StepWrite,
     StoredRequest,
     TaskStart,
     TaskState,
@@ -56,6 +64,12 @@ from workflows.steps import (
     step_key,
     unpack_closed,
 )
+
+
+def internal_request_id(key: str) -> str:
+    """The request id of a write the task's workflow code makes itself: ``wf-`` and 40 hex of
+    SHA-256(``key``) (44 characters, within the 64 of a request id)."""
+    return "wf-" + hashlib.sha256(key.encode("utf-8")).hexdigest()[:40]
 
 
 class MirrorTarget(NamedTuple):
@@ -90,15 +104,30 @@ class Ledger:
 
     @classmethod
     def new(cls, start: TaskStart, workflow_id: str, now: datetime) -> Ledger:
-        """The ledger of a new task, not yet created (``create`` records the creation)."""
-        return cls(TaskState(start=start, workflow_id=workflow_id, created_at=now, updated_at=now))
+        """The ledger of a new task, not yet created (``create`` records the creation): ``open``
+        for a recorded task, ``queued`` for an agent task."""
+        status = TaskStatus.OPEN if start.agent is None else TaskStatus.QUEUED
+        return cls(
+            TaskState(
+                start=start, workflow_id=workflow_id, status=status, created_at=now, updated_at=now
+            )
+        )
+
+    def reopen(self, now: datetime) -> None:
+        """Open a failed or cancelled agent task again (``resume``): status ``queued``, no
+        result or error, the budgets counted afresh (the agent's own ``state`` is kept), the
+        steps as they were (completed ones keep their results)."""
+        self.state.status = TaskStatus.QUEUED
+        self.state.result = self.state.error = None
+        if self.state.agent_run is not None:
+            self.state.agent_run = AgentRun(started_at=now, state=self.state.agent_run.state)
 
     # ---------------------------------------------------------------- state
 
     @property
     def closed(self) -> bool:
-        """True once the task is finished."""
-        return self.state.status is not TaskStatus.OPEN
+        """True once the task is finished (``CLOSED_STATUSES``)."""
+        return self.state.status in CLOSED_STATUSES
 
     @property
     def unmirrored(self) -> bool:
@@ -263,6 +292,62 @@ class Ledger:
         self._accept(input.request_id, digest, 0, 0, now)
         return WriteOutcome()
 
+    # ---------------------------------------------------------------- writes of the workflow itself
+
+    def append(self, events: Sequence[EventInput], key: str, now: datetime) -> WriteOutcome:
+        """Record ``events`` written by the task's own workflow code (its agent, its status),
+        under the request id ``internal_request_id(key)``; ``key`` names the write uniquely in
+        the task, so a replay recomputes the same id."""
+        return self.record_events(
+            RecordEventsInput(
+                agent_id=self.state.start.agent_id,
+                events=list(events),
+                request_id=internal_request_id(key),
+            ),
+            now,
+        )
+
+    def move_step(
+        self,
+        name: str,
+        state: StepState,
+        key: str,
+        now: datetime,
+        *,
+        kind: StepKind | None = None,
+        result_event_seq: int | None = None,
+    ) -> StepRecord:
+        """Move step ``name`` for the task's own workflow code (``append``'s ``key`` rule);
+        returns its new record.
+
+        Raises:
+            ApplicationError: a step refusal (``next_steps``).
+        """
+        self.set_steps(
+            SetStepsInput(
+                agent_id=self.state.start.agent_id,
+                steps=[
+                    StepWrite(
+                        step_name=name, state=state, kind=kind, result_event_seq=result_event_seq
+                    )
+                ],
+                request_id=internal_request_id(key),
+            ),
+            now,
+        )
+        return self.state.steps[name]
+
+    def set_status(self, status: TaskStatus, now: datetime) -> int:
+        """Change the status of a task that is not closed (an agent task's ``queued``,
+        ``in_progress`` ...), recorded as a ``note`` event named ``status``; returns its seq."""
+        outcome = self.append(
+            [EventInput(kind=EventKind.NOTE, name="status", payload=status.value)],
+            f"status/{self.state.writes}/{status.value}",
+            now,
+        )
+        self.state.status = status
+        return outcome.first_seq
+
     def mirror_target(self, run_id: str, max_events: int) -> MirrorTarget:
         """What the next mirror call copies: the oldest backlog run first, else this run
         (``run_id``); at most ``max_events`` events."""
@@ -379,6 +464,8 @@ class Ledger:
             run_first_seq=self.run_first_seq,
             runs=self.state.runs,
             mirror_backlog=self.state.mirror_backlog,
+            agent=start.agent,
+            agent_run=self.state.agent_run,
             created_at=self.state.created_at,
             updated_at=self.state.updated_at,
         )
@@ -414,6 +501,7 @@ class Ledger:
             if (query.state is None or step.state is query.state)
             and step.changed_write > query.changed_after_write
             and (query.after_name is None or name > query.after_name)
+            and (query.step_name is None or name == query.step_name)
         )
         page: list[StepView] = []
         size = 0

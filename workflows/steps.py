@@ -114,6 +114,13 @@ def idempotency_key(workflow_id: str, step_name: str, attempt: int) -> str:
     return f"{workflow_id}/{step_name}/{attempt}"
 
 
+def _retries_unknown(current: StepRecord | None) -> bool:
+    """True when a move into ``in_progress`` retries an ``unknown`` attempt, which keeps its
+    attempt number and so its idempotency key: its effect may have happened, and the tool must
+    be able to recognise the retry. (A retry after a known ``failed`` is a new attempt.)"""
+    return current is not None and current.state is StepState.UNKNOWN and current.attempt > 0
+
+
 def next_steps(
     lookup: Callable[[str], StepRecord | None],
     writes: Sequence[StepWrite],
@@ -137,8 +144,9 @@ def next_steps(
 
     Returns:
         The changed records only (name -> new record). A new step's kind defaults to ``tool``;
-        a move into ``in_progress`` starts a new attempt and clears the last attempt's result
-        unless the write gives one.
+        a move into ``in_progress`` starts a new attempt (but a retry of an ``unknown`` attempt
+        keeps its number: ``_retries_unknown``) and clears the last attempt's result unless the
+        write gives one.
 
     Raises:
         ApplicationError: a refusal, ``event_not_found``, ``step_kind_changed``,
@@ -178,7 +186,9 @@ def next_steps(
             result_seq = write.result_event_seq
             if result_seq is None and write.state is not StepState.IN_PROGRESS:
                 result_seq = current.result_event_seq
-        attempt = previous_attempts + (write.state is StepState.IN_PROGRESS)
+        attempt = previous_attempts + (
+            write.state is StepState.IN_PROGRESS and not _retries_unknown(current)
+        )
         if attempt > MAX_STEP_ATTEMPTS:
             raise refusal(
                 ErrorCode.STEP_LIMIT_REACHED,

@@ -18,35 +18,44 @@ the final ``TaskView`` once the task is finished and mirrored.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from datetime import timedelta
 from typing import NoReturn
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey, SearchAttributePair
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     # Pass-through is safe: these modules are deterministic (stdlib, pydantic, temporalio) and
     # hold no state between workflow runs; sharing them avoids re-importing pydantic models.
+    from workflows.agents import AgentContext, AgentParked, agent_function, agent_tools
     from workflows.errors import CONTINUING_AS_NEW, MIRROR_DATA_ERROR, ErrorCode, refusal
-    from workflows.ledger import Ledger
+    from workflows.ledger import Ledger, internal_request_id
     from workflows.models import (
         HISTORY_BACKPRESSURE_EVENTS,
         MIRROR_ACTIVITY,
         MIRROR_BATCH_EVENTS,
         MIRROR_DEBOUNCE_MS,
         MIRROR_MAX_EVENTS,
+        AgentRun,
+        AgentSpec,
+        EventInput,
+        EventKind,
         EventsPage,
         EventsQuery,
         FinishTaskInput,
         MirrorOutcome,
         RecordEventsInput,
         RequestLookup,
+        Role,
         SetStepsInput,
         StepsPage,
         StepsQuery,
+        StepState,
         TaskStart,
+        TaskState,
         TaskStatus,
         TaskView,
         TaskWorkflowInput,
@@ -137,17 +146,36 @@ class TaskWorkflow:
     def __init__(self, input: TaskWorkflowInput) -> None:
         if input.carried is not None:
             self.ledger = Ledger(input.carried)
+            if input.resume:
+                self.ledger.reopen(workflow.now())
         else:
             assert input.start is not None, "TaskWorkflowInput needs start or carried"
             self.ledger = Ledger.new(input.start, workflow.info().workflow_id, workflow.now())
         self.draining = False
         """True once continue-as-new is due: writes are turned away until the new run."""
+        self.agent: AgentContext | None = None
+        """The running agent's context (agent tasks)."""
+        self.agent_task: asyncio.Task[None] | None = None
+        """The running agent (agent tasks): done once it parked, finished or failed."""
 
     @workflow.run
     async def run(self, input: TaskWorkflowInput) -> TaskView:
-        """Mirror, continue-as-new and finish; returns the final view once finished and
-        mirrored."""
+        """Run the agent (agent tasks), mirror, continue-as-new and finish; returns the final
+        view once finished and mirrored. A cancel request ends it ``cancelled``
+        (``_cancelled``) and the workflow closes as cancelled."""
+        try:
+            return await self._run()
+        except asyncio.CancelledError:
+            # A cancel request from the server; not an eviction from the worker's cache (which
+            # cancels the workflow's tasks too, and must change nothing).
+            if workflow.cancellation_reason() is not None:
+                await self._cancelled()
+            raise
+
+    async def _run(self) -> TaskView:
         ledger = self.ledger
+        if ledger.state.start.agent is not None and not ledger.closed:
+            self.agent_task = asyncio.create_task(self._run_agent(ledger.state.start.agent))
         while True:
             await workflow.wait_condition(
                 lambda: ledger.unmirrored or ledger.closed or self._should_continue()
@@ -157,6 +185,15 @@ class TaskWorkflow:
                 and (ledger.unmirrored or not ledger.closed)
                 and workflow.patched(CONTINUE_WITHOUT_MIRROR)
             ):
+                if self.agent is not None and self._agent_running():
+                    # The agent stops at its next checkpoint; mirror meanwhile.
+                    self.agent.checkpoint_due = True
+                    await workflow.wait_condition(
+                        lambda: ledger.unmirrored or not self._agent_running()
+                    )
+                    if ledger.unmirrored:
+                        await self._mirror()
+                    continue
                 # The next run mirrors what this one has not (a closed run still answers
                 # queries), so neither a Neo4j outage nor a long mirror holds up the switch.
                 self.draining = True
@@ -187,6 +224,93 @@ class TaskWorkflow:
             if ledger.closed:
                 return ledger.view()
             self._continue_as_new()
+
+    # ---------------------------------------------------------------- the agent
+
+    def _agent_running(self) -> bool:
+        return self.agent_task is not None and not self.agent_task.done()
+
+    async def _run_agent(self, spec: AgentSpec) -> None:
+        """Run the task's agent until it finishes (``done``), fails (``failed``, with an
+        ``error`` event: a budget, an unknown agent, an error of its code) or parks at a
+        checkpoint for continue-as-new."""
+        ledger = self.ledger
+        if ledger.state.agent_run is None:  # the first start: the goal is the first message
+            ledger.state.agent_run = AgentRun(started_at=workflow.now())
+            ledger.append(
+                [
+                    EventInput(
+                        kind=EventKind.MESSAGE, role=Role.USER, payload=ledger.state.start.goal
+                    )
+                ],
+                "goal",
+                workflow.now(),
+            )
+        if ledger.state.status is not TaskStatus.IN_PROGRESS:
+            self._set_status(TaskStatus.IN_PROGRESS)
+        function = agent_function(spec.name)
+        try:
+            self.agent = AgentContext(ledger, spec, ledger.state.agent_run, await agent_tools(spec))
+            if function is None:
+                raise ApplicationError(f"no agent {spec.name!r} is registered on the worker")
+            answer = await function(self.agent)
+        except AgentParked:
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:  # the agent's failure is the task's, recorded; never a crash
+            self._finish(TaskStatus.FAILED, error=f"{type(err).__name__}: {err}")
+        else:
+            self._finish(TaskStatus.DONE, result=answer)
+
+    def _set_status(self, status: TaskStatus) -> None:
+        """Change an open task's status (an event), and its search attribute."""
+        self.ledger.set_status(status, workflow.now())
+        workflow.upsert_search_attributes([TASK_STATUS.value_set(status.value)])
+
+    def _finish(
+        self, status: TaskStatus, *, result: str | None = None, error: str | None = None
+    ) -> None:
+        """Close the task from workflow code: an ``error`` event when it failed, the status
+        event, the finish and the search attribute."""
+        ledger = self.ledger
+        events = [EventInput(kind=EventKind.NOTE, name="status", payload=status.value)]
+        if error is not None:
+            events.insert(0, EventInput(kind=EventKind.ERROR, name="agent", payload=error))
+        ledger.append(events, f"end/{ledger.state.writes}", workflow.now())
+        ledger.finish(
+            FinishTaskInput(
+                agent_id=ledger.state.start.agent_id,
+                status=status,
+                result=result,
+                error=error,
+                request_id=internal_request_id(f"finish/{ledger.state.writes}"),
+            ),
+            workflow.now(),
+        )
+        workflow.upsert_search_attributes([TASK_STATUS.value_set(status.value)])
+
+    async def _cancelled(self) -> None:
+        """A cancel request (client, CLI, ``temporal workflow cancel``, the Web UI): cancel the
+        agent (its running tool sees the cancellation; the step ends ``unknown``), settle every
+        step left ``in_progress`` as ``unknown``, close the task ``cancelled`` (its status event
+        is the final event), and mirror it: the view, the search attribute and Neo4j say so."""
+        ledger = self.ledger
+        if self.agent_task is not None and not self.agent_task.done():
+            self.agent_task.cancel()
+            await workflow.wait([self.agent_task])
+        if not ledger.closed:
+            for name, step in list(ledger.state.steps.items()):
+                if step.state is StepState.IN_PROGRESS:
+                    ledger.move_step(
+                        name,
+                        StepState.UNKNOWN,
+                        f"cancel/{name}/{ledger.state.writes}",
+                        workflow.now(),
+                    )
+            self._finish(TaskStatus.CANCELLED)
+        while ledger.unmirrored:
+            await self._mirror()
 
     # ---------------------------------------------------------------- run loop helpers
 
@@ -223,15 +347,21 @@ class TaskWorkflow:
                 retry_policy=MIRROR_RETRY,
             )
         except ActivityError as err:
+            if isinstance(err.cause, CancelledError):
+                raise asyncio.CancelledError from err  # the workflow is being cancelled
             # Neo4j down past the activity's retries, or a data error: keep the ledger open
             # and writable, show the error in the view, and try again after a pause.
             self.ledger.mirror_failed(str(err.cause or err))
             self.draining = False
             pause = mirror_pause(self.ledger.state.mirror_failures)
             if workflow.patched(CONTINUE_WITHOUT_MIRROR):
-                # A pause may last minutes: continue-as-new as soon as it is suggested.
+                # A pause may last minutes: continue-as-new as soon as it is suggested (and
+                # the agent, if any, has parked).
                 with contextlib.suppress(TimeoutError):
-                    await workflow.wait_condition(self._should_continue, timeout=pause)
+                    await workflow.wait_condition(
+                        lambda: self._should_continue() and not self._agent_running(),
+                        timeout=pause,
+                    )
             else:
                 await workflow.sleep(pause)
             return
@@ -247,6 +377,16 @@ class TaskWorkflow:
             )
         if workflow.info().get_current_history_length() > HISTORY_BACKPRESSURE_EVENTS:
             raise refusal(ErrorCode.TASK_BUSY, "history is long while the mirror catches up")
+
+    def _single_writer(self) -> None:
+        """An agent task's agent is the single writer of its steps, events and end: outside
+        writes other than notes are refused (``run_by_agent``); input and cancel have their
+        own paths. Checked by validators only."""
+        if self.ledger.state.start.agent is not None:
+            raise refusal(
+                ErrorCode.RUN_BY_AGENT,
+                "this task is run by its agent: from outside it takes notes, input and cancel",
+            )
 
     # ---------------------------------------------------------------- updates
 
@@ -270,6 +410,8 @@ class TaskWorkflow:
     def _check_record_events(self, input: RecordEventsInput) -> None:
         self.ledger.check_write(input.request_id, args_digest(input))
         self._admit()
+        if any(event.kind is not EventKind.NOTE for event in input.events):
+            self._single_writer()
 
     @workflow.update
     def set_steps(self, input: SetStepsInput) -> WriteOutcome:
@@ -280,6 +422,7 @@ class TaskWorkflow:
     def _check_set_steps(self, input: SetStepsInput) -> None:
         self.ledger.check_write(input.request_id, args_digest(input))
         self._admit()
+        self._single_writer()
         self.ledger.check_steps(input, workflow.now())
 
     @workflow.update
@@ -293,6 +436,7 @@ class TaskWorkflow:
     def _check_finish(self, input: FinishTaskInput) -> None:
         self.ledger.check_write(input.request_id, args_digest(input))
         self._admit()
+        self._single_writer()
 
     # ---------------------------------------------------------------- queries
 
@@ -311,6 +455,12 @@ class TaskWorkflow:
     def steps(self, query: StepsQuery) -> StepsPage:
         """A page of the steps this run holds, in name order (``Ledger.steps``)."""
         return self.ledger.steps(query)
+
+    @workflow.query
+    def resume_state(self) -> TaskState:
+        """The state a ``resume`` starts the task's next execution from (this run's
+        ``carry_over``): asked of a closed agent task's last run."""
+        return self.ledger.carry_over(workflow.info().run_id)
 
     @workflow.query
     def request_outcome(self, lookup: RequestLookup) -> WriteOutcome | None:

@@ -15,6 +15,7 @@ import sys
 
 import typer
 
+from starter.cli.agents import cancel_command, resume_command, run_command
 from starter.cli.dev import dev_app, setup_command, worker_command
 from starter.cli.graph import graph_app
 from starter.cli.replay import replay_command
@@ -30,6 +31,9 @@ app.command("setup")(setup_command)
 app.command("import")(import_command)
 app.command("export")(export_command)
 app.command("replay")(replay_command)
+app.command("run")(run_command)
+app.command("cancel")(cancel_command)
+app.command("resume")(resume_command)
 
 
 def main() -> None:

@@ -21,6 +21,7 @@ from pydantic_core import to_jsonable_python
 from rich.console import Console
 from rich.table import Table
 
+from config import Neo4jPasswordMissing
 from starter.client import ConversationHistory
 from starter.results import WriteResult
 from worker import open_services
@@ -46,7 +47,7 @@ def run(coro: Coroutine[Any, Any, _T]) -> _T:
     and bad arguments into 2, each with a one-line message."""
     try:
         return asyncio.run(coro)
-    except (TaskServiceUnavailable, ServiceUnavailable, AuthError) as err:
+    except (TaskServiceUnavailable, ServiceUnavailable, AuthError, Neo4jPasswordMissing) as err:
         console.print(f"[red]unavailable:[/red] {err}")
         raise typer.Exit(3) from err
     except (ValidationError, ValueError) as err:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import Annotated
 
@@ -32,6 +33,14 @@ def replay_command(
         ),
     ] = "7d",
     limit: Annotated[int, typer.Option(help="At most this many runs (newest first).")] = 200,
+    modules: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--import",
+            help="Import this module first (repeat): the modules of your agent code, which the "
+            "histories of your agent tasks ran.",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Replay task histories against the workflow code on disk: run this before deploying a
@@ -41,8 +50,11 @@ def replay_command(
     (every run, runs that continued-as-new included) from the Temporal server of
     TEMPORAL_ADDRESS. --project here is not read from AGENT_TASKS_PROJECT: a deploy check
     covers every project unless asked otherwise. A --dir without any *.json file exits 1 too
-    (a wrong path must not pass the check).
+    (a wrong path must not pass the check). Agent code is workflow code: --import the modules
+    that register yours (``workflows.agents.agent``), as the worker does.
     """
+    for module in modules or []:
+        importlib.import_module(module)
 
     async def go() -> list[ReplayResult]:
         if folder is not None:

@@ -109,7 +109,11 @@ async def test_step_transitions_kinds_and_attempts(
     kind = await history.set_step("t", "s", "failed", kind="read")
     assert kind.error is ErrorCode.STEP_KIND_CHANGED
     assert (await history.set_step("t", "s", "unknown")).recorded
-    assert (await history.set_step("t", "s", "in_progress")).recorded
+    assert (await history.set_step("t", "s", "in_progress")).recorded  # a retry after unknown
+    retried = (await history.list_steps("t")).steps[0]
+    assert (retried.attempt, retried.idempotency_key) == (1, f"{history.workflow_id('t')}/s/1")
+    assert (await history.set_step("t", "s", "failed")).recorded
+    assert (await history.set_step("t", "s", "in_progress")).recorded  # after a known failure
     assert (await history.set_step("t", "s", "completed", result_event_seq=seq)).recorded
     final = await history.set_step("t", "s", "in_progress")
     assert final.error is ErrorCode.INVALID_TRANSITION

@@ -26,6 +26,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
+import tests.agent_tools  # noqa: F401  (registers the agent code of the saved agent histories)
 from starter.client import ConversationHistory
 from starter.replay import replay_dir, replay_histories, replay_server
 from tests.capture_histories import SCENARIOS
@@ -227,7 +228,7 @@ async def cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 async def test_cli_passes_on_the_saved_histories() -> None:
-    done = await cli("--dir", str(HISTORIES), "--json")
+    done = await cli("--dir", str(HISTORIES), "--import", "tests.agent_tools", "--json")
     assert done.returncode == 0, done.stdout + done.stderr
     report: dict[str, Any] = json.loads(done.stdout)
     assert (report["ok"], report["nondeterministic"], report["error"]) == (len(FILES), 0, 0)

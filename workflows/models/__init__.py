@@ -6,6 +6,18 @@ client in ``starter``, so both sides validate, bound and hash the same way. Ever
 Temporal through ``temporalio.contrib.pydantic.pydantic_data_converter``.
 """
 
+from workflows.models.agent import (
+    AgentName,
+    AgentSpec,
+    Budgets,
+    ModelInput,
+    ModelSpec,
+    ModelTurn,
+    TokenUsage,
+    ToolCall,
+    ToolInput,
+    ToolOutput,
+)
 from workflows.models.inputs import (
     EventInput,
     EventsQuery,
@@ -19,6 +31,7 @@ from workflows.models.inputs import (
     WriteOutcome,
 )
 from workflows.models.kinds import (
+    CLOSED_STATUSES,
     EventKind,
     ResultValidity,
     Role,
@@ -53,6 +66,7 @@ from workflows.models.mirror import (
     MirrorOutcome,
 )
 from workflows.models.state import (
+    AgentRun,
     RunRange,
     StepRecord,
     StoredRequest,
@@ -70,6 +84,7 @@ from workflows.models.text import (
     check_name,
     clean_text,
     model_size,
+    project_of,
     request_key,
     sha256_hex,
     task_workflow_id,
@@ -78,6 +93,7 @@ from workflows.models.text import (
 from workflows.models.views import Event, EventsPage, StepsPage, StepView, TaskView
 
 __all__ = [
+    "CLOSED_STATUSES",
     "HISTORY_BACKPRESSURE_EVENTS",
     "MAX_EVENTS_PER_UPDATE",
     "MAX_FULL_LENGTH",
@@ -98,7 +114,11 @@ __all__ = [
     "PAGE_LIMIT_MAX",
     "REQUEST_WINDOW",
     "STEPS_PAGE_MAX",
+    "AgentName",
+    "AgentRun",
+    "AgentSpec",
     "BoundedText",
+    "Budgets",
     "Event",
     "EventInput",
     "EventKind",
@@ -107,6 +127,9 @@ __all__ = [
     "FinishTaskInput",
     "MirrorInput",
     "MirrorOutcome",
+    "ModelInput",
+    "ModelSpec",
+    "ModelTurn",
     "Name",
     "ProjectId",
     "RecordEventsInput",
@@ -130,12 +153,17 @@ __all__ = [
     "TaskStatus",
     "TaskView",
     "TaskWorkflowInput",
+    "TokenUsage",
+    "ToolCall",
+    "ToolInput",
+    "ToolOutput",
     "WriteOutcome",
     "args_digest",
     "bound_text",
     "check_name",
     "clean_text",
     "model_size",
+    "project_of",
     "request_key",
     "sha256_hex",
     "task_workflow_id",

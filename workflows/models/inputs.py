@@ -19,7 +19,15 @@ from pydantic import (
     model_validator,
 )
 
-from workflows.models.kinds import EventKind, Role, StepKind, StepState, TaskStatus
+from workflows.models.agent import AgentSpec, TokenUsage
+from workflows.models.kinds import (
+    CLOSED_STATUSES,
+    EventKind,
+    Role,
+    StepKind,
+    StepState,
+    TaskStatus,
+)
 from workflows.models.limits import (
     MAX_EVENTS_PER_UPDATE,
     MAX_FULL_LENGTH,
@@ -67,6 +75,9 @@ class EventInput(_Input):
     already a cut (``len(payload) == MAX_PAYLOAD_CHARS``)."""
     full_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
     """SHA-256 hex of the full payload as UTF-8; set like ``full_length``."""
+    usage: TokenUsage | None = Field(default=None, exclude_if=lambda value: value is None)
+    """Model tokens of the call that produced the event (model messages). Added later: left
+    out of the JSON while unset, so an old write's argument digest is unchanged."""
 
     @model_validator(mode="after")
     def _bound(self) -> Self:
@@ -120,6 +131,9 @@ class TaskStart(_Input):
     """Free metadata (model, source file, exit status...)."""
     request_id: StrictStr
     """Request id of the creating call (1 to 64 characters)."""
+    agent: AgentSpec | None = Field(default=None, exclude_if=lambda value: value is None)
+    """The agent that runs the task (an agent task); None for a recorded task. Added later:
+    left out of the JSON while unset, so an old creation's argument digest is unchanged."""
 
     @model_validator(mode="after")
     def _names(self) -> Self:
@@ -173,7 +187,7 @@ class FinishTaskInput(_Input):
 
     @model_validator(mode="after")
     def _closing_status(self) -> Self:
-        if self.status is TaskStatus.OPEN:
+        if self.status not in CLOSED_STATUSES:
             raise ValueError("status must be done, failed or cancelled")
         return self
 
@@ -226,3 +240,5 @@ class StepsQuery(BaseModel):
     """Only steps changed after this write counter (the mirror's watermark)."""
     after_name: str | None = None
     """Only steps whose name sorts after this one (the paging cursor)."""
+    step_name: str | None = None
+    """Only the step of this name."""

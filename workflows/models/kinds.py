@@ -65,12 +65,26 @@ class StepKind(StrEnum):
 
 
 class TaskStatus(StrEnum):
-    """Status of a task. ``open`` until ``finish_task`` sets one of the other three."""
+    """Status of a task. A recorded task is ``open`` until ``finish_task`` closes it; an agent
+    task moves ``queued`` -> ``in_progress`` (waiting ``awaiting_input`` or
+    ``awaiting_children`` meanwhile) -> ``done``, ``failed`` or ``cancelled``."""
 
     OPEN = "open"
     DONE = "done"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    QUEUED = "queued"
+    """An agent task whose agent has not started yet."""
+    IN_PROGRESS = "in_progress"
+    """An agent task whose agent runs."""
+    AWAITING_INPUT = "awaiting_input"
+    """An agent task waiting for a person's input."""
+    AWAITING_CHILDREN = "awaiting_children"
+    """An agent task waiting for its child tasks."""
+
+
+CLOSED_STATUSES = frozenset({TaskStatus.DONE, TaskStatus.FAILED, TaskStatus.CANCELLED})
+"""The statuses of a finished task: it takes no more writes."""
 
 
 class ResultValidity(StrEnum):

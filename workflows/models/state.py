@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from pydantic import AwareDatetime, BaseModel, Field
+from pydantic import AwareDatetime, BaseModel, Field, JsonValue
 
 from workflows.models.inputs import TaskStart
 from workflows.models.kinds import StepKind, StepState, TaskStatus
@@ -60,6 +60,22 @@ class RunRange(BaseModel):
     """... up to this one (the write counter when the run continued-as-new)."""
 
 
+class AgentRun(BaseModel):
+    """An agent's progress, carried across continue-as-new (its budgets' counters and the
+    state its code keeps between checkpoints)."""
+
+    started_at: AwareDatetime
+    """Workflow time the agent started (``Budgets.max_seconds`` counts from here)."""
+    rounds: int = 0
+    """Model calls so far."""
+    tool_calls: int = 0
+    """Steps run so far."""
+    tokens: int = 0
+    """Model tokens so far."""
+    state: dict[str, JsonValue] = Field(default_factory=dict)
+    """What agent code keeps across continue-as-new (``AgentContext.state``)."""
+
+
 class TaskState(BaseModel):
     """Everything a task carries across continue-as-new: no event bodies, bounded size."""
 
@@ -100,6 +116,8 @@ class TaskState(BaseModel):
     ``REQUEST_WINDOW`` entries."""
     runs: int = 1
     """Runs of the workflow so far (1 + continue-as-new count)."""
+    agent_run: AgentRun | None = None
+    """The agent's progress (agent tasks, once the agent started)."""
     mirror_backlog: list[RunRange] = Field(default_factory=list)
     """Earlier runs' writes the mirror has not copied yet, oldest first (a run continues-as-new
     without waiting for the mirror; added by the ``continue-as-new-without-mirror`` patch)."""
@@ -111,4 +129,7 @@ class TaskWorkflowInput(BaseModel):
     start: TaskStart | None = None
     """A new task."""
     carried: TaskState | None = None
-    """The state of the run that continued-as-new."""
+    """The state of the run that continued-as-new (or that ended, for ``resume``)."""
+    resume: bool = False
+    """True when ``carried`` is a closed task's state and the agent is to run again (the
+    ``resume`` of a failed or cancelled agent task)."""

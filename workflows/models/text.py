@@ -50,6 +50,11 @@ def task_workflow_id(project_id: str, name: str) -> str:
     return f"agent-task/{project_id}/{name}"
 
 
+def project_of(workflow_id: str) -> str:
+    """The project id in a task's workflow id (``task_workflow_id``'s inverse)."""
+    return workflow_id.split("/", 2)[1]
+
+
 def valid_request_id(request_id: object) -> bool:
     """True for a ``str`` of 1 to 64 characters that encodes to UTF-8 (no lone surrogates):
     the rule behind ``invalid_request_id``."""

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import AwareDatetime, BaseModel
+from pydantic import AwareDatetime, BaseModel, Field
 
+from workflows.models.agent import AgentSpec, TokenUsage
 from workflows.models.kinds import EventKind, ResultValidity, Role, StepKind, StepState, TaskStatus
-from workflows.models.state import RunRange
+from workflows.models.state import AgentRun, RunRange
 from workflows.models.text import BoundedText
 
 
@@ -36,6 +37,8 @@ class Event(BaseModel):
     """Workflow time of the write (UTC)."""
     request_id: str
     """Request id of the write that recorded it."""
+    usage: TokenUsage | None = Field(default=None, exclude_if=lambda value: value is None)
+    """Model tokens of the call that produced the event (model messages)."""
 
     @property
     def truncated(self) -> bool:
@@ -110,6 +113,10 @@ class TaskView(BaseModel):
     """Runs so far (1 + continue-as-new count)."""
     mirror_backlog: list[RunRange] = []
     """Earlier runs' writes not in Neo4j yet (their events are read from those runs)."""
+    agent: AgentSpec | None = None
+    """What runs the task (agent tasks)."""
+    agent_run: AgentRun | None = None
+    """The agent's progress: budget counters and its kept state (agent tasks)."""
     created_at: datetime
     """Workflow time of the creation (UTC)."""
     updated_at: datetime

@@ -1,0 +1,179 @@
+"""The model call of the tool-calling loop (``model_turn``): read the transcript by reference,
+ask the model, return its turn (text, tool calls, token usage).
+
+Providers:
+- ``scripted``: a deterministic script registered on the worker by name, for tests and the
+  demo; turn ``n`` of a ``ScriptedModel`` answers the ``n``-th model call of the task (the
+  assistant messages already in the transcript say which call this is), or a function of the
+  transcript does.
+- ``openai``: an OpenAI-compatible chat completions API through the ``openai`` package
+  (install the ``openai`` extra), configured by its own environment (``OPENAI_API_KEY``,
+  ``OPENAI_BASE_URL``). HTTP 408, 409, 429 and 5xx are retryable (the activity's retry policy,
+  after the server's ``retry-after`` when it sends one); other errors are not.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
+
+from activities.reader import task_events
+from taskgraph.graph import TaskGraph
+from workflows.agents import MODEL_ACTIVITY, ToolSpec
+from workflows.models import (
+    Event,
+    EventKind,
+    ModelInput,
+    ModelTurn,
+    Role,
+    TokenUsage,
+    ToolCall,
+)
+
+RETRYABLE_HTTP = frozenset({408, 409, 429, 500, 502, 503, 504})
+"""HTTP statuses of a model API that trying again can help."""
+
+Script = Callable[[Sequence[Event]], ModelTurn]
+"""A scripted model: the transcript -> the next turn (deterministic)."""
+
+
+class ScriptedModel:
+    """A script of turns: the ``n``-th model call of a task gets ``turns[n]`` (the last one
+    again past the end)."""
+
+    def __init__(self, turns: Sequence[ModelTurn]) -> None:
+        self.turns = list(turns)
+
+    def __call__(self, transcript: Sequence[Event]) -> ModelTurn:
+        """The turn for the next model call of the task whose events are ``transcript``."""
+        calls = sum(e.kind is EventKind.MESSAGE and e.role is Role.ASSISTANT for e in transcript)
+        return self.turns[min(calls, len(self.turns) - 1)]
+
+
+def chat_messages(transcript: Sequence[Event], system: str | None) -> list[dict[str, Any]]:
+    """The transcript as chat completion messages: messages by role, a tool call added to the
+    assistant message before it (or a new one), a tool result as a ``tool`` message with its
+    call id; other events (notes, status) are left out."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+    for event in transcript:
+        if event.kind is EventKind.MESSAGE and event.role is not None:
+            messages.append({"role": event.role.value, "content": event.payload})
+        elif event.kind is EventKind.TOOL_CALL:
+            call = {
+                "id": event.call_id or f"call-{event.seq}",
+                "type": "function",
+                "function": {"name": event.name or "tool", "arguments": event.payload},
+            }
+            if not messages or messages[-1]["role"] != "assistant":
+                messages.append({"role": "assistant", "content": ""})
+            messages[-1].setdefault("tool_calls", []).append(call)
+        elif event.kind is EventKind.TOOL_RESULT:
+            messages.append(
+                {"role": "tool", "tool_call_id": event.call_id or "", "content": event.payload}
+            )
+    return messages
+
+
+class ModelActivities:
+    """The model activity with its dependencies.
+
+    Args:
+        client: to read the transcript from the task.
+        graph: Neo4j, for events of earlier runs.
+        scripts: the scripted models by name.
+        tools: the specs of the worker's tools (offered to an API model).
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        graph: TaskGraph,
+        scripts: Mapping[str, Script],
+        tools: Sequence[ToolSpec] = (),
+    ) -> None:
+        self.client = client
+        self.graph = graph
+        self.scripts = dict(scripts)
+        self.tools = {spec.name: spec for spec in tools}
+
+    @activity.defn(name=MODEL_ACTIVITY)
+    async def model_turn(self, input: ModelInput) -> ModelTurn:
+        """The model's next turn for the task's events 1 to ``up_to_seq``."""
+        transcript = await task_events(
+            self.client, self.graph, input.workflow_id, input.run_id, 0, input.up_to_seq
+        )
+        if input.model.provider == "scripted":
+            script = self.scripts.get(input.model.model)
+            if script is None:
+                raise ApplicationError(
+                    f"no scripted model {input.model.model!r} on this worker", non_retryable=True
+                )
+            return script(transcript)
+        offered = [self.tools[name] for name in input.tools if name in self.tools]
+        return await openai_turn(input, transcript, offered)
+
+
+async def openai_turn(
+    input: ModelInput, transcript: Sequence[Event], offered: Sequence[ToolSpec]
+) -> ModelTurn:
+    """One chat completion of an OpenAI-compatible API, errors mapped at the activity edge.
+
+    Raises:
+        ApplicationError: retryable (with ``next_retry_delay`` from ``retry-after``) for HTTP
+            408/409/429/5xx and lost connections, non-retryable otherwise.
+    """
+    import openai  # the optional ``openai`` extra; imported only by workers that use it
+
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": spec.name,
+                "description": spec.description,
+                "parameters": spec.parameters,
+            },
+        }
+        for spec in offered
+    ]
+    try:
+        response = await openai.AsyncOpenAI().chat.completions.create(
+            model=input.model.model,
+            messages=chat_messages(transcript, input.model.system),  # type: ignore[arg-type]
+            tools=tools or openai.NOT_GIVEN,  # type: ignore[arg-type]
+        )
+    except openai.APIStatusError as err:
+        retry_after = err.response.headers.get("retry-after")
+        delay = timedelta(seconds=float(retry_after)) if retry_after else None
+        raise ApplicationError(
+            f"model API answered HTTP {err.status_code}: {err.message}",
+            type="ModelApiError",
+            non_retryable=err.status_code not in RETRYABLE_HTTP,
+            next_retry_delay=delay,
+        ) from err
+    except openai.APIConnectionError as err:
+        raise ApplicationError(f"model API unreachable: {err}", type="ModelApiError") from err
+    choice = response.choices[0].message
+    usage = response.usage
+    return ModelTurn(
+        content=choice.content or "",
+        tool_calls=[
+            ToolCall(name=call.function.name, arguments=call.function.arguments, call_id=call.id)
+            for call in choice.tool_calls or []
+            if call.type == "function"
+        ],
+        usage=TokenUsage(
+            input_tokens=usage.prompt_tokens if usage else 0,
+            output_tokens=usage.completion_tokens if usage else 0,
+        ),
+    )
+
+
+def tool_call(name: str, arguments: Mapping[str, Any], call_id: str) -> ToolCall:
+    """A scripted tool call (arguments as JSON text)."""
+    return ToolCall(name=name, arguments=json.dumps(dict(arguments)), call_id=call_id)

@@ -1,0 +1,215 @@
+"""Tools: activities an agent's steps run, registered by name with pydantic argument and result
+models and the declaration the workflow schedules them by (``workflows.agents.ToolSpec``).
+
+A tool is an async function ``(args, context) -> result`` where ``args`` is an instance of its
+argument model and ``result`` a pydantic model or text. The worker runs it as the activity
+``tool.{name}``: the activity reads the call's arguments back from the task by seq (its input
+carries references only), validates them with the argument model (a validation error fails the
+step at once, with the message as its result, never retried), calls the function, and returns
+the result as JSON text bounded like an event payload (a 5 MB output becomes 32,000 characters
+with the full length and SHA-256; never a payload over the budget, never a retry loop). A
+result that cannot be serialized fails the step the same way.
+
+The context gives the step's idempotency key (``{workflow id}/{step}/{attempt}``, the same on
+every retry of one attempt: hand it to an external service to deduplicate its effect) and
+``heartbeat()``. A tool with a heartbeat timeout is heartbeated for while it runs, so a dead
+worker is noticed within that timeout, and a cancellation reaches the tool as
+``asyncio.CancelledError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+from pydantic_core import PydanticSerializationError
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
+
+from activities.mirror import heartbeating
+from activities.reader import QUERY_TIMEOUT, task_events
+from taskgraph.graph import TaskGraph
+from workflows.agents import (
+    READ_EVENT_ACTIVITY,
+    TOOL_ACTIVITY_PREFIX,
+    TOOL_ARGUMENTS_INVALID,
+    TOOL_SPECS_ACTIVITY,
+    ToolSpec,
+    ToolSpecs,
+)
+from workflows.models import StepsQuery, ToolInput, ToolOutput, bound_text
+from workflows.task import TaskWorkflow
+
+TOOL_RESULT_INVALID = "ToolResultInvalid"
+"""ApplicationError type of a tool result that cannot be serialized (not retried)."""
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What a tool gets besides its arguments."""
+
+    workflow_id: str
+    """The task's workflow id."""
+    step_name: str
+    """The step running the call."""
+    idempotency_key: str
+    """``{workflow id}/{step}/{attempt}``: the same on every retry of this attempt."""
+
+    def heartbeat(self, *details: Any) -> None:
+        """Tell the server the tool is alive (optionally with progress details)."""
+        activity.heartbeat(*details)
+
+
+ToolFunction = Callable[[Any, ToolContext], Awaitable[BaseModel | str]]
+"""A tool's implementation: ``(arguments, context) -> result``."""
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A tool: its spec (what the workflow schedules it by), its argument model and function."""
+
+    spec: ToolSpec
+    arguments: type[BaseModel]
+    function: ToolFunction
+
+
+def tool(
+    name: str,
+    *,
+    arguments: type[BaseModel],
+    idempotent: bool,
+    description: str = "",
+    start_to_close_s: float = 60.0,
+    heartbeat_s: float | None = None,
+    max_attempts: int = 3,
+) -> Callable[[ToolFunction], Tool]:
+    """Make a function a tool (decorator); pass it to ``build_worker(tools=...)``.
+
+    Args:
+        name: the tool's name (``[A-Za-z0-9_.-]``, at most 64); its activity is ``tool.{name}``.
+        arguments: the pydantic model of its arguments (its JSON Schema is shown to models).
+        idempotent: may it run again (retries by its retry policy with the same key)? False:
+            at most once; a worker that dies during it leaves the step ``unknown``.
+        description: for the model.
+        start_to_close_s: longest run of one attempt (seconds).
+        heartbeat_s: heartbeat timeout (seconds); None: no heartbeats.
+        max_attempts: attempts of an idempotent tool.
+    """
+
+    def make(function: ToolFunction) -> Tool:
+        spec = ToolSpec(
+            name=name,
+            description=description,
+            parameters=arguments.model_json_schema(),
+            idempotent=idempotent,
+            start_to_close_s=start_to_close_s,
+            heartbeat_s=heartbeat_s,
+            max_attempts=max_attempts,
+        )
+        return Tool(spec, arguments, function)
+
+    return make
+
+
+def output(value: BaseModel | str) -> ToolOutput:
+    """A tool's result as bounded text: a string as it is, a model as its JSON.
+
+    Raises:
+        ApplicationError: ``ToolResultInvalid`` (not retried) when the value cannot be
+            serialized.
+    """
+    try:
+        text = value if isinstance(value, str) else value.model_dump_json()
+    except (PydanticSerializationError, ValueError, TypeError) as err:
+        raise ApplicationError(
+            f"the tool's result cannot be serialized: {err}",
+            type=TOOL_RESULT_INVALID,
+            non_retryable=True,
+        ) from err
+    bounded = bound_text(text)
+    return ToolOutput(
+        text=bounded.text, full_length=bounded.full_length, full_sha256=bounded.full_sha256
+    )
+
+
+class ToolActivities:
+    """The activities of agent tasks' steps: one per tool, and the read of a recorded result.
+
+    Args:
+        client: to read call arguments back from the task.
+        graph: Neo4j, for events of earlier runs.
+        tools: the tools this worker runs.
+    """
+
+    def __init__(self, client: Client, graph: TaskGraph, tools: Sequence[Tool]) -> None:
+        self.client = client
+        self.graph = graph
+        self.tools = list(tools)
+
+    def activities(self) -> list[Callable[..., Any]]:
+        """The activity functions to register on the worker."""
+        return [self._activity(t) for t in self.tools] + [self.read_event, self.tool_specs]
+
+    async def _event_text(self, input: ToolInput) -> str:
+        (event,) = await task_events(
+            self.client,
+            self.graph,
+            input.workflow_id,
+            input.run_id,
+            input.call_seq - 1,
+            input.call_seq,
+        )
+        return event.payload
+
+    def _activity(self, tool: Tool) -> Callable[[ToolInput], Awaitable[ToolOutput]]:
+        async def run(input: ToolInput) -> ToolOutput:
+            text = await self._event_text(input)
+            try:
+                arguments = tool.arguments.model_validate_json(text or "{}")
+            except ValidationError as err:
+                raise ApplicationError(
+                    f"arguments of {tool.spec.name} are invalid: {err}",
+                    type=TOOL_ARGUMENTS_INVALID,
+                    non_retryable=True,
+                ) from err
+            context = ToolContext(input.workflow_id, input.step_name, input.idempotency_key)
+            work = tool.function(arguments, context)
+            result = await (heartbeating(work) if tool.spec.heartbeat_s else work)
+            return output(result)
+
+        run.__name__ = run.__qualname__ = f"tool_{tool.spec.name}"
+        return activity.defn(name=TOOL_ACTIVITY_PREFIX + tool.spec.name)(run)
+
+    @activity.defn(name=TOOL_SPECS_ACTIVITY)
+    async def tool_specs(self, names: list[str]) -> ToolSpecs:
+        """The specs of the named tools this worker runs (a local activity of each agent run:
+        the history records the answer)."""
+        mine = {t.spec.name: t.spec for t in self.tools}
+        return ToolSpecs(specs={name: mine[name] for name in names if name in mine})
+
+    @activity.defn(name=READ_EVENT_ACTIVITY)
+    async def read_event(self, input: ToolInput) -> ToolOutput:
+        """The payload of event ``call_seq``, or with ``call_seq`` 0 the result of step
+        ``step_name`` (a memoized step of an earlier run, whose run carried no result seq):
+        found in the earlier runs that Neo4j lacks, else in Neo4j."""
+        if not input.call_seq:
+            seq = await self._result_seq(input.workflow_id, input.run_id, input.step_name)
+            input = input.model_copy(update={"call_seq": seq})
+        return output(await self._event_text(input))
+
+    async def _result_seq(self, workflow_id: str, run_id: str, name: str) -> int:
+        run = self.client.get_workflow_handle(workflow_id, run_id=run_id)
+        view = await run.query(TaskWorkflow.view, rpc_timeout=QUERY_TIMEOUT)
+        for earlier in reversed(view.mirror_backlog):
+            handle = self.client.get_workflow_handle(workflow_id, run_id=earlier.run_id)
+            query = StepsQuery(changed_after_write=earlier.after_write, step_name=name, limit=1)
+            page = await handle.query(TaskWorkflow.steps, query, rpc_timeout=QUERY_TIMEOUT)
+            if page.steps and page.steps[0].result_event_seq:
+                return page.steps[0].result_event_seq
+        step = await self.graph.step(view.project_id, workflow_id, name)
+        if step is None or not step.result_event_seq:
+            raise ApplicationError(f"{workflow_id}: no result of step {name!r} is found")
+        return step.result_event_seq

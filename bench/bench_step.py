@@ -1,0 +1,143 @@
+"""What one step of an agent task costs, against a bare activity on the same server
+(the local stack, ``agent-tasks dev up``).
+
+- ``step``: agent code running ``--steps`` steps of the ``echo`` tool one after another; each
+  step is a ``tool_call`` event and the step ``in_progress`` (ledger writes), the tool's
+  activity (which reads its call's arguments back by query), a ``tool_result`` event and the
+  step ``completed``; the mirror copies them to Neo4j meanwhile.
+- ``bare``: a workflow that runs the same number of activities that return their argument,
+  one after another, and nothing else: Temporal's own floor.
+
+Both are timed from the histories (the first step's start to the last's end, in workflow time
+from the server's event times) and interleaved in ``--rounds`` rounds; prints the median time
+per step, the ratio, and the history events per step.
+
+    python -m bench.bench_step [--steps 30] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import uuid
+from datetime import timedelta
+
+from pydantic import BaseModel
+from temporalio import activity, workflow
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities.tools import ToolContext, tool
+from starter.client import ConversationHistory
+from taskgraph.graph import TaskGraph
+from worker import build_worker, open_services
+from workflows.agents import AgentContext, agent
+from workflows.models import AgentSpec
+
+
+class Text(BaseModel):
+    """The echo tool's arguments."""
+
+    text: str
+
+
+@tool("bench_echo", arguments=Text, idempotent=True)
+async def bench_echo(args: Text, context: ToolContext) -> str:
+    """Returns its text."""
+    return args.text
+
+
+@agent("bench_steps")
+async def bench_steps(ctx: AgentContext) -> str:
+    """``input["steps"]`` echo steps, one after another."""
+    count = ctx.input["steps"]
+    assert isinstance(count, int)
+    for i in range(count):
+        await ctx.step(f"s{i:04d}", "bench_echo", {"text": f"step {i}"})
+    return "done"
+
+
+@activity.defn(name="bare_echo")
+async def bare_echo(text: str) -> str:
+    """Returns its argument."""
+    return text
+
+
+@workflow.defn(name="BareSteps")
+class BareSteps:
+    """``steps`` activities one after another: the floor a step is measured against."""
+
+    @workflow.run
+    async def run(self, steps: int) -> None:
+        """Run them."""
+        for i in range(steps):
+            await workflow.execute_activity(
+                bare_echo, f"step {i}", start_to_close_timeout=timedelta(seconds=30)
+            )
+
+
+async def per_step(client: Client, workflow_id: str, steps: int) -> tuple[float, int]:
+    """Seconds per step (first activity scheduled to the last completed) and history events
+    per step, from the workflow's history."""
+    events = (await client.get_workflow_handle(workflow_id).fetch_history()).events
+    scheduled = [e for e in events if e.HasField("activity_task_scheduled_event_attributes")]
+    completed = [e for e in events if e.HasField("activity_task_completed_event_attributes")]
+    start = scheduled[0].event_time.ToDatetime()
+    end = completed[-1].event_time.ToDatetime()
+    return (end - start).total_seconds() / steps, len(events) // steps
+
+
+async def one_round(
+    client: Client, graph: TaskGraph, queue: str, steps: int
+) -> dict[str, tuple[float, int]]:
+    history = ConversationHistory(
+        client, project_id=f"bench-{uuid.uuid4().hex[:8]}", agent_id="bench", task_queue=queue
+    )
+    spec = AgentSpec(name="bench_steps", tools=["bench_echo"], input={"steps": steps})
+    await history.create_task("t", "steps", agent=spec)
+    await history.wait_task("t")
+    ours = await per_step(client, history.workflow_id("t"), steps)
+    bare_id = f"bare-{uuid.uuid4().hex[:8]}"
+    await client.execute_workflow(BareSteps.run, steps, id=bare_id, task_queue=queue + "-bare")
+    bare = await per_step(client, bare_id, steps)
+    await graph.wipe_project(history.project_id)
+    return {"step": ours, "bare": bare}
+
+
+async def main(steps: int, rounds: int) -> None:
+    async with open_services(schema=True) as services:
+        assert services.graph is not None
+        queue = f"bench-step-{uuid.uuid4().hex[:6]}"
+        worker = build_worker(services.client, services.graph, queue, tools=[bench_echo])
+        bare = Worker(
+            services.client,
+            task_queue=queue + "-bare",
+            workflows=[BareSteps],
+            activities=[bare_echo],
+        )
+        results: dict[str, list[tuple[float, int]]] = {"step": [], "bare": []}
+        async with worker, bare:
+            for _ in range(rounds):
+                measured = await one_round(services.client, services.graph, queue, steps)
+                for name, value in measured.items():
+                    results[name].append(value)
+    for name, rows in results.items():
+        times = [r[0] * 1000 for r in rows]
+        print(
+            f"{name:5s} per step median {statistics.median(times):7.1f} ms "
+            f"(rounds {', '.join(f'{t:.1f}' for t in times)}), history events per step "
+            f"{rows[0][1]}"
+        )
+    ratio = statistics.median(r[0] for r in results["step"]) / statistics.median(
+        r[0] for r in results["bare"]
+    )
+    print(f"step / bare activity: {ratio:.2f}x")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--rounds", type=int, default=3)
+    arguments = parser.parse_args()
+    asyncio.run(main(arguments.steps, arguments.rounds))

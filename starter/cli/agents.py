@@ -1,0 +1,103 @@
+"""``agent-tasks run``, ``cancel`` and ``resume``: agent tasks from the command line."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from activities.files import file_tools
+from starter.cli.common import (
+    JsonOpt,
+    ProjectOpt,
+    console,
+    emit,
+    open_history,
+    run,
+    table,
+    write_outcome,
+)
+from starter.importer import all_steps
+from starter.results import WriteResult
+from worker import build_worker
+from workflows.models import AgentSpec, ModelSpec, StepView, TaskView
+
+DEMO_TOOLS = ["list_files", "read_file", "search_text"]
+"""The demo agent's tools (``activities.files``)."""
+
+
+def demo_spec() -> AgentSpec:
+    """The demo agent: the tool-calling loop with the ``files-demo`` scripted model over the
+    read-only file tools."""
+    return AgentSpec(tools=DEMO_TOOLS, model=ModelSpec(provider="scripted", model="files-demo"))
+
+
+def run_command(
+    agent: Annotated[str, typer.Argument(help="The agent to run: demo.")],
+    goal: Annotated[str, typer.Argument(help='What to find, e.g. "Which files mention Neo4j?"')],
+    name: Annotated[str | None, typer.Option(help="Task name (default: demo-<random>).")] = None,
+    path: Annotated[
+        Path | None,
+        typer.Option(help="Run a worker in this process whose file tools read this folder."),
+    ] = None,
+    project: ProjectOpt = "default",
+    as_json: JsonOpt = False,
+) -> None:
+    """Run an agent task and wait for its end: the demo agent lists, searches and reads text
+    files (on the worker: AGENT_TASKS_FILES_ROOT, or --path with a worker in this process) and
+    answers. Exit 1 when the task does not end done."""
+    if agent != "demo":
+        raise typer.BadParameter("only the demo agent runs from here", param_hint="AGENT")
+    task = name or f"demo-{uuid.uuid4().hex[:8]}"
+
+    async def go() -> tuple[TaskView | None, list[StepView]]:
+        async with open_history(project, "cli") as history, contextlib.AsyncExitStack() as stack:
+            if path is not None:
+                assert history.graph is not None
+                await stack.enter_async_context(
+                    build_worker(
+                        history.client,
+                        history.graph,
+                        history.task_queue,
+                        tools=file_tools(path),
+                    )
+                )
+            created = await history.create_task(task, goal, agent=demo_spec())
+            if not created.recorded:
+                write_outcome(created, as_json)
+            view = await history.wait_task(task)
+            return view, await all_steps(history, task)
+
+    view, steps = run(go())
+    if as_json:
+        emit({"view": view, "steps": steps}, True)
+    elif view is not None:
+        table(steps, ["step_name", "state", "attempt", "result_validity", "idempotency_key"])
+        answer = view.result.text if view.result else view.error.text if view.error else ""
+        console.print(f"task {task!r} in project {project!r}: {view.status.value}\n{answer}")
+    if view is None or view.status.value != "done":
+        raise typer.Exit(1)
+
+
+def cancel_command(name: str, project: ProjectOpt = "default", as_json: JsonOpt = False) -> None:
+    """Cancel a task (a Temporal cancel request; the task ends cancelled)."""
+
+    async def go() -> WriteResult:
+        async with open_history(project, "cli", with_graph=False) as history:
+            return await history.cancel_task(name)
+
+    write_outcome(run(go()), as_json)
+
+
+def resume_command(name: str, project: ProjectOpt = "default", as_json: JsonOpt = False) -> None:
+    """Run a failed or cancelled agent task's agent again (completed steps keep their
+    results)."""
+
+    async def go() -> WriteResult:
+        async with open_history(project, "cli", with_graph=False) as history:
+            return await history.resume_task(name)
+
+    write_outcome(run(go()), as_json)

@@ -1,0 +1,192 @@
+"""Tools and scripted models of the agent tests, in a module of their own so that a worker in a
+subprocess (``python -m tests.agent_worker``) runs the same ones. Every tool that has an effect
+writes it to a file named in its arguments, so a test counts runs from outside."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from activities.model import ScriptedModel, tool_call
+from activities.tools import Tool, ToolContext, tool
+from workflows.agents import AgentContext, agent
+from workflows.models import ModelTurn, TokenUsage
+
+
+class Effect(BaseModel):
+    """Arguments of the effect tools: where to write one line per run."""
+
+    log: str
+    """File that gets one line per run: ``{idempotency key}``."""
+    seconds: float = 0.0
+    """How long the tool then runs (heartbeating)."""
+
+
+def _log(args: Effect, context: ToolContext) -> int:
+    """Append the key to the log; returns how many runs of this key the log holds."""
+    with Path(args.log).open("a", encoding="utf-8") as file:
+        file.write(context.idempotency_key + "\n")
+    return Path(args.log).read_text(encoding="utf-8").splitlines().count(context.idempotency_key)
+
+
+def _cancelled(args: Effect, context: ToolContext) -> None:
+    Path(args.log + ".cancelled").write_text(context.idempotency_key, encoding="utf-8")
+
+
+async def _run(args: Effect, context: ToolContext) -> str:
+    """Log the run; the first run of a key then takes ``seconds`` (a retry returns at once)."""
+    runs = _log(args, context)
+    try:
+        await asyncio.sleep(args.seconds if runs == 1 else 0)
+    except asyncio.CancelledError:
+        _cancelled(args, context)
+        raise
+    return "done"
+
+
+@tool("charge_card", arguments=Effect, idempotent=False, heartbeat_s=2, start_to_close_s=600)
+async def charge_card(args: Effect, context: ToolContext) -> str:
+    """Not idempotent: runs at most once; heartbeats every 0.5 s while it runs."""
+    return await _run(args, context)
+
+
+@tool(
+    "sync_data",
+    arguments=Effect,
+    idempotent=True,
+    heartbeat_s=2,
+    start_to_close_s=600,
+    max_attempts=5,
+)
+async def sync_data(args: Effect, context: ToolContext) -> str:
+    """Idempotent: retried by its policy with the same key."""
+    return await _run(args, context)
+
+
+@tool("flaky", arguments=Effect, idempotent=True, max_attempts=5)
+async def flaky(args: Effect, context: ToolContext) -> str:
+    """Fails its first two runs of an attempt, then succeeds."""
+    runs = _log(args, context)
+    if runs < 3:
+        raise RuntimeError(f"flaky run {runs}")
+    return f"ok after {runs} runs"
+
+
+class Size(BaseModel):
+    """Arguments of ``huge``."""
+
+    chars: int
+
+
+@tool("huge", arguments=Size, idempotent=True)
+async def huge(args: Size, context: ToolContext) -> str:
+    """Returns ``chars`` characters."""
+    return "x" * args.chars
+
+
+class Opaque(BaseModel):
+    """A result pydantic cannot write as JSON."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+    value: Any
+
+
+@tool("opaque", arguments=Size, idempotent=True)
+async def opaque(args: Size, context: ToolContext) -> Opaque:
+    """Returns a value that cannot be serialized."""
+    return Opaque(value=object())
+
+
+class Text(BaseModel):
+    """Arguments of ``echo``."""
+
+    text: str
+
+
+@tool("echo", arguments=Text, idempotent=True)
+async def echo(args: Text, context: ToolContext) -> str:
+    """Returns its text."""
+    return args.text
+
+
+@tool("fail_first", arguments=Effect, idempotent=True, max_attempts=1)
+async def fail_first(args: Effect, context: ToolContext) -> str:
+    """Fails the first time it runs at all (whatever the key), then succeeds."""
+    if _log(args, context) == 1 and _runs(args) == 1:
+        raise RuntimeError("the first run fails")
+    return "third"
+
+
+def _runs(args: Effect) -> int:
+    return len(Path(args.log).read_text(encoding="utf-8").splitlines())
+
+
+TOOLS: list[Tool] = [charge_card, sync_data, flaky, huge, opaque, echo, fail_first]
+TOOL_NAMES = [t.spec.name for t in TOOLS]
+
+
+def calls(*calls: tuple[str, dict[str, Any]], content: str = "", tokens: int = 10) -> ModelTurn:
+    """A scripted turn with tool calls (call ids ``c1``, ``c2``...)."""
+    return ModelTurn(
+        content=content,
+        tool_calls=[tool_call(name, args, f"c{i}") for i, (name, args) in enumerate(calls, 1)],
+        usage=TokenUsage(input_tokens=tokens, output_tokens=tokens),
+    )
+
+
+def answer(text: str, tokens: int = 10) -> ModelTurn:
+    """A scripted final answer."""
+    return ModelTurn(content=text, usage=TokenUsage(input_tokens=tokens, output_tokens=tokens))
+
+
+def script_of(goal_json: str) -> ScriptedModel:
+    """A script written in the task's goal as JSON (a list of turns), for tests that need
+    their own: the scripted model ``from-goal`` reads it from the first user message."""
+    return ScriptedModel([ModelTurn.model_validate(t) for t in json.loads(goal_json)])
+
+
+def from_goal(transcript: Any) -> ModelTurn:
+    """The scripted model ``from-goal``: the goal is a JSON list of turns."""
+    goal = next(e.payload for e in transcript if e.kind.value == "message" and e.role)
+    return script_of(goal)(transcript)
+
+
+def echo_rounds(transcript: Any) -> ModelTurn:
+    """The scripted model ``echo-20k``: 50 rounds each echoing 20,000 characters, then an
+    answer (the transcript grows by about 40 KB a round)."""
+    done = sum(e.kind.value == "tool_result" for e in transcript)
+    if done >= 50:
+        return answer(f"{done} rounds")
+    return calls(("echo", {"text": f"{done:02d}" + "y" * 19_998}))
+
+
+SCRIPTS = {"from-goal": from_goal, "echo-20k": echo_rounds}
+
+
+@agent("three_steps")
+async def three_steps(ctx: AgentContext) -> str:
+    """Agent code: three steps, the third of which fails the first time; a failed step fails
+    the task (a ``resume`` runs it again, and only it)."""
+    log = str(ctx.input["log"])
+    one = await ctx.step("one", "echo", {"text": "first"})
+    two = await ctx.step("two", "sync_data", {"log": log})
+    three = await ctx.step("three", "fail_first", {"log": log + ".3"})
+    if not three.ok:
+        raise RuntimeError(f"step three failed: {three.text}")
+    await ctx.emit("all three done")
+    return f"{one.text}, {two.text}, {three.text}"
+
+
+@agent("counter")
+async def counter(ctx: AgentContext) -> str:
+    """Agent code that keeps its progress in ``ctx.state`` and checkpoints each round, so it
+    survives continue-as-new: 30 rounds of one echo step each."""
+    while isinstance(done := ctx.state.get("done", 0), int) and done < 30:
+        await ctx.checkpoint()
+        await ctx.step(f"echo-{done:02d}", "echo", {"text": f"round {done}"})
+        ctx.state["done"] = done + 1
+    return "30 rounds"

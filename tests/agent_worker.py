@@ -1,0 +1,24 @@
+"""A worker with the agent tests' tools, in a process a test can kill:
+``python -m tests.agent_worker TASK_QUEUE`` (settings from the environment)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+from tests.agent_tools import SCRIPTS, TOOLS
+from worker import build_worker, open_services
+
+
+async def main(queue: str) -> None:
+    async with open_services() as services:
+        assert services.graph is not None
+        async with build_worker(
+            services.client, services.graph, queue, tools=TOOLS, scripts=SCRIPTS
+        ):
+            print("polling", flush=True)
+            await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1]))

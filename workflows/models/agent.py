@@ -1,0 +1,133 @@
+"""The agent half of the task model: what an agent task is started with, and the inputs and
+results of its activities (tools and the model call).
+
+Activity inputs carry references, never bodies already in the history: a tool reads its call's
+arguments, and the model its transcript, back from the task by seq (so the history grows with
+the events, not with the turns: a model input that carried the transcript would make each
+turn's history larger than the last). Fields added later are optional.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, StrictStr
+
+from workflows.models.text import ShortText
+
+AgentName = Annotated[StrictStr, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")]
+"""A registered agent's or tool's name: 1 to 64 of ``[A-Za-z0-9_.-]``."""
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Budgets(_Spec):
+    """Limits of one agent run; each one reached ends the task ``failed`` with an ``error``
+    event that names it. None: no limit."""
+
+    max_rounds: int | None = Field(default=None, ge=1)
+    """Model calls."""
+    max_tool_calls: int | None = Field(default=None, ge=1)
+    """Tool calls (steps run)."""
+    max_seconds: float | None = Field(default=None, gt=0)
+    """Workflow time from the agent's start (seconds)."""
+    max_tokens: int | None = Field(default=None, ge=1)
+    """Model tokens, input and output together."""
+
+
+class ModelSpec(_Spec):
+    """Which model the tool-calling loop calls."""
+
+    provider: Literal["scripted", "openai"] = "scripted"
+    """``scripted``: a deterministic script registered on the worker (tests, the demo);
+    ``openai``: an OpenAI-compatible chat completions API (configured by environment)."""
+    model: ShortText = "demo"
+    """The model's name (``openai``) or the script's name (``scripted``)."""
+    system: Annotated[StrictStr, Field(max_length=4_000)] | None = None
+    """The system prompt."""
+
+
+class AgentSpec(_Spec):
+    """What runs an agent task (``TaskStart.agent``)."""
+
+    name: AgentName = "tool_loop"
+    """A registered agent: agent code (``workflows.agents.agent``) or the ready tool-calling
+    loop ``tool_loop``."""
+    tools: list[AgentName] = Field(default_factory=list, max_length=64)
+    """The tools the agent may call (registered on the worker)."""
+    model: ModelSpec | None = None
+    """The model of ``tool_loop``."""
+    budgets: Budgets = Field(default_factory=Budgets)
+    """Limits of the run."""
+    input: dict[str, JsonValue] = Field(default_factory=dict)
+    """Free input for agent code (small: it is carried with the task)."""
+
+
+class TokenUsage(BaseModel):
+    """Tokens of one model call."""
+
+    input_tokens: int = Field(default=0, ge=0)
+    output_tokens: int = Field(default=0, ge=0)
+
+
+class ToolCall(BaseModel):
+    """A tool call the model asks for."""
+
+    name: str
+    """The tool's name (may name no registered tool: that step then fails)."""
+    arguments: str = "{}"
+    """The arguments as JSON text."""
+    call_id: str | None = None
+    """The model's id of the call (links its result)."""
+
+
+class ModelTurn(BaseModel):
+    """What one model call returned: text, tool calls, or both; no tool calls is the final
+    answer."""
+
+    content: str = ""
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    usage: TokenUsage = Field(default_factory=TokenUsage)
+
+
+class ModelInput(BaseModel):
+    """Input of the model activity: references only."""
+
+    workflow_id: str
+    """The task."""
+    run_id: str
+    """The run to read the newest events from (older ones come from Neo4j or earlier runs)."""
+    up_to_seq: int
+    """The transcript is the task's events 1 to up_to_seq."""
+    model: ModelSpec
+    """Which model."""
+    tools: list[str]
+    """The tools offered to the model."""
+
+
+class ToolInput(BaseModel):
+    """Input of a tool activity: references only."""
+
+    workflow_id: str
+    """The task."""
+    run_id: str
+    """The run holding the call event."""
+    call_seq: int
+    """Seq of the ``tool_call`` event whose payload is the arguments (JSON text)."""
+    step_name: str
+    """The step running the call."""
+    idempotency_key: str
+    """``{workflow_id}/{step}/{attempt}``: the same on every retry of this attempt."""
+
+
+class ToolOutput(BaseModel):
+    """What a tool returned, as text bounded like a payload (the result model as JSON)."""
+
+    text: str
+    """At most ``MAX_PAYLOAD_CHARS`` characters."""
+    full_length: int
+    """Characters of the full text."""
+    full_sha256: str
+    """SHA-256 hex of the full text."""
