@@ -24,7 +24,7 @@ from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from pydantic import TypeAdapter
+from pydantic import JsonValue, TypeAdapter
 from temporalio.client import (
     Client,
     WithStartWorkflowOperation,
@@ -87,6 +87,7 @@ from workflows.models import (
     EventKind,
     EventsQuery,
     FinishTaskInput,
+    InputAnswer,
     ProjectId,
     RecordEventsInput,
     RequestLookup,
@@ -399,6 +400,7 @@ class ConversationHistory:
         request_id: str | None = None,
         metadata: dict[str, str] | None = None,
         parent: str | None = None,
+        parent_may_follow: bool = False,
         session_id: str | None = None,
         agent: AgentSpec | None = None,
     ) -> WriteResult:
@@ -414,7 +416,11 @@ class ConversationHistory:
             goal: at most 4,000 characters.
             request_id: 1 to 64 characters; a new UUID when None.
             metadata: at most 16 entries, keys up to 128 and values up to 500 characters.
-            parent: name of the parent task in this project (child tasks).
+            parent: name of the parent task in this project (child tasks); it must exist
+                (``parent_not_found``).
+            parent_may_follow: skip that check: the importer's case, where a published
+                trajectory's subagent run may be imported before its parent (Neo4j's
+                ``CHILD_OF`` then points at a placeholder node until the parent comes).
             session_id: the session of this task; None: this object's ``session_id``.
             agent: the agent that runs the task (an agent task: ``queued``, then
                 ``in_progress`` once its agent starts); None: a recorded task (``open``).
@@ -422,6 +428,8 @@ class ConversationHistory:
         request_id = _or_new(request_id)
         if not valid_request_id(request_id):
             return refused(ErrorCode.INVALID_REQUEST_ID, "request_id must be 1 to 64 characters")
+        if parent is not None and not parent_may_follow and not await self._exists(parent):
+            return refused(ErrorCode.PARENT_NOT_FOUND, f"no parent task {parent!r} in this project")
         start = TaskStart(
             project_id=self.project_id,
             name=name,
@@ -463,12 +471,14 @@ class ConversationHistory:
             await _retrieve_start(operation)
         return from_outcome(outcome)
 
-    async def cancel_task(self, task: str) -> WriteResult:
+    async def cancel_task(self, task: str, *, cascade: bool = True) -> WriteResult:
         """Cancel the task: a Temporal cancel request, the same as ``temporal workflow cancel``
-        or the Web UI's. The task cancels its agent (a running tool sees the cancellation),
-        settles every step left ``in_progress`` as ``unknown``, records a final event, ends
-        ``cancelled`` (view, search attribute, Neo4j) and its workflow closes as cancelled.
-        (Terminating the workflow instead is the unclean path: nothing of this happens.)
+        or the Web UI's. The task cancels its agent (a running tool sees the cancellation) and,
+        unless ``cascade`` is False, the child tasks its agent spawned (each reports
+        ``cancelled`` back); it settles every step left ``in_progress`` as ``unknown``, records
+        a final event, ends ``cancelled`` (view, search attribute, Neo4j) and its workflow
+        closes as cancelled. (Terminating the workflow instead is the unclean path: nothing of
+        this happens.)
 
         Returns:
             ``recorded`` True once requested (``wait_task`` waits for the end);
@@ -483,8 +493,66 @@ class ConversationHistory:
             raise
         if description.close_time is not None:
             return refused(ErrorCode.TASK_CLOSED, f"task {task!r} has ended")
+        if not cascade:
+            await self._call(lambda: handle.signal(TaskWorkflow.keep_children))
         await self._call(handle.cancel)
         return WriteResult(recorded=True)
+
+    async def submit_input(
+        self,
+        task: str,
+        answer: JsonValue,
+        *,
+        input_id: str | None = None,
+        request_id: str | None = None,
+    ) -> WriteResult:
+        """Answer an input request by signal (fire and forget): ``recorded`` True once the
+        signal is in the task's history. The task takes it when it runs: a repeat of the
+        request id is ignored; an answer before its request is kept until the request is asked
+        (the one it names, or with ``input_id`` None the next one); one that fails the request's
+        schema is recorded as rejected (an ``input_response`` event named ``rejected``) and the
+        request stays open. ``task_not_found`` when there is no such running task.
+
+        Raises:
+            pydantic.ValidationError: an argument of the wrong shape, naming the field.
+        """
+        signal = self._input_answer(answer, input_id, request_id)
+        handle = self._handle(task)
+        try:
+            await self._call(lambda: handle.signal(TaskWorkflow.submit_input, signal))
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+            return refused(ErrorCode.TASK_NOT_FOUND, f"no running task {task!r} in this project")
+        return WriteResult(recorded=True)
+
+    async def respond(
+        self,
+        task: str,
+        answer: JsonValue,
+        *,
+        input_id: str | None = None,
+        request_id: str | None = None,
+    ) -> WriteResult:
+        """Answer an input request by update, validated on arrival: ``recorded`` with the
+        ``input_response`` event's seq, or refused with ``input_not_requested`` (no such open
+        request) or ``input_invalid`` (the schema's message), nothing recorded.
+
+        Raises:
+            pydantic.ValidationError: an argument of the wrong shape, naming the field.
+        """
+        update = self._input_answer(answer, input_id, request_id)
+        return await self._update(task, TaskWorkflow.respond, update)
+
+    def _input_answer(
+        self, answer: JsonValue, input_id: str | None, request_id: str | None
+    ) -> InputAnswer:
+        return InputAnswer(
+            answer=answer,
+            input_id=input_id,
+            agent_id=self.agent_id,
+            request_id=_or_new(request_id),
+        )
 
     async def resume_task(self, task: str) -> WriteResult:
         """Run a failed or cancelled agent task's agent again, in a new run of the same task
@@ -539,6 +607,16 @@ class ConversationHistory:
             if err.status == RPCStatusCode.NOT_FOUND:
                 return None
             raise
+
+    async def _exists(self, task: str) -> bool:
+        """True when a task of that name exists in this project (running or ended)."""
+        try:
+            await self._call(self._handle(task).describe)
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                return False
+            raise
+        return True
 
     async def record_event(
         self,

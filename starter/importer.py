@@ -382,6 +382,7 @@ async def _write(
         head.goal,
         metadata=head.metadata,
         parent=task.parent,
+        parent_may_follow=True,
         session_id=short_text(head.source_id),
         request_id=_request_id(head, "create"),
     )

@@ -175,7 +175,9 @@ _bounded = unit_of_work(timeout=NEO4J_TRANSACTION_TIMEOUT_S)
 
 
 def task_properties(view: TaskView) -> dict[str, Any]:
-    """Task node properties from a view (metadata, result and error as JSON text)."""
+    """Task node properties from a view (metadata, result and error as JSON text; the open
+    input requests as the list ``pending_inputs`` of their ids, each one's prompt and schema
+    being its ``input_request`` event)."""
     return {
         "key": view.workflow_id,
         "project_id": view.project_id,
@@ -190,14 +192,19 @@ def task_properties(view: TaskView) -> dict[str, Any]:
         "error": None if view.error is None else view.error.text,
         "last_seq": view.last_seq,
         "runs": view.runs,
+        "pending_inputs": [request.input_id for request in view.pending_inputs],
         "created_at": utc(view.created_at),
         "updated_at": utc(view.updated_at),
     }
 
 
 def event_properties(event: Event) -> dict[str, Any]:
-    """Event node properties (``time`` becomes a Neo4j datetime in UTC)."""
-    props = event.model_dump(mode="python")
+    """Event node properties (``time`` becomes a Neo4j datetime in UTC; a model message's
+    token ``usage`` becomes the properties ``input_tokens`` and ``output_tokens``, since a
+    property cannot hold a map)."""
+    props = event.model_dump(mode="python", exclude={"usage"})
+    if event.usage is not None:
+        props |= event.usage.model_dump()
     props["time"] = utc(event.time)
     props["kind"] = event.kind.value
     props["role"] = None if event.role is None else event.role.value
@@ -408,7 +415,7 @@ class TaskGraph:
             upto=up_to_seq,
             limit=limit,
         )
-        return [_event(row["e"]) for row in rows]
+        return [Event.model_validate(event_of(row["e"]), strict=False) for row in rows]
 
     async def steps(
         self,
@@ -513,7 +520,7 @@ class TaskGraph:
             failed=where.failed_only,
             limit=where.limit,
         )
-        return [EventRow.model_validate(plain(row["e"])) for row in rows]
+        return [EventRow.model_validate(event_of(row["e"])) for row in rows]
 
     async def find_steps(self, project_id: str, where: StepFilter) -> list[StepRow]:
         """Steps across the project's tasks in a state, ordered by task then step name."""
@@ -562,5 +569,10 @@ class TaskGraph:
         return {row["label"]: row["c"] for row in rows}
 
 
-def _event(node: Any) -> Event:
-    return Event.model_validate(plain(node), strict=False)
+def event_of(node: Any) -> dict[str, Any]:
+    """An event node's properties as the ``Event`` model reads them (``event_properties``
+    reversed: the token counts back into ``usage``)."""
+    props = plain(node)
+    if "input_tokens" in props:
+        props["usage"] = {k: props.pop(k) for k in ("input_tokens", "output_tokens")}
+    return props

@@ -182,6 +182,8 @@ class TaskRow(BaseModel):
     last_seq: int = 0
     mirrored_seq: int = 0
     runs: int = 1
+    pending_inputs: list[str] = []
+    """Ids of the task's open input requests."""
     created_at: datetime | None = None
     updated_at: datetime | None = None
 

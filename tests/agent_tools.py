@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +14,8 @@ from pydantic import BaseModel, ConfigDict
 
 from activities.model import ScriptedModel, tool_call
 from activities.tools import Tool, ToolContext, tool
-from workflows.agents import AgentContext, agent
-from workflows.models import ModelTurn, TokenUsage
+from workflows.agents import AgentContext, SpawnRefused, agent
+from workflows.models import AgentSpec, ModelTurn, TokenUsage
 
 
 class Effect(BaseModel):
@@ -190,3 +191,103 @@ async def counter(ctx: AgentContext) -> str:
         await ctx.step(f"echo-{done:02d}", "echo", {"text": f"round {done}"})
         ctx.state["done"] = done + 1
     return "30 rounds"
+
+
+@agent("ask_positive")
+async def ask_positive(ctx: AgentContext) -> str:
+    """A step (``input["seconds"]`` long), then a question whose answer must be a positive
+    integer, then a step using it."""
+    seconds = ctx.input.get("seconds", 0)
+    await ctx.step("prepare", "sync_data", {"log": str(ctx.input["log"]), "seconds": seconds})
+    number = await ctx.ask("n", "How many?", {"type": "integer", "minimum": 1})
+    used = await ctx.step("use", "echo", {"text": f"using {number}"})
+    return used.text
+
+
+class Approval(BaseModel):
+    """An answer as a pydantic model (its JSON Schema is the request's)."""
+
+    approved: bool
+    reviewer: str
+
+
+@agent("ask_later")
+async def ask_later(ctx: AgentContext) -> str:
+    """A slow step, then a question (an answer may well come before it is asked)."""
+    await ctx.step("slow", "sync_data", {"log": str(ctx.input["log"]), "seconds": 2})
+    answer = await ctx.ask("approve", "Deploy?", Approval)
+    return json.dumps(answer, sort_keys=True)
+
+
+@agent("ask_timeout")
+async def ask_timeout(ctx: AgentContext) -> str:
+    """A question that waits 24 hours, with or without a default answer."""
+    day = timedelta(hours=24)
+    if "default" in ctx.input:
+        answer = await ctx.ask("wait", "Anyone?", timeout=day, default=ctx.input["default"])
+    else:
+        answer = await ctx.ask("wait", "Anyone?", timeout=day)
+    return f"answer: {answer}"
+
+
+@agent("fanout")
+async def fanout(ctx: AgentContext) -> str:
+    """Spawn ``input["children"]`` recorded child tasks and wait for them all (collecting
+    failures as values)."""
+    count = ctx.input["children"]
+    assert isinstance(count, int)
+    for i in range(count):
+        await ctx.spawn(f"c{i}", f"child {i}", mode="collect")
+    while True:
+        await ctx.checkpoint()
+        outcomes = await ctx.wait_children()
+        return ",".join(f"{o.key}={o.status.value}" for o in outcomes)
+
+
+@agent("noop")
+async def noop(ctx: AgentContext) -> str:
+    """Ends at once."""
+    return "nothing to do"
+
+
+@agent("deep")
+async def deep(ctx: AgentContext) -> str:
+    """Spawn one child running this agent again, and so on down, until a level is refused."""
+    try:
+        await ctx.spawn("down", "one level deeper", agent=AgentSpec(name="deep"))
+    except SpawnRefused as refused:
+        return f"refused: {refused}"
+    (outcome,) = await ctx.wait_children()
+    return outcome.text
+
+
+@agent("wide")
+async def wide(ctx: AgentContext) -> str:
+    """Spawn 33 children that end at once: the 33rd is refused."""
+    for i in range(33):
+        try:
+            await ctx.spawn(f"k{i:02d}", "wide child", agent=AgentSpec(name="noop"))
+        except SpawnRefused as refused:
+            outcomes = await ctx.wait_children()
+            return f"{len(outcomes)} children; refused: {refused}"
+    return "never"
+
+
+@agent("leave")
+async def leave(ctx: AgentContext) -> str:
+    """Spawn two recorded child tasks and end without waiting for them."""
+    for key in ("a", "b"):
+        await ctx.spawn(key, f"left {key}", mode="ignore")
+    return "left"
+
+
+@agent("release")
+async def release(ctx: AgentContext) -> str:
+    """The README's agent: a step, a question, two child tasks (recorded ones, ended from
+    outside) and their outcomes."""
+    await ctx.step("build", "echo", {"text": "built main"})
+    count = await ctx.ask("replicas", "How many replicas?", {"type": "integer", "minimum": 1})
+    for region in ("eu", "us"):
+        await ctx.spawn(region, f"deploy {count} replicas to {region}", mode="collect")
+    outcomes = await ctx.wait_children()
+    return ", ".join(f"{o.key}: {o.status.value}" for o in outcomes)

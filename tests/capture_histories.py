@@ -592,6 +592,93 @@ async def agent_scenarios(stack: Stack) -> Captured:
     return captured
 
 
+async def human_scenarios(stack: Stack) -> Captured:
+    """Input requests and child tasks, on a worker with the agent tests' tools:
+
+    - ``input_early``: an answer sent by signal (twice, one request id) while the agent's first
+      step runs, before it asks: kept, then taken when the question is asked;
+    - ``input_answered``: a question answered by an invalid signal (recorded as rejected), an
+      update refused (``input_invalid``, nothing recorded) and a valid update;
+    - ``children_parent`` and ``children_child``: a parent spawning three recorded children,
+      ended from outside (the last two together), and one child's own run, whose end it
+      signals to the parent;
+    - ``children_cancel``: a cancel of a parent waiting for two children: the cancel cascades
+      and each child reports ``cancelled`` before the parent ends."""
+    import tempfile
+
+    from pydantic import JsonValue
+
+    from tests.agent_tools import SCRIPTS, TOOLS
+    from workflows.models import AgentSpec
+
+    queue = f"capture-human-{uuid.uuid4().hex[:8]}"
+    history = stack.history("human")
+    history.task_queue = queue
+    captured: Captured = {}
+
+    async def view(task: str) -> TaskView:
+        found = (await history.get_task(task)).view
+        if found is None:
+            raise CaptureError(f"no task {task!r}")
+        return found
+
+    async def until(task: str, check: Callable[[TaskView], bool]) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 60
+        while not check(await view(task)):
+            if loop.time() > deadline:
+                raise CaptureError(f"task {task!r} not ready within 60 s")
+            await asyncio.sleep(0.05)
+
+    with tempfile.TemporaryDirectory() as folder:
+        log = str(Path(folder) / "effects.log")
+        async with build_worker(stack.client, stack.graph, queue, tools=TOOLS, scripts=SCRIPTS):
+            early = AgentSpec(name="ask_later", tools=["sync_data"], input={"log": log})
+            expect(await history.create_task("early", "deploy?", agent=early))
+            approval: JsonValue = {"approved": True, "reviewer": "ann"}
+            for _ in range(2):
+                expect(await history.submit_input("early", approval, request_id="ann-1"))
+            await history.wait_task("early")
+            captured["input_early"] = await fetch(history, "early")
+
+            positive = AgentSpec(
+                name="ask_positive", tools=["sync_data", "echo"], input={"log": log + ".p"}
+            )
+            expect(await history.create_task("answered", "how many?", agent=positive))
+            await until("answered", lambda v: bool(v.pending_inputs))
+            asked = (await view("answered")).last_seq
+            expect(await history.submit_input("answered", "abc"))
+            await until("answered", lambda v: v.last_seq > asked)  # recorded as rejected
+            expect(await history.respond("answered", 0), error=ErrorCode.INPUT_INVALID)
+            expect(await history.respond("answered", 5))
+            await history.wait_task("answered")
+            captured["input_answered"] = await fetch(history, "answered")
+
+            fanout = AgentSpec(name="fanout", input={"children": 3})
+            expect(await history.create_task("parent", "three children", agent=fanout))
+            await until("parent", lambda v: v.status is TaskStatus.AWAITING_CHILDREN)
+            expect(await history.finish_task("parent/c0", "done", result="zero"))
+            ends = await asyncio.gather(
+                history.finish_task("parent/c1", "done"),
+                history.finish_task("parent/c2", "failed", error="broke"),
+            )
+            for end in ends:
+                expect(end)
+            await history.wait_task("parent")
+            captured["children_parent"] = await fetch(history, "parent")
+            captured["children_child"] = await fetch(history, "parent/c0")
+
+            fanout = AgentSpec(name="fanout", input={"children": 2})
+            expect(await history.create_task("cancel", "two children", agent=fanout))
+            await until("cancel", lambda v: v.status is TaskStatus.AWAITING_CHILDREN)
+            expect(await history.cancel_task("cancel"))
+            final = await history.wait_task("cancel")
+            if final is None or final.status is not TaskStatus.CANCELLED:
+                raise CaptureError("the parent did not end cancelled")
+            captured["children_cancel"] = await fetch(history, "cancel")
+    return captured
+
+
 async def quiet_until(check: Callable[[], bool], within: float = 60.0) -> None:
     """Wait (polling every 50 ms) until ``check()`` is true.
 
@@ -633,6 +720,17 @@ SCENARIOS: dict[str, Scenario] = {
         agent_scenarios,
         ("agent_loop", "agent_cancel", "agent_failed", "agent_resumed"),
         "agent tasks: the tool loop, a cancel, a failure and its resume",
+    ),
+    "human": Scenario(
+        human_scenarios,
+        (
+            "input_early",
+            "input_answered",
+            "children_parent",
+            "children_child",
+            "children_cancel",
+        ),
+        "input requests (early, rejected, refused, answered) and child tasks (ends, cancel)",
     ),
 }
 """Every scenario by name, in capture order."""

@@ -55,6 +55,13 @@ class ErrorCode(StrEnum):
     RUN_BY_AGENT = "run_by_agent"
     """The task is run by its agent, the single writer of its steps, events and end: from
     outside it takes notes, input and a cancel only."""
+    INPUT_NOT_REQUESTED = "input_not_requested"
+    """``respond``: no open input request has that id (or none is open)."""
+    INPUT_INVALID = "input_invalid"
+    """``respond``: the answer does not satisfy the request's JSON Schema (the message says
+    why)."""
+    PARENT_NOT_FOUND = "parent_not_found"
+    """``create_task``: the parent named does not exist in this project."""
     NOT_RESUMABLE = "not_resumable"
     """``resume_task``: only an agent task that ended ``failed`` or ``cancelled`` resumes."""
     TASK_BUSY = "task_busy"

@@ -14,23 +14,35 @@ history length) are not here: they live in the workflow's validators only.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import NamedTuple
+
+from pydantic import JsonValue
+from temporalio.exceptions import ApplicationError
 
 from workflows.errors import ErrorCode, duplicate, refusal
 from workflows.models import (
     CLOSED_STATUSES,
+    MAX_EARLY_ANSWERS,
+    MAX_INPUT_SCHEMA_BYTES,
     MAX_PAYLOAD_BYTES,
+    MAX_PENDING_INPUTS,
     MIRROR_ERROR_CHARS,
     REQUEST_WINDOW,
     AgentRun,
+    BoundedText,
+    ChildEnd,
+    ChildRecord,
     Event,
     EventInput,
     EventKind,
     EventsPage,
     EventsQuery,
     FinishTaskInput,
+    InputAnswer,
+    InputRequest,
     MirrorInput,
     RecordEventsInput,
     RequestLookup,
@@ -64,6 +76,7 @@ from workflows.steps import (
     step_key,
     unpack_closed,
 )
+from workflows.waits import answer_error
 
 
 def internal_request_id(key: str) -> str:
@@ -251,8 +264,16 @@ class Ledger:
         """Append ``input.events`` with consecutive seqs; returns the first and last seq."""
         digest = args_digest(input)
         self.check_write(input.request_id, digest)
+        outcome = self._add_events(input.events, input.agent_id, input.request_id, now)
+        self._accept(input.request_id, digest, outcome.first_seq, outcome.last_seq, now)
+        return outcome
+
+    def _add_events(
+        self, events: Sequence[EventInput], author: str, request_id: str, now: datetime
+    ) -> WriteOutcome:
+        """Append events with consecutive seqs (no checks, no request window)."""
         first = self.state.last_seq + 1
-        for offset, item in enumerate(input.events):
+        for offset, item in enumerate(events):
             assert item.full_length is not None and item.full_sha256 is not None
             self.run_events.append(
                 Event(
@@ -264,14 +285,176 @@ class Ledger:
                     payload=item.payload,
                     full_length=item.full_length,
                     full_sha256=item.full_sha256,
-                    author=input.agent_id,
+                    author=author,
                     time=now,
-                    request_id=input.request_id,
+                    request_id=request_id,
+                    usage=item.usage,
                 )
             )
-        self.state.last_seq = first + len(input.events) - 1
-        self._accept(input.request_id, digest, first, self.state.last_seq, now)
+        self.state.last_seq = first + len(events) - 1
         return WriteOutcome(first_seq=first, last_seq=self.state.last_seq)
+
+    # ---------------------------------------------------------------- input and children
+
+    def _request_for(self, answer: InputAnswer) -> InputRequest | None:
+        """The open request ``answer`` answers: the one it names, or the oldest."""
+        return next((r for r in self.state.inputs if answer.input_id in (None, r.input_id)), None)
+
+    def open_input(
+        self,
+        input_id: str,
+        prompt: str,
+        schema: Mapping[str, JsonValue],
+        deadline: datetime | None,
+        now: datetime,
+    ) -> InputRequest:
+        """Open an input request (an ``input_request`` event whose payload is the request as
+        JSON), then take the first early answer kept for it, if any (``take_answer``).
+
+        Raises:
+            ApplicationError: more than ``MAX_PENDING_INPUTS`` open requests, or a schema over
+                ``MAX_INPUT_SCHEMA_BYTES``.
+        """
+        if len(self.state.inputs) >= MAX_PENDING_INPUTS:
+            raise ApplicationError(f"a task has at most {MAX_PENDING_INPUTS} open input requests")
+        text = json.dumps({"input_id": input_id, "prompt": prompt, "schema": dict(schema)})
+        if len(text.encode("utf-8")) > MAX_INPUT_SCHEMA_BYTES:
+            raise ApplicationError(f"an input request is at most {MAX_INPUT_SCHEMA_BYTES} bytes")
+        event = EventInput(kind=EventKind.INPUT_REQUEST, name=input_id, payload=text)
+        seq = self.append([event], f"ask/{input_id}/{self.state.writes}", now).first_seq
+        request = InputRequest(
+            input_id=input_id,
+            prompt=prompt,
+            json_schema=dict(schema),
+            deadline=deadline,
+            asked_seq=seq,
+        )
+        self.state.inputs.append(request)
+        for early in [a for a in self.state.early_answers if a.input_id in (None, input_id)]:
+            self.state.early_answers.remove(early)
+            self._decide(early, request, now)
+            if input_id in self.state.answered:
+                break
+        return request
+
+    def close_input(self, input_id: str, default_json: str | None, now: datetime) -> None:
+        """Close an open request whose deadline passed: an ``error`` event named
+        ``input_timeout``; with a default (``default_json``, the default as JSON text) also the
+        request's ``input_response`` event holding it, so the request counts as answered (an
+        ``ask`` repeated after a checkpoint returns the default without waiting again)."""
+        self.state.inputs = [r for r in self.state.inputs if r.input_id != input_id]
+        events = [EventInput(kind=EventKind.ERROR, name="input_timeout", payload=input_id)]
+        if default_json is not None:
+            events.append(
+                EventInput(kind=EventKind.INPUT_RESPONSE, name=input_id, payload=default_json)
+            )
+        outcome = self.append(events, f"timeout/{input_id}/{self.state.writes}", now)
+        if default_json is not None:
+            self.state.answered[input_id] = outcome.last_seq
+
+    def take_answer(self, answer: InputAnswer, now: datetime) -> None:
+        """An answer by signal (fire and forget, so never refused): a repeat of its request id
+        is ignored; with no open request it is kept (at most ``MAX_EARLY_ANSWERS``) for the
+        request it names, or the next one asked; an answer that fails the schema is recorded
+        as rejected (an ``input_response`` event named ``rejected``) and the request stays
+        open; a valid one is the request's ``input_response``."""
+        digest = args_digest(answer)
+        try:
+            if self.stored(answer.request_id, digest) is not None:
+                return
+        except ApplicationError as refused:  # request_id_reused, invalid_request_id
+            self._reject(answer, refused.message, now)
+            return
+        request = self._request_for(answer)
+        if request is not None:
+            self._decide(answer, request, now)
+        elif len(self.state.early_answers) < MAX_EARLY_ANSWERS:
+            self.state.early_answers.append(answer)
+            self._accept(answer.request_id, digest, 0, 0, now)
+        else:
+            self._reject(answer, f"no input is requested and {MAX_EARLY_ANSWERS} wait", now)
+
+    def check_respond(self, answer: InputAnswer) -> InputRequest:
+        """The state rules of the ``respond`` update; returns the request it answers.
+
+        Raises:
+            ApplicationError: as ``check_write``, or a refusal ``input_not_requested`` or
+                ``input_invalid`` (with the validation message).
+        """
+        self.check_write(answer.request_id, args_digest(answer))
+        request = self._request_for(answer)
+        if request is None:
+            named = f" {answer.input_id!r}" if answer.input_id else ""
+            raise refusal(ErrorCode.INPUT_NOT_REQUESTED, f"no input request{named} is open")
+        error = answer_error(request.json_schema, answer.answer)
+        if error is not None:
+            raise refusal(ErrorCode.INPUT_INVALID, error)
+        return request
+
+    def respond(self, answer: InputAnswer, now: datetime) -> WriteOutcome:
+        """An answer by update (validated on arrival): the request's ``input_response``."""
+        request = self.check_respond(answer)
+        return self._answer(answer, request, now)
+
+    def _decide(self, answer: InputAnswer, request: InputRequest, now: datetime) -> None:
+        error = answer_error(request.json_schema, answer.answer)
+        if error is None:
+            self._answer(answer, request, now)
+        else:
+            self._reject(answer, error, now)
+
+    def _answer(self, answer: InputAnswer, request: InputRequest, now: datetime) -> WriteOutcome:
+        event = EventInput(
+            kind=EventKind.INPUT_RESPONSE, name=request.input_id, payload=json.dumps(answer.answer)
+        )
+        outcome = self._add_events([event], answer.agent_id, answer.request_id, now)
+        self._accept(
+            answer.request_id, args_digest(answer), outcome.first_seq, outcome.last_seq, now
+        )
+        self.state.inputs.remove(request)
+        self.state.answered[request.input_id] = outcome.first_seq
+        return outcome
+
+    def _reject(self, answer: InputAnswer, error: str, now: datetime) -> None:
+        """Record a rejected answer; its request id is remembered (a repeat is ignored) unless
+        it is invalid or already names another write."""
+        payload = json.dumps({"input_id": answer.input_id, "answer": answer.answer, "error": error})
+        event = EventInput(kind=EventKind.INPUT_RESPONSE, name="rejected", payload=payload)
+        outcome = self._add_events([event], answer.agent_id, answer.request_id, now)
+        fresh = valid_request_id(answer.request_id) and (
+            request_key(answer.request_id) not in self.state.requests
+        )
+        if fresh:
+            self._accept(answer.request_id, args_digest(answer), outcome.first_seq, 0, now)
+        else:
+            self.state.writes += 1
+            self.state.updated_at = now
+
+    def add_child(self, key: str, record: ChildRecord, now: datetime) -> None:
+        """Record a spawned child task (a ``child_task`` event naming it)."""
+        event = EventInput(kind=EventKind.CHILD_TASK, name=key[:128], payload=record.name)
+        record.result_seq = None
+        self.append([event], f"spawn/{key}", now)
+        self.state.children[key] = record
+
+    def child_ended(self, end: ChildEnd, now: datetime) -> None:
+        """A spawned child's end (the ``child_ended`` signal): a ``child_result`` event and the
+        child's record updated. A repeat, or the end of a task that is not a spawned child of
+        this one, is ignored."""
+        key = next((k for k, c in self.state.children.items() if c.name == end.child), None)
+        digest = args_digest(end)
+        try:
+            if key is None or self.stored(end.request_id, digest) is not None:
+                return
+        except ApplicationError:
+            return
+        text = end.result or end.error or BoundedText(text="", full_length=0, full_sha256="")
+        payload = json.dumps({"child": end.child, "status": end.status.value, "text": text.text})
+        event = EventInput(kind=EventKind.CHILD_RESULT, name=key, payload=payload)
+        outcome = self._add_events([event], self.state.start.agent_id, end.request_id, now)
+        self._accept(end.request_id, digest, outcome.first_seq, outcome.last_seq, now)
+        record = self.state.children[key]
+        record.status, record.result, record.result_seq = end.status, text.text, outcome.first_seq
 
     def set_steps(self, input: SetStepsInput, now: datetime) -> WriteOutcome:
         """Apply step changes in order, all or nothing (``STEP_TRANSITIONS``)."""
@@ -466,6 +649,8 @@ class Ledger:
             mirror_backlog=self.state.mirror_backlog,
             agent=start.agent,
             agent_run=self.state.agent_run,
+            pending_inputs=self.state.inputs,
+            children=self.state.children,
             created_at=self.state.created_at,
             updated_at=self.state.updated_at,
         )

@@ -24,8 +24,21 @@ from datetime import timedelta
 from typing import NoReturn
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributeKey, SearchAttributePair
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.common import (
+    RetryPolicy,
+    SearchAttributeKey,
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDReusePolicy,
+)
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    FailureError,
+    WorkflowAlreadyStartedError,
+)
+from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     # Pass-through is safe: these modules are deterministic (stdlib, pydantic, temporalio) and
@@ -34,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.errors import CONTINUING_AS_NEW, MIRROR_DATA_ERROR, ErrorCode, refusal
     from workflows.ledger import Ledger, internal_request_id
     from workflows.models import (
+        CLOSED_STATUSES,
         HISTORY_BACKPRESSURE_EVENTS,
         MIRROR_ACTIVITY,
         MIRROR_BATCH_EVENTS,
@@ -41,11 +55,13 @@ with workflow.unsafe.imports_passed_through():
         MIRROR_MAX_EVENTS,
         AgentRun,
         AgentSpec,
+        ChildEnd,
         EventInput,
         EventKind,
         EventsPage,
         EventsQuery,
         FinishTaskInput,
+        InputAnswer,
         MirrorOutcome,
         RecordEventsInput,
         RequestLookup,
@@ -61,6 +77,7 @@ with workflow.unsafe.imports_passed_through():
         TaskWorkflowInput,
         WriteOutcome,
         args_digest,
+        task_workflow_id,
     )
 
 PROJECT_ID = SearchAttributeKey.for_keyword("ProjectId")
@@ -105,6 +122,9 @@ CONTINUE_WITHOUT_MIRROR = "continue-as-new-without-mirror"
 what Neo4j lacks goes to the next run's ``mirror_backlog``. Before it, a run waited for the
 mirror, so a long Neo4j outage grew its history towards Temporal's hard limit."""
 
+
+CHILD_CANCEL_WAIT = timedelta(minutes=1)
+"""How long a cancelled parent waits for its cancelled children to report their end."""
 
 MIRROR_PAUSE_DOUBLINGS = 5
 """Doublings after which the pause has passed ``MIRROR_PAUSE_MAX`` (1 s * 2**5 = 32 s)."""
@@ -151,6 +171,10 @@ class TaskWorkflow:
         else:
             assert input.start is not None, "TaskWorkflowInput needs start or carried"
             self.ledger = Ledger.new(input.start, workflow.info().workflow_id, workflow.now())
+            if input.spawned:  # a child its parent's agent started: no create_task update
+                self.ledger.create(input.start, workflow.now())
+        self.cascade = True
+        """False once the ``keep_children`` signal came: a cancel leaves the children running."""
         self.draining = False
         """True once continue-as-new is due: writes are turned away until the new run."""
         self.agent: AgentContext | None = None
@@ -178,7 +202,7 @@ class TaskWorkflow:
             self.agent_task = asyncio.create_task(self._run_agent(ledger.state.start.agent))
         while True:
             await workflow.wait_condition(
-                lambda: ledger.unmirrored or ledger.closed or self._should_continue()
+                lambda: ledger.unmirrored or self._ended() or self._should_continue()
             )
             if (
                 self._should_continue()
@@ -222,10 +246,44 @@ class TaskWorkflow:
             if ledger.unmirrored:
                 continue
             if ledger.closed:
+                if not self._ended():
+                    continue  # spawned children still run: their ends come by signal
+                await self._tell_parent()
                 return ledger.view()
             self._continue_as_new()
 
     # ---------------------------------------------------------------- the agent
+
+    def _ended(self) -> bool:
+        """The task is closed and every child its agent spawned has ended: the workflow may
+        complete (once mirrored); a parent never completes before it recorded each child's
+        end."""
+        return self.ledger.closed and not self._children_running()
+
+    def _children_running(self) -> bool:
+        return any(c.status not in CLOSED_STATUSES for c in self.ledger.state.children.values())
+
+    async def _tell_parent(self) -> None:
+        """Signal the parent of a spawned task (depth 1 or more) that this task ended
+        (``child_ended``), so the parent records a ``child_result`` event; a parent that has
+        ended takes no signal, and that is not an error. Runs before the workflow completes. A
+        task created from outside with ``parent`` set is linked only (Neo4j's ``CHILD_OF``):
+        it signals nothing (an imported subagent run would otherwise write into its parent)."""
+        state = self.ledger.state
+        if state.start.parent is None or state.start.depth == 0:
+            return
+        parent = workflow.get_external_workflow_handle(
+            task_workflow_id(state.start.project_id, state.start.parent)
+        )
+        end = ChildEnd(
+            child=state.start.name,
+            status=state.status,
+            result=state.result,
+            error=state.error,
+            request_id=internal_request_id(f"child-end/{state.workflow_id}"),
+        )
+        with contextlib.suppress(FailureError):
+            await parent.signal(TaskWorkflow.child_ended, end)
 
     def _agent_running(self) -> bool:
         return self.agent_task is not None and not self.agent_task.done()
@@ -247,10 +305,11 @@ class TaskWorkflow:
                 workflow.now(),
             )
         if ledger.state.status is not TaskStatus.IN_PROGRESS:
-            self._set_status(TaskStatus.IN_PROGRESS)
+            self.set_status(TaskStatus.IN_PROGRESS)
         function = agent_function(spec.name)
         try:
-            self.agent = AgentContext(ledger, spec, ledger.state.agent_run, await agent_tools(spec))
+            tools = await agent_tools(spec)
+            self.agent = AgentContext(ledger, spec, ledger.state.agent_run, tools, self)
             if function is None:
                 raise ApplicationError(f"no agent {spec.name!r} is registered on the worker")
             answer = await function(self.agent)
@@ -263,7 +322,7 @@ class TaskWorkflow:
         else:
             self._finish(TaskStatus.DONE, result=answer)
 
-    def _set_status(self, status: TaskStatus) -> None:
+    def set_status(self, status: TaskStatus) -> None:
         """Change an open task's status (an event), and its search attribute."""
         self.ledger.set_status(status, workflow.now())
         workflow.upsert_search_attributes([TASK_STATUS.value_set(status.value)])
@@ -290,6 +349,22 @@ class TaskWorkflow:
         )
         workflow.upsert_search_attributes([TASK_STATUS.value_set(status.value)])
 
+    async def start_child(self, start: TaskStart) -> None:
+        """Start a child task its agent spawned: a child workflow of the same type, abandoned
+        when this run continues-as-new or closes (its end comes back by signal, which finds the
+        parent's newest run). A child already started under that id is left as it is."""
+        status = TaskStatus.OPEN if start.agent is None else TaskStatus.QUEUED
+        with contextlib.suppress(WorkflowAlreadyStartedError):
+            await workflow.start_child_workflow(
+                TaskWorkflow.run,
+                TaskWorkflowInput(start=start, spawned=True),
+                id=task_workflow_id(start.project_id, start.name),
+                task_queue=workflow.info().task_queue,
+                parent_close_policy=ParentClosePolicy.ABANDON,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                search_attributes=TypedSearchAttributes(search_attributes(start, status)),
+            )
+
     async def _cancelled(self) -> None:
         """A cancel request (client, CLI, ``temporal workflow cancel``, the Web UI): cancel the
         agent (its running tool sees the cancellation; the step ends ``unknown``), settle every
@@ -299,6 +374,18 @@ class TaskWorkflow:
         if self.agent_task is not None and not self.agent_task.done():
             self.agent_task.cancel()
             await workflow.wait([self.agent_task])
+        if self.cascade and self._children_running():
+            for child in ledger.state.children.values():
+                if child.status not in CLOSED_STATUSES:
+                    handle = workflow.get_external_workflow_handle(
+                        task_workflow_id(ledger.state.start.project_id, child.name)
+                    )
+                    with contextlib.suppress(FailureError):
+                        await handle.cancel()
+            with contextlib.suppress(TimeoutError):  # each reports cancelled by signal
+                await workflow.wait_condition(
+                    lambda: not self._children_running(), timeout=CHILD_CANCEL_WAIT
+                )
         if not ledger.closed:
             for name, step in list(ledger.state.steps.items()):
                 if step.state is StepState.IN_PROGRESS:
@@ -311,6 +398,7 @@ class TaskWorkflow:
             self._finish(TaskStatus.CANCELLED)
         while ledger.unmirrored:
             await self._mirror()
+        await self._tell_parent()
 
     # ---------------------------------------------------------------- run loop helpers
 
@@ -455,6 +543,38 @@ class TaskWorkflow:
     def steps(self, query: StepsQuery) -> StepsPage:
         """A page of the steps this run holds, in name order (``Ledger.steps``)."""
         return self.ledger.steps(query)
+
+    # ---------------------------------------------------------------- input and children
+
+    @workflow.signal
+    def submit_input(self, answer: InputAnswer) -> None:
+        """An answer to an input request, fire and forget (``Ledger.take_answer``): a repeat
+        is ignored, an answer before its request is kept, an invalid one is recorded as
+        rejected and the request stays open. A finished task ignores it."""
+        if not self.ledger.closed:
+            self.ledger.take_answer(answer, workflow.now())
+
+    @workflow.update
+    def respond(self, answer: InputAnswer) -> WriteOutcome:
+        """An answer to an input request, validated on arrival: accepted, or refused
+        (``input_not_requested``, ``input_invalid`` with the validation message) with nothing
+        recorded."""
+        return self.ledger.respond(answer, workflow.now())
+
+    @respond.validator
+    def _check_respond(self, answer: InputAnswer) -> None:
+        self.ledger.check_respond(answer)
+        self._admit()
+
+    @workflow.signal
+    def child_ended(self, end: ChildEnd) -> None:
+        """A child task's end (it signals before it completes): a ``child_result`` event."""
+        self.ledger.child_ended(end, workflow.now())
+
+    @workflow.signal
+    def keep_children(self) -> None:
+        """Make a later cancel leave the spawned child tasks running (``--no-cascade``)."""
+        self.cascade = False
 
     @workflow.query
     def resume_state(self) -> TaskState:

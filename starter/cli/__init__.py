@@ -15,9 +15,9 @@ import sys
 
 import typer
 
-from starter.cli.agents import cancel_command, resume_command, run_command
+from starter.cli.agents import cancel_command, input_command, resume_command, run_command
 from starter.cli.dev import dev_app, setup_command, worker_command
-from starter.cli.graph import graph_app
+from starter.cli.graph import graph_app, tree_command
 from starter.cli.replay import replay_command
 from starter.cli.task import task_app
 from starter.cli.transfer import export_command, import_command
@@ -34,6 +34,8 @@ app.command("replay")(replay_command)
 app.command("run")(run_command)
 app.command("cancel")(cancel_command)
 app.command("resume")(resume_command)
+app.command("input")(input_command)
+app.command("tree")(tree_command)
 
 
 def main() -> None:

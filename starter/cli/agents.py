@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import uuid
 from pathlib import Path
 from typing import Annotated
@@ -11,8 +12,10 @@ import typer
 
 from activities.files import file_tools
 from starter.cli.common import (
+    AgentOpt,
     JsonOpt,
     ProjectOpt,
+    RequestOpt,
     console,
     emit,
     open_history,
@@ -82,12 +85,53 @@ def run_command(
         raise typer.Exit(1)
 
 
-def cancel_command(name: str, project: ProjectOpt = "default", as_json: JsonOpt = False) -> None:
-    """Cancel a task (a Temporal cancel request; the task ends cancelled)."""
+def cancel_command(
+    name: str,
+    no_cascade: Annotated[
+        bool, typer.Option("--no-cascade", help="Leave the spawned child tasks running.")
+    ] = False,
+    project: ProjectOpt = "default",
+    as_json: JsonOpt = False,
+) -> None:
+    """Cancel a task (a Temporal cancel request; the task ends cancelled, and so do the child
+    tasks its agent spawned unless --no-cascade)."""
 
     async def go() -> WriteResult:
         async with open_history(project, "cli", with_graph=False) as history:
-            return await history.cancel_task(name)
+            return await history.cancel_task(name, cascade=not no_cascade)
+
+    write_outcome(run(go()), as_json)
+
+
+def input_command(
+    name: str,
+    answer: Annotated[str, typer.Option("--json", help="The answer, as JSON.")],
+    input_id: Annotated[
+        str | None, typer.Option(help="The request answered (default: the oldest open one).")
+    ] = None,
+    signal: Annotated[
+        bool,
+        typer.Option(
+            "--signal",
+            help="Send it by signal (fire and forget; an invalid answer is recorded as "
+            "rejected) instead of by update (validated: refused, nothing recorded).",
+        ),
+    ] = False,
+    request_id: RequestOpt = None,
+    project: ProjectOpt = "default",
+    agent: AgentOpt = "cli",
+    as_json: Annotated[bool, typer.Option("--json-output", help="Print JSON.")] = False,
+) -> None:
+    """Answer a task's input request (see its pending requests with `task show`)."""
+    try:
+        value = json.loads(answer)
+    except ValueError as err:
+        raise typer.BadParameter(f"not JSON: {err}", param_hint="--json") from err
+
+    async def go() -> WriteResult:
+        async with open_history(project, agent, with_graph=False) as history:
+            send = history.submit_input if signal else history.respond
+            return await send(name, value, input_id=input_id, request_id=request_id)
 
     write_outcome(run(go()), as_json)
 

@@ -98,14 +98,13 @@ def graph_tasks(
     )
 
 
-@graph_app.command("tree")
-def graph_tree(
+def tree_command(
     name: str,
     depth: Annotated[int, typer.Option(help="Levels of children.")] = 3,
     project: ProjectOpt = "default",
     as_json: JsonOpt = False,
 ) -> None:
-    """Show a task and its child tasks."""
+    """Show a task and its child tasks (from Neo4j)."""
 
     async def go() -> list[TreeRow]:
         async with open_history(project, "cli") as history:
@@ -180,3 +179,6 @@ def graph_failed_tools(project: ProjectOpt = "default", as_json: JsonOpt = False
             return await history.failed_tool_calls()
 
     emit(run(go()), as_json, lambda rows: table(rows, ["tool", "failed", "tasks"]))
+
+
+graph_app.command("tree")(tree_command)

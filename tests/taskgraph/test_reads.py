@@ -18,7 +18,7 @@ import pytest
 from pydantic import ValidationError
 
 from starter.client import ConversationHistory
-from taskgraph.graph import TaskGraph, event_properties
+from taskgraph.graph import TaskGraph, event_of, event_properties
 from taskgraph.models import EventFilter, utc
 from tests.conftest import mirrored
 
@@ -87,6 +87,28 @@ def test_event_properties_hold_utc() -> None:
     )
     time = event_properties(event)["time"]
     assert time.tzinfo is UTC and time == datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+
+
+def test_token_usage_round_trips_through_node_properties() -> None:
+    """A property cannot hold a map: a message's usage is stored as two numbers and read back."""
+    from workflows.models import Event, EventKind, Role, TokenUsage
+
+    event = Event(
+        seq=3,
+        kind=EventKind.MESSAGE,
+        role=Role.ASSISTANT,
+        payload="hi",
+        full_length=2,
+        full_sha256="0" * 64,
+        author="a",
+        time=datetime(2024, 5, 1, 12, 0, tzinfo=UTC),
+        request_id="r",
+        usage=TokenUsage(input_tokens=120, output_tokens=7),
+    )
+    props = event_properties(event)
+    assert (props["input_tokens"], props["output_tokens"], "usage" in props) == (120, 7, False)
+    assert all(not isinstance(value, dict) for value in props.values())
+    assert Event.model_validate(event_of(props), strict=False) == event
 
 
 async def graph_events_cli(project: str, *args: str) -> subprocess.CompletedProcess[str]:

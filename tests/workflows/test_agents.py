@@ -10,18 +10,19 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
 
 from starter.client import ConversationHistory
 from starter.importer import all_events, all_steps
 from taskgraph.graph import TaskGraph
 from tests.agent_tools import SCRIPTS, TOOL_NAMES, TOOLS, answer, calls
 from tests.conftest import eventually, mirrored
+from tests.workflows.conftest import ROOT, cli
 from worker import build_worker
 from workflows.errors import ErrorCode
 from workflows.models import (
@@ -29,29 +30,12 @@ from workflows.models import (
     Budgets,
     EventKind,
     ModelSpec,
+    Role,
     StepState,
     TaskStatus,
     TaskView,
+    TokenUsage,
 )
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-async def agent_queue(client: Client, graph: TaskGraph) -> AsyncIterator[str]:
-    """A worker with the test tools and scripts, on its own task queue."""
-    queue = f"agents-{uuid.uuid4().hex[:8]}"
-    async with build_worker(client, graph, queue, tools=TOOLS, scripts=SCRIPTS):
-        yield queue
-
-
-@pytest.fixture
-def agents(
-    client: Client, graph: TaskGraph, agent_queue: str, project_id: str
-) -> ConversationHistory:
-    return ConversationHistory(
-        client, project_id=project_id, agent_id="agent-1", task_queue=agent_queue, graph=graph
-    )
 
 
 def spec(**budgets: Any) -> AgentSpec:
@@ -95,6 +79,15 @@ async def test_a_tool_that_fails_twice_runs_three_times_under_one_key(
     calls_ = [e for e in events if e.kind is EventKind.TOOL_CALL]
     assert [(e.name, json.loads(e.payload)) for e in calls_] == [("flaky", {"log": log})]
     assert calls_[0].seq < results[0].seq  # the call is recorded before the result
+    await mirrored(agents, "t")  # the model's token usage, per message, in Neo4j too
+    usage = TokenUsage(input_tokens=10, output_tokens=10)
+    rows = await agents.find_events(kind="message")
+    assert [(r.role, r.usage) for r in rows] == [
+        (Role.USER, None),
+        (Role.ASSISTANT, usage),
+        (Role.ASSISTANT, usage),
+    ]
+    assert view.agent_run is not None and view.agent_run.tokens == 40
 
 
 async def test_outputs_that_are_too_large_or_not_serializable(
@@ -363,44 +356,30 @@ async def test_agent_code_fails_and_resume_runs_only_what_did_not_complete(
     ]
 
 
-async def test_an_agent_survives_continue_as_new(graph: TaskGraph, project_id: str) -> None:
+async def test_an_agent_survives_continue_as_new(
+    low_limit_env: WorkflowEnvironment, graph: TaskGraph, project_id: str
+) -> None:
     """Agent code that checkpoints each round, on a server that suggests continue-as-new at 60
     events: the task continues-as-new several times while its agent runs, the agent picks up
     from its kept state each time, and every round runs once."""
-    from temporalio.contrib.pydantic import pydantic_data_converter
-    from temporalio.testing import WorkflowEnvironment
-
-    from devstack import find_temporal_binary, free_port
-    from tests.workflows.test_faults import CONTINUE_AS_NEW_AT
-    from workflows.task import SEARCH_ATTRIBUTE_KEYS
-
-    env = await WorkflowEnvironment.start_local(
-        port=free_port(),
-        data_converter=pydantic_data_converter,
-        dev_server_existing_path=str(find_temporal_binary()),
-        search_attributes=SEARCH_ATTRIBUTE_KEYS,
-        dev_server_extra_args=["--dynamic-config-value", CONTINUE_AS_NEW_AT],
+    client = low_limit_env.client
+    history = ConversationHistory(
+        client, project_id=project_id, agent_id="a", task_queue="can", graph=graph
     )
-    try:
-        history = ConversationHistory(
-            env.client, project_id=project_id, agent_id="a", task_queue="can", graph=graph
-        )
-        async with build_worker(env.client, graph, "can", tools=TOOLS, scripts=SCRIPTS):
-            counter = AgentSpec(name="counter", tools=["echo"])
-            assert (await history.create_task("t", "count", agent=counter)).recorded
-            view = await asyncio.wait_for(history.wait_task("t"), 120)
-            assert view is not None and view.status is TaskStatus.DONE
-            assert view.runs > 2 and view.agent_run is not None
-            assert view.agent_run.state == {"done": 30}
-            steps = await all_steps(history, "t")
-            assert [s.step_name for s in steps] == [f"echo-{i:02d}" for i in range(30)]
-            assert all(s.state is StepState.COMPLETED and s.attempt == 1 for s in steps)
-            results = [
-                e.payload for e in await all_events(history, "t") if e.kind is EventKind.TOOL_RESULT
-            ]
-            assert results == [f"round {i}" for i in range(30)]
-    finally:
-        await env.shutdown()
+    async with build_worker(client, graph, "can", tools=TOOLS, scripts=SCRIPTS):
+        counter = AgentSpec(name="counter", tools=["echo"])
+        assert (await history.create_task("t", "count", agent=counter)).recorded
+        view = await asyncio.wait_for(history.wait_task("t"), 120)
+        assert view is not None and view.status is TaskStatus.DONE
+        assert view.runs > 2 and view.agent_run is not None
+        assert view.agent_run.state == {"done": 30}
+        steps = await all_steps(history, "t")
+        assert [s.step_name for s in steps] == [f"echo-{i:02d}" for i in range(30)]
+        assert all(s.state is StepState.COMPLETED and s.attempt == 1 for s in steps)
+        results = [
+            e.payload for e in await all_events(history, "t") if e.kind is EventKind.TOOL_RESULT
+        ]
+        assert results == [f"round {i}" for i in range(30)]
 
 
 async def test_history_grows_linearly_with_the_turns(
@@ -465,10 +444,7 @@ async def test_the_demo_agent_from_python(
 async def test_the_demo_agent_from_the_cli(tmp_path: Path) -> None:
     """``agent-tasks run demo GOAL --path DIR`` (the README's command) prints the answer."""
     await asyncio.to_thread(_files, tmp_path)
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "starter",
+    code, result = await cli(
         "run",
         "demo",
         'Which files mention "needle"?',
@@ -477,18 +453,9 @@ async def test_the_demo_agent_from_the_cli(tmp_path: Path) -> None:
         "--project",
         f"cli-{uuid.uuid4().hex[:8]}",
         "--json",
-        cwd=ROOT,
-        env={
-            **os.environ,
-            "PYTHONPATH": str(ROOT),
-            "TEMPORAL_TASK_QUEUE": f"q-{uuid.uuid4().hex[:6]}",
-        },
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+        env={"TEMPORAL_TASK_QUEUE": f"q-{uuid.uuid4().hex[:6]}"},
     )
-    out, err = await asyncio.wait_for(process.communicate(), 120)
-    assert process.returncode == 0, err.decode()[-2000:]
-    result = json.loads(out)
+    assert code == 0
     assert result["view"]["status"] == "done"
     assert result["view"]["result"]["text"].startswith("2 files; 3 lines mention 'needle'")
     assert [s["state"] for s in result["steps"]] == ["completed"] * 3

@@ -19,18 +19,16 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from config import connect
-from devstack import find_temporal_binary, free_port
+from devstack import find_temporal_binary
 from starter.client import ConversationHistory
 from starter.importer import all_events, all_steps
 from taskgraph.graph import TaskGraph
 from tests.conftest import TIME_SKIPPING_DYNAMIC_CONFIG, eventually, mirrored
+from tests.workflows.conftest import CONTINUE_AS_NEW_AT
 from worker import build_worker
 from workflows.errors import ErrorCode, TaskServiceUnavailable
 from workflows.models import StepState, StepWrite, TaskStatus, TaskView, sha256_hex
 from workflows.task import SEARCH_ATTRIBUTE_KEYS
-
-CONTINUE_AS_NEW_AT = "limit.historyCount.suggestContinueAsNew=60"
-"""Dynamic config of the private servers here: continue-as-new is suggested at 60 events."""
 
 
 @pytest.fixture
@@ -216,20 +214,6 @@ async def test_200_concurrent_writers_on_one_task(
     assert sorted(r.seq or 0 for r in results) == list(range(201, 401))
     events = await all_events(history, "t")
     assert sorted(e.payload for e in events) == sorted(texts + more)
-
-
-@pytest.fixture
-async def low_limit_env() -> AsyncIterator[WorkflowEnvironment]:
-    """A private dev server that suggests continue-as-new at 60 history events."""
-    env = await WorkflowEnvironment.start_local(
-        port=free_port(),
-        data_converter=pydantic_data_converter,
-        dev_server_existing_path=str(find_temporal_binary()),
-        search_attributes=SEARCH_ATTRIBUTE_KEYS,
-        dev_server_extra_args=["--dynamic-config-value", CONTINUE_AS_NEW_AT],
-    )
-    yield env
-    await env.shutdown()
 
 
 async def test_one_writers_order_holds_across_continue_as_new(

@@ -131,6 +131,9 @@ class TaskStart(_Input):
     """Free metadata (model, source file, exit status...)."""
     request_id: StrictStr
     """Request id of the creating call (1 to 64 characters)."""
+    depth: int = Field(default=0, ge=0, exclude_if=lambda value: value == 0)
+    """Levels below its root task (0 for a task without a spawning parent). Added later: left
+    out of the JSON while 0."""
     agent: AgentSpec | None = Field(default=None, exclude_if=lambda value: value is None)
     """The agent that runs the task (an agent task); None for a recorded task. Added later:
     left out of the JSON while unset, so an old creation's argument digest is unchanged."""

@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 from pydantic import AwareDatetime, BaseModel, Field, JsonValue
 
+from workflows.models.human import ChildRecord, InputAnswer, InputRequest
 from workflows.models.inputs import TaskStart
 from workflows.models.kinds import StepKind, StepState, TaskStatus
 from workflows.models.text import BoundedText
@@ -118,6 +119,14 @@ class TaskState(BaseModel):
     """Runs of the workflow so far (1 + continue-as-new count)."""
     agent_run: AgentRun | None = None
     """The agent's progress (agent tasks, once the agent started)."""
+    inputs: list[InputRequest] = Field(default_factory=list)
+    """Open input requests, oldest first (at most ``MAX_PENDING_INPUTS``)."""
+    early_answers: list[InputAnswer] = Field(default_factory=list)
+    """Answers that came before the request they answer (at most ``MAX_EARLY_ANSWERS``)."""
+    answered: dict[str, int] = Field(default_factory=dict)
+    """Input request id -> seq of the accepted ``input_response`` (the answer, memoized)."""
+    children: dict[str, ChildRecord] = Field(default_factory=dict)
+    """Spawn key -> the child task (at most ``MAX_CHILDREN``)."""
     mirror_backlog: list[RunRange] = Field(default_factory=list)
     """Earlier runs' writes the mirror has not copied yet, oldest first (a run continues-as-new
     without waiting for the mirror; added by the ``continue-as-new-without-mirror`` patch)."""
@@ -130,6 +139,9 @@ class TaskWorkflowInput(BaseModel):
     """A new task."""
     carried: TaskState | None = None
     """The state of the run that continued-as-new (or that ended, for ``resume``)."""
+    spawned: bool = False
+    """True when the task is a child its parent's agent spawned (created at its start, with no
+    ``create_task`` update)."""
     resume: bool = False
     """True when ``carried`` is a closed task's state and the agent is to run again (the
     ``resume`` of a failed or cancelled agent task)."""

@@ -7,6 +7,7 @@ from datetime import datetime
 from pydantic import AwareDatetime, BaseModel, Field
 
 from workflows.models.agent import AgentSpec, TokenUsage
+from workflows.models.human import ChildRecord, InputRequest
 from workflows.models.kinds import EventKind, ResultValidity, Role, StepKind, StepState, TaskStatus
 from workflows.models.state import AgentRun, RunRange
 from workflows.models.text import BoundedText
@@ -117,6 +118,10 @@ class TaskView(BaseModel):
     """What runs the task (agent tasks)."""
     agent_run: AgentRun | None = None
     """The agent's progress: budget counters and its kept state (agent tasks)."""
+    pending_inputs: list[InputRequest] = []
+    """Open input requests (id, prompt, schema, deadline), oldest first."""
+    children: dict[str, ChildRecord] = {}
+    """The child tasks its agent spawned, by spawn key."""
     created_at: datetime
     """Workflow time of the creation (UTC)."""
     updated_at: datetime

@@ -1,0 +1,84 @@
+"""Fixtures of the workflow tests: a worker with the agent test tools and scripted models, a
+private dev server that suggests continue-as-new early, and the CLI in a subprocess."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from devstack import find_temporal_binary, free_port
+from starter.client import ConversationHistory
+from taskgraph.graph import TaskGraph
+from tests.agent_tools import SCRIPTS, TOOLS
+from worker import build_worker
+from workflows.task import SEARCH_ATTRIBUTE_KEYS
+
+ROOT = Path(__file__).resolve().parents[2]
+CONTINUE_AS_NEW_AT = "limit.historyCount.suggestContinueAsNew=60"
+"""Dynamic config of the private servers here: continue-as-new is suggested at 60 events."""
+
+
+@pytest.fixture(scope="session")
+async def agent_queue(client: Client, graph: TaskGraph) -> AsyncIterator[str]:
+    """A worker with the test tools and scripts (``tests.agent_tools``), on its own task
+    queue."""
+    queue = f"agents-{uuid.uuid4().hex[:8]}"
+    async with build_worker(client, graph, queue, tools=TOOLS, scripts=SCRIPTS):
+        yield queue
+
+
+@pytest.fixture
+def agents(
+    client: Client, graph: TaskGraph, agent_queue: str, project_id: str
+) -> ConversationHistory:
+    """A ``ConversationHistory`` of a fresh project on the agent worker's task queue."""
+    return ConversationHistory(
+        client, project_id=project_id, agent_id="agent-1", task_queue=agent_queue, graph=graph
+    )
+
+
+@pytest.fixture
+async def low_limit_env() -> AsyncIterator[WorkflowEnvironment]:
+    """A private dev server that suggests continue-as-new at 60 history events."""
+    env = await WorkflowEnvironment.start_local(
+        port=free_port(),
+        data_converter=pydantic_data_converter,
+        dev_server_existing_path=str(find_temporal_binary()),
+        search_attributes=SEARCH_ATTRIBUTE_KEYS,
+        dev_server_extra_args=["--dynamic-config-value", CONTINUE_AS_NEW_AT],
+    )
+    yield env
+    await env.shutdown()
+
+
+async def cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, Any]:
+    """Run ``python -m starter ARGS`` (the ``agent-tasks`` CLI) against the local stack; returns
+    its exit code and its output parsed as JSON (pass a JSON output flag).
+
+    Raises:
+        AssertionError: it printed nothing (its stderr's tail is the message).
+    """
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "starter",
+        *args,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 120)
+    assert out, err.decode()[-2000:]
+    return process.returncode or 0, json.loads(out)

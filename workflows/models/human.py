@@ -1,0 +1,90 @@
+"""Input requests and child tasks: what an agent asks a person, the answers that come back by
+signal or update, and the child tasks it spawns (whose ends come back by signal).
+
+Carried across continue-as-new (``TaskState.inputs`` and ``TaskState.children``), bounded:
+at most ``MAX_PENDING_INPUTS`` open requests, ``MAX_EARLY_ANSWERS`` answers kept before their
+request, ``MAX_CHILDREN`` children a task.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import AwareDatetime, BaseModel, Field, JsonValue, StrictStr
+
+from workflows.models.kinds import TaskStatus
+from workflows.models.text import BoundedText, ShortText, StepName
+
+MAX_PENDING_INPUTS = 16
+"""Input requests a task may have open at once."""
+MAX_EARLY_ANSWERS = 16
+"""Answers kept before the request they answer is asked (more are recorded as rejected)."""
+MAX_INPUT_SCHEMA_BYTES = 16_384
+"""Bytes of an input request's JSON Schema (it is carried while the request is open)."""
+MAX_CHILDREN = 32
+"""Child tasks one task may spawn."""
+MAX_DEPTH = 5
+"""Levels of child tasks below a root task (a root is at depth 0)."""
+
+FailureMode = Literal["propagate", "collect", "ignore"]
+"""What a child's failure does to the wait for it: ``propagate`` raises ``ChildFailed`` in the
+parent's agent, ``collect`` returns it as a value, ``ignore`` leaves it out."""
+
+
+class InputRequest(BaseModel):
+    """An open request for a person's input."""
+
+    input_id: StepName
+    """The request's name, unique in the task (the agent code's ``ask`` names it)."""
+    prompt: Annotated[StrictStr, Field(max_length=4_000)]
+    """What is asked."""
+    json_schema: dict[str, JsonValue] = Field(default_factory=dict)
+    """JSON Schema the answer must satisfy (empty: any JSON value)."""
+    deadline: AwareDatetime | None = None
+    """When the agent stops waiting (workflow time); None: never."""
+    asked_seq: int
+    """Seq of the ``input_request`` event."""
+
+
+class InputAnswer(BaseModel):
+    """An answer to an input request: the ``submit_input`` signal and the ``respond`` update."""
+
+    answer: JsonValue
+    """The answer (JSON), validated against the request's schema."""
+    input_id: StepName | None = None
+    """The request answered; None: the oldest open request (or, if none is open, the next one
+    asked)."""
+    agent_id: ShortText = "person"
+    """Who answers."""
+    request_id: StrictStr
+    """Request id (1 to 64 characters): a repeat with the same id is ignored."""
+
+
+class ChildRecord(BaseModel):
+    """A child task the agent spawned, as its parent keeps it."""
+
+    name: str
+    """The child task's name (``{parent}/{spawn key}``)."""
+    status: TaskStatus
+    """``queued`` until its end comes back, then the child's final status."""
+    mode: FailureMode = "propagate"
+    """What a failure of the child does to a wait for it."""
+    result: str = ""
+    """The child's result or error text, once it ended (bounded)."""
+    result_seq: int | None = None
+    """Seq of the parent's ``child_result`` event for it."""
+
+
+class ChildEnd(BaseModel):
+    """The ``child_ended`` signal a child task sends its parent when it ends."""
+
+    child: str
+    """The child task's name."""
+    status: TaskStatus
+    """Its final status."""
+    result: BoundedText | None = None
+    """Its result text."""
+    error: BoundedText | None = None
+    """Its error text."""
+    request_id: StrictStr
+    """``internal_request_id("child-end/{the child's workflow id}")``: a repeat is ignored."""
