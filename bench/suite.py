@@ -1,0 +1,766 @@
+"""``agent-tasks bench``: what a task costs per event, each row against its floor, in one run.
+
+Every row runs our product and its baseline on the same servers in the same process, in
+blocks that alternate (ours first in odd rounds, the baseline first in even ones), so the
+machine's noise falls on both alike; the table gives medians, p95 and the ratio of the
+medians (ours / baseline). The baseline of every write is ``bench.bare.BareWorkflow``, a
+workflow whose update appends to a list, sent the same events through a client without our
+payload codec.
+
+| row | ours | baseline |
+| --- | --- | --- |
+| single write, quiet | ``record_event`` after a pause (an idle mirror) | one ``append`` update |
+| single write, back to back | ``record_event`` with no pause | ``append`` with no pause |
+| CPU per write | CPU of this process, Temporal and Neo4j over the back-to-back block, until mirrored | same, bare |
+| batch import | ``record_events`` of N events into one task (acknowledged) | the same chunks as ``append`` updates |
+| replay | ``starter.replay`` of every run of that task | the bare workflow's history |
+| 20 writers | 20 tasks, one writer each, single events | 20 bare workflows |
+| Neo4j-only ledger | ``record_event`` per event (acknowledged) | one Neo4j write transaction per event (MERGE on the key, NEXT link) |
+| mirror lag | 20 writes/s of 5 events: sent to visible in Neo4j | the same writes: sent to acknowledged |
+| list by status | ``TaskGraph.find_tasks`` page of 50, 10,000 tasks | hand-written Cypher for that one filter |
+| one step | tool_call, in_progress, tool_result, completed, plus a bare activity | the bare activity |
+| worker RSS per open task | a worker process holding N open tasks | a bare worker holding N bare workflows |
+
+The recorded-task steps of agent tasks (steps as activities of the task workflow) are not on
+``main`` yet, so "one step" is the ledger writes of a step plus a bare activity.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from neo4j import AsyncManagedTransaction
+from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
+from temporalio.client import Client, WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from bench.bare import BareWorkflow, bare_worker, start_bare
+from config import Settings
+from devstack.neo4j_server import Neo4jServer
+from devstack.temporal import TemporalDevServer
+from starter.client import ConversationHistory, split_events
+from starter.importer import EXAMPLES, plan_import, trajectory_files
+from starter.replay import replay_histories
+from taskgraph.graph import TaskGraph, task_properties
+from taskgraph.models import TaskFilter
+from worker import build_worker, open_services
+from workflows.models import EventInput, StepState, TaskStatus, TaskView, task_workflow_id
+from workflows.task import TaskWorkflow
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much each row does (counts per block, one block of ours and one of the baseline
+    per round)."""
+
+    rounds: int = 3
+    writes: int = 30
+    """Single writes per block (quiet and back to back)."""
+    pause_s: float = 0.3
+    """The pause before each quiet write (seconds): the mirror is idle when it comes."""
+    batch_events: int = 10_000
+    """Events of the batch import (and so of the replay)."""
+    writers: int = 20
+    writer_events: int = 10
+    """Single writes per writer per block."""
+    transcript_events: int = 200
+    """Events of the Neo4j-only ledger row."""
+    lag_s: float = 15.0
+    """Seconds of writing at 100 events/s (20 writes/s of 5) per block."""
+    list_tasks: int = 10_000
+    """Task nodes the list row reads from (half ``done``)."""
+    list_reads: int = 40
+    """Pages read per block."""
+    steps: int = 10
+    rss_tasks: int = 500
+    """Open tasks a worker holds in the RSS row."""
+    rss_events: int = 10
+    """Events of each of those tasks."""
+
+    def scaled(self, factor: float) -> Sizes:
+        """These sizes with every count times ``factor`` (at least 2; rounds and the pause
+        stay)."""
+        counts = {
+            name: max(2, round(getattr(self, name) * factor))
+            for name in self.__dataclass_fields__
+            if name not in ("rounds", "pause_s", "lag_s")
+        }
+        return replace(self, **counts, lag_s=max(1.0, self.lag_s * factor))
+
+
+FULL = Sizes()
+"""The sizes of the issue's rows."""
+QUICK = Sizes(
+    rounds=1,
+    writes=10,
+    batch_events=2_000,
+    writer_events=3,
+    transcript_events=50,
+    lag_s=4.0,
+    list_reads=20,
+    steps=4,
+    rss_tasks=100,
+)
+"""A run in under two minutes, every row once."""
+
+
+@dataclass
+class Row:
+    """One row of the table: samples of ours and of the baseline."""
+
+    name: str
+    unit: str
+    goal: str
+    ours: list[float] = field(default_factory=list)
+    base: list[float] = field(default_factory=list)
+    base_name: str = "bare"
+
+    def samples(self, side: str) -> list[float]:
+        """The samples of ``side`` (``ours`` or ``bare``)."""
+        return self.ours if side == "ours" else self.base
+
+    def summary(self) -> dict[str, Any]:
+        """Medians, p95 and the ratio of the medians (ours / baseline)."""
+        ours, base = _p50(self.ours), _p50(self.base)
+        return {
+            "row": self.name,
+            "unit": self.unit,
+            "ours_p50": ours,
+            "ours_p95": _p95(self.ours),
+            "baseline": self.base_name,
+            "base_p50": base,
+            "base_p95": _p95(self.base),
+            "ratio": ours / base if ours is not None and base else None,
+            "goal": self.goal,
+            "n": len(self.ours),
+        }
+
+
+def _p50(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _p95(values: list[float]) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, round(len(ordered) * 0.95) - 1)]
+
+
+def transcript(count: int) -> list[EventInput]:
+    """``count`` events cycled from the shipped trajectories (real payloads, about 850 bytes
+    of JSON each)."""
+    planned, _ = plan_import(list(trajectory_files([EXAMPLES])))
+    source = [event for task in planned for event in task.head.events]
+    return list(itertools.islice(itertools.cycle(source), count))
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """CPU time (user and system, seconds) of this process and of ``pids`` so far."""
+    own = os.times()
+    total = own.user + own.system
+    ticks = os.sysconf("SC_CLK_TCK")
+    for pid in pids:
+        try:
+            text = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2 :].split()
+        total += (int(fields[11]) + int(fields[12])) / ticks
+    return total
+
+
+def rss_kib(pid: int) -> int:
+    """Resident memory of ``pid`` (KiB)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+class Bench:
+    """The servers, the clients, the workers and what the rows created (for clean-up)."""
+
+    def __init__(self, client: Client, graph: TaskGraph, settings: Settings) -> None:
+        self.client = client
+        self.plain = Client(
+            client.service_client, namespace=client.namespace, data_converter=pydantic_data_converter
+        )
+        """The baseline's client: the plain pydantic converter, no payload codec."""
+        self.graph = graph
+        run = uuid.uuid4().hex[:8]
+        self.queue = f"bench-{run}"
+        self.bare_queue = f"bench-bare-{run}"
+        self.project = f"bench-{run}"
+        self.history = ConversationHistory(
+            client,
+            project_id=self.project,
+            agent_id="bench",
+            task_queue=self.queue,
+            graph=graph,
+            timeout_s=300,
+        )
+        self.started: list[str] = []
+        """Workflow ids to terminate at the end."""
+        self.names = (f"t-{n}" for n in itertools.count())
+        data = settings.data_dir
+        servers = (TemporalDevServer(data, 0), Neo4jServer(data, 0))
+        self.server_pids = [pid for pid in (s.running_pid() for s in servers) if pid is not None]
+        """The local stack's Temporal and Neo4j (for their CPU time); none when external."""
+
+    def task_name(self) -> str:
+        """A new task name of the bench's project."""
+        return next(self.names)
+
+    async def task(self, name: str | None = None) -> str:
+        """Create a task; returns its name."""
+        name = name or self.task_name()
+        result = await self.history.create_task(name, "bench")
+        assert result.recorded, result
+        self.started.append(self.history.workflow_id(name))
+        return name
+
+    async def bare(self, queue: str | None = None) -> Any:
+        """Start a bare workflow; returns its handle."""
+        workflow_id = f"{self.bare_queue}/{uuid.uuid4().hex[:12]}"
+        self.started.append(workflow_id)
+        return await start_bare(self.plain, workflow_id, queue or self.bare_queue)
+
+    async def mirrored(self, name: str, seq: int) -> None:
+        """Wait until Neo4j holds the task's events up to ``seq`` (polled every 20 ms)."""
+        while await self.mirrored_seq(name) < seq:
+            await asyncio.sleep(0.02)
+
+    async def mirrored_seq(self, name: str) -> int:
+        """The task's mirror watermark in Neo4j (0 before its first event)."""
+        records, _, _ = await self.graph.driver.execute_query(
+            "MATCH (t:Task {key: $key}) RETURN coalesce(t.mirrored_seq, 0) AS s",
+            key=self.history.workflow_id(name),
+            database_=self.graph.database,
+        )
+        return int(records[0]["s"]) if records else 0
+
+    async def cleanup(self) -> None:
+        """Terminate every workflow the run started (they would stay open on the server)."""
+        gate = asyncio.Semaphore(20)
+
+        async def end(workflow_id: str) -> None:
+            async with gate:
+                try:
+                    await self.plain.get_workflow_handle(workflow_id).terminate("bench done")
+                except Exception:  # already closed
+                    pass
+
+        await asyncio.gather(*(end(w) for w in self.started))
+
+
+async def _timed(call: Awaitable[Any]) -> float:
+    started = time.perf_counter()
+    await call
+    return time.perf_counter() - started
+
+
+def _event_json(events: list[EventInput]) -> list[dict[str, Any]]:
+    return [event.model_dump(mode="json") for event in events]
+
+
+# ------------------------------------------------------------------------------ the rows
+
+
+async def single_writes(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: str) -> None:
+    """Quiet and back-to-back single writes, and CPU per write (back to back, until
+    mirrored)."""
+    events = transcript(sizes.writes)
+    name = await bench.task()
+    handle = await bench.bare()
+
+    async def ours(pause: float) -> list[float]:
+        took = []
+        for event in events:
+            await asyncio.sleep(pause)
+            took.append(await _timed(bench.history.record_events(name, [event])))
+        return took
+
+    async def bare(pause: float) -> list[float]:
+        took = []
+        for event in _event_json(events):
+            await asyncio.sleep(pause)
+            took.append(await _timed(handle.execute_update(BareWorkflow.append, [event])))
+        return took
+
+    async def cpu(run: Callable[[], Awaitable[list[float]]], side: str) -> list[float]:
+        before = cpu_seconds(bench.server_pids)
+        took = await run()
+        if side == "ours":
+            view = (await bench.history.get_task(name)).view
+            assert view is not None
+            await bench.mirrored(name, view.last_seq)
+        await asyncio.sleep(0.3)  # the same settling time for both
+        spent = cpu_seconds(bench.server_pids) - before
+        rows["cpu"].samples(side).append(spent / len(events) * 1000)
+        return took
+
+    for side in _order(first):
+        if side == "ours":
+            rows["quiet"].ours += await ours(sizes.pause_s)
+            rows["b2b"].ours += await cpu(lambda: ours(0.0), side)
+        else:
+            rows["quiet"].base += await bare(sizes.pause_s)
+            rows["b2b"].base += await cpu(lambda: bare(0.0), side)
+
+
+async def batch_and_replay(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: str) -> None:
+    """``batch_events`` events into one task by ``record_events`` against the same chunks as
+    bare updates; then the replay of both histories."""
+    events = transcript(sizes.batch_events)
+    for side in _order(first):
+        if side == "ours":
+            name = await bench.task()
+            took = await _timed(bench.history.record_events(name, events))
+            rows["batch"].ours.append(len(events) / took)
+            workflow_id = bench.history.workflow_id(name)
+            runs = [e async for e in bench.client.list_workflows(f"WorkflowId = '{workflow_id}'")]
+            histories = [
+                await bench.client.get_workflow_handle(workflow_id, run_id=e.run_id).fetch_history()
+                for e in runs
+            ]
+            rows["replay"].ours.append(await _replay(histories, (TaskWorkflow,)))
+        else:
+            handle = await bench.bare()
+            chunks = [_event_json(chunk) for chunk in split_events(events)]
+            started = time.perf_counter()
+            for chunk in chunks:
+                await handle.execute_update(BareWorkflow.append, chunk)
+            rows["batch"].base.append(len(events) / (time.perf_counter() - started))
+            rows["replay"].base.append(await _replay([await handle.fetch_history()], (BareWorkflow,)))
+
+
+async def _replay(histories: list[WorkflowHistory], workflows: tuple[type, ...]) -> float:
+    """Seconds to replay ``histories`` (one ``Replayer`` pass, as ``agent-tasks replay``)."""
+    started = time.perf_counter()
+    results = await replay_histories([("server", h) for h in histories], workflows)
+    took = time.perf_counter() - started
+    assert all(r.result == "ok" for r in results), results
+    return took
+
+
+async def writers(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: str) -> None:
+    """``writers`` writers, each on its own task, single events back to back."""
+    events = transcript(sizes.writer_events)
+    for side in _order(first):
+        if side == "ours":
+            names = [await bench.task() for _ in range(sizes.writers)]
+
+            async def write(name: str) -> None:
+                for event in events:
+                    assert (await bench.history.record_events(name, [event])).recorded
+
+            took = await _timed(asyncio.gather(*(write(n) for n in names)))
+            rows["writers"].ours.append(len(names) * len(events) / took)
+        else:
+            handles = [await bench.bare() for _ in range(sizes.writers)]
+
+            async def append(handle: Any) -> None:
+                for event in _event_json(events):
+                    await handle.execute_update(BareWorkflow.append, [event])
+
+            took = await _timed(asyncio.gather(*(append(h) for h in handles)))
+            rows["writers"].base.append(len(handles) * len(events) / took)
+
+
+_LEDGER_EVENT = """
+MERGE (t:Task {key: $task_key})
+  ON CREATE SET t.project_id = $project_id, t.last_seq = 0
+SET t.last_seq = t.last_seq + 1
+WITH t, t.last_seq AS seq
+MERGE (e:Event {key: $task_key + '#' + toString(seq)})
+SET e += $event, e.seq = seq, e.project_id = $project_id, e.time = datetime()
+MERGE (t)-[:HAS_EVENT]->(e)
+WITH t, e, seq
+OPTIONAL MATCH (previous:Event {key: $task_key + '#' + toString(seq - 1)})
+FOREACH (p IN CASE WHEN previous IS NULL THEN [] ELSE [previous] END | MERGE (p)-[:NEXT]->(e))
+"""
+"""A Neo4j-only ledger's write of one event: the task's counter gives the seq, the event is
+merged on its key and linked after the previous one, in one write transaction."""
+
+
+async def neo4j_ledger(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: str) -> None:
+    """The same transcript written one event per write: ours by update, a Neo4j-only ledger
+    by one write transaction each."""
+    events = transcript(sizes.transcript_events)
+    for side in _order(first):
+        if side == "ours":
+            name = await bench.task()
+
+            async def ours() -> None:
+                for event in events:
+                    assert (await bench.history.record_events(name, [event])).recorded
+
+            rows["ledger"].ours.append(len(events) / await _timed(ours()))
+        else:
+            key = f"ledger/{bench.project}/{uuid.uuid4().hex[:8]}"
+            props = _event_json(events)
+
+            async def ledger() -> None:
+                async with bench.graph.driver.session(database=bench.graph.database) as session:
+                    for event in props:
+
+                        async def write(tx: AsyncManagedTransaction, e: Any = event) -> None:
+                            await (
+                                await tx.run(
+                                    _LEDGER_EVENT,
+                                    task_key=key,
+                                    project_id=bench.project,
+                                    event=e,
+                                )
+                            ).consume()
+
+                        await session.execute_write(write)
+
+            rows["ledger"].base.append(len(events) / await _timed(ledger()))
+
+
+async def mirror_lag(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: str) -> None:
+    """100 events/s into one task as 20 writes/s of 5 events: each write's time from sent to
+    visible in Neo4j (ours), and from sent to acknowledged (the baseline: nothing is visible
+    before it is acknowledged). Neo4j is polled every 10 ms."""
+    name = await bench.task()
+    writes = round(sizes.lag_s * 20)
+    batch = transcript(5)
+    sent: dict[int, float] = {}
+    seen: dict[int, float] = {}
+    done = asyncio.Event()
+
+    async def poll() -> None:
+        while not done.is_set() or len(seen) < len(sent):
+            watermark = await bench.mirrored_seq(name)
+            now = time.perf_counter()
+            for seq in [s for s in sent if s <= watermark and s not in seen]:
+                seen[seq] = now
+            await asyncio.sleep(0.01)
+
+    poller = asyncio.create_task(poll())
+    start = time.perf_counter()
+    for i in range(writes):
+        await asyncio.sleep(max(0.0, start + i * 0.05 - time.perf_counter()))
+        began = time.perf_counter()
+        result = await bench.history.record_events(name, batch)
+        rows["lag"].base.append(time.perf_counter() - began)
+        assert result.last_seq is not None
+        sent[result.last_seq] = began
+    done.set()
+    await asyncio.wait_for(poller, 120)
+    rows["lag"].ours += [seen[seq] - began for seq, began in sent.items()]
+
+
+async def seed_tasks(bench: Bench, count: int) -> str:
+    """``count`` task nodes (the mirror's own properties) in a project of their own, half
+    ``done`` and half ``open``, written by UNWIND in batches; returns the project id."""
+    project = f"{bench.project}-list"
+    now = datetime.now(UTC)
+    rows = [
+        task_properties(
+            TaskView(
+                project_id=project,
+                name=f"task-{n:06d}",
+                workflow_id=task_workflow_id(project, f"task-{n:06d}"),
+                goal="seeded",
+                agent_id="bench",
+                session_id=None,
+                parent=None,
+                metadata={},
+                status=TaskStatus.DONE if n % 2 else TaskStatus.OPEN,
+                result=None,
+                error=None,
+                step_counts=dict.fromkeys(StepState, 0),
+                last_seq=0,
+                mirrored_seq=0,
+                unmirrored_writes=0,
+                mirror_error=None,
+                run_first_seq=1,
+                runs=1,
+                created_at=now,
+                updated_at=now,
+            )
+        )
+        for n in range(count)
+    ]
+    for at in range(0, len(rows), 2_000):
+        await bench.graph.driver.execute_query(
+            """
+            MERGE (p:Project {project_id: $project})
+            WITH p UNWIND $rows AS row
+            MERGE (t:Task {key: row.key}) SET t += row
+            MERGE (p)-[:HAS_TASK]->(t)
+            """,
+            project=project,
+            rows=rows[at : at + 2_000],
+            database_=bench.graph.database,
+        )
+    return project
+
+
+async def list_by_status(
+    bench: Bench, sizes: Sizes, rows: dict[str, Row], first: str, project: str
+) -> None:
+    """Pages of 50 ``done`` tasks in name order: ``find_tasks`` against the hand-written
+    Cypher of that one filter; alternating page by page."""
+    ours_after: str | None = None
+    base_after = ""
+    for _ in range(sizes.list_reads):
+        for side in _order(first):
+            started = time.perf_counter()
+            if side == "ours":
+                page = await bench.graph.find_tasks(
+                    project, TaskFilter(status=TaskStatus.DONE, after_name=ours_after, limit=50)
+                )
+                rows["list"].ours.append(time.perf_counter() - started)
+                ours_after = page[-1].name if len(page) == 50 else None
+            else:
+                records, _, _ = await bench.graph.driver.execute_query(
+                    """
+                    MATCH (t:Task {project_id: $p, status: $s}) WHERE t.name > $after
+                    RETURN t ORDER BY t.name LIMIT 50
+                    """,
+                    p=project,
+                    s="done",
+                    after=base_after,
+                    database_=bench.graph.database,
+                    routing_="r",
+                )
+                rows["list"].base.append(time.perf_counter() - started)
+                base_after = records[-1]["t"]["name"] if len(records) == 50 else ""
+
+
+async def one_step(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: str) -> None:
+    """A step recorded in the ledger around a bare activity, against the bare activity."""
+    name = await bench.task()
+    handle = await bench.bare()
+    call, result = transcript(2)
+
+    async def step(number: int) -> None:
+        history = bench.history
+        step_name = f"step-{number}"
+        assert (await history.record_events(name, [call])).recorded
+        assert (await history.set_step(name, step_name, "in_progress", kind="tool")).recorded
+        await handle.execute_update(BareWorkflow.call, step_name)
+        seq = (await history.record_events(name, [result])).last_seq
+        assert (await history.set_step(name, step_name, "completed", result_event_seq=seq)).recorded
+
+    for side in _order(first):
+        for number in range(sizes.steps):
+            if side == "ours":
+                rows["step"].ours.append(await _timed(step(len(rows["step"].ours))))
+            else:
+                took = await _timed(handle.execute_update(BareWorkflow.call, f"bare-{number}"))
+                rows["step"].base.append(took)
+
+
+@asynccontextmanager
+async def worker_process(kind: str, queue: str) -> AsyncIterator[int]:
+    """A worker in a process of its own (``bench.rss_worker``); yields its pid."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bench.rss_worker",
+        kind,
+        queue,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert process.stdout is not None
+        line = await asyncio.wait_for(process.stdout.readline(), 60)
+        assert line.strip() == b"ready", line
+        yield process.pid
+    finally:
+        assert process.stdin is not None
+        process.stdin.close()
+        try:
+            await asyncio.wait_for(process.wait(), 30)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+
+
+async def worker_rss(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: str) -> None:
+    """The resident memory a worker process gains per open task it holds (``rss_tasks``
+    tasks of ``rss_events`` events each), ours against bare."""
+    events = transcript(sizes.rss_events)
+    gate = asyncio.Semaphore(20)
+    for side in _order(first):
+        queue = f"{bench.queue}-rss-{side}"
+        async with worker_process(side, queue) as pid:
+            await asyncio.sleep(1.0)
+            before = rss_kib(pid)
+            if side == "ours":
+                history = replace_queue(bench.history, queue)
+
+                async def open_task(number: int) -> None:
+                    async with gate:
+                        name = f"rss-{queue}-{number}"
+                        assert (await history.create_task(name, "rss")).recorded
+                        bench.started.append(history.workflow_id(name))
+                        assert (await history.record_events(name, events)).recorded
+                        await bench.mirrored(name, len(events))
+
+            else:
+
+                async def open_task(number: int) -> None:
+                    async with gate:
+                        handle = await bench.bare(queue)
+                        await handle.execute_update(BareWorkflow.append, _event_json(events))
+
+            await asyncio.gather(*(open_task(n) for n in range(sizes.rss_tasks)))
+            await asyncio.sleep(1.0)
+            gained = (rss_kib(pid) - before) / sizes.rss_tasks
+            rows["rss"].samples(side).append(gained)
+
+
+def replace_queue(history: ConversationHistory, queue: str) -> ConversationHistory:
+    """``history`` on another task queue."""
+    return ConversationHistory(
+        history.client,
+        project_id=history.project_id,
+        agent_id=history.agent_id,
+        task_queue=queue,
+        graph=history.graph,
+        timeout_s=history.timeout_s,
+    )
+
+
+def _order(first: str) -> tuple[str, str]:
+    return ("ours", "bare") if first == "ours" else ("bare", "ours")
+
+
+def make_rows(sizes: Sizes) -> dict[str, Row]:
+    """The table's rows, in print order, empty."""
+    return {
+        "quiet": Row("single write, quiet (p50)", "ms", "<= 1.10"),
+        "b2b": Row("single write, back to back", "ms", "<= 1.10"),
+        "cpu": Row("CPU per write, all processes", "ms", "<= 2.0"),
+        "batch": Row(f"batch import, {sizes.batch_events:,} events", "events/s", ">= 1.0"),
+        "writers": Row(f"{sizes.writers} writers on {sizes.writers} tasks", "events/s", ">= 0.9"),
+        "ledger": Row(
+            f"transcript of {sizes.transcript_events} events, one write each",
+            "events/s",
+            "",
+            base_name="Neo4j-only ledger",
+        ),
+        "lag": Row(
+            "mirror lag at 100 events/s", "ms", "p95 <= 500 ms", base_name="acknowledged"
+        ),
+        "list": Row(
+            f"list by status, {sizes.list_tasks:,} tasks, page of 50",
+            "ms",
+            "p95 <= 20 ms",
+            base_name="hand-written Cypher",
+        ),
+        "replay": Row(f"replay of {sizes.batch_events:,} events", "ms", "<= 2 s"),
+        "step": Row("one step (4 ledger writes + activity)", "ms", "", base_name="bare activity"),
+        "rss": Row(f"worker RSS per open task ({sizes.rss_tasks})", "KiB", "<= 1.2"),
+    }
+
+
+SECONDS_ROWS = ("quiet", "b2b", "lag", "list", "replay", "step")
+"""Rows measured in seconds and shown in ms."""
+
+
+async def run_bench(sizes: Sizes, settings: Settings | None = None) -> dict[str, Any]:
+    """Run every row ``sizes.rounds`` times, alternating ours and the baseline; returns the
+    machine, the sizes and one summary per row (``Row.summary``)."""
+    rows = make_rows(sizes)
+    async with AsyncExitStack() as stack:
+        services = await stack.enter_async_context(open_services(settings, schema=True))
+        assert services.graph is not None
+        bench = Bench(services.client, services.graph, services.settings)
+        await stack.enter_async_context(build_worker(bench.client, bench.graph, bench.queue))
+        await stack.enter_async_context(bare_worker(bench.plain, bench.bare_queue))
+        about = await machine(bench)
+        try:
+            list_project = await seed_tasks(bench, sizes.list_tasks)
+            for number in range(sizes.rounds):
+                first = "ours" if number % 2 == 0 else "bare"
+                for run in (single_writes, batch_and_replay, writers, neo4j_ledger, mirror_lag):
+                    await run(bench, sizes, rows, first)
+                await list_by_status(bench, sizes, rows, first, list_project)
+                await one_step(bench, sizes, rows, first)
+                await worker_rss(bench, sizes, rows, first)
+                print(f"round {number + 1} of {sizes.rounds} done", file=sys.stderr, flush=True)
+        finally:
+            await bench.cleanup()
+            for project in (bench.project, f"{bench.project}-list"):
+                await wipe(bench.graph, project)
+    summaries = []
+    for key, row in rows.items():
+        if key in SECONDS_ROWS:
+            row.ours = [v * 1000 for v in row.ours]
+            row.base = [v * 1000 for v in row.base]
+        summaries.append(row.summary())
+    return {"machine": about, "sizes": sizes.__dict__, "rows": summaries}
+
+
+async def wipe(graph: TaskGraph, project_id: str) -> None:
+    """Delete a project's nodes, 10,000 events at a time, then the rest."""
+    while True:
+        records, _, _ = await graph.driver.execute_query(
+            "MATCH (n:Event {project_id: $p}) WITH n LIMIT 10000 DETACH DELETE n RETURN count(*)",
+            p=project_id,
+            database_=graph.database,
+        )
+        if records[0][0] == 0:
+            break
+    await graph.wipe_project(project_id)
+
+
+async def machine(bench: Bench) -> dict[str, str]:
+    """What the numbers were measured on: processor, cores, memory, load, versions."""
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    memory = next(
+        line.split(":", 1)[1].strip()
+        for line in Path("/proc/meminfo").read_text().splitlines()
+        if line.startswith("MemTotal")
+    )
+    info = await bench.client.workflow_service.get_system_info(GetSystemInfoRequest())
+    records, _, _ = await bench.graph.driver.execute_query(
+        "CALL dbms.components() YIELD name, versions, edition RETURN name, versions[0], edition",
+        database_=bench.graph.database,
+    )
+    versions = {}
+    for package in ("temporalio", "neo4j", "neo4j-rust-ext", "pydantic"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = "not installed"
+    return {
+        "cpu": f"{cpu}, {os.cpu_count()} cores",
+        "memory": memory,
+        "load average": " ".join(f"{v:.2f}" for v in os.getloadavg()),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "temporal server": info.server_version or "?",
+        "neo4j server": " ".join(str(v) for v in records[0].values()) if records else "?",
+        **versions,
+    }
