@@ -7,19 +7,24 @@ medians (ours / baseline). The baseline of every write is ``bench.bare.BareWorkf
 workflow whose update appends to a list, sent the same events through a client without our
 payload codec.
 
-| row | ours | baseline |
-| --- | --- | --- |
-| single write, quiet | ``record_event`` after a pause (an idle mirror) | one ``append`` update |
-| single write, back to back | ``record_event`` with no pause | ``append`` with no pause |
-| CPU per write | CPU of this process, Temporal and Neo4j over the back-to-back block, until mirrored | same, bare |
-| batch import | ``record_events`` of N events into one task (acknowledged) | the same chunks as ``append`` updates |
-| replay | ``starter.replay`` of every run of that task | the bare workflow's history |
-| 20 writers | 20 tasks, one writer each, single events | 20 bare workflows |
-| Neo4j-only ledger | ``record_event`` per event (acknowledged) | one Neo4j write transaction per event (MERGE on the key, NEXT link) |
-| mirror lag | 20 writes/s of 5 events: sent to visible in Neo4j | the same writes: sent to acknowledged |
-| list by status | ``TaskGraph.find_tasks`` page of 50, 10,000 tasks | hand-written Cypher for that one filter |
-| one step | tool_call, in_progress, tool_result, completed, plus a bare activity | the bare activity |
-| worker RSS per open task | a worker process holding N open tasks | a bare worker holding N bare workflows |
+- single write, quiet: ``record_event`` after a pause (an idle mirror); bare: one update.
+- single write, back to back: the same with no pause.
+- CPU per write: CPU time of this process, Temporal and Neo4j over the back-to-back block
+  (ours: until Neo4j holds the last event), per write.
+- batch import: ``record_events`` of N events into one task, acknowledged; bare: the same
+  chunks (``split_events``) as updates.
+- replay: ``starter.replay`` of every run of that task; bare: the bare workflow's history.
+- 20 writers: 20 tasks, one writer each, single events back to back; bare: 20 workflows.
+- transcript, one write each: ``record_event`` per event, acknowledged; baseline: a
+  Neo4j-only ledger, one write transaction per event (MERGE on the key, NEXT link).
+- mirror lag: 20 writes/s of 5 events into one task, sent to visible in Neo4j; baseline: the
+  same writes, sent to acknowledged.
+- list by status: ``TaskGraph.find_tasks``, pages of 50 of 10,000 tasks; baseline: the
+  hand-written Cypher of that one filter.
+- one step: its ledger writes (tool_call, in_progress, tool_result, completed) around a bare
+  activity; baseline: the bare activity.
+- worker RSS per open task: a worker process holding N open tasks; bare: a bare worker
+  holding N bare workflows with the same events.
 
 The recorded-task steps of agent tasks (steps as activities of the task workflow) are not on
 ``main`` yet, so "one step" is the ledger writes of a step plus a bare activity.
@@ -34,15 +39,17 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from functools import partial
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, LiteralString
 
 from neo4j import AsyncManagedTransaction
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
@@ -50,7 +57,8 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from bench.bare import BareWorkflow, bare_worker, start_bare
-from config import Settings
+from config import Settings, connect
+from devstack import free_port
 from devstack.neo4j_server import Neo4jServer
 from devstack.temporal import TemporalDevServer
 from starter.client import ConversationHistory, split_events
@@ -196,10 +204,14 @@ def rss_kib(pid: int) -> int:
 class Bench:
     """The servers, the clients, the workers and what the rows created (for clean-up)."""
 
-    def __init__(self, client: Client, graph: TaskGraph, settings: Settings) -> None:
+    def __init__(
+        self, client: Client, graph: TaskGraph, settings: Settings, temporal_pid: int | None
+    ) -> None:
         self.client = client
         self.plain = Client(
-            client.service_client, namespace=client.namespace, data_converter=pydantic_data_converter
+            client.service_client,
+            namespace=client.namespace,
+            data_converter=pydantic_data_converter,
         )
         """The baseline's client: the plain pydantic converter, no payload codec."""
         self.graph = graph
@@ -218,10 +230,11 @@ class Bench:
         self.started: list[str] = []
         """Workflow ids to terminate at the end."""
         self.names = (f"t-{n}" for n in itertools.count())
-        data = settings.data_dir
-        servers = (TemporalDevServer(data, 0), Neo4jServer(data, 0))
-        self.server_pids = [pid for pid in (s.running_pid() for s in servers) if pid is not None]
-        """The local stack's Temporal and Neo4j (for their CPU time); none when external."""
+        neo4j_pid = Neo4jServer(settings.data_dir, 0).running_pid()
+        self.server_pids = [pid for pid in (temporal_pid, neo4j_pid) if pid is not None]
+        """Temporal's and the local stack's Neo4j (for their CPU time); none when external."""
+        self.worker_env: dict[str, str] = dict(os.environ)
+        """The environment of the RSS row's worker processes (they reach the same server)."""
 
     def task_name(self) -> str:
         """A new task name of the bench's project."""
@@ -243,7 +256,7 @@ class Bench:
 
     async def mirrored(self, name: str, seq: int) -> None:
         """Wait until Neo4j holds the task's events up to ``seq`` (polled every 20 ms)."""
-        while await self.mirrored_seq(name) < seq:
+        while await self.mirrored_seq(name) < seq:  # noqa: ASYNC110 (Neo4j is polled)
             await asyncio.sleep(0.02)
 
     async def mirrored_seq(self, name: str) -> int:
@@ -281,6 +294,14 @@ def _event_json(events: list[EventInput]) -> list[dict[str, Any]]:
 
 # ------------------------------------------------------------------------------ the rows
 
+Side = Callable[[], Awaitable[None]]
+
+
+async def both(first: str, ours: Side, bare: Side) -> None:
+    """Run one block of ours and one of the baseline, ``first`` (``ours`` or ``bare``) first."""
+    for side in (ours, bare) if first == "ours" else (bare, ours):
+        await side()
+
 
 async def single_writes(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: str) -> None:
     """Quiet and back-to-back single writes, and CPU per write (back to back, until
@@ -289,71 +310,71 @@ async def single_writes(bench: Bench, sizes: Sizes, rows: dict[str, Row], first:
     name = await bench.task()
     handle = await bench.bare()
 
-    async def ours(pause: float) -> list[float]:
+    async def write_ours(pause: float) -> list[float]:
         took = []
         for event in events:
             await asyncio.sleep(pause)
             took.append(await _timed(bench.history.record_events(name, [event])))
         return took
 
-    async def bare(pause: float) -> list[float]:
+    async def write_bare(pause: float) -> list[float]:
         took = []
         for event in _event_json(events):
             await asyncio.sleep(pause)
             took.append(await _timed(handle.execute_update(BareWorkflow.append, [event])))
         return took
 
-    async def cpu(run: Callable[[], Awaitable[list[float]]], side: str) -> list[float]:
-        before = cpu_seconds(bench.server_pids)
-        took = await run()
-        if side == "ours":
-            view = (await bench.history.get_task(name)).view
-            assert view is not None
-            await bench.mirrored(name, view.last_seq)
-        await asyncio.sleep(0.3)  # the same settling time for both
-        spent = cpu_seconds(bench.server_pids) - before
-        rows["cpu"].samples(side).append(spent / len(events) * 1000)
+    async def cpu_ours() -> list[float]:
+        took = await write_ours(0.0)
+        view = (await bench.history.get_task(name)).view
+        assert view is not None
+        await bench.mirrored(name, view.last_seq)
         return took
 
-    for side in _order(first):
-        if side == "ours":
-            rows["quiet"].ours += await ours(sizes.pause_s)
-            rows["b2b"].ours += await cpu(lambda: ours(0.0), side)
-        else:
-            rows["quiet"].base += await bare(sizes.pause_s)
-            rows["b2b"].base += await cpu(lambda: bare(0.0), side)
+    async def block(write: Callable[[float], Awaitable[list[float]]], side: str) -> None:
+        rows["quiet"].samples(side).extend(await write(sizes.pause_s))
+        before = cpu_seconds(bench.server_pids)
+        rows["b2b"].samples(side).extend(await (cpu_ours() if side == "ours" else write(0.0)))
+        await asyncio.sleep(0.3)  # the same settling time for both
+        spent = cpu_seconds(bench.server_pids) - before
+        rows["cpu"].samples(side).append(spent / len(events))
+
+    await both(first, lambda: block(write_ours, "ours"), lambda: block(write_bare, "bare"))
 
 
 async def batch_and_replay(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: str) -> None:
     """``batch_events`` events into one task by ``record_events`` against the same chunks as
-    bare updates; then the replay of both histories."""
+    bare updates; then the replay of each history (every run of the task)."""
     events = transcript(sizes.batch_events)
-    for side in _order(first):
-        if side == "ours":
-            name = await bench.task()
-            took = await _timed(bench.history.record_events(name, events))
-            rows["batch"].ours.append(len(events) / took)
-            workflow_id = bench.history.workflow_id(name)
-            runs = [e async for e in bench.client.list_workflows(f"WorkflowId = '{workflow_id}'")]
-            histories = [
-                await bench.client.get_workflow_handle(workflow_id, run_id=e.run_id).fetch_history()
-                for e in runs
-            ]
-            rows["replay"].ours.append(await _replay(histories, (TaskWorkflow,)))
-        else:
-            handle = await bench.bare()
-            chunks = [_event_json(chunk) for chunk in split_events(events)]
-            started = time.perf_counter()
-            for chunk in chunks:
-                await handle.execute_update(BareWorkflow.append, chunk)
-            rows["batch"].base.append(len(events) / (time.perf_counter() - started))
-            rows["replay"].base.append(await _replay([await handle.fetch_history()], (BareWorkflow,)))
+
+    async def ours() -> None:
+        name = await bench.task()
+        took = await _timed(bench.history.record_events(name, events))
+        rows["batch"].ours.append(len(events) / took)
+        workflow_id = bench.history.workflow_id(name)
+        runs = [e async for e in bench.client.list_workflows(f"WorkflowId = '{workflow_id}'")]
+        histories = [
+            await bench.client.get_workflow_handle(workflow_id, run_id=e.run_id).fetch_history()
+            for e in runs
+        ]
+        rows["replay"].ours.append(await _replay(histories, TaskWorkflow))
+
+    async def bare() -> None:
+        handle = await bench.bare()
+        chunks = [_event_json(chunk) for chunk in split_events(events)]
+        started = time.perf_counter()
+        for chunk in chunks:
+            await handle.execute_update(BareWorkflow.append, chunk)
+        rows["batch"].base.append(len(events) / (time.perf_counter() - started))
+        rows["replay"].base.append(await _replay([await handle.fetch_history()], BareWorkflow))
+
+    await both(first, ours, bare)
 
 
-async def _replay(histories: list[WorkflowHistory], workflows: tuple[type, ...]) -> float:
+async def _replay(histories: list[WorkflowHistory], workflow: type) -> float:
     """Seconds to replay ``histories`` (one ``Replayer`` pass, as ``agent-tasks replay``)."""
     started = time.perf_counter()
-    results = await replay_histories([("server", h) for h in histories], workflows)
+    results = await replay_histories([("server", h) for h in histories], (workflow,))
     took = time.perf_counter() - started
     assert all(r.result == "ok" for r in results), results
     return took
@@ -362,28 +383,28 @@ async def _replay(histories: list[WorkflowHistory], workflows: tuple[type, ...])
 async def writers(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: str) -> None:
     """``writers`` writers, each on its own task, single events back to back."""
     events = transcript(sizes.writer_events)
-    for side in _order(first):
-        if side == "ours":
-            names = [await bench.task() for _ in range(sizes.writers)]
+    total = sizes.writers * len(events)
 
-            async def write(name: str) -> None:
-                for event in events:
-                    assert (await bench.history.record_events(name, [event])).recorded
+    async def write(name: str) -> None:
+        for event in events:
+            assert (await bench.history.record_events(name, [event])).recorded
 
-            took = await _timed(asyncio.gather(*(write(n) for n in names)))
-            rows["writers"].ours.append(len(names) * len(events) / took)
-        else:
-            handles = [await bench.bare() for _ in range(sizes.writers)]
+    async def append(handle: Any) -> None:
+        for event in _event_json(events):
+            await handle.execute_update(BareWorkflow.append, [event])
 
-            async def append(handle: Any) -> None:
-                for event in _event_json(events):
-                    await handle.execute_update(BareWorkflow.append, [event])
+    async def ours() -> None:
+        names = [await bench.task() for _ in range(sizes.writers)]
+        rows["writers"].ours.append(total / await _timed(asyncio.gather(*map(write, names))))
 
-            took = await _timed(asyncio.gather(*(append(h) for h in handles)))
-            rows["writers"].base.append(len(handles) * len(events) / took)
+    async def bare() -> None:
+        handles = [await bench.bare() for _ in range(sizes.writers)]
+        rows["writers"].base.append(total / await _timed(asyncio.gather(*map(append, handles))))
+
+    await both(first, ours, bare)
 
 
-_LEDGER_EVENT = """
+_LEDGER_EVENT: LiteralString = """
 MERGE (t:Task {key: $task_key})
   ON CREATE SET t.project_id = $project_id, t.last_seq = 0
 SET t.last_seq = t.last_seq + 1
@@ -403,44 +424,35 @@ async def neo4j_ledger(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: 
     """The same transcript written one event per write: ours by update, a Neo4j-only ledger
     by one write transaction each."""
     events = transcript(sizes.transcript_events)
-    for side in _order(first):
-        if side == "ours":
-            name = await bench.task()
 
-            async def ours() -> None:
-                for event in events:
-                    assert (await bench.history.record_events(name, [event])).recorded
+    async def ours() -> None:
+        name = await bench.task()
+        started = time.perf_counter()
+        for event in events:
+            assert (await bench.history.record_events(name, [event])).recorded
+        rows["ledger"].ours.append(len(events) / (time.perf_counter() - started))
 
-            rows["ledger"].ours.append(len(events) / await _timed(ours()))
-        else:
-            key = f"ledger/{bench.project}/{uuid.uuid4().hex[:8]}"
-            props = _event_json(events)
+    async def ledger() -> None:
+        key = f"ledger/{bench.project}/{uuid.uuid4().hex[:8]}"
 
-            async def ledger() -> None:
-                async with bench.graph.driver.session(database=bench.graph.database) as session:
-                    for event in props:
+        async def write(tx: AsyncManagedTransaction, event: dict[str, Any]) -> None:
+            parameters = {"task_key": key, "project_id": bench.project, "event": event}
+            await (await tx.run(_LEDGER_EVENT, parameters)).consume()
 
-                        async def write(tx: AsyncManagedTransaction, e: Any = event) -> None:
-                            await (
-                                await tx.run(
-                                    _LEDGER_EVENT,
-                                    task_key=key,
-                                    project_id=bench.project,
-                                    event=e,
-                                )
-                            ).consume()
+        started = time.perf_counter()
+        async with bench.graph.driver.session(database=bench.graph.database) as session:
+            for event in _event_json(events):
+                await session.execute_write(write, event)
+        rows["ledger"].base.append(len(events) / (time.perf_counter() - started))
 
-                        await session.execute_write(write)
-
-            rows["ledger"].base.append(len(events) / await _timed(ledger()))
+    await both(first, ours, ledger)
 
 
 async def mirror_lag(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: str) -> None:
     """100 events/s into one task as 20 writes/s of 5 events: each write's time from sent to
     visible in Neo4j (ours), and from sent to acknowledged (the baseline: nothing is visible
-    before it is acknowledged). Neo4j is polled every 10 ms."""
+    before it is acknowledged). Neo4j is polled every 10 ms. One block serves both."""
     name = await bench.task()
-    writes = round(sizes.lag_s * 20)
     batch = transcript(5)
     sent: dict[int, float] = {}
     seen: dict[int, float] = {}
@@ -450,14 +462,13 @@ async def mirror_lag(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: st
         while not done.is_set() or len(seen) < len(sent):
             watermark = await bench.mirrored_seq(name)
             now = time.perf_counter()
-            for seq in [s for s in sent if s <= watermark and s not in seen]:
-                seen[seq] = now
+            seen.update((seq, now) for seq in sent if seq <= watermark and seq not in seen)
             await asyncio.sleep(0.01)
 
     poller = asyncio.create_task(poll())
     start = time.perf_counter()
-    for i in range(writes):
-        await asyncio.sleep(max(0.0, start + i * 0.05 - time.perf_counter()))
+    for number in range(round(sizes.lag_s * 20)):
+        await asyncio.sleep(max(0.0, start + number * 0.05 - time.perf_counter()))
         began = time.perf_counter()
         result = await bench.history.record_events(name, batch)
         rows["lag"].base.append(time.perf_counter() - began)
@@ -516,35 +527,37 @@ async def seed_tasks(bench: Bench, count: int) -> str:
 
 
 async def list_by_status(
-    bench: Bench, sizes: Sizes, rows: dict[str, Row], first: str, project: str
+    bench: Bench, sizes: Sizes, rows: dict[str, Row], first: str, *, project: str
 ) -> None:
     """Pages of 50 ``done`` tasks in name order: ``find_tasks`` against the hand-written
-    Cypher of that one filter; alternating page by page."""
-    ours_after: str | None = None
-    base_after = ""
+    Cypher of that one filter, page by page in turn."""
+    cursor: dict[str, str | None] = {"ours": None, "bare": ""}
+
+    async def ours() -> None:
+        where = TaskFilter(status=TaskStatus.DONE, after_name=cursor["ours"], limit=50)
+        started = time.perf_counter()
+        page = await bench.graph.find_tasks(project, where)
+        rows["list"].ours.append(time.perf_counter() - started)
+        cursor["ours"] = page[-1].name if len(page) == 50 else None
+
+    async def cypher() -> None:
+        started = time.perf_counter()
+        records, _, _ = await bench.graph.driver.execute_query(
+            """
+            MATCH (t:Task {project_id: $p, status: $s}) WHERE t.name > $after
+            RETURN t ORDER BY t.name LIMIT 50
+            """,
+            p=project,
+            s="done",
+            after=cursor["bare"],
+            database_=bench.graph.database,
+            routing_="r",
+        )
+        rows["list"].base.append(time.perf_counter() - started)
+        cursor["bare"] = records[-1]["t"]["name"] if len(records) == 50 else ""
+
     for _ in range(sizes.list_reads):
-        for side in _order(first):
-            started = time.perf_counter()
-            if side == "ours":
-                page = await bench.graph.find_tasks(
-                    project, TaskFilter(status=TaskStatus.DONE, after_name=ours_after, limit=50)
-                )
-                rows["list"].ours.append(time.perf_counter() - started)
-                ours_after = page[-1].name if len(page) == 50 else None
-            else:
-                records, _, _ = await bench.graph.driver.execute_query(
-                    """
-                    MATCH (t:Task {project_id: $p, status: $s}) WHERE t.name > $after
-                    RETURN t ORDER BY t.name LIMIT 50
-                    """,
-                    p=project,
-                    s="done",
-                    after=base_after,
-                    database_=bench.graph.database,
-                    routing_="r",
-                )
-                rows["list"].base.append(time.perf_counter() - started)
-                base_after = records[-1]["t"]["name"] if len(records) == 50 else ""
+        await both(first, ours, cypher)
 
 
 async def one_step(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: str) -> None:
@@ -552,27 +565,29 @@ async def one_step(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: str)
     name = await bench.task()
     handle = await bench.bare()
     call, result = transcript(2)
+    history = bench.history
 
-    async def step(number: int) -> None:
-        history = bench.history
-        step_name = f"step-{number}"
+    async def step(step_name: str) -> None:
         assert (await history.record_events(name, [call])).recorded
         assert (await history.set_step(name, step_name, "in_progress", kind="tool")).recorded
         await handle.execute_update(BareWorkflow.call, step_name)
         seq = (await history.record_events(name, [result])).last_seq
         assert (await history.set_step(name, step_name, "completed", result_event_seq=seq)).recorded
 
-    for side in _order(first):
+    async def ours() -> None:
+        for _ in range(sizes.steps):
+            rows["step"].ours.append(await _timed(step(f"step-{len(rows['step'].ours)}")))
+
+    async def bare() -> None:
         for number in range(sizes.steps):
-            if side == "ours":
-                rows["step"].ours.append(await _timed(step(len(rows["step"].ours))))
-            else:
-                took = await _timed(handle.execute_update(BareWorkflow.call, f"bare-{number}"))
-                rows["step"].base.append(took)
+            took = await _timed(handle.execute_update(BareWorkflow.call, f"bare-{number}"))
+            rows["step"].base.append(took)
+
+    await both(first, ours, bare)
 
 
 @asynccontextmanager
-async def worker_process(kind: str, queue: str) -> AsyncIterator[int]:
+async def worker_process(kind: str, queue: str, env: dict[str, str]) -> AsyncIterator[int]:
     """A worker in a process of its own (``bench.rss_worker``); yields its pid."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -582,6 +597,7 @@ async def worker_process(kind: str, queue: str) -> AsyncIterator[int]:
         queue,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
+        env=env,
     )
     try:
         assert process.stdout is not None
@@ -600,36 +616,39 @@ async def worker_process(kind: str, queue: str) -> AsyncIterator[int]:
 
 async def worker_rss(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: str) -> None:
     """The resident memory a worker process gains per open task it holds (``rss_tasks``
-    tasks of ``rss_events`` events each), ours against bare."""
+    tasks of ``rss_events`` events each, 20 opened at a time), ours against bare."""
     events = transcript(sizes.rss_events)
     gate = asyncio.Semaphore(20)
-    for side in _order(first):
+
+    async def open_ours(history: ConversationHistory, number: int) -> None:
+        async with gate:
+            name = f"rss-{history.task_queue}-{number}"
+            assert (await history.create_task(name, "rss")).recorded
+            bench.started.append(history.workflow_id(name))
+            assert (await history.record_events(name, events)).recorded
+            await bench.mirrored(name, len(events))
+
+    async def open_bare(queue: str, number: int) -> None:
+        async with gate:
+            handle = await bench.bare(queue)
+            await handle.execute_update(BareWorkflow.append, _event_json(events))
+
+    async def block(side: str) -> None:
         queue = f"{bench.queue}-rss-{side}"
-        async with worker_process(side, queue) as pid:
+        history = replace_queue(bench.history, queue)
+        async with worker_process(side, queue, bench.worker_env) as pid:
             await asyncio.sleep(1.0)
             before = rss_kib(pid)
-            if side == "ours":
-                history = replace_queue(bench.history, queue)
-
-                async def open_task(number: int) -> None:
-                    async with gate:
-                        name = f"rss-{queue}-{number}"
-                        assert (await history.create_task(name, "rss")).recorded
-                        bench.started.append(history.workflow_id(name))
-                        assert (await history.record_events(name, events)).recorded
-                        await bench.mirrored(name, len(events))
-
-            else:
-
-                async def open_task(number: int) -> None:
-                    async with gate:
-                        handle = await bench.bare(queue)
-                        await handle.execute_update(BareWorkflow.append, _event_json(events))
-
-            await asyncio.gather(*(open_task(n) for n in range(sizes.rss_tasks)))
+            await asyncio.gather(
+                *(
+                    open_ours(history, n) if side == "ours" else open_bare(queue, n)
+                    for n in range(sizes.rss_tasks)
+                )
+            )
             await asyncio.sleep(1.0)
-            gained = (rss_kib(pid) - before) / sizes.rss_tasks
-            rows["rss"].samples(side).append(gained)
+            rows["rss"].samples(side).append((rss_kib(pid) - before) / sizes.rss_tasks)
+
+    await both(first, lambda: block("ours"), lambda: block("bare"))
 
 
 def replace_queue(history: ConversationHistory, queue: str) -> ConversationHistory:
@@ -642,10 +661,6 @@ def replace_queue(history: ConversationHistory, queue: str) -> ConversationHisto
         graph=history.graph,
         timeout_s=history.timeout_s,
     )
-
-
-def _order(first: str) -> tuple[str, str]:
-    return ("ours", "bare") if first == "ours" else ("bare", "ours")
 
 
 def make_rows(sizes: Sizes) -> dict[str, Row]:
@@ -662,9 +677,7 @@ def make_rows(sizes: Sizes) -> dict[str, Row]:
             "",
             base_name="Neo4j-only ledger",
         ),
-        "lag": Row(
-            "mirror lag at 100 events/s", "ms", "p95 <= 500 ms", base_name="acknowledged"
-        ),
+        "lag": Row("mirror lag at 100 events/s", "ms", "p95 <= 500 ms", base_name="acknowledged"),
         "list": Row(
             f"list by status, {sizes.list_tasks:,} tasks, page of 50",
             "ms",
@@ -677,30 +690,73 @@ def make_rows(sizes: Sizes) -> dict[str, Row]:
     }
 
 
-SECONDS_ROWS = ("quiet", "b2b", "lag", "list", "replay", "step")
+SECONDS_ROWS = ("quiet", "b2b", "cpu", "lag", "list", "replay", "step")
 """Rows measured in seconds and shown in ms."""
 
 
-async def run_bench(sizes: Sizes, settings: Settings | None = None) -> dict[str, Any]:
-    """Run every row ``sizes.rounds`` times, alternating ours and the baseline; returns the
-    machine, the sizes and one summary per row (``Row.summary``)."""
+GROUPS = ("writes", "batch", "writers", "ledger", "lag", "list", "step", "rss")
+"""The row groups, in run order: ``writes`` (quiet, back to back, CPU), ``batch`` (import and
+replay), then one group per row."""
+
+
+async def run_bench(
+    sizes: Sizes,
+    settings: Settings | None = None,
+    *,
+    only: set[str] | None = None,
+    private: bool = True,
+) -> dict[str, Any]:
+    """Run every row (or the groups in ``only``, ``GROUPS``) ``sizes.rounds`` times,
+    alternating ours and the baseline; returns the machine, the sizes and one summary per row
+    (``Row.summary``; rows not run have no numbers).
+
+    With ``private`` (the default) ours and the baseline run on a Temporal dev server of the
+    bench's own (the project's dev configuration, a SQLite file in a temporary folder,
+    stopped at the end), so that other users of the configured server neither slow it nor
+    add to its CPU time; otherwise on the configured server. Neo4j is always the configured
+    one (the local stack's by default)."""
     rows = make_rows(sizes)
+    only = set(GROUPS) if only is None else only
+    settings = settings or Settings()
     async with AsyncExitStack() as stack:
-        services = await stack.enter_async_context(open_services(settings, schema=True))
+        client, temporal_pid = None, None
+        if private:
+            folder = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+            server = TemporalDevServer(folder, free_port())
+            temporal_pid, _ = await server.start_ready()
+            stack.push_async_callback(server.stop)
+            client = await connect(settings, address=server.address)
+        else:
+            temporal_pid = TemporalDevServer(settings.data_dir, 0).running_pid()
+        services = await stack.enter_async_context(
+            open_services(settings, client=client, schema=True)
+        )
         assert services.graph is not None
-        bench = Bench(services.client, services.graph, services.settings)
+        bench = Bench(services.client, services.graph, services.settings, temporal_pid)
+        bench.worker_env = {
+            **os.environ,
+            "TEMPORAL_ADDRESS": services.client.service_client.config.target_host,
+        }
         await stack.enter_async_context(build_worker(bench.client, bench.graph, bench.queue))
         await stack.enter_async_context(bare_worker(bench.plain, bench.bare_queue))
         about = await machine(bench)
         try:
-            list_project = await seed_tasks(bench, sizes.list_tasks)
+            list_project = await seed_tasks(bench, sizes.list_tasks) if "list" in only else ""
+            groups: dict[str, Callable[[Bench, Sizes, dict[str, Row], str], Awaitable[None]]] = {
+                "writes": single_writes,
+                "batch": batch_and_replay,
+                "writers": writers,
+                "ledger": neo4j_ledger,
+                "lag": mirror_lag,
+                "list": partial(list_by_status, project=list_project),
+                "step": one_step,
+                "rss": worker_rss,
+            }
             for number in range(sizes.rounds):
                 first = "ours" if number % 2 == 0 else "bare"
-                for run in (single_writes, batch_and_replay, writers, neo4j_ledger, mirror_lag):
-                    await run(bench, sizes, rows, first)
-                await list_by_status(bench, sizes, rows, first, list_project)
-                await one_step(bench, sizes, rows, first)
-                await worker_rss(bench, sizes, rows, first)
+                for group in GROUPS:
+                    if group in only:
+                        await groups[group](bench, sizes, rows, first)
                 print(f"round {number + 1} of {sizes.rounds} done", file=sys.stderr, flush=True)
         finally:
             await bench.cleanup()
@@ -728,21 +784,18 @@ async def wipe(graph: TaskGraph, project_id: str) -> None:
     await graph.wipe_project(project_id)
 
 
+def _proc_field(path: str, key: str) -> str:
+    """The value of ``key`` in a ``/proc`` file of ``key: value`` lines."""
+    for line in Path(path).read_text().splitlines():
+        if line.startswith(key):
+            return line.split(":", 1)[1].strip()
+    return "?"
+
+
 async def machine(bench: Bench) -> dict[str, str]:
     """What the numbers were measured on: processor, cores, memory, load, versions."""
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        platform.processor(),
-    )
-    memory = next(
-        line.split(":", 1)[1].strip()
-        for line in Path("/proc/meminfo").read_text().splitlines()
-        if line.startswith("MemTotal")
-    )
+    cpu = _proc_field("/proc/cpuinfo", "model name")
+    memory = _proc_field("/proc/meminfo", "MemTotal")
     info = await bench.client.workflow_service.get_system_info(GetSystemInfoRequest())
     records, _, _ = await bench.graph.driver.execute_query(
         "CALL dbms.components() YIELD name, versions, edition RETURN name, versions[0], edition",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+from dataclasses import replace
 from typing import Annotated, Any
 
 import typer
@@ -22,20 +23,41 @@ def bench_command(
     scale: Annotated[
         float, typer.Option(min=0.001, help="Multiply every count by this (tests: 0.05).")
     ] = 1.0,
+    only: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--only",
+            help="Only these row groups (repeat): writes, batch, writers, ledger, lag, list, "
+            "step, rss.",
+        ),
+    ] = None,
+    shared: Annotated[
+        bool,
+        typer.Option(
+            "--shared",
+            help="Use the configured Temporal server (TEMPORAL_ADDRESS), not a private dev "
+            "server of the bench's own.",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Measure the product against bare Temporal (and Neo4j) side by side, on the servers of
-    the environment (the local stack by default), and print one table: medians, p95 and the
-    ratio of the medians. Starts its own workers on private task queues; deletes what it
-    wrote to Neo4j and terminates the workflows it started."""
-    from bench.suite import FULL, QUICK, run_bench
+    """Measure the product against bare Temporal (and Neo4j) side by side and print one
+    table: medians, p95 and the ratio of the medians. Runs on a Temporal dev server of its own
+    (unless --shared) and the configured Neo4j (the local stack's by default), with its own
+    workers; deletes what it wrote to Neo4j and terminates the workflows it started."""
+    from bench.suite import FULL, GROUPS, QUICK, run_bench
+
+    unknown = set(only or ()) - set(GROUPS)
+    if unknown:
+        console.print(f"[red]invalid arguments:[/red] unknown row groups {sorted(unknown)}")
+        raise typer.Exit(2)
 
     sizes = QUICK if quick else FULL
     if scale != 1.0:
         sizes = sizes.scaled(scale)
     if rounds is not None:
-        sizes = sizes.__class__(**{**sizes.__dict__, "rounds": rounds})
-    report = run(run_bench(sizes))
+        sizes = replace(sizes, rounds=rounds)
+    report = run(run_bench(sizes, only=None if only is None else set(only), private=not shared))
     report["command"] = shlex.join(["agent-tasks", *sys.argv[1:]])
     emit(report, as_json, _render)
 
@@ -51,7 +73,17 @@ def _render(report: dict[str, Any]) -> None:
         console.print(f"{key}: {value}")
     console.print(f"command: {report['command']}")
     out = Table(title="cost per event: ours against the floor (ratio = ours p50 / baseline p50)")
-    for column in ("row", "unit", "ours p50", "ours p95", "baseline", "p50", "p95", "ratio", "goal"):
+    for column in (
+        "row",
+        "unit",
+        "ours p50",
+        "ours p95",
+        "baseline",
+        "p50",
+        "p95",
+        "ratio",
+        "goal",
+    ):
         out.add_column(column)
     for row in report["rows"]:
         ratio = row["ratio"]
