@@ -64,6 +64,8 @@ from workflows.models.mirror import (
     MIRROR_MAX_EVENTS,
     MirrorInput,
     MirrorOutcome,
+    MirrorPage,
+    MirrorQuery,
 )
 from workflows.models.state import (
     AgentRun,
@@ -127,6 +129,8 @@ __all__ = [
     "FinishTaskInput",
     "MirrorInput",
     "MirrorOutcome",
+    "MirrorPage",
+    "MirrorQuery",
     "ModelInput",
     "ModelSpec",
     "ModelTurn",
