@@ -23,7 +23,6 @@ from typing import Any
 from pydantic import BaseModel, TypeAdapter
 from temporalio import workflow
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import (
     ExecuteWorkflowInput,
     Interceptor,
@@ -94,7 +93,7 @@ async def replay_run(client: Client, workflow_id: str, run_id: str) -> Ledger:
     replayer = Replayer(
         workflows=[TaskWorkflow],
         workflow_runner=UnsandboxedWorkflowRunner(),
-        data_converter=pydantic_data_converter,
+        data_converter=client.data_converter,  # the worker's: models and payload codec
         interceptors=[keep],
     )
     await replayer.replay_workflow(history)

@@ -50,6 +50,7 @@ ALLOWED: dict[str, set[str]] = {
         "devstack",
         "starter",
         "codec",
+        "trajectories",
     },
 }
 """Each top-level part of the project -> the parts it may import (besides itself)."""

@@ -250,7 +250,7 @@ def test_mirror_page_holds_view_steps_then_events_within_its_bytes() -> None:
     assert not rest.steps_done and rest.events == []
     last = ledger.mirror_page(MirrorQuery(max_bytes=1, with_view=False, after_name="a"))
     assert [s.step_name for s in last.steps] == ["b"] and last.steps_done and last.events == []
-    # once the steps are in (none changed after write 3, the set_steps), one event at least, in the range
+    # once the steps are in (none changed after write 3, the set_steps): one event at least
     events_only = ledger.mirror_page(
         MirrorQuery(max_bytes=1, with_view=False, after_write=3, after_seq=3, up_to_seq=5)
     )
