@@ -34,7 +34,7 @@ from neo4j import (
     AsyncSession,
     unit_of_work,
 )
-from neo4j.exceptions import ServiceUnavailable
+from neo4j.exceptions import ClientError, ServiceUnavailable
 
 from taskgraph.models import (
     EventFilter,
@@ -64,16 +64,20 @@ SCHEMA: tuple[LiteralString, ...] = (
     "CREATE INDEX task_project_name IF NOT EXISTS FOR (n:Task) ON (n.project_id, n.name)",
     "CREATE INDEX task_project_status_name IF NOT EXISTS FOR (n:Task) "
     "ON (n.project_id, n.status, n.name)",
-    "DROP INDEX task_project_status IF EXISTS",
     "CREATE INDEX event_project_kind IF NOT EXISTS FOR (n:Event) ON (n.project_id, n.kind)",
     "CREATE INDEX event_project_time IF NOT EXISTS FOR (n:Event) ON (n.project_id, n.time)",
     "CREATE INDEX step_project_state IF NOT EXISTS FOR (n:Step) ON (n.project_id, n.state)",
 )
 """Constraints and indexes, created before the first write (all single-property uniqueness
 constraints and range indexes, which Neo4j Community has). ``task_project_status_name``
-replaced ``task_project_status`` (its prefix), whose drop stays here for graphs made before."""
+replaced ``task_project_status`` (its prefix, which a graph made before still has: it is not
+dropped here, since workers of both versions run side by side during a deploy; an operator may
+drop it once every worker is new)."""
 
-_TASK: LiteralString = """
+SCHEMA_RULE_EXISTS = "Neo.ClientError.Schema.EquivalentSchemaRuleAlreadyExists"
+"""The error of a schema rule created by another session meanwhile (``init_schema``)."""
+
+_WRITE_TASK: LiteralString = """
 MERGE (p:Project {project_id: $t.project_id})
 MERGE (t:Task {key: $t.key})
 SET t += $t
@@ -88,48 +92,46 @@ FOREACH (s IN CASE WHEN $t.session_id IS NULL THEN [] ELSE [$t.session_id] END |
 FOREACH (pk IN CASE WHEN $parent_key IS NULL THEN [] ELSE [$parent_key] END |
   MERGE (pt:Task {key: pk}) ON CREATE SET pt.project_id = $t.project_id, pt.name = $t.parent
   MERGE (t)-[:CHILD_OF]->(pt))
-"""
-
-_EVENTS: LiteralString = """
-MATCH (t:Task {key: $task_key})
-UNWIND $events AS ev
-MERGE (e:Event {key: $task_key + '#' + toString(ev.seq)})
-SET e += ev, e.task_key = $task_key, e.project_id = t.project_id, e.task_name = t.name
-MERGE (t)-[:HAS_EVENT]->(e)
-MERGE (a:Agent {key: t.project_id + '/' + ev.author})
-  ON CREATE SET a.project_id = t.project_id, a.agent_id = ev.author
-MERGE (e)-[:AUTHORED_BY]->(a)
-"""
-
-_NEXT: LiteralString = """
-UNWIND $seqs AS s
-MATCH (a:Event {key: $task_key + '#' + toString(s - 1)})
-MATCH (b:Event {key: $task_key + '#' + toString(s)})
-MERGE (a)-[:NEXT]->(b)
-"""
-
-_WATERMARK: LiteralString = """
-MATCH (t:Task {key: $task_key})
-SET t.mirrored_seq = CASE WHEN coalesce(t.mirrored_seq, 0) < $seq THEN $seq
+WITH t
+CALL (t) {
+  UNWIND $events AS ev
+  MERGE (e:Event {key: t.key + '#' + toString(ev.seq)})
+  SET e += ev, e.task_key = t.key, e.project_id = t.project_id, e.task_name = t.name
+  MERGE (t)-[:HAS_EVENT]->(e)
+  MERGE (a:Agent {key: t.project_id + '/' + ev.author})
+    ON CREATE SET a.project_id = t.project_id, a.agent_id = ev.author
+  MERGE (e)-[:AUTHORED_BY]->(a)
+}
+CALL (t) {
+  UNWIND $events AS ev
+  MATCH (a:Event {key: t.key + '#' + toString(ev.seq - 1)})
+  MATCH (b:Event {key: t.key + '#' + toString(ev.seq)})
+  MERGE (a)-[:NEXT]->(b)
+}
+SET t.mirrored_seq = CASE WHEN coalesce(t.mirrored_seq, 0) < $watermark THEN $watermark
                           ELSE t.mirrored_seq END
+WITH t
+CALL (t) {
+  UNWIND $steps AS st
+  MERGE (s:Step {key: t.key + '/' + st.step_name})
+  SET s += st, s.task_key = t.key, s.project_id = t.project_id, s.task_name = t.name
+  MERGE (t)-[:HAS_STEP]->(s)
+  WITH t, s, st
+  OPTIONAL MATCH (s)-[old:RESULT]->(previous:Event)
+    WHERE previous.seq <> st.result_event_seq OR st.result_event_seq IS NULL
+  DELETE old
+  WITH t, s, st WHERE st.result_event_seq IS NOT NULL
+  MERGE (e:Event {key: t.key + '#' + toString(st.result_event_seq)})
+    ON CREATE SET e.project_id = t.project_id, e.task_key = t.key,
+                  e.task_name = t.name, e.seq = st.result_event_seq
+  MERGE (s)-[:RESULT]->(e)
+}
 """
-
-_STEPS: LiteralString = """
-MATCH (t:Task {key: $task_key})
-UNWIND $steps AS st
-MERGE (s:Step {key: $task_key + '/' + st.step_name})
-SET s += st, s.task_key = $task_key, s.project_id = t.project_id, s.task_name = t.name
-MERGE (t)-[:HAS_STEP]->(s)
-WITH t, s, st
-OPTIONAL MATCH (s)-[old:RESULT]->(previous:Event)
-  WHERE previous.seq <> st.result_event_seq OR st.result_event_seq IS NULL
-DELETE old
-WITH t, s, st WHERE st.result_event_seq IS NOT NULL
-MERGE (e:Event {key: $task_key + '#' + toString(st.result_event_seq)})
-  ON CREATE SET e.project_id = t.project_id, e.task_key = $task_key,
-                e.task_name = t.name, e.seq = st.result_event_seq
-MERGE (s)-[:RESULT]->(e)
-"""
+"""One mirror page in one statement (one round trip): the task node with its project, agent,
+session and parent; the events with their NEXT links and authors; the task's mirror watermark
+(``mirrored_seq``, never lowered); the steps with their RESULT links. Each part is a unit
+subquery over the one task row, run in this order, so the NEXT links see the events merged
+before them, and a step's result event is merged (as a placeholder) when not written yet."""
 
 
 NEO4J_CONNECT_TIMEOUT_S = 5.0
@@ -291,10 +293,19 @@ class TaskGraph:
 
     async def init_schema(self) -> None:
         """Create the constraints and indexes of ``SCHEMA`` (idempotent). ``write_task``
-        runs it before its first write, so a worker can start while Neo4j is down."""
+        runs it before its first write, so a worker can start while Neo4j is down.
+
+        ``IF NOT EXISTS`` does not cover two sessions creating the same rule at once (workers
+        starting together): the one that loses gets ``EquivalentSchemaRuleAlreadyExists``,
+        which means the rule exists, so it is taken as done (seen when a benchmark's worker
+        processes started beside the test suite's)."""
         async with self._session() as session:
             for statement in SCHEMA:
-                await (await session.run(statement)).consume()
+                try:
+                    await (await session.run(statement)).consume()
+                except ClientError as err:
+                    if err.code != SCHEMA_RULE_EXISTS:
+                        raise
         self._schema_ready = True
 
     async def wipe_project(self, project_id: str) -> int:
@@ -364,7 +375,6 @@ class TaskGraph:
         parent_key = None
         if view.parent is not None:
             parent_key = task_workflow_id(view.project_id, view.parent)
-        key = view.workflow_id
         stamp = {} if mark is None else {"rebuild": mark}
         event_rows = [event_properties(e) | stamp for e in events]
         seqs = [e.seq for e in events]
@@ -372,13 +382,16 @@ class TaskGraph:
         watermark = max(seqs, default=0)
 
         async def work(tx: AsyncManagedTransaction) -> None:
-            await (await tx.run(_TASK, t=props, parent_key=parent_key)).consume()
-            if event_rows:
-                await (await tx.run(_EVENTS, task_key=key, events=event_rows)).consume()
-                await (await tx.run(_NEXT, task_key=key, seqs=seqs)).consume()
-                await (await tx.run(_WATERMARK, task_key=key, seq=watermark)).consume()
-            if step_rows:
-                await (await tx.run(_STEPS, task_key=key, steps=step_rows)).consume()
+            await (
+                await tx.run(
+                    _WRITE_TASK,
+                    t=props,
+                    parent_key=parent_key,
+                    events=event_rows,
+                    watermark=watermark,
+                    steps=step_rows,
+                )
+            ).consume()
 
         if not self._schema_ready:
             await self.init_schema()

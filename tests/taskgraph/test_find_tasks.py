@@ -4,6 +4,7 @@ the real Neo4j."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -102,3 +103,20 @@ async def test_pages_follow_name_order_per_filter(graph: TaskGraph, seeded: str)
     assert [t.name for t in agent] == [f"n{n:03d}" for n in range(300) if n % 6 == 3]
     everything = await graph.find_tasks(seeded, TaskFilter(limit=200))
     assert [t.name for t in everything] == [f"n{n:03d}" for n in range(200)]  # no placeholder
+
+
+async def test_workers_creating_the_schema_at_once_all_succeed(graph: TaskGraph) -> None:
+    """``IF NOT EXISTS`` does not cover a race: the session that loses it is told the rule
+    exists (``EquivalentSchemaRuleAlreadyExists``); ``init_schema`` takes that as done."""
+    for _ in range(3):
+        await graph.driver.execute_query(
+            "DROP INDEX task_project_status_name IF EXISTS", database_=graph.database
+        )
+        graphs = [TaskGraph(graph.driver, graph.database) for _ in range(6)]
+        await asyncio.gather(*(g.init_schema() for g in graphs))
+        assert all(g._schema_ready for g in graphs)
+    records, _, _ = await graph.driver.execute_query(
+        "SHOW INDEXES YIELD name WHERE name = 'task_project_status_name' RETURN count(*) AS n",
+        database_=graph.database,
+    )
+    assert records[0]["n"] == 1
