@@ -24,7 +24,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager, nullcontext
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, LiteralString
 
 from neo4j import (
@@ -96,7 +96,8 @@ WITH t
 CALL (t) {
   UNWIND $events AS ev
   MERGE (e:Event {key: t.key + '#' + toString(ev.seq)})
-  SET e += ev, e.task_key = t.key, e.project_id = t.project_id, e.task_name = t.name
+  SET e += ev, e.time = datetime({epochSeconds: ev.time[0], nanosecond: ev.time[1]}),
+      e.task_key = t.key, e.project_id = t.project_id, e.task_name = t.name
   MERGE (t)-[:HAS_EVENT]->(e)
   MERGE (a:Agent {key: t.project_id + '/' + ev.author})
     ON CREATE SET a.project_id = t.project_id, a.agent_id = ev.author
@@ -114,7 +115,9 @@ WITH t
 CALL (t) {
   UNWIND $steps AS st
   MERGE (s:Step {key: t.key + '/' + st.step_name})
-  SET s += st, s.task_key = t.key, s.project_id = t.project_id, s.task_name = t.name
+  SET s += st,
+      s.updated_at = datetime({epochSeconds: st.updated_at[0], nanosecond: st.updated_at[1]}),
+      s.task_key = t.key, s.project_id = t.project_id, s.task_name = t.name
   MERGE (t)-[:HAS_STEP]->(s)
   WITH t, s, st
   OPTIONAL MATCH (s)-[old:RESULT]->(previous:Event)
@@ -131,7 +134,8 @@ CALL (t) {
 session and parent; the events with their NEXT links and authors; the task's mirror watermark
 (``mirrored_seq``, never lowered); the steps with their RESULT links. Each part is a unit
 subquery over the one task row, run in this order, so the NEXT links see the events merged
-before them, and a step's result event is merged (as a placeholder) when not written yet."""
+before them, and a step's result event is merged (as a placeholder) when not written yet.
+Event and step times arrive as ``epoch`` pairs and are set as datetimes in the same SET."""
 
 
 NEO4J_CONNECT_TIMEOUT_S = 5.0
@@ -200,10 +204,27 @@ def task_properties(view: TaskView) -> dict[str, Any]:
     }
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def epoch(moment: datetime) -> list[int]:
+    """``[seconds, nanoseconds]`` of an aware ``moment`` since the Unix epoch, exactly (no
+    float); the mirror's statement makes it a datetime in UTC with ``datetime({epochSeconds,
+    nanosecond})``, equal to the driver's own encoding of that instant (same value, same
+    ``Z`` zone). The driver converts a Python datetime in pure Python even with its Rust
+    extension: 96% of the packing of a page of 100 events (cProfile).
+
+    Raises:
+        ValueError: ``moment`` is naive (``taskgraph.models.utc``).
+    """
+    since = utc(moment) - _EPOCH
+    return [since.days * 86_400 + since.seconds, since.microseconds * 1_000]
+
+
 def event_properties(event: Event) -> dict[str, Any]:
-    """Event node properties (``time`` becomes a Neo4j datetime in UTC)."""
+    """Event node properties (``time`` as ``epoch``: the statement makes it a datetime)."""
     props = event.model_dump(mode="python")
-    props["time"] = utc(event.time)
+    props["time"] = epoch(event.time)
     props["kind"] = event.kind.value
     props["role"] = None if event.role is None else event.role.value
     props["truncated"] = event.truncated
@@ -211,9 +232,10 @@ def event_properties(event: Event) -> dict[str, Any]:
 
 
 def step_properties(step: StepView) -> dict[str, Any]:
-    """Step node properties (``updated_at`` in UTC)."""
+    """Step node properties (``updated_at`` as ``epoch``: the statement makes it a
+    datetime)."""
     props = step.model_dump(mode="python")
-    props["updated_at"] = utc(step.updated_at)
+    props["updated_at"] = epoch(step.updated_at)
     for field in ("state", "kind", "result_validity"):
         props[field] = props[field].value
     return props
