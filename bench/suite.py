@@ -26,13 +26,14 @@ payload codec.
 - worker RSS per open task: a worker process holding N open tasks; bare: a bare worker
   holding N bare workflows with the same events.
 
-The recorded-task steps of agent tasks (steps as activities of the task workflow) are not on
-``main`` yet, so "one step" is the ledger writes of a step plus a bare activity.
+The agent-task steps (a step run as an activity of the task workflow) are not on ``main`` yet,
+so "one step" is the ledger writes of a step plus a bare activity.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import platform
@@ -55,6 +56,7 @@ from neo4j import AsyncManagedTransaction
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import Client, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError
 
 from bench.bare import BareWorkflow, bare_worker, start_bare
 from config import Settings, connect
@@ -229,20 +231,17 @@ class Bench:
         )
         self.started: list[str] = []
         """Workflow ids to terminate at the end."""
-        self.names = (f"t-{n}" for n in itertools.count())
+        self.numbers = itertools.count()
         neo4j_pid = Neo4jServer(settings.data_dir, 0).running_pid()
         self.server_pids = [pid for pid in (temporal_pid, neo4j_pid) if pid is not None]
         """Temporal's and the local stack's Neo4j (for their CPU time); none when external."""
-        self.worker_env: dict[str, str] = dict(os.environ)
+        address = client.service_client.config.target_host
+        self.worker_env = {**os.environ, "TEMPORAL_ADDRESS": address}
         """The environment of the RSS row's worker processes (they reach the same server)."""
 
-    def task_name(self) -> str:
-        """A new task name of the bench's project."""
-        return next(self.names)
-
-    async def task(self, name: str | None = None) -> str:
-        """Create a task; returns its name."""
-        name = name or self.task_name()
+    async def task(self) -> str:
+        """Create a new task of the bench's project; returns its name."""
+        name = f"t-{next(self.numbers)}"
         result = await self.history.create_task(name, "bench")
         assert result.recorded, result
         self.started.append(self.history.workflow_id(name))
@@ -274,10 +273,8 @@ class Bench:
 
         async def end(workflow_id: str) -> None:
             async with gate:
-                try:
+                with contextlib.suppress(RPCError):  # already closed
                     await self.plain.get_workflow_handle(workflow_id).terminate("bench done")
-                except Exception:  # already closed
-                    pass
 
         await asyncio.gather(*(end(w) for w in self.started))
 
@@ -735,10 +732,6 @@ async def run_bench(
         )
         assert services.graph is not None
         bench = Bench(services.client, services.graph, services.settings, temporal_pid)
-        bench.worker_env = {
-            **os.environ,
-            "TEMPORAL_ADDRESS": services.client.service_client.config.target_host,
-        }
         await stack.enter_async_context(build_worker(bench.client, bench.graph, bench.queue))
         await stack.enter_async_context(bare_worker(bench.plain, bench.bare_queue))
         about = await machine(bench)
