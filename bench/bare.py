@@ -17,6 +17,8 @@ from temporalio import activity, workflow
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
+from bench.bench_step import BareSteps, bare_echo
+
 BARE_WORKFLOW = "BareWorkflow"
 """The bare workflow's type name."""
 
@@ -61,12 +63,13 @@ class BareWorkflow:
 
 
 def bare_worker(client: Client, task_queue: str) -> Worker:
-    """A worker of ``BareWorkflow`` and ``bare_tool`` on ``task_queue``."""
+    """A worker of ``BareWorkflow`` and ``bench.bench_step``'s ``BareSteps`` (with their bare
+    activities) on ``task_queue``."""
     return Worker(
         client,
         task_queue=task_queue,
-        workflows=[BareWorkflow],
-        activities=[bare_tool],
+        workflows=[BareWorkflow, BareSteps],
+        activities=[bare_tool, bare_echo],
         graceful_shutdown_timeout=timedelta(seconds=5),
     )
 

@@ -21,13 +21,10 @@ payload codec.
   same writes, sent to acknowledged.
 - list by status: ``TaskGraph.find_tasks``, pages of 50 of 10,000 tasks; baseline: the
   hand-written Cypher of that one filter.
-- one step: its ledger writes (tool_call, in_progress, tool_result, completed) around a bare
-  activity; baseline: the bare activity.
+- one step: an agent task's steps of an echo tool (``bench.bench_step``), per step from the
+  history; baseline: a workflow running as many bare activities one after another.
 - worker RSS per open task: a worker process holding N open tasks; bare: a bare worker
   holding N bare workflows with the same events.
-
-The agent-task steps (a step run as an activity of the task workflow) are not on ``main`` yet,
-so "one step" is the ledger writes of a step plus a bare activity.
 """
 
 from __future__ import annotations
@@ -59,6 +56,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 
 from bench.bare import BareWorkflow, bare_worker, start_bare
+from bench.bench_step import BareSteps, bench_echo, per_step
 from config import Settings, connect
 from devstack import free_port
 from devstack.neo4j_server import Neo4jServer
@@ -69,7 +67,14 @@ from starter.replay import replay_histories
 from taskgraph.graph import TaskGraph, task_properties
 from taskgraph.models import TaskFilter
 from worker import build_worker, open_services
-from workflows.models import EventInput, StepState, TaskStatus, TaskView, task_workflow_id
+from workflows.models import (
+    AgentSpec,
+    EventInput,
+    StepState,
+    TaskStatus,
+    TaskView,
+    task_workflow_id,
+)
 from workflows.task import TaskWorkflow
 
 
@@ -239,10 +244,11 @@ class Bench:
         self.worker_env = {**os.environ, "TEMPORAL_ADDRESS": address}
         """The environment of the RSS row's worker processes (they reach the same server)."""
 
-    async def task(self) -> str:
-        """Create a new task of the bench's project; returns its name."""
+    async def task(self, agent: AgentSpec | None = None) -> str:
+        """Create a new task of the bench's project (an agent task with ``agent``); returns
+        its name."""
         name = f"t-{next(self.numbers)}"
-        result = await self.history.create_task(name, "bench")
+        result = await self.history.create_task(name, "bench", agent=agent)
         assert result.recorded, result
         self.started.append(self.history.workflow_id(name))
         return name
@@ -560,27 +566,24 @@ async def list_by_status(
 
 
 async def one_step(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: str) -> None:
-    """A step recorded in the ledger around a bare activity, against the bare activity."""
-    name = await bench.task()
-    handle = await bench.bare()
-    call, result = transcript(2)
-    history = bench.history
-
-    async def step(step_name: str) -> None:
-        assert (await history.record_events(name, [call])).recorded
-        assert (await history.set_step(name, step_name, "in_progress", kind="tool")).recorded
-        await handle.execute_update(BareWorkflow.call, step_name)
-        seq = (await history.record_events(name, [result])).last_seq
-        assert (await history.set_step(name, step_name, "completed", result_event_seq=seq)).recorded
+    """An agent task of ``steps`` steps of the echo tool (``bench.bench_step``: each step its
+    tool_call event and in_progress, the tool's activity, tool_result and completed) against a
+    workflow running as many bare activities; the time per step, from each history."""
+    spec = AgentSpec(name="bench_steps", tools=["bench_echo"], input={"steps": sizes.steps})
 
     async def ours() -> None:
-        for _ in range(sizes.steps):
-            rows["step"].ours.append(await _timed(step(f"step-{len(rows['step'].ours)}")))
+        name = await bench.task(agent=spec)
+        await bench.history.wait_task(name)
+        seconds, _ = await per_step(bench.client, bench.history.workflow_id(name), sizes.steps)
+        rows["step"].ours.append(seconds)
 
     async def bare() -> None:
-        for number in range(sizes.steps):
-            took = await _timed(handle.execute_update(BareWorkflow.call, f"bare-{number}"))
-            rows["step"].base.append(took)
+        workflow_id = f"{bench.bare_queue}/steps-{uuid.uuid4().hex[:12]}"
+        await bench.plain.execute_workflow(
+            BareSteps.run, sizes.steps, id=workflow_id, task_queue=bench.bare_queue
+        )
+        seconds, _ = await per_step(bench.plain, workflow_id, sizes.steps)
+        rows["step"].base.append(seconds)
 
     await both(first, ours, bare)
 
@@ -684,7 +687,7 @@ def make_rows(sizes: Sizes) -> dict[str, Row]:
             base_name="hand-written Cypher",
         ),
         "replay": Row(f"replay of {sizes.batch_events:,} events", "ms", "<= 2 s"),
-        "step": Row("one step (4 ledger writes + activity)", "ms", "", base_name="bare activity"),
+        "step": Row("one step of an agent task", "ms", "", base_name="bare activity"),
         "rss": Row(f"worker RSS per open task ({sizes.rss_tasks})", "KiB", "<= 1.2"),
     }
 
@@ -732,7 +735,9 @@ async def run_bench(
         )
         assert services.graph is not None
         bench = Bench(services.client, services.graph, services.settings, temporal_pid)
-        await stack.enter_async_context(build_worker(bench.client, bench.graph, bench.queue))
+        await stack.enter_async_context(
+            build_worker(bench.client, bench.graph, bench.queue, tools=[bench_echo])
+        )
         await stack.enter_async_context(bare_worker(bench.plain, bench.bare_queue))
         about = await machine(bench)
         try:
