@@ -74,10 +74,10 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.envconfig import ClientConfigProfile, ClientConnectConfig
 
 import telemetry
+from codec import DATA_CONVERTER
 from workflows.errors import TaskServiceUnavailable
 
 DEFAULT_TEMPORAL_ADDRESS = "127.0.0.1:7233"
@@ -289,7 +289,8 @@ async def connect(
     address: str | None = None,
     namespace: str | None = None,
 ) -> Client:
-    """Connect to Temporal with the pydantic data converter, the SDK's client configuration
+    """Connect to Temporal with the product's data converter (pydantic models, zlib payload
+    codec: ``codec.DATA_CONVERTER``), the SDK's client configuration
     (address, namespace, TLS, mTLS, API key), and the telemetry the settings name (the tracing
     interceptor, which workers built on this client inherit, and the runtime's metrics).
 
@@ -310,7 +311,7 @@ async def connect(
     try:
         return await Client.connect(
             **profile.connect_config(),
-            data_converter=pydantic_data_converter,
+            data_converter=DATA_CONVERTER,
             interceptors=observe.interceptors,
             runtime=observe.runtime,
         )

@@ -1,8 +1,11 @@
 """The mirror: copies a task run's events, steps and task fields from Temporal to Neo4j.
 
-``copy_run`` reads one run's state (the view, the steps changed after a write counter, and the
-events of a seq range in pages bounded by count, ``MIRROR_PAGE_EVENTS``, and bytes,
-``MIRROR_PAGE_BYTES``) from a ``RunSource`` and writes each page in one managed transaction.
+``copy_run`` reads one run's state from a ``RunSource`` in pages (``MirrorPage``: the view on
+the first, the steps changed after a write counter, then the events of a seq range; each page
+bounded by count, ``MIRROR_PAGE_EVENTS``, and bytes, ``MIRROR_PAGE_BYTES``) and writes each
+page in one managed transaction. A mirror call of a few events is one query and one
+transaction (it was three queries, view, steps and events, each a server hop and a workflow
+activation on the worker).
 Writes are MERGEs on stable keys, so repeating a copy changes nothing. It serves the mirror
 activity (whose input carries references only: task, run, seq range, write watermark; it reads
 the live run by query) and the rebuild of Neo4j from the Temporal histories
@@ -33,15 +36,10 @@ from workflows.errors import MIRROR_DATA_ERROR, MIRROR_UNAVAILABLE
 from workflows.models import (
     MAX_PAYLOAD_BYTES,
     MIRROR_ACTIVITY,
-    STEPS_PAGE_MAX,
-    EventsPage,
-    EventsQuery,
     MirrorInput,
     MirrorOutcome,
-    StepsPage,
-    StepsQuery,
-    StepView,
-    TaskView,
+    MirrorPage,
+    MirrorQuery,
 )
 from workflows.task import TaskWorkflow
 
@@ -85,53 +83,24 @@ class RunSource(Protocol):
     """Where ``copy_run`` reads one run's state: the live run by query (``QueriedRun``) or a
     run's ledger rebuilt by replaying its history (``activities.rebuild.ReplayedRun``)."""
 
-    async def view(self) -> TaskView:
-        """The task view as of this run."""
-        ...
-
-    async def steps(self, query: StepsQuery) -> StepsPage:
-        """The run's steps (``TaskWorkflow.steps``)."""
-        ...
-
-    async def events(self, query: EventsQuery) -> EventsPage:
-        """A page of the run's events (``TaskWorkflow.events``)."""
+    async def mirror_page(self, query: MirrorQuery) -> MirrorPage:
+        """The next page of the run's state (``Ledger.mirror_page``)."""
         ...
 
 
 class QueriedRun:
-    """A run read by query, each bounded by ``QUERY_TIMEOUT``. For the run the mirror activity
-    serves: its worker answers from its cache. (A query to a closed run replays its whole
-    history on a worker: ``rebuild`` replays once instead.)"""
+    """A run read by the ``mirror_page`` query, each bounded by ``QUERY_TIMEOUT``. For the run
+    the mirror activity serves: its worker answers from its cache. (A query to a closed run
+    replays its whole history on a worker: ``rebuild`` replays once instead.) A worker that
+    predates the query refuses it; the mirror call then fails and the workflow retries it
+    after a pause (``mirror_pause``), so a rolling deploy delays Neo4j and loses nothing."""
 
     def __init__(self, client: Client, workflow_id: str, run_id: str) -> None:
         self.handle = client.get_workflow_handle(workflow_id, run_id=run_id)
 
-    async def view(self) -> TaskView:
-        """The view query."""
-        return await self.handle.query(TaskWorkflow.view, rpc_timeout=QUERY_TIMEOUT)
-
-    async def steps(self, query: StepsQuery) -> StepsPage:
-        """The steps query."""
-        return await self.handle.query(TaskWorkflow.steps, query, rpc_timeout=QUERY_TIMEOUT)
-
-    async def events(self, query: EventsQuery) -> EventsPage:
-        """The events query."""
-        return await self.handle.query(TaskWorkflow.events, query, rpc_timeout=QUERY_TIMEOUT)
-
-
-async def changed_steps(source: RunSource, after_write: int) -> list[StepView]:
-    """Every step of the run changed after ``after_write``, read in pages (``STEPS_PAGE_MAX``
-    steps or ``MAX_PAYLOAD_BYTES``)."""
-    steps: list[StepView] = []
-    after_name = None
-    while True:
-        page = await source.steps(
-            StepsQuery(changed_after_write=after_write, after_name=after_name, limit=STEPS_PAGE_MAX)
-        )
-        steps += page.steps
-        if page.next_after_name is None:
-            return steps
-        after_name = page.next_after_name
+    async def mirror_page(self, query: MirrorQuery) -> MirrorPage:
+        """The ``mirror_page`` query."""
+        return await self.handle.query(TaskWorkflow.mirror_page, query, rpc_timeout=QUERY_TIMEOUT)
 
 
 async def copy_run(
@@ -144,9 +113,10 @@ async def copy_run(
     after_write: int = 0,
     mark: str | None = None,
 ) -> MirrorOutcome:
-    """Copy events ``after_seq < seq <= up_to_seq`` (None: the run's newest), the steps
-    changed after ``after_write``, and the task node, from one run to Neo4j, one page of
-    events per transaction (the steps go with the first).
+    """Copy events ``after_seq < seq <= up_to_seq`` (None: the run's newest when the copy
+    starts), the steps changed after ``after_write``, and the task node, from one run to
+    Neo4j, one page per transaction (``MirrorPage``: the view on the first page; the steps
+    first, then the events).
 
     Args:
         source: the run's state.
@@ -160,37 +130,41 @@ async def copy_run(
         neo4j.exceptions.Neo4jError, neo4j.exceptions.DriverError: from the writes.
         temporalio.service.RPCError: from the queries.
     """
-    view = await source.view()
+    query = MirrorQuery(
+        after_seq=after_seq,
+        up_to_seq=up_to_seq,
+        after_write=after_write,
+        events=MIRROR_PAGE_EVENTS,
+        max_bytes=MIRROR_PAGE_BYTES,
+    )
+    page = await source.mirror_page(query)
+    view = page.view
+    assert view is not None, "the first page holds the view"
     last = view.last_seq if up_to_seq is None else up_to_seq
-    steps = await changed_steps(source, after_write)
     after = max(after_seq, view.run_first_seq - 1)
-    written = 0
-    unwritten_steps = steps  # go with the first transaction, with the first page of events
+    steps = events = 0
     while True:
-        events = []
-        if after < last:
-            page = await source.events(
-                EventsQuery(
-                    after_seq=after,
-                    up_to_seq=last,
-                    limit=MIRROR_PAGE_EVENTS,
-                    max_bytes=MIRROR_PAGE_BYTES,
-                )
+        await graph.write_task(view, page.events, page.steps, mark=mark)
+        steps += len(page.steps)
+        events += len(page.events)
+        after = page.events[-1].seq if page.events else after
+        if page.steps_done and after >= last:
+            return MirrorOutcome(events=events, steps=steps)
+        if page.view is None and page.steps_done and not page.events:
+            raise ApplicationError(
+                f"{run}: events {after + 1}..{last} are not in the run",
+                type=MIRROR_DATA_ERROR,
+                non_retryable=True,
             )
-            if not page.events:
-                raise ApplicationError(
-                    f"{run}: events {after + 1}..{last} are not in the run",
-                    type=MIRROR_DATA_ERROR,
-                    non_retryable=True,
-                )
-            events = page.events
-        await graph.write_task(view, events, unwritten_steps, mark=mark)
-        unwritten_steps = []
-        written += len(events)
-        if not events or events[-1].seq >= last:
-            break
-        after = events[-1].seq
-    return MirrorOutcome(events=written, steps=len(steps))
+        query = query.model_copy(
+            update={
+                "after_seq": after,
+                "up_to_seq": last,
+                "after_name": page.steps[-1].step_name if page.steps else query.after_name,
+                "with_view": False,
+            }
+        )
+        page = await source.mirror_page(query)
 
 
 class MirrorActivities:

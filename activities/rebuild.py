@@ -23,7 +23,6 @@ from typing import Any
 from pydantic import BaseModel, TypeAdapter
 from temporalio import workflow
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import (
     ExecuteWorkflowInput,
     Interceptor,
@@ -37,11 +36,9 @@ from activities.mirror import copy_run
 from taskgraph.graph import TaskGraph
 from workflows.ledger import Ledger
 from workflows.models import (
-    EventsPage,
-    EventsQuery,
+    MirrorPage,
+    MirrorQuery,
     ProjectId,
-    StepsPage,
-    StepsQuery,
     TaskView,
     task_workflow_id,
 )
@@ -54,17 +51,9 @@ class ReplayedRun:
     def __init__(self, ledger: Ledger) -> None:
         self.ledger = ledger
 
-    async def view(self) -> TaskView:
-        """The ledger's view."""
-        return self.ledger.view()
-
-    async def steps(self, query: StepsQuery) -> StepsPage:
-        """The ledger's steps."""
-        return self.ledger.steps(query)
-
-    async def events(self, query: EventsQuery) -> EventsPage:
-        """A page of the ledger's events."""
-        return self.ledger.events_page(query)
+    async def mirror_page(self, query: MirrorQuery) -> MirrorPage:
+        """A page of the ledger's state (``Ledger.mirror_page``)."""
+        return self.ledger.mirror_page(query)
 
 
 class _KeepLedger(Interceptor):
@@ -104,7 +93,7 @@ async def replay_run(client: Client, workflow_id: str, run_id: str) -> Ledger:
     replayer = Replayer(
         workflows=[TaskWorkflow],
         workflow_runner=UnsandboxedWorkflowRunner(),
-        data_converter=pydantic_data_converter,
+        data_converter=client.data_converter,  # the worker's: models and payload codec
         interceptors=[keep],
     )
     await replayer.replay_workflow(history)

@@ -26,10 +26,10 @@ from typing import Literal
 from google.protobuf import json_format
 from pydantic import BaseModel, TypeAdapter
 from temporalio.client import Client, WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
+from codec import DATA_CONVERTER
 from workflows.models import ProjectId, TaskStatus
 from workflows.task import TaskWorkflow
 
@@ -179,8 +179,9 @@ def failure_message(failure: Exception) -> str:
 
 
 def replayer(workflows: Sequence[type] = (TaskWorkflow,)) -> Replayer:
-    """A ``Replayer`` of ``workflows`` with the pydantic data converter (as the worker)."""
-    return Replayer(workflows=list(workflows), data_converter=pydantic_data_converter)
+    """A ``Replayer`` of ``workflows`` with the worker's data converter (pydantic models and
+    the payload codec, which passes histories written before it through unchanged)."""
+    return Replayer(workflows=list(workflows), data_converter=DATA_CONVERTER)
 
 
 async def replay_histories(

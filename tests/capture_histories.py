@@ -44,9 +44,9 @@ from pathlib import Path
 import temporalio
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
+from codec import DATA_CONVERTER
 from config import Settings, connect
 from devstack import find_temporal_binary
 from starter.client import ConversationHistory
@@ -211,7 +211,7 @@ async def low_limit_stack(stack: Stack, queue_prefix: str) -> AsyncIterator[Stac
         dev_server_existing_path=str(find_temporal_binary()),
         search_attributes=SEARCH_ATTRIBUTE_KEYS,
         dev_server_extra_args=["--dynamic-config-value", dynamic],
-        data_converter=pydantic_data_converter,
+        data_converter=DATA_CONVERTER,
     ) as env:
         target = env.client.service_client.config.target_host
         client = await connect(stack.settings, address=target)

@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
+from codec import DATA_CONVERTER
 from config import Settings
 from devstack import find_temporal_binary
 from starter.client import ConversationHistory
@@ -101,7 +101,7 @@ async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
 
     env = await WorkflowEnvironment.start_time_skipping_v2(
         dev_server_existing_path=str(find_temporal_binary()),
-        data_converter=pydantic_data_converter,
+        data_converter=DATA_CONVERTER,
         search_attributes=SEARCH_ATTRIBUTE_KEYS,
         dev_server_extra_args=["--dynamic-config-value", TIME_SKIPPING_DYNAMIC_CONFIG],
     )

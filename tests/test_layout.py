@@ -3,7 +3,9 @@
 The allowed arrows (README, "Layout"): workflows <- activities <- worker <- starter and the CLI;
 taskgraph is used by activities, worker and starter; trajectories is pure; devstack serves the
 CLI and tests; config is read by worker, starter and devstack; telemetry (OpenTelemetry, loaded
-only when configured) is used by config and worker. Nothing imports up.
+only when configured) is used by config and worker; codec (the payload codec) by config and
+starter; bench measures it all, and the CLI loads it only for ``agent-tasks bench``. Nothing
+imports up.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ ALLOWED: dict[str, set[str]] = {
     "taskgraph": {"workflows"},
     "activities": {"workflows", "taskgraph"},
     "telemetry": set(),
-    "config": {"workflows", "telemetry"},
+    "codec": set(),
+    "config": {"workflows", "telemetry", "codec"},
     "worker": {"workflows", "taskgraph", "activities", "config", "telemetry"},
     "devstack": {"workflows", "config"},
     "starter": {
@@ -35,6 +38,19 @@ ALLOWED: dict[str, set[str]] = {
         "devstack",
         "trajectories",
         "telemetry",
+        "codec",
+        "bench",
+    },
+    "bench": {
+        "workflows",
+        "taskgraph",
+        "activities",
+        "config",
+        "worker",
+        "devstack",
+        "starter",
+        "codec",
+        "trajectories",
     },
 }
 """Each top-level part of the project -> the parts it may import (besides itself)."""

@@ -24,9 +24,9 @@ from opentelemetry.trace import SpanKind
 from pydantic import ValidationError
 from temporalio.client import Client
 from temporalio.contrib.opentelemetry import TracingInterceptor
-from temporalio.contrib.pydantic import pydantic_data_converter
 
 import telemetry
+from codec import DATA_CONVERTER
 from config import Settings, connect
 from devstack import free_port
 from starter.client import ConversationHistory
@@ -62,7 +62,7 @@ async def traced(settings: Settings, graph: TaskGraph, project_id: str) -> Async
     tracer = provider.get_tracer("test")
     client = await Client.connect(
         **settings.temporal.connect_config(),
-        data_converter=pydantic_data_converter,
+        data_converter=DATA_CONVERTER,
         interceptors=[TracingInterceptor(tracer)],
     )
     traced_graph = TaskGraph(graph.driver, graph.database, tracer)

@@ -14,12 +14,13 @@ history length) are not here: they live in the workflow's validators only.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
-from pydantic import JsonValue
+from pydantic import BaseModel, JsonValue
 from temporalio.exceptions import ApplicationError
 
 from workflows.errors import ErrorCode, duplicate, refusal
@@ -31,6 +32,7 @@ from workflows.models import (
     MAX_PENDING_INPUTS,
     MIRROR_ERROR_CHARS,
     REQUEST_WINDOW,
+    STEPS_PAGE_MAX,
     AgentRun,
     BoundedText,
     ChildEnd,
@@ -44,6 +46,8 @@ from workflows.models import (
     InputAnswer,
     InputRequest,
     MirrorInput,
+    MirrorPage,
+    MirrorQuery,
     RecordEventsInput,
     RequestLookup,
     RunRange,
@@ -77,6 +81,23 @@ from workflows.steps import (
     unpack_closed,
 )
 from workflows.waits import answer_error
+
+_Item = TypeVar("_Item", bound=BaseModel)
+
+
+def _fill(
+    items: Iterable[_Item], max_bytes: int, used: int = 0, required: bool = True
+) -> list[_Item]:
+    """``items`` in order while the page's JSON (``used`` bytes so far) stays within
+    ``max_bytes``; the first one whatever its size when ``required`` (a page never comes back
+    empty while items are left, so paging always advances)."""
+    page: list[_Item] = []
+    for item in items:
+        used += model_size(item)
+        if used > max_bytes and (page or not required):
+            break
+        page.append(item)
+    return page
 
 
 def internal_request_id(key: str) -> str:
@@ -659,15 +680,7 @@ class Ledger:
         """This run's events with seq > ``after_seq``, at most ``limit`` of them and at most
         ``max_bytes`` of JSON (never fewer than one event when one is left), so the query's
         result stays within ``MAX_PAYLOAD_BYTES`` whatever the events hold."""
-        start = max(query.after_seq + 1 - self.run_first_seq, 0)
-        last = self.state.last_seq if query.up_to_seq is None else query.up_to_seq
-        page: list[Event] = []
-        size = 0
-        for event in self.run_events[start : start + query.limit]:
-            size += model_size(event)
-            if event.seq > last or (page and size > query.max_bytes):
-                break
-            page.append(event)
+        page = _fill(self._events(query.after_seq, query.up_to_seq, query.limit), query.max_bytes)
         return EventsPage(
             events=page,
             run_first_seq=self.run_first_seq,
@@ -680,28 +693,62 @@ class Ledger:
         """A page of the steps this run holds (open ones, and those changed in this run), in
         name order: filtered by state, by change since a write counter and by the name cursor,
         at most ``limit`` of them and ``MAX_PAYLOAD_BYTES`` of JSON (one at least)."""
-        selected = sorted(
-            (name, step)
-            for name, step in self.state.steps.items()
-            if (query.state is None or step.state is query.state)
-            and step.changed_write > query.changed_after_write
-            and (query.after_name is None or name > query.after_name)
-            and (query.step_name is None or name == query.step_name)
+        selected = self._steps(
+            query.changed_after_write, query.after_name, query.state, query.step_name
         )
-        page: list[StepView] = []
-        size = 0
-        for name, step in selected[: query.limit]:
-            view = self.step_view(name, step)
-            size += model_size(view)
-            if page and size > MAX_PAYLOAD_BYTES:
-                break
-            page.append(view)
+        page = _fill((self.step_view(*item) for item in selected[: query.limit]), MAX_PAYLOAD_BYTES)
         return StepsPage(
             steps=page,
             next_after_name=page[-1].step_name if page and len(page) < len(selected) else None,
             earlier=bool(self.earlier_steps),
             run_first_write=self.run_first_write,
             mirror_backlog=self.state.mirror_backlog,
+        )
+
+    def mirror_page(self, query: MirrorQuery) -> MirrorPage:
+        """The next page of what the mirror copies, within ``query.max_bytes`` of JSON: the
+        view (when asked), then the steps changed after ``query.after_write`` in name order
+        after ``query.after_name`` (at most ``STEPS_PAGE_MAX``), then, once no changed step is
+        left, the events after ``query.after_seq`` (``events_page``'s range). A page without
+        the view holds one step or event at least while any is left, so paging ends."""
+        view = self.view() if query.with_view else None
+        used = 0 if view is None else model_size(view)
+        selected = self._steps(query.after_write, query.after_name)
+        views = (self.step_view(*item) for item in selected[:STEPS_PAGE_MAX])
+        steps = _fill(views, query.max_bytes, used, required=view is None)
+        used += sum(model_size(step) for step in steps)
+        page = MirrorPage(view=view, steps=steps, steps_done=len(steps) == len(selected))
+        if page.steps_done:
+            events = self._events(query.after_seq, query.up_to_seq, query.events)
+            page.events = _fill(events, query.max_bytes, used, required=view is None and not steps)
+        return page
+
+    def _events(self, after_seq: int, up_to_seq: int | None, limit: int) -> Iterator[Event]:
+        """This run's events with ``after_seq < seq <= up_to_seq`` (None: the newest), at
+        most ``limit``, in seq order."""
+        start = max(after_seq + 1 - self.run_first_seq, 0)
+        last = self.state.last_seq if up_to_seq is None else up_to_seq
+        return itertools.takewhile(
+            lambda event: event.seq <= last, self.run_events[start : start + limit]
+        )
+
+    def _steps(
+        self,
+        changed_after_write: int,
+        after_name: str | None,
+        state: StepState | None = None,
+        step_name: str | None = None,
+    ) -> list[tuple[str, StepRecord]]:
+        """The steps this run holds, changed after ``changed_after_write``, named after
+        ``after_name`` (None: from the first), in ``state`` (None: any), named ``step_name``
+        (None: any), in name order."""
+        return sorted(
+            (name, step)
+            for name, step in self.state.steps.items()
+            if (state is None or step.state is state)
+            and step.changed_write > changed_after_write
+            and (after_name is None or name > after_name)
+            and (step_name is None or name == step_name)
         )
 
     def step_view(self, name: str, step: StepRecord) -> StepView:

@@ -63,6 +63,8 @@ with workflow.unsafe.imports_passed_through():
         FinishTaskInput,
         InputAnswer,
         MirrorOutcome,
+        MirrorPage,
+        MirrorQuery,
         RecordEventsInput,
         RequestLookup,
         Role,
@@ -538,6 +540,12 @@ class TaskWorkflow:
         """This run's events with seq > ``after_seq``: at most ``limit`` of them and at most
         ``max_bytes`` of JSON (never fewer than one event when one is left)."""
         return self.ledger.events_page(query)
+
+    @workflow.query
+    def mirror_page(self, query: MirrorQuery) -> MirrorPage:
+        """The mirror activity's read: the view, the changed steps and the events of one page
+        in one query (``Ledger.mirror_page``)."""
+        return self.ledger.mirror_page(query)
 
     @workflow.query
     def steps(self, query: StepsQuery) -> StepsPage:

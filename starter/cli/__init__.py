@@ -16,6 +16,7 @@ import sys
 import typer
 
 from starter.cli.agents import cancel_command, input_command, resume_command, run_command
+from starter.cli.bench import bench_command
 from starter.cli.dev import dev_app, setup_command, worker_command
 from starter.cli.graph import graph_app, tree_command
 from starter.cli.replay import replay_command
@@ -36,6 +37,7 @@ app.command("cancel")(cancel_command)
 app.command("resume")(resume_command)
 app.command("input")(input_command)
 app.command("tree")(tree_command)
+app.command("bench")(bench_command)
 
 
 def main() -> None:

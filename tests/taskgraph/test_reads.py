@@ -72,7 +72,7 @@ print("encoded")
     assert (done.returncode, done.stdout.strip()) == (0, "encoded"), done.stderr[-2000:]
 
 
-def test_event_properties_hold_utc() -> None:
+def test_event_properties_hold_the_utc_instant_as_epoch_numbers() -> None:
     from workflows.models import Event, EventKind
 
     event = Event(
@@ -85,8 +85,12 @@ def test_event_properties_hold_utc() -> None:
         time=datetime(2024, 5, 1, 17, 30, tzinfo=KOLKATA),
         request_id="r",
     )
-    time = event_properties(event)["time"]
-    assert time.tzinfo is UTC and time == datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+    # 2024-05-01T12:00Z: 19,844 days after 1970-01-01, plus 12 hours
+    assert event_properties(event)["time"] == [19_844 * 86_400 + 12 * 3_600, 0]
+    late = event.model_copy(update={"time": datetime(1969, 12, 31, 23, 59, 59, 5, UTC)})
+    assert event_properties(late)["time"] == [-1, 5_000]
+    with pytest.raises(ValueError, match="has no time zone"):
+        event_properties(event.model_copy(update={"time": datetime(2024, 5, 1)}))
 
 
 def test_token_usage_round_trips_through_node_properties() -> None:

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
+from codec import DATA_CONVERTER
 from devstack import find_temporal_binary, free_port
 from starter.client import ConversationHistory
 from taskgraph.graph import TaskGraph
@@ -53,7 +53,7 @@ async def low_limit_env() -> AsyncIterator[WorkflowEnvironment]:
     """A private dev server that suggests continue-as-new at 60 history events."""
     env = await WorkflowEnvironment.start_local(
         port=free_port(),
-        data_converter=pydantic_data_converter,
+        data_converter=DATA_CONVERTER,
         dev_server_existing_path=str(find_temporal_binary()),
         search_attributes=SEARCH_ATTRIBUTE_KEYS,
         dev_server_extra_args=["--dynamic-config-value", CONTINUE_AS_NEW_AT],

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
+from codec import DATA_CONVERTER
 from devstack import Neo4jServer, find_temporal_binary, free_port
 from starter.client import ConversationHistory
 from taskgraph.graph import TaskGraph, open_driver
@@ -25,7 +25,7 @@ from workflows.task import SEARCH_ATTRIBUTE_KEYS
 async def dev_server(port: int, db: Path, *extra: str) -> WorkflowEnvironment:
     return await WorkflowEnvironment.start_local(
         port=port,
-        data_converter=pydantic_data_converter,
+        data_converter=DATA_CONVERTER,
         dev_server_existing_path=str(find_temporal_binary()),
         dev_server_database_filename=str(db),
         search_attributes=SEARCH_ATTRIBUTE_KEYS,

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 from temporalio.client import Client, WorkflowHandle
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
+from codec import DATA_CONVERTER
 from config import connect
 from devstack import find_temporal_binary
 from starter.client import ConversationHistory
@@ -36,7 +36,7 @@ async def skipping_low_limit_env() -> AsyncIterator[WorkflowEnvironment]:
     """A private dev server with time skipping that suggests continue-as-new at 60 events."""
     env = await WorkflowEnvironment.start_time_skipping_v2(
         dev_server_existing_path=str(find_temporal_binary()),
-        data_converter=pydantic_data_converter,
+        data_converter=DATA_CONVERTER,
         search_attributes=SEARCH_ATTRIBUTE_KEYS,
         dev_server_extra_args=[
             "--dynamic-config-value",

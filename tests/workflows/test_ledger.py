@@ -16,6 +16,7 @@ from workflows.models import (
     EventInput,
     EventsQuery,
     FinishTaskInput,
+    MirrorQuery,
     RecordEventsInput,
     RequestLookup,
     SetStepsInput,
@@ -26,6 +27,7 @@ from workflows.models import (
     TaskStatus,
     WriteOutcome,
     args_digest,
+    model_size,
 )
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -223,3 +225,35 @@ def test_mirror_errors_are_bounded() -> None:
     ledger = new_ledger()
     ledger.mirror_failed("x" * 100_000)
     assert ledger.view().mirror_error == "x" * MIRROR_ERROR_CHARS
+
+
+def test_mirror_page_holds_view_steps_then_events_within_its_bytes() -> None:
+    ledger = new_ledger()
+    ledger.record_events(
+        events(*(f"event {n} " + "x" * 1000 for n in range(6)), request_id="e"), T0
+    )
+    ledger.set_steps(steps(("b", "in_progress"), ("a", "completed"), request_id="s"), T0)
+    whole = ledger.mirror_page(MirrorQuery())
+    assert whole.view == ledger.view()
+    assert [s.step_name for s in whole.steps] == ["a", "b"] and whole.steps_done
+    assert [e.seq for e in whole.events] == [1, 2, 3, 4, 5, 6]
+    # a budget of the view, both steps and two events: the page stops before the third
+    sizes = [model_size(m) for m in (whole.view, *whole.steps, *whole.events)]
+    budget = sum(sizes[:5])
+    page = ledger.mirror_page(MirrorQuery(max_bytes=budget))
+    assert [e.seq for e in page.events] == [1, 2] and page.steps_done
+    # too small for the first step: no steps, no events; without the view, one step at least
+    tight = ledger.mirror_page(MirrorQuery(max_bytes=sizes[0]))
+    assert (tight.steps, tight.steps_done, tight.events) == ([], False, [])
+    rest = ledger.mirror_page(MirrorQuery(max_bytes=1, with_view=False))
+    assert rest.view is None and [s.step_name for s in rest.steps] == ["a"]
+    assert not rest.steps_done and rest.events == []
+    last = ledger.mirror_page(MirrorQuery(max_bytes=1, with_view=False, after_name="a"))
+    assert [s.step_name for s in last.steps] == ["b"] and last.steps_done and last.events == []
+    # once the steps are in (none changed after write 3, the set_steps): one event at least
+    events_only = ledger.mirror_page(
+        MirrorQuery(max_bytes=1, with_view=False, after_write=3, after_seq=3, up_to_seq=5)
+    )
+    assert [e.seq for e in events_only.events] == [4]
+    capped = ledger.mirror_page(MirrorQuery(after_write=3, after_seq=3, up_to_seq=5, events=5))
+    assert [e.seq for e in capped.events] == [4, 5]

@@ -22,11 +22,11 @@ from typing import Any
 
 import pytest
 from temporalio.client import Client, WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
 import tests.agent_tools  # noqa: F401  (registers the agent code of the saved agent histories)
+from codec import DATA_CONVERTER
 from starter.client import ConversationHistory
 from starter.replay import replay_dir, replay_histories, replay_server
 from tests.capture_histories import SCENARIOS
@@ -63,7 +63,7 @@ def types(path: Path) -> list[str]:
 
 
 def replayer(workflow_class: type) -> Replayer:
-    return Replayer(workflows=[workflow_class], data_converter=pydantic_data_converter)
+    return Replayer(workflows=[workflow_class], data_converter=DATA_CONVERTER)
 
 
 # ------------------------------------------------------------------- the saved histories

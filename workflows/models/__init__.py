@@ -76,6 +76,8 @@ from workflows.models.mirror import (
     MIRROR_MAX_EVENTS,
     MirrorInput,
     MirrorOutcome,
+    MirrorPage,
+    MirrorQuery,
 )
 from workflows.models.state import (
     AgentRun,
@@ -149,6 +151,8 @@ __all__ = [
     "InputRequest",
     "MirrorInput",
     "MirrorOutcome",
+    "MirrorPage",
+    "MirrorQuery",
     "ModelInput",
     "ModelSpec",
     "ModelTurn",

@@ -3,7 +3,10 @@ by name, so importing ``workflows`` never loads the Neo4j driver."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
+
+from workflows.models.limits import MAX_PAYLOAD_BYTES, PAGE_LIMIT_MAX
+from workflows.models.views import Event, StepView, TaskView
 
 MIRROR_ACTIVITY = "mirror_task"
 """Activity name of the Neo4j mirror."""
@@ -39,3 +42,38 @@ class MirrorOutcome(BaseModel):
     """Events merged."""
     steps: int
     """Steps merged."""
+
+
+class MirrorQuery(BaseModel):
+    """Query input of ``mirror_page``: the next page of what the mirror copies from a run (one
+    query per page, where the view, the steps and the events took one query each)."""
+
+    after_seq: int = 0
+    """Events with seq > after_seq ..."""
+    up_to_seq: int | None = None
+    """... and seq <= up_to_seq (None: the run's newest)."""
+    after_write: int = 0
+    """Steps changed after this write counter."""
+    after_name: str | None = None
+    """Of those, the steps whose name sorts after this one (the steps' paging cursor)."""
+    with_view: bool = True
+    """Include the task view (the first page of a mirror call)."""
+    events: int = Field(default=100, ge=1, le=PAGE_LIMIT_MAX)
+    """At most this many events."""
+    max_bytes: int = Field(default=MAX_PAYLOAD_BYTES, ge=1, le=MAX_PAYLOAD_BYTES)
+    """The page stops before its JSON passes this many bytes; a page without the view holds
+    at least one step or event while any is left."""
+
+
+class MirrorPage(BaseModel):
+    """Query result of ``mirror_page``: the view (when asked), then steps in name order, then,
+    once every changed step is in, events in seq order."""
+
+    view: TaskView | None = None
+    """The task view, when ``MirrorQuery.with_view``."""
+    steps: list[StepView] = []
+    """Steps changed after ``after_write``, in name order after ``after_name``."""
+    steps_done: bool = True
+    """True when no changed step is left after this page's; events come only then."""
+    events: list[Event] = []
+    """Events of the asked range, in seq order."""

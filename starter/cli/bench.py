@@ -1,0 +1,101 @@
+"""``agent-tasks bench``: the cost per event against Temporal's own floor (``bench.suite``)."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from dataclasses import replace
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from starter.cli.common import JsonOpt, console, emit, run
+
+
+def bench_command(
+    quick: Annotated[
+        bool, typer.Option("--quick", help="Every row once with small sizes (under 2 minutes).")
+    ] = False,
+    rounds: Annotated[
+        int | None, typer.Option(min=1, help="Rounds (each row: a block of ours, one of bare).")
+    ] = None,
+    scale: Annotated[
+        float, typer.Option(min=0.001, help="Multiply every count by this (tests: 0.05).")
+    ] = 1.0,
+    only: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--only",
+            help="Only these row groups (repeat): writes, batch, writers, ledger, lag, list, "
+            "step, rss.",
+        ),
+    ] = None,
+    shared: Annotated[
+        bool,
+        typer.Option(
+            "--shared",
+            help="Use the configured Temporal server (TEMPORAL_ADDRESS), not a private dev "
+            "server of the bench's own.",
+        ),
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Measure the product against bare Temporal (and Neo4j) side by side and print one
+    table: medians, p95 and the ratio of the medians. Runs on a Temporal dev server of its own
+    (unless --shared) and the configured Neo4j (the local stack's by default), with its own
+    workers; deletes what it wrote to Neo4j and terminates the workflows it started."""
+    from bench.suite import FULL, GROUPS, QUICK, run_bench
+
+    unknown = set(only or ()) - set(GROUPS)
+    if unknown:
+        console.print(f"[red]invalid arguments:[/red] unknown row groups {sorted(unknown)}")
+        raise typer.Exit(2)
+
+    sizes = QUICK if quick else FULL
+    if scale != 1.0:
+        sizes = sizes.scaled(scale)
+    if rounds is not None:
+        sizes = replace(sizes, rounds=rounds)
+    report = run(run_bench(sizes, only=None if only is None else set(only), private=not shared))
+    report["command"] = shlex.join(["agent-tasks", *sys.argv[1:]])
+    emit(report, as_json, _render)
+
+
+def _number(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def _render(report: dict[str, Any]) -> None:
+    for key, value in report["machine"].items():
+        console.print(f"{key}: {value}")
+    console.print(f"command: {report['command']}")
+    out = Table(title="cost per event: ours against the floor (ratio = ours p50 / baseline p50)")
+    for column in (
+        "row",
+        "unit",
+        "ours p50",
+        "ours p95",
+        "baseline",
+        "p50",
+        "p95",
+        "ratio",
+        "goal",
+    ):
+        out.add_column(column)
+    for row in report["rows"]:
+        ratio = row["ratio"]
+        out.add_row(
+            row["row"],
+            row["unit"],
+            _number(row["ours_p50"]),
+            _number(row["ours_p95"]),
+            row["baseline"],
+            _number(row["base_p50"]),
+            _number(row["base_p95"]),
+            "-" if ratio is None else f"{ratio:.2f}",
+            row["goal"],
+        )
+    console.print(out)

@@ -1,0 +1,51 @@
+"""``agent-tasks bench``: every row gets a number (no timing is asserted), and the pure parts."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from bench.suite import FULL, QUICK, Row, make_rows
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_quick_run_with_tiny_sizes_fills_every_row() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "starter", "bench", "--quick", "--scale", "0.05", "--json"],
+        cwd=ROOT,
+        env=os.environ,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    names = [row["row"] for row in report["rows"]]
+    assert names == [row.name for row in make_rows(QUICK.scaled(0.05)).values()]
+    for row in report["rows"]:
+        for key in ("ours_p50", "ours_p95", "base_p50", "base_p95", "ratio"):
+            assert isinstance(row[key], float) and row[key] > 0, (row["row"], key, row[key])
+    assert report["command"] == "agent-tasks bench --quick --scale 0.05 --json"
+    assert {"cpu", "memory", "temporal server", "neo4j server"} <= report["machine"].keys()
+
+
+def test_summary_is_medians_p95_and_their_ratio() -> None:
+    row = Row("r", "ms", "", ours=[4.0, 1.0, 3.0, 2.0], base=[1.0, 1.0, 2.0])
+    summary = row.summary()
+    # median of 1..4 is 2.5; nearest-rank p95 of 4 values is the 4th; ratio of the medians
+    assert (summary["ours_p50"], summary["ours_p95"]) == (2.5, 4.0)
+    assert (summary["base_p50"], summary["base_p95"]) == (1.0, 2.0)
+    assert summary["ratio"] == 2.5
+    assert Row("empty", "ms", "").summary()["ratio"] is None
+
+
+def test_scaled_sizes_keep_rounds_and_at_least_two_of_each() -> None:
+    tiny = FULL.scaled(0.0001)
+    assert tiny.rounds == FULL.rounds and tiny.pause_s == FULL.pause_s
+    assert tiny.writes == 2 and tiny.list_tasks == 2 and tiny.lag_s == 1.0
+    assert FULL.scaled(0.5).batch_events == 5_000
