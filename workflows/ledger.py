@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import NamedTuple
 
+from workflows.decisions import cite
 from workflows.errors import ErrorCode, duplicate, refusal
 from workflows.models import (
     CLOSED_STATUSES,
@@ -50,6 +51,7 @@ from workflows.models import (
     TaskView,
     WriteOutcome,
     args_digest,
+    event_id,
     model_size,
     request_key,
     valid_request_id,
@@ -254,9 +256,11 @@ class Ledger:
         first = self.state.last_seq + 1
         for offset, item in enumerate(input.events):
             assert item.full_length is not None and item.full_sha256 is not None
+            seq = first + offset
             self.run_events.append(
                 Event(
-                    seq=first + offset,
+                    id=event_id(self.state.workflow_id, seq),
+                    seq=seq,
                     kind=item.kind,
                     role=item.role,
                     name=item.name,
@@ -267,11 +271,14 @@ class Ledger:
                     author=input.agent_id,
                     time=now,
                     request_id=input.request_id,
+                    sealed=item.sealed,
+                    key_id=item.key_id,
+                    cites=None if item.cites is None else cite(self.step, item.cites, seq),
                 )
             )
         self.state.last_seq = first + len(input.events) - 1
         self._accept(input.request_id, digest, first, self.state.last_seq, now)
-        return WriteOutcome(first_seq=first, last_seq=self.state.last_seq)
+        return WriteOutcome(first_seq=first, last_seq=self.state.last_seq, time=now)
 
     def set_steps(self, input: SetStepsInput, now: datetime) -> WriteOutcome:
         """Apply step changes in order, all or nothing (``STEP_TRANSITIONS``)."""

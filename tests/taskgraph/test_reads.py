@@ -76,6 +76,7 @@ def test_event_properties_hold_utc() -> None:
     from workflows.models import Event, EventKind
 
     event = Event(
+        id="e",
         seq=1,
         kind=EventKind.NOTE,
         payload="",

@@ -18,6 +18,7 @@ from workflows.models.agent import (
     ToolInput,
     ToolOutput,
 )
+from workflows.models.decisions import Citations, CitesInput, StepCitation
 from workflows.models.inputs import (
     EventInput,
     EventsQuery,
@@ -41,6 +42,7 @@ from workflows.models.kinds import (
 )
 from workflows.models.limits import (
     HISTORY_BACKPRESSURE_EVENTS,
+    MAX_CITATIONS,
     MAX_EVENTS_PER_UPDATE,
     MAX_FULL_LENGTH,
     MAX_GOAL_CHARS,
@@ -49,6 +51,7 @@ from workflows.models.limits import (
     MAX_OPEN_STEPS,
     MAX_PAYLOAD_BYTES,
     MAX_PAYLOAD_CHARS,
+    MAX_SEALED_CHARS,
     MAX_STEP_ATTEMPTS,
     MAX_STEPS_PER_TASK,
     MAX_STEPS_PER_UPDATE,
@@ -83,6 +86,7 @@ from workflows.models.text import (
     bound_text,
     check_name,
     clean_text,
+    event_id,
     model_size,
     project_of,
     request_key,
@@ -95,6 +99,7 @@ from workflows.models.views import Event, EventsPage, StepsPage, StepView, TaskV
 __all__ = [
     "CLOSED_STATUSES",
     "HISTORY_BACKPRESSURE_EVENTS",
+    "MAX_CITATIONS",
     "MAX_EVENTS_PER_UPDATE",
     "MAX_FULL_LENGTH",
     "MAX_GOAL_CHARS",
@@ -103,6 +108,7 @@ __all__ = [
     "MAX_OPEN_STEPS",
     "MAX_PAYLOAD_BYTES",
     "MAX_PAYLOAD_CHARS",
+    "MAX_SEALED_CHARS",
     "MAX_STEPS_PER_TASK",
     "MAX_STEPS_PER_UPDATE",
     "MAX_STEP_ATTEMPTS",
@@ -119,6 +125,8 @@ __all__ = [
     "AgentSpec",
     "BoundedText",
     "Budgets",
+    "Citations",
+    "CitesInput",
     "Event",
     "EventInput",
     "EventKind",
@@ -139,6 +147,7 @@ __all__ = [
     "RunRange",
     "SetStepsInput",
     "ShortText",
+    "StepCitation",
     "StepKind",
     "StepName",
     "StepRecord",
@@ -162,6 +171,7 @@ __all__ = [
     "bound_text",
     "check_name",
     "clean_text",
+    "event_id",
     "model_size",
     "project_of",
     "request_key",

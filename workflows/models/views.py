@@ -7,6 +7,7 @@ from datetime import datetime
 from pydantic import AwareDatetime, BaseModel, Field
 
 from workflows.models.agent import AgentSpec, TokenUsage
+from workflows.models.decisions import Citations
 from workflows.models.kinds import EventKind, ResultValidity, Role, StepKind, StepState, TaskStatus
 from workflows.models.state import AgentRun, RunRange
 from workflows.models.text import BoundedText
@@ -15,6 +16,9 @@ from workflows.models.text import BoundedText
 class Event(BaseModel):
     """A recorded event."""
 
+    id: str
+    """Stable id (a UUID, ``event_id`` of the task's workflow id and the seq): the handle of
+    ``HistoryRetention.redact_event`` and of a decision's citations."""
     seq: int
     """Position in the task's log: 1, 2, 3 ... with no gaps, across continue-as-new."""
     kind: EventKind
@@ -39,11 +43,22 @@ class Event(BaseModel):
     """Request id of the write that recorded it."""
     usage: TokenUsage | None = Field(default=None, exclude_if=lambda value: value is None)
     """Model tokens of the call that produced the event (model messages)."""
+    sealed: str | None = Field(default=None, exclude_if=lambda value: value is None)
+    """The sealed text (``EventInput.sealed``) as the workflow holds it; readers get the
+    opened ``payload`` instead, and None here."""
+    key_id: str | None = Field(default=None, exclude_if=lambda value: value is None)
+    """Id of the event's data key (None: recorded as plain text, which no redaction can remove
+    from the workflow history)."""
+    redacted: bool = False
+    """True once ``redact_event`` removed the text: ``payload`` is empty, ``full_length`` and
+    ``full_sha256`` stay."""
+    cites: Citations | None = Field(default=None, exclude_if=lambda value: value is None)
+    """A decision's citations (kind ``decision``)."""
 
     @property
     def truncated(self) -> bool:
-        """True when the payload was cut."""
-        return self.full_length > len(self.payload)
+        """True when the payload was cut (False for a redacted or still sealed event)."""
+        return self.sealed is None and not self.redacted and self.full_length > len(self.payload)
 
 
 class StepView(BaseModel):
@@ -68,6 +83,11 @@ class StepView(BaseModel):
     continue-as-new; hand it to a tool so an external side effect can be deduplicated."""
     changed_write: int = 0
     """The task's write counter at the step's last change."""
+
+    @property
+    def name(self) -> str:
+        """The step's name (``step_name``)."""
+        return self.step_name
 
 
 class TaskView(BaseModel):
@@ -121,6 +141,11 @@ class TaskView(BaseModel):
     """Workflow time of the creation (UTC)."""
     updated_at: datetime
     """Workflow time of the last accepted write (UTC)."""
+
+    @property
+    def last_event_seq(self) -> int:
+        """Seq of the newest event (``last_seq``)."""
+        return self.last_seq
 
 
 class StepsPage(BaseModel):
