@@ -355,7 +355,13 @@ class ConversationHistory:
             delay = min(delay * 2, most)
 
     async def _update(self, task: str, update: Any, input: Any) -> WriteResult:
-        """Send one write update; map refusals, duplicates and a closed or missing task."""
+        """Send one write update in the task's lane (``_lane``: call order)."""
+        async with _lane(self.client, self.workflow_id(task)):
+            return await self._send(task, update, input)
+
+    async def _send(self, task: str, update: Any, input: Any) -> WriteResult:
+        """Send one write update (the caller holds the task's lane); map refusals, duplicates
+        and a closed or missing task."""
         if not valid_request_id(input.request_id):
             return refused(ErrorCode.INVALID_REQUEST_ID, "request_id must be 1 to 64 characters")
         digest = args_digest(input)
@@ -363,23 +369,22 @@ class ConversationHistory:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + _DRAIN_WAIT_S
         delay = 0.02
-        async with _lane(self.client, handle.id):
-            while True:
-                try:
-                    outcome = await self._call(
-                        lambda: handle.execute_update(update, input, result_type=WriteOutcome)
-                    )
-                except WorkflowUpdateFailedError as err:
-                    if _resend(err) and loop.time() < deadline:
-                        await asyncio.sleep(delay)  # the new run takes it once the old ends
-                        delay = min(delay * 2, 0.5)
-                        continue
-                    return _from_update_failure(err)
-                except RPCError as err:
-                    if err.status != RPCStatusCode.NOT_FOUND:
-                        raise
-                    return await self._closed_or_missing(task, input.request_id, digest)
-                return from_outcome(outcome)
+        while True:
+            try:
+                outcome = await self._call(
+                    lambda: handle.execute_update(update, input, result_type=WriteOutcome)
+                )
+            except WorkflowUpdateFailedError as err:
+                if _resend(err) and loop.time() < deadline:
+                    await asyncio.sleep(delay)  # the new run takes it once the old ends
+                    delay = min(delay * 2, 0.5)
+                    continue
+                return _from_update_failure(err)
+            except RPCError as err:
+                if err.status != RPCStatusCode.NOT_FOUND:
+                    raise
+                return await self._closed_or_missing(task, input.request_id, digest)
+            return from_outcome(outcome)
 
     async def _closed_or_missing(self, task: str, request_id: str, digest: str) -> WriteResult:
         """A write found no running workflow: the task is closed (answer a retried request
@@ -441,9 +446,6 @@ class ConversationHistory:
         request_id = _or_new(request_id)
         if not valid_request_id(request_id):
             return refused(ErrorCode.INVALID_REQUEST_ID, "request_id must be 1 to 64 characters")
-        taken = await self._name_taken(name)
-        if taken is not None:
-            return refused(ErrorCode.TASK_EXISTS, taken)
         start = TaskStart(
             project_id=self.project_id,
             name=name,
@@ -456,17 +458,20 @@ class ConversationHistory:
             agent=agent,
         )
         status = TaskStatus.OPEN if agent is None else TaskStatus.QUEUED
-        operation = WithStartWorkflowOperation(
-            TaskWorkflow.run,
-            TaskWorkflowInput(start=start),
-            id=self.workflow_id(name),
-            task_queue=self.task_queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-            search_attributes=TypedSearchAttributes(search_attributes(start, status)),
-        )
-        try:
-            async with _lane(self.client, self.workflow_id(name)):
+        async with _lane(self.client, self.workflow_id(name)):
+            taken = await self._name_taken(name)
+            if taken is not None:
+                return refused(ErrorCode.TASK_EXISTS, taken)
+            operation = WithStartWorkflowOperation(
+                TaskWorkflow.run,
+                TaskWorkflowInput(start=start),
+                id=self.workflow_id(name),
+                task_queue=self.task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                search_attributes=TypedSearchAttributes(search_attributes(start, status)),
+            )
+            try:
                 outcome = await self._call(
                     lambda: self.client.execute_update_with_start_workflow(
                         TaskWorkflow.create_task,
@@ -474,15 +479,15 @@ class ConversationHistory:
                         start_workflow_operation=operation,
                     )
                 )
-        except WorkflowUpdateFailedError as err:
-            return _from_update_failure(err)
-        except WorkflowAlreadyStartedError:
-            found = await self.get_task(name)
-            if found.view is not None and found.view.goal == goal:
-                return WriteResult(recorded=True, duplicate=True, task=found.view)
-            return refused(ErrorCode.TASK_EXISTS, f"task {name!r} exists (finished)")
-        finally:
-            await _retrieve_start(operation)
+            except WorkflowUpdateFailedError as err:
+                return _from_update_failure(err)
+            except WorkflowAlreadyStartedError:
+                found = await self.get_task(name)
+                if found.view is not None and found.view.goal == goal:
+                    return WriteResult(recorded=True, duplicate=True, task=found.view)
+                return refused(ErrorCode.TASK_EXISTS, f"task {name!r} exists (finished)")
+            finally:
+                await _retrieve_start(operation)
         result = from_outcome(outcome)
         if result.recorded:
             result.task = (await self.get_task(name)).view
@@ -622,22 +627,15 @@ class ConversationHistory:
             page = await self.list_events(task, after_seq=result.seq - 1, limit=1)
             result.event = page.events[0]
             return result
-        assert event.full_length is not None and event.full_sha256 is not None
-        result.event = Event(
-            id=event_id(self.workflow_id(task), result.seq),
+        recorded = Event.recorded(
+            sent,
+            workflow_id=self.workflow_id(task),
             seq=result.seq,
-            kind=event.kind,
-            role=event.role,
-            name=event.name,
-            call_id=event.call_id,
-            payload=event.payload,
-            full_length=event.full_length,
-            full_sha256=event.full_sha256,
             author=self.agent_id,
             time=result.time,
             request_id=request_id,
-            key_id=sent.key_id,
         )
+        result.event = recorded.model_copy(update={"payload": event.payload, "sealed": None})
         return result
 
     async def record_events(
@@ -668,37 +666,42 @@ class ConversationHistory:
     async def _record(
         self, task: str, inputs: list[EventInput], request_id: str
     ) -> tuple[WriteResult, list[EventInput]]:
-        """``record_events``; also returns the inputs as sent (sealed)."""
+        """``record_events``; also returns the inputs as sent (sealed). The task's lane is
+        held from before the sealing on, so that writes keep the order of their calls."""
         if not inputs:  # refused by the model's own rule: at least one event
             RecordEventsInput(agent_id=self.agent_id, events=[], request_id=request_id)
-        sent = await self._seal(task, inputs)
-        new_keys = {e.key_id for e in sent} - {e.key_id for e in inputs} - {None}
+        if not valid_request_id(request_id):
+            refusal = refused(ErrorCode.INVALID_REQUEST_ID, "request_id must be 1 to 64 characters")
+            return refusal, inputs
         total = WriteResult(recorded=True, duplicate=True)
-        for index, chunk in enumerate(split_events(sent)):
-            result = await self._update(
-                task,
-                TaskWorkflow.record_events,
-                RecordEventsInput(
-                    agent_id=self.agent_id,
-                    events=chunk,
-                    request_id=chunk_request_id(request_id, index),
-                ),
-            )
-            if result.recorded and not result.duplicate:
-                new_keys -= {e.key_id for e in chunk}
-            if not result.recorded:
-                total = result.model_copy(
-                    update={"first_seq": total.first_seq, "last_seq": total.last_seq}
+        async with _lane(self.client, self.workflow_id(task)):
+            sent = await self._seal(task, inputs)
+            new_keys = {e.key_id for e in sent if e.key_id} - {e.key_id for e in inputs}
+            for index, chunk in enumerate(split_events(sent)):
+                result = await self._send(
+                    task,
+                    TaskWorkflow.record_events,
+                    RecordEventsInput(
+                        agent_id=self.agent_id,
+                        events=chunk,
+                        request_id=chunk_request_id(request_id, index),
+                    ),
                 )
-                break
-            total = total.model_copy(
-                update={
-                    "first_seq": total.first_seq or result.first_seq,
-                    "last_seq": result.last_seq,
-                    "duplicate": total.duplicate and result.duplicate,
-                    "time": result.time,
-                }
-            )
+                if result.recorded and not result.duplicate:
+                    new_keys -= {e.key_id for e in chunk}
+                if not result.recorded:
+                    total = result.model_copy(
+                        update={"first_seq": total.first_seq, "last_seq": total.last_seq}
+                    )
+                    break
+                total = total.model_copy(
+                    update={
+                        "first_seq": total.first_seq or result.first_seq,
+                        "last_seq": result.last_seq,
+                        "duplicate": total.duplicate and result.duplicate,
+                        "time": result.time,
+                    }
+                )
         if new_keys and self.graph is not None:  # keys of text the workflow did not take
             await self.graph.drop_keys(self.project_id, [k for k in new_keys if k])
         return total, sent

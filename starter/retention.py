@@ -108,7 +108,10 @@ class HistoryRetention:
             return RedactResult(
                 recorded=False,
                 error=ErrorCode.EVENT_NOT_FOUND,
-                message=f"no event {event_id!r} in project {self.project_id!r}",
+                message=(
+                    f"no event {event_id!r} in project {self.project_id!r} (an event is found "
+                    "once the mirror has copied it to Neo4j: see the task's mirror_error)"
+                ),
                 event_id=event_id,
             )
         if location.key_id is None:

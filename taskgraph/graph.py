@@ -514,20 +514,23 @@ class TaskGraph:
         )
 
     async def _read(self, query: LiteralString, **params: Any) -> list[dict[str, Any]]:
-        async def work(tx: AsyncManagedTransaction) -> list[dict[str, Any]]:
-            result = await tx.run(query, **params)
-            return [record.data() async for record in result]
-
-        async with self._session() as session:
-            return await session.execute_read(_bounded(work))
+        """The rows of one read statement, in a managed read transaction."""
+        return await self._run(query, params, write=False)
 
     async def _write(self, query: LiteralString, **params: Any) -> list[dict[str, Any]]:
+        """The rows of one write statement, in a managed write transaction."""
+        return await self._run(query, params, write=True)
+
+    async def _run(
+        self, query: LiteralString, params: dict[str, Any], *, write: bool
+    ) -> list[dict[str, Any]]:
         async def work(tx: AsyncManagedTransaction) -> list[dict[str, Any]]:
             result = await tx.run(query, **params)
             return [record.data() async for record in result]
 
         async with self._session() as session:
-            return await session.execute_write(_bounded(work))
+            execute = session.execute_write if write else session.execute_read
+            return await execute(_bounded(work))
 
     async def task_view(self, project_id: str, workflow_id: str) -> TaskView | None:
         """The task view as Neo4j holds it (the task's mirrored state), for a task whose

@@ -51,7 +51,6 @@ from workflows.models import (
     TaskView,
     WriteOutcome,
     args_digest,
-    event_id,
     model_size,
     request_key,
     valid_request_id,
@@ -255,24 +254,15 @@ class Ledger:
         self.check_write(input.request_id, digest)
         first = self.state.last_seq + 1
         for offset, item in enumerate(input.events):
-            assert item.full_length is not None and item.full_sha256 is not None
             seq = first + offset
             self.run_events.append(
-                Event(
-                    id=event_id(self.state.workflow_id, seq),
+                Event.recorded(
+                    item,
+                    workflow_id=self.state.workflow_id,
                     seq=seq,
-                    kind=item.kind,
-                    role=item.role,
-                    name=item.name,
-                    call_id=item.call_id,
-                    payload=item.payload,
-                    full_length=item.full_length,
-                    full_sha256=item.full_sha256,
                     author=input.agent_id,
                     time=now,
                     request_id=input.request_id,
-                    sealed=item.sealed,
-                    key_id=item.key_id,
                     cites=None if item.cites is None else cite(self.step, item.cites, seq),
                 )
             )

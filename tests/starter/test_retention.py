@@ -6,7 +6,11 @@ task created again into the old one's node."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -25,6 +29,8 @@ from tests.conftest import eventually, mirrored, payload_texts
 from tests.workflows.test_durability import dev_server
 from worker import build_worker
 from workflows.models import StepState, sha256_hex
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 async def raw_history(client: Client, workflow_id: str) -> str:
@@ -314,7 +320,7 @@ async def delete_executions(client: Client, workflow_id: str) -> None:
             return err.status == RPCStatusCode.NOT_FOUND
         return False
 
-    await eventually(gone)
+    await eventually(gone, within=120)  # a closed run goes within about 30 s on a quiet server
 
 
 async def test_a_task_past_retention_reads_from_neo4j_and_keeps_its_name(
@@ -373,3 +379,37 @@ async def test_a_task_past_retention_reads_from_neo4j_and_keeps_its_name(
     assert "Neo4j keeps the earlier one" in error.mirror_error
     assert await graph.counts(history.project_id) == counts
     await client.get_workflow_handle(history.workflow_id("old")).terminate("test over")
+
+
+# ------------------------------------------------------------------------------------ CLI
+
+
+async def cli(queue: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m starter task ARGS`` with the test session's task queue."""
+    env = {**os.environ, "TEMPORAL_TASK_QUEUE": queue}
+    command = [sys.executable, "-m", "starter", "task", *args]
+    return await asyncio.to_thread(
+        subprocess.run, command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=120
+    )
+
+
+async def test_the_cli_redacts_lists_decisions_and_deletes(history: ConversationHistory) -> None:
+    project = ("--project", history.project_id, "--json")
+    await history.create_task("t", "g")
+    secret = await history.record_event("t", "message", "password 1234")
+    assert secret.event is not None
+    made = await history.record_decision("t", "rotate it", cites_events=[1])
+    assert made.event is not None
+    await mirrored(history, "t")
+    redacted = await cli(history.task_queue, "redact", secret.event.id, *project)
+    assert redacted.returncode == 0, redacted.stdout + redacted.stderr
+    assert json.loads(redacted.stdout)["affected_decision_ids"] == [made.event.id]
+    listed = await cli(history.task_queue, "decisions", "t", *project)
+    (row,) = json.loads(listed.stdout)["decisions"]
+    assert (row["id"], row["needs_review"], row["redacted_events"]) == (made.event.id, True, [1])
+    deleted = await cli(history.task_queue, "delete", "t", "--keep-decisions", *project)
+    assert deleted.returncode == 0, deleted.stdout + deleted.stderr
+    report = json.loads(deleted.stdout)
+    assert (report["decisions_kept"], report["events_deleted"]) == (True, 1)
+    again = await cli(history.task_queue, "redact", str(uuid.uuid4()), "--project", "p")
+    assert again.returncode == 1 and "event_not_found" in again.stdout

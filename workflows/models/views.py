@@ -8,9 +8,10 @@ from pydantic import AwareDatetime, BaseModel, Field
 
 from workflows.models.agent import AgentSpec, TokenUsage
 from workflows.models.decisions import Citations
+from workflows.models.inputs import EventInput
 from workflows.models.kinds import EventKind, ResultValidity, Role, StepKind, StepState, TaskStatus
 from workflows.models.state import AgentRun, RunRange
-from workflows.models.text import BoundedText
+from workflows.models.text import BoundedText, event_id
 
 
 class Event(BaseModel):
@@ -59,6 +60,40 @@ class Event(BaseModel):
     def truncated(self) -> bool:
         """True when the payload was cut (False for a redacted or still sealed event)."""
         return self.sealed is None and not self.redacted and self.full_length > len(self.payload)
+
+    @classmethod
+    def recorded(
+        cls,
+        item: EventInput,
+        *,
+        workflow_id: str,
+        seq: int,
+        author: str,
+        time: datetime,
+        request_id: str,
+        cites: Citations | None = None,
+    ) -> Event:
+        """The event ``item`` (validated: its length and hash set) becomes when it is recorded
+        as ``seq`` of task ``workflow_id`` by ``author`` at workflow time ``time``; ``cites``
+        as the ledger records them (``workflows.decisions.cite``)."""
+        assert item.full_length is not None and item.full_sha256 is not None
+        return cls(
+            id=event_id(workflow_id, seq),
+            seq=seq,
+            kind=item.kind,
+            role=item.role,
+            name=item.name,
+            call_id=item.call_id,
+            payload=item.payload,
+            full_length=item.full_length,
+            full_sha256=item.full_sha256,
+            author=author,
+            time=time,
+            request_id=request_id,
+            sealed=item.sealed,
+            key_id=item.key_id,
+            cites=cites,
+        )
 
 
 class StepView(BaseModel):
