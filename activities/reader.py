@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from temporalio.client import Client
 
+from taskgraph.sealing import open_events
 from workflows.errors import GraphIncomplete, GraphNotConfigured
 from workflows.models import PAGE_LIMIT_MAX, Event, EventsPage, EventsQuery, project_of
 from workflows.task import TaskWorkflow
@@ -95,10 +96,12 @@ async def task_events(
 ) -> list[Event]:
     """Every event of the task with ``after_seq < seq <= up_to_seq``, in order, read from the
     run ``run_id`` (a run of the task that holds ``up_to_seq``) and the places that hold the
-    earlier ones (``earlier_events``), in pages within the payload budget.
+    earlier ones (``earlier_events``), in pages within the payload budget; sealed text opened
+    (``taskgraph.sealing.open_events``: a note or an input a client wrote to the task).
 
     Raises:
-        GraphNotConfigured, GraphIncomplete: as ``earlier_events``.
+        GraphNotConfigured, GraphIncomplete: as ``earlier_events``, or a sealed event's key
+            is missing.
         temporalio.service.RPCError: a query failed.
     """
     handle = client.get_workflow_handle(workflow_id, run_id=run_id)
@@ -119,4 +122,4 @@ async def task_events(
             raise GraphIncomplete(f"{workflow_id}: events {after_seq + 1}..{stop} are not found")
         events += got
         after_seq = got[-1].seq
-    return events
+    return await open_events(graph, project_of(workflow_id), events)

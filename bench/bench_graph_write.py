@@ -18,7 +18,15 @@ from datetime import UTC, datetime
 from importlib.util import find_spec
 
 from worker import open_services
-from workflows.models import Event, EventKind, StepState, TaskStatus, TaskView, task_workflow_id
+from workflows.models import (
+    Event,
+    EventKind,
+    StepState,
+    TaskStatus,
+    TaskView,
+    event_id,
+    task_workflow_id,
+)
 
 
 def _cpu() -> float:
@@ -35,6 +43,7 @@ async def main(pages: int, per_page: int) -> None:
         for _ in range(pages):
             events = [
                 Event(
+                    id=event_id(task_workflow_id(project, "t"), n),
                     seq=n,
                     kind=EventKind.MESSAGE,
                     payload="x" * 800,

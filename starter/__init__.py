@@ -3,6 +3,7 @@
 >>> client = await starter.connect()
 >>> history = starter.ConversationHistory(client, project_id="demo", agent_id="agent-1")
 >>> await history.create_task("fix-bug-42", "Fix the failing test")
+>>> retention = starter.HistoryRetention(client, "demo", "agent-1", graph=graph)
 
 Importing ``starter`` does not load the Neo4j driver: reads that need Neo4j take a
 ``taskgraph.graph.TaskGraph`` (``worker.open_services`` makes one).
@@ -10,8 +11,17 @@ Importing ``starter`` does not load the Neo4j driver: reads that need Neo4j take
 
 from config import Settings, connect
 from starter.client import ConversationHistory
-from starter.results import EventsResult, GetTaskResult, StepsResult, WriteResult
-from taskgraph.models import EventRow, StepRow, TaskRow, ToolFailures, TreeRow
+from starter.results import (
+    DecisionsResult,
+    DeleteResult,
+    EventsResult,
+    GetTaskResult,
+    RedactResult,
+    StepsResult,
+    WriteResult,
+)
+from starter.retention import HistoryRetention
+from taskgraph.models import DecisionRow, EventRow, StepRow, TaskRow, ToolFailures, TreeRow
 from workflows.errors import (
     ErrorCode,
     GraphIncomplete,
@@ -31,6 +41,9 @@ from workflows.models import (
 
 __all__ = [
     "ConversationHistory",
+    "DecisionRow",
+    "DecisionsResult",
+    "DeleteResult",
     "ErrorCode",
     "EventInput",
     "EventKind",
@@ -39,6 +52,8 @@ __all__ = [
     "GetTaskResult",
     "GraphIncomplete",
     "GraphNotConfigured",
+    "HistoryRetention",
+    "RedactResult",
     "ResultValidity",
     "Role",
     "Settings",

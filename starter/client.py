@@ -44,6 +44,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.reader import earlier_events
 from config import release_runtime
 from starter.results import (
+    DecisionsResult,
     EventsResult,
     GetTaskResult,
     StepsResult,
@@ -52,6 +53,9 @@ from starter.results import (
     refused,
 )
 from taskgraph.models import (
+    NEO4J_INT_MAX,
+    DecisionRow,
+    DecisionsRead,
     EventFilter,
     EventRow,
     EventsRead,
@@ -66,6 +70,8 @@ from taskgraph.models import (
     TreeRead,
     TreeRow,
 )
+from taskgraph.retention import name_state
+from taskgraph.sealing import open_events, seal_events
 from workflows.errors import (
     CONTINUING_AS_NEW,
     DUPLICATE,
@@ -82,6 +88,7 @@ from workflows.models import (
     PAGE_LIMIT_MAX,
     STEPS_PAGE_MAX,
     AgentSpec,
+    CitesInput,
     Event,
     EventInput,
     EventKind,
@@ -105,6 +112,7 @@ from workflows.models import (
     TaskWorkflowInput,
     WriteOutcome,
     args_digest,
+    event_id,
     model_size,
     task_workflow_id,
     valid_request_id,
@@ -267,8 +275,11 @@ class ConversationHistory:
         session_id: session new tasks belong to, if any.
         task_queue: the workers' task queue.
         graph: the Neo4j task graph (``taskgraph.graph.TaskGraph``); needed to read events of
-            earlier runs (``list_events``) and for the cross-task reads. None: those reads
-            raise ``GraphNotConfigured``.
+            earlier runs (``list_events``), tasks whose history passed the namespace's
+            retention, decisions, and for the cross-task reads. None: those reads raise
+            ``GraphNotConfigured``. With a graph, event text is sealed (one data key per
+            event in its key store: ``taskgraph.sealing``) so that ``redact_event`` can remove
+            it from the history; without one it is written in plain text.
         timeout_s: seconds one Temporal call may take (a write waits for a worker to run
             it); past that it raises ``TaskServiceUnavailable``.
 
@@ -279,9 +290,9 @@ class ConversationHistory:
     def __init__(
         self,
         client: Client,
-        *,
         project_id: str,
         agent_id: str,
+        *,
         session_id: str | None = None,
         task_queue: str = "agent-tasks",
         graph: TaskGraph | None = None,
@@ -345,32 +356,37 @@ class ConversationHistory:
             delay = min(delay * 2, most)
 
     async def _update(self, task: str, update: Any, input: Any) -> WriteResult:
-        """Send one write update; map refusals, duplicates and a closed or missing task."""
+        """Send one write update in the task's lane (``_lane``: call order)."""
+        async with _lane(self.client, self.workflow_id(task)):
+            return await self._send(task, update, input)
+
+    async def _send(self, task: str, update: Any, input: Any) -> WriteResult:
+        """Send one write update (the caller holds the task's lane); map refusals, duplicates
+        and a closed or missing task."""
         if not valid_request_id(input.request_id):
             return refused(ErrorCode.INVALID_REQUEST_ID, "request_id must be 1 to 64 characters")
         handle = self._handle(task)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + _DRAIN_WAIT_S
         delay = 0.02
-        async with _lane(self.client, handle.id):
-            while True:
-                try:
-                    outcome = await self._call(
-                        lambda: handle.execute_update(update, input, result_type=WriteOutcome)
-                    )
-                except WorkflowUpdateFailedError as err:
-                    if _resend(err) and loop.time() < deadline:
-                        await asyncio.sleep(delay)  # the new run takes it once the old ends
-                        delay = min(delay * 2, 0.5)
-                        continue
-                    return _from_update_failure(err)
-                except RPCError as err:
-                    if err.status != RPCStatusCode.NOT_FOUND:
-                        raise
-                    # the digest only here: 1.7 ms of CPU for a batch of 200 events
-                    digest = args_digest(input)
-                    return await self._closed_or_missing(task, input.request_id, digest)
-                return from_outcome(outcome)
+        while True:
+            try:
+                outcome = await self._call(
+                    lambda: handle.execute_update(update, input, result_type=WriteOutcome)
+                )
+            except WorkflowUpdateFailedError as err:
+                if _resend(err) and loop.time() < deadline:
+                    await asyncio.sleep(delay)  # the new run takes it once the old ends
+                    delay = min(delay * 2, 0.5)
+                    continue
+                return _from_update_failure(err)
+            except RPCError as err:
+                if err.status != RPCStatusCode.NOT_FOUND:
+                    raise
+                # the digest only here: 1.7 ms of CPU for a batch of 200 events
+                digest = args_digest(input)
+                return await self._closed_or_missing(task, input.request_id, digest)
+            return from_outcome(outcome)
 
     async def _closed_or_missing(self, task: str, request_id: str, digest: str) -> WriteResult:
         """A write found no running workflow: the task is closed (answer a retried request
@@ -379,9 +395,14 @@ class ConversationHistory:
         try:
             await self._call(handle.describe)
         except RPCError as err:
-            if err.status == RPCStatusCode.NOT_FOUND:
-                return refused(ErrorCode.TASK_NOT_FOUND, f"no task {task!r} in this project")
-            raise
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+            if await self._expired(task) is not None:
+                return refused(
+                    ErrorCode.TASK_CLOSED,
+                    f"task {task!r} is finished (its history passed the namespace's retention)",
+                )
+            return refused(ErrorCode.TASK_NOT_FOUND, f"no task {task!r} in this project")
         stored = await self._call(
             lambda: handle.query(
                 TaskWorkflow.request_outcome, RequestLookup(request_id=request_id, digest=digest)
@@ -410,7 +431,10 @@ class ConversationHistory:
         Uses update-with-start: the workflow starts if it is not running and the
         ``create_task`` update runs in its first workflow task. The same name with the same
         goal returns the existing task (``created`` False); another goal is ``task_exists``.
-        A finished task's name is never reused (id reuse policy REJECT_DUPLICATE).
+        A finished task's name is never reused (id reuse policy REJECT_DUPLICATE), nor,
+        with a graph, the name of a deleted task (its tombstone) or of one whose history
+        passed the namespace's retention (its Neo4j node): both ``task_exists``. The
+        result's ``task`` is the task's view.
 
         Args:
             name: 1 to 200 characters, no control characters.
@@ -443,17 +467,20 @@ class ConversationHistory:
             agent=agent,
         )
         status = TaskStatus.OPEN if agent is None else TaskStatus.QUEUED
-        operation = WithStartWorkflowOperation(
-            TaskWorkflow.run,
-            TaskWorkflowInput(start=start),
-            id=self.workflow_id(name),
-            task_queue=self.task_queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-            search_attributes=TypedSearchAttributes(search_attributes(start, status)),
-        )
-        try:
-            async with _lane(self.client, self.workflow_id(name)):
+        async with _lane(self.client, self.workflow_id(name)):
+            taken = await self._name_taken(name)
+            if taken is not None:
+                return refused(ErrorCode.TASK_EXISTS, taken)
+            operation = WithStartWorkflowOperation(
+                TaskWorkflow.run,
+                TaskWorkflowInput(start=start),
+                id=self.workflow_id(name),
+                task_queue=self.task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                search_attributes=TypedSearchAttributes(search_attributes(start, status)),
+            )
+            try:
                 outcome = await self._call(
                     lambda: self.client.execute_update_with_start_workflow(
                         TaskWorkflow.create_task,
@@ -461,16 +488,42 @@ class ConversationHistory:
                         start_workflow_operation=operation,
                     )
                 )
-        except WorkflowUpdateFailedError as err:
-            return _from_update_failure(err)
-        except WorkflowAlreadyStartedError:
-            found = await self.get_task(name)
-            if found.view is not None and found.view.goal == goal:
-                return WriteResult(recorded=True, duplicate=True)
-            return refused(ErrorCode.TASK_EXISTS, f"task {name!r} exists (finished)")
-        finally:
-            await _retrieve_start(operation)
-        return from_outcome(outcome)
+            except WorkflowUpdateFailedError as err:
+                return _from_update_failure(err)
+            except WorkflowAlreadyStartedError:
+                found = await self.get_task(name)
+                if found.view is not None and found.view.goal == goal:
+                    return WriteResult(recorded=True, duplicate=True, task=found.view)
+                return refused(ErrorCode.TASK_EXISTS, f"task {name!r} exists (finished)")
+            finally:
+                await _retrieve_start(operation)
+        result = from_outcome(outcome)
+        if result.recorded:
+            result.task = (await self.get_task(name)).view
+        return result
+
+    async def _name_taken(self, name: str) -> str | None:
+        """Why ``name`` may not be created although Temporal has no workflow of it (None
+        when it may): a deleted task's tombstone, or a task whose history Temporal deleted
+        after the namespace's retention and Neo4j keeps. Needs the graph; without one, the
+        mirror still refuses to write the new task into the old one's node
+        (``TaskIncarnationError``)."""
+        if self.graph is None:
+            return None
+        state = await name_state(self.graph, self.project_id, self.workflow_id(name))
+        if state.deleted:
+            return f"task {name!r} was deleted; a task name is never reused"
+        if state.mirrored:
+            try:
+                await self._call(self._handle(name).describe)
+            except RPCError as err:
+                if err.status != RPCStatusCode.NOT_FOUND:
+                    raise
+                return (
+                    f"task {name!r} exists: its history passed the namespace's retention, "
+                    "Neo4j keeps it"
+                )
+        return None
 
     async def cancel_task(self, task: str, *, cascade: bool = True) -> WriteResult:
         """Cancel the task: a Temporal cancel request, the same as ``temporal workflow cancel``
@@ -630,12 +683,39 @@ class ConversationHistory:
         call_id: str | None = None,
         request_id: str | None = None,
     ) -> WriteResult:
-        """Append one event; ``result.seq`` is its seq. A payload over 32,000 characters is
-        cut (the event keeps the full length and SHA-256). See ``record_events``."""
+        """Append one event; ``result.event`` is the recorded event (``result.seq`` its
+        seq). A payload over 32,000 characters is cut (the event keeps the full length and
+        SHA-256). See ``record_events``."""
         event = EventInput.model_validate(
             {"kind": kind, "payload": payload, "role": role, "name": name, "call_id": call_id}
         )
-        return await self.record_events(task, [event], request_id=request_id)
+        return await self._record_one(task, event, request_id)
+
+    async def _record_one(
+        self, task: str, event: EventInput, request_id: str | None
+    ) -> WriteResult:
+        """Record one event and return it as ``result.event``: built from what was sent for a
+        new plain write (the outcome gives its seq and time), read back for a repeated
+        request id (the stored outcome has no time) and for a decision (the workflow records
+        the cited steps' state)."""
+        request_id = _or_new(request_id)
+        result, (sent,) = await self._record(task, [event], request_id)
+        if not result.recorded or result.seq is None:
+            return result
+        if result.time is None or event.cites is not None:
+            page = await self.list_events(task, after_seq=result.seq - 1, limit=1)
+            result.event = page.events[0]
+            return result
+        recorded = Event.recorded(
+            sent,
+            workflow_id=self.workflow_id(task),
+            seq=result.seq,
+            author=self.agent_id,
+            time=result.time,
+            request_id=request_id,
+        )
+        result.event = recorded.model_copy(update={"payload": event.payload, "sealed": None})
+        return result
 
     async def record_events(
         self,
@@ -651,34 +731,66 @@ class ConversationHistory:
         not atomic together: on a refusal, the updates before it stay recorded, the result
         has ``recorded`` False and ``first_seq``/``last_seq`` of what was recorded, and a
         retry with the same request id records the rest once.
+
+        With a graph, each event's text is sealed first (``taskgraph.sealing``): its data key is
+        stored in Neo4j before anything is sent (so a write needs Neo4j), and the split is of
+        the sealed events. The keys of events the workflow did not take from this call (a
+        refusal, a repeated request id) are deleted again; after an error (no answer) they
+        stay, since the write may have been recorded.
         """
-        request_id = _or_new(request_id)
         inputs = [EventInput.model_validate(e) if isinstance(e, dict) else e for e in events]
+        result, _ = await self._record(task, inputs, _or_new(request_id))
+        return result
+
+    async def _record(
+        self, task: str, inputs: list[EventInput], request_id: str
+    ) -> tuple[WriteResult, list[EventInput]]:
+        """``record_events``; also returns the inputs as sent (sealed). The task's lane is
+        held from before the sealing on, so that writes keep the order of their calls."""
         if not inputs:  # refused by the model's own rule: at least one event
             RecordEventsInput(agent_id=self.agent_id, events=[], request_id=request_id)
+        if not valid_request_id(request_id):
+            refusal = refused(ErrorCode.INVALID_REQUEST_ID, "request_id must be 1 to 64 characters")
+            return refusal, inputs
         total = WriteResult(recorded=True, duplicate=True)
-        for index, chunk in enumerate(split_events(inputs)):
-            result = await self._update(
-                task,
-                TaskWorkflow.record_events,
-                RecordEventsInput(
-                    agent_id=self.agent_id,
-                    events=chunk,
-                    request_id=chunk_request_id(request_id, index),
-                ),
-            )
-            if not result.recorded:
-                return result.model_copy(
-                    update={"first_seq": total.first_seq, "last_seq": total.last_seq}
+        async with _lane(self.client, self.workflow_id(task)):
+            sent = await self._seal(task, inputs)
+            new_keys = {e.key_id for e in sent if e.key_id} - {e.key_id for e in inputs}
+            for index, chunk in enumerate(split_events(sent)):
+                result = await self._send(
+                    task,
+                    TaskWorkflow.record_events,
+                    RecordEventsInput(
+                        agent_id=self.agent_id,
+                        events=chunk,
+                        request_id=chunk_request_id(request_id, index),
+                    ),
                 )
-            total = total.model_copy(
-                update={
-                    "first_seq": total.first_seq or result.first_seq,
-                    "last_seq": result.last_seq,
-                    "duplicate": total.duplicate and result.duplicate,
-                }
-            )
-        return total
+                if result.recorded and not result.duplicate:
+                    new_keys -= {e.key_id for e in chunk}
+                if not result.recorded:
+                    total = result.model_copy(
+                        update={"first_seq": total.first_seq, "last_seq": total.last_seq}
+                    )
+                    break
+                total = total.model_copy(
+                    update={
+                        "first_seq": total.first_seq or result.first_seq,
+                        "last_seq": result.last_seq,
+                        "duplicate": total.duplicate and result.duplicate,
+                        "time": result.time,
+                    }
+                )
+        if new_keys and self.graph is not None:  # keys of text the workflow did not take
+            await self.graph.drop_keys(self.project_id, [k for k in new_keys if k])
+        return total, sent
+
+    async def _seal(self, task: str, events: list[EventInput]) -> list[EventInput]:
+        """``events`` sealed, their keys stored (``taskgraph.sealing.seal_events``), when the
+        client has a graph (the key store); as they are without one."""
+        if self.graph is None:
+            return events
+        return await seal_events(self.graph, self.project_id, self.workflow_id(task), events)
 
     async def set_step(
         self,
@@ -774,7 +886,19 @@ class ConversationHistory:
         TaskRead(task=name)
         handle = self._handle(name)
         found, view = await self._query(name, lambda: handle.query(TaskWorkflow.view))
-        return GetTaskResult(found=found, view=view)
+        if found:
+            return GetTaskResult(found=True, view=view, source="temporal")
+        view = await self._expired(name)
+        if view is None:
+            return GetTaskResult(found=False)
+        return GetTaskResult(found=True, view=view, source="neo4j")
+
+    async def _expired(self, name: str) -> TaskView | None:
+        """The view Neo4j keeps of a task Temporal has no history of (deleted after the
+        namespace's retention); None without a graph or when Neo4j has no such task."""
+        if self.graph is None:
+            return None
+        return await self.graph.task_view(self.project_id, self.workflow_id(name))
 
     async def list_events(self, task: str, after_seq: int = 0, limit: int = 50) -> EventsResult:
         """Events with seq > ``after_seq`` in seq order, at most ``limit`` (1 to 200), across
@@ -792,9 +916,9 @@ class ConversationHistory:
         EventsRead(task=task, after_seq=after_seq, limit=limit)
         query = EventsQuery(after_seq=after_seq, limit=limit)
         handle = self._handle(task)
-        found, page = await self._query(task, lambda: handle.query(TaskWorkflow.events, query))
+        _, page = await self._query(task, lambda: handle.query(TaskWorkflow.events, query))
         if page is None:
-            return EventsResult(found=found)
+            return await self._expired_events(task, after_seq, limit)
         events: list[Event] = []
         if after_seq + 1 < page.run_first_seq:
             up_to = min(page.run_first_seq - 1, after_seq + limit)
@@ -803,9 +927,23 @@ class ConversationHistory:
             )
         if not events or events[-1].seq == page.run_first_seq - 1:
             events += page.events[: limit - len(events)]
+        events = await open_events(self.graph, self.project_id, events)
         last = events[-1].seq if events else after_seq
         return EventsResult(
             found=True, events=events, next_after_seq=last if last < page.last_seq else None
+        )
+
+    async def _expired_events(self, task: str, after_seq: int, limit: int) -> EventsResult:
+        """``list_events`` of a task Temporal has no history of: from Neo4j, when it has
+        the task (``_expired``)."""
+        view = await self._expired(task)
+        if view is None or self.graph is None:
+            return EventsResult(found=False)
+        wf = self.workflow_id(task)
+        events = await self.graph.events(self.project_id, wf, after_seq, view.last_seq, limit)
+        last = events[-1].seq if events else after_seq
+        return EventsResult(
+            found=True, events=events, next_after_seq=last if last < view.last_seq else None
         )
 
     async def list_steps(
@@ -830,10 +968,12 @@ class ConversationHistory:
         read = StepsRead(task=task, state=state, limit=limit, after_name=after_name)
         query = StepsQuery(state=read.state, limit=read.limit, after_name=read.after_name)
         handle = self._handle(task)
-        found, page = await self._query(task, lambda: handle.query(TaskWorkflow.steps, query))
+        _, page = await self._query(task, lambda: handle.query(TaskWorkflow.steps, query))
         if page is None:
-            return StepsResult(found=found)
-        if not page.earlier and not page.mirror_backlog:
+            if await self._expired(task) is None:
+                return StepsResult(found=False)
+            # Neo4j has every step of a task Temporal no longer has: ``older`` is all of them.
+        elif not page.earlier and not page.mirror_backlog:
             return StepsResult(found=True, steps=page.steps, next_after_name=page.next_after_name)
         older = await self._graph().steps(
             self.project_id,
@@ -841,8 +981,13 @@ class ConversationHistory:
             state=read.state,
             after_name=read.after_name,
             limit=read.limit,
-            up_to_write=page.run_first_write,
+            up_to_write=NEO4J_INT_MAX if page is None else page.run_first_write,
         )
+        if page is None:
+            more = len(older) == read.limit
+            return StepsResult(
+                found=True, steps=older, next_after_name=older[-1].step_name if more else None
+            )
         upper = older[-1].step_name if len(older) == read.limit else None
         merged = {step.step_name: step for step in older}
         runs = [(run.run_id, run.after_write) for run in page.mirror_backlog]
@@ -899,6 +1044,97 @@ class ConversationHistory:
         async for execution in self.client.list_workflows(query, limit=where.limit):
             names.append(execution.id.removeprefix(prefix))
         return names
+
+    # ------------------------------------------------------------------ decisions
+
+    async def record_decision(
+        self,
+        task: str,
+        statement: str,
+        *,
+        cites_events: Sequence[int | str] = (),
+        cites_steps: Sequence[str] = (),
+        request_id: str | None = None,
+    ) -> WriteResult:
+        """Record a decision: an event of kind ``decision`` whose payload is ``statement``
+        (sealed and cut like any payload), citing earlier events of the task by seq or by id
+        (at most 100) and steps of the task by name (at most 100). ``result.event`` is the
+        decision: its ``id`` is the decision's id, its ``cites`` the cited seqs and the cited
+        steps with their state and attempt now, which later reads compare with
+        (``list_decisions``: ``needs_review``).
+
+        Refusals: ``event_not_found`` (a seq that does not precede the decision, an id of no
+        event of the task), ``step_not_found``, and those of every write.
+
+        Raises:
+            pydantic.ValidationError: an argument of the wrong shape, naming the field.
+        """
+        seqs = await self._cited_seqs(task, cites_events)
+        if isinstance(seqs, WriteResult):
+            return seqs
+        event = EventInput(
+            kind=EventKind.DECISION,
+            payload=statement,
+            cites=CitesInput(events=seqs, steps=list(cites_steps)),
+        )
+        return await self._record_one(task, event, request_id)
+
+    async def _cited_seqs(self, task: str, cited: Sequence[int | str]) -> list[int] | WriteResult:
+        """The seqs of cited events: seqs as they are, ids (``event_id``) matched against the
+        task's seqs from the newest down (ids are derived, so this needs no lookup: about a
+        microsecond a seq); a refusal when the task or an id is not found."""
+        ids = {c for c in cited if isinstance(c, str)}
+        found: dict[str, int] = {}
+        if ids:
+            view = (await self.get_task(task)).view
+            if view is None:
+                return refused(ErrorCode.TASK_NOT_FOUND, f"no task {task!r} in this project")
+            workflow_id = self.workflow_id(task)
+            for seq in range(view.last_seq, 0, -1):
+                candidate = event_id(workflow_id, seq)
+                if candidate in ids:
+                    found[candidate] = seq
+                    if len(found) == len(ids):
+                        break
+            if missing := ids - found.keys():
+                return refused(
+                    ErrorCode.EVENT_NOT_FOUND, f"no event of task {task!r} has id {min(missing)}"
+                )
+        return [found[c] if isinstance(c, str) else c for c in cited]
+
+    async def list_decisions(
+        self, task: str, after_seq: int = 0, limit: int = 50
+    ) -> DecisionsResult:
+        """A page of the task's decisions in seq order after ``after_seq``, at most ``limit``
+        (1 to 200), from Neo4j (so as far as the mirror has copied them: normally within
+        100 ms of the write; ``record_decision`` returns its decision at once). Each says
+        whether it needs review (``DecisionRow.needs_review``): an event it cites was
+        redacted, a step it cites changed since, or its task was deleted while it was kept.
+
+        Raises:
+            pydantic.ValidationError: an argument of the wrong shape (``DecisionsRead``).
+            GraphNotConfigured: no graph was given.
+        """
+        read = DecisionsRead(task=task, after_seq=after_seq, limit=limit)
+        rows = await self._graph().decisions(
+            self.project_id,
+            workflow_id=self.workflow_id(task),
+            after_seq=read.after_seq,
+            limit=read.limit,
+        )
+        found = bool(rows) or (await self.get_task(task)).found
+        cursor = rows[-1].seq if len(rows) == read.limit else None
+        return DecisionsResult(found=found, decisions=rows, next_after_seq=cursor)
+
+    async def get_decision(self, decision_id: str) -> DecisionRow | None:
+        """The decision of this project with id ``decision_id`` (as ``list_decisions`` reads
+        it), None when Neo4j has none.
+
+        Raises:
+            GraphNotConfigured: no graph was given.
+        """
+        rows = await self._graph().decisions(self.project_id, decision_id=decision_id, limit=1)
+        return rows[0] if rows else None
 
     # ------------------------------------------------------------------ cross-task reads (Neo4j)
 

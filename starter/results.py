@@ -5,8 +5,12 @@ Refusals are results (``WriteResult.error``), not exceptions.
 
 from __future__ import annotations
 
+from datetime import datetime
+from typing import Literal
+
 from pydantic import BaseModel
 
+from taskgraph.models import DecisionRow
 from workflows.errors import ErrorCode
 from workflows.models import Event, StepView, TaskView, WriteOutcome
 
@@ -30,6 +34,13 @@ class WriteResult(BaseModel):
     """First seq assigned to the events of this write (event writes only)."""
     last_seq: int | None = None
     """Last seq assigned to the events of this write (event writes only)."""
+    time: datetime | None = None
+    """Workflow time of a new event write (None for other writes and repeated ones)."""
+    task: TaskView | None = None
+    """``create_task``: the task as it is after the call (``status`` open for a new one)."""
+    event: Event | None = None
+    """``record_event`` and ``record_decision``: the recorded event (``event.seq``,
+    ``event.id``), also for a repeated request id."""
 
     @property
     def seq(self) -> int | None:
@@ -57,6 +68,7 @@ def from_outcome(outcome: WriteOutcome) -> WriteResult:
         created=outcome.created,
         first_seq=outcome.first_seq or None,
         last_seq=outcome.last_seq or None,
+        time=outcome.time,
     )
 
 
@@ -67,6 +79,9 @@ class GetTaskResult(BaseModel):
     """True when the task exists in this project."""
     view: TaskView | None = None
     """The task view (no event bodies)."""
+    source: Literal["temporal", "neo4j"] | None = None
+    """Where the view comes from: the task's workflow, or Neo4j for a task whose history
+    Temporal deleted after the namespace's retention."""
 
 
 class EventsResult(BaseModel):
@@ -89,3 +104,68 @@ class StepsResult(BaseModel):
     """The steps."""
     next_after_name: str | None = None
     """Pass as ``after_name`` for the next page; None at the end."""
+
+
+class DecisionsResult(BaseModel):
+    """``list_decisions``: a page of a task's decisions and the cursor of the next page."""
+
+    found: bool
+    """True when the task exists in this project (or existed: detached decisions)."""
+    decisions: list[DecisionRow] = []
+    """The page, in seq order."""
+    next_after_seq: int | None = None
+    """Pass as ``after_seq`` for the next page; None at the end."""
+
+
+class RedactResult(BaseModel):
+    """``HistoryRetention.redact_event``. Refusals are results: ``event_not_found``,
+    ``event_not_sealed``."""
+
+    recorded: bool
+    """True when the event's text is gone (now, or by an earlier redaction)."""
+    error: ErrorCode | None = None
+    """Why it was refused."""
+    message: str | None = None
+    """Human-readable detail of the refusal."""
+    duplicate: bool = False
+    """True when the event had been redacted before."""
+    event_id: str
+    """The event's id."""
+    task: str | None = None
+    """The event's task."""
+    seq: int | None = None
+    """The event's seq (it keeps its place in the log, its length and hash)."""
+    affected_decision_ids: list[str] = []
+    """Decisions that cite the event (and the event itself when it is a decision): they now
+    need review."""
+
+
+class DeleteResult(BaseModel):
+    """``HistoryRetention.delete_task``: what was removed. Refusals are results
+    (``task_not_found``)."""
+
+    recorded: bool
+    """True when the task is gone (now, or by an earlier deletion)."""
+    error: ErrorCode | None = None
+    """Why it was refused."""
+    message: str | None = None
+    """Human-readable detail of the refusal."""
+    duplicate: bool = False
+    """True when the task had been deleted before (nothing more was removed)."""
+    task: str
+    """The task's name (taken for ever: ``create_task`` refuses it with ``task_exists``)."""
+    runs_deleted: list[str] = []
+    """Run ids of the workflow executions deleted from Temporal (every run of the task)."""
+    runs_pending: list[str] = []
+    """Those of ``runs_deleted`` that Temporal still had when the call stopped waiting
+    (``timeout_s``): the server deletes them in the background."""
+    events_deleted: int = 0
+    """Event nodes deleted from Neo4j (decisions deleted with the task included)."""
+    steps_deleted: int = 0
+    """Step nodes deleted from Neo4j."""
+    keys_destroyed: int = 0
+    """Data keys destroyed (so the sealed text in any copy of the history stays sealed)."""
+    decisions_kept: bool = False
+    """True when the decisions were kept and detached (``include_decisions=False``)."""
+    affected_decision_ids: list[str] = []
+    """The task's decisions that Neo4j held: deleted, or kept and detached."""

@@ -11,6 +11,14 @@ Graph model (every node carries ``project_id``; keys are unique by constraint)::
     (:Event)-[:AUTHORED_BY]->(:Agent)
     (:Task)-[:HAS_STEP]->(:Step {key = "workflow id/step name"})
     (:Step)-[:RESULT]->(:Event)                          the step's result event
+    (:Event:Decision)-[:CITES]->(:Event)                 a decision cites an earlier event
+    (:Event:Decision)-[:CITES {state, attempt}]->(:Step) ... and a step, as it was then
+    (:TaskTombstone {key = workflow id})                 a deleted task: its name stays taken
+    (:DataKey {key_id})                                  the key store (``taskgraph.keys``)
+
+A task node belongs to one task: the mirror refuses to write a task into a node created by
+another task of the same workflow id (one whose history was deleted: ``TaskIncarnationError``)
+or into a deleted task's id (a ``TaskTombstone``).
 
 Every write is a MERGE on a key, so a repeated batch changes nothing. Every statement is
 parameterized and every read is filtered by project id. Times are Neo4j datetimes in UTC;
@@ -22,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager, nullcontext
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, LiteralString
@@ -36,7 +44,9 @@ from neo4j import (
 )
 from neo4j.exceptions import ClientError, ServiceUnavailable
 
+from taskgraph.keys import KEY_SCHEMA, fetch_keys, store_keys
 from taskgraph.models import (
+    DecisionRow,
     EventFilter,
     EventRow,
     StepFilter,
@@ -49,7 +59,20 @@ from taskgraph.models import (
     plain,
     utc,
 )
-from workflows.models import Event, StepState, StepView, TaskView, task_workflow_id
+from taskgraph.sealing import unseal
+from workflows.models import (
+    PAGE_LIMIT_MAX,
+    BoundedText,
+    Citations,
+    Event,
+    EventKind,
+    StepState,
+    StepView,
+    TaskView,
+    bound_text,
+    event_id,
+    task_workflow_id,
+)
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Tracer
@@ -67,6 +90,11 @@ SCHEMA: tuple[LiteralString, ...] = (
     "CREATE INDEX event_project_kind IF NOT EXISTS FOR (n:Event) ON (n.project_id, n.kind)",
     "CREATE INDEX event_project_time IF NOT EXISTS FOR (n:Event) ON (n.project_id, n.time)",
     "CREATE INDEX step_project_state IF NOT EXISTS FOR (n:Step) ON (n.project_id, n.state)",
+    "CREATE CONSTRAINT event_id IF NOT EXISTS FOR (n:Event) REQUIRE n.id IS UNIQUE",
+    "CREATE CONSTRAINT decision_id IF NOT EXISTS FOR (n:Decision) REQUIRE n.id IS UNIQUE",
+    "CREATE INDEX decision_task IF NOT EXISTS FOR (n:Decision) ON (n.project_id, n.task_key)",
+    "CREATE CONSTRAINT tombstone_key IF NOT EXISTS FOR (n:TaskTombstone) REQUIRE n.key IS UNIQUE",
+    *KEY_SCHEMA,
 )
 """Constraints and indexes, created before the first write (all single-property uniqueness
 constraints and range indexes, which Neo4j Community has). ``task_project_status_name``
@@ -77,9 +105,10 @@ drop it once every worker is new)."""
 SCHEMA_RULE_EXISTS = "Neo.ClientError.Schema.EquivalentSchemaRuleAlreadyExists"
 """The error of a schema rule created by another session meanwhile (``init_schema``)."""
 
-_WRITE_TASK: LiteralString = """
+_TASK: LiteralString = """
 MERGE (p:Project {project_id: $t.project_id})
 MERGE (t:Task {key: $t.key})
+WITH p, t, t.created_at AS was
 SET t += $t
 MERGE (p)-[:HAS_TASK]->(t)
 MERGE (a:Agent {key: $t.project_id + '/' + $t.agent_id})
@@ -92,7 +121,17 @@ FOREACH (s IN CASE WHEN $t.session_id IS NULL THEN [] ELSE [$t.session_id] END |
 FOREACH (pk IN CASE WHEN $parent_key IS NULL THEN [] ELSE [$parent_key] END |
   MERGE (pt:Task {key: pk}) ON CREATE SET pt.project_id = $t.project_id, pt.name = $t.parent
   MERGE (t)-[:CHILD_OF]->(pt))
-WITH t
+WITH was
+OPTIONAL MATCH (gone:TaskTombstone {key: $t.key})
+RETURN was, gone IS NOT NULL AS deleted
+"""
+"""The first statement of a mirror write: the task node (locked by its SET) with its project,
+agent, session and parent; returns the ``created_at`` the node had before (``was``, null for a
+new node) and whether the task's id has a tombstone (``deleted``), so the write can refuse a
+node that is not its task's before anything else is written."""
+
+_PAGE: LiteralString = """
+MATCH (t:Task {key: $key})
 CALL (t) {
   UNWIND $events AS ev
   MERGE (e:Event {key: t.key + '#' + toString(ev.seq)})
@@ -129,13 +168,31 @@ CALL (t) {
                   e.task_name = t.name, e.seq = st.result_event_seq
   MERGE (s)-[:RESULT]->(e)
 }
+CALL (t) {
+  UNWIND $decisions AS d
+  MATCH (e:Event {key: t.key + '#' + toString(d.seq)})
+  SET e:Decision
+  WITH t, e, d
+  CALL (t, e, d) {
+    UNWIND d.events AS s
+    MATCH (c:Event {key: t.key + '#' + toString(s)})
+    MERGE (e)-[:CITES]->(c)
+  }
+  CALL (t, e, d) {
+    UNWIND d.steps AS st
+    MATCH (x:Step {key: t.key + '/' + st.name})
+    MERGE (e)-[r:CITES]->(x)
+    SET r.state = st.state, r.attempt = st.attempt
+  }
+}
 """
-"""One mirror page in one statement (one round trip): the task node with its project, agent,
-session and parent; the events with their NEXT links and authors; the task's mirror watermark
-(``mirrored_seq``, never lowered); the steps with their RESULT links. Each part is a unit
-subquery over the one task row, run in this order, so the NEXT links see the events merged
-before them, and a step's result event is merged (as a placeholder) when not written yet.
-Event and step times arrive as ``epoch`` pairs and are set as datetimes in the same SET."""
+"""The rest of a mirror page in one statement (one round trip): the events with their NEXT
+links and authors; the task's mirror watermark (``mirrored_seq``, never lowered); the steps
+with their RESULT links; the decisions' labels and CITES links. Each part is a unit subquery
+over the one task row, run in this order, so the NEXT links see the events merged before
+them, a step's result event is merged (as a placeholder) when not written yet, and a decision
+cites the steps as merged. Event and step times arrive as ``epoch`` pairs and are set as
+datetimes in the same SET."""
 
 
 NEO4J_CONNECT_TIMEOUT_S = 5.0
@@ -179,6 +236,12 @@ def open_driver(uri: str, auth: tuple[str, str]) -> AsyncDriver:
     )
 
 
+class TaskIncarnationError(ValueError):
+    """The mirror met a task node that is not its task's: one created by an earlier task of
+    the same workflow id whose history Temporal deleted (retention), or the tombstone of a
+    deleted task. A data error (the mirror does not retry it): the name is taken."""
+
+
 _bounded = unit_of_work(timeout=NEO4J_TRANSACTION_TIMEOUT_S)
 """Marks a transaction function with the server-side ``NEO4J_TRANSACTION_TIMEOUT_S``."""
 
@@ -199,11 +262,22 @@ def task_properties(view: TaskView) -> dict[str, Any]:
         "status": view.status.value,
         "result": None if view.result is None else view.result.text,
         "error": None if view.error is None else view.error.text,
+        **_full("result", view.result),
+        **_full("error", view.error),
         "last_seq": view.last_seq,
         "runs": view.runs,
         "pending_inputs": [request.input_id for request in view.pending_inputs],
         "created_at": utc(view.created_at),
         "updated_at": utc(view.updated_at),
+    }
+
+
+def _full(field: str, text: BoundedText | None) -> dict[str, Any]:
+    """The full length and SHA-256 of a task's result or error text as properties, so that a
+    view read back from Neo4j (``task_view``) has them."""
+    return {
+        f"{field}_full_length": None if text is None else text.full_length,
+        f"{field}_full_sha256": None if text is None else text.full_sha256,
     }
 
 
@@ -225,10 +299,12 @@ def epoch(moment: datetime) -> list[int]:
 
 
 def event_properties(event: Event) -> dict[str, Any]:
-    """Event node properties (``time`` as ``epoch``: the statement makes it a datetime; a
-    model message's token ``usage`` becomes the properties ``input_tokens`` and
-    ``output_tokens``, since a property cannot hold a map)."""
-    props = event.model_dump(mode="python", exclude={"usage"})
+    """Event node properties of an opened event (``unseal``): ``time`` as ``epoch`` (the
+    statement makes it a datetime), ``cites`` as JSON text, a model message's token ``usage``
+    as the properties ``input_tokens`` and ``output_tokens`` (a property cannot hold a map);
+    never the sealed text (the node holds the plain text). ``event_fields`` reverses it."""
+    props = event.model_dump(mode="python", exclude={"sealed", "cites", "usage"})
+    props["cites"] = None if event.cites is None else event.cites.model_dump_json()
     if event.usage is not None:
         props |= event.usage.model_dump()
     props["time"] = epoch(event.time)
@@ -338,11 +414,17 @@ class TaskGraph:
         self._schema_ready = True
 
     async def wipe_project(self, project_id: str) -> int:
-        """Delete every node of one project and its relationships; returns nodes deleted."""
+        """Delete every node of one project and its relationships, but for what the Temporal
+        histories cannot give back (``graph rebuild``): the data keys and the tombstones of
+        deleted tasks. Returns nodes deleted."""
 
         async def work(tx: AsyncManagedTransaction) -> int:
             result = await tx.run(
-                "MATCH (n {project_id: $p}) DETACH DELETE n RETURN count(n) AS n", p=project_id
+                """
+                MATCH (n {project_id: $p}) WHERE NOT n:DataKey AND NOT n:TaskTombstone
+                DETACH DELETE n RETURN count(n) AS n
+                """,
+                p=project_id,
             )
             record = await result.single(strict=True)
             return int(record["n"])
@@ -397,28 +479,59 @@ class TaskGraph:
         *,
         mark: str | None = None,
     ) -> None:
-        """Merge the task node, ``events`` (with their NEXT links) and ``steps`` in one
-        transaction. Idempotent: repeating it changes nothing. ``mark`` (a rebuild's id) is
-        stamped on the event and step nodes as property ``rebuild`` (``drop_unmarked``)."""
+        """Merge the task node, ``events`` (with their NEXT links, decisions with their
+        citations) and ``steps`` in one transaction of two statements (``_TASK``, then
+        ``_PAGE``; a third between them reads the keys of sealed events). Idempotent:
+        repeating it changes nothing.
+        ``mark`` (a rebuild's id) is stamped on the event and step nodes as property
+        ``rebuild`` (``drop_unmarked``).
+
+        Sealed events are opened with their keys inside the transaction, once the task node
+        is locked (its MERGE and SET), so a redaction, which locks the task node first, is
+        never undone: a destroyed key writes the event redacted.
+
+        Raises:
+            TaskIncarnationError: the task's node belongs to another task of the same
+                workflow id, or the id was deleted (nothing is written).
+            GraphIncomplete: a sealed event's key is not in the key store.
+        """
         props = task_properties(view)
         parent_key = None
         if view.parent is not None:
             parent_key = task_workflow_id(view.project_id, view.parent)
         stamp = {} if mark is None else {"rebuild": mark}
-        event_rows = [event_properties(e) | stamp for e in events]
         seqs = [e.seq for e in events]
         step_rows = [step_properties(s) | stamp for s in steps]
+        decisions = [
+            {"seq": e.seq, **(e.cites or Citations()).model_dump(mode="json")}
+            for e in events
+            if e.kind is EventKind.DECISION
+        ]
         watermark = max(seqs, default=0)
+        sealed = [e.key_id for e in events if e.sealed is not None and e.key_id is not None]
 
         async def work(tx: AsyncManagedTransaction) -> None:
+            result = await tx.run(_TASK, t=props, parent_key=parent_key)
+            record = await result.single(strict=True)
+            was = record["was"]
+            if record["deleted"] or (was is not None and was.to_native() != props["created_at"]):
+                raise TaskIncarnationError(
+                    f"task {view.workflow_id}: "
+                    + ("the task was deleted" if record["deleted"] else f"created at {was}")
+                    + f"; this task was created at {view.created_at.isoformat()}. Neo4j keeps "
+                    "the earlier one (its name stays taken) and takes nothing of this one"
+                )
+            if not (events or step_rows):
+                return
+            keys = await fetch_keys(tx, view.project_id, sealed) if sealed else {}
             await (
                 await tx.run(
-                    _WRITE_TASK,
-                    t=props,
-                    parent_key=parent_key,
-                    events=event_rows,
+                    _PAGE,
+                    key=view.workflow_id,
+                    events=[event_properties(e) | stamp for e in unseal(events, keys)],
                     watermark=watermark,
                     steps=step_rows,
+                    decisions=decisions,
                 )
             ).consume()
 
@@ -427,6 +540,32 @@ class TaskGraph:
         with self._write_span(view, seqs, len(step_rows)):
             async with self._session() as session:
                 await session.execute_write(_bounded(work))
+
+    async def put_keys(self, project_id: str, workflow_id: str, keys: Mapping[str, bytes]) -> None:
+        """Store data keys (key id -> key) of the task ``workflow_id`` in one transaction
+        (``taskgraph.keys``); a client does this before it sends the events they seal."""
+
+        async def work(tx: AsyncManagedTransaction) -> None:
+            await store_keys(tx, project_id, workflow_id, keys)
+
+        if not self._schema_ready:
+            await self.init_schema()
+        async with self._session() as session:
+            await session.execute_write(_bounded(work))
+
+    async def get_keys(self, project_id: str, key_ids: Sequence[str]) -> dict[str, bytes | None]:
+        """The data keys of ``key_ids`` (``taskgraph.keys.fetch_keys``)."""
+        async with self._session() as session:
+            return await session.execute_read(_bounded(fetch_keys), project_id, key_ids)
+
+    async def drop_keys(self, project_id: str, key_ids: Sequence[str]) -> None:
+        """Delete data keys that sealed nothing the workflow took (a refused write, a repeated
+        request id): the client that made them knows they are unused."""
+        await self._write(
+            "MATCH (k:DataKey) WHERE k.key_id IN $ids AND k.project_id = $p DELETE k",
+            ids=list(key_ids),
+            p=project_id,
+        )
 
     def _write_span(
         self, view: TaskView, seqs: Sequence[int], steps: int
@@ -456,12 +595,130 @@ class TaskGraph:
         )
 
     async def _read(self, query: LiteralString, **params: Any) -> list[dict[str, Any]]:
+        """The rows of one read statement, in a managed read transaction."""
+        return await self._run(query, params, write=False)
+
+    async def _write(self, query: LiteralString, **params: Any) -> list[dict[str, Any]]:
+        """The rows of one write statement, in a managed write transaction."""
+        return await self._run(query, params, write=True)
+
+    async def _run(
+        self, query: LiteralString, params: dict[str, Any], *, write: bool
+    ) -> list[dict[str, Any]]:
         async def work(tx: AsyncManagedTransaction) -> list[dict[str, Any]]:
             result = await tx.run(query, **params)
             return [record.data() async for record in result]
 
         async with self._session() as session:
-            return await session.execute_read(_bounded(work))
+            execute = session.execute_write if write else session.execute_read
+            return await execute(_bounded(work))
+
+    async def task_view(self, project_id: str, workflow_id: str) -> TaskView | None:
+        """The task view as Neo4j holds it (the task's mirrored state), for a task whose
+        history Temporal no longer has (deleted after the namespace's retention); None when
+        Neo4j has no such task. ``unmirrored_writes`` is 0 and ``run_first_seq`` follows
+        ``last_seq``: Neo4j is all there is of it."""
+        rows = await self._read(
+            """
+            MATCH (t:Task {key: $key, project_id: $p}) WHERE t.status IS NOT NULL
+            OPTIONAL MATCH (t)-[:HAS_STEP]->(s:Step)
+            RETURN t, collect(s.state) AS states
+            """,
+            key=workflow_id,
+            p=project_id,
+        )
+        if not rows:
+            return None
+        props = plain(rows[0]["t"])
+        counts = dict.fromkeys(StepState, 0)
+        for state in rows[0]["states"]:
+            counts[StepState(state)] += 1
+
+        def text(field: str) -> BoundedText | None:
+            value, length = props.get(field), props.get(f"{field}_full_length")
+            if value is None:
+                return None
+            if length is None:  # mirrored before the full length and hash were kept
+                return bound_text(value)
+            sha = props[f"{field}_full_sha256"]
+            return BoundedText(text=value, full_length=length, full_sha256=sha)
+
+        return TaskView(
+            project_id=project_id,
+            name=props["name"],
+            workflow_id=workflow_id,
+            goal=props["goal"],
+            agent_id=props["agent_id"],
+            session_id=props.get("session_id"),
+            parent=props.get("parent"),
+            metadata=json.loads(props["metadata"]),
+            status=props["status"],
+            result=text("result"),
+            error=text("error"),
+            step_counts=counts,
+            last_seq=props["last_seq"],
+            mirrored_seq=props.get("mirrored_seq", 0),
+            unmirrored_writes=0,
+            mirror_error=None,
+            run_first_seq=props["last_seq"] + 1,
+            runs=props.get("runs", 1),
+            created_at=props["created_at"],
+            updated_at=props["updated_at"],
+        )
+
+    async def decisions(
+        self,
+        project_id: str,
+        *,
+        workflow_id: str | None = None,
+        decision_id: str | None = None,
+        after_seq: int = 0,
+        limit: int = PAGE_LIMIT_MAX,
+    ) -> list[DecisionRow]:
+        """Decisions of a project (of one task, or the one with ``decision_id``) in seq order
+        after ``after_seq``, at most ``limit``, each with the cited events redacted since and
+        the cited steps changed since (``DecisionRow.needs_review``). A decision kept when its
+        task was deleted is found by its task's workflow id and by its id."""
+        rows = await self._read(
+            """
+            MATCH (d:Decision {project_id: $p})
+            WHERE ($key IS NULL OR d.task_key = $key) AND ($id IS NULL OR d.id = $id)
+              AND d.seq > $after
+            WITH d ORDER BY d.seq LIMIT $limit
+            OPTIONAL MATCH (d)-[:CITES]->(e:Event) WHERE e.redacted
+            WITH d, collect(e.seq) AS redacted
+            OPTIONAL MATCH (d)-[c:CITES]->(s:Step)
+              WHERE s.state <> c.state OR s.attempt <> c.attempt
+            RETURN d, redacted, collect(CASE WHEN s IS NULL THEN NULL ELSE
+                     {name: s.step_name, state: s.state, attempt: s.attempt,
+                      state_then: c.state, attempt_then: c.attempt} END) AS changed
+            ORDER BY d.seq
+            """,
+            p=project_id,
+            key=workflow_id,
+            id=decision_id,
+            after=after_seq,
+            limit=limit,
+        )
+        out = []
+        for row in rows:
+            event = event_fields(row["d"])
+            out.append(
+                DecisionRow(
+                    id=event["id"],
+                    task_name=event["task_name"],
+                    seq=event["seq"],
+                    statement=event["payload"],
+                    author=event["author"],
+                    time=event["time"],
+                    redacted=event.get("redacted", False),
+                    cites=event.get("cites") or {},
+                    redacted_events=sorted(row["redacted"]),
+                    changed_steps=row["changed"],
+                    detached=event.get("detached_at") is not None,
+                )
+            )
+        return out
 
     async def events(
         self, project_id: str, workflow_id: str, after_seq: int, up_to_seq: int, limit: int
@@ -480,7 +737,7 @@ class TaskGraph:
             upto=up_to_seq,
             limit=limit,
         )
-        return [Event.model_validate(event_of(row["e"]), strict=False) for row in rows]
+        return [_event(row["e"]) for row in rows]
 
     async def steps(
         self,
@@ -577,7 +834,7 @@ class TaskGraph:
             failed=where.failed_only,
             limit=where.limit,
         )
-        return [EventRow.model_validate(event_of(row["e"])) for row in rows]
+        return [EventRow.model_validate(event_fields(row["e"]), strict=False) for row in rows]
 
     async def find_steps(self, project_id: str, where: StepFilter) -> list[StepRow]:
         """Steps across the project's tasks in a state, ordered by task then step name."""
@@ -609,11 +866,11 @@ class TaskGraph:
         return [ToolFailures.model_validate(row) for row in rows]
 
     async def counts(self, project_id: str) -> dict[str, int]:
-        """Nodes by label and relationships of the project (a fingerprint for tests and
-        rebuild checks)."""
+        """Nodes by (first) label and relationships of the project's task graph, the key
+        store left out (a fingerprint for tests and rebuild checks)."""
         rows = await self._read(
             """
-            MATCH (n {project_id: $p})
+            MATCH (n {project_id: $p}) WHERE NOT n:DataKey
             WITH labels(n)[0] AS label, count(n) AS c
             RETURN label, c
             UNION ALL
@@ -626,10 +883,18 @@ class TaskGraph:
         return {row["label"]: row["c"] for row in rows}
 
 
-def event_of(node: Any) -> dict[str, Any]:
-    """An event node's properties as the ``Event`` model reads them (``event_properties``
-    reversed: the token counts back into ``usage``)."""
+def event_fields(node: Any) -> dict[str, Any]:
+    """An event node's properties as ``Event`` fields (``event_properties`` reversed):
+    ``cites`` parsed, the token counts back into ``usage``, and the ``id`` of a node mirrored
+    before events had ids."""
     props = plain(node)
+    if isinstance(props.get("cites"), str):
+        props["cites"] = json.loads(props["cites"])
     if "input_tokens" in props:
         props["usage"] = {k: props.pop(k) for k in ("input_tokens", "output_tokens")}
+    props.setdefault("id", event_id(props["task_key"], props["seq"]))
     return props
+
+
+def _event(node: Any) -> Event:
+    return Event.model_validate(event_fields(node), strict=False)

@@ -30,12 +30,14 @@ from pydantic import (
     ConfigDict,
     Field,
     StrictInt,
+    computed_field,
     field_validator,
 )
 
 from workflows.models import (
     PAGE_LIMIT_MAX,
     STEPS_PAGE_MAX,
+    Citations,
     Event,
     EventKind,
     Name,
@@ -211,6 +213,66 @@ class StepRow(StepView):
 
     task_name: str
     """The name of the step's task."""
+
+
+class DecisionsRead(TaskRead):
+    """Which page of one task's decisions ``list_decisions`` returns."""
+
+    after_seq: Seq = 0
+    """Decisions recorded as seq > after_seq (0: from the first)."""
+    limit: Limit = 50
+    """At most this many decisions."""
+
+
+class StepChange(BaseModel):
+    """A step a decision cites that changed after the decision."""
+
+    name: str
+    """The step's name."""
+    state_then: StepState
+    """Its state when the decision was recorded."""
+    attempt_then: int
+    """Its attempt then."""
+    state: StepState
+    """Its state now."""
+    attempt: int
+    """Its attempt now."""
+
+
+class DecisionRow(BaseModel):
+    """A decision as ``list_decisions`` and ``get_decision`` read it from Neo4j, with whether
+    it needs review: a cited event was redacted, a cited step changed after it, or its task
+    was deleted while it was kept (``delete_task(include_decisions=False)``)."""
+
+    id: str
+    """The decision's id: its event's id."""
+    task_name: str
+    """The task it belongs to (a deleted one for a detached decision)."""
+    seq: int
+    """Its seq in the task's log."""
+    statement: str
+    """What the agent decided (empty once redacted itself)."""
+    author: str
+    """The agent that recorded it."""
+    time: datetime
+    """Workflow time of the decision (UTC)."""
+    redacted: bool = False
+    """True when the statement itself was redacted."""
+    cites: Citations
+    """What it cites: event seqs, and steps with their state and attempt then."""
+    redacted_events: list[int] = []
+    """Seqs of cited events whose text was redacted since."""
+    changed_steps: list[StepChange] = []
+    """Cited steps that changed since."""
+    detached: bool = False
+    """True when its task was deleted and the decision kept."""
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def needs_review(self) -> bool:
+        """True when what it rests on changed: ``redacted_events``, ``changed_steps`` or
+        ``detached``."""
+        return bool(self.redacted_events or self.changed_steps or self.detached)
 
 
 class ToolFailures(BaseModel):

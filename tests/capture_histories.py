@@ -53,6 +53,7 @@ from starter.client import ConversationHistory
 from starter.importer import import_paths
 from starter.results import WriteResult
 from taskgraph.graph import TaskGraph, open_driver
+from tests.conftest import payload_texts
 from worker import build_worker
 from workflows.errors import ErrorCode
 from workflows.models import EventInput, StepState, StepWrite, TaskStatus, TaskView
@@ -693,6 +694,40 @@ async def quiet_until(check: Callable[[], bool], within: float = 60.0) -> None:
         await asyncio.sleep(0.05)
 
 
+async def sealed_decisions_scenario(stack: Stack) -> Captured:
+    """Sealed event text and decisions: events written by a client with a key store (each
+    text sealed under its own data key: ``sealed``, ``key_id``), a step, a decision citing
+    two events (one by id) and the step, a decision refused for a step the task lacks (it
+    leaves nothing), then the task finished."""
+    history = stack.history("sealed_decisions")
+    task = "sealed"
+    expect(await history.create_task(task, "decide from sealed events"))
+    first = await history.record_event(task, "tool_call", '{"cmd": "env"}', name="bash")
+    expect(first, first_seq=1)
+    leak = await history.record_event(task, "tool_result", "TOKEN=secret", name="bash")
+    expect(leak, first_seq=2)
+    if leak.event is None or leak.event.key_id is None:
+        raise CaptureError(f"the event was not sealed: {leak!r}")
+    expect(await history.set_step(task, "read-env", "completed", kind="read", result_event_seq=2))
+    decided = await history.record_decision(
+        task, "use the token", cites_events=[1, leak.event.id], cites_steps=["read-env"]
+    )
+    expect(decided, first_seq=3)
+    handle = stack.client.get_workflow_handle(history.workflow_id(task))
+    await quiet(handle, mirrored(history, task))
+    before = await history_length(history, task)
+    refused = await history.record_decision(task, "x", cites_steps=["no-such-step"])
+    expect(refused, error=ErrorCode.STEP_NOT_FOUND)
+    if await history_length(history, task) != before:
+        raise CaptureError("a refused decision changed the history")
+    expect(await history.finish_task(task, "done", result="decided"))
+    await handle.result()
+    captured = await fetch(history, task)
+    if "TOKEN=secret" in payload_texts(captured.to_json()):
+        raise CaptureError("plain text in the history")
+    return {"sealed_decisions": captured}
+
+
 SCENARIOS: dict[str, Scenario] = {
     "create": Scenario(create_scenario, ("create",), "create a task (update-with-start)"),
     "writes": Scenario(writes_scenario, ("writes",), "event and step writes"),
@@ -731,6 +766,11 @@ SCENARIOS: dict[str, Scenario] = {
             "children_cancel",
         ),
         "input requests (early, rejected, refused, answered) and child tasks (ends, cancel)",
+    ),
+    "sealed_decisions": Scenario(
+        sealed_decisions_scenario,
+        ("sealed_decisions",),
+        "sealed event text and decisions citing events and steps",
     ),
 }
 """Every scenario by name, in capture order."""

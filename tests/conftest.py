@@ -4,8 +4,11 @@ on a private task queue for this test session, and a fresh project id per test."
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import pytest
 from temporalio.client import Client
@@ -82,6 +85,25 @@ async def mirrored(history: ConversationHistory, task: str, within: float = 30.0
         return view.unmirrored_writes == 0
 
     await eventually(caught_up, within)
+
+
+def payload_texts(history_json: str) -> str:
+    """Every payload of a raw history (``WorkflowHistory.to_json()``), decoded from base64 and
+    joined: the text a person reading the history with server access sees."""
+    found: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if isinstance(node.get("data"), str) and "metadata" in node:
+                found.append(base64.b64decode(node["data"]).decode("utf-8", "replace"))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(json.loads(history_json))
+    return "\n".join(found)
 
 
 # ------------------------------------------------------------------- time skipping (private)

@@ -67,6 +67,12 @@ class ErrorCode(StrEnum):
     TASK_BUSY = "task_busy"
     """The task's history is near Temporal's hard limit while the mirror catches up; retry
     later (see ``HISTORY_BACKPRESSURE_EVENTS``)."""
+    STEP_NOT_FOUND = "step_not_found"
+    """A decision cites a step the task does not have."""
+    EVENT_NOT_SEALED = "event_not_sealed"
+    """``redact_event``: the event was recorded as plain text (by a client without a key
+    store, or before sealing existed), so its text is in the workflow history for good; only
+    ``delete_task`` removes it."""
 
 
 DUPLICATE = "duplicate_request"

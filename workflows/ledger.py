@@ -23,6 +23,7 @@ from typing import NamedTuple, TypeVar
 from pydantic import BaseModel, JsonValue
 from temporalio.exceptions import ApplicationError
 
+from workflows.decisions import cite
 from workflows.errors import ErrorCode, duplicate, refusal
 from workflows.models import (
     CLOSED_STATUSES,
@@ -295,25 +296,20 @@ class Ledger:
         """Append events with consecutive seqs (no checks, no request window)."""
         first = self.state.last_seq + 1
         for offset, item in enumerate(events):
-            assert item.full_length is not None and item.full_sha256 is not None
+            seq = first + offset
             self.run_events.append(
-                Event(
-                    seq=first + offset,
-                    kind=item.kind,
-                    role=item.role,
-                    name=item.name,
-                    call_id=item.call_id,
-                    payload=item.payload,
-                    full_length=item.full_length,
-                    full_sha256=item.full_sha256,
+                Event.recorded(
+                    item,
+                    workflow_id=self.state.workflow_id,
+                    seq=seq,
                     author=author,
                     time=now,
                     request_id=request_id,
-                    usage=item.usage,
+                    cites=None if item.cites is None else cite(self.step, item.cites, seq),
                 )
             )
         self.state.last_seq = first + len(events) - 1
-        return WriteOutcome(first_seq=first, last_seq=self.state.last_seq)
+        return WriteOutcome(first_seq=first, last_seq=self.state.last_seq, time=now)
 
     # ---------------------------------------------------------------- input and children
 

@@ -44,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
     # Pass-through is safe: these modules are deterministic (stdlib, pydantic, temporalio) and
     # hold no state between workflow runs; sharing them avoids re-importing pydantic models.
     from workflows.agents import AgentContext, AgentParked, agent_function, agent_tools
+    from workflows.decisions import check_citations
     from workflows.errors import CONTINUING_AS_NEW, MIRROR_DATA_ERROR, ErrorCode, refusal
     from workflows.ledger import Ledger, internal_request_id
     from workflows.models import (
@@ -502,6 +503,7 @@ class TaskWorkflow:
         self._admit()
         if any(event.kind is not EventKind.NOTE for event in input.events):
             self._single_writer()
+        check_citations(self.ledger.step, input, self.ledger.state.last_seq)
 
     @workflow.update
     def set_steps(self, input: SetStepsInput) -> WriteOutcome:

@@ -1,6 +1,7 @@
 """``agent-tasks`` (also ``python -m starter``): the command line for a person at a terminal.
 
-One module per command group: ``task`` (one task), ``graph`` (Neo4j), ``dev`` (the local
+One module per command group: ``task`` (one task; its ``redact``, ``delete`` and
+``decisions`` in ``retention``), ``graph`` (Neo4j), ``dev`` (the local
 stack, the worker and ``setup``), ``transfer`` (import and export), ``replay`` (the pre-deploy
 check).
 Output is readable by default; ``--json`` prints JSON for scripts. Exit codes: 0 on success,
@@ -20,10 +21,14 @@ from starter.cli.bench import bench_command
 from starter.cli.dev import dev_app, setup_command, worker_command
 from starter.cli.graph import graph_app, tree_command
 from starter.cli.replay import replay_command
+from starter.cli.retention import decisions_command, delete_command, redact_command
 from starter.cli.task import task_app
 from starter.cli.transfer import export_command, import_command
 
 app = typer.Typer(help="Durable tasks for AI agents, on Temporal with a Neo4j mirror.")
+task_app.command("decisions")(decisions_command)
+task_app.command("redact")(redact_command)
+task_app.command("delete")(delete_command)
 app.add_typer(task_app, name="task")
 app.add_typer(dev_app, name="dev")
 app.add_typer(graph_app, name="graph")

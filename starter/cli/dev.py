@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Callable, Coroutine
+from dataclasses import replace
 from datetime import timedelta
 from typing import Annotated, Any
 
@@ -29,10 +30,35 @@ def _stack(command: Callable[[Settings], Coroutine[Any, Any, list[Any]]]) -> Non
     sys.stdout.write(devstack.format_status(services) + "\n")
 
 
+RetentionDays = Annotated[
+    int,
+    typer.Option(
+        envvar="AGENT_TASKS_RETENTION_DAYS",
+        min=1,
+        help="Days Temporal keeps a closed task's history.",
+    ),
+]
+"""The ``--retention-days`` option of ``dev up`` and ``setup``."""
+
+
+async def up(settings: Settings, retention: timedelta) -> list[devstack.ServiceStatus]:
+    """``devstack.up``, then, on a Temporal dev server of the local stack (not an external
+    one), the namespace's retention (``prepare_namespace``: the dev server makes every
+    namespace with one day, after which a closed task's history is gone)."""
+    services = await devstack.up(settings)
+    temporal = services[0]
+    if not temporal.external:
+        changed = await prepare_namespace(await connect(settings), retention)
+        note = "; ".join(changed) or f"retention {retention.days} days"
+        services[0] = replace(temporal, detail=f"{temporal.detail}; {note}".lstrip("; "))
+    return services
+
+
 @dev_app.command("up")
-def dev_up() -> None:
-    """Start Temporal and Neo4j where nothing answers yet; wait until both answer."""
-    _stack(devstack.up)
+def dev_up(retention_days: RetentionDays = DEFAULT_RETENTION.days) -> None:
+    """Start Temporal and Neo4j where nothing answers yet; wait until both answer. Sets the
+    namespace's retention on the local Temporal (30 days unless told)."""
+    _stack(lambda settings: up(settings, timedelta(days=retention_days)))
 
 
 @dev_app.command("down")
@@ -53,14 +79,7 @@ def worker_command() -> None:
 
 
 def setup_command(
-    retention_days: Annotated[
-        int,
-        typer.Option(
-            envvar="AGENT_TASKS_RETENTION_DAYS",
-            min=1,
-            help="Days Temporal keeps a closed task's history.",
-        ),
-    ] = DEFAULT_RETENTION.days,
+    retention_days: RetentionDays = DEFAULT_RETENTION.days,
     wait: Annotated[
         float,
         typer.Option(min=0, help="Seconds to keep trying while Temporal is still starting."),

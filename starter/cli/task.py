@@ -45,7 +45,7 @@ def task_create(
     metadata = dict(item.split("=", 1) for item in meta or [])
 
     async def go() -> WriteResult:
-        async with open_history(project, agent, with_graph=False) as history:
+        async with open_history(project, agent) as history:
             history.session_id = session
             return await history.create_task(
                 name, goal, request_id=request_id, metadata=metadata, parent=parent
@@ -75,7 +75,7 @@ def task_event(
         raise typer.BadParameter(str(err), param_hint="--payload-file") from err
 
     async def go() -> WriteResult:
-        async with open_history(project, agent, with_graph=False) as history:
+        async with open_history(project, agent) as history:
             return await history.record_event(
                 name, kind, text, role=role, name=tool, call_id=call_id, request_id=request_id
             )
@@ -133,7 +133,7 @@ def task_show(name: str, project: ProjectOpt = "default", as_json: JsonOpt = Fal
     """Show a task's view."""
 
     async def go() -> Any:
-        async with open_history(project, "cli", with_graph=False) as history:
+        async with open_history(project, "cli") as history:
             return await history.get_task(name)
 
     found = run(go())
@@ -195,7 +195,7 @@ def task_steps(
     """List a task's steps."""
 
     async def go() -> Any:
-        async with open_history(project, "cli", with_graph=False) as history:
+        async with open_history(project, "cli") as history:
             return await history.list_steps(name, state=state)
 
     result = run(go())

@@ -10,13 +10,16 @@ from __future__ import annotations
 import os
 import stat
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 import neo4j
 import neo4j.exceptions
 import pytest
+from pydantic import SecretStr
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client, WorkflowExecutionStatus
 
 import devstack
@@ -32,6 +35,7 @@ from devstack import (
     probe_neo4j,
     probe_temporal,
 )
+from starter.cli.dev import up
 
 
 def _cmdline(pid: int) -> list[str]:
@@ -187,3 +191,32 @@ async def test_up_refuses_an_unreachable_remote_address_and_starts_nothing(
         await devstack.up(settings, probe_timeout_s=1.0)
     assert not _pid_files(tmp_path)
     assert not (await probe_neo4j(settings.neo4j_uri, None, timeout_s=1.0)).answering
+
+
+async def test_dev_up_sets_the_retention_of_the_local_temporal(
+    tmp_path: Path, settings: Settings
+) -> None:
+    """``agent-tasks dev up`` (``starter.cli.dev.up``) starts a Temporal dev server, which
+    makes its namespace with one day of retention, and sets the retention asked for; the
+    running Neo4j of the test session is used as it is (external)."""
+    port = free_port()
+    local = _settings(tmp_path, f"{BIND_HOST}:{port}", 0).model_copy(
+        update={
+            "neo4j_uri": settings.neo4j_uri,
+            "neo4j_password": SecretStr(settings.neo4j_auth()[1]),
+        }
+    )
+    try:
+        temporal, neo = await up(local, timedelta(days=45))
+        assert temporal.pid is not None and neo.external
+        assert "retention 1 days -> 45 days" in temporal.detail
+        client = await Client.connect(local.temporal.address)
+        described = await client.workflow_service.describe_namespace(
+            DescribeNamespaceRequest(namespace="default")
+        )
+        assert described.config.workflow_execution_retention_ttl.ToTimedelta() == timedelta(days=45)
+        again, _ = await up(local, timedelta(days=45))  # already running: nothing to change
+        assert again.pid == temporal.pid and again.detail.endswith("retention 45 days")
+    finally:
+        stopped = await devstack.down(local)
+    assert [s.name for s in stopped if s.pid is not None] == ["temporal"]

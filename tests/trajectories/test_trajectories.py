@@ -133,7 +133,9 @@ def _ledger(parsed: ParsedTrajectory) -> tuple[list[Event], list[StepView]]:
     """What the ledger holds after recording ``parsed`` into a new task (seqs from 1)."""
     now = datetime(2025, 1, 1, tzinfo=UTC)
     events = [
-        Event(seq=i + 1, author="importer", time=now, request_id=f"r{i}", **e.model_dump())
+        Event(
+            id=f"e{i}", seq=i + 1, author="importer", time=now, request_id=f"r{i}", **e.model_dump()
+        )
         for i, e in enumerate(parsed.events)
     ]
     steps = []

@@ -98,6 +98,20 @@ def test_histories_cover_their_scenarios() -> None:
         "WORKFLOW_TASK_COMPLETED",
         "WORKFLOW_EXECUTION_UPDATE_ACCEPTED",
     ]
+    sealed = load(HISTORIES / "sealed_decisions.json")
+    inputs = [
+        json.loads(
+            e.workflow_execution_update_accepted_event_attributes.accepted_request.input.args.payloads[
+                0
+            ].data
+        )
+        for e in sealed.events
+        if e.HasField("workflow_execution_update_accepted_event_attributes")
+    ]
+    events = [event for written in inputs for event in written.get("events", [])]
+    assert [e["kind"] for e in events] == ["tool_call", "tool_result", "decision"]
+    assert all(e["payload"] == "" and e["sealed"] and e["key_id"] for e in events)
+    assert events[2]["cites"] == {"events": [1, 2], "steps": ["read-env"]}
 
 
 @pytest.mark.parametrize("path", FILES, ids=[path.name for path in FILES])

@@ -18,6 +18,7 @@ from workflows.models.agent import (
     ToolInput,
     ToolOutput,
 )
+from workflows.models.decisions import Citations, CitesInput, StepCitation
 from workflows.models.human import (
     MAX_CHILDREN,
     MAX_DEPTH,
@@ -53,6 +54,7 @@ from workflows.models.kinds import (
 )
 from workflows.models.limits import (
     HISTORY_BACKPRESSURE_EVENTS,
+    MAX_CITATIONS,
     MAX_EVENTS_PER_UPDATE,
     MAX_FULL_LENGTH,
     MAX_GOAL_CHARS,
@@ -61,6 +63,7 @@ from workflows.models.limits import (
     MAX_OPEN_STEPS,
     MAX_PAYLOAD_BYTES,
     MAX_PAYLOAD_CHARS,
+    MAX_SEALED_CHARS,
     MAX_STEP_ATTEMPTS,
     MAX_STEPS_PER_TASK,
     MAX_STEPS_PER_UPDATE,
@@ -97,6 +100,7 @@ from workflows.models.text import (
     bound_text,
     check_name,
     clean_text,
+    event_id,
     model_size,
     project_of,
     request_key,
@@ -110,6 +114,7 @@ __all__ = [
     "CLOSED_STATUSES",
     "HISTORY_BACKPRESSURE_EVENTS",
     "MAX_CHILDREN",
+    "MAX_CITATIONS",
     "MAX_DEPTH",
     "MAX_EARLY_ANSWERS",
     "MAX_EVENTS_PER_UPDATE",
@@ -122,6 +127,7 @@ __all__ = [
     "MAX_PAYLOAD_BYTES",
     "MAX_PAYLOAD_CHARS",
     "MAX_PENDING_INPUTS",
+    "MAX_SEALED_CHARS",
     "MAX_STEPS_PER_TASK",
     "MAX_STEPS_PER_UPDATE",
     "MAX_STEP_ATTEMPTS",
@@ -140,6 +146,8 @@ __all__ = [
     "Budgets",
     "ChildEnd",
     "ChildRecord",
+    "Citations",
+    "CitesInput",
     "Event",
     "EventInput",
     "EventKind",
@@ -165,6 +173,7 @@ __all__ = [
     "RunRange",
     "SetStepsInput",
     "ShortText",
+    "StepCitation",
     "StepKind",
     "StepName",
     "StepRecord",
@@ -188,6 +197,7 @@ __all__ = [
     "bound_text",
     "check_name",
     "clean_text",
+    "event_id",
     "model_size",
     "project_of",
     "request_key",

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Annotated, Self
 
 from pydantic import (
+    AwareDatetime,
     BaseModel,
     ConfigDict,
     Field,
@@ -20,6 +21,7 @@ from pydantic import (
 )
 
 from workflows.models.agent import AgentSpec, TokenUsage
+from workflows.models.decisions import CitesInput
 from workflows.models.kinds import (
     CLOSED_STATUSES,
     EventKind,
@@ -36,6 +38,7 @@ from workflows.models.limits import (
     MAX_METADATA_VALUE_CHARS,
     MAX_PAYLOAD_BYTES,
     MAX_PAYLOAD_CHARS,
+    MAX_SEALED_CHARS,
     MAX_STEPS_PER_UPDATE,
     PAGE_LIMIT_MAX,
     STEPS_PAGE_MAX,
@@ -58,7 +61,13 @@ class _Input(BaseModel):
 
 class EventInput(_Input):
     """One event to record. The payload is cleaned and bounded on validation, so a multi-MiB
-    payload never leaves the client: only its first ``MAX_PAYLOAD_CHARS`` characters do."""
+    payload never leaves the client: only its first ``MAX_PAYLOAD_CHARS`` characters do.
+
+    A sealed event (``sealed`` set, by a client with a key store: ``starter.sealing``) has an
+    empty ``payload``: its text, cleaned and cut like a payload, travels as AES-GCM ciphertext
+    under its own data key (``key_id``), with ``full_length`` and ``full_sha256`` of the plain
+    text. The fields were added later and are optional, so older payloads decode as before.
+    """
 
     kind: EventKind
     """What the event records."""
@@ -78,9 +87,36 @@ class EventInput(_Input):
     usage: TokenUsage | None = Field(default=None, exclude_if=lambda value: value is None)
     """Model tokens of the call that produced the event (model messages). Added later: left
     out of the JSON while unset, so an old write's argument digest is unchanged."""
+    sealed: str | None = Field(
+        default=None,
+        max_length=MAX_SEALED_CHARS,
+        pattern=r"^[A-Za-z0-9+/]+={0,2}$",
+        exclude_if=lambda value: value is None,
+    )
+    """The text sealed with the event's data key (base64 of nonce, ciphertext and tag), or
+    None for a plain payload. Added later, like the two below: left out of the JSON while
+    unset, so an old write's argument digest is unchanged."""
+    key_id: str | None = Field(
+        default=None,
+        pattern=r"^[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}$",
+        exclude_if=lambda value: value is None,
+    )
+    """Id (a UUID) of the data key in the key store; set with ``sealed``."""
+    cites: CitesInput | None = Field(default=None, exclude_if=lambda value: value is None)
+    """A decision's citations (kind ``decision`` only)."""
 
     @model_validator(mode="after")
     def _bound(self) -> Self:
+        if self.cites is not None and self.kind is not EventKind.DECISION:
+            raise ValueError("only a decision cites events and steps")
+        if self.sealed is not None or self.key_id is not None:
+            fields = (self.sealed, self.key_id, self.full_length, self.full_sha256)
+            if self.payload or None in fields:
+                raise ValueError(
+                    "a sealed event has sealed, key_id, full_length and full_sha256, and an "
+                    "empty payload"
+                )
+            return self
         kept_cut = (
             self.full_length is not None
             and self.full_sha256 is not None
@@ -207,6 +243,9 @@ class WriteOutcome(BaseModel):
     (``create_task``) the task already existed with the same goal."""
     created: bool = False
     """``create_task``: True when this request id is the one that created the task."""
+    time: AwareDatetime | None = None
+    """Workflow time of an event write (the events' ``time``); None for other writes and for
+    a repeated request id (the stored outcome keeps no time)."""
 
 
 class RequestLookup(BaseModel):

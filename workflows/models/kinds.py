@@ -29,6 +29,9 @@ class EventKind(StrEnum):
     """An error outside any tool call (a crash, a model API failure)."""
     NOTE = "note"
     """Anything else worth keeping in the log (annotations, imported metadata)."""
+    DECISION = "decision"
+    """A decision: a statement by an agent (the payload) citing events and steps of its task
+    (``Event.cites``; ``ConversationHistory.record_decision``)."""
 
 
 class Role(StrEnum):

@@ -15,6 +15,13 @@ from __future__ import annotations
 
 MAX_PAYLOAD_CHARS = 32_000
 """An event payload longer than this many characters (code points) is cut to it."""
+MAX_SEALED_CHARS = 4 * -(-(12 + 4 * MAX_PAYLOAD_CHARS + 16) // 3)
+"""Characters of a sealed payload (``EventInput.sealed``): base64 of a 12-byte nonce, the
+AES-GCM ciphertext of at most ``MAX_PAYLOAD_CHARS`` characters (4 bytes each in UTF-8 at most)
+and its 16-byte tag; 170,704. As JSON that is at most 167 KiB, less than the 188 KiB of a
+plain payload of 32,000 control characters, so a sealed event fits every page and update."""
+MAX_CITATIONS = 100
+"""Events, and steps, one decision may cite (each list)."""
 MAX_EVENTS_PER_UPDATE = 200
 """Events in one ``record_events`` update; the client splits larger batches."""
 MAX_PAYLOAD_BYTES = 400 * 1024

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import uuid
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
@@ -55,6 +56,20 @@ def project_of(workflow_id: str) -> str:
     return workflow_id.split("/", 2)[1]
 
 
+EVENT_ID_NAMESPACE = uuid.UUID("e946b89d-87cc-466d-88ba-1bb8a242992c")
+"""The UUID namespace of event ids (``event_id``); fixed for ever, since ids are stored."""
+
+
+def event_id(workflow_id: str, seq: int) -> str:
+    """The id of event ``seq`` of the task ``workflow_id``: the UUID (version 5, name-based)
+    of ``"{workflow_id}#{seq}"`` (the event's Neo4j key) in ``EVENT_ID_NAMESPACE``, as text.
+
+    Stable and derived, so no state carries it: the same event has the same id in every read,
+    after continue-as-new and after a rebuild of Neo4j, and distinct events have distinct ids.
+    """
+    return str(uuid.uuid5(EVENT_ID_NAMESPACE, f"{workflow_id}#{seq}"))
+
+
 def valid_request_id(request_id: object) -> bool:
     """True for a ``str`` of 1 to 64 characters that encodes to UTF-8 (no lone surrogates):
     the rule behind ``invalid_request_id``."""
@@ -85,13 +100,23 @@ def sha256_hex(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+_SEALING_FIELDS = ("sealed", "key_id")
+"""Fields of an event input left out of its digest: sealing a text again (a retried call)
+draws a new key, so the same write has another ciphertext. The text's length and SHA-256,
+which are in the digest, identify it."""
+
+
 def args_digest(model: BaseModel) -> str:
     """A 12-hex-character (48-bit) digest of a write's arguments, ``request_id`` excluded.
 
     Two writes with one request id are "the same" when their digests match. The JSON is
     canonical (sorted keys, no spaces) so the client and the workflow compute the same value.
+    Events leave out ``_SEALING_FIELDS``.
     """
     data = model.model_dump(mode="json", exclude={"request_id"})
+    for event in data.get("events", ()):
+        for field in _SEALING_FIELDS:
+            event.pop(field, None)
     blob = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:12]
 

@@ -7,15 +7,20 @@ from datetime import datetime
 from pydantic import AwareDatetime, BaseModel, Field
 
 from workflows.models.agent import AgentSpec, TokenUsage
+from workflows.models.decisions import Citations
 from workflows.models.human import ChildRecord, InputRequest
+from workflows.models.inputs import EventInput
 from workflows.models.kinds import EventKind, ResultValidity, Role, StepKind, StepState, TaskStatus
 from workflows.models.state import AgentRun, RunRange
-from workflows.models.text import BoundedText
+from workflows.models.text import BoundedText, event_id
 
 
 class Event(BaseModel):
     """A recorded event."""
 
+    id: str
+    """Stable id (a UUID, ``event_id`` of the task's workflow id and the seq): the handle of
+    ``HistoryRetention.redact_event`` and of a decision's citations."""
     seq: int
     """Position in the task's log: 1, 2, 3 ... with no gaps, across continue-as-new."""
     kind: EventKind
@@ -40,11 +45,57 @@ class Event(BaseModel):
     """Request id of the write that recorded it."""
     usage: TokenUsage | None = Field(default=None, exclude_if=lambda value: value is None)
     """Model tokens of the call that produced the event (model messages)."""
+    sealed: str | None = Field(default=None, exclude_if=lambda value: value is None)
+    """The sealed text (``EventInput.sealed``) as the workflow holds it; readers get the
+    opened ``payload`` instead, and None here."""
+    key_id: str | None = Field(default=None, exclude_if=lambda value: value is None)
+    """Id of the event's data key (None: recorded as plain text, which no redaction can remove
+    from the workflow history)."""
+    redacted: bool = False
+    """True once ``redact_event`` removed the text: ``payload`` is empty, ``full_length`` and
+    ``full_sha256`` stay."""
+    cites: Citations | None = Field(default=None, exclude_if=lambda value: value is None)
+    """A decision's citations (kind ``decision``)."""
 
     @property
     def truncated(self) -> bool:
-        """True when the payload was cut."""
-        return self.full_length > len(self.payload)
+        """True when the payload was cut (False for a redacted or still sealed event)."""
+        return self.sealed is None and not self.redacted and self.full_length > len(self.payload)
+
+    @classmethod
+    def recorded(
+        cls,
+        item: EventInput,
+        *,
+        workflow_id: str,
+        seq: int,
+        author: str,
+        time: datetime,
+        request_id: str,
+        cites: Citations | None = None,
+    ) -> Event:
+        """The event ``item`` (validated: its length and hash set) becomes when it is recorded
+        as ``seq`` of task ``workflow_id`` by ``author`` at workflow time ``time``; ``cites``
+        as the ledger records them (``workflows.decisions.cite``)."""
+        assert item.full_length is not None and item.full_sha256 is not None
+        return cls(
+            id=event_id(workflow_id, seq),
+            seq=seq,
+            kind=item.kind,
+            role=item.role,
+            name=item.name,
+            call_id=item.call_id,
+            payload=item.payload,
+            full_length=item.full_length,
+            full_sha256=item.full_sha256,
+            author=author,
+            time=time,
+            request_id=request_id,
+            usage=item.usage,
+            sealed=item.sealed,
+            key_id=item.key_id,
+            cites=cites,
+        )
 
 
 class StepView(BaseModel):
@@ -69,6 +120,11 @@ class StepView(BaseModel):
     continue-as-new; hand it to a tool so an external side effect can be deduplicated."""
     changed_write: int = 0
     """The task's write counter at the step's last change."""
+
+    @property
+    def name(self) -> str:
+        """The step's name (``step_name``)."""
+        return self.step_name
 
 
 class TaskView(BaseModel):
@@ -126,6 +182,11 @@ class TaskView(BaseModel):
     """Workflow time of the creation (UTC)."""
     updated_at: datetime
     """Workflow time of the last accepted write (UTC)."""
+
+    @property
+    def last_event_seq(self) -> int:
+        """Seq of the newest event (``last_seq``)."""
+        return self.last_seq
 
 
 class StepsPage(BaseModel):

@@ -1,0 +1,269 @@
+"""``HistoryRetention``: remove recorded history, one event's text or a whole task.
+
+**Redaction** (``redact_event``) removes an event's text and keeps the event: its seq, kind,
+role, name, time, length and SHA-256 stay, so the log keeps its order and a reader sees that
+something was there. The text goes from every read path: ``list_events`` (the event comes back
+``redacted`` with an empty payload), Neo4j (the node's payload, in the same transaction that
+destroys the key), and Temporal: the text reached the workflow history sealed with the event's
+own data key (``taskgraph.sealing``), and destroying that key leaves only ciphertext that
+nobody can open, in the history and in every copy of it (crypto-shredding; a history cannot
+be edited). An event recorded as plain text (a client without a key store) is refused with
+``event_not_sealed``: only deleting its task removes it from the history.
+
+**Deletion** (``delete_task``) first writes a tombstone (the name is never reused: a new
+``create_task`` of it is ``task_exists``, and the mirror refuses to write into it), then
+deletes every run of the task's workflow from Temporal (``DeleteWorkflowExecution`` per run
+id, following the continue-as-new chain back from the newest run), then the task's Neo4j
+nodes and data keys. Each part is idempotent, so a deletion interrupted at any point is
+completed by calling it again.
+
+Both return the decisions they affect (``affected_decision_ids``): those citing the redacted
+event, or the task's own, deleted with it or kept and detached. Both read Neo4j after the
+task's mirror has caught up (waiting up to ``timeout_s``), so a decision written just before
+is counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import TYPE_CHECKING
+
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
+
+from starter.client import ConversationHistory
+from starter.results import DeleteResult, RedactResult
+from taskgraph.models import TaskRead
+from taskgraph.retention import EventLocation, delete_task_nodes, find_event, name_state, redact
+from taskgraph.retention import tombstone as write_tombstone
+from workflows.errors import ErrorCode
+
+if TYPE_CHECKING:  # the driver is loaded only by whoever makes the graph
+    from taskgraph.graph import TaskGraph
+
+FIND_WAIT_S = 5.0
+"""How long ``redact_event`` waits for Neo4j to have an event id it does not find yet
+(seconds): the mirror copies an event tens of milliseconds after its write, and event ids are
+found through Neo4j (they are derived from the task and seq, which the id alone does not
+give)."""
+POLL_S = 0.1
+"""Pause between two looks while waiting (seconds)."""
+
+
+class HistoryRetention:
+    """Redaction and deletion of a project's recorded history.
+
+    Args:
+        client: from ``connect()`` (pydantic data converter).
+        project_id: scopes everything, as in ``ConversationHistory``.
+        agent_id: who redacts or deletes (kept on the tombstones).
+        graph: the Neo4j task graph (``taskgraph.graph.TaskGraph``): the key store, the
+            event index and the mirror; every call needs it.
+        task_queue: the workers' task queue.
+        timeout_s: seconds one Temporal call may take, and the longest wait for a task's
+            mirror to catch up or for a deleted run to be gone.
+
+    Raises:
+        ValidationError: a malformed project id or agent id.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        project_id: str,
+        agent_id: str,
+        *,
+        graph: TaskGraph | None = None,
+        task_queue: str = "agent-tasks",
+        timeout_s: float = 30.0,
+    ) -> None:
+        self.tasks = ConversationHistory(
+            client, project_id, agent_id, task_queue=task_queue, graph=graph, timeout_s=timeout_s
+        )
+        self.client = client
+        self.project_id = self.tasks.project_id
+        self.agent_id = self.tasks.agent_id
+        self.timeout_s = timeout_s
+
+    async def redact_event(self, event_id: str) -> RedactResult:
+        """Remove the text of the event with id ``event_id`` (``Event.id``) from every read
+        path, from Neo4j and, by destroying its data key, from Temporal. Repeating it changes
+        nothing more (``duplicate``).
+
+        Returns:
+            ``affected_decision_ids``: the decisions citing the event (and the event itself if
+            it is a decision), which now need review. Refusals: ``event_not_found`` (no such
+            event in this project, or not in Neo4j within ``FIND_WAIT_S``),
+            ``event_not_sealed``.
+
+        Raises:
+            GraphNotConfigured: no graph was given.
+        """
+        graph = self.tasks._graph()
+        location = await self._find(graph, event_id)
+        if location is None:
+            return RedactResult(
+                recorded=False,
+                error=ErrorCode.EVENT_NOT_FOUND,
+                message=(
+                    f"no event {event_id!r} in project {self.project_id!r} (an event is found "
+                    "once the mirror has copied it to Neo4j: see the task's mirror_error)"
+                ),
+                event_id=event_id,
+            )
+        if location.key_id is None:
+            return RedactResult(
+                recorded=False,
+                error=ErrorCode.EVENT_NOT_SEALED,
+                message=(
+                    f"event seq {location.seq} of task {location.task_name!r} was recorded as "
+                    "plain text: it is in the workflow history for good; delete_task removes it"
+                ),
+                event_id=event_id,
+                task=location.task_name,
+                seq=location.seq,
+            )
+        await self._mirror_caught_up(location.task_name)
+        affected = await redact(graph, self.project_id, location, self.agent_id)
+        return RedactResult(
+            recorded=True,
+            duplicate=location.redacted,
+            event_id=event_id,
+            task=location.task_name,
+            seq=location.seq,
+            affected_decision_ids=affected,
+        )
+
+    async def delete_task(self, name: str, include_decisions: bool = True) -> DeleteResult:
+        """Delete the task ``name``: every run of its workflow from Temporal, its Neo4j nodes
+        and data keys; its name stays taken (a tombstone). With ``include_decisions`` False
+        its decisions are kept in Neo4j, detached (``list_decisions``, ``get_decision`` still
+        read them, flagged ``detached``).
+
+        Returns:
+            what was removed; ``duplicate`` when the task was deleted before. Refusal:
+            ``task_not_found``.
+
+        Raises:
+            pydantic.ValidationError: ``name`` is not a task name (field ``task``).
+            GraphNotConfigured: no graph was given.
+        """
+        TaskRead(task=name)
+        graph = self.tasks._graph()
+        workflow_id = self.tasks.workflow_id(name)
+        runs = await self._runs(workflow_id)
+        state = await name_state(graph, self.project_id, workflow_id)
+        if not (runs or state.mirrored or state.deleted):
+            return DeleteResult(
+                recorded=False,
+                error=ErrorCode.TASK_NOT_FOUND,
+                message=f"no task {name!r} in project {self.project_id!r}",
+                task=name,
+            )
+        if runs:
+            await self._mirror_caught_up(name)
+        new = await write_tombstone(graph, self.project_id, workflow_id, name, self.agent_id)
+        pending = await self._delete_runs(workflow_id, runs)
+        removed = await delete_task_nodes(
+            graph, self.project_id, workflow_id, include_decisions=include_decisions
+        )
+        return DeleteResult(
+            recorded=True,
+            duplicate=not new,
+            task=name,
+            runs_deleted=runs,
+            runs_pending=pending,
+            events_deleted=removed.events,
+            steps_deleted=removed.steps,
+            keys_destroyed=removed.keys,
+            decisions_kept=not include_decisions,
+            affected_decision_ids=removed.decisions,
+        )
+
+    # ------------------------------------------------------------------ helpers
+
+    async def _find(self, graph: TaskGraph, event_id: str) -> EventLocation | None:
+        """The event's place from Neo4j, waiting up to ``FIND_WAIT_S`` for the mirror; None
+        at once for a string that is not a UUID (no event id is)."""
+        try:
+            uuid.UUID(event_id)
+        except ValueError:
+            return None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + FIND_WAIT_S
+        while True:
+            location = await find_event(graph, self.project_id, event_id)
+            if location is not None or loop.time() >= deadline:
+                return location
+            await asyncio.sleep(POLL_S)
+
+    async def _mirror_caught_up(self, task: str) -> None:
+        """Wait (up to ``timeout_s``) until Neo4j has every accepted write of ``task``; a
+        task that Temporal no longer has, or a mirror that does not catch up in time (Neo4j
+        failing), ends the wait: Neo4j then answers with what it has."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout_s
+        while loop.time() < deadline:
+            view = (await self.tasks.get_task(task)).view
+            if view is None or view.unmirrored_writes == 0:
+                return
+            await asyncio.sleep(POLL_S)
+
+    async def _runs(self, workflow_id: str) -> list[str]:
+        """Every run id of the task's workflow that Temporal still has, newest first: the
+        newest run, then each run it continued from (its start event names it) until the
+        first run, or one Temporal no longer has (retention deletes closed runs one by one).
+        No visibility query: that would need the workflow id quoted in the query text."""
+        runs: list[str] = []
+        run_id: str | None = None
+        try:
+            run_id = (await self.client.get_workflow_handle(workflow_id).describe()).run_id
+            while run_id:
+                handle = self.client.get_workflow_handle(workflow_id, run_id=run_id)
+                async for event in handle.fetch_history_events(page_size=1):
+                    runs.append(run_id)
+                    started = event.workflow_execution_started_event_attributes
+                    run_id = started.continued_execution_run_id or None
+                    break
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+        return runs
+
+    async def _delete_runs(self, workflow_id: str, runs: list[str]) -> list[str]:
+        """Delete each run (``DeleteWorkflowExecution``: a running one is terminated first),
+        then wait (up to ``timeout_s``) until Temporal no longer has any of them; returns
+        those it still had then. The server deletes in the background: a running run at
+        once, a closed one once its history service's task queues have saved their progress
+        (every 30 s by default: ``history.transferProcessorUpdateAckInterval``), so on a quiet
+        server that takes up to about half a minute."""
+        for run_id in runs:
+            execution = WorkflowExecution(workflow_id=workflow_id, run_id=run_id)
+            try:
+                await self.client.workflow_service.delete_workflow_execution(
+                    DeleteWorkflowExecutionRequest(
+                        namespace=self.client.namespace, workflow_execution=execution
+                    )
+                )
+            except RPCError as err:
+                if err.status != RPCStatusCode.NOT_FOUND:
+                    raise
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout_s
+        while runs and loop.time() < deadline:
+            runs = [r for r in runs if await self._exists(workflow_id, r)]
+            if runs:
+                await asyncio.sleep(POLL_S)
+        return runs
+
+    async def _exists(self, workflow_id: str, run_id: str) -> bool:
+        try:
+            await self.client.get_workflow_handle(workflow_id, run_id=run_id).describe()
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                return False
+            raise
+        return True

@@ -1,0 +1,47 @@
+"""What a decision cites: the citations a writer sends and the ones the ledger records.
+
+A decision is an event of kind ``decision`` (its statement is the payload) with citations of
+earlier events of its task, by seq, and of its steps, by name. The ledger records each cited
+step with its state and attempt at the moment of the decision, so a reader can tell when the
+step changed afterwards (every allowed step transition changes the state or starts a new
+attempt: ``workflows.steps.STEP_TRANSITIONS``), and the decision needs review.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
+
+from workflows.models.kinds import StepState
+from workflows.models.limits import MAX_CITATIONS
+from workflows.models.text import StepName
+
+
+class CitesInput(BaseModel):
+    """What a decision cites, as written (``EventInput.cites``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    events: list[StrictInt] = Field(default_factory=list, max_length=MAX_CITATIONS)
+    """Seqs of earlier events of the task (the client turns cited event ids into seqs)."""
+    steps: list[StepName] = Field(default_factory=list, max_length=MAX_CITATIONS)
+    """Names of steps of the task."""
+
+
+class StepCitation(BaseModel):
+    """A cited step as it was when the decision was recorded."""
+
+    name: str
+    """The step's name."""
+    state: StepState
+    """Its state then."""
+    attempt: int
+    """Its attempt then."""
+
+
+class Citations(BaseModel):
+    """What a recorded decision cites (``Event.cites``)."""
+
+    events: list[int] = []
+    """Seqs of the cited events, as written."""
+    steps: list[StepCitation] = []
+    """The cited steps with their state and attempt at the decision."""
