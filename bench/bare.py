@@ -4,6 +4,7 @@
 that appends its argument (a list of events as JSON objects) to a list and returns its
 length, with no validator, no request ids, no mirror and no continue-as-new; a second update
 runs one bare activity (``bare_tool``, which returns its argument) and returns its result.
+``BareSteps`` runs bare activities one after another, the floor of an agent task's steps.
 The benchmarks send it the same events, through a client with the plain pydantic data
 converter (no payload codec), on the same server as our task workflows.
 """
@@ -16,8 +17,6 @@ from typing import Any
 from temporalio import activity, workflow
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
-
-from bench.bench_step import BareSteps, bare_echo
 
 BARE_WORKFLOW = "BareWorkflow"
 """The bare workflow's type name."""
@@ -62,14 +61,27 @@ class BareWorkflow:
         self.closed = True
 
 
+@workflow.defn(name="BareSteps")
+class BareSteps:
+    """``steps`` activities one after another: the floor a step is measured against."""
+
+    @workflow.run
+    async def run(self, steps: int) -> None:
+        """Run ``bare_tool`` ``steps`` times, one after another."""
+        for i in range(steps):
+            await workflow.execute_activity(
+                bare_tool, f"step {i}", start_to_close_timeout=timedelta(seconds=30)
+            )
+
+
 def bare_worker(client: Client, task_queue: str) -> Worker:
-    """A worker of ``BareWorkflow`` and ``bench.bench_step``'s ``BareSteps`` (with their bare
-    activities) on ``task_queue``."""
+    """A worker of ``BareWorkflow`` and ``BareSteps`` (with ``bare_tool``) on
+    ``task_queue``."""
     return Worker(
         client,
         task_queue=task_queue,
         workflows=[BareWorkflow, BareSteps],
-        activities=[bare_tool, bare_echo],
+        activities=[bare_tool],
         graceful_shutdown_timeout=timedelta(seconds=5),
     )
 

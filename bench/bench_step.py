@@ -21,14 +21,13 @@ import argparse
 import asyncio
 import statistics
 import uuid
-from datetime import timedelta
 
 from pydantic import BaseModel
-from temporalio import activity, workflow
 from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.tools import ToolContext, tool
+from bench.bare import BareSteps, bare_tool
 from starter.client import ConversationHistory
 from taskgraph.graph import TaskGraph
 from worker import build_worker, open_services
@@ -56,25 +55,6 @@ async def bench_steps(ctx: AgentContext) -> str:
     for i in range(count):
         await ctx.step(f"s{i:04d}", "bench_echo", {"text": f"step {i}"})
     return "done"
-
-
-@activity.defn(name="bare_echo")
-async def bare_echo(text: str) -> str:
-    """Returns its argument."""
-    return text
-
-
-@workflow.defn(name="BareSteps")
-class BareSteps:
-    """``steps`` activities one after another: the floor a step is measured against."""
-
-    @workflow.run
-    async def run(self, steps: int) -> None:
-        """Run them."""
-        for i in range(steps):
-            await workflow.execute_activity(
-                bare_echo, f"step {i}", start_to_close_timeout=timedelta(seconds=30)
-            )
 
 
 async def per_step(client: Client, workflow_id: str, steps: int) -> tuple[float, int]:
@@ -114,7 +94,7 @@ async def main(steps: int, rounds: int) -> None:
             services.client,
             task_queue=queue + "-bare",
             workflows=[BareSteps],
-            activities=[bare_echo],
+            activities=[bare_tool],
         )
         results: dict[str, list[tuple[float, int]]] = {"step": [], "bare": []}
         async with worker, bare:

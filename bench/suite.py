@@ -55,8 +55,8 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 
-from bench.bare import BareWorkflow, bare_worker, start_bare
-from bench.bench_step import BareSteps, bench_echo, per_step
+from bench.bare import BareSteps, BareWorkflow, bare_worker, start_bare
+from bench.bench_step import bench_echo, per_step
 from config import Settings, connect
 from devstack import free_port
 from devstack.neo4j_server import Neo4jServer
