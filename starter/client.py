@@ -118,6 +118,7 @@ from workflows.models import (
     valid_request_id,
 )
 from workflows.task import TaskWorkflow, search_attributes
+from workflows.waits import answer_error
 
 if TYPE_CHECKING:  # the driver is loaded only by whoever makes the graph
     from taskgraph.graph import TaskGraph
@@ -568,6 +569,7 @@ class ConversationHistory:
         request stays open. ``task_not_found`` when there is no such running task.
 
         Raises:
+            ValueError: an answer no request may take (``_input_answer``); nothing is sent.
             pydantic.ValidationError: an argument of the wrong shape, naming the field.
         """
         signal = self._input_answer(answer, input_id, request_id)
@@ -593,6 +595,7 @@ class ConversationHistory:
         request) or ``input_invalid`` (the schema's message), nothing recorded.
 
         Raises:
+            ValueError: an answer no request may take (``_input_answer``); nothing is sent.
             pydantic.ValidationError: an argument of the wrong shape, naming the field.
         """
         update = self._input_answer(answer, input_id, request_id)
@@ -601,6 +604,17 @@ class ConversationHistory:
     def _input_answer(
         self, answer: JsonValue, input_id: str | None, request_id: str | None
     ) -> InputAnswer:
+        """The answer as sent, checked first against the rules every answer meets whatever
+        its schema (``workflows.waits.answer_error`` with an empty schema).
+
+        Raises:
+            ValueError: more than ``MAX_ANSWER_CHARS`` characters of JSON, or NaN or an
+                infinity (nothing is sent).
+            pydantic.ValidationError: an argument of the wrong shape, naming the field.
+        """
+        error = answer_error({}, answer)
+        if error is not None:
+            raise ValueError(error)
         return InputAnswer(
             answer=answer,
             input_id=input_id,

@@ -40,6 +40,9 @@ from taskgraph.models import TaskRead
 from taskgraph.retention import EventLocation, delete_task_nodes, find_event, name_state, redact
 from taskgraph.retention import tombstone as write_tombstone
 from workflows.errors import ErrorCode
+from workflows.ledger import internal_request_id
+from workflows.models import CLOSED_STATUSES, ChildEnd, TaskStatus, bound_text
+from workflows.task import TaskWorkflow
 
 if TYPE_CHECKING:  # the driver is loaded only by whoever makes the graph
     from taskgraph.graph import TaskGraph
@@ -141,7 +144,8 @@ class HistoryRetention:
         """Delete the task ``name``: every run of its workflow from Temporal, its Neo4j nodes
         and data keys; its name stays taken (a tombstone). With ``include_decisions`` False
         its decisions are kept in Neo4j, detached (``list_decisions``, ``get_decision`` still
-        read them, flagged ``detached``).
+        read them, flagged ``detached``). A running child task's parent is told it ended
+        ``cancelled`` (``_tell_parent``), since its terminated workflow cannot.
 
         Returns:
             what was removed; ``duplicate`` when the task was deleted before. Refusal:
@@ -163,10 +167,14 @@ class HistoryRetention:
                 message=f"no task {name!r} in project {self.project_id!r}",
                 task=name,
             )
+        view = None
         if runs:
             await self._mirror_caught_up(name)
+            view = (await self.tasks.get_task(name)).view
         new = await write_tombstone(graph, self.project_id, workflow_id, name, self.agent_id)
         pending = await self._delete_runs(workflow_id, runs)
+        if view is not None and view.parent is not None and view.status not in CLOSED_STATUSES:
+            await self._tell_parent(view.parent, name)
         removed = await delete_task_nodes(
             graph, self.project_id, workflow_id, include_decisions=include_decisions
         )
@@ -184,6 +192,24 @@ class HistoryRetention:
         )
 
     # ------------------------------------------------------------------ helpers
+
+    async def _tell_parent(self, parent: str, name: str) -> None:
+        """A running task was deleted: tell its parent it ended ``cancelled`` (the
+        ``child_ended`` signal its own workflow would have sent), so a parent waiting for it
+        goes on. The request id is the child's own, so an end it sent too counts once; a
+        parent that ended, or did not spawn it, takes nothing."""
+        end = ChildEnd(
+            child=name,
+            status=TaskStatus.CANCELLED,
+            error=bound_text(f"deleted by {self.agent_id}"),
+            request_id=internal_request_id(f"child-end/{self.tasks.workflow_id(name)}"),
+        )
+        handle = self.tasks.client.get_workflow_handle(self.tasks.workflow_id(parent))
+        try:
+            await self.tasks._call(lambda: handle.signal(TaskWorkflow.child_ended, end))
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
 
     async def _find(self, graph: TaskGraph, event_id: str) -> EventLocation | None:
         """The event's place from Neo4j, waiting up to ``FIND_WAIT_S`` for the mirror; None

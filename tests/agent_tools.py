@@ -291,3 +291,26 @@ async def release(ctx: AgentContext) -> str:
         await ctx.spawn(region, f"deploy {count} replicas to {region}", mode="collect")
     outcomes = await ctx.wait_children()
     return ", ".join(f"{o.key}: {o.status.value}" for o in outcomes)
+
+
+@agent("ask_schema")
+async def ask_schema(ctx: AgentContext) -> str:
+    """One question whose JSON Schema is ``input["schema"]``; returns the answer as JSON."""
+    schema = ctx.input["schema"]
+    assert isinstance(schema, dict)
+    return json.dumps(await ctx.ask("q", "Answer?", schema))
+
+
+@agent("bad_spawns")
+async def bad_spawns(ctx: AgentContext) -> str:
+    """Spawn keys that break the rule (empty, a ``/``, 101 characters, a control character),
+    then a good one; returns each refusal's message and the good child's end."""
+    refusals = []
+    for key in ("", "a/b", "k" * 101, "bell\x07"):
+        try:
+            await ctx.spawn(key, "never")
+        except SpawnRefused as refused:
+            refusals.append(str(refused))
+    await ctx.spawn("good", "a recorded child", mode="collect")
+    (outcome,) = await ctx.wait_children()
+    return json.dumps({"refused": refusals, "good": [outcome.status.value, outcome.text]})

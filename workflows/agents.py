@@ -71,9 +71,10 @@ from workflows.models import (
     ToolOutput,
     WriteOutcome,
     bound_text,
+    valid_step_name,
 )
 from workflows.steps import idempotency_key
-from workflows.waits import check_schema
+from workflows.waits import answer_error, answer_text, check_schema
 
 MODEL_ACTIVITY = "model_turn"
 """Activity name of the model call."""
@@ -452,6 +453,8 @@ class AgentContext:
                 schema.model_json_schema() if isinstance(schema, type) else dict(schema or {})
             )
             check_schema(json_schema)
+            if default is not _NO_DEFAULT and (error := answer_error({}, default)) is not None:
+                raise ValueError(f"the default: {error}")
             deadline = None if timeout is None else workflow.now() + timeout
             self.host.set_status(TaskStatus.AWAITING_INPUT)
             request = self.ledger.open_input(
@@ -468,7 +471,7 @@ class AgentContext:
                 )
             except builtins.TimeoutError:
                 given = default is not _NO_DEFAULT
-                default_json = json.dumps(default) if given else None
+                default_json = answer_text(default) if given else None
                 self.ledger.close_input(input_id, default_json, workflow.now())
                 self._back_in_progress()
                 if not given:
@@ -505,6 +508,10 @@ class AgentContext:
         known = state.children.get(key)
         if known is not None:
             return known.name
+        if not valid_step_name(key):
+            raise SpawnRefused(
+                f"spawn key {key[:120]!r}: 1 to 100 characters, no '/' and no control characters"
+            )
         start = state.start
         if len(state.children) >= MAX_CHILDREN:
             raise SpawnRefused(f"a task spawns at most {MAX_CHILDREN} child tasks")
@@ -565,8 +572,10 @@ class AgentContext:
             record = children[key]
             if not ended(key) or record.mode == "ignore":
                 continue
+            assert record.result_seq is not None  # set with the end
+            payload = json.loads(await self._payload(key, record.result_seq))
             outcome = ChildOutcome(
-                key=key, name=record.name, status=record.status, text=record.result
+                key=key, name=record.name, status=record.status, text=payload["text"]
             )
             if record.mode == "propagate" and record.status is not TaskStatus.DONE:
                 raise ChildFailed(outcome)

@@ -26,10 +26,14 @@ from temporalio.exceptions import ApplicationError
 from workflows.decisions import cite
 from workflows.errors import ErrorCode, duplicate, refusal
 from workflows.models import (
+    CHILD_RESULT_PREVIEW_CHARS,
     CLOSED_STATUSES,
+    MAX_EARLY_ANSWER_BYTES,
     MAX_EARLY_ANSWERS,
     MAX_INPUT_SCHEMA_BYTES,
+    MAX_INPUTS_PER_TASK,
     MAX_PAYLOAD_BYTES,
+    MAX_PAYLOAD_CHARS,
     MAX_PENDING_INPUTS,
     MIRROR_ERROR_CHARS,
     REQUEST_WINDOW,
@@ -81,7 +85,7 @@ from workflows.steps import (
     step_key,
     unpack_closed,
 )
-from workflows.waits import answer_error
+from workflows.waits import answer_error, answer_text
 
 _Item = TypeVar("_Item", bound=BaseModel)
 
@@ -99,6 +103,24 @@ def _fill(
             break
         page.append(item)
     return page
+
+
+def json_within(head: Mapping[str, JsonValue], field: str, text: str) -> str:
+    """``head`` with ``field: text`` as JSON of at most ``MAX_PAYLOAD_CHARS`` characters (an
+    event payload's cut), ``text`` cut to its longest start that fits (a binary search: an
+    escaped character takes up to 6), so the payload is always whole JSON that reads back (a
+    JSON text cut by the payload rule would not parse)."""
+
+    def payload(n: int) -> str:
+        return json.dumps({**head, field: text[:n]}, ensure_ascii=False)
+
+    if len(whole := payload(len(text))) <= MAX_PAYLOAD_CHARS:
+        return whole
+    low, high = 0, min(len(text), MAX_PAYLOAD_CHARS)  # payload(low) fits, high does not
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if len(payload(middle)) <= MAX_PAYLOAD_CHARS else (low, middle)
+    return payload(low)
 
 
 def internal_request_id(key: str) -> str:
@@ -334,9 +356,14 @@ class Ledger:
         """
         if len(self.state.inputs) >= MAX_PENDING_INPUTS:
             raise ApplicationError(f"a task has at most {MAX_PENDING_INPUTS} open input requests")
+        if len(self.state.answered) + len(self.state.inputs) >= MAX_INPUTS_PER_TASK:
+            raise ApplicationError(f"a task asks at most {MAX_INPUTS_PER_TASK} questions")
         text = json.dumps({"input_id": input_id, "prompt": prompt, "schema": dict(schema)})
-        if len(text.encode("utf-8")) > MAX_INPUT_SCHEMA_BYTES:
-            raise ApplicationError(f"an input request is at most {MAX_INPUT_SCHEMA_BYTES} bytes")
+        held = sum(model_size(r) for r in self.state.inputs)
+        if held + len(text.encode("utf-8")) > MAX_INPUT_SCHEMA_BYTES:
+            raise ApplicationError(
+                f"a task's open input requests are at most {MAX_INPUT_SCHEMA_BYTES} bytes together"
+            )
         event = EventInput(kind=EventKind.INPUT_REQUEST, name=input_id, payload=text)
         seq = self.append([event], f"ask/{input_id}/{self.state.writes}", now).first_seq
         request = InputRequest(
@@ -371,10 +398,12 @@ class Ledger:
 
     def take_answer(self, answer: InputAnswer, now: datetime) -> None:
         """An answer by signal (fire and forget, so never refused): a repeat of its request id
-        is ignored; with no open request it is kept (at most ``MAX_EARLY_ANSWERS``) for the
-        request it names, or the next one asked; an answer that fails the schema is recorded
-        as rejected (an ``input_response`` event named ``rejected``) and the request stays
-        open; a valid one is the request's ``input_response``."""
+        is ignored; with no open request it is kept (at most ``MAX_EARLY_ANSWERS`` and
+        ``MAX_EARLY_ANSWER_BYTES``) for the request it names, or the next one asked; an answer
+        that fails the schema or the rules of every answer (``answer_error``), or names a
+        request answered already, is recorded as rejected (an ``input_response`` event named
+        ``rejected``) and the request stays open; a valid one is the request's
+        ``input_response``."""
         digest = args_digest(answer)
         try:
             if self.stored(answer.request_id, digest) is not None:
@@ -385,11 +414,24 @@ class Ledger:
         request = self._request_for(answer)
         if request is not None:
             self._decide(answer, request, now)
-        elif len(self.state.early_answers) < MAX_EARLY_ANSWERS:
+        elif answer.input_id in self.state.answered:
+            self._reject(answer, f"input {answer.input_id!r} was answered already", now)
+        elif (error := answer_error({}, answer.answer)) is not None:
+            self._reject(answer, error, now)
+        elif (
+            len(self.state.early_answers) >= MAX_EARLY_ANSWERS
+            or sum(model_size(a) for a in [*self.state.early_answers, answer])
+            > MAX_EARLY_ANSWER_BYTES
+        ):
+            self._reject(
+                answer,
+                f"no input is requested, and the answers kept for later requests are at most "
+                f"{MAX_EARLY_ANSWERS} and {MAX_EARLY_ANSWER_BYTES} bytes",
+                now,
+            )
+        else:
             self.state.early_answers.append(answer)
             self._accept(answer.request_id, digest, 0, 0, now)
-        else:
-            self._reject(answer, f"no input is requested and {MAX_EARLY_ANSWERS} wait", now)
 
     def check_respond(self, answer: InputAnswer) -> InputRequest:
         """The state rules of the ``respond`` update; returns the request it answers.
@@ -422,7 +464,7 @@ class Ledger:
 
     def _answer(self, answer: InputAnswer, request: InputRequest, now: datetime) -> WriteOutcome:
         event = EventInput(
-            kind=EventKind.INPUT_RESPONSE, name=request.input_id, payload=json.dumps(answer.answer)
+            kind=EventKind.INPUT_RESPONSE, name=request.input_id, payload=answer_text(answer.answer)
         )
         outcome = self._add_events([event], answer.agent_id, answer.request_id, now)
         self._accept(
@@ -435,7 +477,14 @@ class Ledger:
     def _reject(self, answer: InputAnswer, error: str, now: datetime) -> None:
         """Record a rejected answer; its request id is remembered (a repeat is ignored) unless
         it is invalid or already names another write."""
-        payload = json.dumps({"input_id": answer.input_id, "answer": answer.answer, "error": error})
+        payload = json.dumps(
+            {"input_id": answer.input_id, "error": error, "answer": answer.answer}, allow_nan=True
+        )
+        if len(payload) > MAX_PAYLOAD_CHARS:  # whole JSON or none: the cut text of the answer
+            shown = json.dumps(answer.answer, allow_nan=True)
+            payload = json_within(
+                {"input_id": answer.input_id, "error": error}, "answer_json", shown
+            )
         event = EventInput(kind=EventKind.INPUT_RESPONSE, name="rejected", payload=payload)
         outcome = self._add_events([event], answer.agent_id, answer.request_id, now)
         fresh = valid_request_id(answer.request_id) and (
@@ -466,12 +515,15 @@ class Ledger:
         except ApplicationError:
             return
         text = end.result or end.error or BoundedText(text="", full_length=0, full_sha256="")
-        payload = json.dumps({"child": end.child, "status": end.status.value, "text": text.text})
-        event = EventInput(kind=EventKind.CHILD_RESULT, name=key, payload=payload)
+        head = {"child": end.child, "status": end.status.value}
+        event = EventInput(
+            kind=EventKind.CHILD_RESULT, name=key, payload=json_within(head, "text", text.text)
+        )
         outcome = self._add_events([event], self.state.start.agent_id, end.request_id, now)
         self._accept(end.request_id, digest, outcome.first_seq, outcome.last_seq, now)
         record = self.state.children[key]
-        record.status, record.result, record.result_seq = end.status, text.text, outcome.first_seq
+        record.status, record.result_seq = end.status, outcome.first_seq
+        record.result = text.text[:CHILD_RESULT_PREVIEW_CHARS]
 
     def set_steps(self, input: SetStepsInput, now: datetime) -> WriteOutcome:
         """Apply step changes in order, all or nothing (``STEP_TRANSITIONS``)."""

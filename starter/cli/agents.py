@@ -27,6 +27,7 @@ from starter.importer import all_steps
 from starter.results import WriteResult
 from worker import build_worker
 from workflows.models import AgentSpec, ModelSpec, StepView, TaskView
+from workflows.waits import answer_error
 
 DEMO_TOOLS = ["list_files", "read_file", "search_text"]
 """The demo agent's tools (``activities.files``)."""
@@ -127,6 +128,9 @@ def input_command(
         value = json.loads(answer)
     except ValueError as err:
         raise typer.BadParameter(f"not JSON: {err}", param_hint="--json") from err
+    error = answer_error({}, value)
+    if error is not None:
+        raise typer.BadParameter(error, param_hint="--json")
 
     async def go() -> WriteResult:
         async with open_history(project, agent, with_graph=False) as history:

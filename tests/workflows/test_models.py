@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -167,11 +168,60 @@ def test_result_validity(state: StepState, seq: int | None, validity: ResultVali
     assert result_validity(state, seq) is validity
 
 
+def fill_inputs_and_children(ledger: Any, now: Any) -> None:
+    """Fill a ledger's input and child state to its limits through the ledger's own admission
+    rules: every question a task may ask answered but the open ones (ids of 100 characters),
+    open requests until their bytes refuse one more, answers kept before their requests until
+    their bytes reject one more, and every child ended with a result of 32,000 characters."""
+    from temporalio.exceptions import ApplicationError
+
+    from workflows.models import (
+        MAX_CHILDREN,
+        MAX_INPUTS_PER_TASK,
+        MAX_PENDING_INPUTS,
+        ChildEnd,
+        ChildRecord,
+        InputAnswer,
+        TaskStatus,
+        bound_text,
+    )
+
+    def ask(i: int, schema: dict[str, Any]) -> None:
+        ledger.open_input(f"{i:04d}".ljust(100, "i"), "p" * 4_000, schema, None, now)
+
+    schema = {"description": "d" * 2_000}
+    for i in range(MAX_INPUTS_PER_TASK - MAX_PENDING_INPUTS):
+        ask(i, {})
+        ledger.respond(InputAnswer(answer=i, request_id=f"answer-{i}"), now)
+    opened = 0
+    with pytest.raises(ApplicationError, match="together"):
+        while True:
+            ask(MAX_INPUTS_PER_TASK - MAX_PENDING_INPUTS + opened, schema)
+            opened += 1
+    assert 0 < opened < MAX_PENDING_INPUTS
+    kept = len(ledger.state.early_answers)
+    for i in range(16):
+        early = InputAnswer(answer="e" * 5_000, input_id=f"later-{i}", request_id=f"early-{i}")
+        ledger.take_answer(early, now)
+    assert len(ledger.state.early_answers) - kept == 3  # 16 KiB of 5,000-character answers
+    for i in range(MAX_CHILDREN):
+        name = f"{ledger.state.start.name}/{i:02d}".ljust(200, "c")
+        ledger.add_child(f"{i:02d}", ChildRecord(name=name, status=TaskStatus.OPEN), now)
+        end = ChildEnd(
+            child=name,
+            status=TaskStatus.DONE,
+            result=bound_text("r" * 40_000),
+            request_id=f"end-{i}",
+        )
+        ledger.child_ended(end, now)
+
+
 def test_carried_state_stays_within_the_payload_budget_at_every_limit() -> None:
     """Continue-as-new carries what ``Ledger.carry_over`` gives. At every limit at once (the
     largest task fields, 500 open steps and 9,500 closed ones with 100-character names, 2,000
-    remembered requests of 64 characters) it stays under the 400 KiB payload budget, and
-    without the closed steps under 256 KiB; closed steps cost 10 bytes each (base64: 13.3)."""
+    remembered requests of 64 characters, input requests and child tasks at their limits:
+    ``fill_inputs_and_children``) it stays under the 400 KiB payload budget, and without the
+    closed steps under 272 KiB; closed steps cost 10 bytes each (base64: 13.3)."""
     from datetime import UTC, datetime
 
     from workflows.ledger import Ledger
@@ -221,13 +271,14 @@ def test_carried_state_stays_within_the_payload_budget_at_every_limit() -> None:
     for i in range(REQUEST_WINDOW):
         request = f"request-{i}".ljust(64, "y")
         ledger.record_events(RecordEventsInput(agent_id="a", events=note, request_id=request), now)
+    fill_inputs_and_children(ledger, now)
     carried = ledger.carry_over("run-id")
     assert len(carried.steps) == MAX_OPEN_STEPS
     closed = MAX_STEPS_PER_TASK - MAX_OPEN_STEPS
     assert len(carried.closed_steps) == 4 * -(-closed * 10 // 3)  # base64 of 10 bytes each
     assert model_size(TaskWorkflowInput(carried=carried)) < MAX_PAYLOAD_BYTES
     without_closed = carried.model_copy(update={"closed_steps": ""})
-    assert model_size(TaskWorkflowInput(carried=without_closed)) < 256 * 1024
+    assert model_size(TaskWorkflowInput(carried=without_closed)) < 272 * 1024
 
 
 def test_the_closed_step_table_round_trips() -> None:

@@ -20,10 +20,13 @@ from workflows.models.agent import (
 )
 from workflows.models.decisions import Citations, CitesInput, StepCitation
 from workflows.models.human import (
+    CHILD_RESULT_PREVIEW_CHARS,
     MAX_CHILDREN,
     MAX_DEPTH,
+    MAX_EARLY_ANSWER_BYTES,
     MAX_EARLY_ANSWERS,
     MAX_INPUT_SCHEMA_BYTES,
+    MAX_INPUTS_PER_TASK,
     MAX_PENDING_INPUTS,
     ChildEnd,
     ChildRecord,
@@ -107,19 +110,23 @@ from workflows.models.text import (
     sha256_hex,
     task_workflow_id,
     valid_request_id,
+    valid_step_name,
 )
 from workflows.models.views import Event, EventsPage, StepsPage, StepView, TaskView
 
 __all__ = [
+    "CHILD_RESULT_PREVIEW_CHARS",
     "CLOSED_STATUSES",
     "HISTORY_BACKPRESSURE_EVENTS",
     "MAX_CHILDREN",
     "MAX_CITATIONS",
     "MAX_DEPTH",
     "MAX_EARLY_ANSWERS",
+    "MAX_EARLY_ANSWER_BYTES",
     "MAX_EVENTS_PER_UPDATE",
     "MAX_FULL_LENGTH",
     "MAX_GOAL_CHARS",
+    "MAX_INPUTS_PER_TASK",
     "MAX_INPUT_SCHEMA_BYTES",
     "MAX_METADATA_ENTRIES",
     "MAX_METADATA_VALUE_CHARS",
@@ -204,4 +211,5 @@ __all__ = [
     "sha256_hex",
     "task_workflow_id",
     "valid_request_id",
+    "valid_step_name",
 ]

@@ -2,8 +2,10 @@
 signal or update, and the child tasks it spawns (whose ends come back by signal).
 
 Carried across continue-as-new (``TaskState.inputs`` and ``TaskState.children``), bounded:
-at most ``MAX_PENDING_INPUTS`` open requests, ``MAX_EARLY_ANSWERS`` answers kept before their
-request, ``MAX_CHILDREN`` children a task.
+at most ``MAX_PENDING_INPUTS`` open requests and ``MAX_INPUT_SCHEMA_BYTES`` of them,
+``MAX_INPUTS_PER_TASK`` requests in all, ``MAX_EARLY_ANSWERS`` answers kept before their request
+and ``MAX_EARLY_ANSWER_BYTES`` of them, ``MAX_CHILDREN`` children a task with a result preview of
+``CHILD_RESULT_PREVIEW_CHARS`` each (``test_carried_state_stays_within_the_payload_budget``).
 """
 
 from __future__ import annotations
@@ -17,10 +19,18 @@ from workflows.models.text import BoundedText, ShortText, StepName
 
 MAX_PENDING_INPUTS = 16
 """Input requests a task may have open at once."""
+MAX_INPUTS_PER_TASK = 100
+"""Input requests one task may ask in all (each answered one is carried: its id and seq)."""
 MAX_EARLY_ANSWERS = 16
 """Answers kept before the request they answer is asked (more are recorded as rejected)."""
+MAX_EARLY_ANSWER_BYTES = 16_384
+"""Bytes of JSON of the answers kept before their requests, together (they are carried)."""
 MAX_INPUT_SCHEMA_BYTES = 16_384
-"""Bytes of an input request's JSON Schema (it is carried while the request is open)."""
+"""Bytes of JSON of a task's open input requests (prompt and schema), together (they are
+carried while open)."""
+CHILD_RESULT_PREVIEW_CHARS = 100
+"""Characters of a child's result kept in its parent's record (the view); the agent's
+``wait_children`` reads the whole text from the ``child_result`` event."""
 MAX_CHILDREN = 32
 """Child tasks one task may spawn."""
 MAX_DEPTH = 5
@@ -70,7 +80,8 @@ class ChildRecord(BaseModel):
     mode: FailureMode = "propagate"
     """What a failure of the child does to a wait for it."""
     result: str = ""
-    """The child's result or error text, once it ended (bounded)."""
+    """The start of the child's result or error text, once it ended (at most
+    ``CHILD_RESULT_PREVIEW_CHARS``)."""
     result_seq: int | None = None
     """Seq of the parent's ``child_result`` event for it."""
 

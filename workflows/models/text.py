@@ -70,6 +70,18 @@ def event_id(workflow_id: str, seq: int) -> str:
     return str(uuid.uuid5(EVENT_ID_NAMESPACE, f"{workflow_id}#{seq}"))
 
 
+def valid_step_name(name: object) -> bool:
+    """True for a ``str`` that is a ``StepName`` (1 to 100 characters, no ``/``, no control
+    characters): also the rule of a spawn key, which names a child task and its event."""
+    return (
+        isinstance(name, str)
+        and 1 <= len(name) <= 100
+        and "/" not in name
+        and not _CONTROL.search(name)
+        and clean_text(name) == name
+    )
+
+
 def valid_request_id(request_id: object) -> bool:
     """True for a ``str`` of 1 to 64 characters that encodes to UTF-8 (no lone surrogates):
     the rule behind ``invalid_request_id``."""
