@@ -11,8 +11,9 @@ activity (whose input carries references only: task, run, seq range, write water
 the live run by query) and the rebuild of Neo4j from the Temporal histories
 (``activities.rebuild``, which replays each run's history once).
 
-Error mapping at the activity edge: Neo4j errors that may pass (``is_retryable()``: deadlock,
-unavailable, leader switch, session expired) raise a retryable ``ApplicationError`` of type
+Error mapping at the activity edge (``mirror_failure``): Neo4j errors that may pass
+(``is_retryable()``: deadlock, unavailable, leader switch, session expired; and a transaction
+that ran out of time, ``OUT_OF_TIME_CODES``) raise a retryable ``ApplicationError`` of type
 ``MirrorUnavailable``, retried by the workflow's retry policy; any other Neo4j error, and a
 value the driver cannot send (``OverflowError``, ``TypeError``, ``ValueError``), raises a
 non-retryable ``ApplicationError`` of type ``MirrorDataError`` whose message names the task and
@@ -52,6 +53,34 @@ QUERY_TIMEOUT = timedelta(seconds=10)
 runs the activity, from its cache, in milliseconds)."""
 
 _T = TypeVar("_T")
+
+OUT_OF_TIME_CODES = frozenset(
+    {
+        "Neo.ClientError.Transaction.TransactionTimedOut",
+        "Neo.ClientError.Transaction.TransactionTimedOutClientConfiguration",
+        "Neo.ClientError.Transaction.LockClientStopped",
+    }
+)
+"""Neo4j status codes of a transaction the server ended because it ran out of time (its
+timeout, ``NEO4J_TRANSACTION_TIMEOUT_S``, or a lock wait it stopped with it). Neo4j files them
+as client errors (``is_retryable()`` is False), but they say the server was slow (load, lock
+waits between tasks' mirrors), not that the data is wrong: the mirror retries them."""
+
+
+def mirror_failure(err: Exception, where: str) -> ApplicationError:
+    """The error the mirror activity raises for ``err`` (the module's error mapping): a
+    retryable ``MirrorUnavailable`` for a Neo4j error that may pass (``is_retryable()``, or
+    one of ``OUT_OF_TIME_CODES``), else a non-retryable ``MirrorDataError``; ``where`` names
+    the task and seqs in the message."""
+    if isinstance(err, Neo4jError | DriverError) and (
+        err.is_retryable() or getattr(err, "code", None) in OUT_OF_TIME_CODES
+    ):
+        return ApplicationError(
+            f"Neo4j unavailable while mirroring {where}: {err}", type=MIRROR_UNAVAILABLE
+        )
+    return ApplicationError(
+        f"Neo4j refused the mirror of {where}: {err}", type=MIRROR_DATA_ERROR, non_retryable=True
+    )
 
 
 async def heartbeating(work: Awaitable[_T]) -> _T:
@@ -193,12 +222,4 @@ class MirrorActivities:
             )
         except (Neo4jError, DriverError, OverflowError, TypeError, ValueError) as err:
             where = f"task {input.workflow_id} seqs {input.after_seq + 1}..{input.up_to_seq}"
-            if isinstance(err, Neo4jError | DriverError) and err.is_retryable():
-                raise ApplicationError(
-                    f"Neo4j unavailable while mirroring {where}: {err}", type=MIRROR_UNAVAILABLE
-                ) from err
-            raise ApplicationError(
-                f"Neo4j refused the mirror of {where}: {err}",
-                type=MIRROR_DATA_ERROR,
-                non_retryable=True,
-            ) from err
+            raise mirror_failure(err, where) from err

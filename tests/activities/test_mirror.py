@@ -7,16 +7,19 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from neo4j import AsyncManagedTransaction, unit_of_work
+from neo4j.exceptions import Neo4jError
 from pydantic import ValidationError
 from temporalio.client import Client
 from temporalio.testing import ActivityEnvironment
 
-from activities.mirror import MirrorActivities
+from activities.mirror import OUT_OF_TIME_CODES, MirrorActivities, mirror_failure
 from activities.rebuild import RebuildReport, rebuild
 from starter.client import ConversationHistory
 from taskgraph.graph import TaskGraph
 from taskgraph.models import StepFilter, TaskFilter, ToolFailures
 from tests.conftest import mirrored
+from workflows.errors import MIRROR_DATA_ERROR, MIRROR_UNAVAILABLE
 from workflows.models import Event, EventInput, MirrorInput, StepState, StepView, StepWrite
 
 
@@ -237,3 +240,29 @@ async def test_rebuild_of_odd_names_and_bad_project_ids(
     assert await graph.counts(history.project_id) == before
     with pytest.raises(ValidationError):
         await rebuild(client, graph, "x' OR ProjectId != 'zz")
+
+
+async def test_a_transaction_that_ran_out_of_time_is_retried_not_refused(
+    graph: TaskGraph,
+) -> None:
+    """A real Neo4j transaction ended by its timeout is a client error to the driver
+    (``is_retryable()`` False) but says the server was slow, not that the data is wrong: the
+    mirror retries it (``MirrorUnavailable``); a real syntax error stays ``MirrorDataError``."""
+
+    async def slow(tx: AsyncManagedTransaction) -> None:
+        await (await tx.run("UNWIND range(1, 100000000) AS x RETURN count(x)")).consume()
+
+    async def wrong(tx: AsyncManagedTransaction) -> None:
+        await (await tx.run("MERGE (n:Task {key: }) RETURN n")).consume()
+
+    async with graph.driver.session(database=graph.database) as session:
+        with pytest.raises(Neo4jError) as timed_out:
+            await session.execute_write(unit_of_work(timeout=0.05)(slow))
+        with pytest.raises(Neo4jError) as refused:
+            await session.execute_write(wrong)
+    assert timed_out.value.code in OUT_OF_TIME_CODES and not timed_out.value.is_retryable()
+    passes = mirror_failure(timed_out.value, "task t seqs 1..2")
+    assert (passes.type, passes.non_retryable) == (MIRROR_UNAVAILABLE, False)
+    assert passes.message.startswith("Neo4j unavailable while mirroring task t seqs 1..2: ")
+    data = mirror_failure(refused.value, "task t seqs 1..2")
+    assert (data.type, data.non_retryable) == (MIRROR_DATA_ERROR, True)

@@ -73,7 +73,10 @@ async def test_rebuild_replays_each_run_once_and_deletes_nothing_before_its_repl
         for task in ("done", "open"):
             await mirrored(history, task)
         views = {task: (await history.get_task(task)).view for task in ("done", "open")}
-        assert all(v is not None and v.runs >= 3 and v.last_seq == 30 for v in views.values())
+        # 33 writes each add at least two history events (an update's accepted and completed;
+        # under load several share a workflow task), so the limit of 60 is passed at least
+        # once: two runs or more (how many more depends on how the mirror batched)
+        assert all(v is not None and v.runs >= 2 and v.last_seq == 30 for v in views.values())
         before = {task: await snapshot(graph, history, task) for task in ("done", "open")}
         counts = await graph.counts(project)
         assert [e.seq for e in before["done"][0]] == list(range(1, 31))
