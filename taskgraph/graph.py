@@ -106,27 +106,15 @@ SCHEMA_RULE_EXISTS = "Neo.ClientError.Schema.EquivalentSchemaRuleAlreadyExists"
 """The error of a schema rule created by another session meanwhile (``init_schema``)."""
 
 _TASK: LiteralString = """
-MERGE (p:Project {project_id: $t.project_id})
 MERGE (t:Task {key: $t.key})
-WITH p, t, t.created_at AS was
+WITH t, t.created_at AS was
 SET t += $t
-MERGE (p)-[:HAS_TASK]->(t)
-MERGE (a:Agent {key: $t.project_id + '/' + $t.agent_id})
-  ON CREATE SET a.project_id = $t.project_id, a.agent_id = $t.agent_id
-MERGE (t)-[:CREATED_BY]->(a)
-FOREACH (s IN CASE WHEN $t.session_id IS NULL THEN [] ELSE [$t.session_id] END |
-  MERGE (se:Session {key: $t.project_id + '/' + s})
-    ON CREATE SET se.project_id = $t.project_id, se.session_id = s
-  MERGE (t)-[:IN_SESSION]->(se))
-FOREACH (pk IN CASE WHEN $parent_key IS NULL THEN [] ELSE [$parent_key] END |
-  MERGE (pt:Task {key: pk}) ON CREATE SET pt.project_id = $t.project_id, pt.name = $t.parent
-  MERGE (t)-[:CHILD_OF]->(pt))
 WITH was
 OPTIONAL MATCH (gone:TaskTombstone {key: $t.key})
 RETURN was, gone IS NOT NULL AS deleted
 """
-"""The first statement of a mirror write: the task node (locked by its SET) with its project,
-agent, session and parent; returns the ``created_at`` the node had before (``was``, null for a
+"""The first statement of a mirror write: the task node, locked by its SET (and nothing
+shared: see ``_PAGE``); returns the ``created_at`` the node had before (``was``, null for a
 new node) and whether the task's id has a tombstone (``deleted``), so the write can refuse a
 node that is not its task's before anything else is written."""
 
@@ -138,9 +126,6 @@ CALL (t) {
   SET e += ev, e.time = datetime({epochSeconds: ev.time[0], nanosecond: ev.time[1]}),
       e.task_key = t.key, e.project_id = t.project_id, e.task_name = t.name
   MERGE (t)-[:HAS_EVENT]->(e)
-  MERGE (a:Agent {key: t.project_id + '/' + ev.author})
-    ON CREATE SET a.project_id = t.project_id, a.agent_id = ev.author
-  MERGE (e)-[:AUTHORED_BY]->(a)
 }
 CALL (t) {
   UNWIND $events AS ev
@@ -185,13 +170,39 @@ CALL (t) {
     SET r.state = st.state, r.attempt = st.attempt
   }
 }
+CALL (t) {
+  MERGE (p:Project {project_id: t.project_id})
+  MERGE (p)-[:HAS_TASK]->(t)
+  MERGE (a:Agent {key: t.project_id + '/' + t.agent_id})
+    ON CREATE SET a.project_id = t.project_id, a.agent_id = t.agent_id
+  MERGE (t)-[:CREATED_BY]->(a)
+  FOREACH (s IN CASE WHEN t.session_id IS NULL THEN [] ELSE [t.session_id] END |
+    MERGE (se:Session {key: t.project_id + '/' + s})
+      ON CREATE SET se.project_id = t.project_id, se.session_id = s
+    MERGE (t)-[:IN_SESSION]->(se))
+  FOREACH (pk IN CASE WHEN $parent_key IS NULL THEN [] ELSE [$parent_key] END |
+    MERGE (pt:Task {key: pk}) ON CREATE SET pt.project_id = t.project_id, pt.name = t.parent
+    MERGE (t)-[:CHILD_OF]->(pt))
+}
+CALL (t) {
+  UNWIND $events AS ev
+  MATCH (e:Event {key: t.key + '#' + toString(ev.seq)})
+  MERGE (a:Agent {key: t.project_id + '/' + ev.author})
+    ON CREATE SET a.project_id = t.project_id, a.agent_id = ev.author
+  MERGE (e)-[:AUTHORED_BY]->(a)
+}
 """
 """The rest of a mirror page in one statement (one round trip): the events with their NEXT
-links and authors; the task's mirror watermark (``mirrored_seq``, never lowered); the steps
-with their RESULT links; the decisions' labels and CITES links. Each part is a unit subquery
-over the one task row, run in this order, so the NEXT links see the events merged before
-them, a step's result event is merged (as a placeholder) when not written yet, and a decision
-cites the steps as merged. Event and step times arrive as ``epoch`` pairs and are set as
+links; the task's mirror watermark (``mirrored_seq``, never lowered); the steps with their
+RESULT links; the decisions' labels and CITES links; then the nodes every task of a project
+shares (its project, its agents, a session, a parent) with the task's and the events'
+relationships to them. Each part is a unit subquery over the one task row, run in this order,
+so the NEXT links see the events merged before them, a step's result event is merged (as a
+placeholder) when not written yet, and a decision cites the steps as merged. The shared nodes
+come last because a new relationship locks both its nodes until the transaction commits: taken
+first, the project's and agent's locks were held through the whole page, and the mirrors of
+16 tasks importing at once on a loaded machine queued on them past the transaction timeout
+(6 of 16 first pages at load 7). Event and step times arrive as ``epoch`` pairs and are set as
 datetimes in the same SET."""
 
 
@@ -511,7 +522,7 @@ class TaskGraph:
         sealed = [e.key_id for e in events if e.sealed is not None and e.key_id is not None]
 
         async def work(tx: AsyncManagedTransaction) -> None:
-            result = await tx.run(_TASK, t=props, parent_key=parent_key)
+            result = await tx.run(_TASK, t=props)
             record = await result.single(strict=True)
             was = record["was"]
             if record["deleted"] or (was is not None and was.to_native() != props["created_at"]):
@@ -521,13 +532,12 @@ class TaskGraph:
                     + f"; this task was created at {view.created_at.isoformat()}. Neo4j keeps "
                     "the earlier one (its name stays taken) and takes nothing of this one"
                 )
-            if not (events or step_rows):
-                return
             keys = await fetch_keys(tx, view.project_id, sealed) if sealed else {}
             await (
                 await tx.run(
                     _PAGE,
                     key=view.workflow_id,
+                    parent_key=parent_key,
                     events=[event_properties(e) | stamp for e in unseal(events, keys)],
                     watermark=watermark,
                     steps=step_rows,
