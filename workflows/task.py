@@ -227,8 +227,12 @@ class TaskWorkflow:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 self._continue_as_new()
             if ledger.unmirrored:
-                urgent = ledger.closed or self._should_continue()
-                if not urgent and not workflow.patched(MIRROR_WITHOUT_DEBOUNCE):
+                # patched() first: the first call places the patch's marker, so it must not
+                # hang on ``urgent`` (whether continue-as-new is suggested can read otherwise
+                # on a replay than it did when the run was recorded)
+                if not workflow.patched(MIRROR_WITHOUT_DEBOUNCE) and not (
+                    ledger.closed or self._should_continue()
+                ):
                     # Runs recorded before the patch waited for a debounce timer here.
                     try:
                         await workflow.wait_condition(
