@@ -50,20 +50,6 @@ async def _timed(
     return events / written, events / (written + catch_up), catch_up, events
 
 
-async def _wipe(graph: TaskGraph, project_id: str) -> None:
-    """Delete a project's nodes 10,000 at a time (a corpus deleted in one transaction outgrows
-    Neo4j's transaction memory), then the rest with ``wipe_project``."""
-    while True:
-        records, _, _ = await graph.driver.execute_query(
-            "MATCH (n:Event {project_id: $p}) WITH n LIMIT 10000 DETACH DELETE n RETURN count(*)",
-            p=project_id,
-            database_=graph.database,
-        )
-        if records[0][0] == 0:
-            break
-    await graph.wipe_project(project_id)
-
-
 def importing(
     files: list[Path], concurrency: int
 ) -> Callable[[ConversationHistory], Awaitable[Round]]:
@@ -117,7 +103,7 @@ async def _round(
     try:
         return await run(history)
     finally:
-        await _wipe(graph, history.project_id)
+        await graph.wipe_project(history.project_id)
 
 
 def _print(name: str, rows: list[Round], baseline: float) -> None:

@@ -761,7 +761,7 @@ async def run_bench(
         finally:
             await bench.cleanup()
             for project in (bench.project, f"{bench.project}-list"):
-                await wipe(bench.graph, project)
+                await bench.graph.wipe_project(project)
     summaries = []
     for key, row in rows.items():
         if key in SECONDS_ROWS:
@@ -769,19 +769,6 @@ async def run_bench(
             row.base = [v * 1000 for v in row.base]
         summaries.append(row.summary())
     return {"machine": about, "sizes": sizes.__dict__, "rows": summaries}
-
-
-async def wipe(graph: TaskGraph, project_id: str) -> None:
-    """Delete a project's nodes, 10,000 events at a time, then the rest."""
-    while True:
-        records, _, _ = await graph.driver.execute_query(
-            "MATCH (n:Event {project_id: $p}) WITH n LIMIT 10000 DETACH DELETE n RETURN count(*)",
-            p=project_id,
-            database_=graph.database,
-        )
-        if records[0][0] == 0:
-            break
-    await graph.wipe_project(project_id)
 
 
 def _proc_field(path: str, key: str) -> str:

@@ -102,6 +102,9 @@ replaced ``task_project_status`` (its prefix, which a graph made before still ha
 dropped here, since workers of both versions run side by side during a deploy; an operator may
 drop it once every worker is new)."""
 
+WIPE_BATCH = 10_000
+"""Event nodes ``wipe_project`` deletes per transaction."""
+
 SCHEMA_RULE_EXISTS = "Neo.ClientError.Schema.EquivalentSchemaRuleAlreadyExists"
 """The error of a schema rule created by another session meanwhile (``init_schema``)."""
 
@@ -427,9 +430,20 @@ class TaskGraph:
     async def wipe_project(self, project_id: str) -> int:
         """Delete every node of one project and its relationships, but for what the Temporal
         histories cannot give back (``graph rebuild``): the data keys and the tombstones of
-        deleted tasks. Returns nodes deleted."""
+        deleted tasks. Events go first, ``WIPE_BATCH`` per transaction (found by the
+        ``(project_id, kind)`` index; a corpus deleted in one transaction outgrows Neo4j's
+        transaction memory), then the rest in one. Returns nodes deleted."""
 
-        async def work(tx: AsyncManagedTransaction) -> int:
+        async def events(tx: AsyncManagedTransaction) -> int:
+            result = await tx.run(
+                "MATCH (n:Event {project_id: $p}) WITH n LIMIT $batch DETACH DELETE n "
+                "RETURN count(n) AS n",
+                p=project_id,
+                batch=WIPE_BATCH,
+            )
+            return int((await result.single(strict=True))["n"])
+
+        async def rest(tx: AsyncManagedTransaction) -> int:
             result = await tx.run(
                 """
                 MATCH (n {project_id: $p}) WHERE NOT n:DataKey AND NOT n:TaskTombstone
@@ -437,11 +451,15 @@ class TaskGraph:
                 """,
                 p=project_id,
             )
-            record = await result.single(strict=True)
-            return int(record["n"])
+            return int((await result.single(strict=True))["n"])
 
+        deleted, batch = 0, WIPE_BATCH
+        while batch:
+            async with self._session() as session:  # each batch bounded on its own
+                batch = await session.execute_write(_bounded(events))
+            deleted += batch
         async with self._session() as session:
-            return await session.execute_write(_bounded(work))
+            return deleted + await session.execute_write(_bounded(rest))
 
     async def drop_unmarked(
         self,
