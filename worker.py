@@ -41,6 +41,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
 import telemetry
+from activities.children import ChildActivities
 from activities.files import file_tools, files_demo
 from activities.mirror import MirrorActivities
 from activities.model import ModelActivities, Script
@@ -222,9 +223,14 @@ def build_worker(
     *,
     tools: Sequence[Tool] | None = None,
     scripts: Mapping[str, Script] | None = None,
+    workflows: bool = True,
+    activities: bool = True,
 ) -> Worker:
     """A worker for ``TaskWorkflow`` and its activities on ``task_queue``: the mirror, the
-    agent tasks' tools, the model call and the read of a recorded result.
+    agent tasks' tools, the model call, the read of a recorded result and a resumed parent's
+    look at its children. A deployment may run workflows and activities on separate workers
+    (a fleet of activity workers for heavy tools, say): ``activities=False`` polls workflow
+    tasks only, ``workflows=False`` activity tasks only; both on the same task queue.
 
     Args:
         client: a connected client with the pydantic data converter (``config.connect``).
@@ -234,18 +240,62 @@ def build_worker(
         tools: the tools this worker runs (``activities.tools.tool``); default: the demo's
             read-only file tools over the current folder.
         scripts: the scripted models by name, besides ``DEMO_SCRIPTS``.
+        workflows: poll workflow tasks (run ``TaskWorkflow``).
+        activities: poll activity tasks (run the activities).
+
+    Raises:
+        ValueError: neither ``workflows`` nor ``activities``.
     """
+    if not (workflows or activities):
+        raise ValueError("a worker polls workflows, activities or both")
     mirror = MirrorActivities(client, graph)
     steps = ToolActivities(client, graph, file_tools(Path.cwd()) if tools is None else tools)
     specs = [t.spec for t in steps.tools]
     model = ModelActivities(client, graph, {**DEMO_SCRIPTS, **(scripts or {})}, specs)
-    return Worker(
+    children = ChildActivities(client)
+    worker = Worker(
         client,
         task_queue=task_queue,
-        workflows=[TaskWorkflow],
-        activities=[mirror.mirror_task, model.model_turn, *steps.activities()],
+        workflows=[TaskWorkflow] if workflows else [],
+        activities=[mirror.mirror_task, model.model_turn, children.child_ends, *steps.activities()]
+        if activities
+        else [],
         graceful_shutdown_timeout=timedelta(seconds=10),
     )
+    if workflows:
+        apply_jobs_as_one_batch(worker)
+    return worker
+
+
+def apply_jobs_as_one_batch(worker: Worker) -> None:
+    """Make ``worker`` apply every job of a workflow activation (signals, updates, activity
+    and timer results, a cancel request) before any workflow code goes on: the SDK's logic
+    flag ``PROCESS_WORKFLOW_ACTIVATION_JOBS_AS_SINGLE_BATCH``, which temporalio ships off by
+    default until more SDK releases know it. Without it the SDK runs workflow code between the
+    signals of an activation and the rest: an answer and the end of a running step that came
+    in one workflow task woke the agent's ``ask`` before the step's result was recorded, and
+    agent code saw the step still in progress. The flag is recorded in each workflow task it
+    is used in, so histories from before replay as they ran (and the ``Replayer`` needs
+    nothing). The SDK exposes the switch on ``Worker`` only privately; a later SDK that drops
+    it (having made it the default, or renamed it) makes this raise, so an upgrade is noticed.
+
+    Raises:
+        RuntimeError: the SDK has no such flag or switch.
+    """
+    from temporalio.worker import _workflow_instance  # the flag's enum lives here only
+
+    flag = getattr(
+        _workflow_instance._WorkflowLogicFlag,
+        "PROCESS_WORKFLOW_ACTIVATION_JOBS_AS_SINGLE_BATCH",
+        None,
+    )
+    switch = getattr(worker, "_set_default_workflow_logic_flag", None)
+    if flag is None or switch is None:
+        raise RuntimeError(
+            "this temporalio has no single-batch activation flag: check its release notes "
+            "(worker.py, apply_jobs_as_one_batch)"
+        )
+    switch(flag, enabled=True)
 
 
 async def run_worker(settings: Settings | None = None) -> None:

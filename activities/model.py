@@ -24,6 +24,7 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
 from activities.reader import task_events
+from activities.transcript import chat_messages
 from taskgraph.graph import TaskGraph
 from workflows.agents import MODEL_ACTIVITY, ToolSpec
 from workflows.models import (
@@ -54,30 +55,6 @@ class ScriptedModel:
         """The turn for the next model call of the task whose events are ``transcript``."""
         calls = sum(e.kind is EventKind.MESSAGE and e.role is Role.ASSISTANT for e in transcript)
         return self.turns[min(calls, len(self.turns) - 1)]
-
-
-def chat_messages(transcript: Sequence[Event], system: str | None) -> list[dict[str, Any]]:
-    """The transcript as chat completion messages: messages by role, a tool call added to the
-    assistant message before it (or a new one), a tool result as a ``tool`` message with its
-    call id; other events (notes, status) are left out."""
-    messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
-    for event in transcript:
-        if event.kind is EventKind.MESSAGE and event.role is not None:
-            messages.append({"role": event.role.value, "content": event.payload})
-        elif event.kind is EventKind.TOOL_CALL:
-            call = {
-                "id": event.call_id or f"call-{event.seq}",
-                "type": "function",
-                "function": {"name": event.name or "tool", "arguments": event.payload},
-            }
-            if not messages or messages[-1]["role"] != "assistant":
-                messages.append({"role": "assistant", "content": ""})
-            messages[-1].setdefault("tool_calls", []).append(call)
-        elif event.kind is EventKind.TOOL_RESULT:
-            messages.append(
-                {"role": "tool", "tool_call_id": event.call_id or "", "content": event.payload}
-            )
-    return messages
 
 
 class ModelActivities:
@@ -150,8 +127,9 @@ async def openai_turn(
     except openai.APIStatusError as err:
         retry_after = err.response.headers.get("retry-after")
         delay = timedelta(seconds=float(retry_after)) if retry_after else None
+        said = err.body.get("message") if isinstance(err.body, dict) else None
         raise ApplicationError(
-            f"model API answered HTTP {err.status_code}: {err.message}",
+            f"model API answered HTTP {err.status_code}: {said or err.message}",
             type="ModelApiError",
             non_retryable=err.status_code not in RETRYABLE_HTTP,
             next_retry_delay=delay,

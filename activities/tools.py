@@ -165,7 +165,7 @@ class ToolActivities:
         return event.payload
 
     def _activity(self, tool: Tool) -> Callable[[ToolInput], Awaitable[ToolOutput]]:
-        async def run(input: ToolInput) -> ToolOutput:
+        async def call(input: ToolInput) -> ToolOutput:
             text = await self._event_text(input)
             try:
                 arguments = tool.arguments.model_validate_json(text or "{}")
@@ -176,16 +176,21 @@ class ToolActivities:
                     non_retryable=True,
                 ) from err
             context = ToolContext(input.workflow_id, input.step_name, input.idempotency_key)
-            work = tool.function(arguments, context)
-            result = await (heartbeating(work) if tool.spec.heartbeat_s else work)
-            return output(result)
+            return output(await tool.function(arguments, context))
+
+        async def run(input: ToolInput) -> ToolOutput:
+            # the heartbeats cover the read of the arguments too: on a loaded machine that
+            # read (a query, which a cold worker answers by replaying the task) took longer
+            # than a short heartbeat timeout, and an idempotent tool then ran once per
+            # attempt the server started meanwhile
+            return await heartbeating(call(input))
 
         run.__name__ = run.__qualname__ = f"tool_{tool.spec.name}"
         return activity.defn(name=TOOL_ACTIVITY_PREFIX + tool.spec.name)(run)
 
     @activity.defn(name=TOOL_SPECS_ACTIVITY)
     async def tool_specs(self, names: list[str]) -> ToolSpecs:
-        """The specs of the named tools this worker runs (a local activity of each agent run:
+        """The specs of the named tools this worker runs (an activity of each agent run:
         the history records the answer)."""
         mine = {t.spec.name: t.spec for t in self.tools}
         return ToolSpecs(specs={name: mine[name] for name in names if name in mine})

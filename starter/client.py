@@ -562,11 +562,18 @@ class ConversationHistory:
         request_id: str | None = None,
     ) -> WriteResult:
         """Answer an input request by signal (fire and forget): ``recorded`` True once the
-        signal is in the task's history. The task takes it when it runs: a repeat of the
-        request id is ignored; an answer before its request is kept until the request is asked
-        (the one it names, or with ``input_id`` None the next one); one that fails the request's
-        schema is recorded as rejected (an ``input_response`` event named ``rejected``) and the
-        request stays open. ``task_not_found`` when there is no such running task.
+        signal is in the task's history. Signals of one client to one task are sent in call
+        order (the task's lane, as writes are), so answers sent one after the other reach the
+        task in that order. The task takes it when it runs (``Ledger.take_answer``): a repeat
+        of the request id is ignored; an answer is bound to one request, the one it names
+        (kept until that request is asked, if it is not yet) or, with ``input_id`` None, the
+        oldest request open when it arrives (with none open it is rejected, never kept for a
+        later one); one that fails the request's schema is recorded as rejected (an
+        ``input_response`` event named ``rejected``) and the request stays open; one naming a
+        request that timed out is recorded as ``late`` and changes nothing.
+
+        Returns:
+            ``recorded``; ``task_closed`` when the task has ended; ``task_not_found``.
 
         Raises:
             ValueError: an answer no request may take (``_input_answer``); nothing is sent.
@@ -575,11 +582,14 @@ class ConversationHistory:
         signal = self._input_answer(answer, input_id, request_id)
         handle = self._handle(task)
         try:
-            await self._call(lambda: handle.signal(TaskWorkflow.submit_input, signal))
+            async with _lane(self.client, self.workflow_id(task)):
+                await self._call(lambda: handle.signal(TaskWorkflow.submit_input, signal))
         except RPCError as err:
             if err.status != RPCStatusCode.NOT_FOUND:
                 raise
-            return refused(ErrorCode.TASK_NOT_FOUND, f"no running task {task!r} in this project")
+            if await self._exists(task):
+                return refused(ErrorCode.TASK_CLOSED, f"task {task!r} has ended")
+            return refused(ErrorCode.TASK_NOT_FOUND, f"no task {task!r} in this project")
         return WriteResult(recorded=True)
 
     async def respond(
@@ -591,8 +601,9 @@ class ConversationHistory:
         request_id: str | None = None,
     ) -> WriteResult:
         """Answer an input request by update, validated on arrival: ``recorded`` with the
-        ``input_response`` event's seq, or refused with ``input_not_requested`` (no such open
-        request) or ``input_invalid`` (the schema's message), nothing recorded.
+        ``input_response`` event's seq, or refused with nothing recorded: ``input_not_requested``
+        (no such open request), ``input_invalid`` (the schema's message), ``input_closed`` (the
+        request timed out or closed), ``task_closed`` (the task has ended).
 
         Raises:
             ValueError: an answer no request may take (``_input_answer``); nothing is sent.

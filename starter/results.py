@@ -169,3 +169,6 @@ class DeleteResult(BaseModel):
     """True when the decisions were kept and detached (``include_decisions=False``)."""
     affected_decision_ids: list[str] = []
     """The task's decisions that Neo4j held: deleted, or kept and detached."""
+    children_cancelled: list[str] = []
+    """The task's spawned child tasks that were still running: each was sent a cancel (the
+    cascade rule of ``cancel_task``, down their own children) before the task was deleted."""

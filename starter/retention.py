@@ -40,8 +40,8 @@ from taskgraph.models import TaskRead
 from taskgraph.retention import EventLocation, delete_task_nodes, find_event, name_state, redact
 from taskgraph.retention import tombstone as write_tombstone
 from workflows.errors import ErrorCode
-from workflows.ledger import internal_request_id
-from workflows.models import CLOSED_STATUSES, ChildEnd, TaskStatus, bound_text
+from workflows.ledger import child_end
+from workflows.models import CLOSED_STATUSES, TaskStatus, TaskView, bound_text
 from workflows.task import TaskWorkflow
 
 if TYPE_CHECKING:  # the driver is loaded only by whoever makes the graph
@@ -168,9 +168,12 @@ class HistoryRetention:
                 task=name,
             )
         view = None
+        cancelled: list[str] = []
         if runs:
             await self._mirror_caught_up(name)
             view = (await self.tasks.get_task(name)).view
+        if view is not None:
+            cancelled = await self._cancel_children(view)
         new = await write_tombstone(graph, self.project_id, workflow_id, name, self.agent_id)
         pending = await self._delete_runs(workflow_id, runs)
         if view is not None and view.parent is not None and view.status not in CLOSED_STATUSES:
@@ -189,21 +192,30 @@ class HistoryRetention:
             keys_destroyed=removed.keys,
             decisions_kept=not include_decisions,
             affected_decision_ids=removed.decisions,
+            children_cancelled=cancelled,
         )
 
     # ------------------------------------------------------------------ helpers
+
+    async def _cancel_children(self, view: TaskView) -> list[str]:
+        """Cancel the task's spawned children that still run, by the cascade rule (each
+        cancels its own), so that deleting a parent never leaves them running without one;
+        returns their names. A child whose workflow has ended meanwhile is skipped."""
+        cancelled = []
+        for child in view.children.values():
+            if child.status in CLOSED_STATUSES:
+                continue
+            if (await self.tasks.cancel_task(child.name)).recorded:
+                cancelled.append(child.name)
+        return cancelled
 
     async def _tell_parent(self, parent: str, name: str) -> None:
         """A running task was deleted: tell its parent it ended ``cancelled`` (the
         ``child_ended`` signal its own workflow would have sent), so a parent waiting for it
         goes on. The request id is the child's own, so an end it sent too counts once; a
         parent that ended, or did not spawn it, takes nothing."""
-        end = ChildEnd(
-            child=name,
-            status=TaskStatus.CANCELLED,
-            error=bound_text(f"deleted by {self.agent_id}"),
-            request_id=internal_request_id(f"child-end/{self.tasks.workflow_id(name)}"),
-        )
+        deleted = bound_text(f"deleted by {self.agent_id}")
+        end = child_end(name, self.tasks.workflow_id(name), TaskStatus.CANCELLED, error=deleted)
         handle = self.tasks.client.get_workflow_handle(self.tasks.workflow_id(parent))
         try:
             await self.tasks._call(lambda: handle.signal(TaskWorkflow.child_ended, end))

@@ -110,16 +110,19 @@ SCHEMA_RULE_EXISTS = "Neo.ClientError.Schema.EquivalentSchemaRuleAlreadyExists"
 
 _TASK: LiteralString = """
 MERGE (t:Task {key: $t.key})
-WITH t, t.created_at AS was
-SET t += $t
+WITH t, t.created_at AS was, coalesce(t.writes, -1) <= $t.writes AS newer
+SET t.writes = CASE WHEN newer THEN $t.writes ELSE t.writes END
+FOREACH (_ IN CASE WHEN newer THEN [1] ELSE [] END | SET t += $t)
 WITH was
 OPTIONAL MATCH (gone:TaskTombstone {key: $t.key})
 RETURN was, gone IS NOT NULL AS deleted
 """
-"""The first statement of a mirror write: the task node, locked by its SET (and nothing
-shared: see ``_PAGE``); returns the ``created_at`` the node had before (``was``, null for a
-new node) and whether the task's id has a tombstone (``deleted``), so the write can refuse a
-node that is not its task's before anything else is written."""
+"""The first statement of a mirror write: the task node, locked by its first SET (and
+nothing shared: see ``_PAGE``), its properties set only when the view is not older than the
+node (``writes``, the view's write counter, is its version: a late, retried or cancelled
+mirror attempt never undoes a newer one); returns the ``created_at`` the node had before
+(``was``, null for a new node) and whether the task's id has a tombstone (``deleted``), so
+the write can refuse a node that is not its task's before anything else is written."""
 
 _PAGE: LiteralString = """
 MATCH (t:Task {key: $key})
@@ -142,6 +145,7 @@ WITH t
 CALL (t) {
   UNWIND $steps AS st
   MERGE (s:Step {key: t.key + '/' + st.step_name})
+  WITH t, s, st WHERE coalesce(s.changed_write, -1) <= st.changed_write
   SET s += st,
       s.updated_at = datetime({epochSeconds: st.updated_at[0], nanosecond: st.updated_at[1]}),
       s.task_key = t.key, s.project_id = t.project_id, s.task_name = t.name
@@ -197,16 +201,17 @@ CALL (t) {
 """
 """The rest of a mirror page in one statement (one round trip): the events with their NEXT
 links; the task's mirror watermark (``mirrored_seq``, never lowered); the steps with their
-RESULT links; the decisions' labels and CITES links; then the nodes every task of a project
-shares (its project, its agents, a session, a parent) with the task's and the events'
-relationships to them. Each part is a unit subquery over the one task row, run in this order,
-so the NEXT links see the events merged before them, a step's result event is merged (as a
-placeholder) when not written yet, and a decision cites the steps as merged. The shared nodes
-come last because a new relationship locks both its nodes until the transaction commits: taken
-first, the project's and agent's locks were held through the whole page, and the mirrors of
-16 tasks importing at once on a loaded machine queued on them past the transaction timeout
-(6 of 16 first pages at load 7). Event and step times arrive as ``epoch`` pairs and are set as
-datetimes in the same SET."""
+RESULT links, each only when not older than its node (``changed_write``, the write that last
+changed the step, is its version); the decisions' labels and CITES links; then the nodes every
+task of a project shares (its project, its agents, a session, a parent) with the task's and
+the events' relationships to them. Each part is a unit subquery over the one task row, run in
+this order, so the NEXT links see the events merged before them, a step's result event is
+merged (as a placeholder) when not written yet, and a decision cites the steps as merged. The
+shared nodes come last because a new relationship locks both its nodes until the transaction
+commits: taken first, the project's and agent's locks were held through the whole page, and
+the mirrors of 16 tasks importing at once on a loaded machine queued on them past the
+transaction timeout (6 of 16 first pages at load 7). Event and step times arrive as
+``epoch`` pairs and are set as datetimes in the same SET."""
 
 
 NEO4J_CONNECT_TIMEOUT_S = 5.0
@@ -279,6 +284,7 @@ def task_properties(view: TaskView) -> dict[str, Any]:
         **_full("result", view.result),
         **_full("error", view.error),
         "last_seq": view.last_seq,
+        "writes": view.writes,
         "runs": view.runs,
         "pending_inputs": [request.input_id for request in view.pending_inputs],
         "created_at": utc(view.created_at),
@@ -690,6 +696,7 @@ class TaskGraph:
             mirror_error=None,
             run_first_seq=props["last_seq"] + 1,
             runs=props.get("runs", 1),
+            writes=props.get("writes", 0),
             created_at=props["created_at"],
             updated_at=props["updated_at"],
         )

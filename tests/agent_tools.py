@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from pydantic import BaseModel, ConfigDict
 from activities.model import ScriptedModel, tool_call
 from activities.tools import Tool, ToolContext, tool
 from workflows.agents import AgentContext, SpawnRefused, agent
-from workflows.models import AgentSpec, ModelTurn, TokenUsage
+from workflows.models import AgentSpec, ModelTurn, StepState, TokenUsage
 
 
 class Effect(BaseModel):
@@ -126,7 +127,44 @@ def _runs(args: Effect) -> int:
     return len(Path(args.log).read_text(encoding="utf-8").splitlines())
 
 
-TOOLS: list[Tool] = [charge_card, sync_data, flaky, huge, opaque, echo, fail_first]
+@tool("plain_wait", arguments=Effect, idempotent=False, start_to_close_s=60)
+async def plain_wait(args: Effect, context: ToolContext) -> str:
+    """Not idempotent and without heartbeats (a cancellation cannot reach it): logs its run,
+    then waits ``seconds``."""
+    _log(args, context)
+    await asyncio.sleep(args.seconds)
+    return f"waited {args.seconds:g} s"
+
+
+class Gate(BaseModel):
+    """Arguments of ``gated``."""
+
+    path: str
+    """The tool writes ``{path}.waiting``, then waits until ``path`` exists."""
+
+
+@tool("gated", arguments=Gate, idempotent=False, start_to_close_s=120)
+async def gated(args: Gate, context: ToolContext) -> str:
+    """Waits until the test opens its gate (creates the file ``path``)."""
+    waiting, gate = Path(args.path + ".waiting"), Path(args.path)
+    await asyncio.to_thread(waiting.write_text, context.idempotency_key, encoding="utf-8")
+    # the gate is a file the test (another process, maybe) creates: polled
+    while not await asyncio.to_thread(gate.exists):  # noqa: ASYNC110
+        await asyncio.sleep(0.05)
+    return "gated"
+
+
+TOOLS: list[Tool] = [
+    charge_card,
+    sync_data,
+    flaky,
+    huge,
+    opaque,
+    echo,
+    fail_first,
+    plain_wait,
+    gated,
+]
 TOOL_NAMES = [t.spec.name for t in TOOLS]
 
 
@@ -185,12 +223,14 @@ async def three_steps(ctx: AgentContext) -> str:
 @agent("counter")
 async def counter(ctx: AgentContext) -> str:
     """Agent code that keeps its progress in ``ctx.state`` and checkpoints each round, so it
-    survives continue-as-new: 30 rounds of one echo step each."""
-    while isinstance(done := ctx.state.get("done", 0), int) and done < 30:
+    survives continue-as-new: ``input["rounds"]`` (default 30) rounds of one echo step each."""
+    rounds = ctx.input.get("rounds", 30)
+    assert isinstance(rounds, int)
+    while isinstance(done := ctx.state.get("done", 0), int) and done < rounds:
         await ctx.checkpoint()
         await ctx.step(f"echo-{done:02d}", "echo", {"text": f"round {done}"})
         ctx.state["done"] = done + 1
-    return "30 rounds"
+    return f"{rounds} rounds"
 
 
 @agent("ask_positive")
@@ -314,3 +354,83 @@ async def bad_spawns(ctx: AgentContext) -> str:
     await ctx.spawn("good", "a recorded child", mode="collect")
     (outcome,) = await ctx.wait_children()
     return json.dumps({"refused": refusals, "good": [outcome.status.value, outcome.text]})
+
+
+@agent("two_questions")
+async def two_questions(ctx: AgentContext) -> str:
+    """Waits ``input["before_s"]`` (a ``plain_wait`` step), asks ``q1`` (with
+    ``input["timeout_s"]``: that long, then the answer ``"default"``), then ``q2``; returns
+    both answers as a JSON list."""
+    before = ctx.input.get("before_s")
+    if isinstance(before, int | float):
+        await ctx.step("before", "plain_wait", {"log": os.devnull, "seconds": before})
+    timeout = ctx.input.get("timeout_s")
+    if isinstance(timeout, int | float):
+        first = await ctx.ask("q1", "First?", timeout=timedelta(seconds=timeout), default="default")
+    else:
+        first = await ctx.ask("q1", "First?")
+    second = await ctx.ask("q2", "Second?")
+    return json.dumps([first, second])
+
+
+@agent("ask_then_fail")
+async def ask_then_fail(ctx: AgentContext) -> str:
+    """Asks ``q`` in the background, then fails while the request is open."""
+    question = asyncio.create_task(ctx.ask("q", "Never answered?"))
+    await asyncio.sleep(0)  # the request opens
+    raise RuntimeError(f"failing on purpose with a question open ({question.done()})")
+
+
+@agent("ask_loop")
+async def ask_loop(ctx: AgentContext) -> str:
+    """Asks ``input["questions"]`` questions (``q000`` ...), one after the other, with a
+    checkpoint before each (it continues as new between questions); keeps the answers in
+    ``ctx.state`` and returns them as a JSON list."""
+    count = ctx.input["questions"]
+    assert isinstance(count, int)
+    answers = ctx.state.setdefault("answers", [])
+    assert isinstance(answers, list)
+    while len(answers) < count:
+        await ctx.checkpoint()
+        answers.append(await ctx.ask(f"q{len(answers):03d}", f"Question {len(answers)}?"))
+    return json.dumps(answers)
+
+
+@agent("ask_while_stepping")
+async def ask_while_stepping(ctx: AgentContext) -> str:
+    """Runs the step ``slow`` (the ``gated`` tool) in the background while it asks ``go``;
+    once answered, looks at the step and, if it completed, runs the step ``after``."""
+    slow = asyncio.create_task(ctx.step("slow", "gated", {"path": str(ctx.input["gate"])}))
+    await ctx.ask("go", "Go?")
+    record = ctx.ledger.step("slow")
+    seen = "nothing" if record is None else record.state.value
+    after = "not run"
+    if record is not None and record.state is StepState.COMPLETED:
+        after = (await ctx.step("after", "echo", {"text": "ran"})).text
+    await slow
+    return f"saw {seen}; after: {after}"
+
+
+@agent("spawn_taken")
+async def spawn_taken(ctx: AgentContext) -> str:
+    """Spawns ``c0`` (whose id a test took before) and ``c1``, then waits for them."""
+    try:
+        await ctx.spawn("c0", "taken", mode="collect")
+    except SpawnRefused as refused:
+        await ctx.emit(f"SpawnRefused: {refused}")
+    await ctx.spawn("c1", "mine", mode="collect")
+    outcomes = await ctx.wait_children()
+    return ",".join(f"{o.key}={o.status.value}" for o in outcomes)
+
+
+@agent("leave_many")
+async def leave_many(ctx: AgentContext) -> str:
+    """Emits ``input["notes"]`` notes, spawns ``input["children"]`` recorded child tasks
+    (``k0`` ...) and ends without waiting for them."""
+    notes, children = ctx.input["notes"], ctx.input["children"]
+    assert isinstance(notes, int) and isinstance(children, int)
+    for i in range(notes):
+        await ctx.emit(f"note {i}")
+    for i in range(children):
+        await ctx.spawn(f"k{i}", f"left {i}", mode="ignore")
+    return f"left {children}"

@@ -680,6 +680,109 @@ async def human_scenarios(stack: Stack) -> Captured:
     return captured
 
 
+async def lifecycle_scenarios(stack: Stack) -> Captured:
+    """The one cancellation rule, answers bound to requests and child tasks in every order
+    (the ``one-cancellation-rule``, ``answers-bound-to-requests`` and ``tool-specs-by-activity``
+    patches, workflow tasks applied as one batch), on a worker with the agent tests' tools:
+
+    - ``cancel_rule_tool``: a cancel while a tool without heartbeats (``plain_wait``) runs: the
+      tool runs to its end, its step is recorded ``completed``, no model call follows, the task
+      ends ``cancelled``;
+    - ``cancel_rule_input``: a cancel while the agent waits for an answer: the request is closed
+      (an ``input_closed`` note), the task ends ``cancelled``;
+    - ``answers_bound``: ``two_questions``: an answer without an id while nothing is open (a
+      2 s step runs)
+      (rejected), ``q1`` timing out to its default, a late answer to it (recorded ``late``),
+      ``q2`` answered by update;
+    - ``spawn_taken``: a spawn whose workflow id a task created from outside holds (the child
+      recorded ``failed``, ``SpawnRefused`` in the agent), the other child, then a cancel whose
+      cascade reaches only that one;
+    - ``children_reconciled``: the run ``resume`` starts for a parent cancelled without the
+      cascade while a child ended: the ``child_ends`` activity finds that child's end first."""
+    import tempfile
+
+    from tests.agent_tools import SCRIPTS, TOOL_NAMES, TOOLS, answer, calls
+    from workflows.models import AgentSpec, ModelSpec
+
+    queue = f"capture-lifecycle-{uuid.uuid4().hex[:8]}"
+    history = stack.history("lifecycle")
+    history.task_queue = queue
+    loop = AgentSpec(tools=TOOL_NAMES, model=ModelSpec(provider="scripted", model="from-goal"))
+    captured: Captured = {}
+
+    async def until(task: str, check: Callable[[TaskView], bool]) -> None:
+        async def ready() -> bool:
+            found = (await history.get_task(task)).view
+            return found is not None and check(found)
+
+        loop_ = asyncio.get_running_loop()
+        deadline = loop_.time() + 60
+        while not await ready():
+            if loop_.time() > deadline:
+                raise CaptureError(f"task {task!r} not ready within 60 s")
+            await asyncio.sleep(0.05)
+
+    async def ended(task: str, status: TaskStatus) -> None:
+        final = await history.wait_task(task)
+        if final is None or final.status is not status:
+            raise CaptureError(f"task {task!r} did not end {status.value}: {final!r}")
+
+    with tempfile.TemporaryDirectory() as folder:
+        log = str(Path(folder) / "effects.log")
+        async with build_worker(stack.client, stack.graph, queue, tools=TOOLS, scripts=SCRIPTS):
+            turns = [calls(("plain_wait", {"log": log, "seconds": 3})), answer("never")]
+            goal = json.dumps([t.model_dump(mode="json") for t in turns])
+            expect(await history.create_task("tool", goal, agent=loop))
+            await quiet_until(lambda: Path(log).exists())
+            expect(await history.cancel_task("tool"))
+            await ended("tool", TaskStatus.CANCELLED)
+            captured["cancel_rule_tool"] = await fetch(history, "tool")
+
+            positive = AgentSpec(name="ask_positive", tools=TOOL_NAMES, input={"log": log + ".p"})
+            expect(await history.create_task("input", "how many?", agent=positive))
+            await until("input", lambda v: bool(v.pending_inputs))
+            expect(await history.cancel_task("input"))
+            await ended("input", TaskStatus.CANCELLED)
+            captured["cancel_rule_input"] = await fetch(history, "input")
+
+            two = AgentSpec(
+                name="two_questions", tools=TOOL_NAMES, input={"before_s": 2, "timeout_s": 2}
+            )
+            expect(await history.create_task("bound", "two questions", agent=two))
+            expect(await history.submit_input("bound", "nothing is open"))
+            await until("bound", lambda v: "q1" in v.closed_inputs)
+            expect(await history.submit_input("bound", "late", input_id="q1"))
+            expect(
+                await history.respond("bound", "late", input_id="q1"), error=ErrorCode.INPUT_CLOSED
+            )
+            await until("bound", lambda v: [r.input_id for r in v.pending_inputs] == ["q2"])
+            expect(await history.respond("bound", "second", input_id="q2"))
+            await ended("bound", TaskStatus.DONE)
+            captured["answers_bound"] = await fetch(history, "bound")
+
+            expect(await history.create_task("taken/c0", "a task created from outside"))
+            expect(await history.create_task("taken", "spawn", agent=AgentSpec(name="spawn_taken")))
+            await until("taken", lambda v: v.status is TaskStatus.AWAITING_CHILDREN)
+            expect(await history.cancel_task("taken"))
+            await ended("taken", TaskStatus.CANCELLED)
+            captured["spawn_taken"] = await fetch(history, "taken")
+            expect(await history.finish_task("taken/c0", "done"))
+
+            fanout = AgentSpec(name="fanout", input={"children": 2})
+            expect(await history.create_task("parent", "two children", agent=fanout))
+            await until("parent", lambda v: v.status is TaskStatus.AWAITING_CHILDREN)
+            expect(await history.cancel_task("parent", cascade=False))
+            await ended("parent", TaskStatus.CANCELLED)
+            expect(await history.finish_task("parent/c0", "done", result="zero"))
+            await ended("parent/c0", TaskStatus.DONE)
+            expect(await history.resume_task("parent"))
+            await until("parent", lambda v: v.children["c0"].status is TaskStatus.DONE)
+            expect(await history.finish_task("parent/c1", "done", result="one"))
+            await ended("parent", TaskStatus.DONE)
+            captured["children_reconciled"] = await fetch(history, "parent")
+    return captured
+
+
 async def quiet_until(check: Callable[[], bool], within: float = 60.0) -> None:
     """Wait (polling every 50 ms) until ``check()`` is true.
 
@@ -771,6 +874,17 @@ SCENARIOS: dict[str, Scenario] = {
         sealed_decisions_scenario,
         ("sealed_decisions",),
         "sealed event text and decisions citing events and steps",
+    ),
+    "lifecycle": Scenario(
+        lifecycle_scenarios,
+        (
+            "cancel_rule_tool",
+            "cancel_rule_input",
+            "answers_bound",
+            "spawn_taken",
+            "children_reconciled",
+        ),
+        "the cancellation rule, answers bound to requests, a taken child id, a reconciled resume",
     ),
 }
 """Every scenario by name, in capture order."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -65,6 +66,22 @@ def history(
     return ConversationHistory(
         client, project_id=project_id, agent_id="agent-1", task_queue=task_queue, graph=graph
     )
+
+
+@pytest.fixture
+async def cpu_burners() -> AsyncIterator[None]:
+    """Two processes that spin a CPU each for the test's length: the load under which the
+    crash rules must hold too (this machine has two cores)."""
+    burners = [
+        await asyncio.create_subprocess_exec(sys.executable, "-c", "while True: pass")
+        for _ in range(2)
+    ]
+    try:
+        yield
+    finally:
+        for burner in burners:
+            burner.kill()
+            await burner.wait()
 
 
 async def eventually(check: Callable[[], Awaitable[bool]], within: float = 30.0) -> None:

@@ -8,7 +8,7 @@ activities, the model call, time from the workflow). Agent functions are registe
 module's registry when their modules are imported on the worker (and by whatever replays their
 histories); this module is passed through the workflow sandbox, so the workflow finds them by
 name. Tools are the worker's: each run of an agent asks the worker for the specs of its tools
-once, by a local activity, so the history records them and a replay (or a worker deployed
+once, by an activity, so the history records them and a replay (or a worker deployed
 later with other tools) decides every step as it was decided.
 
 Every step writes the ledger in this order: a ``tool_call`` event and the step
@@ -34,7 +34,7 @@ import hashlib
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from temporalio import workflow
@@ -47,6 +47,7 @@ from temporalio.exceptions import (
 )
 from temporalio.workflow import ActivityCancellationType
 
+from workflows.errors import failure_text
 from workflows.ledger import Ledger, internal_request_id
 from workflows.models import (
     CLOSED_STATUSES,
@@ -55,6 +56,7 @@ from workflows.models import (
     AgentName,
     AgentRun,
     AgentSpec,
+    ChildEnd,
     ChildRecord,
     EventInput,
     EventKind,
@@ -85,6 +87,16 @@ TOOL_ACTIVITY_PREFIX = "tool."
 """A tool ``name`` runs as the activity ``tool.{name}``."""
 MODEL_START_TO_CLOSE = timedelta(minutes=2)
 """Longest model call."""
+TOOL_SPECS_BY_ACTIVITY = "tool-specs-by-activity"
+"""Patch id: the lookup of an agent's tools is an activity, no longer a local activity. A local
+activity's result can reach the workflow in the next workflow task when it is first run but in
+the same one on replay (seen with continue-as-new under load: the commands after it moved to
+another workflow task, and a query of the run then failed replay); an activity's result is an
+event of its own, delivered the same way both times."""
+CANCEL_RULE = "one-cancellation-rule"
+"""Patch id: after a cancel request no step, model call or wait of the agent starts or goes on
+(``AgentContext.cancelled``); the workflow cancels what runs and waits for it to end
+(``TaskWorkflow._cancelled``). Runs recorded before it cancelled the agent's asyncio task."""
 MODEL_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
     maximum_interval=timedelta(seconds=30),
@@ -135,7 +147,9 @@ AgentFunction = Callable[["AgentContext"], Awaitable[str]]
 _AGENTS: dict[str, AgentFunction] = {}
 
 TOOL_SPECS_ACTIVITY = "tool_specs"
-"""Local activity: the worker's specs of the tools an agent may call (``ToolSpecs``)."""
+"""Activity: the worker's specs of the tools an agent may call (``ToolSpecs``)."""
+
+_R = TypeVar("_R")
 
 
 class ToolSpecs(BaseModel):
@@ -208,14 +222,18 @@ class ChildFailed(Exception):
 
 
 class AgentHost(Protocol):
-    """What the agent's workflow does for its context (status, children)."""
+    """What the agent's workflow does for its context (status, children, cancellation)."""
+
+    cancelling: bool
+    """True once the workflow has begun to cancel the task (``TaskWorkflow._cancelled``)."""
 
     def set_status(self, status: TaskStatus) -> None:
         """Change the task's status (an event and the search attribute)."""
         ...
 
-    async def start_child(self, start: TaskStart) -> None:
-        """Start the child task ``start`` describes (idempotent by its workflow id)."""
+    async def start_child(self, start: TaskStart) -> str | None:
+        """Start the child task ``start`` describes; returns None once started, else why it
+        could not start (its workflow id is taken by another task)."""
         ...
 
 
@@ -264,6 +282,37 @@ class AgentContext:
         self.host = host
         self.checkpoint_due = False
         """Set by the workflow when continue-as-new is due: the next ``checkpoint()`` parks."""
+        self.running: set[workflow.ActivityHandle[Any]] = set()
+        """The activities agent code awaits now (tools, the model): what a cancel cancels."""
+
+    def cancelled(self) -> bool:
+        """True once a cancel request reached the task (the one cancellation rule,
+        ``CANCEL_RULE``): read as soon as Temporal delivers the request, before the workflow
+        has run anything for it, so agent code that goes on in the same workflow task starts
+        nothing."""
+        if self.host.cancelling:
+            return True
+        return workflow.cancellation_reason() is not None and workflow.patched(CANCEL_RULE)
+
+    def _stop_if_cancelled(self) -> None:
+        """Raise ``asyncio.CancelledError`` once the task is cancelled (``cancelled``)."""
+        if self.cancelled():
+            raise asyncio.CancelledError("the task was cancelled")
+
+    def cancel_running(self) -> None:
+        """Cancel the activities agent code awaits (the workflow's cancel): a tool that
+        heartbeats sees it at its next heartbeat, one that does not runs to its end (its
+        result is recorded); the model call is dropped at once."""
+        for handle in self.running:
+            handle.cancel()
+
+    async def _activity(self, handle: workflow.ActivityHandle[_R]) -> _R:
+        """Await an activity agent code started, where a cancel can reach it."""
+        self.running.add(handle)
+        try:
+            return await handle
+        finally:
+            self.running.discard(handle)
 
     @property
     def state(self) -> dict[str, JsonValue]:
@@ -282,7 +331,9 @@ class AgentContext:
         Raises:
             AgentParked: the task is to continue-as-new.
             BudgetExceeded: ``max_seconds`` has passed.
+            asyncio.CancelledError: the task was cancelled.
         """
+        self._stop_if_cancelled()
         self._check_time()
         if self.checkpoint_due:
             raise AgentParked
@@ -290,7 +341,12 @@ class AgentContext:
     async def emit(
         self, text: str, *, kind: EventKind = EventKind.NOTE, name: str | None = None
     ) -> int:
-        """Record a progress event; returns its seq."""
+        """Record a progress event; returns its seq.
+
+        Raises:
+            asyncio.CancelledError: the task was cancelled.
+        """
+        self._stop_if_cancelled()
         seq: int = self._append(EventInput(kind=kind, name=name, payload=text), "emit").first_seq
         return seq
 
@@ -309,8 +365,11 @@ class AgentContext:
 
         Raises:
             BudgetExceeded: ``max_tool_calls`` or ``max_seconds`` is spent.
-            asyncio.CancelledError: the task was cancelled (the step is left ``unknown``).
+            asyncio.CancelledError: the task was cancelled: before the step (it does not
+                start), or while it ran (a tool that saw the cancel leaves the step
+                ``unknown``; one that ended anyway is recorded with its result first).
         """
+        self._stop_if_cancelled()
         done = self.ledger.step(name)
         if done is not None and done.state is StepState.COMPLETED:
             return await self._recorded(name, done.result_event_seq)
@@ -330,22 +389,24 @@ class AgentContext:
             )
         info = workflow.info()
         try:
-            output = await workflow.execute_activity(
-                TOOL_ACTIVITY_PREFIX + tool,
-                ToolInput(
-                    workflow_id=info.workflow_id,
-                    run_id=info.run_id,
-                    call_seq=call_seq,
-                    step_name=name,
-                    idempotency_key=idempotency_key(info.workflow_id, name, record.attempt),
-                ),
-                result_type=ToolOutput,
-                start_to_close_timeout=timedelta(seconds=spec.start_to_close_s),
-                heartbeat_timeout=None
-                if spec.heartbeat_s is None
-                else timedelta(seconds=spec.heartbeat_s),
-                retry_policy=spec.retry_policy(),
-                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            output = await self._activity(
+                workflow.start_activity(
+                    TOOL_ACTIVITY_PREFIX + tool,
+                    ToolInput(
+                        workflow_id=info.workflow_id,
+                        run_id=info.run_id,
+                        call_seq=call_seq,
+                        step_name=name,
+                        idempotency_key=idempotency_key(info.workflow_id, name, record.attempt),
+                    ),
+                    result_type=ToolOutput,
+                    start_to_close_timeout=timedelta(seconds=spec.start_to_close_s),
+                    heartbeat_timeout=None
+                    if spec.heartbeat_s is None
+                    else timedelta(seconds=spec.heartbeat_s),
+                    retry_policy=spec.retry_policy(),
+                    cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                )
             )
         except ActivityError as err:
             if isinstance(err.cause, CancelledError):
@@ -366,7 +427,7 @@ class AgentContext:
                     f"the tool's worker stopped during the call ({err.cause}): its effect is "
                     "unknown, and it was not run again",
                 )
-            return self._end(name, tool, call_id, StepState.FAILED, str(err.cause or err))
+            return self._end(name, tool, call_id, StepState.FAILED, failure_text(err))
         result = EventInput(
             kind=EventKind.TOOL_RESULT,
             name=tool,
@@ -377,6 +438,7 @@ class AgentContext:
         )
         seq = self._append(result, f"step/{name}/result").first_seq
         self._move(name, StepState.COMPLETED, result_event_seq=seq)
+        self._stop_if_cancelled()  # it ran to its end after the cancel: recorded, no more
         return StepOutcome(
             step_name=name, state=StepState.COMPLETED, text=output.text, result_event_seq=seq
         )
@@ -387,7 +449,10 @@ class AgentContext:
 
         Raises:
             BudgetExceeded: ``max_rounds``, ``max_tokens`` or ``max_seconds`` is spent.
+            asyncio.CancelledError: the task was cancelled (before the call, or during it: the
+                call is dropped and nothing of it is recorded).
         """
+        self._stop_if_cancelled()
         budgets = self.spec.budgets
         self._check_time()
         if budgets.max_rounds is not None and self.run.rounds >= budgets.max_rounds:
@@ -397,19 +462,27 @@ class AgentContext:
         if self.spec.model is None:
             raise ApplicationError("this agent has no model", non_retryable=True)
         info = workflow.info()
-        turn: ModelTurn = await workflow.execute_activity(
-            MODEL_ACTIVITY,
-            ModelInput(
-                workflow_id=info.workflow_id,
-                run_id=info.run_id,
-                up_to_seq=self.ledger.state.last_seq,
-                model=self.spec.model,
-                tools=self.spec.tools,
-            ),
-            result_type=ModelTurn,
-            start_to_close_timeout=MODEL_START_TO_CLOSE,
-            retry_policy=MODEL_RETRY,
-        )
+        try:
+            turn: ModelTurn = await self._activity(
+                workflow.start_activity(
+                    MODEL_ACTIVITY,
+                    ModelInput(
+                        workflow_id=info.workflow_id,
+                        run_id=info.run_id,
+                        up_to_seq=self.ledger.state.last_seq,
+                        model=self.spec.model,
+                        tools=self.spec.tools,
+                    ),
+                    result_type=ModelTurn,
+                    start_to_close_timeout=MODEL_START_TO_CLOSE,
+                    retry_policy=MODEL_RETRY,
+                )
+            )
+        except ActivityError as err:
+            if isinstance(err.cause, CancelledError):
+                raise asyncio.CancelledError("the task was cancelled") from err
+            raise
+        self._stop_if_cancelled()  # the answer came with the cancel: not recorded
         self.run.rounds += 1
         self.run.tokens += turn.usage.input_tokens + turn.usage.output_tokens
         message = EventInput(
@@ -445,7 +518,9 @@ class AgentContext:
             InputTimeout: the timeout passed and no default was given.
             ValueError: ``schema`` is not a valid JSON Schema.
             AgentParked: the task is to continue-as-new (the request stays open).
+            asyncio.CancelledError: the task was cancelled (the request is closed with it).
         """
+        self._stop_if_cancelled()
         state = self.ledger.state
         request = next((r for r in state.inputs if r.input_id == input_id), None)
         if input_id not in state.answered and request is None:
@@ -467,7 +542,10 @@ class AgentContext:
                 remaining = max(request.deadline - workflow.now(), timedelta(0))
             try:
                 await workflow.wait_condition(
-                    lambda: input_id in state.answered or self.checkpoint_due, timeout=remaining
+                    lambda: (
+                        input_id in state.answered or self.checkpoint_due or self.host.cancelling
+                    ),
+                    timeout=remaining,
                 )
             except builtins.TimeoutError:
                 given = default is not _NO_DEFAULT
@@ -476,6 +554,7 @@ class AgentContext:
                 self._back_in_progress()
                 if not given:
                     raise InputTimeout(input_id) from None
+            self._stop_if_cancelled()
             if input_id not in state.answered:
                 raise AgentParked
         self._back_in_progress()
@@ -502,8 +581,12 @@ class AgentContext:
             mode: what the child's failure does to ``wait_children``.
 
         Raises:
-            SpawnRefused: past ``MAX_CHILDREN`` children or ``MAX_DEPTH`` levels.
+            SpawnRefused: past ``MAX_CHILDREN`` children or ``MAX_DEPTH`` levels, or the child's
+                workflow id is taken by another task (the child is recorded as ended
+                ``failed``, with why, so a wait for it does not wait for ever).
+            asyncio.CancelledError: the task was cancelled.
         """
+        self._stop_if_cancelled()
         state = self.ledger.state
         known = state.children.get(key)
         if known is not None:
@@ -533,7 +616,17 @@ class AgentContext:
         self.ledger.add_child(
             key, ChildRecord(name=child.name, status=status, mode=mode), workflow.now()
         )
-        await self.host.start_child(child)
+        refused = await self.host.start_child(child)
+        if refused is not None:
+            why = f"could not start: {refused}"
+            end = ChildEnd(
+                child=child.name,
+                status=TaskStatus.FAILED,
+                error=bound_text(why),
+                request_id=internal_request_id(f"child-start/{child.name}"),
+            )
+            self.ledger.child_ended(end, workflow.now())
+            raise SpawnRefused(f"child task {child.name!r} {why}")
         return child.name
 
     async def wait_children(
@@ -548,7 +641,9 @@ class AgentContext:
             KeyError: a key names no spawned child.
             AgentParked: the task is to continue-as-new (the children go on; their ends come
                 to the next run).
+            asyncio.CancelledError: the task was cancelled.
         """
+        self._stop_if_cancelled()
         children = self.ledger.state.children
         wanted = list(children) if keys is None else list(keys)
         missing = [key for key in wanted if key not in children]
@@ -563,7 +658,10 @@ class AgentContext:
 
         if not done():
             self.host.set_status(TaskStatus.AWAITING_CHILDREN)
-            await workflow.wait_condition(lambda: done() or self.checkpoint_due)
+            await workflow.wait_condition(
+                lambda: done() or self.checkpoint_due or self.host.cancelling
+            )
+            self._stop_if_cancelled()
             if not done():
                 raise AgentParked
         self._back_in_progress()
@@ -657,15 +755,20 @@ class AgentContext:
 
 
 async def agent_tools(spec: AgentSpec) -> dict[str, ToolSpec]:
-    """The worker's specs of the agent's tools, by a local activity (recorded in the history:
-    a replay, or a worker deployed later with other tools, gets the same answer). A tool the
-    worker lacks is missing (its steps fail with that as their result)."""
-    answer: ToolSpecs = await workflow.execute_local_activity(
-        TOOL_SPECS_ACTIVITY,
-        spec.tools,
-        result_type=ToolSpecs,
-        start_to_close_timeout=timedelta(seconds=10),
-    )
+    """The worker's specs of the agent's tools, by an activity (recorded in the history: a
+    replay, or a worker deployed later with other tools, gets the same answer; runs recorded
+    before ``TOOL_SPECS_BY_ACTIVITY`` used a local activity). A tool the worker lacks is
+    missing (its steps fail with that as their result)."""
+    timeout = timedelta(seconds=10)
+    answer: ToolSpecs
+    if workflow.patched(TOOL_SPECS_BY_ACTIVITY):
+        answer = await workflow.execute_activity(
+            TOOL_SPECS_ACTIVITY, spec.tools, result_type=ToolSpecs, start_to_close_timeout=timeout
+        )
+    else:
+        answer = await workflow.execute_local_activity(
+            TOOL_SPECS_ACTIVITY, spec.tools, result_type=ToolSpecs, start_to_close_timeout=timeout
+        )
     return answer.specs
 
 

@@ -28,7 +28,15 @@ from __future__ import annotations
 from enum import StrEnum
 
 from pydantic import BaseModel
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    ChildWorkflowError,
+    TimeoutError,
+)
+
+FAILURE_TEXT_CHARS = 2_000
+"""Characters of a failure's text kept in a task's ``error`` (``failure_text``)."""
 
 
 class ErrorCode(StrEnum):
@@ -60,6 +68,9 @@ class ErrorCode(StrEnum):
     INPUT_INVALID = "input_invalid"
     """``respond``: the answer does not satisfy the request's JSON Schema (the message says
     why)."""
+    INPUT_CLOSED = "input_closed"
+    """``respond``: the request named was closed without an answer it can take (it timed out,
+    or its task ended); the message says which."""
     PARENT_NOT_FOUND = "parent_not_found"
     """``create_task``: the parent named does not exist in this project."""
     NOT_RESUMABLE = "not_resumable"
@@ -124,3 +135,22 @@ class GraphNotConfigured(RuntimeError):
 class GraphIncomplete(RuntimeError):
     """Neo4j lacks events of a task's earlier run that a read needs (the graph was wiped or
     lost): rebuild it from the Temporal histories with ``agent-tasks graph rebuild``."""
+
+
+def failure_text(err: BaseException) -> str:
+    """What went wrong, in words a person can act on (at most ``FAILURE_TEXT_CHARS``): for a
+    Temporal failure (an ``ActivityError`` around the model call's ``ModelApiError``, a tool's
+    ``RuntimeError``, a timeout) the innermost cause's type and message, e.g. ``ModelApiError:
+    model API answered HTTP 400: ...``, never the wrapper's "Activity task failed"; for any
+    other exception its type and message. The cause looked at is the first one past the
+    activity and child workflow wrappers: the error raised at the activity's edge."""
+    while isinstance(err, ActivityError | ChildWorkflowError) and err.cause is not None:
+        err = err.cause
+    if isinstance(err, ApplicationError):
+        text = f"{err.type}: {err.message}" if err.type else err.message
+    elif isinstance(err, TimeoutError):
+        kind = "activity" if err.type is None else err.type.name.lower().replace("_", "-")
+        text = f"{kind} timeout: {err.message}"
+    else:
+        text = f"{type(err).__name__}: {err}"
+    return text[:FAILURE_TEXT_CHARS]

@@ -28,6 +28,7 @@ from workflows.errors import ErrorCode, duplicate, refusal
 from workflows.models import (
     CHILD_RESULT_PREVIEW_CHARS,
     CLOSED_STATUSES,
+    LEGACY_EARLY_ANSWERS,
     MAX_EARLY_ANSWER_BYTES,
     MAX_EARLY_ANSWERS,
     MAX_INPUT_SCHEMA_BYTES,
@@ -127,6 +128,26 @@ def internal_request_id(key: str) -> str:
     """The request id of a write the task's workflow code makes itself: ``wf-`` and 40 hex of
     SHA-256(``key``) (44 characters, within the 64 of a request id)."""
     return "wf-" + hashlib.sha256(key.encode("utf-8")).hexdigest()[:40]
+
+
+def child_end(
+    name: str,
+    workflow_id: str,
+    status: TaskStatus,
+    result: BoundedText | None = None,
+    error: BoundedText | None = None,
+) -> ChildEnd:
+    """The end of the child task ``name`` (workflow id ``workflow_id``) as its parent records
+    it, under the request id the child's own ``child_ended`` signal carries
+    (``child-end/{workflow id}``), so the same end from several paths (the child's signal, a
+    resumed parent's look, a deletion) counts once."""
+    return ChildEnd(
+        child=name,
+        status=status,
+        result=result,
+        error=error,
+        request_id=internal_request_id(f"child-end/{workflow_id}"),
+    )
 
 
 class MirrorTarget(NamedTuple):
@@ -356,7 +377,8 @@ class Ledger:
         """
         if len(self.state.inputs) >= MAX_PENDING_INPUTS:
             raise ApplicationError(f"a task has at most {MAX_PENDING_INPUTS} open input requests")
-        if len(self.state.answered) + len(self.state.inputs) >= MAX_INPUTS_PER_TASK:
+        asked = set(self.state.answered) | set(self.state.closed_inputs)
+        if len(asked) + len(self.state.inputs) >= MAX_INPUTS_PER_TASK:
             raise ApplicationError(f"a task asks at most {MAX_INPUTS_PER_TASK} questions")
         text = json.dumps({"input_id": input_id, "prompt": prompt, "schema": dict(schema)})
         held = sum(model_size(r) for r in self.state.inputs)
@@ -385,8 +407,10 @@ class Ledger:
         """Close an open request whose deadline passed: an ``error`` event named
         ``input_timeout``; with a default (``default_json``, the default as JSON text) also the
         request's ``input_response`` event holding it, so the request counts as answered (an
-        ``ask`` repeated after a checkpoint returns the default without waiting again)."""
+        ``ask`` repeated after a checkpoint returns the default without waiting again). An
+        answer to it that comes later is late (``take_answer``, ``check_respond``)."""
         self.state.inputs = [r for r in self.state.inputs if r.input_id != input_id]
+        self.state.closed_inputs[input_id] = "timed out"
         events = [EventInput(kind=EventKind.ERROR, name="input_timeout", payload=input_id)]
         if default_json is not None:
             events.append(
@@ -396,14 +420,22 @@ class Ledger:
         if default_json is not None:
             self.state.answered[input_id] = outcome.last_seq
 
-    def take_answer(self, answer: InputAnswer, now: datetime) -> None:
+    def take_answer(self, answer: InputAnswer, now: datetime, *, bound: bool = True) -> None:
         """An answer by signal (fire and forget, so never refused): a repeat of its request id
-        is ignored; with no open request it is kept (at most ``MAX_EARLY_ANSWERS`` and
-        ``MAX_EARLY_ANSWER_BYTES``) for the request it names, or the next one asked; an answer
-        that fails the schema or the rules of every answer (``answer_error``), or names a
-        request answered already, is recorded as rejected (an ``input_response`` event named
-        ``rejected``) and the request stays open; a valid one is the request's
-        ``input_response``."""
+        is ignored; an answer to the open request it names (or, naming none, to the oldest open
+        one) is that request's ``input_response`` if valid; an answer naming a request closed
+        without it (timed out, ``close_inputs``) is recorded as late (an ``input_response``
+        event named ``late``) and changes nothing; one naming a request not asked yet is kept
+        for it (one per request id, at most ``MAX_EARLY_ANSWERS`` and
+        ``MAX_EARLY_ANSWER_BYTES``); anything else (an answer naming none while none is open,
+        one that fails the schema or the rules of every answer, ``answer_error``, one naming a
+        request answered already) is recorded as rejected (an ``input_response`` event named
+        ``rejected``), and an open request stays open.
+
+        ``bound`` False keeps the rules of tasks recorded before answers were bound to one
+        request (the ``answers-bound-to-requests`` patch): an answer naming none, with none
+        open, was kept for the next request asked; answers to closed requests were kept too;
+        at most ``LEGACY_EARLY_ANSWERS``."""
         digest = args_digest(answer)
         try:
             if self.stored(answer.request_id, digest) is not None:
@@ -411,27 +443,61 @@ class Ledger:
         except ApplicationError as refused:  # request_id_reused, invalid_request_id
             self._reject(answer, refused.message, now)
             return
+        closed = self.state.closed_inputs.get(answer.input_id or "")
+        if bound and closed is not None:
+            self._reject(answer, f"input {answer.input_id!r} {closed}", now, name="late")
+            return
         request = self._request_for(answer)
+        room = MAX_EARLY_ANSWERS if bound else LEGACY_EARLY_ANSWERS
         if request is not None:
             self._decide(answer, request, now)
         elif answer.input_id in self.state.answered:
             self._reject(answer, f"input {answer.input_id!r} was answered already", now)
         elif (error := answer_error({}, answer.answer)) is not None:
             self._reject(answer, error, now)
+        elif bound and answer.input_id is None:
+            self._reject(
+                answer,
+                "no input request is open: an answer without an input id is taken only by a "
+                "request open when it arrives",
+                now,
+            )
+        elif bound and any(a.input_id == answer.input_id for a in self.state.early_answers):
+            self._reject(answer, f"an answer to {answer.input_id!r} is kept already", now)
         elif (
-            len(self.state.early_answers) >= MAX_EARLY_ANSWERS
+            len(self.state.early_answers) >= room
             or sum(model_size(a) for a in [*self.state.early_answers, answer])
             > MAX_EARLY_ANSWER_BYTES
         ):
             self._reject(
                 answer,
                 f"no input is requested, and the answers kept for later requests are at most "
-                f"{MAX_EARLY_ANSWERS} and {MAX_EARLY_ANSWER_BYTES} bytes",
+                f"{room} and {MAX_EARLY_ANSWER_BYTES} bytes",
                 now,
             )
         else:
             self.state.early_answers.append(answer)
             self._accept(answer.request_id, digest, 0, 0, now)
+
+    def close_inputs(self, reason: str, now: datetime) -> None:
+        """Close every open input request because the task ends (``reason``: ``task
+        cancelled``, ``task failed``, ``task done``): an ``input_closed`` note each, whose
+        payload is ``{"input_id": ..., "reason": ...}``; later answers to them are late or
+        refused ``input_closed`` / ``task_closed``."""
+        if not self.state.inputs:
+            return
+        events = [
+            EventInput(
+                kind=EventKind.NOTE,
+                name="input_closed",
+                payload=json.dumps({"input_id": r.input_id, "reason": reason}),
+            )
+            for r in self.state.inputs
+        ]
+        self.append(events, f"close-inputs/{self.state.writes}", now)
+        for request in self.state.inputs:
+            self.state.closed_inputs[request.input_id] = reason
+        self.state.inputs = []
 
     def check_respond(self, answer: InputAnswer) -> InputRequest:
         """The state rules of the ``respond`` update; returns the request it answers.
@@ -441,6 +507,9 @@ class Ledger:
                 ``input_invalid`` (with the validation message).
         """
         self.check_write(answer.request_id, args_digest(answer))
+        closed = self.state.closed_inputs.get(answer.input_id or "")
+        if closed is not None:
+            raise refusal(ErrorCode.INPUT_CLOSED, f"input {answer.input_id!r} {closed}")
         request = self._request_for(answer)
         if request is None:
             named = f" {answer.input_id!r}" if answer.input_id else ""
@@ -474,9 +543,12 @@ class Ledger:
         self.state.answered[request.input_id] = outcome.first_seq
         return outcome
 
-    def _reject(self, answer: InputAnswer, error: str, now: datetime) -> None:
-        """Record a rejected answer; its request id is remembered (a repeat is ignored) unless
-        it is invalid or already names another write."""
+    def _reject(
+        self, answer: InputAnswer, error: str, now: datetime, *, name: str = "rejected"
+    ) -> None:
+        """Record an answer not taken (an ``input_response`` event named ``name``: ``rejected``
+        or ``late``, with the error and the answer); its request id is remembered (a repeat is
+        ignored) unless it is invalid or already names another write."""
         payload = json.dumps(
             {"input_id": answer.input_id, "error": error, "answer": answer.answer}, allow_nan=True
         )
@@ -485,7 +557,7 @@ class Ledger:
             payload = json_within(
                 {"input_id": answer.input_id, "error": error}, "answer_json", shown
             )
-        event = EventInput(kind=EventKind.INPUT_RESPONSE, name="rejected", payload=payload)
+        event = EventInput(kind=EventKind.INPUT_RESPONSE, name=name, payload=payload)
         outcome = self._add_events([event], answer.agent_id, answer.request_id, now)
         fresh = valid_request_id(answer.request_id) and (
             request_key(answer.request_id) not in self.state.requests
@@ -716,6 +788,8 @@ class Ledger:
             run_first_seq=self.run_first_seq,
             runs=self.state.runs,
             mirror_backlog=self.state.mirror_backlog,
+            closed_inputs=self.state.closed_inputs,
+            writes=self.state.writes,
             agent=start.agent,
             agent_run=self.state.agent_run,
             pending_inputs=self.state.inputs,

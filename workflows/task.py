@@ -43,11 +43,24 @@ from temporalio.workflow import ParentClosePolicy
 with workflow.unsafe.imports_passed_through():
     # Pass-through is safe: these modules are deterministic (stdlib, pydantic, temporalio) and
     # hold no state between workflow runs; sharing them avoids re-importing pydantic models.
-    from workflows.agents import AgentContext, AgentParked, agent_function, agent_tools
+    from workflows.agents import (
+        CANCEL_RULE,
+        AgentContext,
+        AgentParked,
+        agent_function,
+        agent_tools,
+    )
     from workflows.decisions import check_citations
-    from workflows.errors import CONTINUING_AS_NEW, MIRROR_DATA_ERROR, ErrorCode, refusal
-    from workflows.ledger import Ledger, internal_request_id
+    from workflows.errors import (
+        CONTINUING_AS_NEW,
+        MIRROR_DATA_ERROR,
+        ErrorCode,
+        failure_text,
+        refusal,
+    )
+    from workflows.ledger import Ledger, child_end, internal_request_id
     from workflows.models import (
+        CHILD_ENDS_ACTIVITY,
         CLOSED_STATUSES,
         HISTORY_BACKPRESSURE_EVENTS,
         MIRROR_ACTIVITY,
@@ -57,6 +70,8 @@ with workflow.unsafe.imports_passed_through():
         AgentRun,
         AgentSpec,
         ChildEnd,
+        ChildEnds,
+        ChildEndsInput,
         EventInput,
         EventKind,
         EventsPage,
@@ -126,8 +141,22 @@ what Neo4j lacks goes to the next run's ``mirror_backlog``. Before it, a run wai
 mirror, so a long Neo4j outage grew its history towards Temporal's hard limit."""
 
 
+ANSWERS_BOUND = "answers-bound-to-requests"
+"""Patch id: an answer by signal is bound to one request (``Ledger.take_answer``: without an
+input id only to a request open when it arrives; a late one is recorded as late), one early
+answer kept per request, up to ``MAX_EARLY_ANSWERS``."""
+
 CHILD_CANCEL_WAIT = timedelta(minutes=1)
 """How long a cancelled parent waits for its cancelled children to report their end."""
+MIRROR_DRAIN_WAIT = timedelta(seconds=10)
+"""The longest a mirror call in flight may hold up continue-as-new once it is suggested: past
+it the call is cancelled and the run continues as new anyway, its unmirrored writes carried
+to the next run's backlog (``_bound_mirror_call``)."""
+MIRROR_DRAIN_BOUND = "mirror-drain-bound"
+"""Patch id: ``MIRROR_DRAIN_WAIT`` bounds a mirror call in flight when continue-as-new is
+suggested."""
+CHILD_ENDS_TIMEOUT = timedelta(seconds=60)
+"""Longest run of the ``child_ends`` activity (a resumed parent's look at its children)."""
 
 MIRROR_PAUSE_DOUBLINGS = 5
 """Doublings after which the pause has passed ``MIRROR_PAUSE_MAX`` (1 s * 2**5 = 32 s)."""
@@ -176,6 +205,8 @@ class TaskWorkflow:
             self.ledger = Ledger.new(input.start, workflow.info().workflow_id, workflow.now())
             if input.spawned:  # a child its parent's agent started: no create_task update
                 self.ledger.create(input.start, workflow.now())
+        self.resumed = input.resume
+        """True for the run ``resume`` started: it learns its children's real states first."""
         self.cascade = True
         """False once the ``keep_children`` signal came: a cancel leaves the children running."""
         self.draining = False
@@ -184,6 +215,9 @@ class TaskWorkflow:
         """The running agent's context (agent tasks)."""
         self.agent_task: asyncio.Task[None] | None = None
         """The running agent (agent tasks): done once it parked, finished or failed."""
+        self.cancelling = False
+        """True once the task is being cancelled by the one cancellation rule (``CANCEL_RULE``):
+        the agent's waits wake up and it starts nothing more."""
 
     @workflow.run
     async def run(self, input: TaskWorkflowInput) -> TaskView:
@@ -201,6 +235,8 @@ class TaskWorkflow:
 
     async def _run(self) -> TaskView:
         ledger = self.ledger
+        if self.resumed and self._children_running():
+            await self._reconcile_children()
         if ledger.state.start.agent is not None and not ledger.closed:
             self.agent_task = asyncio.create_task(self._run_agent(ledger.state.start.agent))
         while True:
@@ -254,7 +290,11 @@ class TaskWorkflow:
                 continue
             if ledger.closed:
                 if not self._ended():
-                    continue  # spawned children still run: their ends come by signal
+                    # spawned children still run: their ends come by signal, to this run or,
+                    # once continue-as-new is suggested, to the next (no busy loop here)
+                    if self._should_continue():
+                        self._continue_as_new()
+                    continue
                 await self._tell_parent()
                 return ledger.view()
             self._continue_as_new()
@@ -282,23 +322,47 @@ class TaskWorkflow:
         parent = workflow.get_external_workflow_handle(
             task_workflow_id(state.start.project_id, state.start.parent)
         )
-        end = ChildEnd(
-            child=state.start.name,
-            status=state.status,
-            result=state.result,
-            error=state.error,
-            request_id=internal_request_id(f"child-end/{state.workflow_id}"),
+        end = child_end(
+            state.start.name, state.workflow_id, state.status, state.result, state.error
         )
         with contextlib.suppress(FailureError):
             await parent.signal(TaskWorkflow.child_ended, end)
 
+    async def _reconcile_children(self) -> None:
+        """A resumed parent learns the real states of its children that had not reported an
+        end (one may have ended while the parent was closed: its signal found no run), by the
+        ``child_ends`` activity; each end found is recorded as the child's own signal would
+        have been (the same request id, so a signal that comes too counts once)."""
+        state = self.ledger.state
+        names = [c.name for c in state.children.values() if c.status not in CLOSED_STATUSES]
+        found: ChildEnds = await workflow.execute_activity(
+            CHILD_ENDS_ACTIVITY,
+            ChildEndsInput(project_id=state.start.project_id, names=names),
+            result_type=ChildEnds,
+            start_to_close_timeout=CHILD_ENDS_TIMEOUT,
+        )
+        for end in found.ends:
+            self.ledger.child_ended(end, workflow.now())
+
     def _agent_running(self) -> bool:
         return self.agent_task is not None and not self.agent_task.done()
 
+    def cancel_requested(self) -> bool:
+        """True once a cancel request reached the task and the one cancellation rule applies
+        (``CANCEL_RULE``; runs recorded before it never ask): from the moment Temporal
+        delivers the request, before ``_cancelled`` has run."""
+        if self.cancelling:
+            return True
+        return workflow.cancellation_reason() is not None and workflow.patched(CANCEL_RULE)
+
     async def _run_agent(self, spec: AgentSpec) -> None:
         """Run the task's agent until it finishes (``done``), fails (``failed``, with an
-        ``error`` event: a budget, an unknown agent, an error of its code) or parks at a
-        checkpoint for continue-as-new."""
+        ``error`` event: a budget, an unknown agent, an error of its code, each named by
+        ``failure_text``) or parks at a checkpoint for continue-as-new. After a cancel request
+        it ends without closing the task: ``_cancelled`` closes it ``cancelled`` whatever the
+        agent code did with the cancellation."""
+        if self.cancel_requested():
+            return
         ledger = self.ledger
         if ledger.state.agent_run is None:  # the first start: the goal is the first message
             ledger.state.agent_run = AgentRun(started_at=workflow.now())
@@ -325,9 +389,11 @@ class TaskWorkflow:
         except asyncio.CancelledError:
             raise
         except Exception as err:  # the agent's failure is the task's, recorded; never a crash
-            self._finish(TaskStatus.FAILED, error=f"{type(err).__name__}: {err}")
+            if not self.cancel_requested():
+                self._finish(TaskStatus.FAILED, error=failure_text(err))
         else:
-            self._finish(TaskStatus.DONE, result=answer)
+            if not self.cancel_requested():
+                self._finish(TaskStatus.DONE, result=answer)
 
     def set_status(self, status: TaskStatus) -> None:
         """Change an open task's status (an event), and its search attribute."""
@@ -337,9 +403,11 @@ class TaskWorkflow:
     def _finish(
         self, status: TaskStatus, *, result: str | None = None, error: str | None = None
     ) -> None:
-        """Close the task from workflow code: an ``error`` event when it failed, the status
-        event, the finish and the search attribute."""
+        """Close the task from workflow code: its open input requests closed (an
+        ``input_closed`` note each), an ``error`` event when it failed, the status event, the
+        finish and the search attribute."""
         ledger = self.ledger
+        ledger.close_inputs(f"task {status.value}", workflow.now())
         events = [EventInput(kind=EventKind.NOTE, name="status", payload=status.value)]
         if error is not None:
             events.insert(0, EventInput(kind=EventKind.ERROR, name="agent", payload=error))
@@ -356,29 +424,48 @@ class TaskWorkflow:
         )
         workflow.upsert_search_attributes([TASK_STATUS.value_set(status.value)])
 
-    async def start_child(self, start: TaskStart) -> None:
+    async def start_child(self, start: TaskStart) -> str | None:
         """Start a child task its agent spawned: a child workflow of the same type, abandoned
         when this run continues-as-new or closes (its end comes back by signal, which finds the
-        parent's newest run). A child already started under that id is left as it is."""
+        parent's newest run). Returns None once started; when the workflow id is taken (by a
+        task created from outside under that name, or an earlier task of it), why: the child
+        is not this task's, so nothing waits for it and no cascade reaches it."""
         status = TaskStatus.OPEN if start.agent is None else TaskStatus.QUEUED
-        with contextlib.suppress(WorkflowAlreadyStartedError):
+        workflow_id = task_workflow_id(start.project_id, start.name)
+        try:
             await workflow.start_child_workflow(
                 TaskWorkflow.run,
                 TaskWorkflowInput(start=start, spawned=True),
-                id=task_workflow_id(start.project_id, start.name),
+                id=workflow_id,
                 task_queue=workflow.info().task_queue,
                 parent_close_policy=ParentClosePolicy.ABANDON,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 search_attributes=TypedSearchAttributes(search_attributes(start, status)),
             )
+        except WorkflowAlreadyStartedError:
+            return f"its workflow id {workflow_id!r} is already taken by another task"
+        return None
 
     async def _cancelled(self) -> None:
-        """A cancel request (client, CLI, ``temporal workflow cancel``, the Web UI): cancel the
-        agent (its running tool sees the cancellation; the step ends ``unknown``), settle every
-        step left ``in_progress`` as ``unknown``, close the task ``cancelled`` (its status event
-        is the final event), and mirror it: the view, the search attribute and Neo4j say so."""
+        """A cancel request (client, CLI, ``temporal workflow cancel``, the Web UI), by the
+        one cancellation rule (``CANCEL_RULE``; docs/agent-tasks.md has the table): the agent
+        starts nothing more (``AgentContext.cancelled``); the activities it awaits are
+        cancelled, and the workflow waits for them to end: a tool that heartbeats sees the
+        cancel (its step ends ``unknown``), one that does not runs to its end (its real result
+        is recorded), the model call is dropped at once. Then the children are cancelled (the
+        cascade, unless ``keep_children`` came), every step left ``in_progress`` is settled
+        ``unknown``, the open input requests are closed, the task closes ``cancelled`` (its
+        status event is the final event) and is mirrored: the view, the search attribute,
+        Neo4j and Temporal all say ``cancelled``. Runs recorded before the rule cancelled the
+        agent's asyncio task instead."""
         ledger = self.ledger
-        if self.agent_task is not None and not self.agent_task.done():
+        if workflow.patched(CANCEL_RULE):
+            self.cancelling = True
+            if self.agent is not None:
+                self.agent.cancel_running()
+            if self.agent_task is not None:
+                await workflow.wait_condition(self.agent_task.done)
+        elif self.agent_task is not None and not self.agent_task.done():
             self.agent_task.cancel()
             await workflow.wait([self.agent_task])
         if self.cascade and self._children_running():
@@ -404,7 +491,7 @@ class TaskWorkflow:
                     )
             self._finish(TaskStatus.CANCELLED)
         while ledger.unmirrored:
-            await self._mirror()
+            await self._mirror(bounded=False)
         await self._tell_parent()
 
     # ---------------------------------------------------------------- run loop helpers
@@ -428,21 +515,27 @@ class TaskWorkflow:
         if self._should_continue() and not self.ledger.state.mirror_failures:
             self.draining = True
 
-    async def _mirror(self) -> None:
+    async def _mirror(self, *, bounded: bool = True) -> None:
         """Mirror the next waiting writes (``Ledger.mirror_target``: an earlier run's first,
-        at most ``MIRROR_MAX_EVENTS`` events); after a failure, pause (``mirror_pause``)."""
+        at most ``MIRROR_MAX_EVENTS`` events); after a failure, pause (``mirror_pause``). A
+        ``bounded`` call (the run loop's; the final mirror of a cancel is not) holds up
+        continue-as-new at most ``MIRROR_DRAIN_WAIT`` (``_bound_mirror_call``)."""
         target = self.ledger.mirror_target(workflow.info().run_id, MIRROR_MAX_EVENTS)
+        handle = workflow.start_activity(
+            MIRROR_ACTIVITY,
+            target.input,
+            result_type=MirrorOutcome,
+            start_to_close_timeout=MIRROR_START_TO_CLOSE,
+            heartbeat_timeout=MIRROR_HEARTBEAT,
+            retry_policy=MIRROR_RETRY,
+        )
+        bound = asyncio.create_task(self._bound_mirror_call(handle)) if bounded else None
         try:
-            await workflow.execute_activity(
-                MIRROR_ACTIVITY,
-                target.input,
-                result_type=MirrorOutcome,
-                start_to_close_timeout=MIRROR_START_TO_CLOSE,
-                heartbeat_timeout=MIRROR_HEARTBEAT,
-                retry_policy=MIRROR_RETRY,
-            )
+            await handle
         except ActivityError as err:
             if isinstance(err.cause, CancelledError):
+                if bound is not None and bound.done() and bound.result():
+                    return  # continue-as-new is due: the next run mirrors these writes
                 raise asyncio.CancelledError from err  # the workflow is being cancelled
             # Neo4j down past the activity's retries, or a data error: keep the ledger open
             # and writable, show the error in the view, and try again after a pause.
@@ -461,6 +554,22 @@ class TaskWorkflow:
                 await workflow.sleep(pause)
             return
         self.ledger.mirrored(target)
+
+    async def _bound_mirror_call(self, handle: workflow.ActivityHandle[MirrorOutcome]) -> bool:
+        """Cancel the mirror call ``handle`` when continue-as-new is due and the call has run
+        ``MIRROR_DRAIN_WAIT`` past that (a stalled Neo4j; a normal call takes milliseconds),
+        so the run continues as new and its unmirrored writes go to the next run's backlog;
+        returns True when it cancelled the call. Runs recorded before ``MIRROR_DRAIN_BOUND``
+        waited for the call's three attempts (about 3 minutes against a stalled Neo4j)."""
+        await workflow.wait_condition(lambda: handle.done() or self._should_continue())
+        if handle.done() or not workflow.patched(MIRROR_DRAIN_BOUND):
+            return False
+        with contextlib.suppress(TimeoutError):
+            await workflow.wait_condition(handle.done, timeout=MIRROR_DRAIN_WAIT)
+        if handle.done():
+            return False
+        handle.cancel()
+        return True
 
     def _admit(self) -> None:
         """Admission, checked by validators only (so replaying an accepted write never depends
@@ -563,10 +672,13 @@ class TaskWorkflow:
     @workflow.signal
     def submit_input(self, answer: InputAnswer) -> None:
         """An answer to an input request, fire and forget (``Ledger.take_answer``): a repeat
-        is ignored, an answer before its request is kept, an invalid one is recorded as
-        rejected and the request stays open. A finished task ignores it."""
+        is ignored, an answer naming a request not asked yet is kept for it, an answer bound
+        to no open request or an invalid one is recorded as rejected (an open request stays
+        open), one to a request that timed out is recorded as late. A finished task ignores
+        it."""
         if not self.ledger.closed:
-            self.ledger.take_answer(answer, workflow.now())
+            bound = workflow.patched(ANSWERS_BOUND)
+            self.ledger.take_answer(answer, workflow.now(), bound=bound)
 
     @workflow.update
     def respond(self, answer: InputAnswer) -> WriteOutcome:

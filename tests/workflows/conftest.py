@@ -20,8 +20,10 @@ from codec import DATA_CONVERTER
 from devstack import find_temporal_binary, free_port
 from starter.client import ConversationHistory
 from taskgraph.graph import TaskGraph
-from tests.agent_tools import SCRIPTS, TOOLS
+from taskgraph.models import TaskRow
+from tests.agent_tools import SCRIPTS, TOOL_NAMES, TOOLS
 from worker import build_worker
+from workflows.models import AgentSpec, Budgets, ModelSpec
 from workflows.task import SEARCH_ATTRIBUTE_KEYS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -82,3 +84,43 @@ async def cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, Any]:
     out, err = await asyncio.wait_for(process.communicate(), 120)
     assert out, err.decode()[-2000:]
     return process.returncode or 0, json.loads(out)
+
+
+def spec(**budgets: Any) -> AgentSpec:
+    """The tool-calling loop with every test tool and the scripted model ``from-goal``."""
+    return AgentSpec(
+        tools=TOOL_NAMES,
+        model=ModelSpec(provider="scripted", model="from-goal"),
+        budgets=Budgets(**budgets),
+    )
+
+
+def script(*turns: Any) -> str:
+    """A task goal holding its scripted model's turns (``tests.agent_tools.from_goal``)."""
+    return json.dumps([t.model_dump(mode="json") for t in turns])
+
+
+async def graph_row(history: ConversationHistory, task: str) -> TaskRow:
+    """The task's node as Neo4j holds it (status, open input requests ...)."""
+    rows = {row.name: row for row in await history.find_tasks(limit=200)}
+    return rows[task]
+
+
+async def openai_worker(queue: str, base_url: str) -> asyncio.subprocess.Process:
+    """``python -m tests.agent_worker QUEUE`` whose ``openai`` provider talks to ``base_url``
+    (the worker's own environment: ``OPENAI_BASE_URL``, ``OPENAI_API_KEY``)."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tests.agent_worker",
+        queue,
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "OPENAI_BASE_URL": base_url,
+            "OPENAI_API_KEY": "test-key",
+        },
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )

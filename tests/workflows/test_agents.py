@@ -22,12 +22,11 @@ from starter.importer import all_events, all_steps
 from taskgraph.graph import TaskGraph
 from tests.agent_tools import SCRIPTS, TOOL_NAMES, TOOLS, answer, calls
 from tests.conftest import eventually, mirrored
-from tests.workflows.conftest import ROOT, cli
+from tests.workflows.conftest import ROOT, cli, script, spec
 from worker import build_worker
 from workflows.errors import ErrorCode
 from workflows.models import (
     AgentSpec,
-    Budgets,
     EventKind,
     ModelSpec,
     Role,
@@ -36,19 +35,6 @@ from workflows.models import (
     TaskView,
     TokenUsage,
 )
-
-
-def spec(**budgets: Any) -> AgentSpec:
-    return AgentSpec(
-        tools=TOOL_NAMES,
-        model=ModelSpec(provider="scripted", model="from-goal"),
-        budgets=Budgets(**budgets),
-    )
-
-
-def script(*turns: Any) -> str:
-    """A task goal holding its scripted model's turns (``tests.agent_tools.from_goal``)."""
-    return json.dumps([t.model_dump(mode="json") for t in turns])
 
 
 async def run_agent(history: ConversationHistory, goal: str, **budgets: Any) -> TaskView:
@@ -278,10 +264,14 @@ async def test_kill_9_of_the_worker_during_a_step(
     tool: str,
     runs: int,
     state: StepState,
+    cpu_burners: None,
 ) -> None:
-    """The worker running a step is killed (SIGKILL). A step declared not idempotent ran once
-    and ends ``unknown`` with a result that says so; an idempotent one runs again under the
-    same key and completes once. Either way the loop goes on to its answer."""
+    """The worker running a step is killed (SIGKILL), with two CPU burners loading the
+    machine. A step declared not idempotent ran once and ends ``unknown`` with a result that
+    says so; an idempotent one runs again under the same key and completes once (twice in
+    all: under load it once ran 4 times, when the read of its arguments outlasted the
+    heartbeat timeout before the first heartbeat). Either way the loop goes on to its
+    answer."""
     queue = f"crash-{uuid.uuid4().hex[:8]}"
     history = ConversationHistory(
         client, project_id=project_id, agent_id="a", task_queue=queue, graph=graph

@@ -235,12 +235,17 @@ async def test_the_readme_agent_asks_then_spawns(agents: ConversationHistory) ->
     assert done is not None and done.result is not None
     assert done.result.text == "eu: done, us: failed"
     events = await all_events(agents, "release")
-    kinds = [e.kind for e in events if e.kind.value.startswith(("input", "child"))]
-    assert kinds == [
-        EventKind.INPUT_REQUEST,
-        EventKind.INPUT_RESPONSE,
-        EventKind.CHILD_TASK,
-        EventKind.CHILD_TASK,
-        EventKind.CHILD_RESULT,
-        EventKind.CHILD_RESULT,
-    ]  # the signal after the update found nothing open: kept, never used
+    kinds = [(e.kind, e.name) for e in events if e.kind.value.startswith(("input", "child"))]
+    rejected = [json.loads(e.payload) for e in events if e.name == "rejected"]
+    assert [k for k in kinds if k[1] != "rejected"] == [
+        (EventKind.INPUT_REQUEST, "replicas"),
+        (EventKind.INPUT_RESPONSE, "replicas"),
+        (EventKind.CHILD_TASK, "eu"),
+        (EventKind.CHILD_TASK, "us"),
+        (EventKind.CHILD_RESULT, "eu"),
+        (EventKind.CHILD_RESULT, "us"),
+    ]
+    # the signal after the update found nothing open: rejected, never kept for a later request
+    assert [(r["answer"], "no input request is open" in r["error"]) for r in rejected] == [
+        (3, True)
+    ]

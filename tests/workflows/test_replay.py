@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
@@ -38,9 +39,7 @@ HISTORIES = ROOT / "tests" / "histories"
 FILES = sorted(HISTORIES.glob("*.json"))
 MIRROR_HISTORY = HISTORIES / "mirror.json"
 
-ANCHOR = (
-    "        try:\n            await workflow.execute_activity(\n                MIRROR_ACTIVITY,\n"
-)
+ANCHOR = "        handle = workflow.start_activity(\n            MIRROR_ACTIVITY,\n"
 """The start of the mirror's activity call in ``TaskWorkflow._mirror`` (workflows/task.py)."""
 EXTRA_TIMER = "        await workflow.sleep(timedelta(seconds=1))\n"
 PATCHED_TIMER = (
@@ -98,6 +97,16 @@ def test_histories_cover_their_scenarios() -> None:
         "WORKFLOW_TASK_COMPLETED",
         "WORKFLOW_EXECUTION_UPDATE_ACCEPTED",
     ]
+    tool = [
+        (e.activity_task_scheduled_event_attributes.activity_type.name or e.event_type)
+        for e in load(HISTORIES / "cancel_rule_tool.json").events
+    ]
+    cancelled = tool.index(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED)
+    assert "model_turn" in tool[:cancelled] and "model_turn" not in tool[cancelled:]
+    assert "START_CHILD_WORKFLOW_EXECUTION_FAILED" in types(HISTORIES / "spawn_taken.json")
+    reconciled = load(HISTORIES / "children_reconciled.json").events
+    first = next(e for e in reconciled if e.HasField("activity_task_scheduled_event_attributes"))
+    assert first.activity_task_scheduled_event_attributes.activity_type.name == "child_ends"
     sealed = load(HISTORIES / "sealed_decisions.json")
     inputs = [
         json.loads(

@@ -62,7 +62,7 @@ async def test_answers_too_large_are_refused_by_the_client_and_rejected_by_the_t
     handle = client.get_workflow_handle(agents.workflow_id("t"))
     big = InputAnswer(answer="y" * 40_000, request_id="big")
     await handle.signal(TaskWorkflow.submit_input, big)
-    assert (MAX_EARLY_ANSWERS, MAX_EARLY_ANSWER_BYTES) == (16, 16_384)  # two of 7,000 fit
+    assert (MAX_EARLY_ANSWERS, MAX_EARLY_ANSWER_BYTES) == (100, 16_384)  # two of 7,000 fit
     for i in range(3):
         answer = InputAnswer(answer="z" * 7_000, input_id=f"q{i}", request_id=f"early-{i}")
         await handle.signal(TaskWorkflow.submit_input, answer)

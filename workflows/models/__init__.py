@@ -20,7 +20,9 @@ from workflows.models.agent import (
 )
 from workflows.models.decisions import Citations, CitesInput, StepCitation
 from workflows.models.human import (
+    CHILD_ENDS_ACTIVITY,
     CHILD_RESULT_PREVIEW_CHARS,
+    LEGACY_EARLY_ANSWERS,
     MAX_CHILDREN,
     MAX_DEPTH,
     MAX_EARLY_ANSWER_BYTES,
@@ -29,6 +31,8 @@ from workflows.models.human import (
     MAX_INPUTS_PER_TASK,
     MAX_PENDING_INPUTS,
     ChildEnd,
+    ChildEnds,
+    ChildEndsInput,
     ChildRecord,
     FailureMode,
     InputAnswer,
@@ -115,9 +119,11 @@ from workflows.models.text import (
 from workflows.models.views import Event, EventsPage, StepsPage, StepView, TaskView
 
 __all__ = [
+    "CHILD_ENDS_ACTIVITY",
     "CHILD_RESULT_PREVIEW_CHARS",
     "CLOSED_STATUSES",
     "HISTORY_BACKPRESSURE_EVENTS",
+    "LEGACY_EARLY_ANSWERS",
     "MAX_CHILDREN",
     "MAX_CITATIONS",
     "MAX_DEPTH",
@@ -152,6 +158,8 @@ __all__ = [
     "BoundedText",
     "Budgets",
     "ChildEnd",
+    "ChildEnds",
+    "ChildEndsInput",
     "ChildRecord",
     "Citations",
     "CitesInput",

@@ -21,8 +21,13 @@ MAX_PENDING_INPUTS = 16
 """Input requests a task may have open at once."""
 MAX_INPUTS_PER_TASK = 100
 """Input requests one task may ask in all (each answered one is carried: its id and seq)."""
-MAX_EARLY_ANSWERS = 16
-"""Answers kept before the request they answer is asked (more are recorded as rejected)."""
+MAX_EARLY_ANSWERS = 100
+"""Answers kept before the request they name is asked, one per request id (more are recorded
+as rejected): as many as a task may ask questions (``MAX_INPUTS_PER_TASK``), so answers sent
+ahead at any rate are all kept while the agent has not asked yet (between runs, say)."""
+LEGACY_EARLY_ANSWERS = 16
+"""``MAX_EARLY_ANSWERS`` of tasks recorded before answers were bound to requests (the
+``answers-bound-to-requests`` patch); their histories replay with it."""
 MAX_EARLY_ANSWER_BYTES = 16_384
 """Bytes of JSON of the answers kept before their requests, together (they are carried)."""
 MAX_INPUT_SCHEMA_BYTES = 16_384
@@ -35,6 +40,8 @@ MAX_CHILDREN = 32
 """Child tasks one task may spawn."""
 MAX_DEPTH = 5
 """Levels of child tasks below a root task (a root is at depth 0)."""
+CHILD_ENDS_ACTIVITY = "child_ends"
+"""Activity name of a resumed parent's look at its children's real states (``ChildEnds``)."""
 
 FailureMode = Literal["propagate", "collect", "ignore"]
 """What a child's failure does to the wait for it: ``propagate`` raises ``ChildFailed`` in the
@@ -62,8 +69,8 @@ class InputAnswer(BaseModel):
     answer: JsonValue
     """The answer (JSON), validated against the request's schema."""
     input_id: StepName | None = None
-    """The request answered; None: the oldest open request (or, if none is open, the next one
-    asked)."""
+    """The request answered; None: the oldest request open when the answer arrives (with
+    none open it is rejected: it is never kept for a request asked later)."""
     agent_id: ShortText = "person"
     """Who answers."""
     request_id: StrictStr
@@ -99,3 +106,21 @@ class ChildEnd(BaseModel):
     """Its error text."""
     request_id: StrictStr
     """``internal_request_id("child-end/{the child's workflow id}")``: a repeat is ignored."""
+
+
+class ChildEndsInput(BaseModel):
+    """The ``child_ends`` activity's input: the children of a resumed parent that had not
+    reported an end."""
+
+    project_id: str
+    """The parent's project."""
+    names: list[str]
+    """The children's task names (at most ``MAX_CHILDREN``)."""
+
+
+class ChildEnds(BaseModel):
+    """The ``child_ends`` activity's result: the ends of the children that have ended (one
+    still running is left out)."""
+
+    ends: list[ChildEnd] = Field(default_factory=list)
+    """Each as the child's own ``child_ended`` signal would say it."""

@@ -125,6 +125,9 @@ class TaskState(BaseModel):
     """Answers that came before the request they answer (at most ``MAX_EARLY_ANSWERS``)."""
     answered: dict[str, int] = Field(default_factory=dict)
     """Input request id -> seq of the accepted ``input_response`` (the answer, memoized)."""
+    closed_inputs: dict[str, str] = Field(default_factory=dict)
+    """Input request id -> why it was closed without an answer it can still take (it timed
+    out, its task ended); at most ``MAX_INPUTS_PER_TASK``."""
     children: dict[str, ChildRecord] = Field(default_factory=dict)
     """Spawn key -> the child task (at most ``MAX_CHILDREN``)."""
     mirror_backlog: list[RunRange] = Field(default_factory=list)

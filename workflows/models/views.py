@@ -178,6 +178,13 @@ class TaskView(BaseModel):
     """Open input requests (id, prompt, schema, deadline), oldest first."""
     children: dict[str, ChildRecord] = {}
     """The child tasks its agent spawned, by spawn key."""
+    closed_inputs: dict[str, str] = {}
+    """Input requests closed without an answer they can still take, by id: why (``timed
+    out``, ``task cancelled`` ...); an answer to one is refused ``input_closed``."""
+    writes: int = 0
+    """Accepted writes so far: the view's version. Neo4j applies a mirrored view only if its
+    ``writes`` are not fewer than the node's, so a late mirror attempt never undoes a newer
+    one."""
     created_at: datetime
     """Workflow time of the creation (UTC)."""
     updated_at: datetime

@@ -1,0 +1,125 @@
+"""The transcript the model sees: a task's events rendered as chat-completion messages, by one
+documented rule (docs/agent-tasks.md, "What the model sees"):
+
+- ``message`` (user, system): that role's message.
+- ``message`` (assistant): an assistant message; the tool calls after it (until the next
+  message) are its ``tool_calls``, so the parallel calls of one model turn stay one message.
+- ``tool_call``: a call of the assistant message before it (one with empty content when there
+  is none), under its ``call_id`` (a call recorded without one gets ``call_{seq}``); an empty
+  name is sent as ``_``; arguments cut to the payload bound are sent as ``{"_truncated": true,
+  "full_length": N}``, never as cut JSON.
+- ``tool_result``: a ``tool`` message answering the call of its ``call_id`` (a result without
+  one answers the oldest call still unanswered); a call the log has no result for is answered
+  ``NO_RESULT`` before the next message.
+- ``input_request``: a user message ``A person was asked (input {id}): {prompt}``.
+- ``input_response`` (taken): a user message ``The person answered {id}: {answer as JSON}``.
+- ``child_result``: a user message ``Child task {name} (spawn key {key}) ended {status}:
+  {text}``.
+- ``input_response`` rejected or late, ``child_task``, ``note``, ``error``, ``reasoning``,
+  ``decision``: nothing.
+- any event a ``rolled_back`` note covers: nothing (a failed run is never shown again).
+
+A user message of an input or a child result that comes while tool calls wait for their
+results is sent after those results (a chat API wants every call of an assistant message
+answered before anything else).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from workflows.models import Event, EventKind, Role
+
+NO_RESULT = "no result was recorded for this call"
+"""The ``tool`` message of a call whose result the log lacks (so every call is answered)."""
+ROLLED_BACK = "rolled_back"
+"""Name of the ``note`` whose payload ``{"from_seq": a, "to_seq": b}`` marks events ``a`` to
+``b`` of a failed run as rolled back."""
+
+
+def rolled_back_seqs(transcript: Sequence[Event]) -> set[int]:
+    """The seqs every ``rolled_back`` note of ``transcript`` covers."""
+    seqs: set[int] = set()
+    for event in transcript:
+        if event.kind is EventKind.NOTE and event.name == ROLLED_BACK:
+            span = json.loads(event.payload)
+            seqs.update(range(int(span["from_seq"]), int(span["to_seq"]) + 1))
+    return seqs
+
+
+def _context(event: Event) -> str | None:
+    """The user message of an input request, a taken answer or a child's end; None for the
+    events the model is not shown."""
+    if event.kind is EventKind.INPUT_REQUEST:
+        request = json.loads(event.payload)
+        return f"A person was asked (input {request['input_id']}): {request['prompt']}"
+    if event.kind is EventKind.INPUT_RESPONSE and event.name not in ("rejected", "late"):
+        return f"The person answered {event.name}: {event.payload}"
+    if event.kind is EventKind.CHILD_RESULT:
+        end = json.loads(event.payload)
+        return (
+            f"Child task {end['child']} (spawn key {event.name}) ended {end['status']}: "
+            f"{end.get('text', '')}"
+        )
+    return None
+
+
+def _arguments(event: Event) -> str:
+    if event.truncated:
+        return json.dumps({"_truncated": True, "full_length": event.full_length})
+    return event.payload
+
+
+def chat_messages(transcript: Sequence[Event], system: str | None) -> list[dict[str, Any]]:
+    """``transcript`` (a task's events in seq order) as chat-completion messages, after the
+    ``system`` prompt if any, by the rule in this module's docstring."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+    skipped = rolled_back_seqs(transcript)
+    assistant: dict[str, Any] | None = None  # the message tool calls attach to
+    waiting: list[str] = []  # call ids without a result yet, oldest first
+    held: list[str] = []  # user messages waiting for those results
+
+    def answer(call_id: str, content: str) -> None:
+        waiting.remove(call_id)
+        messages.append({"role": "tool", "tool_call_id": call_id, "content": content})
+        if not waiting:
+            messages.extend({"role": "user", "content": text} for text in held)
+            held.clear()
+
+    def add(message: dict[str, Any]) -> None:
+        nonlocal assistant
+        messages.append(message)
+        assistant = message if message["role"] == "assistant" else None
+
+    for event in transcript:
+        if event.seq in skipped:
+            continue
+        if event.kind is EventKind.MESSAGE and event.role is not None:
+            for call_id in list(waiting):  # a call whose result was never recorded
+                answer(call_id, NO_RESULT)
+            add({"role": event.role.value, "content": event.payload})
+        elif event.kind is EventKind.TOOL_CALL:
+            if assistant is None:
+                assistant = {"role": "assistant", "content": ""}
+                messages.append(assistant)
+            call_id = event.call_id or f"call_{event.seq}"
+            assistant.setdefault("tool_calls", []).append(
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": event.name or "_", "arguments": _arguments(event)},
+                }
+            )
+            waiting.append(call_id)
+        elif event.kind is EventKind.TOOL_RESULT and waiting:
+            answer(event.call_id if event.call_id in waiting else waiting[0], event.payload)
+        elif (text := _context(event)) is not None:
+            if waiting:
+                held.append(text)
+            else:
+                add({"role": Role.USER.value, "content": text})
+    for call_id in list(waiting):
+        answer(call_id, NO_RESULT)
+    return messages

@@ -1,0 +1,57 @@
+"""The mirror never goes back in time: a mirror write applies to a node only if it is newer
+than what the node holds (the task by its write counter, a step by the write that last
+changed it), so an attempt held back until a newer one landed changes nothing when it lands
+late. The late attempt is the mirror's own ``copy_run``, writing through a TCP proxy of the
+test's own that holds its connection (real Temporal, real Neo4j)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from temporalio.client import Client
+
+from activities.mirror import QueriedRun, copy_run
+from config import Settings
+from devstack.process import parse_host_port
+from starter.client import ConversationHistory
+from tests.conftest import eventually, mirrored
+from tests.tcp_proxy import TcpProxy
+from tests.workflows.conftest import graph_row
+from worker import open_graph
+from workflows.models import StepState, TaskStatus
+
+
+async def test_a_held_back_mirror_attempt_never_undoes_a_newer_one(
+    history: ConversationHistory, client: Client, settings: Settings
+) -> None:
+    assert (await history.create_task("t", "hold the mirror")).recorded
+    assert (await history.record_event("t", "note", "one")).recorded
+    assert (await history.set_step("t", "s", StepState.IN_PROGRESS)).recorded
+    await mirrored(history, "t")
+    handle = client.get_workflow_handle(history.workflow_id("t"))
+    run_id = (await handle.describe()).run_id
+    host, port = parse_host_port(settings.neo4j_uri, 7687)
+    async with TcpProxy(host, port).running() as proxy:
+        through = settings.model_copy(update={"neo4j_uri": f"bolt://127.0.0.1:{proxy.port}"})
+        async with open_graph(through) as slow:
+            await slow.counts(history.project_id)  # a pooled connection to hold
+            proxy.hold()
+            late = asyncio.create_task(
+                copy_run(QueriedRun(client, handle.id, run_id), slow, "the late attempt")
+            )
+            await asyncio.sleep(1.0)  # it has read the task as it is now; its write waits
+            assert not late.done()
+            assert (await history.set_step("t", "s", StepState.COMPLETED)).recorded
+            assert (await history.finish_task("t", "done", result="newer")).recorded
+
+            async def newer_landed() -> bool:
+                return (await graph_row(history, "t")).status is TaskStatus.DONE
+
+            await eventually(newer_landed)
+            proxy.release()
+            outcome = await asyncio.wait_for(late, 30)
+    assert outcome.steps == 1  # the late attempt did write, late
+    row = await graph_row(history, "t")
+    assert (row.status, row.result) == (TaskStatus.DONE, "newer")
+    (step,) = await history.find_steps()
+    assert step.state is StepState.COMPLETED

@@ -1,0 +1,161 @@
+"""An OpenAI-compatible chat-completions server of the tests' own: a real HTTP server on a
+free loopback port (stdlib ``http.server`` in a thread) that answers each
+``POST /v1/chat/completions`` with the next ``Reply`` of its script, and keeps every request
+it got (so a test reads the messages the model was shown).
+
+A reply is a recorded response (a chat completion as the API returns it, JSON), an error status
+with the API's error body, or a stream of chunks as Server-Sent Events (``stream=True``); it may
+wait first (``delay_s``), which is how a test holds a model call open while it cancels the
+task. The ``openai`` client reaches it with ``base_url=server.url``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Reply:
+    """One answer of the server."""
+
+    body: dict[str, Any] | None = None
+    """The JSON body (a chat completion, or an error body with ``status``)."""
+    status: int = 200
+    """The HTTP status."""
+    chunks: Sequence[dict[str, Any]] = ()
+    """With these, the answer is a stream of SSE ``data:`` lines, then ``data: [DONE]``."""
+    headers: dict[str, str] = field(default_factory=dict)
+    """Extra headers (``retry-after``)."""
+    delay_s: float = 0.0
+    """Seconds to wait before answering (the connection stays open meanwhile)."""
+
+
+def completion(
+    content: str = "",
+    tool_calls: Sequence[dict[str, Any]] = (),
+    *,
+    prompt_tokens: int = 10,
+    completion_tokens: int = 5,
+) -> dict[str, Any]:
+    """A chat completion as the API returns it (one choice), with ``tool_calls`` as given
+    (each ``{"id": ..., "type": "function", "function": {"name": ..., "arguments": ...}}``)."""
+    message: dict[str, Any] = {"role": "assistant", "content": content or None}
+    if tool_calls:
+        message["tool_calls"] = list(tool_calls)
+    return {
+        "id": "chatcmpl-test",
+        "object": "chat.completion",
+        "created": 1_700_000_000,
+        "model": "test-model",
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": "tool_calls" if tool_calls else "stop",
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
+
+
+def error(status: int, message: str, **headers: str) -> Reply:
+    """An error answer with the API's error body."""
+    body = {"error": {"message": message, "type": "invalid_request_error", "code": None}}
+    return Reply(body=body, status=status, headers=headers)
+
+
+class ModelServer:
+    """The server; ``replies`` is its script (the last reply again past the end) or a function
+    of the request's JSON body.
+
+    Args:
+        replies: what to answer, in order, or a function ``request -> Reply``.
+    """
+
+    def __init__(self, replies: Sequence[Reply] | Callable[[dict[str, Any]], Reply]) -> None:
+        self.replies = replies
+        self.requests: list[dict[str, Any]] = []
+        """The JSON bodies received, in order."""
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+        """The base URL to give the ``openai`` client."""
+
+    def _next(self, request: dict[str, Any]) -> Reply:
+        with self._lock:
+            self.requests.append(request)
+            if callable(self.replies):
+                return self.replies(request)
+            index = min(len(self.requests), len(self.replies)) - 1
+            return self.replies[index]
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                """Quiet: the tests read ``requests``."""
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length", "0"))
+                request = json.loads(self.rfile.read(length) or b"{}")
+                reply = server._next(request)
+                if reply.delay_s:
+                    time.sleep(reply.delay_s)
+                try:
+                    if reply.chunks:
+                        self._stream(reply)
+                    else:
+                        self._json(reply)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (a cancelled or timed-out call)
+
+            def _json(self, reply: Reply) -> None:
+                data = json.dumps(reply.body or {}).encode()
+                self.send_response(reply.status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                for name, value in reply.headers.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _stream(self, reply: Reply) -> None:
+                self.send_response(reply.status)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("connection", "close")
+                self.end_headers()
+                for chunk in reply.chunks:
+                    self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                    self.wfile.flush()
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+                self.close_connection = True
+
+        return Handler
+
+    @contextmanager
+    def running(self) -> Iterator[ModelServer]:
+        """Serve in a thread until the block ends."""
+        thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            self._server.shutdown()
+            self._server.server_close()
+            thread.join(5)

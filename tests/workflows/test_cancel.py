@@ -1,0 +1,237 @@
+"""One cancellation rule, wherever the cancel lands (the table in docs/agent-tasks.md): during
+the model call, a tool with and without heartbeats, right after the start, while the agent
+waits for input or for children, while the task continues as new. Each case asserts the same
+end everywhere (the view, the ``TaskStatus`` search attribute, Neo4j and Temporal's own
+status) and reads the history: no step and no model call is scheduled after the cancel
+request. Against the real dev server and Neo4j; the model is the ``openai`` provider talking
+to an OpenAI-compatible server of the test's own that holds the call open."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+
+from starter.client import ConversationHistory
+from starter.importer import all_events, all_steps
+from taskgraph.graph import TaskGraph
+from tests.agent_tools import SCRIPTS, TOOLS, answer, calls
+from tests.conftest import eventually, mirrored
+from tests.model_server import ModelServer, Reply, completion
+from tests.workflows.conftest import graph_row, openai_worker, script, spec
+from worker import build_worker
+from workflows.models import AgentSpec, EventKind, ModelSpec, StepState, TaskStatus, TaskView
+
+AGENT_ACTIVITIES = ("model_turn", "read_event")
+"""Activity types that only a running agent schedules (besides its tools, ``tool.*``)."""
+
+
+async def scheduled_after_cancel(client: Client, workflow_id: str) -> list[str]:
+    """The activity types the task scheduled after its cancel request (every run of it),
+    other than the mirror: what the agent started after the request."""
+    handle = client.get_workflow_handle(workflow_id)
+    after = False
+    found: list[str] = []
+    async for event in handle.fetch_history_events():
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED:
+            after = True
+        elif after and event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            name = event.activity_task_scheduled_event_attributes.activity_type.name
+            if name.startswith("tool.") or name in AGENT_ACTIVITIES:
+                found.append(name)
+    assert after, "the history holds no cancel request"
+    return found
+
+
+async def cancelled_everywhere(
+    history: ConversationHistory, client: Client, graph: TaskGraph, task: str = "t"
+) -> TaskView:
+    """Wait for the task's end and check it is ``cancelled`` in the view, the search
+    attribute, Neo4j and Temporal, with no open input request and nothing the agent started
+    after the cancel request; returns the final view."""
+    view = await asyncio.wait_for(history.wait_task(task), 120)
+    assert view is not None and view.status is TaskStatus.CANCELLED
+    assert view.pending_inputs == []
+    description = await client.get_workflow_handle(history.workflow_id(task)).describe()
+    assert description.status is not None and description.status.name == "CANCELED"
+    assert description.search_attributes["TaskStatus"] == ["cancelled"]
+    await mirrored(history, task)
+    row = await graph_row(history, task)
+    assert (row.status, row.pending_inputs) == (TaskStatus.CANCELLED, [])
+    assert await scheduled_after_cancel(client, history.workflow_id(task)) == []
+    events = await all_events(history, task)
+    assert (events[-1].kind, events[-1].name, events[-1].payload) == (
+        EventKind.NOTE,
+        "status",
+        "cancelled",
+    )
+    return view
+
+
+async def file_exists(path: str) -> bool:
+    return await asyncio.to_thread(Path(path).exists)
+
+
+@pytest.mark.parametrize(
+    ("tool", "seconds", "state", "result"),
+    [
+        ("charge_card", 300, StepState.UNKNOWN, "effect is unknown"),
+        ("plain_wait", 4, StepState.COMPLETED, "waited 4 s"),
+    ],
+    ids=["tool-with-heartbeats", "tool-without-heartbeats"],
+)
+async def test_cancel_during_a_tool(
+    agents: ConversationHistory,
+    client: Client,
+    graph: TaskGraph,
+    tmp_path: Path,
+    tool: str,
+    seconds: int,
+    state: StepState,
+    result: str,
+) -> None:
+    """A tool that heartbeats sees its cancellation and its step ends ``unknown``; one that
+    does not heartbeat cannot be told, so the task waits for it: its step is recorded with
+    its real result (its effect happened) and the agent does not go on to the next model
+    call (the script's second turn would call a tool again)."""
+    log = str(tmp_path / "effect.log")
+    turns = [calls((tool, {"log": log, "seconds": seconds})), calls(("echo", {"text": "no"}))]
+    assert (await agents.create_task("t", script(*turns, answer("never")), agent=spec())).recorded
+    await eventually(lambda: file_exists(log))
+    assert (await agents.cancel_task("t")).recorded
+    await cancelled_everywhere(agents, client, graph)
+    (step,) = await all_steps(agents, "t")
+    assert step.state is state
+    events = {e.seq: e for e in await all_events(agents, "t")}
+    assert result in events[step.result_event_seq or 0].payload
+    assert sum(e.kind is EventKind.TOOL_CALL for e in events.values()) == 1
+
+
+async def test_cancel_right_after_the_start(
+    agents: ConversationHistory, client: Client, graph: TaskGraph, tmp_path: Path
+) -> None:
+    """A cancel sent as soon as the task is created (it lands during the agent's first
+    workflow tasks: the lookup of its tools, the first model call): nothing runs after it."""
+    log = str(tmp_path / "never.log")
+    goal = script(calls(("sync_data", {"log": log, "seconds": 30})), answer("never"))
+    for name in ("a", "b", "c"):
+        assert (await agents.create_task(name, goal, agent=spec())).recorded
+        assert (await agents.cancel_task(name)).recorded
+    for name in ("a", "b", "c"):
+        await cancelled_everywhere(agents, client, graph, name)
+
+
+async def test_cancel_while_waiting_for_input_closes_the_request(
+    agents: ConversationHistory, client: Client, graph: TaskGraph, tmp_path: Path
+) -> None:
+    """The open request is closed with the task (an ``input_closed`` note naming why), and
+    answers to it are refused with ``task_closed``, by update and by signal."""
+    positive = AgentSpec(name="ask_positive", tools=["sync_data", "echo"], input={"log": "-"})
+    assert (await agents.create_task("t", "count", agent=positive)).recorded
+
+    async def asked() -> bool:
+        view = (await agents.get_task("t")).view
+        return view is not None and bool(view.pending_inputs)
+
+    await eventually(asked, within=60)
+    assert (await agents.cancel_task("t")).recorded
+    await cancelled_everywhere(agents, client, graph)
+    closed = [e for e in await all_events(agents, "t") if e.name == "input_closed"]
+    assert [e.kind for e in closed] == [EventKind.NOTE]
+    assert '"input_id": "n"' in closed[0].payload and "cancelled" in closed[0].payload
+    for answer_it in (agents.respond, agents.submit_input):
+        refused = await answer_it("t", 3, input_id="n")
+        assert (refused.recorded, refused.error and refused.error.value) == (False, "task_closed")
+
+
+async def test_cancel_while_waiting_for_children(
+    agents: ConversationHistory, client: Client, graph: TaskGraph
+) -> None:
+    """The cascade cancels each running child, whose end comes back ``cancelled``; the parent
+    ends ``cancelled`` everywhere, and so does each child."""
+    fanout = AgentSpec(name="fanout", input={"children": 2})
+    assert (await agents.create_task("t", "two", agent=fanout)).recorded
+
+    async def waiting() -> bool:
+        view = (await agents.get_task("t")).view
+        return view is not None and view.status is TaskStatus.AWAITING_CHILDREN
+
+    await eventually(waiting, within=60)
+    assert (await agents.cancel_task("t")).recorded
+    await cancelled_everywhere(agents, client, graph)
+    for key in ("c0", "c1"):
+        child = await asyncio.wait_for(agents.wait_task(f"t/{key}"), 60)
+        assert child is not None and child.status is TaskStatus.CANCELLED
+
+
+@pytest.fixture
+async def model_server() -> AsyncIterator[ModelServer]:
+    """The test's OpenAI-compatible server; its first answer takes 60 s (the call is held
+    open), a later one is a final answer."""
+    server = ModelServer([Reply(body=completion("late"), delay_s=60), Reply(body=completion("x"))])
+    with server.running():
+        yield server
+
+
+async def test_cancel_during_the_model_call(
+    client: Client, graph: TaskGraph, project_id: str, model_server: ModelServer
+) -> None:
+    """The model call is held open by the server: the cancel ends the task ``cancelled``,
+    not ``failed`` with an ``ActivityError``, and nothing is recorded of the call."""
+    queue = f"model-{uuid.uuid4().hex[:8]}"
+    history = ConversationHistory(
+        client, project_id=project_id, agent_id="a", task_queue=queue, graph=graph
+    )
+    worker = await openai_worker(queue, model_server.url)
+    try:
+        model = ModelSpec(provider="openai", model="test-model")
+        assert (await history.create_task("t", "hi", agent=AgentSpec(model=model))).recorded
+
+        async def calling() -> bool:
+            return bool(model_server.requests)
+
+        await eventually(calling, within=60)
+        assert (await history.cancel_task("t")).recorded
+        view = await cancelled_everywhere(history, client, graph)
+        events = await all_events(history, "t")
+    finally:
+        worker.kill()
+        await worker.wait()
+    assert view.error is None
+    messages = [e for e in events if e.kind is EventKind.MESSAGE]
+    assert [m.payload for m in messages] == ["hi"]  # the held call's answer never arrived
+    assert len(model_server.requests) == 1
+
+
+async def test_cancel_while_the_task_continues_as_new(
+    low_limit_env: WorkflowEnvironment, graph: TaskGraph, project_id: str
+) -> None:
+    """An agent that checkpoints every round continues as new every few rounds (the server
+    suggests it at 60 events); a cancel sent while it does lands between runs or while a run
+    drains, and ends the task the same way."""
+    client = low_limit_env.client
+    queue = f"can-{uuid.uuid4().hex[:8]}"
+    history = ConversationHistory(
+        client, project_id=project_id, agent_id="a", task_queue=queue, graph=graph
+    )
+    async with build_worker(client, graph, queue, tools=TOOLS, scripts=SCRIPTS):
+        spec_ = AgentSpec(name="counter", tools=["echo"], input={"rounds": 10_000})
+        for name in ("a", "b"):
+            assert (await history.create_task(name, "count", agent=spec_)).recorded
+
+        async def continued() -> bool:
+            views = [(await history.get_task(n)).view for n in ("a", "b")]
+            return all(v is not None and v.runs >= 2 for v in views)
+
+        await eventually(continued, within=90)
+        for name in ("a", "b"):
+            assert (await history.cancel_task(name)).recorded
+        for name in ("a", "b"):
+            view = await cancelled_everywhere(history, client, graph, name)
+            assert view.runs >= 2

@@ -1,0 +1,66 @@
+"""Continue-as-new is never starved: with Neo4j stalled (a TCP proxy of the test's own holds
+every connection to it, the way a hung server looks), a task past the server's
+continue-as-new suggestion keeps taking writes and continues as new after at most
+``MIRROR_DRAIN_WAIT`` of draining (a mirror call in flight at the switch no longer holds
+writes off for its three attempts); once Neo4j answers again the mirror catches up with every
+event. Real Temporal (a private dev server that suggests continue-as-new at 60 events) and
+real Neo4j."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from temporalio.testing import WorkflowEnvironment
+
+from config import Settings
+from devstack.process import parse_host_port
+from starter.client import ConversationHistory
+from starter.results import WriteResult
+from tests.conftest import eventually, mirrored
+from tests.tcp_proxy import TcpProxy
+from worker import build_worker, open_graph
+
+
+async def test_writes_go_on_and_the_task_continues_as_new_while_neo4j_is_stalled(
+    low_limit_env: WorkflowEnvironment, settings: Settings, project_id: str
+) -> None:
+    client = low_limit_env.client
+    queue = f"stall-{uuid.uuid4().hex[:8]}"
+    host, port = parse_host_port(settings.neo4j_uri, 7687)
+    async with TcpProxy(host, port).running() as proxy:
+        through = settings.model_copy(update={"neo4j_uri": f"bolt://127.0.0.1:{proxy.port}"})
+        async with open_graph(through, schema=True) as graph:
+            history = ConversationHistory(
+                client, project_id=project_id, agent_id="a", task_queue=queue, graph=graph
+            )
+            # writes in plain text: a sealed write stores its key in Neo4j first
+            writer = ConversationHistory(
+                client, project_id=project_id, agent_id="a", task_queue=queue
+            )
+            async with build_worker(client, graph, queue):
+                assert (await writer.create_task("t", "write through a stall")).recorded
+                assert (await writer.record_event("t", "note", "before")).recorded
+                await mirrored(history, "t")
+                proxy.hold(new=True)
+                writes: list[WriteResult] = []
+                loop = asyncio.get_running_loop()
+                deadline = loop.time() + 60  # MIRROR_DRAIN_WAIT is 10 s; three attempts ~110 s
+                while loop.time() < deadline:
+                    writes.append(await writer.record_event("t", "note", f"stalled {len(writes)}"))
+                    view = (await writer.get_task("t")).view
+                    if view is not None and view.runs >= 2:
+                        break
+                    await asyncio.sleep(0.1)
+                assert view is not None and view.runs >= 2  # it continued as new meanwhile
+                assert [w.error for w in writes if not w.recorded] == []
+                assert [w.seq for w in writes] == list(range(2, 2 + len(writes)))
+                proxy.release()
+
+                async def caught_up() -> bool:
+                    found = (await history.get_task("t")).view
+                    return found is not None and found.mirrored_seq == 1 + len(writes)
+
+                await eventually(caught_up, within=120)
+            events = await history.find_events(kind="note", limit=200)
+    assert sorted(e.seq for e in events) == list(range(1, 2 + len(writes)))
