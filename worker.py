@@ -41,6 +41,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
 import telemetry
+from activities.branch import BranchActivities
 from activities.children import ChildActivities
 from activities.files import file_tools, files_demo
 from activities.mirror import MirrorActivities
@@ -253,11 +254,18 @@ def build_worker(
     specs = [t.spec for t in steps.tools]
     model = ModelActivities(client, graph, {**DEMO_SCRIPTS, **(scripts or {})}, specs)
     children = ChildActivities(client)
+    branch = BranchActivities(client, graph)
     worker = Worker(
         client,
         task_queue=task_queue,
         workflows=[TaskWorkflow] if workflows else [],
-        activities=[mirror.mirror_task, model.model_turn, children.child_ends, *steps.activities()]
+        activities=[
+            mirror.mirror_task,
+            model.model_turn,
+            children.child_ends,
+            branch.branch_events,
+            *steps.activities(),
+        ]
         if activities
         else [],
         graceful_shutdown_timeout=timedelta(seconds=10),

@@ -24,7 +24,7 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
 from activities.reader import task_events
-from activities.transcript import chat_messages
+from activities.transcript import chat_messages, shown
 from taskgraph.graph import TaskGraph
 from workflows.agents import MODEL_ACTIVITY, ToolSpec
 from workflows.models import (
@@ -82,8 +82,10 @@ class ModelActivities:
     @activity.defn(name=MODEL_ACTIVITY)
     async def model_turn(self, input: ModelInput) -> ModelTurn:
         """The model's next turn for the task's events 1 to ``up_to_seq``."""
-        transcript = await task_events(
-            self.client, self.graph, input.workflow_id, input.run_id, 0, input.up_to_seq
+        transcript = shown(
+            await task_events(
+                self.client, self.graph, input.workflow_id, input.run_id, 0, input.up_to_seq
+            )
         )
         if input.model.provider == "scripted":
             script = self.scripts.get(input.model.model)
@@ -96,14 +98,32 @@ class ModelActivities:
         return await openai_turn(input, transcript, offered)
 
 
+OPENAI_TIMEOUT_S = 100.0
+"""Seconds one chat completion request may take (inside the model activity's 2-minute
+start-to-close timeout, so a hung server fails the attempt, which Temporal then retries)."""
+
+
 async def openai_turn(
-    input: ModelInput, transcript: Sequence[Event], offered: Sequence[ToolSpec]
+    input: ModelInput,
+    transcript: Sequence[Event],
+    offered: Sequence[ToolSpec],
+    *,
+    timeout_s: float = OPENAI_TIMEOUT_S,
 ) -> ModelTurn:
     """One chat completion of an OpenAI-compatible API, errors mapped at the activity edge.
+    The ``openai`` client itself retries nothing (``max_retries=0``): the activity's retry
+    policy does, so a retry is in the history and waits the server's ``retry-after``.
+
+    Args:
+        input: the model call (model, system prompt).
+        transcript: the events the model is shown (``activities.transcript.chat_messages``).
+        offered: the tools offered.
+        timeout_s: seconds the request may take.
 
     Raises:
         ApplicationError: retryable (with ``next_retry_delay`` from ``retry-after``) for HTTP
-            408/409/429/5xx and lost connections, non-retryable otherwise.
+            408/409/429/5xx, a lost connection and a request past ``timeout_s``;
+            non-retryable otherwise (its message the API's own).
     """
     import openai  # the optional ``openai`` extra; imported only by workers that use it
 
@@ -119,7 +139,8 @@ async def openai_turn(
         for spec in offered
     ]
     try:
-        response = await openai.AsyncOpenAI().chat.completions.create(
+        api = openai.AsyncOpenAI(max_retries=0, timeout=timeout_s)
+        response = await api.chat.completions.create(
             model=input.model.model,
             messages=chat_messages(transcript, input.model.system),  # type: ignore[arg-type]
             tools=tools or openai.NOT_GIVEN,  # type: ignore[arg-type]

@@ -30,17 +30,14 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from workflows.models import Event, EventKind, Role
+from workflows.models import ROLLED_BACK, Event, EventKind, Role
 
 NO_RESULT = "no result was recorded for this call"
 """The ``tool`` message of a call whose result the log lacks (so every call is answered)."""
-ROLLED_BACK = "rolled_back"
-"""Name of the ``note`` whose payload ``{"from_seq": a, "to_seq": b}`` marks events ``a`` to
-``b`` of a failed run as rolled back."""
 
 
 def rolled_back_seqs(transcript: Sequence[Event]) -> set[int]:
-    """The seqs every ``rolled_back`` note of ``transcript`` covers."""
+    """The seqs every ``rolled_back`` note of ``transcript`` covers (``ROLLED_BACK``)."""
     seqs: set[int] = set()
     for event in transcript:
         if event.kind is EventKind.NOTE and event.name == ROLLED_BACK:
@@ -72,11 +69,17 @@ def _arguments(event: Event) -> str:
     return event.payload
 
 
+def shown(transcript: Sequence[Event]) -> list[Event]:
+    """The events of ``transcript`` a model may be shown: those no ``rolled_back`` note
+    covers (a scripted model reads these, an API model their ``chat_messages``)."""
+    skipped = rolled_back_seqs(transcript)
+    return [event for event in transcript if event.seq not in skipped]
+
+
 def chat_messages(transcript: Sequence[Event], system: str | None) -> list[dict[str, Any]]:
     """``transcript`` (a task's events in seq order) as chat-completion messages, after the
     ``system`` prompt if any, by the rule in this module's docstring."""
     messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
-    skipped = rolled_back_seqs(transcript)
     assistant: dict[str, Any] | None = None  # the message tool calls attach to
     waiting: list[str] = []  # call ids without a result yet, oldest first
     held: list[str] = []  # user messages waiting for those results
@@ -93,9 +96,7 @@ def chat_messages(transcript: Sequence[Event], system: str | None) -> list[dict[
         messages.append(message)
         assistant = message if message["role"] == "assistant" else None
 
-    for event in transcript:
-        if event.seq in skipped:
-            continue
+    for event in shown(transcript):
         if event.kind is EventKind.MESSAGE and event.role is not None:
             for call_id in list(waiting):  # a call whose result was never recorded
                 answer(call_id, NO_RESULT)

@@ -190,6 +190,9 @@ CALL (t) {
   FOREACH (pk IN CASE WHEN $parent_key IS NULL THEN [] ELSE [$parent_key] END |
     MERGE (pt:Task {key: pk}) ON CREATE SET pt.project_id = t.project_id, pt.name = t.parent
     MERGE (t)-[:CHILD_OF]->(pt))
+  FOREACH (bk IN CASE WHEN $branch_key IS NULL THEN [] ELSE [$branch_key] END |
+    MERGE (src:Task {key: bk}) ON CREATE SET src.project_id = t.project_id
+    MERGE (t)-[b:BRANCHED_FROM]->(src) SET b.seq = t.branched_at_seq)
 }
 CALL (t) {
   UNWIND $events AS ev
@@ -285,6 +288,7 @@ def task_properties(view: TaskView) -> dict[str, Any]:
         **_full("error", view.error),
         "last_seq": view.last_seq,
         "writes": view.writes,
+        "branched_at_seq": None if view.branched_from is None else view.branched_from.seq,
         "runs": view.runs,
         "pending_inputs": [request.input_id for request in view.pending_inputs],
         "created_at": utc(view.created_at),
@@ -534,6 +538,9 @@ class TaskGraph:
         parent_key = None
         if view.parent is not None:
             parent_key = task_workflow_id(view.project_id, view.parent)
+        branch_key = None
+        if view.branched_from is not None:
+            branch_key = task_workflow_id(view.project_id, view.branched_from.task)
         stamp = {} if mark is None else {"rebuild": mark}
         seqs = [e.seq for e in events]
         step_rows = [step_properties(s) | stamp for s in steps]
@@ -562,6 +569,7 @@ class TaskGraph:
                     _PAGE,
                     key=view.workflow_id,
                     parent_key=parent_key,
+                    branch_key=branch_key,
                     events=[event_properties(e) | stamp for e in unseal(events, keys)],
                     watermark=watermark,
                     steps=step_rows,

@@ -13,10 +13,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from activities.model import ScriptedModel, tool_call
+from activities.model import Script, ScriptedModel, tool_call
 from activities.tools import Tool, ToolContext, tool
 from workflows.agents import AgentContext, SpawnRefused, agent
-from workflows.models import AgentSpec, ModelTurn, StepState, TokenUsage
+from workflows.models import AgentSpec, ModelTurn, StepState, TokenUsage, ToolCall
 
 
 class Effect(BaseModel):
@@ -136,6 +136,13 @@ async def plain_wait(args: Effect, context: ToolContext) -> str:
     return f"waited {args.seconds:g} s"
 
 
+@tool("slow_once", arguments=Effect, idempotent=False, start_to_close_s=1)
+async def slow_once(args: Effect, context: ToolContext) -> str:
+    """Not idempotent, 1 s to run: its first run of a key takes ``seconds`` (past the timeout:
+    the step ends ``unknown``), a retry of the key returns at once."""
+    return await _run(args, context)
+
+
 class Gate(BaseModel):
     """Arguments of ``gated``."""
 
@@ -164,6 +171,7 @@ TOOLS: list[Tool] = [
     fail_first,
     plain_wait,
     gated,
+    slow_once,
 ]
 TOOL_NAMES = [t.spec.name for t in TOOLS]
 
@@ -203,7 +211,25 @@ def echo_rounds(transcript: Any) -> ModelTurn:
     return calls(("echo", {"text": f"{done:02d}" + "y" * 19_998}))
 
 
-SCRIPTS = {"from-goal": from_goal, "echo-20k": echo_rounds}
+CALL_BOUNDS = ScriptedModel(
+    [
+        ModelTurn(
+            tool_calls=[
+                ToolCall(name="", arguments="{}"),
+                ToolCall(name="echo", arguments=json.dumps({"text": "y" * 40_000})),
+            ]
+        ),
+        answer("told"),
+    ]
+)
+"""The scripted model ``call-bounds``: a call with no tool name and one whose arguments pass
+the 32,000-character bound, then an answer."""
+
+SCRIPTS: dict[str, Script] = {
+    "from-goal": from_goal,
+    "echo-20k": echo_rounds,
+    "call-bounds": CALL_BOUNDS,
+}
 
 
 @agent("three_steps")
@@ -434,3 +460,40 @@ async def leave_many(ctx: AgentContext) -> str:
     for i in range(children):
         await ctx.spawn(f"k{i}", f"left {i}", mode="ignore")
     return f"left {children}"
+
+
+@agent("charge_once")
+async def charge_once(ctx: AgentContext) -> str:
+    """README-style agent code, memoized by step name, started over from the top after each
+    continue-as-new: a charge (``charge_card``, not idempotent), then ``input["rounds"]``
+    checkpointed echo steps; fails unless the charge completed."""
+    log, seconds, rounds = ctx.input["log"], ctx.input["seconds"], ctx.input["rounds"]
+    assert isinstance(rounds, int)
+    charged = await ctx.step("charge", "charge_card", {"log": log, "seconds": seconds})
+    for i in range(rounds):
+        await ctx.checkpoint()
+        await ctx.step(f"echo-{i:02d}", "echo", {"text": str(i)})
+    if not charged.ok:
+        raise RuntimeError(f"the charge is {charged.state.value}: {charged.text}")
+    return "charged"
+
+
+@agent("ask_spawn_model")
+async def ask_spawn_model(ctx: AgentContext) -> str:
+    """Asks a person, waits for a recorded child task, then asks the model; returns its
+    answer (the model is shown the answer and the child's result)."""
+    await ctx.ask("q", "Which region?")
+    await ctx.spawn("c0", "deploy", mode="collect")
+    await ctx.wait_children()
+    return (await ctx.model_turn()).content
+
+
+@agent("retry_unknown")
+async def retry_unknown(ctx: AgentContext) -> str:
+    """A step that times out (``unknown``), retried explicitly by the agent code under the same
+    key; returns the step's final state and text."""
+    args: dict[str, Any] = {"log": ctx.input["log"], "seconds": 3}
+    outcome = await ctx.step("once", "slow_once", args)
+    if outcome.state is StepState.UNKNOWN:
+        outcome = await ctx.retry("once", "slow_once", args, reason="the tool dedupes by key")
+    return f"{outcome.state.value}: {outcome.text}"

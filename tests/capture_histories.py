@@ -783,6 +783,87 @@ async def lifecycle_scenarios(stack: Stack) -> Captured:
     return captured
 
 
+async def turn_scenarios(stack: Stack) -> Captured:
+    """The turn rules (the ``turn-rules``, ``unknown-stays-unknown``, ``tool-call-bounds`` and
+    ``progress-before-parking`` patches), on a worker with the agent tests' tools:
+
+    - ``turn_failed`` and ``turn_resumed``: the tool loop over its round budget (the run fails,
+      a ``run_failed`` and a ``rolled_back`` note), then the run ``resume_task`` starts, whose
+      model is shown the turn without the rolled-back events;
+    - ``turn_continued``: the run ``continue_task`` starts after a cancel during a heartbeating
+      tool (its step ``unknown``): the model asked again, the tool not run again;
+    - ``step_retried``: agent code whose step times out (``unknown``) and which retries it
+      explicitly (``AgentContext.retry``: a decision, the same idempotency key);
+    - ``tool_call_bounds``: a model turn calling a tool with no name and one with arguments
+      past the bound: both steps fail without running;
+    - ``branch_continued``: a branch of a finished tool-loop task at its first tool result:
+      the copy in pages, then the agent's continuation."""
+    import tempfile
+
+    from tests.agent_tools import SCRIPTS, TOOL_NAMES, TOOLS, answer, calls
+    from workflows.models import AgentSpec, Budgets, ModelSpec, ModelTurn
+
+    queue = f"capture-turns-{uuid.uuid4().hex[:8]}"
+    history = stack.history("turns")
+    history.task_queue = queue
+    model = ModelSpec(provider="scripted", model="from-goal")
+    captured: Captured = {}
+
+    def goal(*turns: ModelTurn) -> str:
+        return json.dumps([t.model_dump(mode="json") for t in turns])
+
+    async def ended(task: str, status: TaskStatus) -> None:
+        final = await history.wait_task(task)
+        if final is None or final.status is not status:
+            raise CaptureError(f"task {task!r} did not end {status.value}: {final!r}")
+
+    with tempfile.TemporaryDirectory() as folder, expected_activity_failures():
+        log = str(Path(folder) / "effects.log")
+        async with build_worker(stack.client, stack.graph, queue, tools=TOOLS, scripts=SCRIPTS):
+            echoes = [calls(("echo", {"text": str(i)})) for i in range(3)]
+            loop = AgentSpec(tools=TOOL_NAMES, model=model, budgets=Budgets(max_rounds=2))
+            expect(await history.create_task("failed", goal(*echoes, answer("x")), agent=loop))
+            await ended("failed", TaskStatus.FAILED)
+            handle = stack.client.get_workflow_handle(history.workflow_id("failed"))
+            first_run = (await handle.describe()).run_id
+            expect(await history.resume_task("failed"))
+            await ended("failed", TaskStatus.FAILED)
+            captured["turn_failed"] = await fetch(history, "failed", first_run)
+            captured["turn_resumed"] = await fetch(history, "failed")
+
+            loop = AgentSpec(tools=TOOL_NAMES, model=model)
+            turns = [calls(("charge_card", {"log": log, "seconds": 300})), answer("left as is")]
+            expect(await history.create_task("continued", goal(*turns), agent=loop))
+            await quiet_until(lambda: Path(log).exists())
+            expect(await history.cancel_task("continued"))
+            await ended("continued", TaskStatus.CANCELLED)
+            expect(await history.continue_task("continued"))
+            await ended("continued", TaskStatus.DONE)
+            captured["turn_continued"] = await fetch(history, "continued")
+
+            retry = AgentSpec(name="retry_unknown", tools=TOOL_NAMES, input={"log": log + ".r"})
+            expect(await history.create_task("retried", "retry", agent=retry))
+            await ended("retried", TaskStatus.DONE)
+            captured["step_retried"] = await fetch(history, "retried")
+
+            bounds = AgentSpec(
+                tools=TOOL_NAMES, model=ModelSpec(provider="scripted", model="call-bounds")
+            )
+            expect(await history.create_task("bounds", "call badly", agent=bounds))
+            await ended("bounds", TaskStatus.DONE)
+            captured["tool_call_bounds"] = await fetch(history, "bounds")
+
+            three = [calls(("echo", {"text": "a"})), calls(("echo", {"text": "b"})), answer("end")]
+            expect(await history.create_task("source", goal(*three), agent=loop))
+            await ended("source", TaskStatus.DONE)
+            page = await history.list_events("source")
+            point = next(e.seq for e in page.events if e.kind.value == "tool_result")
+            expect(await history.branch_from("source", point, "branch"))
+            await ended("branch", TaskStatus.DONE)
+            captured["branch_continued"] = await fetch(history, "branch")
+    return captured
+
+
 async def quiet_until(check: Callable[[], bool], within: float = 60.0) -> None:
     """Wait (polling every 50 ms) until ``check()`` is true.
 
@@ -885,6 +966,18 @@ SCENARIOS: dict[str, Scenario] = {
             "children_reconciled",
         ),
         "the cancellation rule, answers bound to requests, a taken child id, a reconciled resume",
+    ),
+    "turns": Scenario(
+        turn_scenarios,
+        (
+            "turn_failed",
+            "turn_resumed",
+            "turn_continued",
+            "step_retried",
+            "tool_call_bounds",
+            "branch_continued",
+        ),
+        "the turn rules: rollback and resume, continuation, explicit retry, call bounds, branch",
     ),
 }
 """Every scenario by name, in capture order."""

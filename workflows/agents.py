@@ -53,6 +53,7 @@ from workflows.models import (
     CLOSED_STATUSES,
     MAX_CHILDREN,
     MAX_DEPTH,
+    MAX_PAYLOAD_CHARS,
     AgentName,
     AgentRun,
     AgentSpec,
@@ -66,6 +67,7 @@ from workflows.models import (
     Role,
     StepKind,
     StepRecord,
+    StepRetry,
     StepState,
     TaskStart,
     TaskStatus,
@@ -93,6 +95,20 @@ activity's result can reach the workflow in the next workflow task when it is fi
 the same one on replay (seen with continue-as-new under load: the commands after it moved to
 another workflow task, and a query of the run then failed replay); an activity's result is an
 event of its own, delivered the same way both times."""
+UNKNOWN_STAYS_UNKNOWN = "unknown-stays-unknown"
+"""Patch id: a step that ended ``unknown`` and is reached again returns its ``unknown``
+outcome; it runs again only when someone asked (``AgentContext.retry``, ``retry_step``). Runs
+recorded before it ran such a step again under its old key."""
+TOOL_CALL_BOUNDS = "tool-call-bounds"
+"""Patch id: a call that names no tool, or whose arguments pass the payload bound, fails its
+step without running (the model hears why); runs recorded before it failed the task on an
+empty name and passed cut arguments to the tool."""
+PROGRESS_BEFORE_PARKING = "progress-before-parking"
+"""Patch id: ``checkpoint()`` parks the agent for continue-as-new only after it did new work in
+the run. Agent code memoized by step name starts over from the top in each run, reading each
+memoized result (an activity apiece); when those reads alone passed the history length at
+which Temporal suggests continue-as-new, every run parked before any new step and the task
+continued as new for ever without progress."""
 CANCEL_RULE = "one-cancellation-rule"
 """Patch id: after a cancel request no step, model call or wait of the agent starts or goes on
 (``AgentContext.cancelled``); the workflow cancels what runs and waits for it to end
@@ -284,6 +300,10 @@ class AgentContext:
         """Set by the workflow when continue-as-new is due: the next ``checkpoint()`` parks."""
         self.running: set[workflow.ActivityHandle[Any]] = set()
         """The activities agent code awaits now (tools, the model): what a cancel cancels."""
+        self.progressed = False
+        """True once agent code did new work in this run (ran a step or the model): until
+        then it only replays what earlier runs memoized, and ``checkpoint()`` does not park
+        (``PROGRESS_BEFORE_PARKING``)."""
 
     def cancelled(self) -> bool:
         """True once a cancel request reached the task (the one cancellation rule,
@@ -335,8 +355,11 @@ class AgentContext:
         """
         self._stop_if_cancelled()
         self._check_time()
-        if self.checkpoint_due:
-            raise AgentParked
+        if not self.checkpoint_due:
+            return
+        if not self.progressed and workflow.patched(PROGRESS_BEFORE_PARKING):
+            return  # replaying memoized steps: park only after new work, or no run progresses
+        raise AgentParked
 
     async def emit(
         self, text: str, *, kind: EventKind = EventKind.NOTE, name: str | None = None
@@ -372,22 +395,35 @@ class AgentContext:
         self._stop_if_cancelled()
         done = self.ledger.step(name)
         if done is not None and done.state is StepState.COMPLETED:
-            return await self._recorded(name, done.result_event_seq)
+            return await self._recorded(name, done.state, done.result_event_seq)
+        if (
+            done is not None
+            and done.state is StepState.UNKNOWN
+            and done.retry_by is None
+            and workflow.patched(UNKNOWN_STAYS_UNKNOWN)
+        ):
+            return await self._recorded(name, done.state, done.result_event_seq)
         self._check_time()
         budget = self.spec.budgets.max_tool_calls
         if budget is not None and self.run.tool_calls >= budget:
             raise BudgetExceeded("max_tool_calls", budget)
         self.run.tool_calls += 1
         text = arguments if isinstance(arguments, str) else json.dumps(arguments)
-        call = EventInput(kind=EventKind.TOOL_CALL, name=tool, call_id=call_id, payload=text)
+        call = EventInput(
+            kind=EventKind.TOOL_CALL, name=tool or None, call_id=call_id, payload=text
+        )
         call_seq = self._append(call, f"step/{name}/call").first_seq
         record = self._move(name, StepState.IN_PROGRESS, kind=kind)
+        refused = _refused_call(tool, text)
+        if refused is not None and workflow.patched(TOOL_CALL_BOUNDS):
+            return self._end(name, tool, call_id, StepState.FAILED, refused)
         spec = self.tools.get(tool)
         if spec is None:
             return self._end(
                 name, tool, call_id, StepState.FAILED, f"no tool {tool!r} for this agent"
             )
         info = workflow.info()
+        self.progressed = True
         try:
             output = await self._activity(
                 workflow.start_activity(
@@ -438,10 +474,41 @@ class AgentContext:
         )
         seq = self._append(result, f"step/{name}/result").first_seq
         self._move(name, StepState.COMPLETED, result_event_seq=seq)
+        self.run.turn_committed = True
         self._stop_if_cancelled()  # it ran to its end after the cancel: recorded, no more
         return StepOutcome(
             step_name=name, state=StepState.COMPLETED, text=output.text, result_event_seq=seq
         )
+
+    async def retry(
+        self,
+        name: str,
+        tool: str,
+        arguments: str | Mapping[str, JsonValue],
+        *,
+        reason: str,
+        call_id: str | None = None,
+    ) -> StepOutcome:
+        """Run the ``unknown`` or ``failed`` step ``name`` again, explicitly: a ``decision``
+        event by this agent citing the step (``reason``), then the step as ``step`` runs it:
+        an ``unknown`` one under its old idempotency key (its effect may have happened: the
+        tool must be able to tell), a failed one as a new attempt. Nothing else runs an
+        ``unknown`` step again.
+
+        Raises:
+            ApplicationError: ``invalid_transition`` (the step is not ``unknown`` or
+                ``failed``), ``step_not_found``.
+            asyncio.CancelledError: the task was cancelled.
+        """
+        self._stop_if_cancelled()
+        retry = StepRetry(
+            step_name=name,
+            agent_id=self.ledger.state.start.agent_id,
+            reason=reason,
+            request_id=internal_request_id(f"retry/{name}/{self.ledger.state.writes}"),
+        )
+        self.ledger.retry_step(retry, workflow.now())
+        return await self.step(name, tool, arguments, call_id=call_id)
 
     async def model_turn(self) -> ModelTurn:
         """Call the model with the task's events so far (by reference: the activity reads them)
@@ -462,6 +529,7 @@ class AgentContext:
         if self.spec.model is None:
             raise ApplicationError("this agent has no model", non_retryable=True)
         info = workflow.info()
+        self.progressed = True
         try:
             turn: ModelTurn = await self._activity(
                 workflow.start_activity(
@@ -712,19 +780,21 @@ class AgentContext:
         self, name: str, tool: str, call_id: str | None, state: StepState, text: str
     ) -> StepOutcome:
         """Record the step's end as ``state`` with ``text`` as its result event."""
-        result = EventInput(kind=EventKind.TOOL_RESULT, name=tool, call_id=call_id, payload=text)
+        result = EventInput(
+            kind=EventKind.TOOL_RESULT, name=tool or None, call_id=call_id, payload=text
+        )
         seq = self._append(result, f"step/{name}/result").first_seq
         self._move(name, state, result_event_seq=seq)
+        self.run.turn_committed = True
         return StepOutcome(
             step_name=name, state=state, text=bound_text(text).text, result_event_seq=seq
         )
 
-    async def _recorded(self, name: str, seq: int | None) -> StepOutcome:
-        """The outcome of a step completed before (memoized), its result as recorded."""
+    async def _recorded(self, name: str, state: StepState, seq: int | None) -> StepOutcome:
+        """The outcome of a step that ended before as ``state`` (memoized: ``completed`` or
+        ``unknown``), its result as recorded."""
         text = await self._payload(name, seq or 0)
-        return StepOutcome(
-            step_name=name, state=StepState.COMPLETED, text=text, result_event_seq=seq or 0
-        )
+        return StepOutcome(step_name=name, state=state, text=text, result_event_seq=seq or 0)
 
     async def _payload(self, name: str, seq: int) -> str:
         """The payload of event ``seq``: from this run's events, or by an activity from where
@@ -772,6 +842,20 @@ async def agent_tools(spec: AgentSpec) -> dict[str, ToolSpec]:
     return answer.specs
 
 
+def _refused_call(tool: str, arguments: str) -> str | None:
+    """Why a tool call is not run (its step fails with this as its result, which the model
+    reads), or None: a call that names no tool, or whose arguments are longer than an event
+    holds (``MAX_PAYLOAD_CHARS``: they would reach the tool cut)."""
+    if not tool:
+        return "the call names no tool: call one of the tools offered, by name"
+    if len(arguments) > MAX_PAYLOAD_CHARS:
+        return (
+            f"the call's arguments are {len(arguments):,} characters; a tool call's arguments "
+            f"are at most {MAX_PAYLOAD_CHARS:,}: the tool was not run"
+        )
+    return None
+
+
 def child_name(parent: str, key: str) -> str:
     """A spawned child's task name: ``{parent}/{key}``, or, when that passes 200 characters,
     its first 183 characters, ``~`` and 16 hex of the full name's SHA-256."""
@@ -798,6 +882,10 @@ async def tool_loop(ctx: AgentContext) -> str:
         turn = await ctx.model_turn()
         if not turn.tool_calls:
             return turn.content
+        round_ = ctx.run.round_base + ctx.run.rounds
         for index, call in enumerate(turn.tool_calls):
-            name = step_name(ctx.run.rounds, index, call.name)
-            await ctx.step(name, call.name, call.arguments, call_id=call.call_id)
+            # a call without an id gets one its result carries too (a strict API pairs them)
+            call_id = call.call_id or f"call_{round_}_{index}"
+            await ctx.step(
+                step_name(round_, index, call.name), call.name, call.arguments, call_id=call_id
+            )

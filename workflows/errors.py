@@ -75,6 +75,12 @@ class ErrorCode(StrEnum):
     """``create_task``: the parent named does not exist in this project."""
     NOT_RESUMABLE = "not_resumable"
     """``resume_task``: only an agent task that ended ``failed`` or ``cancelled`` resumes."""
+    NO_RESUMABLE_TURN = "no_resumable_turn"
+    """``resume_task``: the task's last run was interrupted after its tools ran (it committed
+    something): it is continued (``continue_task``), never replayed."""
+    NO_INTERRUPTED_TURN = "no_interrupted_turn"
+    """``continue_task``: the task's last run was not interrupted after its tools ran (it
+    finished, failed and was rolled back, or committed nothing: ``resume_task`` it)."""
     TASK_BUSY = "task_busy"
     """The task's history is near Temporal's hard limit while the mirror catches up; retry
     later (see ``HISTORY_BACKPRESSURE_EVENTS``)."""

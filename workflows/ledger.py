@@ -43,6 +43,7 @@ from workflows.models import (
     BoundedText,
     ChildEnd,
     ChildRecord,
+    CitesInput,
     Event,
     EventInput,
     EventKind,
@@ -60,6 +61,7 @@ from workflows.models import (
     SetStepsInput,
     StepKind,
     StepRecord,
+    StepRetry,
     StepsPage,
     StepsQuery,
     StepState,
@@ -192,13 +194,24 @@ class Ledger:
         )
 
     def reopen(self, now: datetime) -> None:
-        """Open a failed or cancelled agent task again (``resume``): status ``queued``, no
-        result or error, the budgets counted afresh (the agent's own ``state`` is kept), the
-        steps as they were (completed ones keep their results)."""
+        """Open a failed or cancelled agent task again (``resume``, ``continue_task``): status
+        ``queued``, no result or error, the budgets counted afresh (the agent's own ``state``,
+        its run count and the rounds of its earlier runs are kept), the steps as they were
+        (completed ones keep their results, ``unknown`` ones stay unknown)."""
         self.state.status = TaskStatus.QUEUED
         self.state.result = self.state.error = None
-        if self.state.agent_run is not None:
-            self.state.agent_run = AgentRun(started_at=now, state=self.state.agent_run.state)
+        run = self.state.agent_run
+        if run is not None:
+            self.state.agent_run = AgentRun(
+                started_at=now,
+                state=run.state,
+                run=run.run,
+                run_seq=run.run_seq,
+                run_open=run.run_open,
+                turn_committed=run.turn_committed,
+                committed_before_run=run.committed_before_run,
+                round_base=run.round_base + run.rounds,
+            )
 
     # ---------------------------------------------------------------- state
 
@@ -597,6 +610,43 @@ class Ledger:
         record.status, record.result_seq = end.status, outcome.first_seq
         record.result = text.text[:CHILD_RESULT_PREVIEW_CHARS]
 
+    def check_retry(self, retry: StepRetry) -> StepRecord:
+        """The state rules of ``retry_step``; returns the step's record.
+
+        Raises:
+            ApplicationError: as ``check_write``; ``step_not_found``; ``invalid_transition``
+                for a step that is not ``unknown`` or ``failed``.
+        """
+        self.check_write(retry.request_id, args_digest(retry))
+        record = self.step(retry.step_name)
+        if record is None:
+            raise refusal(ErrorCode.STEP_NOT_FOUND, f"the task has no step {retry.step_name!r}")
+        if record.state not in (StepState.UNKNOWN, StepState.FAILED):
+            raise refusal(
+                ErrorCode.INVALID_TRANSITION,
+                f"step {retry.step_name!r} is {record.state.value}: only an unknown or failed "
+                "step is retried",
+            )
+        return record
+
+    def retry_step(self, retry: StepRetry, now: datetime) -> WriteOutcome:
+        """Ask that an ``unknown`` or ``failed`` step run again when agent code reaches it: a
+        ``decision`` event by ``retry.agent_id`` citing the step (``retry step 'x' (asked by
+        ...): reason``), and the step's ``retry_by`` (``check_retry`` first)."""
+        record = self.check_retry(retry)
+        decision = EventInput(
+            kind=EventKind.DECISION,
+            payload=f"retry step {retry.step_name!r} (asked by {retry.agent_id}): {retry.reason}",
+            cites=CitesInput(steps=[retry.step_name]),
+        )
+        outcome = self._add_events([decision], retry.agent_id, retry.request_id, now)
+        self._accept(retry.request_id, args_digest(retry), outcome.first_seq, outcome.last_seq, now)
+        self.earlier_steps.pop(step_key(retry.step_name), None)
+        self.state.steps[retry.step_name] = record.model_copy(
+            update={"retry_by": retry.agent_id, "changed_write": self.state.writes}
+        )
+        return outcome
+
     def set_steps(self, input: SetStepsInput, now: datetime) -> WriteOutcome:
         """Apply step changes in order, all or nothing (``STEP_TRANSITIONS``)."""
         changed = self.check_steps(input, now)
@@ -788,6 +838,7 @@ class Ledger:
             run_first_seq=self.run_first_seq,
             runs=self.state.runs,
             mirror_backlog=self.state.mirror_backlog,
+            branched_from=start.branched_from,
             closed_inputs=self.state.closed_inputs,
             writes=self.state.writes,
             agent=start.agent,

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+import json
 from datetime import timedelta
 from typing import NoReturn
 
@@ -60,6 +62,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.ledger import Ledger, child_end, internal_request_id
     from workflows.models import (
+        BRANCH_ACTIVITY,
         CHILD_ENDS_ACTIVITY,
         CLOSED_STATUSES,
         HISTORY_BACKPRESSURE_EVENTS,
@@ -67,8 +70,11 @@ with workflow.unsafe.imports_passed_through():
         MIRROR_BATCH_EVENTS,
         MIRROR_DEBOUNCE_MS,
         MIRROR_MAX_EVENTS,
+        ROLLED_BACK,
         AgentRun,
         AgentSpec,
+        BranchPage,
+        BranchQuery,
         ChildEnd,
         ChildEnds,
         ChildEndsInput,
@@ -85,6 +91,7 @@ with workflow.unsafe.imports_passed_through():
         RequestLookup,
         Role,
         SetStepsInput,
+        StepRetry,
         StepsPage,
         StepsQuery,
         StepState,
@@ -141,6 +148,10 @@ what Neo4j lacks goes to the next run's ``mirror_backlog``. Before it, a run wai
 mirror, so a long Neo4j outage grew its history towards Temporal's hard limit."""
 
 
+TURN_RULES = "turn-rules"
+"""Patch id: each run of an agent is marked in the log (``run_started``, ``run_finished``,
+``run_failed``) and a failed run is rolled back (``rolled_back``), the runtime's turn rules
+(docs/agent-tasks.md). Runs recorded before it have no run notes."""
 ANSWERS_BOUND = "answers-bound-to-requests"
 """Patch id: an answer by signal is bound to one request (``Ledger.take_answer``: without an
 input id only to a request open when it arrives; a late one is recorded as late), one early
@@ -200,6 +211,9 @@ class TaskWorkflow:
             self.ledger = Ledger(input.carried)
             if input.resume:
                 self.ledger.reopen(workflow.now())
+                for retry in input.retry:
+                    with contextlib.suppress(ApplicationError):  # checked by the client
+                        self.ledger.retry_step(retry, workflow.now())
         else:
             assert input.start is not None, "TaskWorkflowInput needs start or carried"
             self.ledger = Ledger.new(input.start, workflow.info().workflow_id, workflow.now())
@@ -207,6 +221,8 @@ class TaskWorkflow:
                 self.ledger.create(input.start, workflow.now())
         self.resumed = input.resume
         """True for the run ``resume`` started: it learns its children's real states first."""
+        self.continuation = input.continuation
+        """True for the run ``continue_task`` started: it continues an interrupted turn."""
         self.cascade = True
         """False once the ``keep_children`` signal came: a cancel leaves the children running."""
         self.draining = False
@@ -235,6 +251,8 @@ class TaskWorkflow:
 
     async def _run(self) -> TaskView:
         ledger = self.ledger
+        if self._copying():
+            await self._copy_branch()
         if self.resumed and self._children_running():
             await self._reconcile_children()
         if ledger.state.start.agent is not None and not ledger.closed:
@@ -328,6 +346,44 @@ class TaskWorkflow:
         with contextlib.suppress(FailureError):
             await parent.signal(TaskWorkflow.child_ended, end)
 
+    def _copying(self) -> bool:
+        """True while a branch (``TaskStart.branched_from``) has not copied its source's
+        events up to the branch point: its log's first seqs are those events."""
+        branch = self.ledger.state.start.branched_from
+        return branch is not None and self.ledger.state.last_seq < branch.seq
+
+    async def _copy_branch(self) -> None:
+        """Copy a branch's source events up to the branch point, a page at a time (the
+        ``branch_events`` activity), each page's events recorded under their authors' names
+        with the same seqs as in the source. A run that continues as new meanwhile goes on
+        where it stopped (the copy is done when ``last_seq`` reaches the point)."""
+        state = self.ledger.state
+        branch = state.start.branched_from
+        assert branch is not None
+        source = task_workflow_id(state.start.project_id, branch.task)
+        while self._copying() and not self._should_continue():
+            page: BranchPage = await workflow.execute_activity(
+                BRANCH_ACTIVITY,
+                BranchQuery(
+                    source_workflow_id=source,
+                    target_workflow_id=state.workflow_id,
+                    after_seq=state.last_seq,
+                    up_to_seq=branch.seq,
+                ),
+                result_type=BranchPage,
+                start_to_close_timeout=CHILD_ENDS_TIMEOUT,
+            )
+            for author, events in itertools.groupby(page.events, key=lambda e: e.author):
+                copies = [e.event for e in events]
+                self.ledger.record_events(
+                    RecordEventsInput(
+                        agent_id=author,
+                        events=copies,
+                        request_id=internal_request_id(f"branch/{state.last_seq}"),
+                    ),
+                    workflow.now(),
+                )
+
     async def _reconcile_children(self) -> None:
         """A resumed parent learns the real states of its children that had not reported an
         end (one may have ended while the parent was closed: its signal found no run), by the
@@ -364,6 +420,9 @@ class TaskWorkflow:
         if self.cancel_requested():
             return
         ledger = self.ledger
+        branched = ledger.state.start.branched_from is not None
+        if ledger.state.agent_run is None and branched:  # the copied log holds the goal
+            ledger.state.agent_run = AgentRun(started_at=workflow.now())
         if ledger.state.agent_run is None:  # the first start: the goal is the first message
             ledger.state.agent_run = AgentRun(started_at=workflow.now())
             ledger.append(
@@ -377,6 +436,12 @@ class TaskWorkflow:
             )
         if ledger.state.status is not TaskStatus.IN_PROGRESS:
             self.set_status(TaskStatus.IN_PROGRESS)
+        run = ledger.state.agent_run
+        if (run.run == 0 or self.resumed) and workflow.patched(TURN_RULES):
+            start = "resume" if self.resumed else "turn"
+            if self.continuation or (branched and run.run == 0):
+                start = "continuation"
+            self._begin_run(start)
         function = agent_function(spec.name)
         try:
             tools = await agent_tools(spec)
@@ -390,10 +455,52 @@ class TaskWorkflow:
             raise
         except Exception as err:  # the agent's failure is the task's, recorded; never a crash
             if not self.cancel_requested():
-                self._finish(TaskStatus.FAILED, error=failure_text(err))
+                error = failure_text(err)
+                self._end_run(error)
+                self._finish(TaskStatus.FAILED, error=error)
         else:
             if not self.cancel_requested():
+                self._end_run(None)
                 self._finish(TaskStatus.DONE, result=answer)
+
+    def _begin_run(self, start: str) -> None:
+        """Start a run of the agent (``TURN_RULES``): a ``run_started`` note (``{"run": n,
+        "start": "turn" | "resume" | "continuation"}``), the run open, what the turn had
+        committed before it kept (what a failure rolls back to)."""
+        run = self.ledger.state.agent_run
+        assert run is not None
+        run.run += 1
+        run.run_open = True
+        run.committed_before_run = run.turn_committed
+        payload = json.dumps({"run": run.run, "start": start})
+        note = EventInput(kind=EventKind.NOTE, name="run_started", payload=payload)
+        run.run_seq = self.ledger.append([note], f"run/{run.run}", workflow.now()).first_seq
+
+    def _end_run(self, error: str | None) -> None:
+        """End the open run: finished (a ``run_finished`` note; the turn is done, it committed
+        nothing left to continue) or failed (a ``run_failed`` note with ``error``, then a
+        ``rolled_back`` note ``{"from_seq", "to_seq"}`` covering the run's events, which the
+        model never sees again; the turn is as it was before the run, so a failed first run is
+        resumable and a failed continuation stays continuable). A run of a task recorded
+        before ``TURN_RULES`` is never open: nothing is recorded."""
+        run = self.ledger.state.agent_run
+        if run is None or not run.run_open:
+            return
+        run.run_open = False
+        head = {"run": run.run}
+        if error is None:
+            run.turn_committed = False
+            notes = [EventInput(kind=EventKind.NOTE, name="run_finished", payload=json.dumps(head))]
+        else:
+            run.turn_committed = run.committed_before_run
+            failed = json.dumps({**head, "error": error}, ensure_ascii=False)
+            notes = [EventInput(kind=EventKind.NOTE, name="run_failed", payload=failed)]
+            span = {"from_seq": run.run_seq + 1, "to_seq": self.ledger.state.last_seq}
+            if span["from_seq"] <= span["to_seq"]:
+                notes.append(
+                    EventInput(kind=EventKind.NOTE, name=ROLLED_BACK, payload=json.dumps(span))
+                )
+        self.ledger.append(notes, f"run/{run.run}/end", workflow.now())
 
     def set_status(self, status: TaskStatus) -> None:
         """Change an open task's status (an event), and its search attribute."""
@@ -573,8 +680,10 @@ class TaskWorkflow:
 
     def _admit(self) -> None:
         """Admission, checked by validators only (so replaying an accepted write never depends
-        on it): the drain before continue-as-new (``CONTINUING_AS_NEW``) and the history
-        length (``task_busy``)."""
+        on it): the drain before continue-as-new (``CONTINUING_AS_NEW``), the history length
+        and a branch still copying its source (``task_busy``)."""
+        if self._copying():
+            raise refusal(ErrorCode.TASK_BUSY, "the branch is copying its source's events")
         if self.draining:
             raise ApplicationError(
                 "continuing as new: retry", type=CONTINUING_AS_NEW, non_retryable=True
@@ -691,6 +800,22 @@ class TaskWorkflow:
     def _check_respond(self, answer: InputAnswer) -> None:
         self.ledger.check_respond(answer)
         self._admit()
+
+    @workflow.update
+    def retry_step(self, retry: StepRetry) -> WriteOutcome:
+        """Ask that an ``unknown`` or ``failed`` step of the agent run again when its code
+        reaches it (``Ledger.retry_step``: a decision citing the step, by who asked)."""
+        return self.ledger.retry_step(retry, workflow.now())
+
+    @retry_step.validator
+    def _check_retry(self, retry: StepRetry) -> None:
+        self.ledger.check_retry(retry)
+        self._admit()
+        if self.ledger.state.start.agent is None:
+            raise refusal(
+                ErrorCode.NOT_RESUMABLE,
+                "a recorded task's steps are set by its writer (set_step), not retried",
+            )
 
     @workflow.signal
     def child_ended(self, end: ChildEnd) -> None:

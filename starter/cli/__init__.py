@@ -16,7 +16,15 @@ import sys
 
 import typer
 
-from starter.cli.agents import cancel_command, input_command, resume_command, run_command
+from starter.cli.agents import (
+    branch_command,
+    cancel_command,
+    continue_command,
+    input_command,
+    resume_command,
+    run_command,
+    step_app,
+)
 from starter.cli.bench import bench_command
 from starter.cli.dev import dev_app, setup_command, worker_command
 from starter.cli.graph import graph_app, tree_command
@@ -40,6 +48,9 @@ app.command("replay")(replay_command)
 app.command("run")(run_command)
 app.command("cancel")(cancel_command)
 app.command("resume")(resume_command)
+app.command("continue")(continue_command)
+app.command("branch")(branch_command)
+app.add_typer(step_app, name="step")
 app.command("input")(input_command)
 app.command("tree")(tree_command)
 app.command("bench")(bench_command)

@@ -1,4 +1,5 @@
-"""``agent-tasks run``, ``cancel`` and ``resume``: agent tasks from the command line."""
+"""``agent-tasks run``, ``cancel``, ``input``, ``resume``, ``continue`` and ``step retry``:
+agent tasks from the command line."""
 
 from __future__ import annotations
 
@@ -141,11 +142,68 @@ def input_command(
 
 
 def resume_command(name: str, project: ProjectOpt = "default", as_json: JsonOpt = False) -> None:
-    """Run a failed or cancelled agent task's agent again (completed steps keep their
-    results)."""
+    """Replay a failed or cancelled agent task's turn in a new run (completed steps keep their
+    results, unknown ones stay unknown); refused (no_resumable_turn) for a turn interrupted
+    after its tools ran: continue that one."""
 
     async def go() -> WriteResult:
         async with open_history(project, "cli", with_graph=False) as history:
             return await history.resume_task(name)
+
+    write_outcome(run(go()), as_json)
+
+
+def continue_command(name: str, project: ProjectOpt = "default", as_json: JsonOpt = False) -> None:
+    """Continue a cancelled agent task's interrupted turn in a new run: the model is asked
+    again with what the turn committed (no interrupted call runs again); refused
+    (no_interrupted_turn) when there is none."""
+
+    async def go() -> WriteResult:
+        async with open_history(project, "cli", with_graph=False) as history:
+            return await history.continue_task(name)
+
+    write_outcome(run(go()), as_json)
+
+
+def branch_command(
+    source: str,
+    seq: Annotated[int, typer.Argument(help="The last event of SOURCE the branch copies.")],
+    name: Annotated[str, typer.Option(help="The branch's task name.")],
+    project: ProjectOpt = "default",
+    agent: AgentOpt = "cli",
+    request_id: RequestOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Start a new task from a point of SOURCE's log: its events 1 to SEQ copied (sealed text
+    under new keys), linked in Neo4j by BRANCHED_FROM; an agent task's branch goes on from
+    there. SOURCE is untouched."""
+
+    async def go() -> WriteResult:
+        async with open_history(project, agent) as history:
+            return await history.branch_from(source, seq, name, request_id=request_id)
+
+    write_outcome(run(go()), as_json)
+
+
+step_app = typer.Typer(help="Steps of agent tasks.")
+
+
+@step_app.command("retry")
+def step_retry_command(
+    name: str,
+    step: str,
+    reason: Annotated[str, typer.Option(help="Why it runs again (the decision's text).")],
+    project: ProjectOpt = "default",
+    agent: AgentOpt = "cli",
+    request_id: RequestOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run an agent task's unknown or failed step again when its agent code reaches it (an
+    unknown one under its old idempotency key), recorded as a decision by --agent; a failed or
+    cancelled task is run again for it."""
+
+    async def go() -> WriteResult:
+        async with open_history(project, agent) as history:
+            return await history.retry_step(name, step, reason=reason, request_id=request_id)
 
     write_outcome(run(go()), as_json)

@@ -142,7 +142,7 @@ async def test_an_invalid_answer_by_signal_is_rejected_and_one_by_update_is_refu
     events = await all_events(agents, "t")
     assert responses(events) == [("rejected", "abc"), ("n", 7)]
     assert next(e for e in events if e.seq == taken.first_seq).name == "n"
-    statuses = [e.payload for e in events if e.kind is EventKind.NOTE]
+    statuses = [e.payload for e in events if e.kind is EventKind.NOTE and e.name == "status"]
     assert statuses == ["in_progress", "awaiting_input", "in_progress", "done"]
 
 

@@ -18,6 +18,13 @@ from workflows.models.agent import (
     ToolInput,
     ToolOutput,
 )
+from workflows.models.branch import (
+    BRANCH_ACTIVITY,
+    BRANCH_PAGE_EVENTS,
+    BranchedEvent,
+    BranchPage,
+    BranchQuery,
+)
 from workflows.models.decisions import Citations, CitesInput, StepCitation
 from workflows.models.human import (
     CHILD_ENDS_ACTIVITY,
@@ -39,12 +46,14 @@ from workflows.models.human import (
     InputRequest,
 )
 from workflows.models.inputs import (
+    BranchPoint,
     EventInput,
     EventsQuery,
     FinishTaskInput,
     RecordEventsInput,
     RequestLookup,
     SetStepsInput,
+    StepRetry,
     StepsQuery,
     StepWrite,
     TaskStart,
@@ -52,6 +61,7 @@ from workflows.models.inputs import (
 )
 from workflows.models.kinds import (
     CLOSED_STATUSES,
+    ROLLED_BACK,
     EventKind,
     ResultValidity,
     Role,
@@ -119,6 +129,8 @@ from workflows.models.text import (
 from workflows.models.views import Event, EventsPage, StepsPage, StepView, TaskView
 
 __all__ = [
+    "BRANCH_ACTIVITY",
+    "BRANCH_PAGE_EVENTS",
     "CHILD_ENDS_ACTIVITY",
     "CHILD_RESULT_PREVIEW_CHARS",
     "CLOSED_STATUSES",
@@ -151,11 +163,16 @@ __all__ = [
     "MIRROR_MAX_EVENTS",
     "PAGE_LIMIT_MAX",
     "REQUEST_WINDOW",
+    "ROLLED_BACK",
     "STEPS_PAGE_MAX",
     "AgentName",
     "AgentRun",
     "AgentSpec",
     "BoundedText",
+    "BranchPage",
+    "BranchPoint",
+    "BranchQuery",
+    "BranchedEvent",
     "Budgets",
     "ChildEnd",
     "ChildEnds",
@@ -192,6 +209,7 @@ __all__ = [
     "StepKind",
     "StepName",
     "StepRecord",
+    "StepRetry",
     "StepState",
     "StepView",
     "StepWrite",

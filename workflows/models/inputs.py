@@ -145,6 +145,31 @@ class StepWrite(_Input):
     """Seq of the event holding the step's result; must name an event of the same task."""
 
 
+class BranchPoint(_Input):
+    """Where a branch starts (``branch_from``): a task of the same project and a seq of its
+    log; the branch's log is that task's events 1 to ``seq``."""
+
+    task: Name
+    """The source task's name."""
+    seq: int = Field(ge=1)
+    """The last event copied."""
+
+
+class StepRetry(_Input):
+    """Update ``retry_step`` (and a ``resume`` that retries): a person asks that an ``unknown``
+    or ``failed`` step run again when agent code reaches it, recorded as a decision citing the
+    step; an ``unknown`` step runs under its old idempotency key, a failed one under a new."""
+
+    step_name: StepName
+    """The step."""
+    agent_id: ShortText
+    """Who asks (the decision's author)."""
+    reason: Annotated[StrictStr, Field(min_length=1, max_length=1_000)]
+    """Why (the decision's text)."""
+    request_id: StrictStr
+    """Request id (1 to 64 characters)."""
+
+
 class TaskStart(_Input):
     """What creates a task: the start input of update-with-start and the input of the
     ``create_task`` update sent with it."""
@@ -173,6 +198,9 @@ class TaskStart(_Input):
     agent: AgentSpec | None = Field(default=None, exclude_if=lambda value: value is None)
     """The agent that runs the task (an agent task); None for a recorded task. Added later:
     left out of the JSON while unset, so an old creation's argument digest is unchanged."""
+    branched_from: BranchPoint | None = Field(default=None, exclude_if=lambda value: value is None)
+    """The task and seq this task branches from (``branch_from``): its log starts as a copy
+    of that task's events 1 to ``seq``. Added later: left out of the JSON while unset."""
 
     @model_validator(mode="after")
     def _names(self) -> Self:

@@ -34,6 +34,12 @@ class EventKind(StrEnum):
     (``Event.cites``; ``ConversationHistory.record_decision``)."""
 
 
+ROLLED_BACK = "rolled_back"
+"""Name of the ``note`` that marks a failed run's events rolled back: its payload
+``{"from_seq": a, "to_seq": b}`` covers events ``a`` to ``b``, which the model never sees
+again (the log stays append-only: seqs and hashes never change)."""
+
+
 class Role(StrEnum):
     """Author role of a message, as in chat transcripts."""
 

@@ -11,7 +11,7 @@ from typing import NamedTuple
 from pydantic import AwareDatetime, BaseModel, Field, JsonValue
 
 from workflows.models.human import ChildRecord, InputAnswer, InputRequest
-from workflows.models.inputs import TaskStart
+from workflows.models.inputs import StepRetry, TaskStart
 from workflows.models.kinds import StepKind, StepState, TaskStatus
 from workflows.models.text import BoundedText
 
@@ -31,6 +31,9 @@ class StepRecord(BaseModel):
     """Workflow time of the step's last change."""
     changed_write: int = 0
     """The task's write counter when this step last changed (the mirror reads from it)."""
+    retry_by: str | None = Field(default=None, exclude_if=lambda value: value is None)
+    """Who asked that this ``unknown`` or ``failed`` step run again (``retry_step``); agent
+    code that reaches it runs it once more, then this clears. Added later."""
 
 
 class StoredRequest(NamedTuple):
@@ -75,6 +78,24 @@ class AgentRun(BaseModel):
     """Model tokens so far."""
     state: dict[str, JsonValue] = Field(default_factory=dict)
     """What agent code keeps across continue-as-new (``AgentContext.state``)."""
+    run: int = 0
+    """Runs of the agent so far: its first start, each ``resume`` and each continuation (a
+    ``run_started`` note each; continue-as-new goes on with the same run)."""
+    run_seq: int = 0
+    """Seq of the current (or last) run's ``run_started`` note."""
+    run_open: bool = False
+    """True from a run's start until it finished or failed (a cancelled run stays open: it
+    was interrupted)."""
+    turn_committed: bool = False
+    """True once a step of the current turn ended in a run that was not rolled back (a tool
+    ran: the turn committed something, so it is continued, never replayed); False again once
+    the turn finishes."""
+    committed_before_run: bool = False
+    """``turn_committed`` when the current run started: what a failed run rolls back to (a
+    continuation that fails leaves its turn continuable)."""
+    round_base: int = 0
+    """Model calls of the earlier runs (the tool loop names steps by the round across runs, so
+    a resumed run's steps never take an earlier run's names)."""
 
 
 class TaskState(BaseModel):
@@ -148,3 +169,8 @@ class TaskWorkflowInput(BaseModel):
     resume: bool = False
     """True when ``carried`` is a closed task's state and the agent is to run again (the
     ``resume`` of a failed or cancelled agent task)."""
+    continuation: bool = False
+    """With ``resume``: the new run continues an interrupted turn (``continue_task``) rather
+    than replaying one that committed nothing."""
+    retry: list[StepRetry] = Field(default_factory=list, max_length=16)
+    """With ``resume``: steps a person asked to run again (``retry_step`` of a closed task)."""

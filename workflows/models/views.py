@@ -9,7 +9,7 @@ from pydantic import AwareDatetime, BaseModel, Field
 from workflows.models.agent import AgentSpec, TokenUsage
 from workflows.models.decisions import Citations
 from workflows.models.human import ChildRecord, InputRequest
-from workflows.models.inputs import EventInput
+from workflows.models.inputs import BranchPoint, EventInput
 from workflows.models.kinds import EventKind, ResultValidity, Role, StepKind, StepState, TaskStatus
 from workflows.models.state import AgentRun, RunRange
 from workflows.models.text import BoundedText, event_id
@@ -178,6 +178,8 @@ class TaskView(BaseModel):
     """Open input requests (id, prompt, schema, deadline), oldest first."""
     children: dict[str, ChildRecord] = {}
     """The child tasks its agent spawned, by spawn key."""
+    branched_from: BranchPoint | None = None
+    """The task and seq this task branched from (``branch_from``), if any."""
     closed_inputs: dict[str, str] = {}
     """Input requests closed without an answer they can still take, by id: why (``timed
     out``, ``task cancelled`` ...); an answer to one is refused ``input_closed``."""
