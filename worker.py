@@ -1,8 +1,9 @@
 """The worker and the one bootstrap of the project.
 
 ``open_services`` connects to Temporal and opens the Neo4j task graph; ``build_worker`` makes
-the worker of ``TaskWorkflow`` and its activities. The CLI, the tests, the benchmarks and
-``run_worker`` all start from these two.
+the worker of ``TaskWorkflow`` and its activities (``AgentTasksWorkerPlugin``, which an app's
+own ``Worker`` takes too). The CLI, the tests, the benchmarks and ``run_worker`` all start from
+these.
 
 ``python worker.py`` and ``agent-tasks worker`` run a worker with the settings from the
 environment (``config.Settings``) until SIGINT or SIGTERM, then stop cleanly: the worker stops
@@ -17,11 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from google.protobuf.duration_pb2 import Duration
 from neo4j.exceptions import DriverError, Neo4jError
@@ -37,15 +39,18 @@ from temporalio.api.workflowservice.v1 import (
     UpdateNamespaceRequest,
 )
 from temporalio.client import Client
+from temporalio.plugin import SimplePlugin
 from temporalio.service import RPCError, RPCStatusCode
-from temporalio.worker import Worker
+from temporalio.worker import Worker, WorkerConfig
 
 import telemetry
 from activities.files import file_tools, files_demo
 from activities.mirror import MirrorActivities
 from activities.model import ModelActivities, Script
 from activities.tools import Tool, ToolActivities
+from codec import ZlibCodec
 from config import Settings, connect, release_runtime
+from plugin import PLUGIN_NAME, sandbox_passthrough
 from taskgraph.graph import TaskGraph, open_driver
 from workflows.task import SEARCH_ATTRIBUTE_KEYS, TaskWorkflow
 
@@ -215,6 +220,58 @@ DEMO_SCRIPTS: dict[str, Script] = {"files-demo": files_demo}
 """The scripted models every worker has (``ModelSpec(provider="scripted", model=...)``)."""
 
 
+class AgentTasksWorkerPlugin(SimplePlugin):
+    """The worker plugin: ``TaskWorkflow``, its sandbox passthroughs
+    (``plugin.sandbox_passthrough``) and its activities (the mirror, the model call, the
+    agent tasks' tools, the read of a recorded result), on a worker whose client carries the
+    product's data converter (``plugin.AgentTasksPlugin`` or ``config.connect``)::
+
+        Worker(client, task_queue="agent-tasks", plugins=[AgentTasksWorkerPlugin(graph)])
+
+    Args:
+        graph: the Neo4j task graph the mirror writes to (it creates the schema before its
+            first write if nobody did).
+        tools: the tools this worker runs (``activities.tools.tool``); default: the demo's
+            read-only file tools over the current folder.
+        scripts: the scripted models by name, besides ``DEMO_SCRIPTS``.
+
+    Raises (when the worker is built):
+        ValueError: the worker's client lacks the payload codec (the SDK gives a worker its
+            client's data converter, which a worker plugin cannot change).
+    """
+
+    def __init__(
+        self,
+        graph: TaskGraph,
+        *,
+        tools: Sequence[Tool] | None = None,
+        scripts: Mapping[str, Script] | None = None,
+    ) -> None:
+        super().__init__(
+            f"{PLUGIN_NAME}.worker", workflows=[TaskWorkflow], workflow_runner=sandbox_passthrough
+        )
+        self.graph = graph
+        self.tools = file_tools(Path.cwd()) if tools is None else list(tools)
+        self.scripts = {**DEMO_SCRIPTS, **(scripts or {})}
+
+    def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
+        """Add the workflow, the runner's passthroughs and the activities, built for the
+        worker's client."""
+        client = config["client"]
+        if not isinstance(client.data_converter.payload_codec, ZlibCodec):
+            raise ValueError(
+                "the worker's client lacks the product's data converter: connect it with "
+                "plugins=[AgentTasksPlugin()] (or config.connect)"
+            )
+        mirror = MirrorActivities(client, self.graph)
+        steps = ToolActivities(client, self.graph, self.tools)
+        model = ModelActivities(client, self.graph, self.scripts, [t.spec for t in steps.tools])
+        mine: list[Callable[..., Any]] = [mirror.mirror_task, model.model_turn]
+        mine += steps.activities()
+        config["activities"] = [*config.get("activities", ()), *mine]
+        return super().configure_worker(config)
+
+
 def build_worker(
     client: Client,
     graph: TaskGraph,
@@ -223,27 +280,19 @@ def build_worker(
     tools: Sequence[Tool] | None = None,
     scripts: Mapping[str, Script] | None = None,
 ) -> Worker:
-    """A worker for ``TaskWorkflow`` and its activities on ``task_queue``: the mirror, the
-    agent tasks' tools, the model call and the read of a recorded result.
+    """A worker for ``TaskWorkflow`` and its activities on ``task_queue``
+    (``AgentTasksWorkerPlugin`` with ``graph``, ``tools`` and ``scripts``), stopping within
+    10 s of a shutdown (running mirror calls finish).
 
     Args:
-        client: a connected client with the pydantic data converter (``config.connect``).
-        graph: the Neo4j task graph the mirror writes to (it creates the schema before its
-            first write if nobody did).
+        client: a connected client with the product's data converter (``config.connect``).
+        graph, tools, scripts: as ``AgentTasksWorkerPlugin``.
         task_queue: the task queue to poll.
-        tools: the tools this worker runs (``activities.tools.tool``); default: the demo's
-            read-only file tools over the current folder.
-        scripts: the scripted models by name, besides ``DEMO_SCRIPTS``.
     """
-    mirror = MirrorActivities(client, graph)
-    steps = ToolActivities(client, graph, file_tools(Path.cwd()) if tools is None else tools)
-    specs = [t.spec for t in steps.tools]
-    model = ModelActivities(client, graph, {**DEMO_SCRIPTS, **(scripts or {})}, specs)
     return Worker(
         client,
         task_queue=task_queue,
-        workflows=[TaskWorkflow],
-        activities=[mirror.mirror_task, model.model_turn, *steps.activities()],
+        plugins=[AgentTasksWorkerPlugin(graph, tools=tools, scripts=scripts)],
         graceful_shutdown_timeout=timedelta(seconds=10),
     )
 

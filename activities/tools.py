@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError
@@ -29,9 +29,8 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
-from activities.mirror import heartbeating
+from activities.heartbeat import heartbeating
 from activities.reader import QUERY_TIMEOUT, task_events
-from taskgraph.graph import TaskGraph
 from workflows.agents import (
     READ_EVENT_ACTIVITY,
     TOOL_ACTIVITY_PREFIX,
@@ -42,6 +41,9 @@ from workflows.agents import (
 )
 from workflows.models import StepsQuery, ToolInput, ToolOutput, bound_text
 from workflows.task import TaskWorkflow
+
+if TYPE_CHECKING:  # the driver is loaded by whoever makes the graph (agent code imports tool)
+    from taskgraph.graph import TaskGraph
 
 TOOL_RESULT_INVALID = "ToolResultInvalid"
 """ApplicationError type of a tool result that cannot be serialized (not retried)."""

@@ -26,8 +26,9 @@ ALLOWED: dict[str, set[str]] = {
     "activities": {"workflows", "taskgraph"},
     "telemetry": set(),
     "codec": set(),
-    "config": {"workflows", "telemetry", "codec"},
-    "worker": {"workflows", "taskgraph", "activities", "config", "telemetry"},
+    "plugin": {"codec"},
+    "config": {"workflows", "telemetry", "codec", "plugin"},
+    "worker": {"workflows", "taskgraph", "activities", "config", "telemetry", "codec", "plugin"},
     "devstack": {"workflows", "config"},
     "starter": {
         "workflows",
@@ -39,6 +40,7 @@ ALLOWED: dict[str, set[str]] = {
         "trajectories",
         "telemetry",
         "codec",
+        "plugin",
         "bench",
     },
     "bench": {
