@@ -13,6 +13,7 @@ COPY pyproject.toml README.md config.py worker.py telemetry.py codec.py plugin.p
 COPY workflows workflows
 COPY activities activities
 COPY taskgraph taskgraph
+COPY tasklog tasklog
 COPY starter starter
 COPY devstack devstack
 COPY trajectories trajectories

@@ -23,7 +23,7 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
-from activities.reader import task_events
+from tasklog.reader import TaskReader
 from workflows.agents import MODEL_ACTIVITY, ToolSpec
 from workflows.models import (
     Event,
@@ -107,9 +107,8 @@ class ModelActivities:
     @activity.defn(name=MODEL_ACTIVITY)
     async def model_turn(self, input: ModelInput) -> ModelTurn:
         """The model's next turn for the task's events 1 to ``up_to_seq``."""
-        transcript = await task_events(
-            self.client, self.graph, input.workflow_id, input.run_id, 0, input.up_to_seq
-        )
+        reader = TaskReader(self.client, self.graph)
+        transcript = await reader.task_events(input.workflow_id, input.run_id, 0, input.up_to_seq)
         if input.model.provider == "scripted":
             script = self.scripts.get(input.model.model)
             if script is None:

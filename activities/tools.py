@@ -30,7 +30,7 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeating
-from activities.reader import QUERY_TIMEOUT, task_events
+from tasklog.reader import QUERY_TIMEOUT, TaskReader
 from workflows.agents import (
     READ_EVENT_ACTIVITY,
     TOOL_ACTIVITY_PREFIX,
@@ -156,9 +156,7 @@ class ToolActivities:
         return [self._activity(t) for t in self.tools] + [self.read_event, self.tool_specs]
 
     async def _event_text(self, input: ToolInput) -> str:
-        (event,) = await task_events(
-            self.client,
-            self.graph,
+        (event,) = await TaskReader(self.client, self.graph).task_events(
             input.workflow_id,
             input.run_id,
             input.call_seq - 1,

@@ -61,9 +61,10 @@ from config import Settings, connect
 from devstack import free_port
 from devstack.neo4j_server import Neo4jServer
 from devstack.temporal import TemporalDevServer
-from starter.client import ConversationHistory, split_events
+from starter.client import ConversationHistory
 from starter.importer import EXAMPLES, plan_import, trajectory_files
 from starter.replay import replay_histories
+from starter.writes import split_events
 from taskgraph.graph import TaskGraph, task_properties
 from taskgraph.models import TaskFilter
 from worker import build_worker, open_services

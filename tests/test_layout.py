@@ -23,7 +23,8 @@ ALLOWED: dict[str, set[str]] = {
     "workflows": set(),
     "trajectories": {"workflows"},
     "taskgraph": {"workflows"},
-    "activities": {"workflows", "taskgraph"},
+    "tasklog": {"workflows", "taskgraph"},
+    "activities": {"workflows", "taskgraph", "tasklog"},
     "telemetry": set(),
     "codec": set(),
     "plugin": {"codec"},
@@ -33,6 +34,7 @@ ALLOWED: dict[str, set[str]] = {
     "starter": {
         "workflows",
         "taskgraph",
+        "tasklog",
         "activities",
         "config",
         "worker",
