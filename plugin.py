@@ -31,16 +31,17 @@ PLUGIN_NAME = "durable-agent-tasks"
 """The client plugin's name (``Plugin.name``; the worker plugin's is this + ``.worker``)."""
 
 PASSTHROUGH_MODULES = (
-    # The task workflow's helpers (the ledger, the agent registry and context, the models,
-    # the decision and error rules): deterministic code over pydantic and temporalio that
-    # holds no state of a run at module level (the agent registry maps names to functions,
-    # filled when agent modules are imported on the worker, and must be the worker's own to
-    # be found). ``workflows/task.py`` imports them passed through too; the workflow module
-    # itself stays sandboxed.
+    # The task workflow's helpers (the ledger and its rooms, the agent registry and context,
+    # the mirror policy, the models, the decision and error rules): deterministic code over
+    # pydantic and temporalio that holds no state of a run at module level (the agent
+    # registry maps names to functions, filled when agent modules are imported on the
+    # worker, and must be the worker's own to be found). ``workflows/task.py`` imports them
+    # passed through too; the workflow module itself stays sandboxed.
     "workflows.agents",
     "workflows.decisions",
     "workflows.errors",
     "workflows.ledger",
+    "workflows.mirroring",
     "workflows.models",
     # The answer checks of ``workflows.waits``: jsonschema (pure, its version pinned in the
     # lock) and RE2 (a C++ extension, which the sandbox cannot re-import per run).

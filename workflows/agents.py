@@ -39,12 +39,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import (
-    ActivityError,
-    ApplicationError,
-    CancelledError,
-    TimeoutError,
-)
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError
 from temporalio.workflow import ActivityCancellationType
 
 from workflows.ledger import Ledger, internal_request_id

@@ -27,8 +27,8 @@ from taskgraph.models import TaskFilter
 from tests.conftest import eventually, mirrored
 from worker import build_worker
 from workflows.errors import MIRROR_UNAVAILABLE
+from workflows.mirroring import MIRROR_HEARTBEAT, MIRROR_START_TO_CLOSE
 from workflows.models import MIRROR_ACTIVITY
-from workflows.task import MIRROR_HEARTBEAT, MIRROR_START_TO_CLOSE
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,9 +12,10 @@ import hashlib
 import json
 import re
 import uuid
+from collections.abc import Mapping
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, StrictStr
 
 from workflows.models.limits import MAX_PAYLOAD_CHARS
 
@@ -172,3 +173,21 @@ def bound_text(text: str) -> BoundedText:
     return BoundedText(
         text=full[:MAX_PAYLOAD_CHARS], full_length=len(full), full_sha256=sha256_hex(full)
     )
+
+
+def json_within(head: Mapping[str, JsonValue], field: str, text: str) -> str:
+    """``head`` with ``field: text`` as JSON of at most ``MAX_PAYLOAD_CHARS`` characters (an
+    event payload's cut), ``text`` cut to its longest start that fits (a binary search: an
+    escaped character takes up to 6), so the payload is always whole JSON that reads back (a
+    JSON text cut by the payload rule would not parse)."""
+
+    def payload(n: int) -> str:
+        return json.dumps({**head, field: text[:n]}, ensure_ascii=False)
+
+    if len(whole := payload(len(text))) <= MAX_PAYLOAD_CHARS:
+        return whole
+    low, high = 0, min(len(text), MAX_PAYLOAD_CHARS)  # payload(low) fits, high does not
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if len(payload(middle)) <= MAX_PAYLOAD_CHARS else (low, middle)
+    return payload(low)
