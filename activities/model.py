@@ -24,7 +24,8 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
 from tasklog.reader import TaskReader
-from workflows.agents import MODEL_ACTIVITY, ToolSpec
+from workflows.agents.registry import ToolSpec
+from workflows.agents.steps import MODEL_ACTIVITY
 from workflows.models import (
     Event,
     EventKind,

@@ -31,14 +31,14 @@ from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeating
 from tasklog.reader import QUERY_TIMEOUT, TaskReader
-from workflows.agents import (
-    READ_EVENT_ACTIVITY,
+from workflows.agents.registry import (
     TOOL_ACTIVITY_PREFIX,
     TOOL_ARGUMENTS_INVALID,
     TOOL_SPECS_ACTIVITY,
     ToolSpec,
     ToolSpecs,
 )
+from workflows.agents.steps import READ_EVENT_ACTIVITY
 from workflows.models import StepsQuery, ToolInput, ToolOutput, bound_text
 from workflows.task import TaskWorkflow
 

@@ -42,7 +42,8 @@ from temporalio.workflow import ParentClosePolicy
 with workflow.unsafe.imports_passed_through():
     # Pass-through is safe: these modules are deterministic (stdlib, pydantic, temporalio) and
     # hold no state between workflow runs; sharing them avoids re-importing pydantic models.
-    from workflows.agents import AgentContext, AgentParked, agent_function, agent_tools
+    from workflows.agents.context import AgentContext, AgentParked
+    from workflows.agents.registry import agent_function, agent_tools
     from workflows.decisions import check_citations
     from workflows.errors import CONTINUING_AS_NEW, ErrorCode, refusal
     from workflows.ledger import Ledger, internal_request_id
