@@ -51,7 +51,8 @@ from activities.tools import Tool, ToolActivities
 from codec import ZlibCodec
 from config import Settings, connect, release_runtime
 from plugin import PLUGIN_NAME, sandbox_passthrough
-from taskgraph.graph import TaskGraph, open_driver
+from taskgraph.driver import open_driver
+from taskgraph.graph import TaskGraph
 from workflows.task import SEARCH_ATTRIBUTE_KEYS, TaskWorkflow
 
 SCHEMA_TIMEOUT_S = 10.0

@@ -65,8 +65,9 @@ from starter.client import ConversationHistory
 from starter.importer import EXAMPLES, plan_import, trajectory_files
 from starter.replay import replay_histories
 from starter.writes import split_events
-from taskgraph.graph import TaskGraph, task_properties
+from taskgraph.graph import TaskGraph
 from taskgraph.models import TaskFilter
+from taskgraph.writes import task_properties
 from worker import build_worker, open_services
 from workflows.models import (
     AgentSpec,

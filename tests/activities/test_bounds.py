@@ -22,7 +22,8 @@ from temporalio.client import Client, WorkflowHistory
 from config import Settings
 from devstack import free_port
 from starter.client import ConversationHistory
-from taskgraph.graph import NEO4J_CALL_TIMEOUT_S, TaskGraph, open_driver
+from taskgraph.driver import NEO4J_CALL_TIMEOUT_S, open_driver
+from taskgraph.graph import TaskGraph
 from taskgraph.models import TaskFilter
 from tests.conftest import eventually, mirrored
 from worker import build_worker
