@@ -62,7 +62,7 @@ from devstack import free_port
 from devstack.neo4j_server import Neo4jServer
 from devstack.temporal import TemporalDevServer
 from starter.client import ConversationHistory
-from starter.importer import EXAMPLES, plan_import, trajectory_files
+from starter.planning import EXAMPLES, plan_import, trajectory_files
 from starter.replay import replay_histories
 from starter.writes import split_events
 from taskgraph.graph import TaskGraph
