@@ -61,6 +61,8 @@ DEFAULT_RETENTION = timedelta(days=30)
 """Retention of closed tasks' histories that ``prepare_namespace`` sets by default: a finished
 task stays readable (``get_task``, replay, ``graph rebuild``) this long. The server's default
 (one day) would let a rebuild of Neo4j lose yesterday's tasks."""
+GRACEFUL_SHUTDOWN = timedelta(seconds=10)
+"""How long a stopping worker lets running activities (mirror calls, tools) finish."""
 NAMESPACE_READY_TIMEOUT_S = 60.0
 """How long ``prepare_namespace`` waits for a new namespace to answer (seconds): a cluster
 propagates a registration through its namespace cache (10 s by default)."""
@@ -283,7 +285,7 @@ def build_worker(
 ) -> Worker:
     """A worker for ``TaskWorkflow`` and its activities on ``task_queue``
     (``AgentTasksWorkerPlugin`` with ``graph``, ``tools`` and ``scripts``), stopping within
-    10 s of a shutdown (running mirror calls finish).
+    ``GRACEFUL_SHUTDOWN`` of a shutdown (running mirror calls finish).
 
     Args:
         client: a connected client with the product's data converter (``config.connect``).
@@ -294,7 +296,7 @@ def build_worker(
         client,
         task_queue=task_queue,
         plugins=[AgentTasksWorkerPlugin(graph, tools=tools, scripts=scripts)],
-        graceful_shutdown_timeout=timedelta(seconds=10),
+        graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
     )
 
 

@@ -6,8 +6,9 @@ argument model and ``result`` a pydantic model or text. The worker runs it as th
 ``tool.{name}``: the activity reads the call's arguments back from the task by seq (its input
 carries references only), validates them with the argument model (a validation error fails the
 step at once, with the message as its result, never retried), calls the function, and returns
-the result as JSON text bounded like an event payload (a 5 MB output becomes 32,000 characters
-with the full length and SHA-256; never a payload over the budget, never a retry loop). A
+the result as JSON text bounded like an event payload (a 5 MB output becomes
+``MAX_PAYLOAD_CHARS`` characters with the full length and SHA-256; never a payload over the
+budget, never a retry loop). A
 result that cannot be serialized fails the step the same way.
 
 The context gives the step's idempotency key (``{workflow id}/{step}/{attempt}``, the same on

@@ -5,10 +5,10 @@ Writes never raise for a refusal: they return a ``WriteResult`` whose ``error`` 
 are not of the right shape (an unknown kind, an over-long name, a payload that is not text)
 raise pydantic's ``ValidationError`` naming the field, before anything is sent.
 
-Deduplication is the workflow's own: each write carries a request id, and the workflow answers
-a repeated id (same arguments) with the stored result (``duplicate`` True), in a window of the
-task's last 2,000 writes that survives continue-as-new. Update ids are left to the SDK (random),
-since the server's update-id deduplication lasts one run only and ignores the arguments.
+Deduplication is the workflow's own: each write carries a request id, and the workflow answers a
+repeated id (same arguments) with the stored result (``duplicate`` True), in a window of the task's
+last ``REQUEST_WINDOW`` writes that survives continue-as-new. Update ids are left to the SDK
+(random), since the server's update-id deduplication lasts one run only and ignores the arguments.
 
 ``ConversationHistory`` is the facade of four rooms, each one job, each a layer on the one
 below: ``starter.transport`` (the calls: retries, the time limit, the ordered lane of writes),

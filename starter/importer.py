@@ -7,8 +7,8 @@ task is named: ``{format}/{source id}/{digest of the run}``). Importing is two p
    module's docstring says how).
 2. **Write** (``import_tasks``): the tasks are written concurrently (``CONCURRENCY`` at a
    time), each with the fewest updates the bounds allow: ``create_task``, ``record_events``
-   per segment (split only past 200 events or ~1 MiB per update), ``set_steps`` per segment
-   (past 200 steps) and ``finish_task``.
+   per segment (split only past one update's bounds: ``starter.writes.split_events``),
+   ``set_steps`` per segment (past ``MAX_STEPS_PER_UPDATE`` steps) and ``finish_task``.
 
 Atomic refusal: nothing is written unless ``create_task`` reports that this import's own
 request id created the task (now, or in an earlier run of the same import). When the name
@@ -37,6 +37,7 @@ from typing import Any
 from starter.client import ConversationHistory
 from starter.planning import ImportReport, PlannedTask, plan_import
 from starter.results import WriteResult
+from taskgraph.models import MAX_TREE_DEPTH
 from trajectories import (
     ParsedTrajectory,
     export_atif,
@@ -58,9 +59,6 @@ CONCURRENCY = 16
 """Tasks written at once. Each task's writes are sequential (at most one update in flight per
 workflow, far below the server's 10); 16 tasks keep a 2-core dev server busy without queueing
 (``bench/bench_import.py``)."""
-
-MAX_TREE_DEPTH = 20
-"""Deepest level of child tasks ``export_task`` embeds (the task graph's tree depth)."""
 
 
 def _request_id(run: ParsedTrajectory, what: str) -> str:

@@ -69,7 +69,7 @@ class ImportReport(BaseModel):
     steps: int = 0
     failed_steps: int = 0
     cut_payloads: int = 0
-    """Events whose payload was cut to 32,000 characters."""
+    """Events whose payload was cut to ``MAX_PAYLOAD_CHARS`` characters."""
     new_events: int = 0
     """Events this run recorded (0 on a re-import)."""
     ms: float = 0.0

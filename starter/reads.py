@@ -85,11 +85,12 @@ class TaskReads(Transport):
         *,
         after_name: str | None = None,
     ) -> StepsResult:
-        """A page of the task's steps in name order after ``after_name``, optionally of one
-        state, each with its ``result_validity`` and ``idempotency_key``; at most ``limit`` (1
-        to 500). A task holds up to 10,000 steps; the steps a run holds (open ones, and those
-        changed in it) come from the workflow, the steps closed in earlier runs from Neo4j (and
-        from those runs while Neo4j lacks them), the newest record of each name winning.
+        """A page of the task's steps in name order after ``after_name``, optionally of one state,
+        each with its ``result_validity`` and ``idempotency_key``; at most ``limit`` (1 to
+        ``STEPS_PAGE_MAX``). A task holds up to ``MAX_STEPS_PER_TASK`` steps; the steps a run holds
+        (open ones, and those changed in it) come from the workflow, the steps closed in earlier
+        runs from Neo4j (and from those runs while Neo4j lacks them), the newest record of each name
+        winning.
 
         Raises:
             pydantic.ValidationError: an argument of the wrong shape, naming the field

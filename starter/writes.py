@@ -56,7 +56,7 @@ def chunk_request_id(request_id: str, index: int) -> str:
 def split_events(events: Sequence[EventInput]) -> Iterator[list[EventInput]]:
     """Split events into update-sized lists: at most ``MAX_EVENTS_PER_UPDATE`` events and
     about ``MAX_PAYLOAD_BYTES`` of JSON each (one event is at most ~200 KB, since a payload is
-    at most 32,000 characters)."""
+    at most ``MAX_PAYLOAD_CHARS`` characters)."""
     chunk: list[EventInput] = []
     size = 0
     for event in events:
@@ -126,8 +126,8 @@ class TaskWrites(TaskReads):
         request_id: str | None = None,
     ) -> WriteResult:
         """Append one event; ``result.event`` is the recorded event (``result.seq`` its
-        seq). A payload over 32,000 characters is cut (the event keeps the full length and
-        SHA-256). See ``record_events``."""
+        seq). A payload over ``MAX_PAYLOAD_CHARS`` characters is cut (the event keeps the full
+        length and SHA-256). See ``record_events``."""
         event = EventInput.model_validate(
             {"kind": kind, "payload": payload, "role": role, "name": name, "call_id": call_id}
         )
@@ -168,7 +168,8 @@ class TaskWrites(TaskReads):
     ) -> WriteResult:
         """Append events in order, with consecutive seqs.
 
-        A batch over one update's bounds (200 events or ~1 MiB) is sent as several updates,
+        A batch over one update's bounds (``MAX_EVENTS_PER_UPDATE`` events or
+        ``MAX_PAYLOAD_BYTES`` of JSON) is sent as several updates,
         each under a request id derived from ``request_id`` (``chunk_request_id``). They are
         not atomic together: on a refusal, the updates before it stay recorded, the result
         has ``recorded`` False and ``first_seq``/``last_seq`` of what was recorded, and a
@@ -259,9 +260,9 @@ class TaskWrites(TaskReads):
     async def set_steps(
         self, task: str, steps: Sequence[StepWrite], *, request_id: str | None = None
     ) -> WriteResult:
-        """Apply step writes in order. Up to 200 writes are one update, all or nothing;
-        larger lists are split like ``record_events``. A list naming more distinct steps than
-        a task may hold is refused (``step_limit_reached``) before anything is sent."""
+        """Apply step writes in order. Up to ``MAX_STEPS_PER_UPDATE`` writes are one update, all or
+        nothing; larger lists are split like ``record_events``. A list naming more distinct steps
+        than a task may hold is refused (``step_limit_reached``) before anything is sent."""
         request_id = request_id_or_new(request_id)
         if len({write.step_name for write in steps}) > MAX_STEPS_PER_TASK:
             return refused(

@@ -44,7 +44,8 @@ dropped NAT entry, a proxy that stopped forwarding) is replaced instead of hangi
 transaction."""
 NEO4J_TRANSACTION_TIMEOUT_S = 10.0
 """Seconds the server lets one transaction run (``unit_of_work(timeout=...)``) before it
-aborts it; one mirror page (100 events, 1 MiB) takes about 0.1 s."""
+aborts it; one mirror page (``MIRROR_PAGE_EVENTS`` events, ``MAX_PAYLOAD_BYTES``) takes about
+0.1 s."""
 NEO4J_RETRY_S = 10.0
 """Seconds the driver keeps retrying a transaction that failed with a transient error
 (``max_transaction_retry_time``, default 30 s); the mirror activity's retry policy and the

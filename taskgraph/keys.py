@@ -8,7 +8,7 @@ with a ``TaskGraph`` reach it already, and it holds the plain text of every even
 mirror's copy), so keeping the keys there shows no one anything new. It makes Neo4j hold data
 that the Temporal histories cannot give back: ``graph rebuild`` restores everything but the
 keys, ``wipe_project`` keeps them, and a Neo4j lost without a backup loses the sealed text
-(README, "Redaction and deletion").
+(``docs/retention.md``).
 
 A key is written before the event that needs it is sent; a refused or never-sent write
 leaves an unused key, deleted with its task. ``fetch_keys`` runs inside the mirror's

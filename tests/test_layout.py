@@ -282,3 +282,36 @@ def test_starter_is_the_one_way_in() -> None:
     for name in starter.__all__:
         assert getattr(starter, name) is not None, name
     assert starter.build_worker is worker.build_worker  # served from worker when first used
+
+
+# ------------------------------------------------------------------- rooms of one job
+
+MAX_FILE_LINES = 500
+"""Lines a file of the project may have (outside ``tests/`` and data), unless ``LONG_FILES``
+gives the reason it holds more."""
+
+LONG_FILES = {
+    "workflows/task.py": "TaskWorkflow is one @workflow.defn class: its update, query and "
+    "signal handlers, their validators' admission rules and the run loop (mirror calls, "
+    "continue-as-new, cancellation) are the workflow's interface to Temporal and stay in the "
+    "class; what they call lives in the ledger and its rooms, workflows.mirroring and "
+    "workflows.agents",
+}
+"""Files over ``MAX_FILE_LINES`` lines, each with the reason."""
+
+DATA = (".json", ".traj", ".lock")
+"""Suffixes of data and generated files (trajectories, JSON Schemas, pinned locks)."""
+
+
+def test_no_file_is_over_500_lines_without_a_reason() -> None:
+    listed = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    files = [
+        name
+        for name in listed
+        if not name.startswith(("tests/", "examples/")) and not name.endswith(DATA)
+    ]
+    lines = {name: len((ROOT / name).read_bytes().splitlines()) for name in files}
+    long = {name for name, count in lines.items() if count > MAX_FILE_LINES}
+    assert long == set(LONG_FILES), {name: lines.get(name) for name in long ^ set(LONG_FILES)}

@@ -3,7 +3,7 @@
 Deterministic (stdlib and pydantic only): the workflow and the client both use these, so both
 sides validate, bound and hash text the same way. ``clean_text`` and ``bound_text`` run inside
 the models' validators, which also run when a history is replayed: changing them changes what
-a replay computes (README, "Changing workflow code safely").
+a replay computes (``docs/replay-and-upgrades.md``).
 """
 
 from __future__ import annotations
