@@ -20,8 +20,9 @@ The payload budget (``workflows.models.MAX_PAYLOAD_BYTES``) stays measured on th
 compression: a payload the codec could not compress still fits. Search attributes and the
 codec's own metadata are not compressed (the server reads them). A worker or client without
 this codec cannot read compressed payloads: every process of a deployment, and every
-``Replayer``, takes its data converter from here (``DATA_CONVERTER``: ``config.connect``,
-``starter.replay``, and the rebuild through its client).
+``Replayer``, takes its data converter from here (``DATA_CONVERTER``, which
+``plugin.AgentTasksPlugin`` gives ``config.connect``'s clients and ``starter.replay``; the
+rebuild takes its client's).
 """
 
 from __future__ import annotations

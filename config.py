@@ -77,7 +77,7 @@ from temporalio.client import Client
 from temporalio.envconfig import ClientConfigProfile, ClientConnectConfig
 
 import telemetry
-from codec import DATA_CONVERTER
+from plugin import AgentTasksPlugin
 from workflows.errors import TaskServiceUnavailable
 
 DEFAULT_TEMPORAL_ADDRESS = "127.0.0.1:7233"
@@ -289,8 +289,9 @@ async def connect(
     address: str | None = None,
     namespace: str | None = None,
 ) -> Client:
-    """Connect to Temporal with the product's data converter (pydantic models, zlib payload
-    codec: ``codec.DATA_CONVERTER``), the SDK's client configuration
+    """Connect to Temporal with the product's client plugin (``plugin.AgentTasksPlugin``: the
+    data converter with pydantic models and the zlib payload codec, and the sandbox passthroughs
+    of the workers built on the client), the SDK's client configuration
     (address, namespace, TLS, mTLS, API key), and the telemetry the settings name (the tracing
     interceptor, which workers built on this client inherit, and the runtime's metrics).
 
@@ -311,7 +312,7 @@ async def connect(
     try:
         return await Client.connect(
             **profile.connect_config(),
-            data_converter=DATA_CONVERTER,
+            plugins=[AgentTasksPlugin()],
             interceptors=observe.interceptors,
             runtime=observe.runtime,
         )

@@ -1,8 +1,9 @@
 """The worker and the one bootstrap of the project.
 
 ``open_services`` connects to Temporal and opens the Neo4j task graph; ``build_worker`` makes
-the worker of ``TaskWorkflow`` and its activities. The CLI, the tests, the benchmarks and
-``run_worker`` all start from these two.
+the worker of ``TaskWorkflow`` and its activities (``AgentTasksWorkerPlugin``, which an app's
+own ``Worker`` takes too). The CLI, the tests, the benchmarks and ``run_worker`` all start from
+these.
 
 ``python worker.py`` and ``agent-tasks worker`` run a worker with the settings from the
 environment (``config.Settings``) until SIGINT or SIGTERM, then stop cleanly: the worker stops
@@ -17,11 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from google.protobuf.duration_pb2 import Duration
 from neo4j.exceptions import DriverError, Neo4jError
@@ -37,8 +39,9 @@ from temporalio.api.workflowservice.v1 import (
     UpdateNamespaceRequest,
 )
 from temporalio.client import Client
+from temporalio.plugin import SimplePlugin
 from temporalio.service import RPCError, RPCStatusCode
-from temporalio.worker import Worker
+from temporalio.worker import Worker, WorkerConfig
 
 import telemetry
 from activities.branch import BranchActivities
@@ -47,8 +50,11 @@ from activities.files import file_tools, files_demo
 from activities.mirror import MirrorActivities
 from activities.model import ModelActivities, Script
 from activities.tools import Tool, ToolActivities
+from codec import ZlibCodec
 from config import Settings, connect, release_runtime
-from taskgraph.graph import TaskGraph, open_driver
+from plugin import PLUGIN_NAME, sandbox_passthrough
+from taskgraph.driver import open_driver
+from taskgraph.graph import TaskGraph
 from workflows.task import SEARCH_ATTRIBUTE_KEYS, TaskWorkflow
 
 SCHEMA_TIMEOUT_S = 10.0
@@ -57,6 +63,8 @@ DEFAULT_RETENTION = timedelta(days=30)
 """Retention of closed tasks' histories that ``prepare_namespace`` sets by default: a finished
 task stays readable (``get_task``, replay, ``graph rebuild``) this long. The server's default
 (one day) would let a rebuild of Neo4j lose yesterday's tasks."""
+GRACEFUL_SHUTDOWN = timedelta(seconds=10)
+"""How long a stopping worker lets running activities (mirror calls, tools) finish."""
 NAMESPACE_READY_TIMEOUT_S = 60.0
 """How long ``prepare_namespace`` waits for a new namespace to answer (seconds): a cluster
 propagates a registration through its namespace cache (10 s by default)."""
@@ -217,6 +225,85 @@ DEMO_SCRIPTS: dict[str, Script] = {"files-demo": files_demo}
 """The scripted models every worker has (``ModelSpec(provider="scripted", model=...)``)."""
 
 
+class AgentTasksWorkerPlugin(SimplePlugin):
+    """The worker plugin: ``TaskWorkflow``, its sandbox passthroughs
+    (``plugin.sandbox_passthrough``) and its activities (the mirror, the model call, the
+    agent tasks' tools, the read of a recorded result, a resumed parent's look at its
+    children, a branch's copy of its source), on a worker whose client carries the
+    product's data converter (``plugin.AgentTasksPlugin`` or ``config.connect``); its
+    workflow tasks apply each activation's jobs as one batch (``apply_jobs_as_one_batch``).
+    A deployment may run workflows and activities on separate workers (a fleet of activity
+    workers for heavy tools, say): ``activities=False`` polls workflow tasks only,
+    ``workflows=False`` activity tasks only, both on the same task queue::
+
+        Worker(client, task_queue="agent-tasks", plugins=[AgentTasksWorkerPlugin(graph)])
+
+    Args:
+        graph: the Neo4j task graph the mirror writes to (it creates the schema before its
+            first write if nobody did).
+        tools: the tools this worker runs (``activities.tools.tool``); default: the demo's
+            read-only file tools over the current folder.
+        scripts: the scripted models by name, besides ``DEMO_SCRIPTS``.
+        workflows: run ``TaskWorkflow`` (poll workflow tasks).
+        activities: run the activities (poll activity tasks).
+
+    Raises:
+        ValueError: neither ``workflows`` nor ``activities``.
+
+    Raises (when the worker is built):
+        ValueError: the worker's client lacks the payload codec (the SDK gives a worker its
+            client's data converter, which a worker plugin cannot change).
+    """
+
+    def __init__(
+        self,
+        graph: TaskGraph,
+        *,
+        tools: Sequence[Tool] | None = None,
+        scripts: Mapping[str, Script] | None = None,
+        workflows: bool = True,
+        activities: bool = True,
+    ) -> None:
+        if not (workflows or activities):
+            raise ValueError("a worker polls workflows, activities or both")
+        super().__init__(
+            f"{PLUGIN_NAME}.worker",
+            workflows=[TaskWorkflow] if workflows else [],
+            workflow_runner=sandbox_passthrough,
+        )
+        self.run_workflows, self.run_activities = workflows, activities
+        self.graph = graph
+        self.tools = file_tools(Path.cwd()) if tools is None else list(tools)
+        self.scripts = {**DEMO_SCRIPTS, **(scripts or {})}
+
+    def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
+        """Add the workflow, the runner's passthroughs and the activities, built for the
+        worker's client."""
+        client = config["client"]
+        if not isinstance(client.data_converter.payload_codec, ZlibCodec):
+            raise ValueError(
+                "the worker's client lacks the product's data converter: connect it with "
+                "plugins=[AgentTasksPlugin()] (or config.connect)"
+            )
+        if self.run_activities:
+            mirror = MirrorActivities(client, self.graph)
+            steps = ToolActivities(client, self.graph, self.tools)
+            specs = [t.spec for t in steps.tools]
+            model = ModelActivities(client, self.graph, self.scripts, specs)
+            children = ChildActivities(client)
+            branch = BranchActivities(client, self.graph)
+            mine: list[Callable[..., Any]] = [mirror.mirror_task, model.model_turn]
+            mine += [children.child_ends, branch.branch_events, *steps.activities()]
+            config["activities"] = [*config.get("activities", ()), *mine]
+        return super().configure_worker(config)
+
+    async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
+        """Run ``worker`` with its workflow tasks applying each activation as one batch."""
+        if self.run_workflows:
+            apply_jobs_as_one_batch(worker)
+        await next(worker)
+
+
 def build_worker(
     client: Client,
     graph: TaskGraph,
@@ -227,52 +314,25 @@ def build_worker(
     workflows: bool = True,
     activities: bool = True,
 ) -> Worker:
-    """A worker for ``TaskWorkflow`` and its activities on ``task_queue``: the mirror, the
-    agent tasks' tools, the model call, the read of a recorded result and a resumed parent's
-    look at its children. A deployment may run workflows and activities on separate workers
-    (a fleet of activity workers for heavy tools, say): ``activities=False`` polls workflow
-    tasks only, ``workflows=False`` activity tasks only; both on the same task queue.
+    """A worker for ``TaskWorkflow`` and its activities on ``task_queue``
+    (``AgentTasksWorkerPlugin`` with ``graph``, ``tools``, ``scripts``, ``workflows`` and
+    ``activities``), stopping within ``GRACEFUL_SHUTDOWN`` of a shutdown (running mirror
+    calls finish).
 
     Args:
-        client: a connected client with the pydantic data converter (``config.connect``).
-        graph: the Neo4j task graph the mirror writes to (it creates the schema before its
-            first write if nobody did).
+        client: a connected client with the product's data converter (``config.connect``).
+        graph, tools, scripts, workflows, activities: as ``AgentTasksWorkerPlugin``.
         task_queue: the task queue to poll.
-        tools: the tools this worker runs (``activities.tools.tool``); default: the demo's
-            read-only file tools over the current folder.
-        scripts: the scripted models by name, besides ``DEMO_SCRIPTS``.
-        workflows: poll workflow tasks (run ``TaskWorkflow``).
-        activities: poll activity tasks (run the activities).
-
-    Raises:
-        ValueError: neither ``workflows`` nor ``activities``.
     """
-    if not (workflows or activities):
-        raise ValueError("a worker polls workflows, activities or both")
-    mirror = MirrorActivities(client, graph)
-    steps = ToolActivities(client, graph, file_tools(Path.cwd()) if tools is None else tools)
-    specs = [t.spec for t in steps.tools]
-    model = ModelActivities(client, graph, {**DEMO_SCRIPTS, **(scripts or {})}, specs)
-    children = ChildActivities(client)
-    branch = BranchActivities(client, graph)
-    worker = Worker(
+    plugin = AgentTasksWorkerPlugin(
+        graph, tools=tools, scripts=scripts, workflows=workflows, activities=activities
+    )
+    return Worker(
         client,
         task_queue=task_queue,
-        workflows=[TaskWorkflow] if workflows else [],
-        activities=[
-            mirror.mirror_task,
-            model.model_turn,
-            children.child_ends,
-            branch.branch_events,
-            *steps.activities(),
-        ]
-        if activities
-        else [],
-        graceful_shutdown_timeout=timedelta(seconds=10),
+        plugins=[plugin],
+        graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
     )
-    if workflows:
-        apply_jobs_as_one_batch(worker)
-    return worker
 
 
 def apply_jobs_as_one_batch(worker: Worker) -> None:

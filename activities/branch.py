@@ -1,5 +1,5 @@
 """The ``branch_events`` activity: one page of a branch's source events, read across the
-source's runs (``activities.reader.task_events``, sealed text opened) and turned into the
+source's runs (``tasklog.reader.TaskReader.task_events``, sealed text opened) and turned into the
 events the branch records: sealed text sealed again under new keys stored for the branch
 (``taskgraph.sealing.seal_events``), so redacting a source event never opens its copy and a
 copy can be redacted on its own."""
@@ -9,9 +9,9 @@ from __future__ import annotations
 from temporalio import activity
 from temporalio.client import Client
 
-from activities.reader import task_events
 from taskgraph.graph import TaskGraph
 from taskgraph.sealing import seal_events
+from tasklog.reader import TaskReader
 from workflows.models import (
     BRANCH_ACTIVITY,
     BRANCH_PAGE_EVENTS,
@@ -68,9 +68,8 @@ class BranchActivities:
         run_id = (await source.describe()).run_id
         assert run_id is not None
         stop = min(query.up_to_seq, query.after_seq + BRANCH_PAGE_EVENTS)
-        events = await task_events(
-            self.client, self.graph, query.source_workflow_id, run_id, query.after_seq, stop
-        )
+        reader = TaskReader(self.client, self.graph)
+        events = await reader.task_events(query.source_workflow_id, run_id, query.after_seq, stop)
         page: list[Event] = []
         used = 0
         for event in events:

@@ -10,7 +10,7 @@ from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from workflows.ledger import child_end
+from workflows.children import child_end
 from workflows.models import (
     CHILD_ENDS_ACTIVITY,
     CLOSED_STATUSES,

@@ -22,16 +22,15 @@ the seq range.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable
 from datetime import timedelta
-from typing import Protocol, TypeVar
+from typing import Protocol
 
 from neo4j.exceptions import DriverError, Neo4jError
 from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
+from activities.heartbeat import heartbeating
 from taskgraph.graph import TaskGraph
 from workflows.errors import MIRROR_DATA_ERROR, MIRROR_UNAVAILABLE
 from workflows.models import (
@@ -51,8 +50,6 @@ MIRROR_PAGE_BYTES = MAX_PAYLOAD_BYTES
 QUERY_TIMEOUT = timedelta(seconds=10)
 """RPC timeout of each query the mirror sends to its workflow (answered by the worker that
 runs the activity, from its cache, in milliseconds)."""
-
-_T = TypeVar("_T")
 
 OUT_OF_TIME_CODES = frozenset(
     {
@@ -81,31 +78,6 @@ def mirror_failure(err: Exception, where: str) -> ApplicationError:
     return ApplicationError(
         f"Neo4j refused the mirror of {where}: {err}", type=MIRROR_DATA_ERROR, non_retryable=True
     )
-
-
-async def heartbeating(work: Awaitable[_T]) -> _T:
-    """Await ``work`` inside an activity while heartbeating every quarter of the activity's
-    heartbeat timeout (none when it has no heartbeat timeout).
-
-    The heartbeat says "this worker is alive and on it": when the worker dies, the server
-    retries the attempt after the heartbeat timeout. It does not say the work advances; each
-    step of the work is bounded by its own timeout instead (``QUERY_TIMEOUT``,
-    ``taskgraph.graph.NEO4J_CALL_TIMEOUT_S``), so a silent peer cannot hold the attempt.
-    """
-    timeout = activity.info().heartbeat_timeout
-    if not timeout:
-        return await work
-
-    async def beat() -> None:
-        while True:
-            activity.heartbeat()
-            await asyncio.sleep(timeout.total_seconds() / 4)
-
-    beats = asyncio.create_task(beat())
-    try:
-        return await work
-    finally:
-        beats.cancel()
 
 
 class RunSource(Protocol):

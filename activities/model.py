@@ -17,16 +17,16 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
-from activities.reader import task_events
 from activities.transcript import chat_messages, shown
-from taskgraph.graph import TaskGraph
-from workflows.agents import MODEL_ACTIVITY, ToolSpec
+from tasklog.reader import TaskReader
+from workflows.agents.registry import ToolSpec
+from workflows.agents.steps import MODEL_ACTIVITY
 from workflows.models import (
     Event,
     EventKind,
@@ -36,6 +36,9 @@ from workflows.models import (
     TokenUsage,
     ToolCall,
 )
+
+if TYPE_CHECKING:  # the driver is loaded by whoever makes the graph (an app's scripts import this)
+    from taskgraph.graph import TaskGraph
 
 RETRYABLE_HTTP = frozenset({408, 409, 429, 500, 502, 503, 504})
 """HTTP statuses of a model API that trying again can help."""
@@ -82,10 +85,9 @@ class ModelActivities:
     @activity.defn(name=MODEL_ACTIVITY)
     async def model_turn(self, input: ModelInput) -> ModelTurn:
         """The model's next turn for the task's events 1 to ``up_to_seq``."""
+        reader = TaskReader(self.client, self.graph)
         transcript = shown(
-            await task_events(
-                self.client, self.graph, input.workflow_id, input.run_id, 0, input.up_to_seq
-            )
+            await reader.task_events(input.workflow_id, input.run_id, 0, input.up_to_seq)
         )
         if input.model.provider == "scripted":
             script = self.scripts.get(input.model.model)

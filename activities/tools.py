@@ -6,8 +6,9 @@ argument model and ``result`` a pydantic model or text. The worker runs it as th
 ``tool.{name}``: the activity reads the call's arguments back from the task by seq (its input
 carries references only), validates them with the argument model (a validation error fails the
 step at once, with the message as its result, never retried), calls the function, and returns
-the result as JSON text bounded like an event payload (a 5 MB output becomes 32,000 characters
-with the full length and SHA-256; never a payload over the budget, never a retry loop). A
+the result as JSON text bounded like an event payload (a 5 MB output becomes
+``MAX_PAYLOAD_CHARS`` characters with the full length and SHA-256; never a payload over the
+budget, never a retry loop). A
 result that cannot be serialized fails the step the same way.
 
 The context gives the step's idempotency key (``{workflow id}/{step}/{attempt}``, the same on
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError
@@ -29,19 +30,21 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
-from activities.mirror import heartbeating
-from activities.reader import QUERY_TIMEOUT, task_events
-from taskgraph.graph import TaskGraph
-from workflows.agents import (
-    READ_EVENT_ACTIVITY,
+from activities.heartbeat import heartbeating
+from tasklog.reader import QUERY_TIMEOUT, TaskReader
+from workflows.agents.registry import (
     TOOL_ACTIVITY_PREFIX,
     TOOL_ARGUMENTS_INVALID,
     TOOL_SPECS_ACTIVITY,
     ToolSpec,
     ToolSpecs,
 )
+from workflows.agents.steps import READ_EVENT_ACTIVITY
 from workflows.models import StepsQuery, ToolInput, ToolOutput, bound_text
 from workflows.task import TaskWorkflow
+
+if TYPE_CHECKING:  # the driver is loaded by whoever makes the graph (agent code imports tool)
+    from taskgraph.graph import TaskGraph
 
 TOOL_RESULT_INVALID = "ToolResultInvalid"
 """ApplicationError type of a tool result that cannot be serialized (not retried)."""
@@ -154,9 +157,7 @@ class ToolActivities:
         return [self._activity(t) for t in self.tools] + [self.read_event, self.tool_specs]
 
     async def _event_text(self, input: ToolInput) -> str:
-        (event,) = await task_events(
-            self.client,
-            self.graph,
+        (event,) = await TaskReader(self.client, self.graph).task_events(
             input.workflow_id,
             input.run_id,
             input.call_seq - 1,

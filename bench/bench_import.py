@@ -32,7 +32,8 @@ from temporalio.client import Client
 
 from bench.corpus import build_corpus
 from starter.client import ConversationHistory
-from starter.importer import EXAMPLES, import_tasks, mirror_caught_up, plan_import
+from starter.importer import import_tasks, mirror_caught_up
+from starter.planning import EXAMPLES, plan_import
 from taskgraph.graph import TaskGraph
 from worker import build_worker, open_services
 

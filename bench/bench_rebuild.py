@@ -26,11 +26,12 @@ from temporalio.client import Client
 
 from activities.mirror import QueriedRun, copy_run
 from activities.rebuild import rebuild
+from config import connect
 from devstack import free_port
+from devstack.temporal import TemporalDevServer
 from starter.client import ConversationHistory
+from starter.importer import mirror_caught_up
 from taskgraph.graph import TaskGraph
-from tests.conftest import mirrored
-from tests.workflows.test_durability import dev_server
 from worker import build_worker, open_services
 
 
@@ -48,16 +49,11 @@ async def main(events: int, per_update: int, history_limit: int) -> None:
     async with open_services(schema=True) as services:
         graph = services.graph
         assert graph is not None
+        limit = {"limit.historyCount.suggestContinueAsNew": str(history_limit)}
         with tempfile.TemporaryDirectory() as tmp:
-            env = await dev_server(
-                free_port(),
-                Path(tmp) / "temporal.db",
-                "--dynamic-config-value",
-                f"limit.historyCount.suggestContinueAsNew={history_limit}",
-            )
-            try:
-                client, queue = env.client, "bench-rebuild"
-                project = f"rbb-{uuid.uuid4().hex[:8]}"
+            async with TemporalDevServer(Path(tmp), free_port(), extra_dynamic_config=limit) as dev:
+                client = await connect(services.settings, address=dev.address)
+                queue, project = "bench-rebuild", f"rbb-{uuid.uuid4().hex[:8]}"
                 history = ConversationHistory(
                     client, project_id=project, agent_id="bench", task_queue=queue, graph=graph
                 )
@@ -69,7 +65,7 @@ async def main(events: int, per_update: int, history_limit: int) -> None:
                             for i in range(start, min(start + per_update, events))
                         ]
                         assert (await history.record_events("t", batch)).recorded
-                    await mirrored(history, "t", within=600)
+                    await mirror_caught_up(history, ["t"], within=600)
                     started = time.perf_counter()
                     old = await old_rebuild(client, graph, history.workflow_id("t"))
                     query_s = time.perf_counter() - started
@@ -81,8 +77,6 @@ async def main(events: int, per_update: int, history_limit: int) -> None:
                 print(f"query  {query_s:7.2f} s")
                 print(f"replay {replay_s:7.2f} s  ({query_s / replay_s:.1f}x faster)")
                 await graph.wipe_project(project)
-            finally:
-                await env.shutdown()
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from starter.importer import EXAMPLES, trajectory_files
+from starter.planning import EXAMPLES, trajectory_files
 from trajectories import detect_format
 
 

@@ -1,15 +1,42 @@
-"""What apps import: the client API of durable-agent-tasks.
+"""The one way in: everything an app, an agent author and an operator's script use.
 
->>> client = await starter.connect()
+>>> client = await starter.connect()  # or Client.connect(..., plugins=[AgentTasksPlugin()])
 >>> history = starter.ConversationHistory(client, project_id="demo", agent_id="agent-1")
 >>> await history.create_task("fix-bug-42", "Fix the failing test")
->>> retention = starter.HistoryRetention(client, "demo", "agent-1", graph=graph)
 
-Importing ``starter`` does not load the Neo4j driver: reads that need Neo4j take a
-``taskgraph.graph.TaskGraph`` (``worker.open_services`` makes one).
+- Clients: ``ConversationHistory`` (tasks, events, steps, input, decisions, reads),
+  ``HistoryRetention`` (redaction, deletion), ``connect`` and ``Settings``, the Temporal
+  plugins (``AgentTasksPlugin`` for a client, ``AgentTasksWorkerPlugin`` for a worker) and
+  ``DATA_CONVERTER``; the worker's bootstrap (``build_worker``, ``open_graph``,
+  ``open_services``).
+- Results and rows: ``WriteResult`` and the other ``*Result`` types, ``TaskView``, ``Event``,
+  ``StepView``, the Neo4j rows (``TaskRow``, ``EventRow``, ``StepRow``, ``DecisionRow``,
+  ``TreeRow``, ``ToolFailures``).
+- Enums and inputs: ``EventKind``, ``Role``, ``StepKind``, ``StepState``, ``TaskStatus``,
+  ``ResultValidity``, ``ErrorCode``, ``EventInput``, ``StepWrite``.
+- Agent code: ``agent``, ``AgentContext``, ``AgentSpec``, ``ModelSpec``, ``Budgets``,
+  ``StepOutcome``, ``ChildOutcome``; tools: ``tool``, ``Tool``, ``ToolContext``; scripted
+  models: ``ScriptedModel``, ``Script``, ``ModelTurn``, ``ToolCall``, ``TokenUsage``.
+- Errors: ``TaskServiceUnavailable``, ``GraphNotConfigured``, ``GraphIncomplete``,
+  ``Neo4jPasswordMissing``; in agent code ``BudgetExceeded``, ``InputTimeout``,
+  ``SpawnRefused``, ``ChildFailed``.
+
+Importing ``starter`` does not load the Neo4j driver: the names of the worker's bootstrap
+(``build_worker``, ``open_graph``, ``open_services``, ``AgentTasksWorkerPlugin``) load
+``worker`` (and the driver) when first used, and the reads that need Neo4j take a
+``taskgraph.graph.TaskGraph`` (``open_graph`` makes one).
 """
 
-from config import Settings, connect
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from activities.model import Script, ScriptedModel
+from activities.tools import Tool, ToolContext, tool
+from codec import DATA_CONVERTER
+from config import Neo4jPasswordMissing, Settings, connect
+from plugin import AgentTasksPlugin
 from starter.client import ConversationHistory
 from starter.results import (
     DecisionsResult,
@@ -22,6 +49,16 @@ from starter.results import (
 )
 from starter.retention import HistoryRetention
 from taskgraph.models import DecisionRow, EventRow, StepRow, TaskRow, ToolFailures, TreeRow
+from workflows.agents import (
+    AgentContext,
+    BudgetExceeded,
+    ChildFailed,
+    ChildOutcome,
+    InputTimeout,
+    SpawnRefused,
+    StepOutcome,
+    agent,
+)
 from workflows.errors import (
     ErrorCode,
     GraphIncomplete,
@@ -29,22 +66,55 @@ from workflows.errors import (
     TaskServiceUnavailable,
 )
 from workflows.models import (
+    AgentSpec,
+    Budgets,
+    Event,
     EventInput,
     EventKind,
+    ModelSpec,
+    ModelTurn,
     ResultValidity,
     Role,
     StepKind,
     StepState,
+    StepView,
     StepWrite,
     TaskStatus,
+    TaskView,
+    TokenUsage,
+    ToolCall,
 )
 
+if TYPE_CHECKING:
+    from worker import AgentTasksWorkerPlugin, build_worker, open_graph, open_services
+
+_WORKER_NAMES = frozenset({"AgentTasksWorkerPlugin", "build_worker", "open_graph", "open_services"})
+"""Names served from ``worker`` when first used (it loads the Neo4j driver)."""
+
+
+def __getattr__(name: str) -> Any:
+    """``starter.build_worker`` and the other names of ``_WORKER_NAMES``, from ``worker``."""
+    if name in _WORKER_NAMES:
+        return getattr(importlib.import_module("worker"), name)
+    raise AttributeError(f"module 'starter' has no attribute {name!r}")
+
+
 __all__ = [
+    "DATA_CONVERTER",
+    "AgentContext",
+    "AgentSpec",
+    "AgentTasksPlugin",
+    "AgentTasksWorkerPlugin",
+    "BudgetExceeded",
+    "Budgets",
+    "ChildFailed",
+    "ChildOutcome",
     "ConversationHistory",
     "DecisionRow",
     "DecisionsResult",
     "DeleteResult",
     "ErrorCode",
+    "Event",
     "EventInput",
     "EventKind",
     "EventRow",
@@ -53,20 +123,39 @@ __all__ = [
     "GraphIncomplete",
     "GraphNotConfigured",
     "HistoryRetention",
+    "InputTimeout",
+    "ModelSpec",
+    "ModelTurn",
+    "Neo4jPasswordMissing",
     "RedactResult",
     "ResultValidity",
     "Role",
+    "Script",
+    "ScriptedModel",
     "Settings",
+    "SpawnRefused",
     "StepKind",
+    "StepOutcome",
     "StepRow",
     "StepState",
+    "StepView",
     "StepWrite",
     "StepsResult",
     "TaskRow",
     "TaskServiceUnavailable",
     "TaskStatus",
+    "TaskView",
+    "TokenUsage",
+    "Tool",
+    "ToolCall",
+    "ToolContext",
     "ToolFailures",
     "TreeRow",
     "WriteResult",
+    "agent",
+    "build_worker",
     "connect",
+    "open_graph",
+    "open_services",
+    "tool",
 ]

@@ -29,7 +29,7 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
-from codec import DATA_CONVERTER
+from plugin import AgentTasksPlugin
 from workflows.models import ProjectId, TaskStatus
 from workflows.task import TaskWorkflow
 
@@ -179,9 +179,10 @@ def failure_message(failure: Exception) -> str:
 
 
 def replayer(workflows: Sequence[type] = (TaskWorkflow,)) -> Replayer:
-    """A ``Replayer`` of ``workflows`` with the worker's data converter (pydantic models and
-    the payload codec, which passes histories written before it through unchanged)."""
-    return Replayer(workflows=list(workflows), data_converter=DATA_CONVERTER)
+    """A ``Replayer`` of ``workflows`` with the product's client plugin (``AgentTasksPlugin``:
+    the worker's data converter, whose payload codec passes histories written before it
+    through unchanged, and the sandbox passthroughs)."""
+    return Replayer(workflows=list(workflows), plugins=[AgentTasksPlugin()])
 
 
 async def replay_histories(

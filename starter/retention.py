@@ -39,8 +39,8 @@ from starter.results import DeleteResult, RedactResult
 from taskgraph.models import TaskRead
 from taskgraph.retention import EventLocation, delete_task_nodes, find_event, name_state, redact
 from taskgraph.retention import tombstone as write_tombstone
+from workflows.children import child_end
 from workflows.errors import ErrorCode
-from workflows.ledger import child_end
 from workflows.models import CLOSED_STATUSES, TaskStatus, TaskView, bound_text
 from workflows.task import TaskWorkflow
 

@@ -8,26 +8,47 @@ with a ``TaskGraph`` reach it already, and it holds the plain text of every even
 mirror's copy), so keeping the keys there shows no one anything new. It makes Neo4j hold data
 that the Temporal histories cannot give back: ``graph rebuild`` restores everything but the
 keys, ``wipe_project`` keeps them, and a Neo4j lost without a backup loses the sealed text
-(README, "Redaction and deletion").
+(``docs/retention.md``).
 
 A key is written before the event that needs it is sent; a refused or never-sent write
 leaves an unused key, deleted with its task. ``fetch_keys`` runs inside the mirror's
 transaction, after the task node is locked, so a redaction (which locks the task node first)
 never races a mirror write of the text it removes.
+
+``KeyStore`` is the key store's interface, all that sealing (``taskgraph.sealing``) needs of
+it; ``taskgraph.graph.TaskGraph`` implements it with the functions here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import LiteralString
+from typing import TYPE_CHECKING, LiteralString, Protocol
 
-from neo4j import AsyncManagedTransaction
+if TYPE_CHECKING:  # the client imports this module (sealing): no driver import at run time
+    from neo4j import AsyncManagedTransaction
 
 KEY_SCHEMA: tuple[LiteralString, ...] = (
     "CREATE CONSTRAINT data_key IF NOT EXISTS FOR (n:DataKey) REQUIRE n.key_id IS UNIQUE",
     "CREATE INDEX data_key_task IF NOT EXISTS FOR (n:DataKey) ON (n.task_key)",
 )
-"""The key store's constraint and index (part of ``taskgraph.graph.SCHEMA``)."""
+"""The key store's constraint and index (part of ``taskgraph.schema.SCHEMA``)."""
+
+
+class KeyStore(Protocol):
+    """Where the data keys of sealed event text are kept (``taskgraph.graph.TaskGraph``)."""
+
+    async def put_keys(self, project_id: str, workflow_id: str, keys: Mapping[str, bytes]) -> None:
+        """Store data keys (key id -> key) of the task ``workflow_id`` in one transaction."""
+        ...
+
+    async def get_keys(self, project_id: str, key_ids: Sequence[str]) -> dict[str, bytes | None]:
+        """The keys of ``key_ids``: key id -> key, None for a destroyed key; absent: unknown."""
+        ...
+
+    async def drop_keys(self, project_id: str, key_ids: Sequence[str]) -> None:
+        """Delete keys that sealed nothing the workflow took."""
+        ...
+
 
 _PUT: LiteralString = """
 UNWIND $keys AS k

@@ -10,7 +10,8 @@ ciphertext (``EventInput.sealed``, its own field, never cut). The mirror and the
 it with the key; ``HistoryRetention.redact_event`` destroys the key, after which the
 ciphertext in the history, in the worker's cache and in every copy of the history is noise.
 
-No Neo4j driver here (the graph is passed in): the client imports this module.
+No Neo4j driver here (the key store is passed in, ``taskgraph.keys.KeyStore``): the client
+imports this module.
 """
 
 from __future__ import annotations
@@ -19,15 +20,13 @@ import base64
 import os
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from taskgraph.keys import KeyStore
 from workflows.errors import GraphIncomplete, GraphNotConfigured
 from workflows.models import Event, EventInput
-
-if TYPE_CHECKING:  # the driver is loaded only by whoever makes the graph
-    from taskgraph.graph import TaskGraph
 
 KEY_BYTES = 32
 """AES-256: a 32-byte key per event."""
@@ -106,7 +105,7 @@ def unseal(events: Sequence[Event], keys: Mapping[str, bytes | None]) -> list[Ev
 
 
 async def seal_events(
-    graph: TaskGraph, project_id: str, workflow_id: str, events: Sequence[EventInput]
+    graph: KeyStore, project_id: str, workflow_id: str, events: Sequence[EventInput]
 ) -> list[EventInput]:
     """Seal each plain event of ``events`` under a new data key and store the keys (one
     Neo4j transaction), before anything is sent; events sealed already pass as they are.
@@ -122,7 +121,7 @@ async def seal_events(
     return [e if s is None else s.input for e, s in zip(events, sealed, strict=True)]
 
 
-async def open_events(graph: TaskGraph | None, project_id: str, events: list[Event]) -> list[Event]:
+async def open_events(graph: KeyStore | None, project_id: str, events: list[Event]) -> list[Event]:
     """``events`` with their sealed text opened (``unseal``: a destroyed key leaves the event
     redacted), for every reader of events from a workflow (the client, the activities).
 

@@ -52,7 +52,8 @@ from devstack import find_temporal_binary
 from starter.client import ConversationHistory
 from starter.importer import import_paths
 from starter.results import WriteResult
-from taskgraph.graph import TaskGraph, open_driver
+from taskgraph.driver import open_driver
+from taskgraph.graph import TaskGraph
 from tests.conftest import payload_texts
 from worker import build_worker
 from workflows.errors import ErrorCode

@@ -13,8 +13,8 @@ Rules for every format
 - ``role`` is set on ``message`` events only: ``system``, ``user``, ``assistant`` or ``tool``.
 - A payload is text: a string as it is; a JSON object or list as
   ``json.dumps(value, ensure_ascii=False)`` (keys in source order); null as ``""``. Payloads are
-  cleaned and cut to 32,000 characters by ``EventInput``, which keeps the full text's length
-  and SHA-256.
+  cleaned and cut to ``MAX_PAYLOAD_CHARS`` characters by ``EventInput``, which keeps the full
+  text's length and SHA-256.
 - ``name`` and ``call_id`` longer than 128 characters become their first 111 characters, ``~``
   and the first 16 hex digits of the full text's SHA-256 (128 in all).
 - Each ``tool_call`` event starts one ``ParsedStep`` (kind tool) named by ``step_name``:

@@ -27,7 +27,6 @@ from typing import NoReturn
 
 from temporalio import workflow
 from temporalio.common import (
-    RetryPolicy,
     SearchAttributeKey,
     SearchAttributePair,
     TypedSearchAttributes,
@@ -45,22 +44,20 @@ from temporalio.workflow import ParentClosePolicy
 with workflow.unsafe.imports_passed_through():
     # Pass-through is safe: these modules are deterministic (stdlib, pydantic, temporalio) and
     # hold no state between workflow runs; sharing them avoids re-importing pydantic models.
-    from workflows.agents import (
-        CANCEL_RULE,
-        AgentContext,
-        AgentParked,
-        agent_function,
-        agent_tools,
-    )
+    from workflows.agents.context import AgentContext, AgentParked
+    from workflows.agents.registry import agent_function, agent_tools
+    from workflows.agents.steps import CANCEL_RULE
+    from workflows.children import child_end
     from workflows.decisions import check_citations
-    from workflows.errors import (
-        CONTINUING_AS_NEW,
-        MIRROR_DATA_ERROR,
-        ErrorCode,
-        failure_text,
-        refusal,
+    from workflows.errors import CONTINUING_AS_NEW, ErrorCode, failure_text, refusal
+    from workflows.ledger import Ledger
+    from workflows.mirroring import (
+        MIRROR_HEARTBEAT,
+        MIRROR_RETRY,
+        MIRROR_START_TO_CLOSE,
+        MIRROR_WITHOUT_DEBOUNCE,
+        mirror_pause,
     )
-    from workflows.ledger import Ledger, child_end, internal_request_id
     from workflows.models import (
         BRANCH_ACTIVITY,
         CHILD_ENDS_ACTIVITY,
@@ -102,6 +99,7 @@ with workflow.unsafe.imports_passed_through():
         TaskWorkflowInput,
         WriteOutcome,
         args_digest,
+        internal_request_id,
         task_workflow_id,
     )
 
@@ -113,35 +111,6 @@ PARENT_TASK = SearchAttributeKey.for_keyword("ParentTask")
 SEARCH_ATTRIBUTE_KEYS = (PROJECT_ID, AGENT_ID, SESSION_ID, TASK_STATUS, PARENT_TASK)
 """The custom search attributes a Temporal server must have registered for TaskWorkflow."""
 
-MIRROR_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    backoff_coefficient=2.0,
-    maximum_attempts=3,
-    non_retryable_error_types=[MIRROR_DATA_ERROR],
-)
-"""One mirror call: three attempts, 1 s then 2 s apart; a data error fails at once."""
-MIRROR_WITHOUT_DEBOUNCE = "mirror-without-debounce-timer"
-"""Patch id: the mirror starts as soon as a write waits, without the 200 ms debounce timer
-(whose firing the dev server rounds to about a second, which made the mirror lag ~1 s)."""
-MIRROR_START_TO_CLOSE = timedelta(seconds=60)
-"""Longest one mirror attempt may run (at most ``MIRROR_MAX_EVENTS`` events, in pages of one
-query and one bounded Neo4j transaction each)."""
-MIRROR_HEARTBEAT = timedelta(seconds=10)
-"""The mirror activity heartbeats while it runs; an attempt whose worker died (killed, cut
-off) is retried once this passes without a heartbeat, not after ``MIRROR_START_TO_CLOSE``.
-(Timeouts are not part of replay's command matching: changing them needs no patch.)"""
-MIRROR_PAUSE = timedelta(seconds=1)
-"""After a failed mirror call the workflow records ``mirror_error``, keeps accepting writes,
-and calls again after ``mirror_pause(failures)``: 2 s, 4 s, 8 s, 16 s, then 30 s, and 5 minutes
-once an outage has lasted ``MIRROR_LONG_OUTAGE_FAILURES`` calls; without end (Neo4j may be
-down for days; a data error may be fixed by deploying a new worker)."""
-MIRROR_PAUSE_MAX = timedelta(seconds=30)
-"""The longest pause between failed mirror calls in a short outage."""
-MIRROR_PAUSE_LONG = timedelta(minutes=5)
-"""The pause in a long outage: few enough calls that a week of outage adds a few thousand
-history events, at the cost of up to 5 minutes before the mirror notices Neo4j is back."""
-MIRROR_LONG_OUTAGE_FAILURES = 20
-"""Failed calls in a row (about 9 minutes of pauses) after which the outage counts as long."""
 CONTINUE_WITHOUT_MIRROR = "continue-as-new-without-mirror"
 """Patch id: a run continues-as-new when Temporal suggests it without waiting for the mirror;
 what Neo4j lacks goes to the next run's ``mirror_backlog``. Before it, a run waited for the
@@ -168,22 +137,6 @@ MIRROR_DRAIN_BOUND = "mirror-drain-bound"
 suggested."""
 CHILD_ENDS_TIMEOUT = timedelta(seconds=60)
 """Longest run of the ``child_ends`` activity (a resumed parent's look at its children)."""
-
-MIRROR_PAUSE_DOUBLINGS = 5
-"""Doublings after which the pause has passed ``MIRROR_PAUSE_MAX`` (1 s * 2**5 = 32 s)."""
-
-
-def mirror_pause(failures: int) -> timedelta:
-    """The pause after ``failures`` failed mirror calls in a row (1 or more, carried across
-    continue-as-new): ``MIRROR_PAUSE * 2**failures`` capped at ``MIRROR_PAUSE_MAX``, then
-    ``MIRROR_PAUSE_LONG`` past ``MIRROR_LONG_OUTAGE_FAILURES``. The exponent is capped before
-    the power is taken (an uncapped ``2**failures`` overflowed ``timedelta`` after 47 failures,
-    about 1.5 hours of outage, and failed the workflow task for good). Timer durations are not
-    part of replay's determinism check, so the schedule may change without a patch."""
-    if failures > MIRROR_LONG_OUTAGE_FAILURES:
-        return MIRROR_PAUSE_LONG
-    pause: timedelta = MIRROR_PAUSE * 2 ** min(failures, MIRROR_PAUSE_DOUBLINGS)
-    return min(pause, MIRROR_PAUSE_MAX)
 
 
 def search_attributes(start: TaskStart, status: TaskStatus) -> list[SearchAttributePair[str]]:

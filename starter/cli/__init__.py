@@ -11,9 +11,6 @@ arguments, 3 when Temporal or Neo4j cannot be reached.
 
 from __future__ import annotations
 
-import os
-import sys
-
 import typer
 
 from starter.cli.agents import (
@@ -25,7 +22,7 @@ from starter.cli.agents import (
     run_command,
     step_app,
 )
-from starter.cli.bench import bench_command
+from starter.cli.common import main_of
 from starter.cli.dev import dev_app, setup_command, worker_command
 from starter.cli.graph import graph_app, tree_command
 from starter.cli.replay import replay_command
@@ -53,19 +50,9 @@ app.command("branch")(branch_command)
 app.add_typer(step_app, name="step")
 app.command("input")(input_command)
 app.command("tree")(tree_command)
-app.command("bench")(bench_command)
 
 
 def main() -> None:
-    """Entry point of ``agent-tasks`` and ``python -m starter``: run the command, flush the
-    output, and leave with ``os._exit``, because the temporalio client's Rust runtime can crash
-    the interpreter while it finalizes (exit 139 after a successful command)."""
-    try:
-        app()
-    except SystemExit as done:
-        code = done.code
-    else:
-        code = 0
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code if isinstance(code, int) else 0 if code is None else 1)
+    """Entry point of ``agent-tasks`` and ``python -m starter`` (``main_of``: flushed output,
+    ``os._exit``)."""
+    main_of(app)

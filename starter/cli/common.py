@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
@@ -119,3 +120,18 @@ def not_found(name: str, as_json: bool) -> None:
     else:
         console.print(f"[red]task_not_found:[/red] {message}")
     raise typer.Exit(1)
+
+
+def main_of(app: typer.Typer) -> None:
+    """Run ``app`` as a process's command: flush the output, and leave with ``os._exit``,
+    because the temporalio client's Rust runtime can crash the interpreter while it finalizes
+    (exit 139 after a successful command)."""
+    try:
+        app()
+    except SystemExit as done:
+        code = done.code
+    else:
+        code = 0
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code if isinstance(code, int) else 0 if code is None else 1)

@@ -22,16 +22,8 @@ from starter.cli.common import (
     run,
     table,
 )
-from starter.importer import (
-    CONCURRENCY,
-    EXAMPLES,
-    ImportReport,
-    export_task,
-    import_tasks,
-    mirror_caught_up,
-    plan_import,
-    verify_task,
-)
+from starter.importer import CONCURRENCY, export_task, import_tasks, mirror_caught_up, verify_task
+from starter.planning import EXAMPLES, ImportReport, plan_import
 from trajectories import check_atif
 from worker import build_worker
 

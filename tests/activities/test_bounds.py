@@ -22,13 +22,14 @@ from temporalio.client import Client, WorkflowHistory
 from config import Settings
 from devstack import free_port
 from starter.client import ConversationHistory
-from taskgraph.graph import NEO4J_CALL_TIMEOUT_S, TaskGraph, open_driver
+from taskgraph.driver import NEO4J_CALL_TIMEOUT_S, open_driver
+from taskgraph.graph import TaskGraph
 from taskgraph.models import TaskFilter
 from tests.conftest import eventually, mirrored
 from worker import build_worker
 from workflows.errors import MIRROR_UNAVAILABLE
+from workflows.mirroring import MIRROR_HEARTBEAT, MIRROR_START_TO_CLOSE
 from workflows.models import MIRROR_ACTIVITY
-from workflows.task import MIRROR_HEARTBEAT, MIRROR_START_TO_CLOSE
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""``agent-tasks bench``: every row gets a number (no timing is asserted), and the pure parts."""
+"""``python -m bench``: every row gets a number (no timing is asserted), and the pure parts."""
 
 from __future__ import annotations
 
@@ -8,14 +8,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.suite import FULL, QUICK, Row, make_rows
+from bench.harness import Row
+from bench.suite import FULL, QUICK, make_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_quick_run_with_tiny_sizes_fills_every_row() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "starter", "bench", "--quick", "--scale", "0.05", "--json"],
+        [sys.executable, "-m", "bench", "--quick", "--scale", "0.05", "--json"],
         cwd=ROOT,
         env=os.environ,
         capture_output=True,
@@ -30,7 +31,7 @@ def test_quick_run_with_tiny_sizes_fills_every_row() -> None:
     for row in report["rows"]:
         for key in ("ours_p50", "ours_p95", "base_p50", "base_p95", "ratio"):
             assert isinstance(row[key], float) and row[key] > 0, (row["row"], key, row[key])
-    assert report["command"] == "agent-tasks bench --quick --scale 0.05 --json"
+    assert report["command"] == "python -m bench --quick --scale 0.05 --json"
     assert {"cpu", "memory", "temporal server", "neo4j server"} <= report["machine"].keys()
 
 

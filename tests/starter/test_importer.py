@@ -15,13 +15,8 @@ from temporalio.client import Client
 
 from bench.corpus import build_corpus
 from starter.client import ConversationHistory
-from starter.importer import (
-    export_task,
-    import_paths,
-    mirror_caught_up,
-    plan_import,
-    verify_task,
-)
+from starter.importer import export_task, import_paths, mirror_caught_up, verify_task
+from starter.planning import plan_import
 from taskgraph.graph import TaskGraph
 from tests.starter.test_client import history_length
 from tests.trajectories.test_trajectories import CASES, COUNTERS, FILES, one_run

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from starter.importer import plan_import
+from starter.planning import plan_import
 from tests.trajectories.test_trajectories import CASES
 from trajectories import read_file
 

@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from taskgraph.graph import TaskGraph, tasks_statement
+from taskgraph.graph import TaskGraph
 from taskgraph.models import TaskFilter
+from taskgraph.reads import tasks_statement
 
 STATUSES = ("open", "done", "failed")
 

@@ -18,8 +18,10 @@ import pytest
 from pydantic import ValidationError
 
 from starter.client import ConversationHistory
-from taskgraph.graph import TaskGraph, event_fields, event_properties
+from taskgraph.graph import TaskGraph
 from taskgraph.models import EventFilter, utc
+from taskgraph.reads import event_fields
+from taskgraph.writes import event_properties
 from tests.conftest import mirrored
 
 ROOT = Path(__file__).resolve().parents[2]

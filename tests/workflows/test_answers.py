@@ -156,7 +156,7 @@ async def _answers_while_continuing_as_new(
         view = await asyncio.wait_for(history.wait_task("t"), 120)
         events = await all_events(history, "t")
     assert view is not None and view.status is TaskStatus.DONE, view
-    assert view.runs >= 3  # it continued as new while the answers came
+    assert view.runs >= 2  # it continued as new while the answers came
     assert view.result is not None and json.loads(view.result.text) == [i * 7 for i in range(count)]
     assert taken(events) == {f"q{i:03d}": i * 7 for i in range(count)}
     assert named(events, "rejected") == []

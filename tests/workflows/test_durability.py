@@ -16,7 +16,8 @@ from temporalio.testing import WorkflowEnvironment
 from codec import DATA_CONVERTER
 from devstack import Neo4jServer, find_temporal_binary, free_port
 from starter.client import ConversationHistory
-from taskgraph.graph import TaskGraph, open_driver
+from taskgraph.driver import open_driver
+from taskgraph.graph import TaskGraph
 from tests.conftest import mirrored
 from worker import build_worker
 from workflows.task import SEARCH_ATTRIBUTE_KEYS

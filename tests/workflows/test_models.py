@@ -318,6 +318,6 @@ def test_the_mirror_pause_doubles_to_30_s_then_5_min_and_never_overflows(
 ) -> None:
     from datetime import timedelta
 
-    from workflows.task import mirror_pause
+    from workflows.mirroring import mirror_pause
 
     assert mirror_pause(failures) == timedelta(seconds=seconds)

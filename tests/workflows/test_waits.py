@@ -9,8 +9,7 @@ import re
 import pytest
 from pydantic import JsonValue
 
-from workflows.ledger import json_within
-from workflows.models import MAX_PAYLOAD_CHARS
+from workflows.models import MAX_PAYLOAD_CHARS, json_within
 from workflows.waits import MAX_ANSWER_CHARS, answer_error, check_schema
 
 

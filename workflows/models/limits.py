@@ -7,8 +7,8 @@ at 51,200 events or 50 MiB.
 
 Changing a limit is a change to workflow code: the models' validators run when Temporal decodes
 an update's input, also on replay, so a tighter limit can make an old history's input fail to
-decode. Loosen limits freely; tighten them only behind ``workflow.patched`` (README, "Changing
-workflow code safely").
+decode. Loosen limits freely; tighten them only behind ``workflow.patched``
+(``docs/replay-and-upgrades.md``).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Deterministic (stdlib and pydantic only): the workflow and the client both use these, so both
 sides validate, bound and hash text the same way. ``clean_text`` and ``bound_text`` run inside
 the models' validators, which also run when a history is replayed: changing them changes what
-a replay computes (README, "Changing workflow code safely").
+a replay computes (``docs/replay-and-upgrades.md``).
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ import hashlib
 import json
 import re
 import uuid
+from collections.abc import Mapping
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, StrictStr
 
 from workflows.models.limits import MAX_PAYLOAD_CHARS
 
@@ -172,3 +173,27 @@ def bound_text(text: str) -> BoundedText:
     return BoundedText(
         text=full[:MAX_PAYLOAD_CHARS], full_length=len(full), full_sha256=sha256_hex(full)
     )
+
+
+def json_within(head: Mapping[str, JsonValue], field: str, text: str) -> str:
+    """``head`` with ``field: text`` as JSON of at most ``MAX_PAYLOAD_CHARS`` characters (an
+    event payload's cut), ``text`` cut to its longest start that fits (a binary search: an
+    escaped character takes up to 6), so the payload is always whole JSON that reads back (a
+    JSON text cut by the payload rule would not parse)."""
+
+    def payload(n: int) -> str:
+        return json.dumps({**head, field: text[:n]}, ensure_ascii=False)
+
+    if len(whole := payload(len(text))) <= MAX_PAYLOAD_CHARS:
+        return whole
+    low, high = 0, min(len(text), MAX_PAYLOAD_CHARS)  # payload(low) fits, high does not
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if len(payload(middle)) <= MAX_PAYLOAD_CHARS else (low, middle)
+    return payload(low)
+
+
+def internal_request_id(key: str) -> str:
+    """The request id of a write the task's workflow code makes itself: ``wf-`` and 40 hex of
+    SHA-256(``key``) (44 characters, within the 64 of a request id)."""
+    return "wf-" + hashlib.sha256(key.encode("utf-8")).hexdigest()[:40]

@@ -1,4 +1,8 @@
-"""``agent-tasks bench``: the cost per event against Temporal's own floor (``bench.suite``)."""
+"""``python -m bench``: the cost per event against Temporal's own floor (``bench.suite``).
+
+A tool of the repository, not of the product: the CLI (``agent-tasks``) does not load it, and
+the package (the wheel, the worker image) does not ship it.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,8 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from starter.cli.common import JsonOpt, console, emit, run
+from bench.suite import FULL, GROUPS, QUICK, run_bench
+from starter.cli.common import JsonOpt, console, emit, main_of, run
 
 
 def bench_command(
@@ -45,8 +50,6 @@ def bench_command(
     table: medians, p95 and the ratio of the medians. Runs on a Temporal dev server of its own
     (unless --shared) and the configured Neo4j (the local stack's by default), with its own
     workers; deletes what it wrote to Neo4j and terminates the workflows it started."""
-    from bench.suite import FULL, GROUPS, QUICK, run_bench
-
     unknown = set(only or ()) - set(GROUPS)
     if unknown:
         console.print(f"[red]invalid arguments:[/red] unknown row groups {sorted(unknown)}")
@@ -58,7 +61,7 @@ def bench_command(
     if rounds is not None:
         sizes = replace(sizes, rounds=rounds)
     report = run(run_bench(sizes, only=None if only is None else set(only), private=not shared))
-    report["command"] = shlex.join(["agent-tasks", *sys.argv[1:]])
+    report["command"] = shlex.join(["python", "-m", "bench", *sys.argv[1:]])
     emit(report, as_json, _render)
 
 
@@ -99,3 +102,10 @@ def _render(report: dict[str, Any]) -> None:
             row["goal"],
         )
     console.print(out)
+
+
+app = typer.Typer(add_completion=False)
+app.command()(bench_command)
+
+if __name__ == "__main__":
+    main_of(app)

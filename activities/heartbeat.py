@@ -1,0 +1,36 @@
+"""Heartbeating an activity's work: the one helper the mirror and the tools share."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import TypeVar
+
+from temporalio import activity
+
+_T = TypeVar("_T")
+
+
+async def heartbeating(work: Awaitable[_T]) -> _T:
+    """Await ``work`` inside an activity while heartbeating every quarter of the activity's
+    heartbeat timeout (none when it has no heartbeat timeout).
+
+    The heartbeat says "this worker is alive and on it": when the worker dies, the server
+    retries the attempt after the heartbeat timeout. It does not say the work advances; each
+    step of the work is bounded by its own timeout instead (``activities.mirror.QUERY_TIMEOUT``,
+    ``taskgraph.driver.NEO4J_CALL_TIMEOUT_S``), so a silent peer cannot hold the attempt.
+    """
+    timeout = activity.info().heartbeat_timeout
+    if not timeout:
+        return await work
+
+    async def beat() -> None:
+        while True:
+            activity.heartbeat()
+            await asyncio.sleep(timeout.total_seconds() / 4)
+
+    beats = asyncio.create_task(beat())
+    try:
+        return await work
+    finally:
+        beats.cancel()

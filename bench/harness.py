@@ -1,0 +1,253 @@
+"""The harness of ``python -m bench``: the sizes, the rows and their summaries, the servers,
+clients and workers a run shares (``Bench``), and the helpers of the rows (``bench.rows``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import statistics
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError
+
+from bench.bare import start_bare
+from config import Settings
+from devstack.neo4j_server import Neo4jServer
+from starter.client import ConversationHistory
+from starter.planning import EXAMPLES, plan_import, trajectory_files
+from taskgraph.graph import TaskGraph
+from workflows.models import (
+    AgentSpec,
+    EventInput,
+)
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much each row does (counts per block, one block of ours and one of the baseline
+    per round)."""
+
+    rounds: int = 3
+    writes: int = 30
+    """Single writes per block (quiet and back to back)."""
+    pause_s: float = 0.3
+    """The pause before each quiet write (seconds): the mirror is idle when it comes."""
+    batch_events: int = 10_000
+    """Events of the batch import (and so of the replay)."""
+    writers: int = 20
+    writer_events: int = 10
+    """Single writes per writer per block."""
+    transcript_events: int = 200
+    """Events of the Neo4j-only ledger row."""
+    lag_s: float = 15.0
+    """Seconds of writing at 100 events/s (20 writes/s of 5) per block."""
+    list_tasks: int = 10_000
+    """Task nodes the list row reads from (half ``done``)."""
+    list_reads: int = 40
+    """Pages read per block."""
+    steps: int = 10
+    rss_tasks: int = 500
+    """Open tasks a worker holds in the RSS row."""
+    rss_events: int = 10
+    """Events of each of those tasks."""
+
+    def scaled(self, factor: float) -> Sizes:
+        """These sizes with every count times ``factor`` (at least 2; rounds and the pause
+        stay)."""
+        counts = {
+            name: max(2, round(getattr(self, name) * factor))
+            for name in self.__dataclass_fields__
+            if name not in ("rounds", "pause_s", "lag_s")
+        }
+        return replace(self, **counts, lag_s=max(1.0, self.lag_s * factor))
+
+
+@dataclass
+class Row:
+    """One row of the table: samples of ours and of the baseline."""
+
+    name: str
+    unit: str
+    goal: str
+    ours: list[float] = field(default_factory=list)
+    base: list[float] = field(default_factory=list)
+    base_name: str = "bare"
+
+    def samples(self, side: str) -> list[float]:
+        """The samples of ``side`` (``ours`` or ``bare``)."""
+        return self.ours if side == "ours" else self.base
+
+    def summary(self) -> dict[str, Any]:
+        """Medians, p95 and the ratio of the medians (ours / baseline)."""
+        ours, base = _p50(self.ours), _p50(self.base)
+        return {
+            "row": self.name,
+            "unit": self.unit,
+            "ours_p50": ours,
+            "ours_p95": _p95(self.ours),
+            "baseline": self.base_name,
+            "base_p50": base,
+            "base_p95": _p95(self.base),
+            "ratio": ours / base if ours is not None and base else None,
+            "goal": self.goal,
+            "n": len(self.ours),
+        }
+
+
+def _p50(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _p95(values: list[float]) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, round(len(ordered) * 0.95) - 1)]
+
+
+def transcript(count: int) -> list[EventInput]:
+    """``count`` events cycled from the shipped trajectories (real payloads, about 850 bytes
+    of JSON each)."""
+    planned, _ = plan_import(list(trajectory_files([EXAMPLES])))
+    source = [event for task in planned for event in task.head.events]
+    return list(itertools.islice(itertools.cycle(source), count))
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """CPU time (user and system, seconds) of this process and of ``pids`` so far."""
+    own = os.times()
+    total = own.user + own.system
+    ticks = os.sysconf("SC_CLK_TCK")
+    for pid in pids:
+        try:
+            text = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2 :].split()
+        total += (int(fields[11]) + int(fields[12])) / ticks
+    return total
+
+
+def rss_kib(pid: int) -> int:
+    """Resident memory of ``pid`` (KiB)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+class Bench:
+    """The servers, the clients, the workers and what the rows created (for clean-up)."""
+
+    def __init__(
+        self, client: Client, graph: TaskGraph, settings: Settings, temporal_pid: int | None
+    ) -> None:
+        self.client = client
+        self.plain = Client(
+            client.service_client,
+            namespace=client.namespace,
+            data_converter=pydantic_data_converter,
+        )
+        """The baseline's client: the plain pydantic converter, no payload codec."""
+        self.graph = graph
+        run = uuid.uuid4().hex[:8]
+        self.queue = f"bench-{run}"
+        self.bare_queue = f"bench-bare-{run}"
+        self.project = f"bench-{run}"
+        self.history = ConversationHistory(
+            client,
+            project_id=self.project,
+            agent_id="bench",
+            task_queue=self.queue,
+            graph=graph,
+            timeout_s=300,
+        )
+        self.started: list[str] = []
+        """Workflow ids to terminate at the end."""
+        self.numbers = itertools.count()
+        neo4j_pid = Neo4jServer(settings.data_dir, 0).running_pid()
+        self.server_pids = [pid for pid in (temporal_pid, neo4j_pid) if pid is not None]
+        """Temporal's and the local stack's Neo4j (for their CPU time); none when external."""
+        address = client.service_client.config.target_host
+        self.worker_env = {**os.environ, "TEMPORAL_ADDRESS": address}
+        """The environment of the RSS row's worker processes (they reach the same server)."""
+
+    async def task(self, agent: AgentSpec | None = None) -> str:
+        """Create a new task of the bench's project (an agent task with ``agent``); returns
+        its name."""
+        name = f"t-{next(self.numbers)}"
+        result = await self.history.create_task(name, "bench", agent=agent)
+        assert result.recorded, result
+        self.started.append(self.history.workflow_id(name))
+        return name
+
+    async def bare(self, queue: str | None = None) -> Any:
+        """Start a bare workflow; returns its handle."""
+        workflow_id = f"{self.bare_queue}/{uuid.uuid4().hex[:12]}"
+        self.started.append(workflow_id)
+        return await start_bare(self.plain, workflow_id, queue or self.bare_queue)
+
+    async def mirrored(self, name: str, seq: int) -> None:
+        """Wait until Neo4j holds the task's events up to ``seq`` (polled every 20 ms)."""
+        while await self.mirrored_seq(name) < seq:  # noqa: ASYNC110 (Neo4j is polled)
+            await asyncio.sleep(0.02)
+
+    async def mirrored_seq(self, name: str) -> int:
+        """The task's mirror watermark in Neo4j (0 before its first event)."""
+        records, _, _ = await self.graph.driver.execute_query(
+            "MATCH (t:Task {key: $key}) RETURN coalesce(t.mirrored_seq, 0) AS s",
+            key=self.history.workflow_id(name),
+            database_=self.graph.database,
+        )
+        return int(records[0]["s"]) if records else 0
+
+    async def cleanup(self) -> None:
+        """Terminate every workflow the run started (they would stay open on the server)."""
+        gate = asyncio.Semaphore(20)
+
+        async def end(workflow_id: str) -> None:
+            async with gate:
+                with contextlib.suppress(RPCError):  # already closed
+                    await self.plain.get_workflow_handle(workflow_id).terminate("bench done")
+
+        await asyncio.gather(*(end(w) for w in self.started))
+
+
+async def timed(call: Awaitable[Any]) -> float:
+    started = time.perf_counter()
+    await call
+    return time.perf_counter() - started
+
+
+def event_json(events: list[EventInput]) -> list[dict[str, Any]]:
+    return [event.model_dump(mode="json") for event in events]
+
+
+Side = Callable[[], Awaitable[None]]
+
+
+async def both(first: str, ours: Side, bare: Side) -> None:
+    """Run one block of ours and one of the baseline, ``first`` (``ours`` or ``bare``) first."""
+    for side in (ours, bare) if first == "ours" else (bare, ours):
+        await side()
+
+
+def replace_queue(history: ConversationHistory, queue: str) -> ConversationHistory:
+    """``history`` on another task queue."""
+    return ConversationHistory(
+        history.client,
+        project_id=history.project_id,
+        agent_id=history.agent_id,
+        task_queue=queue,
+        graph=history.graph,
+        timeout_s=history.timeout_s,
+    )

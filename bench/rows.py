@@ -1,0 +1,392 @@
+"""The rows of ``python -m bench``: each measures ours and its floor in alternating blocks
+(``bench.harness.both``); ``bench.suite`` runs them."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import Any, LiteralString
+
+from neo4j import AsyncManagedTransaction
+from temporalio.client import WorkflowHistory
+
+from bench.bare import BareSteps, BareWorkflow
+from bench.bench_step import per_step
+from bench.harness import (
+    Bench,
+    Row,
+    Sizes,
+    both,
+    cpu_seconds,
+    event_json,
+    replace_queue,
+    rss_kib,
+    timed,
+    transcript,
+)
+from starter.client import ConversationHistory
+from starter.replay import replay_histories
+from starter.writes import split_events
+from taskgraph.models import TaskFilter
+from taskgraph.writes import task_properties
+from workflows.models import (
+    AgentSpec,
+    StepState,
+    TaskStatus,
+    TaskView,
+    task_workflow_id,
+)
+from workflows.task import TaskWorkflow
+
+
+async def single_writes(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: str) -> None:
+    """Quiet and back-to-back single writes, and CPU per write (back to back, until
+    mirrored)."""
+    events = transcript(sizes.writes)
+    name = await bench.task()
+    handle = await bench.bare()
+
+    async def write_ours(pause: float) -> list[float]:
+        took = []
+        for event in events:
+            await asyncio.sleep(pause)
+            took.append(await timed(bench.history.record_events(name, [event])))
+        return took
+
+    async def write_bare(pause: float) -> list[float]:
+        took = []
+        for event in event_json(events):
+            await asyncio.sleep(pause)
+            took.append(await timed(handle.execute_update(BareWorkflow.append, [event])))
+        return took
+
+    async def cpu_ours() -> list[float]:
+        took = await write_ours(0.0)
+        view = (await bench.history.get_task(name)).view
+        assert view is not None
+        await bench.mirrored(name, view.last_seq)
+        return took
+
+    async def block(write: Callable[[float], Awaitable[list[float]]], side: str) -> None:
+        rows["quiet"].samples(side).extend(await write(sizes.pause_s))
+        before = cpu_seconds(bench.server_pids)
+        rows["b2b"].samples(side).extend(await (cpu_ours() if side == "ours" else write(0.0)))
+        await asyncio.sleep(0.3)  # the same settling time for both
+        spent = cpu_seconds(bench.server_pids) - before
+        rows["cpu"].samples(side).append(spent / len(events))
+
+    await both(first, lambda: block(write_ours, "ours"), lambda: block(write_bare, "bare"))
+
+
+async def batch_and_replay(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: str) -> None:
+    """``batch_events`` events into one task by ``record_events`` against the same chunks as
+    bare updates; then the replay of each history (every run of the task)."""
+    events = transcript(sizes.batch_events)
+
+    async def ours() -> None:
+        name = await bench.task()
+        took = await timed(bench.history.record_events(name, events))
+        rows["batch"].ours.append(len(events) / took)
+        workflow_id = bench.history.workflow_id(name)
+        runs = [e async for e in bench.client.list_workflows(f"WorkflowId = '{workflow_id}'")]
+        histories = [
+            await bench.client.get_workflow_handle(workflow_id, run_id=e.run_id).fetch_history()
+            for e in runs
+        ]
+        rows["replay"].ours.append(await _replay(histories, TaskWorkflow))
+
+    async def bare() -> None:
+        handle = await bench.bare()
+        chunks = [event_json(chunk) for chunk in split_events(events)]
+        started = time.perf_counter()
+        for chunk in chunks:
+            await handle.execute_update(BareWorkflow.append, chunk)
+        rows["batch"].base.append(len(events) / (time.perf_counter() - started))
+        rows["replay"].base.append(await _replay([await handle.fetch_history()], BareWorkflow))
+
+    await both(first, ours, bare)
+
+
+async def _replay(histories: list[WorkflowHistory], workflow: type) -> float:
+    """Seconds to replay ``histories`` (one ``Replayer`` pass, as ``agent-tasks replay``)."""
+    started = time.perf_counter()
+    results = await replay_histories([("server", h) for h in histories], (workflow,))
+    took = time.perf_counter() - started
+    assert all(r.result == "ok" for r in results), results
+    return took
+
+
+async def writers(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: str) -> None:
+    """``writers`` writers, each on its own task, single events back to back."""
+    events = transcript(sizes.writer_events)
+    total = sizes.writers * len(events)
+
+    async def write(name: str) -> None:
+        for event in events:
+            assert (await bench.history.record_events(name, [event])).recorded
+
+    async def append(handle: Any) -> None:
+        for event in event_json(events):
+            await handle.execute_update(BareWorkflow.append, [event])
+
+    async def ours() -> None:
+        names = [await bench.task() for _ in range(sizes.writers)]
+        rows["writers"].ours.append(total / await timed(asyncio.gather(*map(write, names))))
+
+    async def bare() -> None:
+        handles = [await bench.bare() for _ in range(sizes.writers)]
+        rows["writers"].base.append(total / await timed(asyncio.gather(*map(append, handles))))
+
+    await both(first, ours, bare)
+
+
+_LEDGER_EVENT: LiteralString = """
+MERGE (t:Task {key: $task_key})
+  ON CREATE SET t.project_id = $project_id, t.last_seq = 0
+SET t.last_seq = t.last_seq + 1
+WITH t, t.last_seq AS seq
+MERGE (e:Event {key: $task_key + '#' + toString(seq)})
+SET e += $event, e.seq = seq, e.project_id = $project_id, e.time = datetime()
+MERGE (t)-[:HAS_EVENT]->(e)
+WITH t, e, seq
+OPTIONAL MATCH (previous:Event {key: $task_key + '#' + toString(seq - 1)})
+FOREACH (p IN CASE WHEN previous IS NULL THEN [] ELSE [previous] END | MERGE (p)-[:NEXT]->(e))
+"""
+"""A Neo4j-only ledger's write of one event: the task's counter gives the seq, the event is
+merged on its key and linked after the previous one, in one write transaction."""
+
+
+async def neo4j_ledger(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: str) -> None:
+    """The same transcript written one event per write: ours by update, a Neo4j-only ledger
+    by one write transaction each."""
+    events = transcript(sizes.transcript_events)
+
+    async def ours() -> None:
+        name = await bench.task()
+        started = time.perf_counter()
+        for event in events:
+            assert (await bench.history.record_events(name, [event])).recorded
+        rows["ledger"].ours.append(len(events) / (time.perf_counter() - started))
+
+    async def ledger() -> None:
+        key = f"ledger/{bench.project}/{uuid.uuid4().hex[:8]}"
+
+        async def write(tx: AsyncManagedTransaction, event: dict[str, Any]) -> None:
+            parameters = {"task_key": key, "project_id": bench.project, "event": event}
+            await (await tx.run(_LEDGER_EVENT, parameters)).consume()
+
+        started = time.perf_counter()
+        async with bench.graph.driver.session(database=bench.graph.database) as session:
+            for event in event_json(events):
+                await session.execute_write(write, event)
+        rows["ledger"].base.append(len(events) / (time.perf_counter() - started))
+
+    await both(first, ours, ledger)
+
+
+async def mirror_lag(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: str) -> None:
+    """100 events/s into one task as 20 writes/s of 5 events: each write's time from sent to
+    visible in Neo4j (ours), and from sent to acknowledged (the baseline: nothing is visible
+    before it is acknowledged). Neo4j is polled every 10 ms. One block serves both."""
+    name = await bench.task()
+    batch = transcript(5)
+    sent: dict[int, float] = {}
+    seen: dict[int, float] = {}
+    done = asyncio.Event()
+
+    async def poll() -> None:
+        while not done.is_set() or len(seen) < len(sent):
+            watermark = await bench.mirrored_seq(name)
+            now = time.perf_counter()
+            seen.update((seq, now) for seq in sent if seq <= watermark and seq not in seen)
+            await asyncio.sleep(0.01)
+
+    poller = asyncio.create_task(poll())
+    start = time.perf_counter()
+    for number in range(round(sizes.lag_s * 20)):
+        await asyncio.sleep(max(0.0, start + number * 0.05 - time.perf_counter()))
+        began = time.perf_counter()
+        result = await bench.history.record_events(name, batch)
+        rows["lag"].base.append(time.perf_counter() - began)
+        assert result.last_seq is not None
+        sent[result.last_seq] = began
+    done.set()
+    await asyncio.wait_for(poller, 120)
+    rows["lag"].ours += [seen[seq] - began for seq, began in sent.items()]
+
+
+async def seed_tasks(bench: Bench, count: int) -> str:
+    """``count`` task nodes (the mirror's own properties) in a project of their own, half
+    ``done`` and half ``open``, written by UNWIND in batches; returns the project id."""
+    project = f"{bench.project}-list"
+    now = datetime.now(UTC)
+    rows = [
+        task_properties(
+            TaskView(
+                project_id=project,
+                name=f"task-{n:06d}",
+                workflow_id=task_workflow_id(project, f"task-{n:06d}"),
+                goal="seeded",
+                agent_id="bench",
+                session_id=None,
+                parent=None,
+                metadata={},
+                status=TaskStatus.DONE if n % 2 else TaskStatus.OPEN,
+                result=None,
+                error=None,
+                step_counts=dict.fromkeys(StepState, 0),
+                last_seq=0,
+                mirrored_seq=0,
+                unmirrored_writes=0,
+                mirror_error=None,
+                run_first_seq=1,
+                runs=1,
+                created_at=now,
+                updated_at=now,
+            )
+        )
+        for n in range(count)
+    ]
+    for at in range(0, len(rows), 2_000):
+        await bench.graph.driver.execute_query(
+            """
+            MERGE (p:Project {project_id: $project})
+            WITH p UNWIND $rows AS row
+            MERGE (t:Task {key: row.key}) SET t += row
+            MERGE (p)-[:HAS_TASK]->(t)
+            """,
+            project=project,
+            rows=rows[at : at + 2_000],
+            database_=bench.graph.database,
+        )
+    return project
+
+
+async def list_by_status(
+    bench: Bench, sizes: Sizes, rows: dict[str, Row], first: str, *, project: str
+) -> None:
+    """Pages of 50 ``done`` tasks in name order: ``find_tasks`` against the hand-written
+    Cypher of that one filter (its best form: ordered by the properties of the index on
+    ``(project_id, status, name)``, so that Neo4j reads the page in index order when the
+    index exists), page by page in turn."""
+    cursor: dict[str, str | None] = {"ours": None, "bare": ""}
+
+    async def ours() -> None:
+        where = TaskFilter(status=TaskStatus.DONE, after_name=cursor["ours"], limit=50)
+        started = time.perf_counter()
+        page = await bench.graph.find_tasks(project, where)
+        rows["list"].ours.append(time.perf_counter() - started)
+        cursor["ours"] = page[-1].name if len(page) == 50 else None
+
+    async def cypher() -> None:
+        started = time.perf_counter()
+        records, _, _ = await bench.graph.driver.execute_query(
+            """
+            MATCH (t:Task {project_id: $p, status: $s}) WHERE t.name > $after
+            RETURN t ORDER BY t.project_id, t.status, t.name LIMIT 50
+            """,
+            p=project,
+            s="done",
+            after=cursor["bare"],
+            database_=bench.graph.database,
+            routing_="r",
+        )
+        rows["list"].base.append(time.perf_counter() - started)
+        cursor["bare"] = records[-1]["t"]["name"] if len(records) == 50 else ""
+
+    for _ in range(sizes.list_reads):
+        await both(first, ours, cypher)
+
+
+async def one_step(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: str) -> None:
+    """An agent task of ``steps`` steps of the echo tool (``bench.bench_step``: each step its
+    tool_call event and in_progress, the tool's activity, tool_result and completed) against a
+    workflow running as many bare activities; the time per step, from each history."""
+    spec = AgentSpec(name="bench_steps", tools=["bench_echo"], input={"steps": sizes.steps})
+
+    async def ours() -> None:
+        name = await bench.task(agent=spec)
+        await bench.history.wait_task(name)
+        seconds, _ = await per_step(bench.client, bench.history.workflow_id(name), sizes.steps)
+        rows["step"].ours.append(seconds)
+
+    async def bare() -> None:
+        workflow_id = f"{bench.bare_queue}/steps-{uuid.uuid4().hex[:12]}"
+        await bench.plain.execute_workflow(
+            BareSteps.run, sizes.steps, id=workflow_id, task_queue=bench.bare_queue
+        )
+        seconds, _ = await per_step(bench.plain, workflow_id, sizes.steps)
+        rows["step"].base.append(seconds)
+
+    await both(first, ours, bare)
+
+
+@asynccontextmanager
+async def worker_process(kind: str, queue: str, env: dict[str, str]) -> AsyncIterator[int]:
+    """A worker in a process of its own (``bench.rss_worker``); yields its pid."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bench.rss_worker",
+        kind,
+        queue,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=env,
+    )
+    try:
+        assert process.stdout is not None
+        line = await asyncio.wait_for(process.stdout.readline(), 60)
+        assert line.strip() == b"ready", line
+        yield process.pid
+    finally:
+        assert process.stdin is not None
+        process.stdin.close()
+        try:
+            await asyncio.wait_for(process.wait(), 30)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+
+
+async def worker_rss(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: str) -> None:
+    """The resident memory a worker process gains per open task it holds (``rss_tasks``
+    tasks of ``rss_events`` events each, 20 opened at a time), ours against bare."""
+    events = transcript(sizes.rss_events)
+    gate = asyncio.Semaphore(20)
+
+    async def open_ours(history: ConversationHistory, number: int) -> None:
+        async with gate:
+            name = f"rss-{history.task_queue}-{number}"
+            assert (await history.create_task(name, "rss")).recorded
+            bench.started.append(history.workflow_id(name))
+            assert (await history.record_events(name, events)).recorded
+            await bench.mirrored(name, len(events))
+
+    async def open_bare(queue: str, number: int) -> None:
+        async with gate:
+            handle = await bench.bare(queue)
+            await handle.execute_update(BareWorkflow.append, event_json(events))
+
+    async def block(side: str) -> None:
+        queue = f"{bench.queue}-rss-{side}"
+        history = replace_queue(bench.history, queue)
+        async with worker_process(side, queue, bench.worker_env) as pid:
+            await asyncio.sleep(1.0)
+            before = rss_kib(pid)
+            await asyncio.gather(
+                *(
+                    open_ours(history, n) if side == "ours" else open_bare(queue, n)
+                    for n in range(sizes.rss_tasks)
+                )
+            )
+            await asyncio.sleep(1.0)
+            rows["rss"].samples(side).append((rss_kib(pid) - before) / sizes.rss_tasks)
+
+    await both(first, lambda: block("ours"), lambda: block("bare"))

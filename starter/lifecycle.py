@@ -1,0 +1,290 @@
+"""The lifecycle of ``ConversationHistory``'s tasks: create (update-with-start), cancel and
+wait, and the answers to input requests (by signal or by update). Running a task's agent
+again (resume, continue, retry, branch) is ``starter.turns``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pydantic import JsonValue
+from temporalio.client import (
+    WithStartWorkflowOperation,
+    WorkflowFailureError,
+    WorkflowUpdateFailedError,
+)
+from temporalio.common import TypedSearchAttributes, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from starter.results import WriteResult, from_outcome, refused
+from starter.transport import from_update_failure, lane, request_id_or_new, retrieve_start
+from starter.writes import TaskWrites
+from taskgraph.retention import name_state
+from workflows.errors import ErrorCode
+from workflows.models import (
+    AgentSpec,
+    BranchPoint,
+    InputAnswer,
+    TaskStart,
+    TaskStatus,
+    TaskView,
+    TaskWorkflowInput,
+    valid_request_id,
+)
+from workflows.task import TaskWorkflow, search_attributes
+from workflows.waits import answer_error
+
+if TYPE_CHECKING:  # the driver is loaded only by whoever makes the graph
+    pass
+
+
+class TaskLifecycle(TaskWrites):
+    """Creating, cancelling, resuming and waiting for tasks, and answering their input
+    requests (``ConversationHistory``'s published methods of those)."""
+
+    async def create_task(
+        self,
+        name: str,
+        goal: str,
+        *,
+        request_id: str | None = None,
+        metadata: dict[str, str] | None = None,
+        parent: str | None = None,
+        parent_may_follow: bool = False,
+        session_id: str | None = None,
+        agent: AgentSpec | None = None,
+        branched_from: BranchPoint | None = None,
+    ) -> WriteResult:
+        """Create a task, or return the existing one of that name and goal.
+
+        Uses update-with-start: the workflow starts if it is not running and the
+        ``create_task`` update runs in its first workflow task. The same name with the same
+        goal returns the existing task (``created`` False); another goal is ``task_exists``.
+        A finished task's name is never reused (id reuse policy REJECT_DUPLICATE), nor,
+        with a graph, the name of a deleted task (its tombstone) or of one whose history
+        passed the namespace's retention (its Neo4j node): both ``task_exists``. The
+        result's ``task`` is the task's view.
+
+        Args:
+            name: 1 to 200 characters, no control characters.
+            goal: at most 4,000 characters.
+            request_id: 1 to 64 characters; a new UUID when None.
+            metadata: at most 16 entries, keys up to 128 and values up to 500 characters.
+            parent: name of the parent task in this project (child tasks); it must exist
+                (``parent_not_found``).
+            parent_may_follow: skip that check: the importer's case, where a published
+                trajectory's subagent run may be imported before its parent (Neo4j's
+                ``CHILD_OF`` then points at a placeholder node until the parent comes).
+            session_id: the session of this task; None: this object's ``session_id``.
+            agent: the agent that runs the task (an agent task: ``queued``, then
+                ``in_progress`` once its agent starts); None: a recorded task (``open``).
+            branched_from: the task's log starts as a copy of this task's events up to this
+                seq (``branch_from`` is the way to ask for it).
+        """
+        request_id = request_id_or_new(request_id)
+        if not valid_request_id(request_id):
+            return refused(ErrorCode.INVALID_REQUEST_ID, "request_id must be 1 to 64 characters")
+        if parent is not None and not parent_may_follow and not await self._exists(parent):
+            return refused(ErrorCode.PARENT_NOT_FOUND, f"no parent task {parent!r} in this project")
+        start = TaskStart(
+            project_id=self.project_id,
+            name=name,
+            goal=goal,
+            agent_id=self.agent_id,
+            session_id=self.session_id if session_id is None else session_id,
+            parent=parent,
+            metadata=metadata or {},
+            request_id=request_id,
+            agent=agent,
+            branched_from=branched_from,
+        )
+        status = TaskStatus.OPEN if agent is None else TaskStatus.QUEUED
+        async with lane(self.client, self.workflow_id(name)):
+            taken = await self._name_taken(name)
+            if taken is not None:
+                return refused(ErrorCode.TASK_EXISTS, taken)
+            operation = WithStartWorkflowOperation(
+                TaskWorkflow.run,
+                TaskWorkflowInput(start=start),
+                id=self.workflow_id(name),
+                task_queue=self.task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                search_attributes=TypedSearchAttributes(search_attributes(start, status)),
+            )
+            try:
+                outcome = await self._call(
+                    lambda: self.client.execute_update_with_start_workflow(
+                        TaskWorkflow.create_task,
+                        start,
+                        start_workflow_operation=operation,
+                    )
+                )
+            except WorkflowUpdateFailedError as err:
+                return from_update_failure(err)
+            except WorkflowAlreadyStartedError:
+                found = await self.get_task(name)
+                if found.view is not None and found.view.goal == goal:
+                    return WriteResult(recorded=True, duplicate=True, task=found.view)
+                return refused(ErrorCode.TASK_EXISTS, f"task {name!r} exists (finished)")
+            finally:
+                await retrieve_start(operation)
+        result = from_outcome(outcome)
+        if result.recorded:
+            result.task = (await self.get_task(name)).view
+        return result
+
+    async def _name_taken(self, name: str) -> str | None:
+        """Why ``name`` may not be created although Temporal has no workflow of it (None
+        when it may): a deleted task's tombstone, or a task whose history Temporal deleted
+        after the namespace's retention and Neo4j keeps. Needs the graph; without one, the
+        mirror still refuses to write the new task into the old one's node
+        (``TaskIncarnationError``)."""
+        if self.graph is None:
+            return None
+        state = await name_state(self.graph, self.project_id, self.workflow_id(name))
+        if state.deleted:
+            return f"task {name!r} was deleted; a task name is never reused"
+        if state.mirrored:
+            try:
+                await self._call(self._handle(name).describe)
+            except RPCError as err:
+                if err.status != RPCStatusCode.NOT_FOUND:
+                    raise
+                return (
+                    f"task {name!r} exists: its history passed the namespace's retention, "
+                    "Neo4j keeps it"
+                )
+        return None
+
+    async def cancel_task(self, task: str, *, cascade: bool = True) -> WriteResult:
+        """Cancel the task: a Temporal cancel request, the same as ``temporal workflow cancel``
+        or the Web UI's. The task cancels its agent (a running tool sees the cancellation) and,
+        unless ``cascade`` is False, the child tasks its agent spawned (each reports
+        ``cancelled`` back); it settles every step left ``in_progress`` as ``unknown``, records
+        a final event, ends ``cancelled`` (view, search attribute, Neo4j) and its workflow
+        closes as cancelled. (Terminating the workflow instead is the unclean path: nothing of
+        this happens.)
+
+        Returns:
+            ``recorded`` True once requested (``wait_task`` waits for the end);
+            ``task_not_found``; ``task_closed`` when the task had already ended.
+        """
+        handle = self._handle(task)
+        try:
+            description = await self._call(handle.describe)
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                return refused(ErrorCode.TASK_NOT_FOUND, f"no task {task!r} in this project")
+            raise
+        if description.close_time is not None:
+            return refused(ErrorCode.TASK_CLOSED, f"task {task!r} has ended")
+        if not cascade:
+            await self._call(lambda: handle.signal(TaskWorkflow.keep_children))
+        await self._call(handle.cancel)
+        return WriteResult(recorded=True)
+
+    async def submit_input(
+        self,
+        task: str,
+        answer: JsonValue,
+        *,
+        input_id: str | None = None,
+        request_id: str | None = None,
+    ) -> WriteResult:
+        """Answer an input request by signal (fire and forget): ``recorded`` True once the
+        signal is in the task's history. Signals of one client to one task are sent in call
+        order (the task's lane, as writes are), so answers sent one after the other reach the
+        task in that order. The task takes it when it runs (``Ledger.take_answer``): a repeat
+        of the request id is ignored; an answer is bound to one request, the one it names
+        (kept until that request is asked, if it is not yet) or, with ``input_id`` None, the
+        oldest request open when it arrives (with none open it is rejected, never kept for a
+        later one); one that fails the request's schema is recorded as rejected (an
+        ``input_response`` event named ``rejected``) and the request stays open; one naming a
+        request that timed out is recorded as ``late`` and changes nothing.
+
+        Returns:
+            ``recorded``; ``task_closed`` when the task has ended; ``task_not_found``.
+
+        Raises:
+            ValueError: an answer no request may take (``_input_answer``); nothing is sent.
+            pydantic.ValidationError: an argument of the wrong shape, naming the field.
+        """
+        signal = self._input_answer(answer, input_id, request_id)
+        handle = self._handle(task)
+        try:
+            async with lane(self.client, self.workflow_id(task)):
+                await self._call(lambda: handle.signal(TaskWorkflow.submit_input, signal))
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+            if await self._exists(task):
+                return refused(ErrorCode.TASK_CLOSED, f"task {task!r} has ended")
+            return refused(ErrorCode.TASK_NOT_FOUND, f"no task {task!r} in this project")
+        return WriteResult(recorded=True)
+
+    async def respond(
+        self,
+        task: str,
+        answer: JsonValue,
+        *,
+        input_id: str | None = None,
+        request_id: str | None = None,
+    ) -> WriteResult:
+        """Answer an input request by update, validated on arrival: ``recorded`` with the
+        ``input_response`` event's seq, or refused with nothing recorded: ``input_not_requested``
+        (no such open request), ``input_invalid`` (the schema's message), ``input_closed`` (the
+        request timed out or closed), ``task_closed`` (the task has ended).
+
+        Raises:
+            ValueError: an answer no request may take (``_input_answer``); nothing is sent.
+            pydantic.ValidationError: an argument of the wrong shape, naming the field.
+        """
+        update = self._input_answer(answer, input_id, request_id)
+        return await self._update(task, TaskWorkflow.respond, update)
+
+    def _input_answer(
+        self, answer: JsonValue, input_id: str | None, request_id: str | None
+    ) -> InputAnswer:
+        """The answer as sent, checked first against the rules every answer meets whatever
+        its schema (``workflows.waits.answer_error`` with an empty schema).
+
+        Raises:
+            ValueError: more than ``MAX_ANSWER_CHARS`` characters of JSON, or NaN or an
+                infinity (nothing is sent).
+            pydantic.ValidationError: an argument of the wrong shape, naming the field.
+        """
+        error = answer_error({}, answer)
+        if error is not None:
+            raise ValueError(error)
+        return InputAnswer(
+            answer=answer,
+            input_id=input_id,
+            agent_id=self.agent_id,
+            request_id=request_id_or_new(request_id),
+        )
+
+    async def wait_task(self, task: str) -> TaskView | None:
+        """Wait until the task's workflow has ended (an agent task finished, failed or was
+        cancelled, and the mirror caught up) and return its final view; None when the task is
+        not in this project. Waits without a time limit (wrap it in ``asyncio.timeout``)."""
+        handle = self.client.get_workflow_handle(self.workflow_id(task), result_type=TaskView)
+        try:
+            view: TaskView = await handle.result()
+            return view
+        except WorkflowFailureError:  # cancelled (or failed): its last view says how
+            return (await self.get_task(task)).view
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                return None
+            raise
+
+    async def _exists(self, task: str) -> bool:
+        """True when a task of that name exists in this project (running or ended)."""
+        try:
+            await self._call(self._handle(task).describe)
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                return False
+            raise
+        return True

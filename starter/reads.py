@@ -1,0 +1,245 @@
+"""The reads of ``ConversationHistory``: one task (view, events, steps) through the shared
+cross-run reader (``tasklog.reader.TaskReader``), the project's task list from Temporal
+visibility, and the decisions and cross-task reads from Neo4j."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from starter.results import DecisionsResult, EventsResult, GetTaskResult, StepsResult
+from starter.transport import Transport
+from taskgraph.models import (
+    DecisionRow,
+    DecisionsRead,
+    EventFilter,
+    EventRow,
+    EventsRead,
+    StepFilter,
+    StepRow,
+    StepsRead,
+    TaskFilter,
+    TaskListFilter,
+    TaskRead,
+    TaskRow,
+    ToolFailures,
+    TreeRead,
+    TreeRow,
+)
+from tasklog.reader import TaskReader
+from workflows.errors import GraphNotConfigured
+from workflows.models import PAGE_LIMIT_MAX, EventKind, StepState, TaskStatus
+
+if TYPE_CHECKING:  # the driver is loaded only by whoever makes the graph
+    from taskgraph.graph import TaskGraph
+
+
+class TaskReads(Transport):
+    """The reads of ``ConversationHistory`` (its published read methods)."""
+
+    @property
+    def _reader(self) -> TaskReader:
+        """The cross-run reader over this object's client and graph, its calls sent through
+        ``_call`` (retries, ``timeout_s``)."""
+        return TaskReader(self.client, self.graph, self._call)
+
+    async def get_task(self, name: str) -> GetTaskResult:
+        """The task view (no event bodies); ``found`` False when the name is not in this
+        project. Works for running and finished tasks.
+
+        Raises:
+            pydantic.ValidationError: ``name`` is not a task name (field ``task``).
+        """
+        TaskRead(task=name)
+        found = await self._reader.view(self.workflow_id(name))
+        if found is None:
+            return GetTaskResult(found=False)
+        view, source = found
+        return GetTaskResult(found=True, view=view, source=source)
+
+    async def list_events(self, task: str, after_seq: int = 0, limit: int = 50) -> EventsResult:
+        """Events with seq > ``after_seq`` in seq order, at most ``limit`` (1 to 200), across
+        every run of the task: the current run's from the workflow (a reader sees its own
+        writes at once), earlier runs' from Neo4j up to the mirror's watermark and from the
+        earlier runs themselves beyond it (``TaskView.mirror_backlog``: a closed run still
+        answers queries), so a read never waits for the mirror.
+
+        Raises:
+            pydantic.ValidationError: an argument of the wrong shape, naming the field
+                (``EventsRead``: ``after_seq`` an int from 0, ``limit`` an int from 1 to 200).
+            GraphNotConfigured: mirrored seqs of earlier runs are needed and no graph was given.
+            GraphIncomplete: Neo4j lacks some of them (run ``agent-tasks graph rebuild``).
+        """
+        EventsRead(task=task, after_seq=after_seq, limit=limit)
+        page = await self._reader.events(self.workflow_id(task), after_seq, limit)
+        if page is None:
+            return EventsResult(found=False)
+        events, cursor = page
+        return EventsResult(found=True, events=events, next_after_seq=cursor)
+
+    async def list_steps(
+        self,
+        task: str,
+        state: StepState | str | None = None,
+        limit: int = PAGE_LIMIT_MAX,
+        *,
+        after_name: str | None = None,
+    ) -> StepsResult:
+        """A page of the task's steps in name order after ``after_name``, optionally of one state,
+        each with its ``result_validity`` and ``idempotency_key``; at most ``limit`` (1 to
+        ``STEPS_PAGE_MAX``). A task holds up to ``MAX_STEPS_PER_TASK`` steps; the steps a run holds
+        (open ones, and those changed in it) come from the workflow, the steps closed in earlier
+        runs from Neo4j (and from those runs while Neo4j lacks them), the newest record of each name
+        winning.
+
+        Raises:
+            pydantic.ValidationError: an argument of the wrong shape, naming the field
+                (``StepsRead``).
+            GraphNotConfigured: the task has steps of earlier runs and no graph was given.
+        """
+        read = StepsRead(task=task, state=state, limit=limit, after_name=after_name)
+        wf = self.workflow_id(task)
+        page = await self._reader.steps(wf, read.state, read.limit, read.after_name)
+        if page is None:
+            return StepsResult(found=False)
+        steps, cursor = page
+        return StepsResult(found=True, steps=steps, next_after_name=cursor)
+
+    async def list_tasks(
+        self, status: TaskStatus | str | None = None, limit: int = 50
+    ) -> list[str]:
+        """Task names of this project from Temporal visibility (works without Neo4j),
+        newest first, optionally of one status (the ``TaskStatus`` search attribute).
+
+        Raises:
+            pydantic.ValidationError: a filter of the wrong shape (``TaskListFilter``).
+        """
+        where = TaskListFilter(status=status, limit=limit)
+        query = (
+            f"WorkflowType = 'TaskWorkflow' AND ProjectId = '{self.project_id}'"
+            " AND ExecutionStatus != 'ContinuedAsNew'"
+        )
+        if where.status is not None:
+            query += f" AND TaskStatus = '{where.status.value}'"
+        prefix = self.workflow_id("")
+        names: list[str] = []
+        async for execution in self.client.list_workflows(query, limit=where.limit):
+            names.append(execution.id.removeprefix(prefix))
+        return names
+
+    async def list_decisions(
+        self, task: str, after_seq: int = 0, limit: int = 50
+    ) -> DecisionsResult:
+        """A page of the task's decisions in seq order after ``after_seq``, at most ``limit``
+        (1 to 200), from Neo4j (so as far as the mirror has copied them: normally within
+        100 ms of the write; ``record_decision`` returns its decision at once). Each says
+        whether it needs review (``DecisionRow.needs_review``): an event it cites was
+        redacted, a step it cites changed since, or its task was deleted while it was kept.
+
+        Raises:
+            pydantic.ValidationError: an argument of the wrong shape (``DecisionsRead``).
+            GraphNotConfigured: no graph was given.
+        """
+        read = DecisionsRead(task=task, after_seq=after_seq, limit=limit)
+        rows = await self._graph().decisions(
+            self.project_id,
+            workflow_id=self.workflow_id(task),
+            after_seq=read.after_seq,
+            limit=read.limit,
+        )
+        found = bool(rows) or (await self.get_task(task)).found
+        cursor = rows[-1].seq if len(rows) == read.limit else None
+        return DecisionsResult(found=found, decisions=rows, next_after_seq=cursor)
+
+    async def get_decision(self, decision_id: str) -> DecisionRow | None:
+        """The decision of this project with id ``decision_id`` (as ``list_decisions`` reads
+        it), None when Neo4j has none.
+
+        Raises:
+            GraphNotConfigured: no graph was given.
+        """
+        rows = await self._graph().decisions(self.project_id, decision_id=decision_id, limit=1)
+        return rows[0] if rows else None
+
+    # ------------------------------------------------------------------ cross-task reads (Neo4j)
+
+    async def find_tasks(
+        self,
+        *,
+        status: TaskStatus | str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        parent: str | None = None,
+        after_name: str | None = None,
+        limit: int = 50,
+    ) -> list[TaskRow]:
+        """This project's tasks from Neo4j, in name order after ``after_name`` (the paging
+        cursor: pass the last name of a page), filtered by status, agent, session or parent
+        (``TaskFilter``).
+
+        Raises:
+            pydantic.ValidationError: a filter of the wrong shape (names the field).
+            GraphNotConfigured: no graph was given.
+        """
+        where = TaskFilter(
+            status=status,
+            agent_id=agent_id,
+            session_id=session_id,
+            parent=parent,
+            after_name=after_name,
+            limit=limit,
+        )
+        return await self._graph().find_tasks(self.project_id, where)
+
+    async def task_tree(self, task: str, depth: int = 3) -> list[TreeRow]:
+        """The task and its child tasks down to ``depth`` levels (0 to 20), from Neo4j.
+
+        Raises:
+            pydantic.ValidationError: an argument of the wrong shape (``TreeRead``).
+            GraphNotConfigured: no graph was given.
+        """
+        return await self._graph().task_tree(self.project_id, TreeRead(task=task, depth=depth))
+
+    async def find_events(
+        self,
+        *,
+        kind: EventKind | str | None = None,
+        name: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        failed_only: bool = False,
+        limit: int = 50,
+    ) -> list[EventRow]:
+        """Events across this project's tasks by kind, name and time range (``since`` <= time
+        < ``until``, timezone-aware), oldest first, from Neo4j (``EventFilter``).
+        ``failed_only`` keeps the results of failed steps (for example every failed tool call).
+
+        Raises:
+            pydantic.ValidationError: a filter of the wrong shape (names the field).
+            GraphNotConfigured: no graph was given.
+        """
+        where = EventFilter(
+            kind=kind, name=name, since=since, until=until, failed_only=failed_only, limit=limit
+        )
+        return await self._graph().find_events(self.project_id, where)
+
+    async def find_steps(
+        self, *, state: StepState | str | None = None, limit: int = 50
+    ) -> list[StepRow]:
+        """Steps across this project's tasks in a state (for example every ``unknown`` step
+        that needs a person), from Neo4j (``StepFilter``).
+
+        Raises:
+            pydantic.ValidationError: a filter of the wrong shape (names the field).
+            GraphNotConfigured: no graph was given.
+        """
+        return await self._graph().find_steps(self.project_id, StepFilter(state=state, limit=limit))
+
+    async def failed_tool_calls(self) -> list[ToolFailures]:
+        """Failed tool calls across this project's tasks, by tool name, from Neo4j."""
+        return await self._graph().failed_tool_calls(self.project_id)
+
+    def _graph(self) -> TaskGraph:
+        if self.graph is None:
+            raise GraphNotConfigured("this read needs Neo4j: pass graph= to ConversationHistory")
+        return self.graph

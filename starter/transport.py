@@ -1,0 +1,245 @@
+"""The transport of ``ConversationHistory``: how its calls reach a task's workflow.
+
+Every Temporal call runs within the client's ``timeout_s`` and is sent again while the server
+turns it away unprocessed for a moment (``_busy``: more than 10 updates in flight, an aborted
+update, a query before a new run's first workflow task). Writes through one ``Client`` to one
+task go one at a time in the order of their calls (``lane``), and a write the task turns away
+while it drains before continue-as-new is sent again until the new run takes it. Refusals and
+duplicates come back as ``WriteResult``s (``from_update_failure``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import uuid
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from temporalio.client import (
+    Client,
+    WithStartWorkflowOperation,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from starter.results import WriteResult, from_outcome, refused
+from workflows.errors import (
+    CONTINUING_AS_NEW,
+    DUPLICATE,
+    ErrorCode,
+    TaskServiceUnavailable,
+    error_code,
+)
+from workflows.models import WriteOutcome, task_workflow_id, valid_request_id
+
+if TYPE_CHECKING:  # the driver is loaded only by whoever makes the graph
+    from taskgraph.graph import TaskGraph
+
+_BUSY_BACKOFF_S = (0.02, 1.0)
+"""Pause before resending a call the server turned away as busy (``_busy``): from 20 ms,
+doubling, at most 1 s, each with random jitter down to half, until ``timeout_s`` has passed."""
+
+_DRAIN_WAIT_S = 60.0
+"""How long a write is sent again (seconds; from 20 ms doubling to 0.5 s apart) while its task
+turns it away (``_RESEND``: normally one mirror call, tens of ms); then ``task_busy``."""
+
+_T = TypeVar("_T")
+
+
+_RESEND = (CONTINUING_AS_NEW, "UnprocessedUpdate")
+"""Update failures that wrote nothing and pass by themselves, so the client sends the write
+again: the task drains before continue-as-new, or the server turned the update away because
+no workflow task processed it ("UnprocessedUpdate", seen under concurrent updates)."""
+
+
+def _resend(err: WorkflowUpdateFailedError) -> bool:
+    cause = err.cause
+    return isinstance(cause, ApplicationError) and cause.type in _RESEND
+
+
+def from_update_failure(err: WorkflowUpdateFailedError) -> WriteResult:
+    """The result of a write the workflow's validator turned away: the stored result of a
+    repeated request id (``DUPLICATE``), a refusal with its ``ErrorCode``, or ``task_busy``
+    for a write still turned away after ``_DRAIN_WAIT_S``.
+
+    Raises:
+        WorkflowUpdateFailedError: ``err`` itself when it carries no code of ours.
+    """
+    cause = err.cause
+    if _resend(err):
+        return refused(ErrorCode.TASK_BUSY, f"the task turned the write away for {_DRAIN_WAIT_S} s")
+    if isinstance(cause, ApplicationError):
+        if cause.type == DUPLICATE:
+            return from_outcome(WriteOutcome.model_validate(cause.details[0]))
+        code = error_code(cause.type)
+        if code is not None:
+            return refused(code, cause.message)
+    raise err
+
+
+def _unavailable(err: Exception) -> TaskServiceUnavailable:
+    return TaskServiceUnavailable(f"Temporal did not answer: {err}")
+
+
+def _busy(err: RPCError) -> bool:
+    """The server turned the call away unprocessed, for a moment: more than 10 updates in
+    flight on one workflow (RESOURCE_EXHAUSTED), an update it aborted when the workflow task
+    that was to take it did not complete ("workflow update was aborted"), or a query that came
+    before a new run's first workflow task (right after continue-as-new: "Workflow task is not
+    scheduled yet"). Nothing was written; resending is safe (request ids make it safe in any
+    case)."""
+    return (
+        err.status == RPCStatusCode.RESOURCE_EXHAUSTED
+        or (err.status == RPCStatusCode.UNAVAILABLE and "update was aborted" in err.message)
+        or (
+            err.status == RPCStatusCode.FAILED_PRECONDITION
+            and "workflow task is not scheduled yet" in err.message.lower()
+        )
+    )
+
+
+def _lost(err: RPCError) -> bool:
+    return err.status in (
+        RPCStatusCode.UNAVAILABLE,
+        RPCStatusCode.DEADLINE_EXCEEDED,
+        RPCStatusCode.CANCELLED,
+    )
+
+
+class _Lane:
+    """The writes of one client to one task, sent one at a time in call order."""
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()  # asyncio.Lock wakes its waiters first come, first served
+        self.users = 0
+
+
+_LANES: weakref.WeakKeyDictionary[Client, dict[str, _Lane]] = weakref.WeakKeyDictionary()
+"""Per Temporal client: workflow id -> its lane (dropped when no call uses it)."""
+
+
+@contextlib.asynccontextmanager
+async def lane(client: Client, workflow_id: str) -> AsyncIterator[None]:
+    """Hold the lane of ``workflow_id`` on ``client``: the order guarantee of writes. Writes
+    through one ``Client`` to one task are applied in the order their calls were made, also
+    when they are made concurrently and when the task continues-as-new (a write turned away
+    while the task drains is resent before the next one is sent), and the server's limit of
+    10 updates in flight per workflow is never reached from one client."""
+    lanes = _LANES.setdefault(client, {})
+    lane = lanes.setdefault(workflow_id, _Lane())
+    lane.users += 1
+    try:
+        async with lane.lock:
+            yield
+    finally:
+        lane.users -= 1
+        if not lane.users:
+            del lanes[workflow_id]
+
+
+def request_id_or_new(request_id: str | None) -> str:
+    """The caller's request id, or a new UUID when it is None (never for an empty string,
+    which is refused as ``invalid_request_id``)."""
+    return str(uuid.uuid4()) if request_id is None else request_id
+
+
+def _no_worker(err: RPCError) -> bool:
+    """A query the server answers at once with "no poller seen": no worker runs the task."""
+    return err.status == RPCStatusCode.FAILED_PRECONDITION and "poller" in err.message
+
+
+async def retrieve_start(operation: WithStartWorkflowOperation[Any, Any]) -> None:
+    """Retrieve the start operation's own outcome. The SDK keeps it in a future that it
+    settles before the update-with-start call returns or raises, with the call's error when
+    the start was not seen (a time-out cancels the call: ``CancelledError``); left unread,
+    asyncio prints "Future exception was never retrieved" when the future is collected. The
+    future is done here, so this does not wait (and never waits over a second)."""
+    with contextlib.suppress(Exception, asyncio.CancelledError):
+        await asyncio.wait_for(operation.workflow_handle(), 1.0)
+
+
+class Transport:
+    """The calls of one ``ConversationHistory`` (the base of its reads and writes): the
+    attributes its constructor sets, the workflow of a task, and the retrying call."""
+
+    client: Client
+    """The Temporal client (the product's data converter)."""
+    project_id: str
+    """The project every read and write is scoped to."""
+    agent_id: str
+    """The author of what this object writes."""
+    session_id: str | None
+    """The session new tasks belong to."""
+    task_queue: str
+    """The workers' task queue."""
+    graph: TaskGraph | None
+    """The Neo4j task graph, if any."""
+    timeout_s: float
+    """Seconds one Temporal call may take."""
+
+    def workflow_id(self, task: str) -> str:
+        """The workflow id of ``task`` in this project (``task_workflow_id``)."""
+        return task_workflow_id(self.project_id, task)
+
+    def _handle(self, task: str) -> WorkflowHandle[Any, Any]:
+        return self.client.get_workflow_handle(self.workflow_id(task))
+
+    async def _call(self, call: Callable[[], Awaitable[_T]]) -> _T:
+        """Run one Temporal call within ``timeout_s``, resending it while the server turns it
+        away as busy (``_busy``). Lost connections, no worker polling, and no answer in time
+        raise ``TaskServiceUnavailable``; other ``RPCError``s propagate."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout_s
+        delay, most = _BUSY_BACKOFF_S
+        while True:
+            try:
+                return await asyncio.wait_for(call(), max(deadline - loop.time(), 0.001))
+            except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError) as err:
+                raise TaskServiceUnavailable(
+                    f"no answer within {self.timeout_s:g} s: is a worker polling task queue "
+                    f"{self.task_queue!r}? A write may still be recorded once one is; retry it "
+                    "with the same request id"
+                ) from err
+            except RPCError as err:
+                if not _busy(err):
+                    if _lost(err) or _no_worker(err):
+                        raise _unavailable(err) from err
+                    raise
+                if loop.time() + delay >= deadline:
+                    raise _unavailable(err) from err
+            await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+            delay = min(delay * 2, most)
+
+    async def _execute_update(self, task: str, update: Any, input: Any) -> WriteResult:
+        """Send one write update (the caller holds the task's lane): resend it while the task
+        turns it away as it drains (``_RESEND``, up to ``_DRAIN_WAIT_S``), and map refusals and
+        duplicates to their results.
+
+        Raises:
+            temporalio.service.RPCError: ``NOT_FOUND`` when no workflow of the task runs (the
+                writes tell a closed task from a missing one), or another the server sent.
+        """
+        if not valid_request_id(input.request_id):
+            return refused(ErrorCode.INVALID_REQUEST_ID, "request_id must be 1 to 64 characters")
+        handle = self._handle(task)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _DRAIN_WAIT_S
+        delay = 0.02
+        while True:
+            try:
+                outcome = await self._call(
+                    lambda: handle.execute_update(update, input, result_type=WriteOutcome)
+                )
+            except WorkflowUpdateFailedError as err:
+                if _resend(err) and loop.time() < deadline:
+                    await asyncio.sleep(delay)  # the new run takes it once the old ends
+                    delay = min(delay * 2, 0.5)
+                    continue
+                return from_update_failure(err)
+            return from_outcome(outcome)

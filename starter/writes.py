@@ -1,0 +1,365 @@
+"""The writes of ``ConversationHistory`` to a task's log: events (sealed with a graph),
+steps, the finish and decisions, each by update in the task's lane (``starter.transport``);
+a batch over one update's bounds is split (``split_events``, ``chunk_request_id``)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from temporalio.service import RPCError, RPCStatusCode
+
+from starter.reads import TaskReads
+from starter.results import WriteResult, from_outcome, refused
+from starter.transport import lane, request_id_or_new
+from taskgraph.sealing import seal_events
+from workflows.errors import ErrorCode
+from workflows.models import (
+    MAX_EVENTS_PER_UPDATE,
+    MAX_PAYLOAD_BYTES,
+    MAX_STEPS_PER_TASK,
+    MAX_STEPS_PER_UPDATE,
+    CitesInput,
+    Event,
+    EventInput,
+    EventKind,
+    FinishTaskInput,
+    RecordEventsInput,
+    RequestLookup,
+    Role,
+    SetStepsInput,
+    StepKind,
+    StepState,
+    StepWrite,
+    TaskStatus,
+    args_digest,
+    event_id,
+    model_size,
+    valid_request_id,
+)
+from workflows.task import TaskWorkflow
+
+if TYPE_CHECKING:  # the driver is loaded only by whoever makes the graph
+    pass
+
+
+def chunk_request_id(request_id: str, index: int) -> str:
+    """Request id of the ``index``-th update of a batch split across updates: the caller's
+    own for the first, ``"{sha256(request_id/index)[:40]}"`` for the others (1 to 64
+    characters, stable for the same call)."""
+    if index == 0:
+        return request_id
+    return hashlib.sha256(f"{request_id}/{index}".encode()).hexdigest()[:40]
+
+
+def split_events(events: Sequence[EventInput]) -> Iterator[list[EventInput]]:
+    """Split events into update-sized lists: at most ``MAX_EVENTS_PER_UPDATE`` events and
+    about ``MAX_PAYLOAD_BYTES`` of JSON each (one event is at most ~200 KB, since a payload is
+    at most ``MAX_PAYLOAD_CHARS`` characters)."""
+    chunk: list[EventInput] = []
+    size = 0
+    for event in events:
+        event_size = model_size(event)
+        if chunk and (len(chunk) == MAX_EVENTS_PER_UPDATE or size + event_size > MAX_PAYLOAD_BYTES):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(event)
+        size += event_size
+    if chunk:
+        yield chunk
+
+
+class TaskWrites(TaskReads):
+    """The writes of ``ConversationHistory`` to a task's log (its published write methods)."""
+
+    async def _update(self, task: str, update: Any, input: Any) -> WriteResult:
+        """Send one write update in the task's lane (``lane``: call order)."""
+        async with lane(self.client, self.workflow_id(task)):
+            return await self._send(task, update, input)
+
+    async def _send(self, task: str, update: Any, input: Any) -> WriteResult:
+        """Send one write update (the caller holds the task's lane); map refusals, duplicates
+        and a closed or missing task."""
+        try:
+            return await self._execute_update(task, update, input)
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+            # the digest only here: 1.7 ms of CPU for a batch of 200 events
+            digest = args_digest(input)
+            return await self._closed_or_missing(task, input.request_id, digest)
+
+    async def _closed_or_missing(self, task: str, request_id: str, digest: str) -> WriteResult:
+        """A write found no running workflow: the task is closed (answer a retried request
+        id from the closed workflow's state) or does not exist in this project."""
+        handle = self._handle(task)
+        try:
+            await self._call(handle.describe)
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+            if await self._reader.expired(self.workflow_id(task)) is not None:
+                return refused(
+                    ErrorCode.TASK_CLOSED,
+                    f"task {task!r} is finished (its history passed the namespace's retention)",
+                )
+            return refused(ErrorCode.TASK_NOT_FOUND, f"no task {task!r} in this project")
+        stored = await self._call(
+            lambda: handle.query(
+                TaskWorkflow.request_outcome, RequestLookup(request_id=request_id, digest=digest)
+            )
+        )
+        if stored is not None:
+            return from_outcome(stored)
+        return refused(ErrorCode.TASK_CLOSED, f"task {task!r} is finished")
+
+    async def record_event(
+        self,
+        task: str,
+        kind: EventKind | str,
+        payload: str = "",
+        *,
+        role: Role | str | None = None,
+        name: str | None = None,
+        call_id: str | None = None,
+        request_id: str | None = None,
+    ) -> WriteResult:
+        """Append one event; ``result.event`` is the recorded event (``result.seq`` its
+        seq). A payload over ``MAX_PAYLOAD_CHARS`` characters is cut (the event keeps the full
+        length and SHA-256). See ``record_events``."""
+        event = EventInput.model_validate(
+            {"kind": kind, "payload": payload, "role": role, "name": name, "call_id": call_id}
+        )
+        return await self._record_one(task, event, request_id)
+
+    async def _record_one(
+        self, task: str, event: EventInput, request_id: str | None
+    ) -> WriteResult:
+        """Record one event and return it as ``result.event``: built from what was sent for a
+        new plain write (the outcome gives its seq and time), read back for a repeated
+        request id (the stored outcome has no time) and for a decision (the workflow records
+        the cited steps' state)."""
+        request_id = request_id_or_new(request_id)
+        result, (sent,) = await self._record(task, [event], request_id)
+        if not result.recorded or result.seq is None:
+            return result
+        if result.time is None or event.cites is not None:
+            page = await self.list_events(task, after_seq=result.seq - 1, limit=1)
+            result.event = page.events[0]
+            return result
+        recorded = Event.recorded(
+            sent,
+            workflow_id=self.workflow_id(task),
+            seq=result.seq,
+            author=self.agent_id,
+            time=result.time,
+            request_id=request_id,
+        )
+        result.event = recorded.model_copy(update={"payload": event.payload, "sealed": None})
+        return result
+
+    async def record_events(
+        self,
+        task: str,
+        events: Sequence[EventInput | dict[str, Any]],
+        *,
+        request_id: str | None = None,
+    ) -> WriteResult:
+        """Append events in order, with consecutive seqs.
+
+        A batch over one update's bounds (``MAX_EVENTS_PER_UPDATE`` events or
+        ``MAX_PAYLOAD_BYTES`` of JSON) is sent as several updates,
+        each under a request id derived from ``request_id`` (``chunk_request_id``). They are
+        not atomic together: on a refusal, the updates before it stay recorded, the result
+        has ``recorded`` False and ``first_seq``/``last_seq`` of what was recorded, and a
+        retry with the same request id records the rest once.
+
+        With a graph, each event's text is sealed first (``taskgraph.sealing``): its data key is
+        stored in Neo4j before anything is sent (so a write needs Neo4j), and the split is of
+        the sealed events. The keys of events the workflow did not take from this call (a
+        refusal, a repeated request id) are deleted again; after an error (no answer) they
+        stay, since the write may have been recorded.
+        """
+        inputs = [EventInput.model_validate(e) if isinstance(e, dict) else e for e in events]
+        result, _ = await self._record(task, inputs, request_id_or_new(request_id))
+        return result
+
+    async def _record(
+        self, task: str, inputs: list[EventInput], request_id: str
+    ) -> tuple[WriteResult, list[EventInput]]:
+        """``record_events``; also returns the inputs as sent (sealed). The task's lane is
+        held from before the sealing on, so that writes keep the order of their calls."""
+        if not inputs:  # refused by the model's own rule: at least one event
+            RecordEventsInput(agent_id=self.agent_id, events=[], request_id=request_id)
+        if not valid_request_id(request_id):
+            refusal = refused(ErrorCode.INVALID_REQUEST_ID, "request_id must be 1 to 64 characters")
+            return refusal, inputs
+        total = WriteResult(recorded=True, duplicate=True)
+        async with lane(self.client, self.workflow_id(task)):
+            sent = await self._seal(task, inputs)
+            new_keys = {e.key_id for e in sent if e.key_id} - {e.key_id for e in inputs}
+            for index, chunk in enumerate(split_events(sent)):
+                result = await self._send(
+                    task,
+                    TaskWorkflow.record_events,
+                    RecordEventsInput(
+                        agent_id=self.agent_id,
+                        events=chunk,
+                        request_id=chunk_request_id(request_id, index),
+                    ),
+                )
+                if result.recorded and not result.duplicate:
+                    new_keys -= {e.key_id for e in chunk}
+                if not result.recorded:
+                    total = result.model_copy(
+                        update={"first_seq": total.first_seq, "last_seq": total.last_seq}
+                    )
+                    break
+                total = total.model_copy(
+                    update={
+                        "first_seq": total.first_seq or result.first_seq,
+                        "last_seq": result.last_seq,
+                        "duplicate": total.duplicate and result.duplicate,
+                        "time": result.time,
+                    }
+                )
+        if new_keys and self.graph is not None:  # keys of text the workflow did not take
+            await self.graph.drop_keys(self.project_id, [k for k in new_keys if k])
+        return total, sent
+
+    async def _seal(self, task: str, events: list[EventInput]) -> list[EventInput]:
+        """``events`` sealed, their keys stored (``taskgraph.sealing.seal_events``), when the
+        client has a graph (the key store); as they are without one."""
+        if self.graph is None:
+            return events
+        return await seal_events(self.graph, self.project_id, self.workflow_id(task), events)
+
+    async def set_step(
+        self,
+        task: str,
+        step_name: str,
+        state: StepState | str,
+        *,
+        kind: StepKind | str | None = None,
+        result_event_seq: int | None = None,
+        request_id: str | None = None,
+    ) -> WriteResult:
+        """Set one step's state (``STEP_TRANSITIONS``). ``result_event_seq`` must name an
+        event of this task (else ``event_not_found``). A new step's kind defaults to tool."""
+        write = StepWrite.model_validate(
+            {
+                "step_name": step_name,
+                "state": state,
+                "kind": kind,
+                "result_event_seq": result_event_seq,
+            }
+        )
+        return await self.set_steps(task, [write], request_id=request_id)
+
+    async def set_steps(
+        self, task: str, steps: Sequence[StepWrite], *, request_id: str | None = None
+    ) -> WriteResult:
+        """Apply step writes in order. Up to ``MAX_STEPS_PER_UPDATE`` writes are one update, all or
+        nothing; larger lists are split like ``record_events``. A list naming more distinct steps
+        than a task may hold is refused (``step_limit_reached``) before anything is sent."""
+        request_id = request_id_or_new(request_id)
+        if len({write.step_name for write in steps}) > MAX_STEPS_PER_TASK:
+            return refused(
+                ErrorCode.STEP_LIMIT_REACHED, f"a task holds at most {MAX_STEPS_PER_TASK} steps"
+            )
+        result = WriteResult(recorded=True, duplicate=True)
+        for index in range(0, max(len(steps), 1), MAX_STEPS_PER_UPDATE):
+            result = await self._update(
+                task,
+                TaskWorkflow.set_steps,
+                SetStepsInput(
+                    agent_id=self.agent_id,
+                    steps=list(steps[index : index + MAX_STEPS_PER_UPDATE]),
+                    request_id=chunk_request_id(request_id, index // MAX_STEPS_PER_UPDATE),
+                ),
+            )
+            if not result.recorded:
+                return result
+        return result
+
+    async def finish_task(
+        self,
+        task: str,
+        status: TaskStatus | str,
+        *,
+        result: str | None = None,
+        error: str | None = None,
+        request_id: str | None = None,
+    ) -> WriteResult:
+        """Close the task as done, failed or cancelled. The workflow completes once the
+        mirror has caught up; later writes are refused with ``task_closed``. A retry with
+        the same request id after the close still returns the stored result."""
+        return await self._update(
+            task,
+            TaskWorkflow.finish_task,
+            FinishTaskInput.model_validate(
+                {
+                    "agent_id": self.agent_id,
+                    "status": status,
+                    "result": result,
+                    "error": error,
+                    "request_id": request_id_or_new(request_id),
+                }
+            ),
+        )
+
+    async def record_decision(
+        self,
+        task: str,
+        statement: str,
+        *,
+        cites_events: Sequence[int | str] = (),
+        cites_steps: Sequence[str] = (),
+        request_id: str | None = None,
+    ) -> WriteResult:
+        """Record a decision: an event of kind ``decision`` whose payload is ``statement``
+        (sealed and cut like any payload), citing earlier events of the task by seq or by id
+        (at most 100) and steps of the task by name (at most 100). ``result.event`` is the
+        decision: its ``id`` is the decision's id, its ``cites`` the cited seqs and the cited
+        steps with their state and attempt now, which later reads compare with
+        (``list_decisions``: ``needs_review``).
+
+        Refusals: ``event_not_found`` (a seq that does not precede the decision, an id of no
+        event of the task), ``step_not_found``, and those of every write.
+
+        Raises:
+            pydantic.ValidationError: an argument of the wrong shape, naming the field.
+        """
+        seqs = await self._cited_seqs(task, cites_events)
+        if isinstance(seqs, WriteResult):
+            return seqs
+        event = EventInput(
+            kind=EventKind.DECISION,
+            payload=statement,
+            cites=CitesInput(events=seqs, steps=list(cites_steps)),
+        )
+        return await self._record_one(task, event, request_id)
+
+    async def _cited_seqs(self, task: str, cited: Sequence[int | str]) -> list[int] | WriteResult:
+        """The seqs of cited events: seqs as they are, ids (``event_id``) matched against the
+        task's seqs from the newest down (ids are derived, so this needs no lookup: about a
+        microsecond a seq); a refusal when the task or an id is not found."""
+        ids = {c for c in cited if isinstance(c, str)}
+        found: dict[str, int] = {}
+        if ids:
+            view = (await self.get_task(task)).view
+            if view is None:
+                return refused(ErrorCode.TASK_NOT_FOUND, f"no task {task!r} in this project")
+            workflow_id = self.workflow_id(task)
+            for seq in range(view.last_seq, 0, -1):
+                candidate = event_id(workflow_id, seq)
+                if candidate in ids:
+                    found[candidate] = seq
+                    if len(found) == len(ids):
+                        break
+            if missing := ids - found.keys():
+                return refused(
+                    ErrorCode.EVENT_NOT_FOUND, f"no event of task {task!r} has id {min(missing)}"
+                )
+        return [found[c] if isinstance(c, str) else c for c in cited]

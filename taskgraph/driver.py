@@ -1,0 +1,134 @@
+"""How the project talks to Neo4j: the driver (``open_driver``, every bound set), and the
+session every part of the task graph runs its transactions in (``GraphSession``).
+
+Each call opens its own session (one session per coroutine) and uses managed transactions
+(``execute_read`` / ``execute_write``), which retry transient errors (deadlocks, leader
+switches, unavailable servers) for up to ``NEO4J_RETRY_S``. Every transaction is bounded twice:
+by the server (``NEO4J_TRANSACTION_TIMEOUT_S``) and, with its retries, by the client
+(``NEO4J_CALL_TIMEOUT_S``), so a silent peer never holds a caller (an activity slot, a CLI
+command) for ever. Errors left are raised as the driver's ``neo4j.exceptions``
+(``Neo4jError`` or ``DriverError``; ``is_retryable()`` says whether trying later can help; the
+client-side bound raises ``ServiceUnavailable``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, LiteralString
+
+from neo4j import (
+    AsyncDriver,
+    AsyncGraphDatabase,
+    AsyncManagedTransaction,
+    AsyncSession,
+    unit_of_work,
+)
+from neo4j.exceptions import ServiceUnavailable
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Tracer
+
+
+NEO4J_CONNECT_TIMEOUT_S = 5.0
+"""Seconds a new connection may take to connect and finish the Bolt handshake (the driver's
+default is 30 s; a local or same-region Neo4j answers in milliseconds)."""
+NEO4J_ACQUIRE_TIMEOUT_S = 10.0
+"""Seconds to get a connection from the pool, a new one's connect or an idle one's liveness
+check included (the driver's default is 60 s)."""
+NEO4J_LIVENESS_CHECK_S = 10.0
+"""A pooled connection idle for longer than this (seconds) is checked with a round trip before
+it is used, within the acquisition timeout: one that died silently (a restarted server, a
+dropped NAT entry, a proxy that stopped forwarding) is replaced instead of hanging a
+transaction."""
+NEO4J_TRANSACTION_TIMEOUT_S = 10.0
+"""Seconds the server lets one transaction run (``unit_of_work(timeout=...)``) before it
+aborts it; one mirror page (``MIRROR_PAGE_EVENTS`` events, ``MAX_PAYLOAD_BYTES``) takes about
+0.1 s."""
+NEO4J_RETRY_S = 10.0
+"""Seconds the driver keeps retrying a transaction that failed with a transient error
+(``max_transaction_retry_time``, default 30 s); the mirror activity's retry policy and the
+workflow's pause retry after that."""
+NEO4J_CALL_TIMEOUT_S = NEO4J_RETRY_S + NEO4J_ACQUIRE_TIMEOUT_S + NEO4J_TRANSACTION_TIMEOUT_S + 5.0
+"""Client-side bound of one managed transaction with its retries (seconds): the last retry
+may start just before ``NEO4J_RETRY_S`` and then take an acquisition and a transaction, plus
+a margin. The server-side timeout cannot end a transaction whose peer went silent (a
+half-open TCP connection, a partition): this bound does, by cancelling the call (the async
+driver then drops that connection) and raising ``ServiceUnavailable``."""
+
+
+def open_driver(uri: str, auth: tuple[str, str]) -> AsyncDriver:
+    """The async driver every part of the project uses: ``auth`` is ``(user, password)``;
+    connect, acquisition, liveness check and retry bounded (``NEO4J_*`` above); server
+    notifications (warnings about unknown property keys on an empty graph) are off."""
+    return AsyncGraphDatabase.driver(
+        uri,
+        auth=auth,
+        notifications_min_severity="OFF",
+        connection_timeout=NEO4J_CONNECT_TIMEOUT_S,
+        connection_acquisition_timeout=NEO4J_ACQUIRE_TIMEOUT_S,
+        liveness_check_timeout=NEO4J_LIVENESS_CHECK_S,
+        max_transaction_retry_time=NEO4J_RETRY_S,
+    )
+
+
+bounded = unit_of_work(timeout=NEO4J_TRANSACTION_TIMEOUT_S)
+"""Marks a transaction function with the server-side ``NEO4J_TRANSACTION_TIMEOUT_S``."""
+
+
+class GraphSession:
+    """The driver, the database and the tracer of a task graph, and its bounded sessions and
+    one-statement transactions (the base of ``taskgraph.graph.TaskGraph``).
+
+    Args:
+        driver: from ``open_driver``.
+        database: the Neo4j database.
+        tracer: an OpenTelemetry tracer (``telemetry.setup``) for the mirror's write spans;
+            None: no OpenTelemetry code runs.
+    """
+
+    def __init__(
+        self, driver: AsyncDriver, database: str = "neo4j", tracer: Tracer | None = None
+    ) -> None:
+        self.driver = driver
+        self.database = database
+        self.tracer = tracer
+        self._schema_ready = False
+
+    @asynccontextmanager
+    async def _session(self) -> AsyncIterator[AsyncSession]:
+        """A session whose use is bounded by ``NEO4J_CALL_TIMEOUT_S``.
+
+        Raises:
+            neo4j.exceptions.ServiceUnavailable: the bound passed (the call was cancelled).
+        """
+        try:
+            async with (
+                asyncio.timeout(NEO4J_CALL_TIMEOUT_S),
+                self.driver.session(database=self.database) as session,
+            ):
+                yield session
+        except TimeoutError as err:
+            raise ServiceUnavailable(
+                f"Neo4j did not answer within {NEO4J_CALL_TIMEOUT_S:g} s"
+            ) from err
+
+    async def _read(self, query: LiteralString, **params: Any) -> list[dict[str, Any]]:
+        """The rows of one read statement, in a managed read transaction."""
+        return await self._run(query, params, write=False)
+
+    async def _write(self, query: LiteralString, **params: Any) -> list[dict[str, Any]]:
+        """The rows of one write statement, in a managed write transaction."""
+        return await self._run(query, params, write=True)
+
+    async def _run(
+        self, query: LiteralString, params: dict[str, Any], *, write: bool
+    ) -> list[dict[str, Any]]:
+        async def work(tx: AsyncManagedTransaction) -> list[dict[str, Any]]:
+            result = await tx.run(query, **params)
+            return [record.data() async for record in result]
+
+        async with self._session() as session:
+            execute = session.execute_write if write else session.execute_read
+            return await execute(bounded(work))

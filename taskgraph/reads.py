@@ -1,0 +1,352 @@
+"""The task graph's reads: one task's mirrored view, events, steps and decisions, and the
+cross-task reads (tasks by filter, a task's tree, events and steps across tasks, failed tool
+calls). Every statement is parameterized and filtered by project id."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, LiteralString
+
+from taskgraph.driver import GraphSession
+from taskgraph.models import (
+    DecisionRow,
+    EventFilter,
+    EventRow,
+    StepFilter,
+    StepRow,
+    TaskFilter,
+    TaskRow,
+    ToolFailures,
+    TreeRead,
+    TreeRow,
+    plain,
+)
+from workflows.models import (
+    PAGE_LIMIT_MAX,
+    BoundedText,
+    Event,
+    StepState,
+    StepView,
+    TaskView,
+    bound_text,
+    event_id,
+    task_workflow_id,
+)
+
+
+def tasks_statement(where: TaskFilter) -> LiteralString:
+    """The Cypher of ``TaskGraph.find_tasks`` for the filters ``where`` gives, and only those,
+    so that the planner seeks the index on ``(project_id, status, name)`` (a status given) or
+    on ``(project_id, name)`` and reads the page in the index's order, stopping after one page
+    (a ``$x IS NULL OR ...`` clause per filter made it read and sort every task of the
+    project). The ORDER BY names the index's properties from the first: with the leading ones
+    fixed by equality it is the name order, and only so does Neo4j 5 use the index's order
+    instead of sorting (a plan test keeps it so). Parameters: ``p``, ``after`` (``""`` for the
+    first page), ``status``, ``agent``, ``session``, ``parent``, ``limit``."""
+    clauses: list[LiteralString] = ["t.project_id = $p", "t.name > $after"]
+    if where.status is None:
+        clauses.append("t.status IS NOT NULL")
+        order: LiteralString = "t.project_id, t.name"
+    else:
+        clauses.append("t.status = $status")
+        order = "t.project_id, t.status, t.name"
+    for value, clause in (
+        (where.agent_id, "t.agent_id = $agent"),
+        (where.session_id, "t.session_id = $session"),
+        (where.parent, "t.parent = $parent"),
+    ):
+        if value is not None:
+            clauses.append(clause)
+    where_clause = " AND ".join(clauses)
+    return f"MATCH (t:Task) WHERE {where_clause} RETURN t ORDER BY {order} LIMIT $limit"
+
+
+class GraphReads(GraphSession):
+    """The reads of the task graph."""
+
+    async def task_view(self, project_id: str, workflow_id: str) -> TaskView | None:
+        """The task view as Neo4j holds it (the task's mirrored state), for a task whose
+        history Temporal no longer has (deleted after the namespace's retention); None when
+        Neo4j has no such task. ``unmirrored_writes`` is 0 and ``run_first_seq`` follows
+        ``last_seq``: Neo4j is all there is of it."""
+        rows = await self._read(
+            """
+            MATCH (t:Task {key: $key, project_id: $p}) WHERE t.status IS NOT NULL
+            OPTIONAL MATCH (t)-[:HAS_STEP]->(s:Step)
+            RETURN t, collect(s.state) AS states
+            """,
+            key=workflow_id,
+            p=project_id,
+        )
+        if not rows:
+            return None
+        props = plain(rows[0]["t"])
+        counts = dict.fromkeys(StepState, 0)
+        for state in rows[0]["states"]:
+            counts[StepState(state)] += 1
+
+        def text(field: str) -> BoundedText | None:
+            value, length = props.get(field), props.get(f"{field}_full_length")
+            if value is None:
+                return None
+            if length is None:  # mirrored before the full length and hash were kept
+                return bound_text(value)
+            sha = props[f"{field}_full_sha256"]
+            return BoundedText(text=value, full_length=length, full_sha256=sha)
+
+        return TaskView(
+            project_id=project_id,
+            name=props["name"],
+            workflow_id=workflow_id,
+            goal=props["goal"],
+            agent_id=props["agent_id"],
+            session_id=props.get("session_id"),
+            parent=props.get("parent"),
+            metadata=json.loads(props["metadata"]),
+            status=props["status"],
+            result=text("result"),
+            error=text("error"),
+            step_counts=counts,
+            last_seq=props["last_seq"],
+            mirrored_seq=props.get("mirrored_seq", 0),
+            unmirrored_writes=0,
+            mirror_error=None,
+            run_first_seq=props["last_seq"] + 1,
+            runs=props.get("runs", 1),
+            writes=props.get("writes", 0),
+            created_at=props["created_at"],
+            updated_at=props["updated_at"],
+        )
+
+    async def decisions(
+        self,
+        project_id: str,
+        *,
+        workflow_id: str | None = None,
+        decision_id: str | None = None,
+        after_seq: int = 0,
+        limit: int = PAGE_LIMIT_MAX,
+    ) -> list[DecisionRow]:
+        """Decisions of a project (of one task, or the one with ``decision_id``) in seq order
+        after ``after_seq``, at most ``limit``, each with the cited events redacted since and
+        the cited steps changed since (``DecisionRow.needs_review``). A decision kept when its
+        task was deleted is found by its task's workflow id and by its id."""
+        rows = await self._read(
+            """
+            MATCH (d:Decision {project_id: $p})
+            WHERE ($key IS NULL OR d.task_key = $key) AND ($id IS NULL OR d.id = $id)
+              AND d.seq > $after
+            WITH d ORDER BY d.seq LIMIT $limit
+            OPTIONAL MATCH (d)-[:CITES]->(e:Event) WHERE e.redacted
+            WITH d, collect(e.seq) AS redacted
+            OPTIONAL MATCH (d)-[c:CITES]->(s:Step)
+              WHERE s.state <> c.state OR s.attempt <> c.attempt
+            RETURN d, redacted, collect(CASE WHEN s IS NULL THEN NULL ELSE
+                     {name: s.step_name, state: s.state, attempt: s.attempt,
+                      state_then: c.state, attempt_then: c.attempt} END) AS changed
+            ORDER BY d.seq
+            """,
+            p=project_id,
+            key=workflow_id,
+            id=decision_id,
+            after=after_seq,
+            limit=limit,
+        )
+        out = []
+        for row in rows:
+            event = event_fields(row["d"])
+            out.append(
+                DecisionRow(
+                    id=event["id"],
+                    task_name=event["task_name"],
+                    seq=event["seq"],
+                    statement=event["payload"],
+                    author=event["author"],
+                    time=event["time"],
+                    redacted=event.get("redacted", False),
+                    cites=event.get("cites") or {},
+                    redacted_events=sorted(row["redacted"]),
+                    changed_steps=row["changed"],
+                    detached=event.get("detached_at") is not None,
+                )
+            )
+        return out
+
+    async def events(
+        self, project_id: str, workflow_id: str, after_seq: int, up_to_seq: int, limit: int
+    ) -> list[Event]:
+        """One task's mirrored events with ``after_seq < seq <= up_to_seq``, in seq order,
+        at most ``limit``."""
+        rows = await self._read(
+            """
+            MATCH (t:Task {key: $key, project_id: $p})-[:HAS_EVENT]->(e:Event)
+            WHERE e.seq > $after AND e.seq <= $upto AND e.kind IS NOT NULL
+            RETURN e ORDER BY e.seq LIMIT $limit
+            """,
+            key=workflow_id,
+            p=project_id,
+            after=after_seq,
+            upto=up_to_seq,
+            limit=limit,
+        )
+        return [_event(row["e"]) for row in rows]
+
+    async def steps(
+        self,
+        project_id: str,
+        workflow_id: str,
+        *,
+        state: StepState | None,
+        after_name: str | None,
+        limit: int,
+        up_to_write: int,
+    ) -> list[StepView]:
+        """One task's mirrored steps last changed at or before write ``up_to_write`` (the
+        earlier runs' steps: ``StepsPage.run_first_write``), in name order after ``after_name``,
+        in ``state`` when not None, at most ``limit``."""
+        rows = await self._read(
+            """
+            MATCH (t:Task {key: $key, project_id: $p})-[:HAS_STEP]->(s:Step)
+            WHERE coalesce(s.changed_write, 0) <= $upto
+              AND ($state IS NULL OR s.state = $state)
+              AND ($after IS NULL OR s.step_name > $after)
+            RETURN s ORDER BY s.step_name LIMIT $limit
+            """,
+            key=workflow_id,
+            p=project_id,
+            upto=up_to_write,
+            state=None if state is None else state.value,
+            after=after_name,
+            limit=limit,
+        )
+        return [StepView.model_validate(plain(row["s"])) for row in rows]
+
+    async def step(self, project_id: str, workflow_id: str, name: str) -> StepView | None:
+        """One task's mirrored step ``name``, None when Neo4j has no such step."""
+        rows = await self._read(
+            "MATCH (s:Step {key: $key, project_id: $p}) RETURN s",
+            key=f"{workflow_id}/{name}",
+            p=project_id,
+        )
+        return StepView.model_validate(plain(rows[0]["s"])) if rows else None
+
+    async def find_tasks(self, project_id: str, where: TaskFilter) -> list[TaskRow]:
+        """Tasks of a project in name order, after ``where.after_name`` (the paging cursor),
+        each filter applied when not None; placeholder nodes (no status) are left out. Reads
+        one page from an index (``tasks_statement``)."""
+        rows = await self._read(
+            tasks_statement(where),
+            p=project_id,
+            status=None if where.status is None else where.status.value,
+            agent=where.agent_id,
+            session=where.session_id,
+            parent=where.parent,
+            after=where.after_name or "",
+            limit=where.limit,
+        )
+        return [TaskRow.model_validate(plain(row["t"])) for row in rows]
+
+    async def task_tree(self, project_id: str, where: TreeRead) -> list[TreeRow]:
+        """The task ``where.task`` and its descendants up to ``where.depth`` levels (at most
+        ``MAX_TREE_DEPTH``), each with its ``depth`` (0 for the task itself), ordered by
+        depth then name."""
+        rows = await self._read(
+            """
+            MATCH (root:Task {key: $key, project_id: $p})
+            MATCH path = (root)<-[:CHILD_OF*0..20]-(t:Task)
+            WHERE length(path) <= $depth AND all(n IN nodes(path) WHERE n.project_id = $p)
+            RETURN t, length(path) AS depth
+            ORDER BY depth, t.name
+            """,
+            key=task_workflow_id(project_id, where.task),
+            p=project_id,
+            depth=where.depth,
+        )
+        return [TreeRow.model_validate({**plain(row["t"]), "depth": row["depth"]}) for row in rows]
+
+    async def find_events(self, project_id: str, where: EventFilter) -> list[EventRow]:
+        """Events across the project's tasks, by kind, name and time range (``since`` <=
+        time < ``until``), oldest first. ``failed_only`` keeps tool results of failed steps."""
+        rows = await self._read(
+            """
+            MATCH (e:Event {project_id: $p})
+            WHERE e.kind IS NOT NULL
+              AND ($kind IS NULL OR e.kind = $kind)
+              AND ($name IS NULL OR e.name = $name)
+              AND ($since IS NULL OR e.time >= $since)
+              AND ($until IS NULL OR e.time < $until)
+              AND (NOT $failed OR EXISTS { (:Step {state: 'failed'})-[:RESULT]->(e) })
+            RETURN e ORDER BY e.time, e.task_name, e.seq LIMIT $limit
+            """,
+            p=project_id,
+            kind=None if where.kind is None else where.kind.value,
+            name=where.name,
+            since=where.since,
+            until=where.until,
+            failed=where.failed_only,
+            limit=where.limit,
+        )
+        return [EventRow.model_validate(event_fields(row["e"]), strict=False) for row in rows]
+
+    async def find_steps(self, project_id: str, where: StepFilter) -> list[StepRow]:
+        """Steps across the project's tasks in a state, ordered by task then step name."""
+        rows = await self._read(
+            """
+            MATCH (s:Step {project_id: $p})
+            WHERE $state IS NULL OR s.state = $state
+            RETURN s ORDER BY s.task_name, s.step_name LIMIT $limit
+            """,
+            p=project_id,
+            state=None if where.state is None else where.state.value,
+            limit=where.limit,
+        )
+        return [StepRow.model_validate(plain(row["s"])) for row in rows]
+
+    async def failed_tool_calls(self, project_id: str) -> list[ToolFailures]:
+        """Failed tool calls across the project's tasks, counted by tool name (steps of kind
+        ``tool`` in state ``failed``, by the name of their result event), most failures
+        first."""
+        rows = await self._read(
+            """
+            MATCH (s:Step {project_id: $p, state: 'failed', kind: 'tool'})-[:RESULT]->(e:Event)
+            RETURN coalesce(e.name, '?') AS tool, count(s) AS failed,
+                   count(DISTINCT s.task_key) AS tasks
+            ORDER BY failed DESC, tool
+            """,
+            p=project_id,
+        )
+        return [ToolFailures.model_validate(row) for row in rows]
+
+    async def counts(self, project_id: str) -> dict[str, int]:
+        """Nodes by (first) label and relationships of the project's task graph, the key
+        store left out (a fingerprint for tests and rebuild checks)."""
+        rows = await self._read(
+            """
+            MATCH (n {project_id: $p}) WHERE NOT n:DataKey
+            WITH labels(n)[0] AS label, count(n) AS c
+            RETURN label, c
+            UNION ALL
+            MATCH (n {project_id: $p})-[r]->()
+            WITH type(r) AS label, count(r) AS c
+            RETURN label, c
+            """,
+            p=project_id,
+        )
+        return {row["label"]: row["c"] for row in rows}
+
+
+def event_fields(node: Any) -> dict[str, Any]:
+    """An event node's properties as ``Event`` fields (``event_properties`` reversed):
+    ``cites`` parsed, the token counts back into ``usage``, and the ``id`` of a node mirrored
+    before events had ids."""
+    props = plain(node)
+    if isinstance(props.get("cites"), str):
+        props["cites"] = json.loads(props["cites"])
+    if "input_tokens" in props:
+        props["usage"] = {k: props.pop(k) for k in ("input_tokens", "output_tokens")}
+    props.setdefault("id", event_id(props["task_key"], props["seq"]))
+    return props
+
+
+def _event(node: Any) -> Event:
+    return Event.model_validate(event_fields(node), strict=False)

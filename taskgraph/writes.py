@@ -1,0 +1,409 @@
+"""The mirror's writes to the task graph: one page of a task (its node, events, steps and
+decisions) in one transaction of two statements, idempotent (MERGE on stable keys); and the
+rebuild's and the benchmarks' clean-ups.
+
+A task node belongs to one task: the mirror refuses to write a task into a node created by
+another task of the same workflow id (one whose history was deleted: ``TaskIncarnationError``)
+or into a deleted task's id (a ``TaskTombstone``). Times are sent as ``epoch`` pairs and set as
+Neo4j datetimes in UTC; payloads and tool arguments are strings, so integers of any size,
+arbitrary JSON and any Unicode are stored exactly as recorded.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
+from datetime import UTC, datetime
+from typing import Any, LiteralString
+
+from neo4j import AsyncManagedTransaction
+
+from taskgraph.driver import bounded
+from taskgraph.keys import fetch_keys
+from taskgraph.models import utc
+from taskgraph.schema import GraphSchema
+from taskgraph.sealing import unseal
+from workflows.models import (
+    BoundedText,
+    Citations,
+    Event,
+    EventKind,
+    StepView,
+    TaskView,
+    task_workflow_id,
+)
+
+WIPE_BATCH = 10_000
+"""Event nodes ``wipe_project`` deletes per transaction."""
+
+_TASK: LiteralString = """
+MERGE (t:Task {key: $t.key})
+WITH t, t.created_at AS was, coalesce(t.writes, -1) <= $t.writes AS newer
+SET t.writes = CASE WHEN newer THEN $t.writes ELSE t.writes END
+FOREACH (_ IN CASE WHEN newer THEN [1] ELSE [] END | SET t += $t)
+WITH was
+OPTIONAL MATCH (gone:TaskTombstone {key: $t.key})
+RETURN was, gone IS NOT NULL AS deleted
+"""
+"""The first statement of a mirror write: the task node, locked by its first SET (and
+nothing shared: see ``_PAGE``), its properties set only when the view is not older than the
+node (``writes``, the view's write counter, is its version: a late, retried or cancelled
+mirror attempt never undoes a newer one); returns the ``created_at`` the node had before
+(``was``, null for a new node) and whether the task's id has a tombstone (``deleted``), so
+the write can refuse a node that is not its task's before anything else is written."""
+
+_PAGE: LiteralString = """
+MATCH (t:Task {key: $key})
+CALL (t) {
+  UNWIND $events AS ev
+  MERGE (e:Event {key: t.key + '#' + toString(ev.seq)})
+  SET e += ev, e.time = datetime({epochSeconds: ev.time[0], nanosecond: ev.time[1]}),
+      e.task_key = t.key, e.project_id = t.project_id, e.task_name = t.name
+  MERGE (t)-[:HAS_EVENT]->(e)
+}
+CALL (t) {
+  UNWIND $events AS ev
+  MATCH (a:Event {key: t.key + '#' + toString(ev.seq - 1)})
+  MATCH (b:Event {key: t.key + '#' + toString(ev.seq)})
+  MERGE (a)-[:NEXT]->(b)
+}
+SET t.mirrored_seq = CASE WHEN coalesce(t.mirrored_seq, 0) < $watermark THEN $watermark
+                          ELSE t.mirrored_seq END
+WITH t
+CALL (t) {
+  UNWIND $steps AS st
+  MERGE (s:Step {key: t.key + '/' + st.step_name})
+  WITH t, s, st WHERE coalesce(s.changed_write, -1) <= st.changed_write
+  SET s += st,
+      s.updated_at = datetime({epochSeconds: st.updated_at[0], nanosecond: st.updated_at[1]}),
+      s.task_key = t.key, s.project_id = t.project_id, s.task_name = t.name
+  MERGE (t)-[:HAS_STEP]->(s)
+  WITH t, s, st
+  OPTIONAL MATCH (s)-[old:RESULT]->(previous:Event)
+    WHERE previous.seq <> st.result_event_seq OR st.result_event_seq IS NULL
+  DELETE old
+  WITH t, s, st WHERE st.result_event_seq IS NOT NULL
+  MERGE (e:Event {key: t.key + '#' + toString(st.result_event_seq)})
+    ON CREATE SET e.project_id = t.project_id, e.task_key = t.key,
+                  e.task_name = t.name, e.seq = st.result_event_seq
+  MERGE (s)-[:RESULT]->(e)
+}
+CALL (t) {
+  UNWIND $decisions AS d
+  MATCH (e:Event {key: t.key + '#' + toString(d.seq)})
+  SET e:Decision
+  WITH t, e, d
+  CALL (t, e, d) {
+    UNWIND d.events AS s
+    MATCH (c:Event {key: t.key + '#' + toString(s)})
+    MERGE (e)-[:CITES]->(c)
+  }
+  CALL (t, e, d) {
+    UNWIND d.steps AS st
+    MATCH (x:Step {key: t.key + '/' + st.name})
+    MERGE (e)-[r:CITES]->(x)
+    SET r.state = st.state, r.attempt = st.attempt
+  }
+}
+CALL (t) {
+  MERGE (p:Project {project_id: t.project_id})
+  MERGE (p)-[:HAS_TASK]->(t)
+  MERGE (a:Agent {key: t.project_id + '/' + t.agent_id})
+    ON CREATE SET a.project_id = t.project_id, a.agent_id = t.agent_id
+  MERGE (t)-[:CREATED_BY]->(a)
+  FOREACH (s IN CASE WHEN t.session_id IS NULL THEN [] ELSE [t.session_id] END |
+    MERGE (se:Session {key: t.project_id + '/' + s})
+      ON CREATE SET se.project_id = t.project_id, se.session_id = s
+    MERGE (t)-[:IN_SESSION]->(se))
+  FOREACH (pk IN CASE WHEN $parent_key IS NULL THEN [] ELSE [$parent_key] END |
+    MERGE (pt:Task {key: pk}) ON CREATE SET pt.project_id = t.project_id, pt.name = t.parent
+    MERGE (t)-[:CHILD_OF]->(pt))
+  FOREACH (bk IN CASE WHEN $branch_key IS NULL THEN [] ELSE [$branch_key] END |
+    MERGE (src:Task {key: bk}) ON CREATE SET src.project_id = t.project_id
+    MERGE (t)-[b:BRANCHED_FROM]->(src) SET b.seq = t.branched_at_seq)
+}
+CALL (t) {
+  UNWIND $events AS ev
+  MATCH (e:Event {key: t.key + '#' + toString(ev.seq)})
+  MERGE (a:Agent {key: t.project_id + '/' + ev.author})
+    ON CREATE SET a.project_id = t.project_id, a.agent_id = ev.author
+  MERGE (e)-[:AUTHORED_BY]->(a)
+}
+"""
+"""The rest of a mirror page in one statement (one round trip): the events with their NEXT
+links; the task's mirror watermark (``mirrored_seq``, never lowered); the steps with their
+RESULT links, each only when not older than its node (``changed_write``, the write that last
+changed the step, is its version); the decisions' labels and CITES links; then the nodes every
+task of a project shares (its project, its agents, a session, a parent) with the task's and
+the events' relationships to them. Each part is a unit subquery over the one task row, run in
+this order, so the NEXT links see the events merged before them, a step's result event is
+merged (as a placeholder) when not written yet, and a decision cites the steps as merged. The
+shared nodes come last because a new relationship locks both its nodes until the transaction
+commits: taken first, the project's and agent's locks were held through the whole page, and
+the mirrors of 16 tasks importing at once on a loaded machine queued on them past the
+transaction timeout (6 of 16 first pages at load 7). Event and step times arrive as
+``epoch`` pairs and are set as datetimes in the same SET."""
+
+
+class TaskIncarnationError(ValueError):
+    """The mirror met a task node that is not its task's: one created by an earlier task of
+    the same workflow id whose history Temporal deleted (retention), or the tombstone of a
+    deleted task. A data error (the mirror does not retry it): the name is taken."""
+
+
+def task_properties(view: TaskView) -> dict[str, Any]:
+    """Task node properties from a view (metadata, result and error as JSON text; the open
+    input requests as the list ``pending_inputs`` of their ids, each one's prompt and schema
+    being its ``input_request`` event)."""
+    return {
+        "key": view.workflow_id,
+        "project_id": view.project_id,
+        "name": view.name,
+        "goal": view.goal,
+        "agent_id": view.agent_id,
+        "session_id": view.session_id,
+        "parent": view.parent,
+        "metadata": json.dumps(view.metadata, ensure_ascii=False, sort_keys=True),
+        "status": view.status.value,
+        "result": None if view.result is None else view.result.text,
+        "error": None if view.error is None else view.error.text,
+        **_full("result", view.result),
+        **_full("error", view.error),
+        "last_seq": view.last_seq,
+        "writes": view.writes,
+        "branched_at_seq": None if view.branched_from is None else view.branched_from.seq,
+        "runs": view.runs,
+        "pending_inputs": [request.input_id for request in view.pending_inputs],
+        "created_at": utc(view.created_at),
+        "updated_at": utc(view.updated_at),
+    }
+
+
+def _full(field: str, text: BoundedText | None) -> dict[str, Any]:
+    """The full length and SHA-256 of a task's result or error text as properties, so that a
+    view read back from Neo4j (``task_view``) has them."""
+    return {
+        f"{field}_full_length": None if text is None else text.full_length,
+        f"{field}_full_sha256": None if text is None else text.full_sha256,
+    }
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def epoch(moment: datetime) -> list[int]:
+    """``[seconds, nanoseconds]`` of an aware ``moment`` since the Unix epoch, exactly (no
+    float); the mirror's statement makes it a datetime in UTC with ``datetime({epochSeconds,
+    nanosecond})``, equal to the driver's own encoding of that instant (same value, same
+    ``Z`` zone). The driver converts a Python datetime in pure Python even with its Rust
+    extension: 96% of the packing of a page of 100 events (cProfile).
+
+    Raises:
+        ValueError: ``moment`` is naive (``taskgraph.models.utc``).
+    """
+    since = utc(moment) - _EPOCH
+    return [since.days * 86_400 + since.seconds, since.microseconds * 1_000]
+
+
+def event_properties(event: Event) -> dict[str, Any]:
+    """Event node properties of an opened event (``unseal``): ``time`` as ``epoch`` (the
+    statement makes it a datetime), ``cites`` as JSON text, a model message's token ``usage``
+    as the properties ``input_tokens`` and ``output_tokens`` (a property cannot hold a map);
+    never the sealed text (the node holds the plain text). ``event_fields`` reverses it."""
+    props = event.model_dump(mode="python", exclude={"sealed", "cites", "usage"})
+    props["cites"] = None if event.cites is None else event.cites.model_dump_json()
+    if event.usage is not None:
+        props |= event.usage.model_dump()
+    props["time"] = epoch(event.time)
+    props["kind"] = event.kind.value
+    props["role"] = None if event.role is None else event.role.value
+    props["truncated"] = event.truncated
+    return props
+
+
+def step_properties(step: StepView) -> dict[str, Any]:
+    """Step node properties (``updated_at`` as ``epoch``: the statement makes it a
+    datetime)."""
+    props = step.model_dump(mode="python")
+    props["updated_at"] = epoch(step.updated_at)
+    for field in ("state", "kind", "result_validity"):
+        props[field] = props[field].value
+    return props
+
+
+class MirrorWrites(GraphSchema):
+    """The mirror's writes (``write_task``) and the clean-ups of a rebuild and a project."""
+
+    async def wipe_project(self, project_id: str) -> int:
+        """Delete every node of one project and its relationships, but for what the Temporal
+        histories cannot give back (``graph rebuild``): the data keys and the tombstones of
+        deleted tasks. Events go first, ``WIPE_BATCH`` per transaction (found by the
+        ``(project_id, kind)`` index; a corpus deleted in one transaction outgrows Neo4j's
+        transaction memory), then the rest in one. Returns nodes deleted."""
+
+        async def events(tx: AsyncManagedTransaction) -> int:
+            result = await tx.run(
+                "MATCH (n:Event {project_id: $p}) WITH n LIMIT $batch DETACH DELETE n "
+                "RETURN count(n) AS n",
+                p=project_id,
+                batch=WIPE_BATCH,
+            )
+            return int((await result.single(strict=True))["n"])
+
+        async def rest(tx: AsyncManagedTransaction) -> int:
+            result = await tx.run(
+                """
+                MATCH (n {project_id: $p}) WHERE NOT n:DataKey AND NOT n:TaskTombstone
+                DETACH DELETE n RETURN count(n) AS n
+                """,
+                p=project_id,
+            )
+            return int((await result.single(strict=True))["n"])
+
+        deleted, batch = 0, WIPE_BATCH
+        while batch:
+            async with self._session() as session:  # each batch bounded on its own
+                batch = await session.execute_write(bounded(events))
+            deleted += batch
+        async with self._session() as session:
+            return deleted + await session.execute_write(bounded(rest))
+
+    async def drop_unmarked(
+        self,
+        project_id: str,
+        workflow_id: str,
+        mark: str,
+        *,
+        up_to_seq: int | None,
+        as_of: datetime | None,
+    ) -> int:
+        """The end of a rebuild of one task: delete its event and step nodes that the rebuild
+        did not write (``mark``), within what the rebuild covered. ``up_to_seq`` and ``as_of``
+        None (a closed task: nothing else can be written to it) delete every unmarked one;
+        otherwise only events with seq <= ``up_to_seq`` and steps changed at or before
+        ``as_of``, since the live mirror may have written newer ones meanwhile. The task node
+        stays, with its links to parent and children. Returns nodes deleted."""
+
+        async def work(tx: AsyncManagedTransaction) -> int:
+            result = await tx.run(
+                """
+                MATCH (n {project_id: $p, task_key: $key})
+                WHERE (n:Event OR n:Step) AND coalesce(n.rebuild, '') <> $mark
+                  AND ($upto IS NULL
+                       OR (n:Event AND n.seq <= $upto)
+                       OR (n:Step AND n.updated_at <= $as_of))
+                DETACH DELETE n
+                RETURN count(n) AS n
+                """,
+                p=project_id,
+                key=workflow_id,
+                mark=mark,
+                upto=up_to_seq,
+                as_of=None if as_of is None else utc(as_of),
+            )
+            record = await result.single(strict=True)
+            return int(record["n"])
+
+        async with self._session() as session:
+            return await session.execute_write(bounded(work))
+
+    async def write_task(
+        self,
+        view: TaskView,
+        events: Sequence[Event],
+        steps: Sequence[StepView],
+        *,
+        mark: str | None = None,
+    ) -> None:
+        """Merge the task node, ``events`` (with their NEXT links, decisions with their
+        citations) and ``steps`` in one transaction of two statements (``_TASK``, then
+        ``_PAGE``; a third between them reads the keys of sealed events). Idempotent:
+        repeating it changes nothing.
+        ``mark`` (a rebuild's id) is stamped on the event and step nodes as property
+        ``rebuild`` (``drop_unmarked``).
+
+        Sealed events are opened with their keys inside the transaction, once the task node
+        is locked (its MERGE and SET), so a redaction, which locks the task node first, is
+        never undone: a destroyed key writes the event redacted.
+
+        Raises:
+            TaskIncarnationError: the task's node belongs to another task of the same
+                workflow id, or the id was deleted (nothing is written).
+            GraphIncomplete: a sealed event's key is not in the key store.
+        """
+        props = task_properties(view)
+        parent_key = None
+        if view.parent is not None:
+            parent_key = task_workflow_id(view.project_id, view.parent)
+        branch_key = None
+        if view.branched_from is not None:
+            branch_key = task_workflow_id(view.project_id, view.branched_from.task)
+        stamp = {} if mark is None else {"rebuild": mark}
+        seqs = [e.seq for e in events]
+        step_rows = [step_properties(s) | stamp for s in steps]
+        decisions = [
+            {"seq": e.seq, **(e.cites or Citations()).model_dump(mode="json")}
+            for e in events
+            if e.kind is EventKind.DECISION
+        ]
+        watermark = max(seqs, default=0)
+        sealed = [e.key_id for e in events if e.sealed is not None and e.key_id is not None]
+
+        async def work(tx: AsyncManagedTransaction) -> None:
+            result = await tx.run(_TASK, t=props)
+            record = await result.single(strict=True)
+            was = record["was"]
+            if record["deleted"] or (was is not None and was.to_native() != props["created_at"]):
+                raise TaskIncarnationError(
+                    f"task {view.workflow_id}: "
+                    + ("the task was deleted" if record["deleted"] else f"created at {was}")
+                    + f"; this task was created at {view.created_at.isoformat()}. Neo4j keeps "
+                    "the earlier one (its name stays taken) and takes nothing of this one"
+                )
+            keys = await fetch_keys(tx, view.project_id, sealed) if sealed else {}
+            await (
+                await tx.run(
+                    _PAGE,
+                    key=view.workflow_id,
+                    parent_key=parent_key,
+                    branch_key=branch_key,
+                    events=[event_properties(e) | stamp for e in unseal(events, keys)],
+                    watermark=watermark,
+                    steps=step_rows,
+                    decisions=decisions,
+                )
+            ).consume()
+
+        if not self._schema_ready:
+            await self.init_schema()
+        with self._write_span(view, seqs, len(step_rows)):
+            async with self._session() as session:
+                await session.execute_write(bounded(work))
+
+    def _write_span(
+        self, view: TaskView, seqs: Sequence[int], steps: int
+    ) -> AbstractContextManager[object]:
+        """The span around one ``write_task`` transaction (retries included)."""
+        if self.tracer is None:
+            return nullcontext()
+        from opentelemetry.trace import SpanKind
+
+        return self.tracer.start_as_current_span(
+            "neo4j write_task",
+            kind=SpanKind.CLIENT,
+            attributes={
+                "db.system.name": "neo4j",
+                "db.namespace": self.database,
+                "db.operation.name": "write_task",
+                "agent_tasks.workflow_id": view.workflow_id,
+                "agent_tasks.project_id": view.project_id,
+                "agent_tasks.events": len(seqs),
+                "agent_tasks.steps": steps,
+                **(
+                    {"agent_tasks.seq.first": seqs[0], "agent_tasks.seq.last": seqs[-1]}
+                    if seqs
+                    else {}
+                ),
+            },
+        )

@@ -1,0 +1,300 @@
+"""Reading a task across its runs: the one reader of the client (``ConversationHistory``'s
+reads of one task) and the activities (tools reading their call's arguments, the model
+reading its transcript).
+
+A task's events live in three places: the current run holds its own (by query); Neo4j holds
+every earlier run's up to the mirror's watermark (``mirrored_seq``); the earlier runs whose
+writes Neo4j lacks still hold theirs (``mirror_backlog``: a closed run answers queries). So a
+read never waits for the mirror. Steps the same way: the current run holds its open steps and
+those changed in it, Neo4j the steps closed in earlier runs, the backlog runs what Neo4j lacks.
+A task whose history Temporal deleted (the namespace's retention) is read from Neo4j alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from functools import partial
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from temporalio.client import Client, WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
+
+from taskgraph.models import NEO4J_INT_MAX
+from taskgraph.sealing import open_events
+from workflows.errors import GraphIncomplete, GraphNotConfigured
+from workflows.models import (
+    PAGE_LIMIT_MAX,
+    STEPS_PAGE_MAX,
+    Event,
+    EventsPage,
+    EventsQuery,
+    StepsQuery,
+    StepState,
+    StepView,
+    TaskView,
+    project_of,
+)
+from workflows.task import TaskWorkflow
+
+if TYPE_CHECKING:  # the driver is loaded by whoever makes the graph (the client loads none)
+    from taskgraph.graph import TaskGraph
+
+QUERY_TIMEOUT = timedelta(seconds=10)
+"""RPC timeout of each query the reader sends to an earlier run or from an activity
+(answered by a worker from its cache, or by a replay of a closed run)."""
+
+_T = TypeVar("_T")
+Call = Callable[[Callable[[], Awaitable[_T]]], Awaitable[_T]]
+"""Runs one Temporal call (the client passes its retrying ``_call``)."""
+Source = Literal["temporal", "neo4j"]
+"""Where a task's view came from: its workflow, or Neo4j once Temporal has no history of it."""
+
+
+async def _direct(call: Callable[[], Awaitable[_T]]) -> _T:
+    return await call()
+
+
+class TaskReader:
+    """Reads one task's view, events and steps across its runs.
+
+    Args:
+        client: the Temporal client (the product's data converter).
+        graph: the Neo4j task graph: earlier runs' events and steps, the key store of sealed
+            text, tasks past the namespace's retention; None: those reads raise
+            ``GraphNotConfigured``.
+        call: runs each Temporal call (retries and the time limit: the client's transport);
+            by default directly.
+    """
+
+    def __init__(self, client: Client, graph: TaskGraph | None, call: Call[Any] = _direct) -> None:
+        self.client = client
+        self.graph = graph
+        self.call = call
+
+    async def _found(self, query: Callable[[], Awaitable[_T]]) -> tuple[bool, _T | None]:
+        """``query``'s answer, or ``(False, None)`` when the workflow does not exist."""
+        try:
+            return True, await self.call(query)
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                return False, None
+            raise
+
+    async def view(self, workflow_id: str) -> tuple[TaskView, Source] | None:
+        """The task's view and where it came from; None when neither Temporal nor Neo4j has
+        the task."""
+        handle = self.client.get_workflow_handle(workflow_id)
+        found, view = await self._found(lambda: handle.query(TaskWorkflow.view))
+        if found:
+            assert view is not None
+            return view, "temporal"
+        view = await self.expired(workflow_id)
+        return None if view is None else (view, "neo4j")
+
+    async def expired(self, workflow_id: str) -> TaskView | None:
+        """The view Neo4j keeps of a task Temporal has no history of (deleted after the
+        namespace's retention); None without a graph or when Neo4j has no such task."""
+        if self.graph is None:
+            return None
+        return await self.graph.task_view(project_of(workflow_id), workflow_id)
+
+    async def events(
+        self, workflow_id: str, after_seq: int, limit: int
+    ) -> tuple[list[Event], int | None] | None:
+        """Events with seq > ``after_seq`` in seq order, at most ``limit``, across every run
+        (the module docstring), sealed text opened, and the cursor of the next page (None at
+        the end); None when the task does not exist.
+
+        Raises:
+            GraphNotConfigured: mirrored seqs of earlier runs are needed and no graph was given.
+            GraphIncomplete: Neo4j lacks some of them (run ``agent-tasks graph rebuild``).
+        """
+        query = EventsQuery(after_seq=after_seq, limit=limit)
+        handle = self.client.get_workflow_handle(workflow_id)
+        _, page = await self._found(lambda: handle.query(TaskWorkflow.events, query))
+        if page is None:
+            return await self._expired_events(workflow_id, after_seq, limit)
+        events: list[Event] = []
+        if after_seq + 1 < page.run_first_seq:
+            up_to = min(page.run_first_seq - 1, after_seq + limit)
+            events = await self.earlier_events(workflow_id, page, after_seq, up_to, self.call)
+        if not events or events[-1].seq == page.run_first_seq - 1:
+            events += page.events[: limit - len(events)]
+        events = await open_events(self.graph, project_of(workflow_id), events)
+        last = events[-1].seq if events else after_seq
+        return events, last if last < page.last_seq else None
+
+    async def _expired_events(
+        self, workflow_id: str, after_seq: int, limit: int
+    ) -> tuple[list[Event], int | None] | None:
+        """``events`` of a task Temporal has no history of: from Neo4j, when it has the task
+        (``expired``)."""
+        view = await self.expired(workflow_id)
+        if view is None or self.graph is None:
+            return None
+        project = project_of(workflow_id)
+        events = await self.graph.events(project, workflow_id, after_seq, view.last_seq, limit)
+        last = events[-1].seq if events else after_seq
+        return events, last if last < view.last_seq else None
+
+    async def earlier_events(
+        self,
+        workflow_id: str,
+        page: EventsPage,
+        after_seq: int,
+        up_to: int,
+        call: Call[EventsPage] = _direct,
+    ) -> list[Event]:
+        """Seqs ``after_seq + 1`` to ``up_to`` of the runs before the one ``page`` came from,
+        in order: from Neo4j up to ``page.mirrored_seq``, then from the backlog runs that hold
+        the rest (a run's page may end early at the query's byte budget: fewer events come
+        back, in order).
+
+        Args:
+            call: runs each query of a backlog run.
+
+        Raises:
+            GraphNotConfigured: mirrored seqs are needed and no graph was given.
+            GraphIncomplete: Neo4j lacks some of them (``agent-tasks graph rebuild``).
+        """
+        events: list[Event] = []
+        if after_seq < page.mirrored_seq:
+            if self.graph is None:
+                raise GraphNotConfigured(
+                    "this read needs Neo4j: pass graph= to ConversationHistory"
+                )
+            stop = min(up_to, page.mirrored_seq)
+            events = await self.graph.events(
+                project_of(workflow_id), workflow_id, after_seq, stop, stop - after_seq
+            )
+            if [e.seq for e in events] != list(range(after_seq + 1, stop + 1)):
+                raise GraphIncomplete(
+                    f"Neo4j lacks events {after_seq + 1}..{stop} of {workflow_id}: "
+                    "run `agent-tasks graph rebuild`"
+                )
+            after_seq = stop
+        for run in page.mirror_backlog:
+            stop = min(up_to, run.up_to_seq)
+            if after_seq >= stop:
+                continue
+            earlier = self.client.get_workflow_handle(workflow_id, run_id=run.run_id)
+            query = EventsQuery(after_seq=after_seq, up_to_seq=stop, limit=stop - after_seq)
+            got = await call(
+                partial(earlier.query, TaskWorkflow.events, query, rpc_timeout=QUERY_TIMEOUT)
+            )
+            events += got.events
+            if not got.events or got.events[-1].seq < stop:
+                break
+            after_seq = stop
+        return events
+
+    async def task_events(
+        self, workflow_id: str, run_id: str, after_seq: int, up_to_seq: int
+    ) -> list[Event]:
+        """Every event of the task with ``after_seq < seq <= up_to_seq``, in order, read from
+        the run ``run_id`` (a run of the task that holds ``up_to_seq``) and the places that
+        hold the earlier ones (``earlier_events``), in pages within the payload budget; sealed
+        text opened (``taskgraph.sealing.open_events``: a note or an input a client wrote to
+        the task). The activities' read: each query is sent once, within ``QUERY_TIMEOUT``
+        (the activity's retry policy retries).
+
+        Raises:
+            GraphNotConfigured, GraphIncomplete: as ``earlier_events``, or a sealed event's key
+                is missing.
+            temporalio.service.RPCError: a query failed.
+        """
+        handle = self.client.get_workflow_handle(workflow_id, run_id=run_id)
+        events: list[Event] = []
+        while after_seq < up_to_seq:
+            stop = min(up_to_seq, after_seq + PAGE_LIMIT_MAX)
+            page = await handle.query(
+                TaskWorkflow.events,
+                EventsQuery(after_seq=after_seq, up_to_seq=stop, limit=stop - after_seq),
+                rpc_timeout=QUERY_TIMEOUT,
+            )
+            got = page.events
+            if after_seq + 1 < page.run_first_seq:
+                got = await self.earlier_events(
+                    workflow_id, page, after_seq, min(stop, page.run_first_seq - 1)
+                )
+            if not got:
+                raise GraphIncomplete(
+                    f"{workflow_id}: events {after_seq + 1}..{stop} are not found"
+                )
+            events += got
+            after_seq = got[-1].seq
+        return await open_events(self.graph, project_of(workflow_id), events)
+
+    async def steps(
+        self,
+        workflow_id: str,
+        state: StepState | None,
+        limit: int,
+        after_name: str | None,
+    ) -> tuple[list[StepView], str | None] | None:
+        """A page of the task's steps in name order after ``after_name``, in ``state`` when
+        not None, at most ``limit``, and the cursor of the next page (None at the end); None
+        when the task does not exist. The steps a run holds come from the workflow, those
+        closed in earlier runs from Neo4j (and from those runs while Neo4j lacks them), the
+        newest record of each name winning.
+
+        Raises:
+            GraphNotConfigured: the task has steps of earlier runs and no graph was given.
+        """
+        query = StepsQuery(state=state, limit=limit, after_name=after_name)
+        handle = self.client.get_workflow_handle(workflow_id)
+        _, page = await self._found(lambda: handle.query(TaskWorkflow.steps, query))
+        if page is None:
+            if await self.expired(workflow_id) is None:
+                return None
+            # Neo4j has every step of a task Temporal no longer has: ``older`` is all of them.
+        elif not page.earlier and not page.mirror_backlog:
+            return page.steps, page.next_after_name
+        if self.graph is None:
+            raise GraphNotConfigured("this read needs Neo4j: pass graph= to ConversationHistory")
+        older = await self.graph.steps(
+            project_of(workflow_id),
+            workflow_id,
+            state=state,
+            after_name=after_name,
+            limit=limit,
+            up_to_write=NEO4J_INT_MAX if page is None else page.run_first_write,
+        )
+        if page is None:
+            more = len(older) == limit
+            return older, older[-1].step_name if more else None
+        upper = older[-1].step_name if len(older) == limit else None
+        merged = {step.step_name: step for step in older}
+        runs = [(run.run_id, run.after_write) for run in page.mirror_backlog]
+        for run_id, after_write in [*runs, (None, 0)]:  # newer runs' records win
+            run = self.client.get_workflow_handle(workflow_id, run_id=run_id)
+            merged |= await self._held_steps(run, after_write, after_name, upper)
+        chosen = sorted(
+            (s for s in merged.values() if state is None or s.state is state),
+            key=lambda s: s.step_name,
+        )
+        steps = chosen[:limit]
+        more = len(chosen) > limit or upper is not None
+        cursor = steps[-1].step_name if steps else upper
+        return steps, cursor if more else None
+
+    async def _held_steps(
+        self,
+        run: WorkflowHandle[Any, Any],
+        after_write: int,
+        after_name: str | None,
+        upper: str | None,
+    ) -> dict[str, StepView]:
+        """The steps ``run`` holds changed after ``after_write``, whatever their state, with
+        ``after_name < name <= upper`` (no upper bound when None), by name."""
+        held: dict[str, StepView] = {}
+        while True:
+            query = StepsQuery(
+                changed_after_write=after_write, after_name=after_name, limit=STEPS_PAGE_MAX
+            )
+            page = await self.call(partial(run.query, TaskWorkflow.steps, query))
+            held |= {s.step_name: s for s in page.steps if upper is None or s.step_name <= upper}
+            after_name = page.next_after_name
+            if after_name is None or (upper is not None and after_name >= upper):
+                return held

@@ -1,0 +1,245 @@
+"""The docs against the code: README.md stays an entrance (at most 250 lines, linking every
+page of ``docs/``), every link resolves, every number the docs give for a constant of the code
+equals that constant, every refusal code is listed, the configuration defaults are the code's,
+and the README's and the concepts page's Python runs against the local stack as written."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import importlib
+import re
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import TypeAdapter, ValidationError
+from temporalio.client import Client
+
+from config import DEFAULT_TEMPORAL_ADDRESS, DEFAULT_TEMPORAL_NAMESPACE, Settings
+from starter import ConversationHistory
+from taskgraph.graph import TaskGraph
+from worker import DEFAULT_RETENTION, build_worker
+from workflows.errors import ErrorCode
+from workflows.mirroring import MIRROR_LONG_OUTAGE_FAILURES, mirror_pause
+from workflows.models import EventKind, ProjectId, TaskStatus, valid_request_id
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+PAGES = [README, *DOCS]
+
+TASK_QUEUE = "agent-tasks"
+"""The task queue the snippets' clients use (``ConversationHistory``'s default)."""
+
+README_MAX_LINES = 250
+"""The README is an entrance: what it is, the two commands, an app and an agent, where next."""
+
+CONSTANT_MODULES = (
+    "workflows.models",
+    "workflows.models.human",
+    "workflows.models.limits",
+    "workflows.models.mirror",
+    "workflows.mirroring",
+    "workflows.task",
+    "workflows.waits",
+    "workflows.errors",
+    "codec",
+    "config",
+    "worker",
+    "activities.mirror",
+    "activities.model",
+    "taskgraph.driver",
+    "taskgraph.models",
+    "taskgraph.retention",
+    "taskgraph.writes",
+    "starter.importer",
+    "starter.retention",
+    "starter.transport",
+    "trajectories.base",
+)
+"""Where the constants the docs name are defined."""
+
+STATED = re.compile(
+    r"(?<![\w.,])(\d[\d,]*(?:\.\d+)?)((?:\s+[A-Za-z][\w-]*){0,4}?)\s+\(`([A-Za-z_][A-Za-z0-9_]*)`"
+)
+"""A number stated for a constant: ``32,000 characters (`MAX_PAYLOAD_CHARS`)``, the number,
+up to four words (the first may be a unit), then the constant's name in backticks in
+parentheses."""
+
+SCALE = {"KiB": 1024, "MiB": 1024 * 1024}
+SECONDS = {"ms": 0.001, "s": 1, "second": 1, "seconds": 1, "minute": 60, "minutes": 60}
+SECONDS |= {"day": 86_400, "days": 86_400}
+
+
+def text(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
+
+
+def flat(path: Path) -> str:
+    """The page with every run of white space as one space (phrases cross line breaks)."""
+    return " ".join(text(path).split())
+
+
+def constants() -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for name in CONSTANT_MODULES:
+        module = importlib.import_module(name)
+        for key, value in vars(module).items():
+            if key.strip("_").isupper() or (key[:1].isupper() and hasattr(value, "__metadata__")):
+                found.setdefault(key, value)
+    return found
+
+
+def stated_value(value: Any, unit: str) -> float | None:
+    """The constant in the unit the docs give it in (None: a constant no number measures)."""
+    if isinstance(value, timedelta):
+        return value.total_seconds() / SECONDS.get(unit, 1)
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        if unit in SCALE:
+            return value / SCALE[unit]
+        return float(value)
+    if hasattr(value, "__metadata__"):  # an Annotated type: its length bound
+        bound = TypeAdapter(value).json_schema().get("maxLength")
+        return None if bound is None else float(bound)
+    return None
+
+
+def stated_numbers() -> list[tuple[str, str, float, str, Any]]:
+    """Every ``(page, constant, number, unit, value)`` the docs state."""
+    known = constants()
+    found = []
+    for page in PAGES:
+        for match in STATED.finditer(text(page)):
+            number, words, name = match.groups()
+            unit = words.split()[0] if words.split() else ""
+            found.append((page.name, name, float(number.replace(",", "")), unit, known.get(name)))
+    return found
+
+
+def test_the_readme_is_an_entrance_to_every_page() -> None:
+    assert len(text(README).splitlines()) <= README_MAX_LINES
+    linked = set(re.findall(r"\]\((docs/[\w-]+\.md)\)", text(README)))
+    assert linked == {f"docs/{page.name}" for page in DOCS}
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_link_resolves(page: Path) -> None:
+    for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", text(page)):
+        assert (page.parent / target).exists(), f"{page.name} links {target}"
+
+
+def test_every_number_stated_for_a_constant_is_the_constant() -> None:
+    stated = stated_numbers()
+    assert len(stated) > 40  # the pages state the limits they name
+    for page, name, number, unit, value in stated:
+        if name.isupper() or name.strip("_").isupper():
+            assert value is not None, f"{page}: no constant {name}"
+        expected = None if value is None else stated_value(value, unit)
+        if expected is not None:
+            assert number == expected, f"{page}: {number:g} {unit} for {name}, the code has {value}"
+
+
+def test_the_limits_without_a_name_are_the_codes() -> None:
+    project_id_max = max(n for n in range(1, 100) if valid_project_id("a" * n))
+    request_id_max = max(n for n in range(1, 100) if valid_request_id("a" * n))
+    concepts = flat(ROOT / "docs" / "concepts.md")
+    assert f"A project id is 1 to {project_id_max} characters" in concepts
+    assert f"a request id must be 1 to {request_id_max} characters" in flat(
+        ROOT / "docs" / "codes.md"
+    )
+    pauses = ", ".join(f"{mirror_pause(n).total_seconds():g} s" for n in range(1, 5))
+    assert f"{pauses}, then {mirror_pause(5).total_seconds():g} s" in flat(
+        ROOT / "docs" / "neo4j.md"
+    )
+    long_pause = mirror_pause(MIRROR_LONG_OUTAGE_FAILURES + 1)
+    assert long_pause > mirror_pause(MIRROR_LONG_OUTAGE_FAILURES)
+
+
+def valid_project_id(value: str) -> bool:
+    try:
+        TypeAdapter(ProjectId).validate_python(value)
+    except ValidationError:
+        return False
+    return True
+
+
+def test_codes_lists_every_refusal_code() -> None:
+    listed = set(re.findall(r"^\| `([a-z_]+)` \|", text(ROOT / "docs" / "codes.md"), re.M))
+    assert listed == {code.value for code in ErrorCode}
+
+
+def test_the_configuration_defaults_are_the_codes() -> None:
+    page = text(ROOT / "docs" / "configuration-and-deploy.md")
+    rows = dict(re.findall(r"^\| `([A-Z0-9_]+)`(?: \(`\w+`\))? \| `([^`]*)`", page, re.M))
+    fields = {
+        (str(f.validation_alias) if f.validation_alias else name.upper()): f.default
+        for name, f in Settings.model_fields.items()
+    }
+    from telemetry import SERVICE_NAME
+
+    expected = {
+        **{var: str(default) for var, default in fields.items() if default is not None},
+        "TEMPORAL_ADDRESS": DEFAULT_TEMPORAL_ADDRESS,
+        "TEMPORAL_NAMESPACE": DEFAULT_TEMPORAL_NAMESPACE,
+        "AGENT_TASKS_RETENTION_DAYS": str(DEFAULT_RETENTION.days),
+        "OTEL_SERVICE_NAME": SERVICE_NAME,
+    }
+    checked = {var: value for var, value in rows.items() if var in expected}
+    assert len(checked) >= 14
+    assert checked == {var: expected[var] for var in checked}
+
+
+# ------------------------------------------------------------------- the snippets run
+
+
+def python_blocks(page: Path) -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```", text(page), re.M | re.S)
+
+
+async def run_snippet(code: str, project_id: str) -> dict[str, Any]:
+    """Run a snippet as an app would inside an async function, in project ``project_id``
+    (for ``acme``); returns its names."""
+    source = code.replace('"acme"', f'"{project_id}"')
+    compiled = compile(source, "snippet", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    names: dict[str, Any] = {}
+    done = eval(compiled, names)
+    if done is not None:
+        await asyncio.wait_for(done, 120)
+    return names
+
+
+async def test_the_readme_app_snippet_runs(
+    client: Client, graph: TaskGraph, project_id: str
+) -> None:
+    app, _ = python_blocks(README)
+    async with build_worker(client, graph, TASK_QUEUE):  # a query of a closed task needs one
+        names = await run_snippet(app, project_id)
+        reader = ConversationHistory(client, project_id, "reader", task_queue=TASK_QUEUE)
+        view = (await reader.get_task("fix-42")).view
+    kinds = [event.kind for event in names["page"].events]
+    assert kinds == [EventKind.TOOL_CALL, EventKind.TOOL_RESULT]
+    assert view is not None and view.status is TaskStatus.DONE
+    assert view.result is not None and view.result.text == "fixed in abc123"
+
+
+async def test_the_readme_agent_snippet_runs(project_id: str) -> None:
+    _, agent = python_blocks(README)
+    names = await run_snippet(agent, project_id)
+    assert names["view"].status is TaskStatus.DONE
+    assert names["view"].result.text == "HELLO"
+
+
+async def test_the_concepts_client_snippet_runs(
+    client: Client, graph: TaskGraph, project_id: str
+) -> None:
+    (snippet,) = python_blocks(ROOT / "docs" / "concepts.md")
+    async with build_worker(client, graph, TASK_QUEUE):
+        names = await run_snippet(snippet, project_id)
+    assert names["decision"].recorded and names["redacted"].recorded
+    assert names["redacted"].affected_decision_ids == []  # the decision cites the result only
+    # the snippet wrote three events (the call, the result, the decision): all deleted
+    assert names["deleted"].recorded and names["deleted"].events_deleted == 3

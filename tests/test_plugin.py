@@ -1,0 +1,112 @@
+"""The Temporal plugins: an app's own ``Client.connect`` and ``Worker`` run a task end to end
+with them, a client with ``AgentTasksPlugin`` reads compressed payloads (one without it
+cannot), and a worker plugin refuses a client without the payload codec."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+from pydantic import BaseModel
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from starter import (
+    AgentContext,
+    AgentSpec,
+    AgentTasksPlugin,
+    AgentTasksWorkerPlugin,
+    ConversationHistory,
+    EventKind,
+    Settings,
+    TaskStatus,
+    ToolContext,
+    agent,
+    tool,
+)
+from taskgraph.graph import TaskGraph
+from workflows.models import RecordEventsInput
+
+
+class Text(BaseModel):
+    text: str
+
+
+@tool("plugin_upper", arguments=Text, idempotent=True)
+async def upper(args: Text, context: ToolContext) -> str:
+    """The text in upper case."""
+    return args.text.upper()
+
+
+@agent("plugin-app")
+async def shout(ctx: AgentContext) -> str:
+    """One step of ``plugin_upper`` over the agent's input; its result is the answer."""
+    text = ctx.input["text"]
+    assert isinstance(text, str)
+    return (await ctx.step("shout", "plugin_upper", {"text": text})).text
+
+
+async def connected(settings: Settings, *plugins: AgentTasksPlugin) -> Client:
+    """A client the way an app makes its own: ``Client.connect`` with the server's address."""
+    return await Client.connect(**settings.temporal.connect_config(), plugins=list(plugins))
+
+
+async def test_an_apps_own_client_and_worker_run_an_agent_task(
+    settings: Settings, graph: TaskGraph, project_id: str
+) -> None:
+    client = await connected(settings, AgentTasksPlugin())
+    queue = f"plugin-{uuid.uuid4().hex[:8]}"
+    text = "make it loud " * 200  # 2,600 characters: the step's payloads are compressed
+    plugin = AgentTasksWorkerPlugin(graph, tools=[upper])
+    async with Worker(client, task_queue=queue, plugins=[plugin]):
+        history = ConversationHistory(client, project_id, "app", task_queue=queue, graph=graph)
+        spec = AgentSpec(name="plugin-app", tools=["plugin_upper"], input={"text": text})
+        assert (await history.create_task("t", "shout", agent=spec)).recorded
+        view = await asyncio.wait_for(history.wait_task("t"), 120)
+        assert view is not None
+        assert view.status is TaskStatus.DONE
+        assert view.result is not None and view.result.text == text.upper()
+        events = (await history.list_events("t", limit=200)).events
+        (result,) = [e for e in events if e.kind is EventKind.TOOL_RESULT]
+        assert result.payload == text.upper()
+
+
+async def test_a_client_with_the_plugin_reads_compressed_payloads(
+    settings: Settings, task_queue: str, project_id: str
+) -> None:
+    text = "a transcript compresses well. " * 200  # 6,000 characters
+    client = await connected(settings, AgentTasksPlugin())
+    writer = ConversationHistory(client, project_id, "w", task_queue=task_queue)
+    await writer.create_task("c", "compressed")
+    written = await writer.record_event("c", EventKind.MESSAGE, text, role="user")
+    assert written.recorded
+
+    history = await client.get_workflow_handle(writer.workflow_id("c")).fetch_history()
+    accepted = [
+        event.workflow_execution_update_accepted_event_attributes.accepted_request.input
+        for event in history.events
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
+    ]
+    (compressed,) = [
+        p for u in accepted for p in u.args.payloads if p.metadata["encoding"] == b"binary/zlib"
+    ]  # the event's update input went compressed; the creation's was too small
+
+    reader = ConversationHistory(await connected(settings, AgentTasksPlugin()), project_id, "r")
+    (event,) = (await reader.list_events("c")).events
+    assert event.payload == text
+
+    (decoded,) = await reader.client.data_converter.decode([compressed], [RecordEventsInput])
+    assert decoded.events[0].payload == text
+    plain = await connected(settings)  # the SDK's default converter: no payload codec
+    with pytest.raises(KeyError, match="Unknown payload encoding binary/zlib"):
+        await plain.data_converter.decode([compressed], [RecordEventsInput])
+
+
+async def test_the_worker_plugin_refuses_a_client_without_the_codec(
+    settings: Settings, graph: TaskGraph
+) -> None:
+    plain = await connected(settings)
+    with pytest.raises(ValueError, match="data converter"):
+        Worker(plain, task_queue="never-polled", plugins=[AgentTasksWorkerPlugin(graph)])

@@ -1,0 +1,355 @@
+"""The context agent code runs with (``AgentContext``): steps and model turns (the step
+machinery it builds on), progress events, checkpoints, input requests and child tasks.
+
+An agent keeps its progress in ``AgentRun`` (budget counters and ``state``), carried across
+continue-as-new: when Temporal suggests continue-as-new the next ``checkpoint()`` parks the
+agent, the task continues as new, and the agent function is called again from the top with
+its carried state.
+"""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+from pydantic import BaseModel, JsonValue
+from temporalio import workflow
+
+from workflows.agents.registry import ToolSpec
+from workflows.agents.steps import PROGRESS_BEFORE_PARKING, AgentHost, StepRunner
+from workflows.ledger import Ledger
+from workflows.models import (
+    CLOSED_STATUSES,
+    MAX_CHILDREN,
+    MAX_DEPTH,
+    AgentRun,
+    AgentSpec,
+    ChildEnd,
+    ChildRecord,
+    EventInput,
+    EventKind,
+    FailureMode,
+    TaskStart,
+    TaskStatus,
+    bound_text,
+    internal_request_id,
+    valid_step_name,
+)
+from workflows.waits import answer_error, answer_text, check_schema
+
+
+class AgentParked(Exception):
+    """Raised by ``checkpoint()`` when the task is to continue-as-new: the agent stops here and
+    is called again in the next run."""
+
+
+class InputTimeout(Exception):
+    """``ask`` waited past its timeout without an answer (and the agent gave no default)."""
+
+    def __init__(self, input_id: str) -> None:
+        super().__init__(f"input {input_id!r} was not answered in time")
+        self.input_id = input_id
+
+
+class SpawnRefused(Exception):
+    """``spawn`` past a limit: ``MAX_CHILDREN`` children, or ``MAX_DEPTH`` levels."""
+
+
+class ChildOutcome(BaseModel):
+    """How a child task ended."""
+
+    key: str
+    """Its spawn key."""
+    name: str
+    """Its task name."""
+    status: TaskStatus
+    """``done``, ``failed`` or ``cancelled``."""
+    text: str
+    """Its result (done) or error text."""
+
+
+class ChildFailed(Exception):
+    """A child spawned with ``mode="propagate"`` did not end ``done``."""
+
+    def __init__(self, outcome: ChildOutcome) -> None:
+        super().__init__(
+            f"child task {outcome.name!r} ended {outcome.status.value}: {outcome.text}"
+        )
+        self.outcome = outcome
+
+
+_NO_DEFAULT: Any = object()
+
+
+class AgentContext(StepRunner):
+    """What agent code runs with: steps, events, the model, budgets and its carried state
+    (the step machinery, ``StepRunner``, with input requests, child tasks and checkpoints).
+
+    Args:
+        ledger: the task's ledger (the one write path).
+        spec: the task's agent spec.
+        run: the agent's carried progress.
+        tools: the worker's specs of the tools the agent may call (``TOOL_SPECS_ACTIVITY``).
+        host: the task's workflow (status, children).
+    """
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        spec: AgentSpec,
+        run: AgentRun,
+        tools: Mapping[str, ToolSpec],
+        host: AgentHost,
+    ) -> None:
+        super().__init__(ledger, spec, run, tools, host)
+        self.checkpoint_due = False
+        """Set by the workflow when continue-as-new is due: the next ``checkpoint()`` parks."""
+
+    @property
+    def state(self) -> dict[str, JsonValue]:
+        """What the agent keeps across continue-as-new and ``resume`` (small, JSON)."""
+        return self.run.state
+
+    @property
+    def input(self) -> dict[str, JsonValue]:
+        """The agent's input (``AgentSpec.input``)."""
+        return self.spec.input
+
+    async def checkpoint(self) -> None:
+        """A point where the agent may stop and start over in the next run (its progress is in
+        ``state`` and the ledger). Checks the time budget.
+
+        Raises:
+            AgentParked: the task is to continue-as-new.
+            BudgetExceeded: ``max_seconds`` has passed.
+            asyncio.CancelledError: the task was cancelled.
+        """
+        self._stop_if_cancelled()
+        self._check_time()
+        if not self.checkpoint_due:
+            return
+        if not self.progressed and workflow.patched(PROGRESS_BEFORE_PARKING):
+            return  # replaying memoized steps: park only after new work, or no run progresses
+        raise AgentParked
+
+    async def emit(
+        self, text: str, *, kind: EventKind = EventKind.NOTE, name: str | None = None
+    ) -> int:
+        """Record a progress event; returns its seq.
+
+        Raises:
+            asyncio.CancelledError: the task was cancelled.
+        """
+        self._stop_if_cancelled()
+        seq: int = self._append(EventInput(kind=kind, name=name, payload=text), "emit").first_seq
+        return seq
+
+    async def ask(
+        self,
+        input_id: str,
+        prompt: str,
+        schema: Mapping[str, JsonValue] | type[BaseModel] | None = None,
+        *,
+        timeout: timedelta | None = None,  # noqa: ASYNC109 (a workflow timer, not asyncio's)
+        default: JsonValue = _NO_DEFAULT,
+    ) -> JsonValue:
+        """Ask a person for input and wait (minutes or weeks) for the answer: status
+        ``awaiting_input``, an ``input_request`` event, the open request in the view and Neo4j.
+        The answer comes by the ``submit_input`` signal or the ``respond`` update and must
+        satisfy ``schema`` (a JSON Schema, or a pydantic model's); an answer that came before
+        the request is taken at once. Memoized by ``input_id``: asked again (after a checkpoint
+        or a resume) it returns the recorded answer.
+
+        Args:
+            input_id: the request's name, unique in the task.
+            prompt: what is asked.
+            schema: what the answer must satisfy; None: any JSON value.
+            timeout: how long to wait (workflow time); None: for ever.
+            default: returned when the timeout passes; without one the timeout raises.
+
+        Raises:
+            InputTimeout: the timeout passed and no default was given.
+            ValueError: ``schema`` is not a valid JSON Schema.
+            AgentParked: the task is to continue-as-new (the request stays open).
+            asyncio.CancelledError: the task was cancelled (the request is closed with it).
+        """
+        self._stop_if_cancelled()
+        state = self.ledger.state
+        request = next((r for r in state.inputs if r.input_id == input_id), None)
+        if input_id not in state.answered and request is None:
+            json_schema = (
+                schema.model_json_schema() if isinstance(schema, type) else dict(schema or {})
+            )
+            check_schema(json_schema)
+            if default is not _NO_DEFAULT and (error := answer_error({}, default)) is not None:
+                raise ValueError(f"the default: {error}")
+            deadline = None if timeout is None else workflow.now() + timeout
+            self.host.set_status(TaskStatus.AWAITING_INPUT)
+            request = self.ledger.open_input(
+                input_id, prompt, json_schema, deadline, workflow.now()
+            )
+        if input_id not in state.answered:
+            assert request is not None
+            remaining = None
+            if request.deadline is not None:
+                remaining = max(request.deadline - workflow.now(), timedelta(0))
+            try:
+                await workflow.wait_condition(
+                    lambda: (
+                        input_id in state.answered or self.checkpoint_due or self.host.cancelling
+                    ),
+                    timeout=remaining,
+                )
+            except builtins.TimeoutError:
+                given = default is not _NO_DEFAULT
+                default_json = answer_text(default) if given else None
+                self.ledger.close_input(input_id, default_json, workflow.now())
+                self._back_in_progress()
+                if not given:
+                    raise InputTimeout(input_id) from None
+            self._stop_if_cancelled()
+            if input_id not in state.answered:
+                raise AgentParked
+        self._back_in_progress()
+        answer: JsonValue = json.loads(await self._payload(input_id, state.answered[input_id]))
+        return answer
+
+    async def spawn(
+        self,
+        key: str,
+        goal: str,
+        *,
+        agent: AgentSpec | None = None,
+        mode: FailureMode = "propagate",
+    ) -> str:
+        """Start a child task (a child workflow of the same type, named ``{this task}/{key}``)
+        and return its name; its end comes back by a signal and is recorded as a
+        ``child_result`` event. Idempotent by ``key``: spawned again (a retry, a replay, after a
+        checkpoint) it starts nothing.
+
+        Args:
+            key: the spawn key, unique in the task (1 to 100 characters, no ``/``).
+            goal: the child's goal.
+            agent: the child's agent; None: a recorded child task (ended from outside).
+            mode: what the child's failure does to ``wait_children``.
+
+        Raises:
+            SpawnRefused: past ``MAX_CHILDREN`` children or ``MAX_DEPTH`` levels, or the child's
+                workflow id is taken by another task (the child is recorded as ended
+                ``failed``, with why, so a wait for it does not wait for ever).
+            asyncio.CancelledError: the task was cancelled.
+        """
+        self._stop_if_cancelled()
+        state = self.ledger.state
+        known = state.children.get(key)
+        if known is not None:
+            return known.name
+        if not valid_step_name(key):
+            raise SpawnRefused(
+                f"spawn key {key[:120]!r}: 1 to 100 characters, no '/' and no control characters"
+            )
+        start = state.start
+        if len(state.children) >= MAX_CHILDREN:
+            raise SpawnRefused(f"a task spawns at most {MAX_CHILDREN} child tasks")
+        if start.depth + 1 > MAX_DEPTH:
+            raise SpawnRefused(f"child tasks go at most {MAX_DEPTH} levels deep")
+        name = child_name(start.name, key)
+        child = TaskStart(
+            project_id=start.project_id,
+            name=name,
+            goal=goal,
+            agent_id=start.agent_id,
+            session_id=start.session_id,
+            parent=start.name,
+            request_id=internal_request_id(f"create/{name}"),
+            depth=start.depth + 1,
+            agent=agent,
+        )
+        status = TaskStatus.OPEN if agent is None else TaskStatus.QUEUED
+        self.ledger.add_child(
+            key, ChildRecord(name=child.name, status=status, mode=mode), workflow.now()
+        )
+        refused = await self.host.start_child(child)
+        if refused is not None:
+            why = f"could not start: {refused}"
+            end = ChildEnd(
+                child=child.name,
+                status=TaskStatus.FAILED,
+                error=bound_text(why),
+                request_id=internal_request_id(f"child-start/{child.name}"),
+            )
+            self.ledger.child_ended(end, workflow.now())
+            raise SpawnRefused(f"child task {child.name!r} {why}")
+        return child.name
+
+    async def wait_children(
+        self, keys: Sequence[str] | None = None, *, first: bool = False
+    ) -> list[ChildOutcome]:
+        """Wait (status ``awaiting_children``) until every child of ``keys`` (default: all
+        spawned) has ended, or with ``first`` until one has; returns the ended ones' outcomes,
+        except those spawned with ``mode="ignore"``.
+
+        Raises:
+            ChildFailed: an ended child spawned with ``mode="propagate"`` did not end ``done``.
+            KeyError: a key names no spawned child.
+            AgentParked: the task is to continue-as-new (the children go on; their ends come
+                to the next run).
+            asyncio.CancelledError: the task was cancelled.
+        """
+        self._stop_if_cancelled()
+        children = self.ledger.state.children
+        wanted = list(children) if keys is None else list(keys)
+        missing = [key for key in wanted if key not in children]
+        if missing:
+            raise KeyError(f"no child spawned with key {missing[0]!r}")
+
+        def ended(key: str) -> bool:
+            return children[key].status in CLOSED_STATUSES
+
+        def done() -> bool:
+            return (any if first else all)(ended(k) for k in wanted)
+
+        if not done():
+            self.host.set_status(TaskStatus.AWAITING_CHILDREN)
+            await workflow.wait_condition(
+                lambda: done() or self.checkpoint_due or self.host.cancelling
+            )
+            self._stop_if_cancelled()
+            if not done():
+                raise AgentParked
+        self._back_in_progress()
+        outcomes = []
+        for key in wanted:
+            record = children[key]
+            if not ended(key) or record.mode == "ignore":
+                continue
+            assert record.result_seq is not None  # set with the end
+            payload = json.loads(await self._payload(key, record.result_seq))
+            outcome = ChildOutcome(
+                key=key, name=record.name, status=record.status, text=payload["text"]
+            )
+            if record.mode == "propagate" and record.status is not TaskStatus.DONE:
+                raise ChildFailed(outcome)
+            outcomes.append(outcome)
+        return outcomes
+
+    # ------------------------------------------------------------------ helpers
+
+    def _back_in_progress(self) -> None:
+        """``in_progress`` again once nothing is awaited."""
+        waiting = (TaskStatus.AWAITING_INPUT, TaskStatus.AWAITING_CHILDREN)
+        if self.ledger.state.status in waiting and not self.ledger.state.inputs:
+            self.host.set_status(TaskStatus.IN_PROGRESS)
+
+
+def child_name(parent: str, key: str) -> str:
+    """A spawned child's task name: ``{parent}/{key}``, or, when that passes 200 characters,
+    its first 183 characters, ``~`` and 16 hex of the full name's SHA-256."""
+    name = f"{parent}/{key}"
+    if len(name) <= 200:
+        return name
+    return f"{name[:183]}~{hashlib.sha256(name.encode('utf-8')).hexdigest()[:16]}"

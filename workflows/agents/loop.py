@@ -1,0 +1,32 @@
+"""The ready tool-calling loop (``AgentSpec(name="tool_loop")``, the default agent)."""
+
+from __future__ import annotations
+
+from workflows.agents.context import AgentContext
+from workflows.agents.registry import agent
+
+
+def step_name(round_: int, index: int, tool: str) -> str:
+    """The tool loop's name of a step: ``r{round:05d}.{index}:{tool}`` with ``/`` and control
+    characters replaced by ``_``, cut to 100 characters (a model may name any tool)."""
+    name = f"r{round_:05d}.{index}:{tool}"
+    return "".join("_" if c == "/" or ord(c) < 32 or 127 <= ord(c) < 160 else c for c in name)[:100]
+
+
+@agent("tool_loop")
+async def tool_loop(ctx: AgentContext) -> str:
+    """The ready tool-calling loop: the model answers with tool calls or a final answer; each
+    tool call runs as a step and its result goes back to the model with the transcript; the
+    final answer (a turn without tool calls) finishes the task ``done``."""
+    while True:
+        await ctx.checkpoint()
+        turn = await ctx.model_turn()
+        if not turn.tool_calls:
+            return turn.content
+        round_ = ctx.run.round_base + ctx.run.rounds
+        for index, call in enumerate(turn.tool_calls):
+            # a call without an id gets one its result carries too (a strict API pairs them)
+            call_id = call.call_id or f"call_{round_}_{index}"
+            await ctx.step(
+                step_name(round_, index, call.name), call.name, call.arguments, call_id=call_id
+            )

@@ -1,0 +1,75 @@
+"""The children of a task's ledger: a spawned child task recorded (a ``child_task`` event) and
+its end recorded when its ``child_ended`` signal comes (a ``child_result`` event, always whole
+JSON). The ledger calls these (``Ledger.add_child``, ``Ledger.child_ended``) with itself.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from temporalio.exceptions import ApplicationError
+
+from workflows.book import Book
+from workflows.models import (
+    CHILD_RESULT_PREVIEW_CHARS,
+    BoundedText,
+    ChildEnd,
+    ChildRecord,
+    EventInput,
+    EventKind,
+    TaskStatus,
+    args_digest,
+    internal_request_id,
+    json_within,
+)
+
+
+def add_child(book: Book, key: str, record: ChildRecord, now: datetime) -> None:
+    """Record a spawned child task (a ``child_task`` event naming it)."""
+    event = EventInput(kind=EventKind.CHILD_TASK, name=key[:128], payload=record.name)
+    record.result_seq = None
+    book.append([event], f"spawn/{key}", now)
+    book.state.children[key] = record
+
+
+def child_ended(book: Book, end: ChildEnd, now: datetime) -> None:
+    """A spawned child's end (the ``child_ended`` signal): a ``child_result`` event and the
+    child's record updated. A repeat, or the end of a task that is not a spawned child of
+    this one, is ignored."""
+    key = next((k for k, c in book.state.children.items() if c.name == end.child), None)
+    digest = args_digest(end)
+    try:
+        if key is None or book.stored(end.request_id, digest) is not None:
+            return
+    except ApplicationError:
+        return
+    text = end.result or end.error or BoundedText(text="", full_length=0, full_sha256="")
+    head = {"child": end.child, "status": end.status.value}
+    event = EventInput(
+        kind=EventKind.CHILD_RESULT, name=key, payload=json_within(head, "text", text.text)
+    )
+    outcome = book.add_events([event], book.state.start.agent_id, end.request_id, now)
+    book.accept(end.request_id, digest, outcome.first_seq, outcome.last_seq, now)
+    record = book.state.children[key]
+    record.status, record.result_seq = end.status, outcome.first_seq
+    record.result = text.text[:CHILD_RESULT_PREVIEW_CHARS]
+
+
+def child_end(
+    name: str,
+    workflow_id: str,
+    status: TaskStatus,
+    result: BoundedText | None = None,
+    error: BoundedText | None = None,
+) -> ChildEnd:
+    """The end of the child task ``name`` (workflow id ``workflow_id``) as its parent records
+    it, under the request id the child's own ``child_ended`` signal carries
+    (``child-end/{workflow id}``), so the same end from several paths (the child's signal, a
+    resumed parent's look, a deletion) counts once."""
+    return ChildEnd(
+        child=name,
+        status=status,
+        result=result,
+        error=error,
+        request_id=internal_request_id(f"child-end/{workflow_id}"),
+    )

@@ -1,0 +1,261 @@
+"""The input inbox of a task's ledger: input requests asked by its agent, and the answers
+that come by signal (never refused, so every outcome is recorded) or by update (validated on
+arrival). The ledger calls these (``Ledger.open_input`` and the rest) with itself.
+
+An answer is bound to one request (``take_answer``): the one it names by ``input_id``, or,
+naming none, the oldest request open when it arrives. One naming a request not asked yet is
+kept for it, one per request, at most ``MAX_EARLY_ANSWERS`` and ``MAX_EARLY_ANSWER_BYTES``
+together (carried across continue-as-new), and taken when it is asked; one naming none while
+none is open is rejected, never kept for a later request; one naming a request closed without
+it (timed out, its task ended: ``close_inputs``) is recorded late and changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import datetime
+
+from pydantic import JsonValue
+from temporalio.exceptions import ApplicationError
+
+from workflows.book import Book
+from workflows.errors import ErrorCode, refusal
+from workflows.models import (
+    LEGACY_EARLY_ANSWERS,
+    MAX_EARLY_ANSWER_BYTES,
+    MAX_EARLY_ANSWERS,
+    MAX_INPUT_SCHEMA_BYTES,
+    MAX_INPUTS_PER_TASK,
+    MAX_PAYLOAD_CHARS,
+    MAX_PENDING_INPUTS,
+    EventInput,
+    EventKind,
+    InputAnswer,
+    InputRequest,
+    WriteOutcome,
+    args_digest,
+    json_within,
+    model_size,
+    request_key,
+    valid_request_id,
+)
+from workflows.waits import answer_error, answer_text
+
+
+def _request_for(book: Book, answer: InputAnswer) -> InputRequest | None:
+    """The open request ``answer`` answers: the one it names, or the oldest."""
+    return next((r for r in book.state.inputs if answer.input_id in (None, r.input_id)), None)
+
+
+def open_input(
+    book: Book,
+    input_id: str,
+    prompt: str,
+    schema: Mapping[str, JsonValue],
+    deadline: datetime | None,
+    now: datetime,
+) -> InputRequest:
+    """Open an input request (an ``input_request`` event whose payload is the request as
+    JSON), then take the first early answer kept for it, if any (``take_answer``).
+
+    Raises:
+        ApplicationError: more than ``MAX_PENDING_INPUTS`` open requests, or a schema over
+            ``MAX_INPUT_SCHEMA_BYTES``.
+    """
+    if len(book.state.inputs) >= MAX_PENDING_INPUTS:
+        raise ApplicationError(f"a task has at most {MAX_PENDING_INPUTS} open input requests")
+    asked = set(book.state.answered) | set(book.state.closed_inputs)
+    if len(asked) + len(book.state.inputs) >= MAX_INPUTS_PER_TASK:
+        raise ApplicationError(f"a task asks at most {MAX_INPUTS_PER_TASK} questions")
+    text = json.dumps({"input_id": input_id, "prompt": prompt, "schema": dict(schema)})
+    held = sum(model_size(r) for r in book.state.inputs)
+    if held + len(text.encode("utf-8")) > MAX_INPUT_SCHEMA_BYTES:
+        raise ApplicationError(
+            f"a task's open input requests are at most {MAX_INPUT_SCHEMA_BYTES} bytes together"
+        )
+    event = EventInput(kind=EventKind.INPUT_REQUEST, name=input_id, payload=text)
+    seq = book.append([event], f"ask/{input_id}/{book.state.writes}", now).first_seq
+    request = InputRequest(
+        input_id=input_id,
+        prompt=prompt,
+        json_schema=dict(schema),
+        deadline=deadline,
+        asked_seq=seq,
+    )
+    book.state.inputs.append(request)
+    for early in [a for a in book.state.early_answers if a.input_id in (None, input_id)]:
+        book.state.early_answers.remove(early)
+        _decide(book, early, request, now)
+        if input_id in book.state.answered:
+            break
+    return request
+
+
+def close_input(book: Book, input_id: str, default_json: str | None, now: datetime) -> None:
+    """Close an open request whose deadline passed: an ``error`` event named
+    ``input_timeout``; with a default (``default_json``, the default as JSON text) also the
+    request's ``input_response`` event holding it, so the request counts as answered (an
+    ``ask`` repeated after a checkpoint returns the default without waiting again). An
+    answer to it that comes later is late (``take_answer``, ``check_respond``)."""
+    book.state.inputs = [r for r in book.state.inputs if r.input_id != input_id]
+    book.state.closed_inputs[input_id] = "timed out"
+    events = [EventInput(kind=EventKind.ERROR, name="input_timeout", payload=input_id)]
+    if default_json is not None:
+        events.append(
+            EventInput(kind=EventKind.INPUT_RESPONSE, name=input_id, payload=default_json)
+        )
+    outcome = book.append(events, f"timeout/{input_id}/{book.state.writes}", now)
+    if default_json is not None:
+        book.state.answered[input_id] = outcome.last_seq
+
+
+def take_answer(book: Book, answer: InputAnswer, now: datetime, *, bound: bool = True) -> None:
+    """An answer by signal (fire and forget, so never refused): a repeat of its request id
+    is ignored; an answer to the open request it names (or, naming none, to the oldest open
+    one) is that request's ``input_response`` if valid; an answer naming a request closed
+    without it (timed out, ``close_inputs``) is recorded as late (an ``input_response`` event
+    named ``late``) and changes nothing; one naming a request not asked yet is kept for it (one
+    per request id, at most ``MAX_EARLY_ANSWERS`` and ``MAX_EARLY_ANSWER_BYTES``); anything
+    else (an answer naming none while none is open, one that fails the schema or the rules of
+    every answer, ``answer_error``, one naming a request answered already) is recorded as
+    rejected (an ``input_response`` event named ``rejected``), and an open request stays open.
+
+    ``bound`` False keeps the rules of tasks recorded before answers were bound to one
+    request (the ``answers-bound-to-requests`` patch): an answer naming none, with none open,
+    was kept for the next request asked; answers to closed requests were kept too; at most
+    ``LEGACY_EARLY_ANSWERS``."""
+    digest = args_digest(answer)
+    try:
+        if book.stored(answer.request_id, digest) is not None:
+            return
+    except ApplicationError as refused:  # request_id_reused, invalid_request_id
+        _reject(book, answer, refused.message, now)
+        return
+    closed = book.state.closed_inputs.get(answer.input_id or "")
+    if bound and closed is not None:
+        _reject(book, answer, f"input {answer.input_id!r} {closed}", now, name="late")
+        return
+    request = _request_for(book, answer)
+    room = MAX_EARLY_ANSWERS if bound else LEGACY_EARLY_ANSWERS
+    if request is not None:
+        _decide(book, answer, request, now)
+    elif answer.input_id in book.state.answered:
+        _reject(book, answer, f"input {answer.input_id!r} was answered already", now)
+    elif (error := answer_error({}, answer.answer)) is not None:
+        _reject(book, answer, error, now)
+    elif bound and answer.input_id is None:
+        _reject(
+            book,
+            answer,
+            "no input request is open: an answer without an input id is taken only by a "
+            "request open when it arrives",
+            now,
+        )
+    elif bound and any(a.input_id == answer.input_id for a in book.state.early_answers):
+        _reject(book, answer, f"an answer to {answer.input_id!r} is kept already", now)
+    elif (
+        len(book.state.early_answers) >= room
+        or sum(model_size(a) for a in [*book.state.early_answers, answer]) > MAX_EARLY_ANSWER_BYTES
+    ):
+        _reject(
+            book,
+            answer,
+            f"no input is requested, and the answers kept for later requests are at most "
+            f"{room} and {MAX_EARLY_ANSWER_BYTES} bytes",
+            now,
+        )
+    else:
+        book.state.early_answers.append(answer)
+        book.accept(answer.request_id, digest, 0, 0, now)
+
+
+def close_inputs(book: Book, reason: str, now: datetime) -> None:
+    """Close every open input request because the task ends (``reason``: ``task
+    cancelled``, ``task failed``, ``task done``): an ``input_closed`` note each, whose payload
+    is ``{"input_id": ..., "reason": ...}``; later answers to them are late or refused
+    ``input_closed`` / ``task_closed``."""
+    if not book.state.inputs:
+        return
+    events = [
+        EventInput(
+            kind=EventKind.NOTE,
+            name="input_closed",
+            payload=json.dumps({"input_id": r.input_id, "reason": reason}),
+        )
+        for r in book.state.inputs
+    ]
+    book.append(events, f"close-inputs/{book.state.writes}", now)
+    for request in book.state.inputs:
+        book.state.closed_inputs[request.input_id] = reason
+    book.state.inputs = []
+
+
+def check_respond(book: Book, answer: InputAnswer) -> InputRequest:
+    """The state rules of the ``respond`` update; returns the request it answers.
+
+    Raises:
+        ApplicationError: as ``check_write``, or a refusal ``input_not_requested``,
+            ``input_invalid`` (with the validation message) or ``input_closed``.
+    """
+    book.check_write(answer.request_id, args_digest(answer))
+    closed = book.state.closed_inputs.get(answer.input_id or "")
+    if closed is not None:
+        raise refusal(ErrorCode.INPUT_CLOSED, f"input {answer.input_id!r} {closed}")
+    request = _request_for(book, answer)
+    if request is None:
+        named = f" {answer.input_id!r}" if answer.input_id else ""
+        raise refusal(ErrorCode.INPUT_NOT_REQUESTED, f"no input request{named} is open")
+    error = answer_error(request.json_schema, answer.answer)
+    if error is not None:
+        raise refusal(ErrorCode.INPUT_INVALID, error)
+    return request
+
+
+def respond(book: Book, answer: InputAnswer, now: datetime) -> WriteOutcome:
+    """An answer by update (validated on arrival): the request's ``input_response``."""
+    request = check_respond(book, answer)
+    return _answer(book, answer, request, now)
+
+
+def _decide(book: Book, answer: InputAnswer, request: InputRequest, now: datetime) -> None:
+    error = answer_error(request.json_schema, answer.answer)
+    if error is None:
+        _answer(book, answer, request, now)
+    else:
+        _reject(book, answer, error, now)
+
+
+def _answer(book: Book, answer: InputAnswer, request: InputRequest, now: datetime) -> WriteOutcome:
+    event = EventInput(
+        kind=EventKind.INPUT_RESPONSE, name=request.input_id, payload=answer_text(answer.answer)
+    )
+    outcome = book.add_events([event], answer.agent_id, answer.request_id, now)
+    book.accept(answer.request_id, args_digest(answer), outcome.first_seq, outcome.last_seq, now)
+    book.state.inputs.remove(request)
+    book.state.answered[request.input_id] = outcome.first_seq
+    return outcome
+
+
+def _reject(
+    book: Book, answer: InputAnswer, error: str, now: datetime, *, name: str = "rejected"
+) -> None:
+    """Record an answer not taken (an ``input_response`` event named ``name``: ``rejected``
+    or ``late``, with the error and the answer); its request id is remembered (a repeat is
+    ignored) unless it is invalid or already names another write."""
+    payload = json.dumps(
+        {"input_id": answer.input_id, "error": error, "answer": answer.answer}, allow_nan=True
+    )
+    if len(payload) > MAX_PAYLOAD_CHARS:  # whole JSON or none: the cut text of the answer
+        shown = json.dumps(answer.answer, allow_nan=True)
+        payload = json_within({"input_id": answer.input_id, "error": error}, "answer_json", shown)
+    event = EventInput(kind=EventKind.INPUT_RESPONSE, name=name, payload=payload)
+    outcome = book.add_events([event], answer.agent_id, answer.request_id, now)
+    fresh = valid_request_id(answer.request_id) and (
+        request_key(answer.request_id) not in book.state.requests
+    )
+    if fresh:
+        book.accept(answer.request_id, args_digest(answer), outcome.first_seq, 0, now)
+    else:
+        book.state.writes += 1
+        book.state.updated_at = now

@@ -1,0 +1,123 @@
+"""The mirror policy of a task: what the next mirror call copies (an earlier run's backlog
+first, at most ``MIRROR_MAX_EVENTS`` events), what a success or a failure records, and how
+long the workflow pauses after failures; with the mirror activity's timeouts and retries.
+The ledger calls the bookkeeping with its state; ``TaskWorkflow`` the rest.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import NamedTuple
+
+from temporalio.common import RetryPolicy
+
+from workflows.errors import MIRROR_DATA_ERROR
+from workflows.models import MIRROR_ERROR_CHARS, MirrorInput, TaskState
+
+
+class MirrorTarget(NamedTuple):
+    """One mirror call: its activity input and what a success records."""
+
+    input: MirrorInput
+    """The activity's input (references only)."""
+    up_to_write: int | None
+    """The write counter reached when the call covers its run's last event, else None."""
+    from_backlog: bool
+    """True when it copies an earlier run (``TaskState.mirror_backlog``)."""
+
+
+def mirror_target(state: TaskState, run_id: str, max_events: int) -> MirrorTarget:
+    """What the next mirror call copies: the oldest backlog run first, else this run
+    (``run_id``); at most ``max_events`` events."""
+    if state.mirror_backlog:
+        oldest = state.mirror_backlog[0]
+        after = max(state.mirrored_seq, oldest.after_seq)
+        up_to = min(oldest.up_to_seq, after + max_events)
+        return MirrorTarget(
+            MirrorInput(
+                workflow_id=state.workflow_id,
+                run_id=oldest.run_id,
+                after_seq=after,
+                up_to_seq=up_to,
+                after_write=max(state.mirrored_write, oldest.after_write),
+            ),
+            up_to_write=oldest.up_to_write if up_to == oldest.up_to_seq else None,
+            from_backlog=True,
+        )
+    up_to = min(state.last_seq, state.mirrored_seq + max_events)
+    return MirrorTarget(
+        MirrorInput(
+            workflow_id=state.workflow_id,
+            run_id=run_id,
+            after_seq=state.mirrored_seq,
+            up_to_seq=up_to,
+            after_write=state.mirrored_write,
+        ),
+        up_to_write=state.writes if up_to == state.last_seq else None,
+        from_backlog=False,
+    )
+
+
+def mirrored(state: TaskState, target: MirrorTarget) -> None:
+    """Record a successful mirror call of ``target``: its events, and its writes when it
+    reached the end of its run, are in Neo4j; a backlog run copied to its end is dropped."""
+    state.mirror_error = None
+    state.mirror_failures = 0
+    state.mirrored_seq = target.input.up_to_seq
+    if target.up_to_write is not None:
+        state.mirrored_write = target.up_to_write
+        if target.from_backlog:
+            state.mirror_backlog.pop(0)
+
+
+def mirror_failed(state: TaskState, error: str) -> None:
+    """Record a failed mirror call (its retries spent) and why (cut to
+    ``MIRROR_ERROR_CHARS``)."""
+    state.mirror_error = error[:MIRROR_ERROR_CHARS]
+    state.mirror_failures += 1
+
+
+MIRROR_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_attempts=3,
+    non_retryable_error_types=[MIRROR_DATA_ERROR],
+)
+"""One mirror call: three attempts, 1 s then 2 s apart; a data error fails at once."""
+MIRROR_WITHOUT_DEBOUNCE = "mirror-without-debounce-timer"
+"""Patch id: the mirror starts as soon as a write waits, without the 200 ms debounce timer
+(whose firing the dev server rounds to about a second, which made the mirror lag ~1 s)."""
+MIRROR_START_TO_CLOSE = timedelta(seconds=60)
+"""Longest one mirror attempt may run (at most ``MIRROR_MAX_EVENTS`` events, in pages of one
+query and one bounded Neo4j transaction each)."""
+MIRROR_HEARTBEAT = timedelta(seconds=10)
+"""The mirror activity heartbeats while it runs; an attempt whose worker died (killed, cut
+off) is retried once this passes without a heartbeat, not after ``MIRROR_START_TO_CLOSE``.
+(Timeouts are not part of replay's command matching: changing them needs no patch.)"""
+MIRROR_PAUSE = timedelta(seconds=1)
+"""After a failed mirror call the workflow records ``mirror_error``, keeps accepting writes,
+and calls again after ``mirror_pause(failures)``: 2 s, 4 s, 8 s, 16 s, then 30 s, and 5 minutes
+once an outage has lasted ``MIRROR_LONG_OUTAGE_FAILURES`` calls; without end (Neo4j may be
+down for days; a data error may be fixed by deploying a new worker)."""
+MIRROR_PAUSE_MAX = timedelta(seconds=30)
+"""The longest pause between failed mirror calls in a short outage."""
+MIRROR_PAUSE_LONG = timedelta(minutes=5)
+"""The pause in a long outage: few enough calls that a week of outage adds a few thousand
+history events, at the cost of up to 5 minutes before the mirror notices Neo4j is back."""
+MIRROR_LONG_OUTAGE_FAILURES = 20
+"""Failed calls in a row (about 9 minutes of pauses) after which the outage counts as long."""
+MIRROR_PAUSE_DOUBLINGS = 5
+"""Doublings after which the pause has passed ``MIRROR_PAUSE_MAX`` (1 s * 2**5 = 32 s)."""
+
+
+def mirror_pause(failures: int) -> timedelta:
+    """The pause after ``failures`` failed mirror calls in a row (1 or more, carried across
+    continue-as-new): ``MIRROR_PAUSE * 2**failures`` capped at ``MIRROR_PAUSE_MAX``, then
+    ``MIRROR_PAUSE_LONG`` past ``MIRROR_LONG_OUTAGE_FAILURES``. The exponent is capped before
+    the power is taken (an uncapped ``2**failures`` overflowed ``timedelta`` after 47 failures,
+    about 1.5 hours of outage, and failed the workflow task for good). Timer durations are not
+    part of replay's determinism check, so the schedule may change without a patch."""
+    if failures > MIRROR_LONG_OUTAGE_FAILURES:
+        return MIRROR_PAUSE_LONG
+    pause: timedelta = MIRROR_PAUSE * 2 ** min(failures, MIRROR_PAUSE_DOUBLINGS)
+    return min(pause, MIRROR_PAUSE_MAX)

@@ -1,0 +1,60 @@
+"""Retries a person or agent code asks for (``retry_step``): an ``unknown`` or ``failed`` step
+of an agent task marked to run again when agent code reaches it, recorded as a decision citing
+the step. The ledger calls these with itself."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from workflows.book import Book
+from workflows.errors import ErrorCode, refusal
+from workflows.models import (
+    CitesInput,
+    EventInput,
+    EventKind,
+    StepRecord,
+    StepRetry,
+    StepState,
+    WriteOutcome,
+    args_digest,
+)
+from workflows.steps import step_key
+
+
+def check_retry(book: Book, retry: StepRetry) -> StepRecord:
+    """The state rules of ``retry_step``; returns the step's record.
+
+    Raises:
+        ApplicationError: as ``check_write``; ``step_not_found``; ``invalid_transition``
+            for a step that is not ``unknown`` or ``failed``.
+    """
+    book.check_write(retry.request_id, args_digest(retry))
+    record = book.step(retry.step_name)
+    if record is None:
+        raise refusal(ErrorCode.STEP_NOT_FOUND, f"the task has no step {retry.step_name!r}")
+    if record.state not in (StepState.UNKNOWN, StepState.FAILED):
+        raise refusal(
+            ErrorCode.INVALID_TRANSITION,
+            f"step {retry.step_name!r} is {record.state.value}: only an unknown or failed "
+            "step is retried",
+        )
+    return record
+
+
+def retry_step(book: Book, retry: StepRetry, now: datetime) -> WriteOutcome:
+    """Ask that an ``unknown`` or ``failed`` step run again when agent code reaches it: a
+    ``decision`` event by ``retry.agent_id`` citing the step (``retry step 'x' (asked by
+    ...): reason``), and the step's ``retry_by`` (``check_retry`` first)."""
+    record = check_retry(book, retry)
+    decision = EventInput(
+        kind=EventKind.DECISION,
+        payload=f"retry step {retry.step_name!r} (asked by {retry.agent_id}): {retry.reason}",
+        cites=CitesInput(steps=[retry.step_name]),
+    )
+    outcome = book.add_events([decision], retry.agent_id, retry.request_id, now)
+    book.accept(retry.request_id, args_digest(retry), outcome.first_seq, outcome.last_seq, now)
+    book.earlier_steps.pop(step_key(retry.step_name), None)
+    book.state.steps[retry.step_name] = record.model_copy(
+        update={"retry_by": retry.agent_id, "changed_write": book.state.writes}
+    )
+    return outcome
