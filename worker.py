@@ -45,6 +45,7 @@ from activities.files import file_tools, files_demo
 from activities.mirror import MirrorActivities
 from activities.model import ModelActivities, Script
 from activities.tools import Tool, ToolActivities
+from broker import Broker
 from config import Settings, connect, release_runtime
 from taskgraph.graph import TaskGraph, open_driver
 from workflows.task import SEARCH_ATTRIBUTE_KEYS, TaskWorkflow
@@ -63,11 +64,13 @@ propagates a registration through its namespace cache (10 s by default)."""
 @dataclass(frozen=True)
 class Services:
     """What the project runs on: the settings, a Temporal client with the pydantic data
-    converter, and the Neo4j task graph (None when not asked for)."""
+    converter, the Neo4j task graph (None when not asked for), and the broker of tokens (None
+    when ``AGENT_TASKS_BROKER_URL`` is empty; it connects on first use)."""
 
     settings: Settings
     client: Client
     graph: TaskGraph | None
+    broker: Broker | None = None
 
 
 @asynccontextmanager
@@ -104,8 +107,9 @@ async def open_services(
     with_graph: bool = True,
     schema: bool = False,
 ) -> AsyncIterator[Services]:
-    """Connect to Temporal (unless ``client`` is given) and open the Neo4j task graph
-    (``open_graph``, unless ``with_graph`` is False); on exit close the driver and wait for
+    """Connect to Temporal (unless ``client`` is given), open the Neo4j task graph
+    (``open_graph``, unless ``with_graph`` is False) and the broker (``Services.broker``); on
+    exit close them and wait for
     the Temporal SDK's runtime threads to leave Python (``config.release_runtime``), so a
     process may end right after.
 
@@ -122,13 +126,16 @@ async def open_services(
     """
     settings = settings or Settings()
     client = client or await connect(settings)
+    broker = Broker(settings.broker_url) if settings.broker_url else None
     try:
         if not with_graph:
-            yield Services(settings, client, None)
+            yield Services(settings, client, None, broker)
             return
         async with open_graph(settings, schema=schema) as graph:
-            yield Services(settings, client, graph)
+            yield Services(settings, client, graph, broker)
     finally:
+        if broker is not None:
+            await broker.close()
         await release_runtime()
 
 
@@ -222,6 +229,7 @@ def build_worker(
     *,
     tools: Sequence[Tool] | None = None,
     scripts: Mapping[str, Script] | None = None,
+    broker: Broker | None = None,
 ) -> Worker:
     """A worker for ``TaskWorkflow`` and its activities on ``task_queue``: the mirror, the
     agent tasks' tools, the model call and the read of a recorded result.
@@ -234,11 +242,13 @@ def build_worker(
         tools: the tools this worker runs (``activities.tools.tool``); default: the demo's
             read-only file tools over the current folder.
         scripts: the scripted models by name, besides ``DEMO_SCRIPTS``.
+        broker: where model tokens and the mirror's word of new events go (``broker``; None:
+            nowhere, and streams find new events by reading the tasks).
     """
-    mirror = MirrorActivities(client, graph)
+    mirror = MirrorActivities(client, graph, broker)
     steps = ToolActivities(client, graph, file_tools(Path.cwd()) if tools is None else tools)
     specs = [t.spec for t in steps.tools]
-    model = ModelActivities(client, graph, {**DEMO_SCRIPTS, **(scripts or {})}, specs)
+    model = ModelActivities(client, graph, {**DEMO_SCRIPTS, **(scripts or {})}, specs, broker)
     return Worker(
         client,
         task_queue=task_queue,
@@ -269,7 +279,9 @@ async def run_worker(settings: Settings | None = None) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         tools = file_tools(services.settings.files_root)
-        async with build_worker(services.client, services.graph, queue, tools=tools):
+        async with build_worker(
+            services.client, services.graph, queue, tools=tools, broker=services.broker
+        ):
             print(f"worker polling task queue {queue!r}", flush=True)
             await stop.wait()
         print("worker stopped", flush=True)

@@ -19,7 +19,7 @@ import hashlib
 import random
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -117,6 +117,7 @@ from workflows.models import (
     task_workflow_id,
     valid_request_id,
 )
+from workflows.models.lifecycle import AskInput, SetStatusInput, SpawnInput
 from workflows.task import TaskWorkflow, search_attributes
 from workflows.waits import answer_error
 
@@ -879,6 +880,82 @@ class ConversationHistory:
                 }
             ),
         )
+
+    # ------------------------------------------------------------------ a recorded task's lifecycle
+
+    async def set_status(
+        self, task: str, status: TaskStatus | str, *, request_id: str | None = None
+    ) -> WriteResult:
+        """Set a recorded task's status: ``queued``, ``in_progress`` or ``awaiting_children``
+        (``workflows.lifecycle``; ``awaiting_children`` with no child running is ``queued`` at
+        once). Refusals: ``run_by_agent`` (an agent task's agent sets its own), ``task_closed``
+        and those of every write.
+
+        Raises:
+            pydantic.ValidationError: another status (``done``, ``failed``, ``cancelled``:
+                ``finish_task``; ``awaiting_input``: ``request_input``).
+        """
+        write = SetStatusInput.model_validate(
+            {"agent_id": self.agent_id, "status": status, "request_id": _or_new(request_id)}
+        )
+        return await self._update(task, TaskWorkflow.update_status, write)
+
+    async def request_input(
+        self,
+        task: str,
+        input_id: str,
+        prompt: str,
+        schema: Mapping[str, JsonValue] | None = None,
+        *,
+        request_id: str | None = None,
+    ) -> WriteResult:
+        """Ask a person for input on a recorded task (its agent runs in the app): an
+        ``input_request`` event (``result.seq``), the request in the view, status
+        ``awaiting_input`` until every open request is answered (``respond``,
+        ``submit_input``), then ``queued``. Refusals: ``input_exists``, ``schema_invalid``,
+        ``input_limit_reached``, ``run_by_agent`` and those of every write.
+
+        Raises:
+            pydantic.ValidationError: an argument of the wrong shape, naming the field.
+        """
+        write = AskInput(
+            agent_id=self.agent_id,
+            input_id=input_id,
+            prompt=prompt,
+            json_schema=dict(schema or {}),
+            request_id=_or_new(request_id),
+        )
+        return await self._update(task, TaskWorkflow.ask, write)
+
+    async def spawn_child(
+        self,
+        parent: str,
+        spawn_key: str,
+        name: str,
+        goal: str,
+        *,
+        session_id: str | None = None,
+        request_id: str | None = None,
+    ) -> WriteResult:
+        """Start a child task ``name`` of the recorded task ``parent`` (a child workflow, a
+        recorded task one level below it, labelled ``spawn_key`` in the parent): returns once
+        it has started; its end comes back to the parent as a ``child_result`` event. The
+        parent's status is left as it is (set ``awaiting_children`` to wait). Refusals:
+        ``task_exists`` (the key or name used already), ``child_limit_reached``,
+        ``run_by_agent`` and those of every write.
+
+        Raises:
+            pydantic.ValidationError: an argument of the wrong shape, naming the field.
+        """
+        write = SpawnInput(
+            agent_id=self.agent_id,
+            spawn_key=spawn_key,
+            name=name,
+            goal=goal,
+            session_id=session_id,
+            request_id=_or_new(request_id),
+        )
+        return await self._update(parent, TaskWorkflow.spawn, write)
 
     # ------------------------------------------------------------------ reads of one task
 

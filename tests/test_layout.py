@@ -4,8 +4,8 @@ The allowed arrows (README, "Layout"): workflows <- activities <- worker <- star
 taskgraph is used by activities, worker and starter; trajectories is pure; devstack serves the
 CLI and tests; config is read by worker, starter and devstack; telemetry (OpenTelemetry, loaded
 only when configured) is used by config and worker; codec (the payload codec) by config and
-starter; bench measures it all, and the CLI loads it only for ``agent-tasks bench``. Nothing
-imports up.
+starter; broker (the pub/sub of tokens) by activities, worker and starter; bench measures it
+all, and the CLI loads it only for ``agent-tasks bench``. Nothing imports up.
 """
 
 from __future__ import annotations
@@ -23,11 +23,12 @@ ALLOWED: dict[str, set[str]] = {
     "workflows": set(),
     "trajectories": {"workflows"},
     "taskgraph": {"workflows"},
-    "activities": {"workflows", "taskgraph"},
+    "activities": {"workflows", "taskgraph", "broker"},
     "telemetry": set(),
     "codec": set(),
+    "broker": {"workflows"},
     "config": {"workflows", "telemetry", "codec"},
-    "worker": {"workflows", "taskgraph", "activities", "config", "telemetry"},
+    "worker": {"workflows", "taskgraph", "activities", "config", "telemetry", "broker"},
     "devstack": {"workflows", "config"},
     "starter": {
         "workflows",
@@ -40,6 +41,7 @@ ALLOWED: dict[str, set[str]] = {
         "telemetry",
         "codec",
         "bench",
+        "broker",
     },
     "bench": {
         "workflows",
@@ -51,6 +53,7 @@ ALLOWED: dict[str, set[str]] = {
         "starter",
         "codec",
         "trajectories",
+        "broker",
     },
 }
 """Each top-level part of the project -> the parts it may import (besides itself)."""
