@@ -85,12 +85,9 @@ class NamesInPath:
         await self.app(scope, receive, send)
 
 
-class _TooLarge(Exception):
-    pass
-
-
 class BodyLimit:
-    """ASGI: a request body over ``limit`` bytes is answered 413 ``body_too_large``."""
+    """ASGI: a request body over ``limit`` bytes is answered 413 ``body_too_large`` (the app
+    then reads a disconnect, and whatever it answers is dropped)."""
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app = app
@@ -106,28 +103,28 @@ class BodyLimit:
             await self._refuse(scope, receive, send)
             return
         seen = 0
-        started = False
+        started = refused = False
 
         async def counted() -> Message:
-            nonlocal seen
+            nonlocal seen, refused
             message = await receive()
-            if message["type"] == "http.request":
+            if message["type"] == "http.request" and not refused:
                 seen += len(message.get("body", b""))
                 if seen > self.limit:
-                    raise _TooLarge
+                    refused = True
+                    if not started:
+                        await self._refuse(scope, receive, send)
+                    return {"type": "http.disconnect"}
             return message
 
         async def watched(message: Message) -> None:
             nonlocal started
+            if refused:
+                return
             started = started or message["type"] == "http.response.start"
             await send(message)
 
-        try:
-            await self.app(scope, counted, watched)
-        except _TooLarge:
-            if started:
-                raise
-            await self._refuse(scope, receive, send)
+        await self.app(scope, counted, watched)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         error = ApiError(413, "body_too_large", f"the body is over {self.limit} bytes")
