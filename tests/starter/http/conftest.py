@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 
 import httpx
 import pytest
-import uvicorn
 
 from starter.client import ConversationHistory
 from starter.http import create_app
 from taskgraph.apikeys import ApiKeyStore
 from tests.agent_tools import SCRIPTS, TOOLS
+from tests.servers import served
 from tests.stream_agents import SCRIPTS as STREAM_SCRIPTS
 from worker import Services, build_worker
 
@@ -58,19 +58,9 @@ async def api(services: Services, http_queue: str) -> AsyncIterator[Api]:
     settings = services.settings.model_copy(
         update={"temporal_task_queue": http_queue, "streams_per_key": STREAMS_PER_KEY}
     )
-    served = Services(settings, services.client, services.graph, services.broker)
-    app = create_app(served, keepalive_s=KEEPALIVE_S)
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_config=None, access_log=True)
-    server = uvicorn.Server(config)
-    running = asyncio.create_task(server.serve())
-    while not server.started:
-        if running.done():
-            running.result()
-        await asyncio.sleep(0.02)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    yield Api(f"http://127.0.0.1:{port}", served, http_queue)
-    server.should_exit = True
-    await running
+    api_services = Services(settings, services.client, services.graph, services.broker)
+    async with served(create_app(api_services, keepalive_s=KEEPALIVE_S)) as url:
+        yield Api(url, api_services, http_queue)
 
 
 @dataclass
