@@ -4,10 +4,12 @@ and its end.
 **Where events come from.** A stream's ``update`` events come from the task's ledger
 (``ConversationHistory.list_events``: the workflow, and Neo4j for earlier runs), never from the
 broker: a ``TaskFeed`` per task and server process reads each new page once for every stream of
-the task, and wakes when the broker says the task's log grew (the mirror activity's
-``WrittenMessage``) or every ``STREAM_POLL_S`` without a word. So a stream that was away, a
-lost message or a broker outage costs latency, never an event. ``token`` events come from the
-broker only (ephemeral: nothing stores them); a stream that was away misses them.
+the task (one ``events`` query a page), and wakes when the broker says the task's log grew (the
+mirror activity's ``WrittenMessage``) or every ``STREAM_POLL_S`` without a word (then, and when
+the word says the task closed, it reads the task's view too, which says whether it ended). So
+a stream that was away, a lost message or a broker outage costs latency, never an event.
+``token`` events come from the broker only (ephemeral: nothing stores them); a stream that was
+away misses them.
 
 **Order and resume.** ``update`` events come in seq order, each once, with the seq as the SSE
 ``id``; a reconnect with ``Last-Event-ID: N`` (what a browser's ``EventSource`` sends) resumes
@@ -86,7 +88,8 @@ class TaskFeed:
         self.subscriber = subscriber
         self.poll_s = poll_s
         self.channel = task_channel(history.workflow_id(name))
-        self.ring: deque[Event] = deque(maxlen=FEED_EVENTS)
+        self.ring: deque[tuple[Event, str]] = deque(maxlen=FEED_EVENTS)
+        """The newest events, each with its JSON (made once for every stream)."""
         self.last_seq = 0
         """The newest seq read."""
         self.view: TaskView | None = None
@@ -96,6 +99,8 @@ class TaskFeed:
         self.started = asyncio.Event()
         """Set once the feed has read the task for the first time."""
         self.task: asyncio.Task[None] | None = None
+        self.full = True
+        """The next read reads the view too."""
 
     @property
     def ended(self) -> bool:
@@ -108,7 +113,7 @@ class TaskFeed:
 
     def first_held(self) -> int:
         """The oldest seq in the ring (``last_seq + 1`` when it is empty)."""
-        return self.ring[0].seq if self.ring else self.last_seq + 1
+        return self.ring[0][0].seq if self.ring else self.last_seq + 1
 
     async def start(self) -> None:
         """Subscribe and read the task once (``started``), then keep reading in a task."""
@@ -128,7 +133,10 @@ class TaskFeed:
 
     def _message(self, message: TokenMessage | WrittenMessage) -> None:
         if isinstance(message, WrittenMessage):
-            if message.seq > self.last_seq or message.status in CLOSED_STATUSES:
+            if message.status in CLOSED_STATUSES:
+                self.full = True  # read the view too: the end is near
+                self.wake.set()
+            elif message.seq > self.last_seq:
                 self.wake.set()
             return
         for listener in self.listeners:
@@ -137,35 +145,43 @@ class TaskFeed:
             self.wake.set()  # the event it comes after is not read yet
 
     async def _run(self) -> None:
+        self.full = True
         while True:
             self.wake.clear()
+            full, self.full = self.full, False
             try:
-                await self._read()
+                await self._read(full)
             except Exception as err:  # a read failed (Temporal away): try again later
                 log.warning("stream of task %r: read failed: %s", self.name, err)
+                self.full = True
             self.started.set()
             for listener in self.listeners:
                 listener.notify()
             if self.ended:
                 return
-            with contextlib.suppress(TimeoutError):
+            try:
                 await asyncio.wait_for(self.wake.wait(), self.poll_s)
+            except TimeoutError:
+                self.full = True
 
-    async def _read(self) -> None:
-        found = await self.history.get_task(self.name)
-        self.view = found.view
-        if self.view is None:
-            return
-        while self.last_seq < self.view.last_seq:
+    async def _read(self, full: bool) -> None:
+        """Read the new events (one query a page); with ``full`` (the first read, a poll, the
+        broker's word of a closed task) the view first, which says whether the task ended."""
+        if full or self.view is None:
+            self.view = (await self.history.get_task(self.name)).view
+            if self.view is None:
+                return
+        while True:
             page = await self.history.list_events(
                 self.name, after_seq=self.last_seq, limit=PAGE_LIMIT_MAX
             )
-            if not page.events:
+            if page.events:
+                self.ring.extend((e, e.model_dump_json()) for e in page.events)
+                self.last_seq = page.events[-1].seq
+                for listener in self.listeners:
+                    listener.notify()
+            if not page.events or page.next_after_seq is None:
                 return
-            self.ring.extend(page.events)
-            self.last_seq = page.events[-1].seq
-            for listener in self.listeners:
-                listener.notify()
 
 
 class TaskListener:
@@ -259,12 +275,10 @@ class StreamFilter:
         return self.kinds is None or event.kind in self.kinds
 
 
-def update_event(event: Event, event_id: str | None = None) -> ServerSentEvent:
-    """An ``update``: the event as JSON, its seq (or ``event_id``) as the SSE id."""
+def update_event(event: Event, data: str, event_id: str | None = None) -> ServerSentEvent:
+    """An ``update``: the event as JSON (``data``), its seq (or ``event_id``) as the SSE id."""
     return ServerSentEvent(
-        event="update",
-        raw_data=event.model_dump_json(),
-        id=str(event.seq) if event_id is None else event_id,
+        event="update", raw_data=data, id=str(event.seq) if event_id is None else event_id
     )
 
 
@@ -293,16 +307,16 @@ class _Pending:
     filter: StreamFilter
     backlog: list[Event] = field(default_factory=list)
 
-    async def events(self) -> list[Event]:
-        """The events after the cursor that are known: from the ring, or (for a stream that
-        fell behind it) from the ledger."""
+    async def events(self) -> list[tuple[Event, str]]:
+        """The events after the cursor that are known, each with its JSON: from the ring, or
+        (for a stream that fell behind it) from the ledger."""
         after = self.listener.after_seq
         if after + 1 < self.feed.first_held() and after < self.feed.last_seq:
             page = await self.history.list_events(
                 self.feed.name, after_seq=after, limit=PAGE_LIMIT_MAX
             )
-            return page.events
-        return [e for e in self.feed.ring if e.seq > after]
+            return [(e, e.model_dump_json()) for e in page.events]
+        return [(e, data) for e, data in self.feed.ring if e.seq > after]
 
     def due_token(self, now: float, upcoming: int | None) -> TokenMessage | None:
         """The first queued token, if it is due before the event ``upcoming`` (or no event
@@ -360,15 +374,14 @@ async def _next_items(pending: _Pending, now: float) -> list[ServerSentEvent]:
     places; the listener's cursor and token queue advance as they are taken."""
     items: list[ServerSentEvent] = []
     listener = pending.listener
-    events = await pending.events()
-    for event in events:
+    for event, data in await pending.events():
         while (token := pending.due_token(now, event.seq)) is not None:
             listener.tokens.popleft()
             if pending.filter.tokens:
                 items.append(token_event(token))
         listener.after_seq = event.seq
         if pending.filter.wants(event):
-            items.append(update_event(event))
+            items.append(update_event(event, data))
     while (token := pending.due_token(now, None)) is not None:
         listener.tokens.popleft()
         if pending.filter.tokens:
