@@ -114,21 +114,10 @@ async def clients(url: str, key: str, task: str, readers: int) -> asyncio.subpro
         stdout=asyncio.subprocess.PIPE,
     )  # fmt: skip
     assert process.stdout is not None
-    assert (await process.stdout.readline()).strip() == b"connecting"
+    line = (await process.stdout.readline()).decode().split()
+    if line != ["ready", str(readers)]:
+        raise RuntimeError(f"the readers did not all connect: {line}")
     return process
-
-
-async def connected(url: str, key: str, task: str, readers: int) -> None:
-    """Wait until the server holds the readers' streams (and the stalled one): a new stream of
-    the key is then refused (429) once ``readers + 1`` are open under a limit of that many."""
-    await asyncio.sleep(1.0)
-    async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {key}"}) as c:
-        for _ in range(600):
-            async with c.stream("GET", f"/tasks/{task}/stream") as response:
-                if response.status_code == 429:
-                    return
-            await asyncio.sleep(0.1)
-    raise RuntimeError("the readers did not connect")
 
 
 async def report(process: asyncio.subprocess.Process) -> dict[str, Any]:
@@ -147,7 +136,6 @@ async def latency(services: Services, url: str, history: ConversationHistory, ke
                   tokens: int, writes: int) -> dict[str, Any]:  # fmt: skip
     await history.create_task("latency", "measure")
     reader = await clients(url, key, "latency", 1)
-    await asyncio.sleep(2.0)  # the reader's stream is open (its first event follows)
     emitter = TaskEmitter(TaskManager(history, broker=services.broker), "latency")
     for _ in range(tokens):
         await emitter.emit_token(str(time.time_ns()))
@@ -172,7 +160,6 @@ async def one_round(services: Services, url: str, server_pid: int, history: Conv
     process = None
     if readers:
         process = await clients(url, key, name, readers)
-        await connected(url, key, name, readers)
         row["rss_connected"] = rss_mib(server_pid)
     await until(lambda: answered(history, name, "go"))
     await until(lambda: asking(history, name))
@@ -210,7 +197,7 @@ async def main(readers: int, steps: int, rounds: int, bulk: int, tokens: int, wr
         async with build_worker(
             services.client, services.graph, queue, tools=[bench_echo], broker=services.broker
         ):
-            server, url = await start_server(queue, readers + 1)
+            server, url = await start_server(queue, 2 * readers + 10)
             try:
                 lat = await latency(services, url, history, key, tokens, writes)
                 rows = []

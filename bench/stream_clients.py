@@ -3,7 +3,8 @@ it): ``N`` readers that parse every event, and one that connects and never reads
 
     python -m bench.stream_clients URL KEY TASK N
 
-Prints one JSON line when every reader has seen the task's end (or ``--within`` seconds
+Prints ``ready N`` once every reader's stream is open (N of them with 200), then one JSON
+line when every reader has seen the task's end (or ``--within`` seconds
 passed): per reader the updates and tokens seen, the last seq, whether it ended; and, for
 events and tokens whose text is a send time (``time.time_ns()``, as the benchmark writes
 them), the milliseconds from that time to the first reader's arrival.
@@ -24,13 +25,23 @@ import httpx
 
 
 async def read(
-    client: httpx.AsyncClient, task: str, delays: dict[str, list[float]] | None
+    client: httpx.AsyncClient,
+    task: str,
+    delays: dict[str, list[float]] | None,
+    ready: asyncio.Queue[int],
 ) -> dict[str, Any]:
-    """Read the stream to its end; ``delays`` (the first reader's) gets the latencies."""
-    seen = {"updates": 0, "tokens": 0, "last_seq": 0, "ended": False}
+    """Read the stream to its end (``ready`` gets the status once the stream's first line, or
+    a refusal, came); ``delays`` (the first reader's) gets the latencies."""
+    seen = {"updates": 0, "tokens": 0, "last_seq": 0, "ended": False, "status": 0}
     async with client.stream("GET", f"/tasks/{task}/stream") as response:
+        seen["status"] = response.status_code
+        if response.status_code != 200:
+            ready.put_nowait(response.status_code)
+            return seen
         event = ""
         async for line in response.aiter_lines():
+            if line == ": connected":
+                ready.put_nowait(200)
             if line.startswith("event:"):
                 event = line[6:].strip()
             elif line.startswith("data:") and event:
@@ -71,11 +82,16 @@ async def main(url: str, key: str, task: str, readers: int, within: float) -> No
     stalled = stall(url, key, task)
     limits = httpx.Limits(max_connections=readers + 10, max_keepalive_connections=0)
     headers = {"Authorization": f"Bearer {key}"}
+    ready: asyncio.Queue[int] = asyncio.Queue()
     async with httpx.AsyncClient(
         base_url=url, headers=headers, limits=limits, timeout=httpx.Timeout(within)
     ) as client:
-        jobs = [read(client, task, delays if n == 0 else None) for n in range(readers)]
-        print("connecting", flush=True)
+        jobs = [
+            asyncio.create_task(read(client, task, delays if n == 0 else None, ready))
+            for n in range(readers)
+        ]
+        statuses = [await asyncio.wait_for(ready.get(), within) for _ in range(readers)]
+        print(f"ready {statuses.count(200)}", flush=True)
         results = await asyncio.wait_for(asyncio.gather(*jobs), within)
     stalled.close()
     print(json.dumps({"readers": results, "delays_ms": delays}), flush=True)
