@@ -97,35 +97,31 @@ async def api_error_handler(request: Request, error: Exception) -> JSONResponse:
     return error_response(error)
 
 
-async def validation_error_handler(request: Request, error: Exception) -> JSONResponse:
-    """FastAPI's handler of a body, query or path that failed validation: 422
-    ``invalid_json`` for a body that is not JSON, else ``invalid_argument`` with the fields
-    (their input values left out: they may be long, or hold what a client should not see
-    echoed)."""
-    assert isinstance(error, RequestValidationError)
+def _invalid(errors: list[Any], title: str = "") -> JSONResponse:
+    """422 ``invalid_json`` for a body that is not JSON, else ``invalid_argument`` with the
+    fields (their input values left out: they may be long, or hold what a client should not
+    see echoed)."""
     problems = [
         {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
-        for e in error.errors()
+        for e in errors
     ]
     if any(p["type"] == "json_invalid" for p in problems):
         return error_response(ApiError(422, "invalid_json", "the body is not valid JSON"))
     first = problems[0] if problems else {"loc": [], "msg": "invalid"}
-    where = ".".join(str(part) for part in first["loc"])
+    where = ".".join(str(part) for part in first["loc"]) or title
     return error_response(
         ApiError(422, "invalid_argument", f"{where}: {first['msg']}", details=problems)
     )
+
+
+async def validation_error_handler(request: Request, error: Exception) -> JSONResponse:
+    """FastAPI's handler of a body, query or path that failed validation (``_invalid``)."""
+    assert isinstance(error, RequestValidationError)
+    return _invalid(list(error.errors()))
 
 
 async def model_error_handler(request: Request, error: Exception) -> JSONResponse:
     """FastAPI's handler of pydantic's ``ValidationError`` raised by the client under a route
-    (an argument of the wrong shape, found before anything was sent): 422 ``invalid_argument``."""
+    (an argument of the wrong shape, found before anything was sent): ``_invalid``."""
     assert isinstance(error, ValidationError)
-    problems = [
-        {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
-        for e in error.errors()
-    ]
-    first = problems[0] if problems else {"loc": [], "msg": "invalid"}
-    where = ".".join(str(part) for part in first["loc"]) or error.title
-    return error_response(
-        ApiError(422, "invalid_argument", f"{where}: {first['msg']}", details=problems)
-    )
+    return _invalid(list(error.errors()), error.title)
