@@ -31,6 +31,7 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeating
+from broker import Broker, WrittenMessage, channels
 from taskgraph.graph import TaskGraph
 from workflows.errors import MIRROR_DATA_ERROR, MIRROR_UNAVAILABLE
 from workflows.models import (
@@ -87,6 +88,25 @@ class RunSource(Protocol):
     async def mirror_page(self, query: MirrorQuery) -> MirrorPage:
         """The next page of the run's state (``Ledger.mirror_page``)."""
         ...
+
+
+class AnnouncedRun:
+    """A ``RunSource`` that publishes a ``WrittenMessage`` when it reads a page with the
+    task's view (the first page of each mirror call): streams wake and read the new events
+    from the task (the word carries none)."""
+
+    def __init__(self, source: RunSource, broker: Broker) -> None:
+        self.source = source
+        self.broker = broker
+
+    async def mirror_page(self, query: MirrorQuery) -> MirrorPage:
+        """The source's page, announced when it holds the view."""
+        page = await self.source.mirror_page(query)
+        view = page.view
+        if view is not None:
+            message = WrittenMessage(task=view.name, seq=view.last_seq, status=view.status.value)
+            await self.broker.publish(channels(view.workflow_id, view.session_id), message)
+        return page
 
 
 class QueriedRun:
@@ -169,22 +189,27 @@ async def copy_run(
 
 
 class MirrorActivities:
-    """The mirror activity with its dependencies: a Temporal client (to query the workflow)
-    and the task graph (to write Neo4j)."""
+    """The mirror activity with its dependencies: a Temporal client (to query the workflow),
+    the task graph (to write Neo4j), and the broker to tell streams of new events (None: they
+    find them by reading the task every ``STREAM_POLL_S``)."""
 
-    def __init__(self, client: Client, graph: TaskGraph) -> None:
+    def __init__(self, client: Client, graph: TaskGraph, broker: Broker | None = None) -> None:
         self.client = client
         self.graph = graph
+        self.broker = broker
 
     @activity.defn(name=MIRROR_ACTIVITY)
     async def mirror_task(self, input: MirrorInput) -> MirrorOutcome:
         """Mirror events ``after_seq < seq <= up_to_seq``, the steps changed after
         ``after_write``, and the task node, heartbeating (``heartbeating``). Returns the
         counts written."""
+        source: RunSource = QueriedRun(self.client, input.workflow_id, input.run_id)
+        if self.broker is not None:
+            source = AnnouncedRun(source, self.broker)
         try:
             return await heartbeating(
                 copy_run(
-                    QueriedRun(self.client, input.workflow_id, input.run_id),
+                    source,
                     self.graph,
                     f"task {input.workflow_id} run {input.run_id}",
                     after_seq=input.after_seq,

@@ -865,6 +865,36 @@ async def turn_scenarios(stack: Stack) -> Captured:
     return captured
 
 
+async def app_lifecycle_scenario(stack: Stack) -> Captured:
+    """A recorded task whose app runs it (``workflows.lifecycle``, the Tasks API): status
+    ``in_progress``, an input request asked from outside, a refused and an accepted answer
+    (back to ``queued``), a child spawned from outside and its own run, ``awaiting_children``
+    until the child ends (back to ``queued``), then ``done``."""
+    history = stack.history("app_lifecycle", session_id="session-1")
+    expect(await history.create_task("parent", "release"))
+    expect(await history.set_status("parent", TaskStatus.IN_PROGRESS))
+    expect(await history.request_input("parent", "replicas", "How many?", {"type": "integer"}))
+    expect(await history.respond("parent", "three"), error=ErrorCode.INPUT_INVALID)
+    expect(await history.respond("parent", 3))
+    expect(await history.spawn_child("parent", "eu", "parent-eu", "deploy eu"))
+    expect(await history.set_status("parent", TaskStatus.AWAITING_CHILDREN))
+    expect(await history.finish_task("parent-eu", "done", result="eu deployed"))
+    handle = history.client.get_workflow_handle(history.workflow_id("parent"))
+
+    async def queued() -> bool:
+        view = (await history.get_task("parent")).view
+        return view is not None and view.status is TaskStatus.QUEUED
+
+    await quiet(handle, queued)
+    expect(await history.finish_task("parent", "done", result="released"))
+    await history.wait_task("parent")
+    await history.wait_task("parent-eu")
+    return {
+        "app_lifecycle": await fetch(history, "parent"),
+        "app_lifecycle_child": await fetch(history, "parent-eu"),
+    }
+
+
 async def quiet_until(check: Callable[[], bool], within: float = 60.0) -> None:
     """Wait (polling every 50 ms) until ``check()`` is true.
 
@@ -979,6 +1009,11 @@ SCENARIOS: dict[str, Scenario] = {
             "branch_continued",
         ),
         "the turn rules: rollback and resume, continuation, explicit retry, call bounds, branch",
+    ),
+    "app_lifecycle": Scenario(
+        app_lifecycle_scenario,
+        ("app_lifecycle", "app_lifecycle_child"),
+        "a recorded task run by its app: status, input from outside, a child (patched)",
     ),
 }
 """Every scenario by name, in capture order."""
