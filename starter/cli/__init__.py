@@ -14,6 +14,7 @@ from __future__ import annotations
 import typer
 
 from starter.cli.agents import (
+    approve_command,
     branch_command,
     cancel_command,
     continue_command,
@@ -50,6 +51,7 @@ app.command("continue")(continue_command)
 app.command("branch")(branch_command)
 app.add_typer(step_app, name="step")
 app.command("input")(input_command)
+app.command("approve")(approve_command)
 app.command("tree")(tree_command)
 app.command("serve")(serve_command)
 app.add_typer(keys_app, name="keys")
