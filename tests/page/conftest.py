@@ -148,6 +148,6 @@ async def bob(
 def shots(tmp_path: Path) -> Path:
     """Where screenshots go (``AGENT_TASKS_SCREENSHOTS``, else a temporary folder)."""
     chosen = os.environ.get("AGENT_TASKS_SCREENSHOTS")
-    folder = Path(chosen) if chosen else tmp_path
+    folder = Path(chosen).resolve() if chosen else tmp_path
     folder.mkdir(parents=True, exist_ok=True)
     return folder
