@@ -28,7 +28,7 @@ from starter.cli.dev import dev_app, setup_command, worker_command
 from starter.cli.graph import graph_app, tree_command
 from starter.cli.replay import replay_command
 from starter.cli.retention import decisions_command, delete_command, redact_command
-from starter.cli.serve import keys_app, serve_command
+from starter.cli.serve import keys_app, page_command, serve_command
 from starter.cli.task import task_app
 from starter.cli.transfer import export_command, import_command
 
@@ -54,6 +54,7 @@ app.command("input")(input_command)
 app.command("approve")(approve_command)
 app.command("tree")(tree_command)
 app.command("serve")(serve_command)
+app.command("page")(page_command)
 app.add_typer(keys_app, name="keys")
 
 
