@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from playwright.async_api import Locator, Page, expect
@@ -267,3 +268,88 @@ async def test_the_tasks_list_filters_and_the_tree_is_live(ann: Person, shots: P
     assert (await ann.history.finish_task("fan/c1", "failed", error="no")).recorded
     await tab.wait_for_selector("body[data-ended=done]")
     await expect(tree.locator("li", has_text="fan/c1")).to_contain_text("failed")
+
+
+PLAN = {
+    "type": "object",
+    "properties": {
+        "owners": {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1},
+        "limits": {
+            "type": "object",
+            "properties": {"cpu": {"type": "number", "maximum": 8}, "note": {"type": "string"}},
+            "required": ["cpu"],
+        },
+        "extra": {"oneOf": [{"type": "string"}, {"type": "integer"}]},
+    },
+    "required": ["owners", "limits", "extra"],
+}
+"""A question's schema with an array, a nested object, and a choice the form generator does
+not render (a JSON editor, checked in the browser too)."""
+
+
+async def test_arrays_nested_objects_and_the_json_editor_and_every_viewer_sees_it_leave(
+    ann: Person,
+) -> None:
+    inbox = await ann.sign_in()
+    other = await ann.page()  # a second viewer of the same inbox
+    await other.goto(f"{ann.site}/ui/inbox")
+    await expect(other.locator("#state")).to_have_text("Nothing is waiting for you.")
+    await ann.history.create_task("plan", "plan it", agent=AgentSpec(name="ask_schema",
+        input={"schema": PLAN}))  # fmt: skip
+    question = await item(inbox, "plan")
+    await item(other, "plan")
+    send = question.get_by_role("button", name="Send the answer")
+
+    await send.click()  # nothing filled: the browser's checks
+    owners = question.locator("fieldset:has(> legend:text-is('owners *')) > .error")
+    await expect(owners).to_have_text("at least 1 items")
+    cpu = question.get_by_label("cpu *")
+    await expect(error_of(cpu)).to_have_text("cpu is required")
+
+    await question.get_by_role("button", name="Add an item").click()
+    await question.get_by_label("item 1 *").fill("ann")
+    await cpu.fill("4")
+    extra = question.get_by_label("extra * (JSON)")
+    await extra.fill("{not json")
+    await send.click()
+    await expect(error_of(extra)).to_contain_text("not JSON")
+    await extra.fill("1.5")  # JSON, but neither a string nor an integer
+    await send.click()
+    await expect(error_of(extra)).to_have_text("must match exactly one of the choices")
+    await expect(extra).to_have_attribute("aria-invalid", "true")
+    view = (await ann.history.get_task("plan")).view
+    assert view is not None and view.pending_inputs  # nothing was sent
+
+    await extra.fill("12")
+    await send.click()
+    for viewer in (inbox, other):  # gone for every viewer
+        await expect(viewer.locator('li.item[data-task="plan"]')).to_have_count(0)
+    done = await ann.history.wait_task("plan")
+    assert done is not None and done.result is not None
+    assert json.loads(done.result.text) == {"owners": ["ann"], "limits": {"cpu": 4}, "extra": 12}
+
+
+async def test_branch_from_the_page_and_the_link_to_the_temporal_web_ui(ann: Person) -> None:
+    await ann.sign_in()
+    assert (await ann.history.create_task("src", "a recorded task")).recorded
+    for line in ("one", "two", "three"):
+        assert (await ann.history.record_event("src", "message", line, role="user")).recorded
+    tab = await ann.page()
+    await tab.goto(f"{ann.site}/ui/task?name=src")
+    await tab.wait_for_selector("body[data-ready=true]")
+    await expect(tab.locator("#events li.event")).to_have_count(3)
+    link = tab.get_by_role("link", name="the workflow in the Temporal Web UI")
+    href = await link.get_attribute("href")
+    assert href is not None
+    workflow = quote(ann.history.workflow_id("src"), safe="")
+    assert href.endswith(f"/namespaces/default/workflows/{workflow}")
+
+    await tab.get_by_label("Branch from seq").fill("2")
+    await tab.get_by_label("as the new task").fill("src-b")
+    await tab.get_by_role("button", name="Branch").click()
+    await tab.get_by_role("link", name="open the branch").click()
+    await tab.wait_for_url(f"{ann.site}/ui/task?name=src-b")
+    await tab.wait_for_selector("body[data-ready=true]")
+    await expect(tab.locator("#events li.event")).to_have_count(2)
+    copied = (await ann.history.list_events("src-b")).events
+    assert [e.payload for e in copied] == ["one", "two"]
