@@ -244,6 +244,10 @@ async def test_the_tasks_list_filters_and_the_tree_is_live(ann: Person, shots: P
     tab = await ann.page()
     await tab.goto(f"{ann.site}/ui/tasks")
     await tab.wait_for_selector("body[data-ready=true]")
+    for landmark in ("banner", "navigation", "main", "search"):  # a screen reader's landmarks
+        await expect(tab.get_by_role(landmark)).to_have_count(1)
+    await tab.keyboard.press("Tab")  # the keyboard's first stop: past the header, to the list
+    await expect(tab.get_by_role("link", name="Skip to the tasks")).to_be_focused()
     await expect(tab.locator("#rows tr")).to_have_count(4)
     await tab.get_by_label("Name contains").fill("FAN/")
     await tab.get_by_role("button", name="Filter").click()
