@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
@@ -26,10 +28,14 @@ from worker import build_worker, open_graph
 from workflows.models import AgentSpec, StepState, TaskStatus
 
 
-async def test_writes_go_on_and_the_task_continues_as_new_while_neo4j_is_stalled(
-    low_limit_env: WorkflowEnvironment, settings: Settings, project_id: str
-) -> None:
-    client = low_limit_env.client
+@asynccontextmanager
+async def through_a_proxy(
+    client: Client, settings: Settings, project_id: str
+) -> AsyncIterator[tuple[TcpProxy, ConversationHistory, ConversationHistory]]:
+    """A worker whose Neo4j is reached through a ``TcpProxy`` the test can hold, as
+    ``(proxy, history, writer)``: ``history`` reads Neo4j through the proxy, ``writer`` writes
+    in plain text (a sealed write stores its key in Neo4j first, so it would wait for the
+    proxy too)."""
     queue = f"stall-{uuid.uuid4().hex[:8]}"
     host, port = parse_host_port(settings.neo4j_uri, 7687)
     async with TcpProxy(host, port).running() as proxy:
@@ -38,35 +44,42 @@ async def test_writes_go_on_and_the_task_continues_as_new_while_neo4j_is_stalled
             history = ConversationHistory(
                 client, project_id=project_id, agent_id="a", task_queue=queue, graph=graph
             )
-            # writes in plain text: a sealed write stores its key in Neo4j first
             writer = ConversationHistory(
                 client, project_id=project_id, agent_id="a", task_queue=queue
             )
-            async with build_worker(client, graph, queue):
-                assert (await writer.create_task("t", "write through a stall")).recorded
-                assert (await writer.record_event("t", "note", "before")).recorded
-                await mirrored(history, "t")
-                proxy.hold(new=True)
-                writes: list[WriteResult] = []
-                loop = asyncio.get_running_loop()
-                deadline = loop.time() + 60  # MIRROR_DRAIN_WAIT is 10 s; three attempts ~110 s
-                while loop.time() < deadline:
-                    writes.append(await writer.record_event("t", "note", f"stalled {len(writes)}"))
-                    view = (await writer.get_task("t")).view
-                    if view is not None and view.runs >= 2:
-                        break
-                    await asyncio.sleep(0.1)
-                assert view is not None and view.runs >= 2  # it continued as new meanwhile
-                assert [w.error for w in writes if not w.recorded] == []
-                assert [w.seq for w in writes] == list(range(2, 2 + len(writes)))
-                proxy.release()
+            async with build_worker(client, graph, queue, tools=TOOLS, scripts=SCRIPTS):
+                yield proxy, history, writer
 
-                async def caught_up() -> bool:
-                    found = (await history.get_task("t")).view
-                    return found is not None and found.mirrored_seq == 1 + len(writes)
 
-                await eventually(caught_up, within=120)
-            events = await history.find_events(kind="note", limit=200)
+async def test_writes_go_on_and_the_task_continues_as_new_while_neo4j_is_stalled(
+    low_limit_env: WorkflowEnvironment, settings: Settings, project_id: str
+) -> None:
+    async with through_a_proxy(low_limit_env.client, settings, project_id) as stack:
+        proxy, history, writer = stack
+        assert (await writer.create_task("t", "write through a stall")).recorded
+        assert (await writer.record_event("t", "note", "before")).recorded
+        await mirrored(history, "t")
+        proxy.hold(new=True)
+        writes: list[WriteResult] = []
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 60  # MIRROR_DRAIN_WAIT is 10 s; three attempts ~110 s
+        while loop.time() < deadline:
+            writes.append(await writer.record_event("t", "note", f"stalled {len(writes)}"))
+            view = (await writer.get_task("t")).view
+            if view is not None and view.runs >= 2:
+                break
+            await asyncio.sleep(0.1)
+        assert view is not None and view.runs >= 2  # it continued as new meanwhile
+        assert [w.error for w in writes if not w.recorded] == []
+        assert [w.seq for w in writes] == list(range(2, 2 + len(writes)))
+        proxy.release()
+
+        async def caught_up() -> bool:
+            found = (await history.get_task("t")).view
+            return found is not None and found.mirrored_seq == 1 + len(writes)
+
+        await eventually(caught_up, within=120)
+        events = await history.find_events(kind="note", limit=200)
     assert sorted(e.seq for e in events) == list(range(1, 2 + len(writes)))
 
 
@@ -80,37 +93,25 @@ async def test_an_agent_parks_at_the_suggestion_while_a_mirror_call_is_stalled(
     is 6 events: the activity's 3 and a workflow task's 3), not after all 40 rounds (240 and
     more); once Neo4j answers, every round runs once across the runs."""
     client = low_limit_env.client
-    queue = f"park-{uuid.uuid4().hex[:8]}"
-    host, port = parse_host_port(settings.neo4j_uri, 7687)
-    async with TcpProxy(host, port).running() as proxy:
-        through = settings.model_copy(update={"neo4j_uri": f"bolt://127.0.0.1:{proxy.port}"})
-        async with open_graph(through, schema=True) as graph:
-            history = ConversationHistory(
-                client, project_id=project_id, agent_id="a", task_queue=queue, graph=graph
-            )
-            # started in plain text: a sealed task stores its key in Neo4j first
-            writer = ConversationHistory(
-                client, project_id=project_id, agent_id="a", task_queue=queue
-            )
-            async with build_worker(client, graph, queue, tools=TOOLS, scripts=SCRIPTS):
-                proxy.hold(new=True)
-                counter = AgentSpec(name="counter", tools=["echo"], input={"rounds": 40})
-                assert (await writer.create_task("t", "count", agent=counter)).recorded
+    async with through_a_proxy(client, settings, project_id) as (proxy, history, writer):
+        proxy.hold(new=True)
+        counter = AgentSpec(name="counter", tools=["echo"], input={"rounds": 40})
+        assert (await writer.create_task("t", "count", agent=counter)).recorded
 
-                async def continued() -> bool:
-                    view = (await writer.get_task("t")).view
-                    return view is not None and view.runs >= 2
+        async def continued() -> bool:
+            view = (await writer.get_task("t")).view
+            return view is not None and view.runs >= 2
 
-                await eventually(continued, within=60)
-                proxy.release()
-                view = await asyncio.wait_for(history.wait_task("t"), 120)
-                assert view is not None and view.status is TaskStatus.DONE
-                assert view.agent_run is not None and view.agent_run.state == {"done": 40}
-                first = await _first_run_length(client, view.workflow_id)
-                assert 60 < first < 60 + 30
-                steps = await all_steps(history, "t")
-                assert [s.step_name for s in steps] == [f"echo-{i:02d}" for i in range(40)]
-                assert all(s.state is StepState.COMPLETED and s.attempt == 1 for s in steps)
+        await eventually(continued, within=60)
+        proxy.release()
+        view = await asyncio.wait_for(history.wait_task("t"), 120)
+        assert view is not None and view.status is TaskStatus.DONE
+        assert view.agent_run is not None and view.agent_run.state == {"done": 40}
+        first = await _first_run_length(client, view.workflow_id)
+        assert 60 < first < 60 + 30
+        steps = await all_steps(history, "t")
+        assert [s.step_name for s in steps] == [f"echo-{i:02d}" for i in range(40)]
+        assert all(s.state is StepState.COMPLETED and s.attempt == 1 for s in steps)
 
 
 async def _first_run_length(client: Client, workflow_id: str) -> int:
