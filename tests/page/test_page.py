@@ -117,6 +117,10 @@ async def test_a_question_appears_live_is_answered_and_the_task_page_streams_the
     await expect(task.locator("#events li.message.assistant").last).to_contain_text(final)
     assert "Redis is an in-memory" in await task.evaluate("window.tokensSeen")  # streamed
     await expect(task.locator('dd[data-field="status"]')).to_have_text("done")
+    step = task.locator("#steps tr")
+    await expect(step).to_have_count(1)  # the steps as the ended task holds them
+    await expect(step.locator("td.state")).to_have_text("completed")
+    await expect(step.locator("td.key")).to_contain_text(ann.history.workflow_id("talk"))
     view = await ann.history.wait_task("talk")
     assert view is not None and view.result is not None and view.result.text == final
     await task.screenshot(path=str(shots / "task.png"), full_page=True)

@@ -180,7 +180,7 @@ async function main() {
   let close = () => {};
   const end = (final) => {
     close(); // a closed task's stream ends: do not reconnect
-    summary(final); refreshSide(); refreshInputs();
+    summary(final); steps(); decisions(); tree(); inputs(); // at once: the last word
     tokens.hidden = true;
     document.body.dataset.ended = final.status;
   };
