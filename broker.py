@@ -16,7 +16,9 @@ package's asyncio client, at ``AGENT_TASKS_BROKER_URL`` (``agent-tasks dev up`` 
   ``STREAM_POLL_S`` without a word).
 
 Channels (``channels``): ``agent-tasks:task:{workflow id}`` for one task, and
-``agent-tasks:session:{project id}:{session id}`` for every task of a session. A message is
+``agent-tasks:session:{project id}:{session id}`` for every task of a session;
+``agent-tasks:project:{project id}`` (``project_channel``) carries the ``written`` words of
+every task of a project, for its inbox, and no tokens. A message is
 JSON, one of the two models below. Redis drops a subscriber that reads too slowly (its output
 buffer limit for pub/sub clients), never slowing a publisher.
 
@@ -91,6 +93,12 @@ def task_channel(workflow_id: str) -> str:
 def session_channel(project_id: str, session_id: str) -> str:
     """The channel of every task of one session of a project."""
     return f"agent-tasks:session:{project_id}:{session_id}"
+
+
+def project_channel(project_id: str) -> str:
+    """The channel of every task of one project: the mirror's ``written`` words only (what the
+    inbox of a project follows), never tokens."""
+    return f"agent-tasks:project:{project_id}"
 
 
 def channels(workflow_id: str, session_id: str | None) -> list[str]:

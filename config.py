@@ -41,6 +41,8 @@ address, the namespace, and whether TLS and an API key are on are ever shown.
 | ``AGENT_TASKS_HTTP_PORT`` | ``8700`` | its port |
 | ``AGENT_TASKS_STREAMS_PER_KEY`` | ``100`` | open SSE streams of one API key (``starter.http``) |
 | ``AGENT_TASKS_MAX_BODY_BYTES`` | ``1048576`` | the largest request body the HTTP API reads |
+| ``AGENT_TASKS_TEMPORAL_UI_URL`` | (the dev server's) | the Temporal Web UI the page links to |
+| ``AGENT_TASKS_PAGE_SESSION_HOURS`` | ``12.0`` | how long a sign-in to the page lasts |
 | ``OTEL_TRACES_EXPORTER`` | ``none`` | ``otlp`` or ``console``: traces (``telemetry``) |
 | ``OTEL_METRICS_EXPORTER`` | ``none`` | ``otlp`` or ``prometheus``: the SDK's runtime metrics |
 | ``OTEL_EXPORTER_OTLP_ENDPOINT`` | ``http://localhost:4318`` | OTLP/HTTP collector (base URL) |
@@ -223,6 +225,13 @@ class Settings(BaseSettings):
         default=1_048_576, ge=1_024, validation_alias="AGENT_TASKS_MAX_BODY_BYTES"
     )
     """The largest request body the HTTP API reads (bytes); a larger one is refused, 413."""
+    temporal_ui_url: str = Field(default="", validation_alias="AGENT_TASKS_TEMPORAL_UI_URL")
+    """The Temporal Web UI the page links each task's workflow to; empty: the local dev
+    server's (the Temporal address's port + 1000, ``temporal_ui``)."""
+    page_session_hours: float = Field(
+        default=12.0, gt=0, le=720, validation_alias="AGENT_TASKS_PAGE_SESSION_HOURS"
+    )
+    """How long a sign-in to the page lasts (hours)."""
     otel_traces_exporter: Literal["none", "otlp", "console"] = "none"
     """Where traces go: nowhere, an OTLP/HTTP collector, or standard output."""
     otel_metrics_exporter: Literal["none", "otlp", "prometheus"] = "none"
@@ -260,6 +269,15 @@ class Settings(BaseSettings):
         if scheme not in NEO4J_SCHEMES:
             raise ValueError(f"NEO4J_URI must start with one of {', '.join(NEO4J_SCHEMES)}://")
         return uri
+
+    @property
+    def temporal_ui(self) -> str:
+        """The Temporal Web UI's base URL: ``AGENT_TASKS_TEMPORAL_UI_URL``, else the local dev
+        server's (``temporal server start-dev`` serves it on the frontend's port + 1000)."""
+        if self.temporal_ui_url:
+            return self.temporal_ui_url.rstrip("/")
+        host, _, port = self.temporal.address.rpartition(":")
+        return f"http://{host or '127.0.0.1'}:{int(port or 7233) + 1000}"
 
     @property
     def neo4j_password_file(self) -> Path:

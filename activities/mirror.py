@@ -31,7 +31,7 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeating
-from broker import Broker, WrittenMessage, channels
+from broker import Broker, WrittenMessage, channels, project_channel
 from taskgraph.graph import TaskGraph
 from workflows.errors import MIRROR_DATA_ERROR, MIRROR_UNAVAILABLE
 from workflows.models import (
@@ -92,8 +92,8 @@ class RunSource(Protocol):
 
 class AnnouncedRun:
     """A ``RunSource`` that publishes a ``WrittenMessage`` when it reads a page with the
-    task's view (the first page of each mirror call): streams wake and read the new events
-    from the task (the word carries none)."""
+    task's view (the first page of each mirror call), on the task's channels and its
+    project's: streams and inboxes wake and read the task (the word carries no event)."""
 
     def __init__(self, source: RunSource, broker: Broker) -> None:
         self.source = source
@@ -105,7 +105,11 @@ class AnnouncedRun:
         view = page.view
         if view is not None:
             message = WrittenMessage(task=view.name, seq=view.last_seq, status=view.status.value)
-            await self.broker.publish(channels(view.workflow_id, view.session_id), message)
+            targets = [
+                *channels(view.workflow_id, view.session_id),
+                project_channel(view.project_id),
+            ]
+            await self.broker.publish(targets, message)
         return page
 
 

@@ -32,6 +32,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeating
 from tasklog.reader import QUERY_TIMEOUT, TaskReader
+from workflows.agents.approvals import APPROVAL_ACTIVITY, ApprovalCheck
 from workflows.agents.registry import (
     TOOL_ACTIVITY_PREFIX,
     TOOL_ARGUMENTS_INVALID,
@@ -39,8 +40,8 @@ from workflows.agents.registry import (
     ToolSpec,
     ToolSpecs,
 )
-from workflows.agents.steps import READ_EVENT_ACTIVITY
-from workflows.models import StepsQuery, ToolInput, ToolOutput, bound_text
+from workflows.agents.runner import READ_EVENT_ACTIVITY
+from workflows.models import Event, StepsQuery, ToolInput, ToolOutput, bound_text
 from workflows.task import TaskWorkflow
 
 if TYPE_CHECKING:  # the driver is loaded by whoever makes the graph (agent code imports tool)
@@ -70,13 +71,42 @@ ToolFunction = Callable[[Any, ToolContext], Awaitable[BaseModel | str]]
 """A tool's implementation: ``(arguments, context) -> result``."""
 
 
+Approval = bool | Callable[[Any], bool]
+"""When a person approves a call: ``True`` always, ``False`` never, or a predicate on the
+call's arguments (an instance of the tool's argument model): True asks."""
+Description = str | Callable[[Any], str]
+"""The Markdown a person reads when asked about a call: text, or made from the arguments."""
+
+
 @dataclass(frozen=True)
 class Tool:
-    """A tool: its spec (what the workflow schedules it by), its argument model and function."""
+    """A tool: its spec (what the workflow schedules it by), its argument model and function,
+    and when and how a person approves a call (``approval``, ``description``)."""
 
     spec: ToolSpec
     arguments: type[BaseModel]
     function: ToolFunction
+    approval: Approval = False
+    description: Description = ""
+
+    def check(self, text: str) -> ApprovalCheck:
+        """The approval check of a call whose arguments are ``text`` (JSON): invalid
+        arguments are the check's ``error`` (nobody is asked; the step fails with it, as the
+        tool would fail it), else whether to ask and the description. A predicate or a
+        description that raises is an ``error`` too: the call does not run."""
+        try:
+            arguments = self.arguments.model_validate_json(text or "{}")
+        except ValidationError as err:
+            return ApprovalCheck(error=f"arguments of {self.spec.name} are invalid: {err}")
+        try:
+            needed = self.approval if isinstance(self.approval, bool) else self.approval(arguments)
+            description = self.description
+            markdown = description if isinstance(description, str) else description(arguments)
+        except Exception as err:  # the tool author's code: its failure is the answer
+            return ApprovalCheck(
+                error=f"the approval check of {self.spec.name} failed: {type(err).__name__}: {err}"
+            )
+        return ApprovalCheck(needed=bool(needed), description=markdown or self.spec.description)
 
 
 def tool(
@@ -88,6 +118,8 @@ def tool(
     start_to_close_s: float = 60.0,
     heartbeat_s: float | None = None,
     max_attempts: int = 3,
+    approval: Approval = False,
+    approval_description: Description = "",
 ) -> Callable[[ToolFunction], Tool]:
     """Make a function a tool (decorator); pass it to ``build_worker(tools=...)``.
 
@@ -100,6 +132,11 @@ def tool(
         start_to_close_s: longest run of one attempt (seconds).
         heartbeat_s: heartbeat timeout (seconds); None: no heartbeats.
         max_attempts: attempts of an idempotent tool.
+        approval: whether a person approves each call before it runs: ``True``, or a
+            predicate on the arguments (the worker runs it; its answer is recorded in the
+            history: ``workflows.agents.approvals``).
+        approval_description: Markdown the person reads (default: ``description``), or a
+            function of the arguments that makes it.
     """
 
     def make(function: ToolFunction) -> Tool:
@@ -111,8 +148,9 @@ def tool(
             start_to_close_s=start_to_close_s,
             heartbeat_s=heartbeat_s,
             max_attempts=max_attempts,
+            approval=approval is not False,
         )
-        return Tool(spec, arguments, function)
+        return Tool(spec, arguments, function, approval, approval_description)
 
     return make
 
@@ -154,16 +192,21 @@ class ToolActivities:
 
     def activities(self) -> list[Callable[..., Any]]:
         """The activity functions to register on the worker."""
-        return [self._activity(t) for t in self.tools] + [self.read_event, self.tool_specs]
+        own: list[Callable[..., Any]] = [self.read_event, self.tool_specs, self.tool_approval]
+        return [self._activity(t) for t in self.tools] + own
 
-    async def _event_text(self, input: ToolInput) -> str:
+    async def _event(self, input: ToolInput) -> Event:
+        """The task's event ``call_seq``."""
         (event,) = await TaskReader(self.client, self.graph).task_events(
             input.workflow_id,
             input.run_id,
             input.call_seq - 1,
             input.call_seq,
         )
-        return event.payload
+        return event
+
+    async def _event_text(self, input: ToolInput) -> str:
+        return (await self._event(input)).payload
 
     def _activity(self, tool: Tool) -> Callable[[ToolInput], Awaitable[ToolOutput]]:
         async def call(input: ToolInput) -> ToolOutput:
@@ -195,6 +238,17 @@ class ToolActivities:
         the history records the answer)."""
         mine = {t.spec.name: t.spec for t in self.tools}
         return ToolSpecs(specs={name: mine[name] for name in names if name in mine})
+
+    @activity.defn(name=APPROVAL_ACTIVITY)
+    async def tool_approval(self, input: ToolInput) -> ApprovalCheck:
+        """The approval check of the call recorded as ``call_seq`` (``Tool.check``), for a
+        tool this worker runs; the history records the answer, so the workflow's decision
+        replays as it was made."""
+        call = await self._event(input)
+        found = next((t for t in self.tools if t.spec.name == call.name), None)
+        if found is None:
+            return ApprovalCheck(error=f"no tool {call.name!r} on this worker")
+        return found.check(call.payload)
 
     @activity.defn(name=READ_EVENT_ACTIVITY)
     async def read_event(self, input: ToolInput) -> ToolOutput:

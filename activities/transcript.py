@@ -13,6 +13,10 @@ documented rule (docs/agent-tasks.md, "What the model sees"):
   ``NO_RESULT`` before the next message.
 - ``input_request``: a user message ``A person was asked (input {id}): {prompt}``.
 - ``input_response`` (taken): a user message ``The person answered {id}: {answer as JSON}``.
+- an approval of a tool call (``workflows.agents.approvals``): its ``input_request`` and
+  ``input_response`` are not shown (the call's result says what came of it); a ``tool_call``
+  that repeats the call id of a call still waiting for its result (the person's edit) gives
+  that call its arguments, so the model sees the call as it ran.
 - ``child_result``: a user message ``Child task {name} (spawn key {key}) ended {status}:
   {text}``.
 - ``input_response`` rejected or late, ``child_task``, ``note``, ``error``, ``reasoning``,
@@ -46,13 +50,19 @@ def rolled_back_seqs(transcript: Sequence[Event]) -> set[int]:
     return seqs
 
 
-def _context(event: Event) -> str | None:
+def _context(event: Event, approvals: set[str]) -> str | None:
     """The user message of an input request, a taken answer or a child's end; None for the
-    events the model is not shown."""
+    events the model is not shown (``approvals``: the input ids of approval requests seen so
+    far, which are not shown either)."""
     if event.kind is EventKind.INPUT_REQUEST:
         request = json.loads(event.payload)
+        if "approval" in request:
+            approvals.add(request["input_id"])
+            return None
         return f"A person was asked (input {request['input_id']}): {request['prompt']}"
     if event.kind is EventKind.INPUT_RESPONSE and event.name not in ("rejected", "late"):
+        if event.name in approvals:
+            return None
         return f"The person answered {event.name}: {event.payload}"
     if event.kind is EventKind.CHILD_RESULT:
         end = json.loads(event.payload)
@@ -83,6 +93,7 @@ def chat_messages(transcript: Sequence[Event], system: str | None) -> list[dict[
     assistant: dict[str, Any] | None = None  # the message tool calls attach to
     waiting: list[str] = []  # call ids without a result yet, oldest first
     held: list[str] = []  # user messages waiting for those results
+    approvals: set[str] = set()  # input ids of approval requests
 
     def answer(call_id: str, content: str) -> None:
         waiting.remove(call_id)
@@ -106,17 +117,20 @@ def chat_messages(transcript: Sequence[Event], system: str | None) -> list[dict[
                 assistant = {"role": "assistant", "content": ""}
                 messages.append(assistant)
             call_id = event.call_id or f"call_{event.seq}"
+            function = {"name": event.name or "_", "arguments": _arguments(event)}
+            if call_id in waiting:  # a person's edit of the call: it ran with these
+                edited = [c for c in assistant.get("tool_calls", []) if c["id"] == call_id]
+                for call in edited:
+                    call["function"] = function
+                if edited:
+                    continue
             assistant.setdefault("tool_calls", []).append(
-                {
-                    "id": call_id,
-                    "type": "function",
-                    "function": {"name": event.name or "_", "arguments": _arguments(event)},
-                }
+                {"id": call_id, "type": "function", "function": function}
             )
             waiting.append(call_id)
         elif event.kind is EventKind.TOOL_RESULT and waiting:
             answer(event.call_id if event.call_id in waiting else waiting[0], event.payload)
-        elif (text := _context(event)) is not None:
+        elif (text := _context(event, approvals)) is not None:
             if waiting:
                 held.append(text)
             else:

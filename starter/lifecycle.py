@@ -24,6 +24,8 @@ from taskgraph.retention import name_state
 from workflows.errors import ErrorCode
 from workflows.models import (
     AgentSpec,
+    ApprovalChoice,
+    ApprovalType,
     BranchPoint,
     InputAnswer,
     TaskStart,
@@ -244,6 +246,31 @@ class TaskLifecycle(TaskWrites):
         """
         update = self._input_answer(answer, input_id, request_id)
         return await self._update(task, TaskWorkflow.respond, update)
+
+    async def approve(
+        self,
+        task: str,
+        input_id: str,
+        choice: ApprovalType,
+        *,
+        arguments: Mapping[str, JsonValue] | None = None,
+        text: str | None = None,
+        request_id: str | None = None,
+    ) -> WriteResult:
+        """Answer the approval request ``input_id`` of a tool call (``respond`` with an
+        ``ApprovalChoice``; ``workflows.agents.approvals`` says what each choice does):
+        ``accept``, ``edit`` with ``arguments`` (checked against the tool's argument model's
+        JSON Schema on arrival: ``input_invalid`` names the field), ``answer`` with ``text``
+        (the tool's result for the model) or ``ignore``.
+
+        Raises:
+            pydantic.ValidationError: a choice of the wrong shape; nothing is sent.
+        """
+        answer = ApprovalChoice(
+            type=choice, arguments=None if arguments is None else dict(arguments), text=text
+        )
+        dumped: JsonValue = answer.model_dump(mode="json", exclude_none=True)
+        return await self.respond(task, dumped, input_id=input_id, request_id=request_id)
 
     def _input_answer(
         self, answer: JsonValue, input_id: str | None, request_id: str | None

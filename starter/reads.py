@@ -170,12 +170,17 @@ class TaskReads(Transport):
         agent_id: str | None = None,
         session_id: str | None = None,
         parent: str | None = None,
+        name_contains: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        open_inputs: bool = False,
         after_name: str | None = None,
         limit: int = 50,
     ) -> list[TaskRow]:
         """This project's tasks from Neo4j, in name order after ``after_name`` (the paging
-        cursor: pass the last name of a page), filtered by status, agent, session or parent
-        (``TaskFilter``).
+        cursor: pass the last name of a page), filtered by status, agent, session, parent,
+        a part of the name, the creation time (``since`` <= created < ``until``) or an open
+        input request (``TaskFilter``).
 
         Raises:
             pydantic.ValidationError: a filter of the wrong shape (names the field).
@@ -186,6 +191,10 @@ class TaskReads(Transport):
             agent_id=agent_id,
             session_id=session_id,
             parent=parent,
+            name_contains=name_contains,
+            since=since,
+            until=until,
+            open_inputs=open_inputs,
             after_name=after_name,
             limit=limit,
         )

@@ -83,7 +83,8 @@ def key_id_of(key: str) -> str | None:
     return match.group(1) if match else None
 
 
-def _record(node: Any) -> ApiKey:
+def record_of(node: Any) -> ApiKey:
+    """The record of an ``ApiKey`` node."""
     revoked = node.get("revoked_at")
     return ApiKey(
         key_id=node["key_id"],
@@ -122,7 +123,7 @@ class ApiKeyStore:
         rows = await self._run(
             _CREATE, key_id=key_id, project_id=project_id, name=name, digest=digest(key)
         )
-        return _record(rows[0]["k"]), key
+        return record_of(rows[0]["k"]), key
 
     async def check(self, key: str) -> ApiKey | None:
         """The record of ``key`` when it is a key of this store and not revoked; None for
@@ -136,14 +137,14 @@ class ApiKeyStore:
         node = rows[0]["k"]
         if not hmac.compare_digest(node["digest"], digest(key)):
             return None
-        record = _record(node)
+        record = record_of(node)
         return None if record.revoked_at is not None else record
 
     async def revoke(self, key_id: str) -> ApiKey | None:
         """Revoke a key by id (idempotent); None when there is no such key."""
         rows = await self._run(_REVOKE, key_id=key_id)
-        return _record(rows[0]["k"]) if rows else None
+        return record_of(rows[0]["k"]) if rows else None
 
     async def list(self, project_id: str) -> list[ApiKey]:
         """The keys of a project, revoked ones included, oldest first."""
-        return [_record(row["k"]) for row in await self._run(_LIST, project_id=project_id)]
+        return [record_of(row["k"]) for row in await self._run(_LIST, project_id=project_id)]

@@ -133,6 +133,14 @@ class TaskFilter(_Filter):
     """Only tasks of this session."""
     parent: str | None = None
     """Only children of this task (by name)."""
+    name_contains: str | None = Field(default=None, min_length=1, max_length=200)
+    """Only tasks whose name contains this text (case-insensitive)."""
+    since: UtcDatetime | None = None
+    """Only tasks created at or after this time (timezone-aware)."""
+    until: UtcDatetime | None = None
+    """Only tasks created before this time (timezone-aware)."""
+    open_inputs: bool = False
+    """Only tasks with an open input request (an approval too)."""
     after_name: str | None = None
     """The paging cursor: tasks whose name sorts after this one."""
     limit: Limit = 50

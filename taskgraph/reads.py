@@ -42,7 +42,8 @@ def tasks_statement(where: TaskFilter) -> LiteralString:
     project). The ORDER BY names the index's properties from the first: with the leading ones
     fixed by equality it is the name order, and only so does Neo4j 5 use the index's order
     instead of sorting (a plan test keeps it so). Parameters: ``p``, ``after`` (``""`` for the
-    first page), ``status``, ``agent``, ``session``, ``parent``, ``limit``."""
+    first page), ``status``, ``agent``, ``session``, ``parent``, ``contains``, ``since``,
+    ``until``, ``limit``."""
     clauses: list[LiteralString] = ["t.project_id = $p", "t.name > $after"]
     if where.status is None:
         clauses.append("t.status IS NOT NULL")
@@ -54,6 +55,10 @@ def tasks_statement(where: TaskFilter) -> LiteralString:
         (where.agent_id, "t.agent_id = $agent"),
         (where.session_id, "t.session_id = $session"),
         (where.parent, "t.parent = $parent"),
+        (where.name_contains, "toLower(t.name) CONTAINS toLower($contains)"),
+        (where.since, "t.created_at >= $since"),
+        (where.until, "t.created_at < $until"),
+        (where.open_inputs or None, "size(coalesce(t.pending_inputs, [])) > 0"),
     ):
         if value is not None:
             clauses.append(clause)
@@ -241,6 +246,9 @@ class GraphReads(GraphSession):
             agent=where.agent_id,
             session=where.session_id,
             parent=where.parent,
+            contains=where.name_contains,
+            since=where.since,
+            until=where.until,
             after=where.after_name or "",
             limit=where.limit,
         )

@@ -896,6 +896,76 @@ async def app_lifecycle_scenario(stack: Stack) -> Captured:
     }
 
 
+async def approvals_scenario(stack: Stack) -> Captured:
+    """Approval before a tool runs (the ``tool-approval`` patch), on a worker with the tools
+    of ``tests.approval_tools``: one model turn of five calls, run one after the other: a mail
+    accepted, a mail edited, a payment its predicate lets run unasked, a mail answered
+    instead, a mail ignored; then the model's answer."""
+    import tempfile
+
+    from pydantic import JsonValue
+
+    from tests.approval_tools import (
+        APPROVAL_SCRIPTS,
+        APPROVAL_TOOLS,
+        approval_spec,
+        effects,
+        goal,
+    )
+
+    queue = f"capture-approvals-{uuid.uuid4().hex[:8]}"
+    history = stack.history("approvals")
+    history.task_queue = queue
+    with tempfile.TemporaryDirectory() as folder:
+        log = str(Path(folder) / "effects.log")
+        mail: dict[str, JsonValue] = {"log": log, "to": "ops@example.com", "subject": "s"}
+        calls = [("send_mail", mail)] * 2 + [("pay", {"log": log, "amount": 5})]
+        calls += [("send_mail", mail)] * 2
+        choices: list[dict[str, JsonValue]] = [
+            {"choice": "accept"},
+            {"choice": "edit", "arguments": {**mail, "to": "team@example.com"}},
+            {"choice": "answer", "text": "done by hand"},
+            {"choice": "ignore"},
+        ]
+        async with build_worker(
+            stack.client, stack.graph, queue, tools=APPROVAL_TOOLS, scripts=APPROVAL_SCRIPTS
+        ):
+            expect(await history.create_task("approvals", goal(*calls), agent=approval_spec()))
+            for choice in choices:
+                await quiet_until_asked(history, "approvals")
+                view = (await history.get_task("approvals")).view
+                assert view is not None
+                (request,) = view.pending_inputs
+                arguments = choice.get("arguments")
+                text = choice.get("text")
+                expect(
+                    await history.approve(
+                        "approvals",
+                        request.input_id,
+                        choice["choice"],  # type: ignore[arg-type]
+                        arguments=arguments if isinstance(arguments, dict) else None,
+                        text=text if isinstance(text, str) else None,
+                    )
+                )
+            final = await history.wait_task("approvals")
+            if final is None or final.status is not TaskStatus.DONE:
+                raise CaptureError("the approvals task did not end done")
+            if sum(" mail " in line for line in effects(Path(log))) != 2:
+                raise CaptureError("two mails should have run (accepted and edited)")
+    return {"approval_choices": await fetch(history, "approvals")}
+
+
+async def quiet_until_asked(history: ConversationHistory, task: str) -> None:
+    """Wait until ``task`` has an open approval request and its workflow is quiet."""
+    handle = history.client.get_workflow_handle(history.workflow_id(task))
+
+    async def asked() -> bool:
+        view = (await history.get_task(task)).view
+        return view is not None and any(r.approval for r in view.pending_inputs)
+
+    await quiet(handle, asked)
+
+
 async def parked_scenario(stack: Stack) -> Captured:
     """The ``park-on-suggestion`` patch, on a private dev server that suggests continue-as-new
     at ``CONTINUE_AS_NEW_SUGGESTED_AT`` events: the ``counter`` agent (40 rounds of one echo
@@ -1062,6 +1132,11 @@ SCENARIOS: dict[str, Scenario] = {
         app_lifecycle_scenario,
         ("app_lifecycle", "app_lifecycle_child"),
         "a recorded task run by its app: status, input from outside, a child (patched)",
+    ),
+    "approvals": Scenario(
+        approvals_scenario,
+        ("approval_choices",),
+        "approval before a tool runs: accept, edit, unasked by predicate, answer, ignore",
     ),
     "parked": Scenario(
         parked_scenario,

@@ -57,6 +57,7 @@ CONSTANT_MODULES = (
     "starter.importer",
     "starter.retention",
     "starter.transport",
+    "starter.http.inbox",
     "trajectories.base",
 )
 """Where the constants the docs name are defined."""

@@ -312,8 +312,9 @@ LONG_FILES = {
 }
 """Files over ``MAX_FILE_LINES`` lines, each with the reason."""
 
-DATA = (".json", ".traj", ".lock")
-"""Suffixes of data and generated files (trajectories, JSON Schemas, pinned locks)."""
+DATA = (".json", ".traj", ".lock", ".png")
+"""Suffixes of data and generated files (trajectories, JSON Schemas, pinned locks, the
+screenshots)."""
 
 
 def test_no_file_is_over_500_lines_without_a_reason() -> None:

@@ -29,6 +29,7 @@ from workflows.models import (
     MAX_INPUTS_PER_TASK,
     MAX_PAYLOAD_CHARS,
     MAX_PENDING_INPUTS,
+    ApprovalAsk,
     EventInput,
     EventKind,
     InputAnswer,
@@ -55,9 +56,12 @@ def open_input(
     schema: Mapping[str, JsonValue],
     deadline: datetime | None,
     now: datetime,
+    *,
+    approval: ApprovalAsk | None = None,
 ) -> InputRequest:
     """Open an input request (an ``input_request`` event whose payload is the request as
-    JSON), then take the first early answer kept for it, if any (``take_answer``).
+    JSON: ``input_id``, ``prompt``, ``schema`` and, for an approval of a tool call,
+    ``approval``), then take the first early answer kept for it, if any (``take_answer``).
 
     Raises:
         ApplicationError: more than ``MAX_PENDING_INPUTS`` open requests, or a schema over
@@ -68,7 +72,10 @@ def open_input(
     asked = set(book.state.answered) | set(book.state.closed_inputs)
     if len(asked) + len(book.state.inputs) >= MAX_INPUTS_PER_TASK:
         raise ApplicationError(f"a task asks at most {MAX_INPUTS_PER_TASK} questions")
-    text = json.dumps({"input_id": input_id, "prompt": prompt, "schema": dict(schema)})
+    shown: dict[str, JsonValue] = {"input_id": input_id, "prompt": prompt, "schema": dict(schema)}
+    if approval is not None:
+        shown["approval"] = approval.model_dump(mode="json")
+    text = json.dumps(shown)
     held = sum(model_size(r) for r in book.state.inputs)
     if held + len(text.encode("utf-8")) > MAX_INPUT_SCHEMA_BYTES:
         raise ApplicationError(
@@ -82,6 +89,7 @@ def open_input(
         json_schema=dict(schema),
         deadline=deadline,
         asked_seq=seq,
+        approval=approval,
     )
     book.state.inputs.append(request)
     for early in [a for a in book.state.early_answers if a.input_id in (None, input_id)]:

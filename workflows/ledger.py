@@ -31,6 +31,7 @@ from workflows.models import (
     CLOSED_STATUSES,
     REQUEST_WINDOW,
     AgentRun,
+    ApprovalAsk,
     ChildEnd,
     ChildRecord,
     Event,
@@ -372,9 +373,11 @@ class Ledger:
         schema: Mapping[str, JsonValue],
         deadline: datetime | None,
         now: datetime,
+        *,
+        approval: ApprovalAsk | None = None,
     ) -> InputRequest:
         """Open an input request (``workflows.inbox.open_input``)."""
-        return inbox.open_input(self, input_id, prompt, schema, deadline, now)
+        return inbox.open_input(self, input_id, prompt, schema, deadline, now, approval=approval)
 
     def close_input(self, input_id: str, default_json: str | None, now: datetime) -> None:
         """Close a request whose deadline passed (``workflows.inbox.close_input``)."""

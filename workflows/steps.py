@@ -121,6 +121,13 @@ def _retries_unknown(current: StepRecord | None) -> bool:
     return current is not None and current.state is StepState.UNKNOWN and current.attempt > 0
 
 
+def next_attempt(current: StepRecord | None) -> int:
+    """The attempt a move into ``in_progress`` gives a step whose record is ``current`` (None:
+    a new step): the next one, or the same for a retry of an ``unknown`` attempt
+    (``_retries_unknown``). The attempt numbers the step's idempotency key."""
+    return (0 if current is None else current.attempt) + (not _retries_unknown(current))
+
+
 def next_steps(
     lookup: Callable[[str], StepRecord | None],
     writes: Sequence[StepWrite],
@@ -186,9 +193,8 @@ def next_steps(
             result_seq = write.result_event_seq
             if result_seq is None and write.state is not StepState.IN_PROGRESS:
                 result_seq = current.result_event_seq
-        attempt = previous_attempts + (
-            write.state is StepState.IN_PROGRESS and not _retries_unknown(current)
-        )
+        moving = write.state is StepState.IN_PROGRESS
+        attempt = next_attempt(current) if moving else previous_attempts
         if attempt > MAX_STEP_ATTEMPTS:
             raise refusal(
                 ErrorCode.STEP_LIMIT_REACHED,

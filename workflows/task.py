@@ -45,9 +45,9 @@ with workflow.unsafe.imports_passed_through():
     # Pass-through is safe: these modules are deterministic (stdlib, pydantic, temporalio) and
     # hold no state between workflow runs; sharing them avoids re-importing pydantic models.
     from workflows import lifecycle
-    from workflows.agents.context import AgentContext, AgentParked
+    from workflows.agents.context import AgentContext
     from workflows.agents.registry import agent_function, agent_tools
-    from workflows.agents.steps import CANCEL_RULE
+    from workflows.agents.runner import CANCEL_RULE, AgentParked
     from workflows.children import child_end
     from workflows.decisions import check_citations
     from workflows.errors import CONTINUING_AS_NEW, ErrorCode, failure_text, refusal

@@ -14,6 +14,7 @@ from __future__ import annotations
 import typer
 
 from starter.cli.agents import (
+    approve_command,
     branch_command,
     cancel_command,
     continue_command,
@@ -27,7 +28,7 @@ from starter.cli.dev import dev_app, setup_command, worker_command
 from starter.cli.graph import graph_app, tree_command
 from starter.cli.replay import replay_command
 from starter.cli.retention import decisions_command, delete_command, redact_command
-from starter.cli.serve import keys_app, serve_command
+from starter.cli.serve import keys_app, page_command, serve_command
 from starter.cli.task import task_app
 from starter.cli.transfer import export_command, import_command
 
@@ -50,8 +51,10 @@ app.command("continue")(continue_command)
 app.command("branch")(branch_command)
 app.add_typer(step_app, name="step")
 app.command("input")(input_command)
+app.command("approve")(approve_command)
 app.command("tree")(tree_command)
 app.command("serve")(serve_command)
+app.command("page")(page_command)
 app.add_typer(keys_app, name="keys")
 
 

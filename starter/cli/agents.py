@@ -1,5 +1,5 @@
-"""``agent-tasks run``, ``cancel``, ``input``, ``resume``, ``continue`` and ``step retry``:
-agent tasks from the command line."""
+"""``agent-tasks run``, ``cancel``, ``input``, ``approve``, ``resume``, ``continue`` and
+``step retry``: agent tasks from the command line."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from starter.cli.common import (
 from starter.importer import all_steps
 from starter.results import WriteResult
 from worker import build_worker
-from workflows.models import AgentSpec, ModelSpec, StepView, TaskView
+from workflows.models import AgentSpec, ApprovalType, ModelSpec, StepView, TaskView
 from workflows.waits import answer_error
 
 DEMO_TOOLS = ["list_files", "read_file", "search_text"]
@@ -137,6 +137,48 @@ def input_command(
         async with open_history(project, agent, with_graph=False) as history:
             send = history.submit_input if signal else history.respond
             return await send(name, value, input_id=input_id, request_id=request_id)
+
+    write_outcome(run(go()), as_json)
+
+
+def approve_command(
+    name: str,
+    input_id: Annotated[str, typer.Argument(help="The approval request (`task show` lists it).")],
+    accept: Annotated[bool, typer.Option("--accept", help="Run the call as it is.")] = False,
+    edit: Annotated[
+        str | None, typer.Option("--edit", help="Run it with these arguments (a JSON object).")
+    ] = None,
+    answer: Annotated[
+        str | None, typer.Option("--answer", help="Do not run it: this is its result.")
+    ] = None,
+    ignore: Annotated[bool, typer.Option("--ignore", help="Do not run it.")] = False,
+    request_id: RequestOpt = None,
+    project: ProjectOpt = "default",
+    agent: AgentOpt = "cli",
+    as_json: Annotated[bool, typer.Option("--json-output", help="Print JSON.")] = False,
+) -> None:
+    """Answer a tool call's approval request with one of --accept, --edit, --answer, --ignore
+    (recorded as a decision by --agent); refused with the reason (an edit's arguments are
+    checked against the tool's argument model)."""
+    chosen = [c for c, on in [("accept", accept), ("edit", edit is not None),
+              ("answer", answer is not None), ("ignore", ignore)] if on]  # fmt: skip
+    if len(chosen) != 1:
+        raise typer.BadParameter("give one of --accept, --edit, --answer, --ignore")
+    arguments = None
+    if edit is not None:
+        try:
+            arguments = json.loads(edit)
+        except ValueError as err:
+            raise typer.BadParameter(f"not JSON: {err}", param_hint="--edit") from err
+        if not isinstance(arguments, dict):
+            raise typer.BadParameter("a JSON object of arguments", param_hint="--edit")
+    choice: ApprovalType = chosen[0]  # type: ignore[assignment]
+
+    async def go() -> WriteResult:
+        async with open_history(project, agent, with_graph=False) as history:
+            return await history.approve(
+                name, input_id, choice, arguments=arguments, text=answer, request_id=request_id
+            )
 
     write_outcome(run(go()), as_json)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import urllib.request
 from typing import Annotated
 
 import typer
@@ -24,6 +25,21 @@ def serve_command(
 ) -> None:
     """Serve the HTTP API (uvicorn) until Ctrl-C; docs at /docs, schema at /openapi.json."""
     run(serve(host=host, port=port, with_worker=with_worker))
+
+
+def page_command() -> None:
+    """Print the page's address (``AGENT_TASKS_HTTP_HOST``:``AGENT_TASKS_HTTP_PORT``/ui/) and
+    whether it is served there now; exit 0 either way."""
+    settings = Settings()
+    host = "127.0.0.1" if settings.http_host in ("0.0.0.0", "::") else settings.http_host
+    base = f"http://{host}:{settings.http_port}"
+    try:
+        with urllib.request.urlopen(f"{base}/health", timeout=2) as answer:
+            served = answer.status == 200
+    except OSError:  # refused, timed out, or an HTTP error (URLError, HTTPError)
+        served = False
+    state = "served" if served else "not served now: agent-tasks serve --with-worker"
+    print(f"The page: {base}/ui/ ({state}; sign in with a key of agent-tasks keys create)")
 
 
 def _row(key: ApiKey) -> str:

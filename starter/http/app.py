@@ -36,10 +36,14 @@ from starter.http.errors import (
     model_error_handler,
     validation_error_handler,
 )
+from starter.http.inbox_routes import router as inbox_router
+from starter.http.page import router as page_router
+from starter.http.page import static_files
 from starter.http.routes import API_DESCRIPTION, router, service_error_handler
 from starter.http.stream_routes import router as stream_router
 from starter.http.streams import STREAM_POLL_S, FeedRegistry
 from taskgraph.apikeys import ApiKeyStore
+from taskgraph.pagesessions import PageSessionStore
 from worker import Services
 from workflows.errors import GraphIncomplete, TaskServiceUnavailable
 
@@ -56,6 +60,7 @@ class ApiState:
 
     services: Services
     keys: ApiKeyStore
+    sessions: PageSessionStore
     feeds: FeedRegistry
     slots: StreamSlots
     subscriber: Subscriber | None
@@ -154,11 +159,13 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         subscriber = None if services.broker is None else Subscriber(services.broker)
         reading = None if subscriber is None else asyncio.create_task(subscriber.run())
-        keys = ApiKeyStore(graph)
+        keys, sessions = ApiKeyStore(graph), PageSessionStore(graph)
         await keys.init_schema()
+        await sessions.init_schema()
         app.state.api = ApiState(
             services=services,
             keys=keys,
+            sessions=sessions,
             feeds=FeedRegistry(subscriber, poll_s),
             slots=StreamSlots(services.settings.streams_per_key),
             subscriber=subscriber,
@@ -186,11 +193,13 @@ def create_app(
     app.add_exception_handler(ValidationError, model_error_handler)
     app.add_exception_handler(TaskServiceUnavailable, service_error_handler)
     app.add_exception_handler(GraphIncomplete, service_error_handler)
-    for routes in (router, stream_router):
+    for routes in (router, stream_router, inbox_router):
         app.include_router(routes)
         app.include_router(
             routes, prefix="/projects/{project_id}", dependencies=[Depends(project_in_path)]
         )
+    app.include_router(page_router)
+    app.mount("/ui/static", static_files(), name="page")
     app.add_middleware(BodyLimit, limit=services.settings.max_body_bytes)
     app.add_middleware(NamesInPath)  # added last: runs first
     return app

@@ -1,7 +1,14 @@
 """Who calls: API keys scoped to one project each (``taskgraph.apikeys``), read from the
 ``Authorization: Bearer <key>`` header (or ``X-API-Key: <key>``) and nowhere else, so a key
 never lands in an access log's request line or a proxy's URL log. A query parameter or a
-cookie is not read.
+cookie is never read for a key.
+
+The page (``starter.http.page``) calls the same routes with a session instead: its cookie
+``SESSION_COOKIE`` (HttpOnly, SameSite=Strict) holds a session of the key its person signed in
+with (``taskgraph.pagesessions``), and every request that changes something (any method but
+GET, HEAD and OPTIONS) must carry the session's CSRF token in ``CSRF_HEADER`` (the page reads
+it from the ``CSRF_COOKIE``), or it is refused 403 ``csrf_failed``. A presented key wins over a
+cookie.
 
 Each request's key is checked against Neo4j (one indexed read); a revoked key is refused from
 the next request on. The key's project scopes everything the request reads and writes: a path
@@ -13,12 +20,14 @@ is never found through it.
 
 from __future__ import annotations
 
+import hmac
 from dataclasses import dataclass, field
 
 from fastapi import Request
 
 from starter.http.errors import ApiError
 from taskgraph.apikeys import ApiKey, ApiKeyStore
+from taskgraph.pagesessions import PageSessionStore, csrf_token
 
 BEARER = "bearer "
 
@@ -31,14 +40,36 @@ def presented_key(request: Request) -> str | None:
     return request.headers.get("x-api-key")
 
 
-async def authenticate(request: Request, keys: ApiKeyStore) -> ApiKey:
-    """The key's record, checked; the project of the path, if any, must be the key's.
+SESSION_COOKIE = "atk_session"
+"""The page's session cookie (HttpOnly): a session token."""
+CSRF_COOKIE = "atk_csrf"
+"""The page's CSRF token, readable by its script (not HttpOnly)."""
+CSRF_HEADER = "x-csrf-token"
+"""The header a page's changing request carries the CSRF token in."""
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+async def authenticate(request: Request, keys: ApiKeyStore, sessions: PageSessionStore) -> ApiKey:
+    """The key's record, checked (a presented key, else the page's session); the project of
+    the path, if any, must be the key's.
 
     Raises:
-        ApiError: 401 ``unauthorized`` (no key, an unknown, malformed or revoked one), 403
-            ``forbidden`` (the path names another project).
+        ApiError: 401 ``unauthorized`` (no key, an unknown, malformed or revoked one, or a
+            session that is not live), 403 ``csrf_failed`` (a session's changing request
+            without its CSRF token), 403 ``forbidden`` (the path names another project).
     """
     key = presented_key(request)
+    session = request.cookies.get(SESSION_COOKIE)
+    if not key and session:
+        record = await sessions.check(session)
+        if record is None:
+            raise ApiError(401, "unauthorized", "the session has ended: sign in again")
+        sent = request.headers.get(CSRF_HEADER, "")
+        if request.method not in SAFE_METHODS and not hmac.compare_digest(
+            sent, csrf_token(session)
+        ):
+            raise ApiError(403, "csrf_failed", f"a page's request needs its {CSRF_HEADER}")
+        return _in_project(request, record)
     if not key:
         raise ApiError(
             401,
@@ -54,6 +85,15 @@ async def authenticate(request: Request, keys: ApiKeyStore) -> ApiKey:
             "the API key is not valid (unknown or revoked)",
             headers={"WWW-Authenticate": "Bearer"},
         )
+    return _in_project(request, record)
+
+
+def _in_project(request: Request, record: ApiKey) -> ApiKey:
+    """``record``, when the path names no project or the key's.
+
+    Raises:
+        ApiError: 403 ``forbidden``.
+    """
     named = request.path_params.get("project_id")
     if named is not None and named != record.project_id:
         raise ApiError(403, "forbidden", "this API key is not for that project")

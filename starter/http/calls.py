@@ -17,8 +17,8 @@ from taskgraph.apikeys import ApiKey
 ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorResponse, "description": about}
     for status, about in {
-        401: "no API key, or one that is not valid",
-        403: "the key is not for the project in the path",
+        401: "no API key, or one that is not valid (or the page's session ended)",
+        403: "another project in the path, or a page request without its CSRF token",
         404: "no such task in the project",
         409: "refused by the task's state",
         422: "an argument of the wrong shape, or a refused value",
@@ -45,7 +45,7 @@ async def caller(request: Request) -> Caller:
     """The dependency of every route but ``/health``: authenticate, and the project's client
     (its writes authored by ``key-{key id}``)."""
     state = request.app.state.api
-    key = await authenticate(request, state.keys)
+    key = await authenticate(request, state.keys, state.sessions)
     history = ConversationHistory(
         state.services.client,
         key.project_id,

@@ -8,11 +8,18 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Query, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field, JsonValue
+from pydantic import AwareDatetime, BaseModel, Field, JsonValue
 
 from starter.http.calls import ERRORS, Call, TaskName, name_of
 from starter.http.errors import ApiError, error_response
-from starter.results import DeleteResult, EventsResult, GetTaskResult, StepsResult, WriteResult
+from starter.results import (
+    DecisionsResult,
+    DeleteResult,
+    EventsResult,
+    GetTaskResult,
+    StepsResult,
+    WriteResult,
+)
 from starter.retention import HistoryRetention
 from starter.tasks import Task, TaskRefused, UpdateType, new_task_id
 from taskgraph.models import TaskRow, TreeRow
@@ -168,14 +175,27 @@ async def list_tasks(
     call: Call,
     status: TaskStatus | None = None,
     session_id: str | None = None,
+    agent_id: str | None = None,
     parent: str | None = None,
+    name: Annotated[str | None, Query(description="a part of the name (any case)")] = None,
+    since: Annotated[AwareDatetime | None, Query(description="created at or after")] = None,
+    until: Annotated[AwareDatetime | None, Query(description="created before")] = None,
     after_name: str | None = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> TasksPage:
     """The project's tasks from Neo4j (as far as the mirror has copied them), in name order
-    after ``after_name``, by status, session or parent."""
+    after ``after_name``, by status, session, agent, parent, a part of the name and the
+    creation time."""
     rows = await call.history.find_tasks(
-        status=status, session_id=session_id, parent=parent, after_name=after_name, limit=limit
+        status=status,
+        session_id=session_id,
+        agent_id=agent_id,
+        parent=parent,
+        name_contains=name or None,
+        since=since,
+        until=until,
+        after_name=after_name,
+        limit=limit,
     )
     return TasksPage(tasks=rows, next_after_name=rows[-1].name if len(rows) == limit else None)
 
@@ -337,6 +357,64 @@ async def cancel_task(
 async def resume_task(call: Call, task_id: TaskName) -> JSONResponse:
     """Run a failed or cancelled agent task's agent again (``not_resumable`` otherwise)."""
     return written(await call.history.resume_task(name_of(task_id)), 202)
+
+
+@router.post(
+    "/tasks/{task_id}/continue",
+    response_model=WriteResult,
+    status_code=202,
+    responses=ERRORS,
+    tags=["tasks"],
+)
+async def continue_task(call: Call, task_id: TaskName) -> JSONResponse:
+    """Continue a failed or cancelled agent task's interrupted turn in a new run (the model is
+    asked again; no interrupted call runs again): ``no_interrupted_turn`` otherwise."""
+    return written(await call.history.continue_task(name_of(task_id)), 202)
+
+
+class Branch(BaseModel):
+    """``POST /tasks/{task_id}/branch``."""
+
+    seq: int = Field(ge=1)
+    """The last event of the task the branch copies."""
+    name: str
+    """The branch's task name."""
+    request_id: str | None = None
+
+
+@router.post(
+    "/tasks/{task_id}/branch",
+    response_model=WriteResult,
+    status_code=201,
+    responses=ERRORS,
+    tags=["tasks"],
+)
+async def branch_task(call: Call, task_id: TaskName, body: Branch) -> JSONResponse:
+    """A new task whose log starts as a copy of this one's events 1 to ``seq`` (an agent
+    task's branch goes on from there); the task itself is untouched."""
+    result = await call.history.branch_from(
+        name_of(task_id), body.seq, body.name, request_id=body.request_id
+    )
+    return written(result, 201)
+
+
+@router.get(
+    "/tasks/{task_id}/decisions",
+    response_model=DecisionsResult,
+    responses=ERRORS,
+    tags=["tasks"],
+)
+async def list_decisions(
+    call: Call,
+    task_id: TaskName,
+    after_seq: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=PAGE_LIMIT_MAX)] = 50,
+) -> DecisionsResult:
+    """The task's decisions in seq order (from Neo4j), each with ``needs_review``."""
+    page = await call.history.list_decisions(name_of(task_id), after_seq=after_seq, limit=limit)
+    if not page.found:
+        raise ApiError.refused(ErrorCode.TASK_NOT_FOUND, "no such task in this project")
+    return page
 
 
 @router.get("/tasks/{task_id}/tree", response_model=list[TreeRow], responses=ERRORS, tags=["tasks"])

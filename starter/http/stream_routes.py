@@ -71,7 +71,8 @@ async def _encoded(
         await release()
 
 
-def _sse(call: Caller, events: AsyncIterator[ServerSentEvent]) -> EventSourceResponse:
+def sse(call: Caller, events: AsyncIterator[ServerSentEvent]) -> EventSourceResponse:
+    """An SSE response of ``events`` holding one of the key's stream slots while it is open."""
     state = call.request.app.state.api
     state.slots.take(call.key.key_id)
     given_back = False
@@ -114,7 +115,7 @@ async def stream_task(
         raise ApiError.refused(ErrorCode.TASK_NOT_FOUND, "no such task in this project")
     state = call.request.app.state.api
     events = task_stream(state.feeds, call.history, name, after_seq, flt, state.keepalive_s)
-    return _sse(call, events)
+    return sse(call, events)
 
 
 @router.get(
@@ -142,4 +143,4 @@ async def stream_session(
     stream = SessionStream(
         state.feeds, call.history, state.subscriber, session_id, cursor, flt, state.keepalive_s
     )
-    return _sse(call, stream.events())
+    return sse(call, stream.events())

@@ -130,3 +130,34 @@ def test_rolled_back_events_are_never_shown_and_unanswered_calls_are_closed() ->
         {"role": "assistant", "content": "", "tool_calls": [tool_call("c1", "a", "{}")]},
         {"role": "tool", "tool_call_id": "c1", "content": NO_RESULT},
     ]
+
+
+def test_an_approval_is_not_shown_and_an_edit_gives_the_call_its_arguments() -> None:
+    """The approval's request and answer are the person's business; the model sees its call
+    with the arguments it ran with (the edit), once, and the tool's result."""
+    asked = {"input_id": "approve-3", "prompt": "Run?", "schema": {}, "approval": {}}
+    events = log(
+        user("go"),
+        assistant(""),
+        call("mail", '{"to": "a"}', "c1"),
+        {"kind": "input_request", "name": "approve-3", "payload": json.dumps(asked)},
+        {"kind": "input_response", "name": "approve-3", "payload": '{"type": "edit"}'},
+        {"kind": "decision", "payload": "approved with edited arguments"},
+        call("mail", '{"to": "b"}', "c1"),
+        result("sent to b", "c1"),
+        {"kind": "input_request", "name": "q", "payload": json.dumps({**asked, "input_id": "q"})},
+    )
+    del asked["approval"]
+    plain = log({"kind": "input_request", "name": "q", "payload": json.dumps(asked)})
+    assert chat_messages(events, None) == [
+        {"role": "user", "content": "go"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [tool_call("c1", "mail", '{"to": "b"}')],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "sent to b"},
+    ]
+    assert chat_messages(plain, None) == [
+        {"role": "user", "content": "A person was asked (input approve-3): Run?"}
+    ]

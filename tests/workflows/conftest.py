@@ -22,6 +22,7 @@ from starter.client import ConversationHistory
 from taskgraph.graph import TaskGraph
 from taskgraph.models import TaskRow
 from tests.agent_tools import SCRIPTS, TOOL_NAMES, TOOLS
+from tests.approval_tools import APPROVAL_SCRIPTS, APPROVAL_TOOLS
 from worker import build_worker
 from workflows.models import AgentSpec, Budgets, ModelSpec
 from workflows.task import SEARCH_ATTRIBUTE_KEYS
@@ -33,10 +34,11 @@ CONTINUE_AS_NEW_AT = "limit.historyCount.suggestContinueAsNew=60"
 
 @pytest.fixture(scope="session")
 async def agent_queue(client: Client, graph: TaskGraph) -> AsyncIterator[str]:
-    """A worker with the test tools and scripts (``tests.agent_tools``), on its own task
-    queue."""
+    """A worker with the test tools and scripts (``tests.agent_tools``, and those that need
+    approval: ``tests.approval_tools``), on its own task queue."""
     queue = f"agents-{uuid.uuid4().hex[:8]}"
-    async with build_worker(client, graph, queue, tools=TOOLS, scripts=SCRIPTS):
+    tools, scripts = [*TOOLS, *APPROVAL_TOOLS], {**SCRIPTS, **APPROVAL_SCRIPTS}
+    async with build_worker(client, graph, queue, tools=tools, scripts=scripts):
         yield queue
 
 

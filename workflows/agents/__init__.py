@@ -6,7 +6,9 @@ random): everything that touches the world goes through its ``AgentContext`` (st
 activities, the model call, time from the workflow).
 
 The package's rooms: ``registry`` (agent code by name, the worker's tool specs),
-``steps`` (the step machinery: a tool call as a step, a model turn), ``context`` (what agent
+``runner`` (what the machinery stands on: the cancellation rule, waits, a step's writes),
+``approvals`` (a person's approval of a tool call before it runs), ``steps`` (the step
+machinery: a tool call as a step, a model turn), ``context`` (what agent
 code runs with: steps, events, checkpoints, input, child tasks) and ``loop`` (the ready
 tool-calling loop, registered as ``tool_loop``). The names agent code uses are here (and in
 ``starter``).
@@ -14,7 +16,6 @@ tool-calling loop, registered as ``tool_loop``). The names agent code uses are h
 
 from workflows.agents.context import (
     AgentContext,
-    AgentParked,
     ChildFailed,
     ChildOutcome,
     InputTimeout,
@@ -22,7 +23,7 @@ from workflows.agents.context import (
 )
 from workflows.agents.loop import tool_loop
 from workflows.agents.registry import AgentFunction, ToolSpec, agent
-from workflows.agents.steps import BudgetExceeded, StepOutcome
+from workflows.agents.runner import AgentParked, BudgetExceeded, StepOutcome
 
 __all__ = [
     "AgentContext",

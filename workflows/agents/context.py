@@ -9,7 +9,6 @@ its carried state.
 
 from __future__ import annotations
 
-import builtins
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
@@ -20,12 +19,8 @@ from pydantic import BaseModel, JsonValue
 from temporalio import workflow
 
 from workflows.agents.registry import ToolSpec
-from workflows.agents.steps import (
-    PARK_ON_SUGGESTION,
-    PROGRESS_BEFORE_PARKING,
-    AgentHost,
-    StepRunner,
-)
+from workflows.agents.runner import AgentHost, AgentParked
+from workflows.agents.steps import PARK_ON_SUGGESTION, PROGRESS_BEFORE_PARKING, StepRunner
 from workflows.ledger import Ledger
 from workflows.models import (
     CLOSED_STATUSES,
@@ -45,11 +40,6 @@ from workflows.models import (
     valid_step_name,
 )
 from workflows.waits import answer_error, answer_text, check_schema
-
-
-class AgentParked(Exception):
-    """Raised by ``checkpoint()`` when the task is to continue-as-new: the agent stops here and
-    is called again in the next run."""
 
 
 class InputTimeout(Exception):
@@ -111,8 +101,6 @@ class AgentContext(StepRunner):
         host: AgentHost,
     ) -> None:
         super().__init__(ledger, spec, run, tools, host)
-        self.checkpoint_due = False
-        """Set by the workflow when continue-as-new is due: the next ``checkpoint()`` parks."""
 
     @property
     def state(self) -> dict[str, JsonValue]:
@@ -205,23 +193,16 @@ class AgentContext(StepRunner):
             remaining = None
             if request.deadline is not None:
                 remaining = max(request.deadline - workflow.now(), timedelta(0))
-            try:
-                await workflow.wait_condition(
-                    lambda: (
-                        input_id in state.answered or self.checkpoint_due or self.host.cancelling
-                    ),
-                    timeout=remaining,
-                )
-            except builtins.TimeoutError:
+
+            def timed_out() -> None:
                 given = default is not _NO_DEFAULT
                 default_json = answer_text(default) if given else None
                 self.ledger.close_input(input_id, default_json, workflow.now())
                 self._back_in_progress()
                 if not given:
-                    raise InputTimeout(input_id) from None
-            self._stop_if_cancelled()
-            if input_id not in state.answered:
-                raise AgentParked
+                    raise InputTimeout(input_id)
+
+            await self._wait_answer(input_id, remaining, timed_out)
         self._back_in_progress()
         answer: JsonValue = json.loads(await self._payload(input_id, state.answered[input_id]))
         return answer
@@ -344,14 +325,6 @@ class AgentContext(StepRunner):
                 raise ChildFailed(outcome)
             outcomes.append(outcome)
         return outcomes
-
-    # ------------------------------------------------------------------ helpers
-
-    def _back_in_progress(self) -> None:
-        """``in_progress`` again once nothing is awaited."""
-        waiting = (TaskStatus.AWAITING_INPUT, TaskStatus.AWAITING_CHILDREN)
-        if self.ledger.state.status in waiting and not self.ledger.state.inputs:
-            self.host.set_status(TaskStatus.IN_PROGRESS)
 
 
 def child_name(parent: str, key: str) -> str:

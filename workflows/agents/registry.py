@@ -47,6 +47,10 @@ class ToolSpec(BaseModel):
     its cancellation); None: it does not heartbeat."""
     max_attempts: int = Field(default=3, ge=1)
     """Attempts of an idempotent tool (1 s doubling between them)."""
+    approval: bool = False
+    """True: a person may have to approve each call before it runs (always, or as the tool's
+    predicate on the call's arguments says: the worker's ``tool_approval`` check decides;
+    ``workflows.agents.approvals``). Added later: old specs decode without it."""
 
     def retry_policy(self) -> RetryPolicy:
         """The activity's retry policy: ``max_attempts`` if idempotent, else one attempt.

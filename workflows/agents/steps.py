@@ -16,36 +16,29 @@ import asyncio
 import json
 from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any, Protocol, TypeVar
 
-from pydantic import BaseModel, JsonValue
+from pydantic import JsonValue
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError
 from temporalio.workflow import ActivityCancellationType
 
-from workflows.agents.registry import TOOL_ACTIVITY_PREFIX, ToolSpec
+from workflows.agents.approvals import TOOL_APPROVAL, Approvals
+from workflows.agents.registry import TOOL_ACTIVITY_PREFIX
+from workflows.agents.runner import BudgetExceeded, StepOutcome
 from workflows.errors import failure_text
-from workflows.ledger import Ledger
 from workflows.models import (
     MAX_PAYLOAD_CHARS,
-    AgentRun,
-    AgentSpec,
     EventInput,
     EventKind,
     ModelInput,
     ModelTurn,
     Role,
     StepKind,
-    StepRecord,
     StepRetry,
     StepState,
-    TaskStart,
-    TaskStatus,
     ToolInput,
     ToolOutput,
-    WriteOutcome,
-    bound_text,
     internal_request_id,
 )
 from workflows.steps import idempotency_key
@@ -70,17 +63,8 @@ own info, not only once the run loop has set ``checkpoint_due``. The loop sets t
 its mirror calls, so while one call was slow (a Neo4j write taking a second, or held up to
 ``MIRROR_DRAIN_WAIT`` by a stall) a fast agent went on well past the suggestion, and a short task
 could end in its first run, its history hundreds of events past it."""
-CANCEL_RULE = "one-cancellation-rule"
-"""Patch id: after a cancel request no step, model call or wait of the agent starts or goes on
-(``AgentContext.cancelled``); the workflow cancels what runs and waits for it to end
-(``TaskWorkflow._cancelled``). Runs recorded before it cancelled the agent's asyncio task."""
-_R = TypeVar("_R")
-
 MODEL_ACTIVITY = "model_turn"
 """Activity name of the model call."""
-READ_EVENT_ACTIVITY = "read_event"
-"""Activity name of the read of one event's payload (a memoized step's result of an earlier
-run)."""
 MODEL_START_TO_CLOSE = timedelta(minutes=2)
 """Longest model call."""
 MODEL_RETRY = RetryPolicy(
@@ -91,106 +75,9 @@ MODEL_RETRY = RetryPolicy(
 """Model calls retry transient errors (HTTP 408/409/429/5xx, with the server's retry-after)."""
 
 
-class BudgetExceeded(Exception):
-    """A budget of the run is spent; the task ends ``failed`` with an ``error`` event."""
-
-    def __init__(self, budget: str, limit: float) -> None:
-        super().__init__(f"budget {budget} reached ({limit:g})")
-        self.budget = budget
-
-
-class StepOutcome(BaseModel):
-    """What a step came to."""
-
-    step_name: str
-    state: StepState
-    """``completed``, ``failed`` or ``unknown``."""
-    text: str
-    """The result (completed) or the error (failed, unknown), as recorded."""
-    result_event_seq: int
-
-    @property
-    def ok(self) -> bool:
-        """True when the step completed."""
-        return self.state is StepState.COMPLETED
-
-
-class AgentHost(Protocol):
-    """What the agent's workflow does for its context (status, children, cancellation)."""
-
-    cancelling: bool
-    """True once the workflow has begun to cancel the task (``TaskWorkflow._cancelled``)."""
-
-    def set_status(self, status: TaskStatus) -> None:
-        """Change the task's status (an event and the search attribute)."""
-        ...
-
-    async def start_child(self, start: TaskStart) -> str | None:
-        """Start the child task ``start`` describes; returns None once started, else why it
-        could not start (its workflow id is taken by another task)."""
-        ...
-
-
-class StepRunner:
+class StepRunner(Approvals):
     """Runs agent code's steps and model turns over the task's ledger (the base of
-    ``AgentContext``).
-
-    Args:
-        ledger: the task's ledger (the one write path).
-        spec: the task's agent spec.
-        run: the agent's carried progress.
-        tools: the worker's specs of the tools the agent may call (``TOOL_SPECS_ACTIVITY``).
-        host: the task's workflow (status, children, cancellation).
-    """
-
-    def __init__(
-        self,
-        ledger: Ledger,
-        spec: AgentSpec,
-        run: AgentRun,
-        tools: Mapping[str, ToolSpec],
-        host: AgentHost,
-    ) -> None:
-        self.ledger = ledger
-        self.spec = spec
-        self.run = run
-        self.tools = dict(tools)
-        self.host = host
-        self.running: set[workflow.ActivityHandle[Any]] = set()
-        """The activities agent code awaits now (tools, the model): what a cancel cancels."""
-        self.progressed = False
-        """True once agent code did new work in this run (ran a step or the model): until
-        then it only replays what earlier runs memoized, and ``checkpoint()`` does not park
-        (``PROGRESS_BEFORE_PARKING``)."""
-
-    def cancelled(self) -> bool:
-        """True once a cancel request reached the task (the one cancellation rule,
-        ``CANCEL_RULE``): read as soon as Temporal delivers the request, before the workflow
-        has run anything for it, so agent code that goes on in the same workflow task starts
-        nothing."""
-        if self.host.cancelling:
-            return True
-        return workflow.cancellation_reason() is not None and workflow.patched(CANCEL_RULE)
-
-    def _stop_if_cancelled(self) -> None:
-        """Raise ``asyncio.CancelledError`` once the task is cancelled (``cancelled``)."""
-        if self.cancelled():
-            raise asyncio.CancelledError("the task was cancelled")
-
-    def cancel_running(self) -> None:
-        """Cancel the activities agent code awaits (the workflow's cancel): a tool that
-        heartbeats sees it at its next heartbeat, one that does not runs to its end (its
-        result is recorded); the model call is dropped at once."""
-        for handle in self.running:
-            handle.cancel()
-
-    async def _activity(self, handle: workflow.ActivityHandle[_R]) -> _R:
-        """Await an activity agent code started, where a cancel can reach it."""
-        self.running.add(handle)
-        try:
-            return await handle
-        finally:
-            self.running.discard(handle)
+    ``AgentContext``; its arguments are ``Runner``'s)."""
 
     async def retry(
         self,
@@ -234,9 +121,12 @@ class StepRunner:
         """Run ``tool`` as the step ``name`` (memoized: a completed step returns its recorded
         result). A tool this agent may not call, or that no worker registered, fails the step
         with that as its result; so do arguments the tool's model refuses. The loop goes on.
+        A tool that needs approval is asked about first, and its call runs as the person
+        chose (``workflows.agents.approvals``; the task is ``awaiting_input`` meanwhile).
 
         Raises:
             BudgetExceeded: ``max_tool_calls`` or ``max_seconds`` is spent.
+            AgentParked: the task is to continue-as-new while the call waits for approval.
             asyncio.CancelledError: the task was cancelled: before the step (it does not
                 start), or while it ran (a tool that saw the cancel leaves the step
                 ``unknown``; one that ended anyway is recorded with its result first).
@@ -252,21 +142,36 @@ class StepRunner:
             and workflow.patched(UNKNOWN_STAYS_UNKNOWN)
         ):
             return await self._recorded(name, done.state, done.result_event_seq)
-        self._check_time()
-        budget = self.spec.budgets.max_tool_calls
-        if budget is not None and self.run.tool_calls >= budget:
-            raise BudgetExceeded("max_tool_calls", budget)
-        self.run.tool_calls += 1
-        text = arguments if isinstance(arguments, str) else json.dumps(arguments)
-        call = EventInput(
-            kind=EventKind.TOOL_CALL, name=tool or None, call_id=call_id, payload=text
-        )
-        call_seq = self._append(call, f"step/{name}/call").first_seq
+        spec = self.tools.get(tool)
+        asked = self._approval_of(name)
+        refused = None
+        if asked is not None and asked.approval is not None:  # asked in an earlier run
+            call_seq = asked.approval.call_seq
+        else:
+            self._check_time()
+            budget = self.spec.budgets.max_tool_calls
+            if budget is not None and self.run.tool_calls >= budget:
+                raise BudgetExceeded("max_tool_calls", budget)
+            self.run.tool_calls += 1
+            text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+            call = EventInput(
+                kind=EventKind.TOOL_CALL, name=tool or None, call_id=call_id, payload=text
+            )
+            call_seq = self._append(call, f"step/{name}/call").first_seq
+            refused = _refused_call(tool, text)
+        ended: tuple[StepState, str] | None = None
+        if (
+            spec is not None
+            and spec.approval
+            and refused is None
+            and workflow.patched(TOOL_APPROVAL)
+        ):
+            call_seq, ended = await self._approved(name, spec, call_id, call_seq, asked)
         record = self._move(name, StepState.IN_PROGRESS, kind=kind)
-        refused = _refused_call(tool, text)
+        if ended is not None:
+            return self._end(name, tool, call_id, *ended)
         if refused is not None and workflow.patched(TOOL_CALL_BOUNDS):
             return self._end(name, tool, call_id, StepState.FAILED, refused)
-        spec = self.tools.get(tool)
         if spec is None:
             return self._end(
                 name, tool, call_id, StepState.FAILED, f"no tool {tool!r} for this agent"
@@ -377,73 +282,6 @@ class StepRunner:
         )
         self._append(message, f"round/{self.run.rounds}")
         return turn
-
-    def _append(self, event: EventInput, what: str) -> WriteOutcome:
-        return self.ledger.append([event], f"{what}/{self.ledger.state.writes}", workflow.now())
-
-    def _move(
-        self,
-        name: str,
-        state: StepState,
-        *,
-        kind: StepKind | None = None,
-        result_event_seq: int | None = None,
-    ) -> StepRecord:
-        return self.ledger.move_step(
-            name,
-            state,
-            f"step/{name}/{state.value}/{self.ledger.state.writes}",
-            workflow.now(),
-            kind=kind,
-            result_event_seq=result_event_seq,
-        )
-
-    def _end(
-        self, name: str, tool: str, call_id: str | None, state: StepState, text: str
-    ) -> StepOutcome:
-        """Record the step's end as ``state`` with ``text`` as its result event."""
-        result = EventInput(
-            kind=EventKind.TOOL_RESULT, name=tool or None, call_id=call_id, payload=text
-        )
-        seq = self._append(result, f"step/{name}/result").first_seq
-        self._move(name, state, result_event_seq=seq)
-        self.run.turn_committed = True
-        return StepOutcome(
-            step_name=name, state=state, text=bound_text(text).text, result_event_seq=seq
-        )
-
-    async def _recorded(self, name: str, state: StepState, seq: int | None) -> StepOutcome:
-        """The outcome of a step that ended before as ``state`` (memoized: ``completed`` or
-        ``unknown``), its result as recorded."""
-        text = await self._payload(name, seq or 0)
-        return StepOutcome(step_name=name, state=state, text=text, result_event_seq=seq or 0)
-
-    async def _payload(self, name: str, seq: int) -> str:
-        """The payload of event ``seq``: from this run's events, or by an activity from where
-        the task keeps earlier runs' (``seq`` 0: the result of step ``name``, whose earlier run
-        carried no result seq: the activity finds it by name)."""
-        held = [e.payload for e in self.ledger.run_events if e.seq == seq]
-        if held:
-            return held[0]
-        info = workflow.info()
-        output: ToolOutput = await workflow.execute_activity(
-            READ_EVENT_ACTIVITY,
-            ToolInput(
-                workflow_id=info.workflow_id,
-                run_id=info.run_id,
-                call_seq=seq,
-                step_name=name,
-                idempotency_key="",
-            ),
-            result_type=ToolOutput,
-            start_to_close_timeout=timedelta(seconds=60),
-        )
-        return output.text
-
-    def _check_time(self) -> None:
-        limit = self.spec.budgets.max_seconds
-        if limit is not None and workflow.now() - self.run.started_at >= timedelta(seconds=limit):
-            raise BudgetExceeded("max_seconds", limit)
 
 
 def _refused_call(tool: str, arguments: str) -> str | None:

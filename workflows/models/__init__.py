@@ -27,6 +27,7 @@ from workflows.models.branch import (
 )
 from workflows.models.decisions import Citations, CitesInput, StepCitation
 from workflows.models.human import (
+    APPROVAL_DESCRIPTION_CHARS,
     CHILD_ENDS_ACTIVITY,
     CHILD_RESULT_PREVIEW_CHARS,
     LEGACY_EARLY_ANSWERS,
@@ -37,6 +38,9 @@ from workflows.models.human import (
     MAX_INPUT_SCHEMA_BYTES,
     MAX_INPUTS_PER_TASK,
     MAX_PENDING_INPUTS,
+    ApprovalAsk,
+    ApprovalChoice,
+    ApprovalType,
     ChildEnd,
     ChildEnds,
     ChildEndsInput,
@@ -131,6 +135,7 @@ from workflows.models.text import (
 from workflows.models.views import Event, EventsPage, StepsPage, StepView, TaskView
 
 __all__ = [
+    "APPROVAL_DESCRIPTION_CHARS",
     "BRANCH_ACTIVITY",
     "BRANCH_PAGE_EVENTS",
     "CHILD_ENDS_ACTIVITY",
@@ -170,6 +175,9 @@ __all__ = [
     "AgentName",
     "AgentRun",
     "AgentSpec",
+    "ApprovalAsk",
+    "ApprovalChoice",
+    "ApprovalType",
     "BoundedText",
     "BranchPage",
     "BranchPoint",

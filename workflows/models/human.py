@@ -48,6 +48,47 @@ FailureMode = Literal["propagate", "collect", "ignore"]
 parent's agent, ``collect`` returns it as a value, ``ignore`` leaves it out."""
 
 
+APPROVAL_DESCRIPTION_CHARS = 4_000
+"""Characters of an approval request's Markdown description (longer ones are cut)."""
+
+
+class ApprovalAsk(BaseModel):
+    """What an approval request asks about: one tool call, before it runs
+    (``InputRequest.approval``). The arguments are the call event's (``call_seq``), read from
+    the task: they are not carried (a call's arguments may be 32,000 characters)."""
+
+    tool: str
+    """The tool the call names."""
+    step_name: StepName
+    """The step that runs the call once approved."""
+    call_seq: int
+    """Seq of the ``tool_call`` event: its payload is the arguments (JSON text)."""
+    call_id: str | None = None
+    """The model's id of the call."""
+    idempotency_key: str
+    """The key the approved call runs with (``{workflow id}/{step}/{attempt}``: the step's
+    next attempt); an edited call runs with it too."""
+    description: Annotated[StrictStr, Field(max_length=APPROVAL_DESCRIPTION_CHARS)] = ""
+    """Markdown for the person (the tool's ``approval_description``, or its description)."""
+
+
+ApprovalType = Literal["accept", "edit", "answer", "ignore"]
+"""A person's choice about a call: run it as it is, run it with edited arguments, answer in
+its place (the answer is the tool's result for the model), or leave it (the model is told)."""
+
+
+class ApprovalChoice(BaseModel):
+    """The answer to an approval request (its JSON Schema: ``workflows.agents.approvals``)."""
+
+    type: ApprovalType
+    """What the person chose."""
+    arguments: dict[str, JsonValue] | None = None
+    """``edit``: the arguments the call runs with (checked against the tool's argument
+    model's JSON Schema when the answer arrives)."""
+    text: StrictStr | None = None
+    """``answer``: the tool's result for the model."""
+
+
 class InputRequest(BaseModel):
     """An open request for a person's input."""
 
@@ -61,6 +102,9 @@ class InputRequest(BaseModel):
     """When the agent stops waiting (workflow time); None: never."""
     asked_seq: int
     """Seq of the ``input_request`` event."""
+    approval: ApprovalAsk | None = Field(default=None, exclude_if=lambda value: value is None)
+    """Set when the request asks a person to approve a tool call (``ApprovalChoice`` is its
+    answer). Added later."""
 
 
 class InputAnswer(BaseModel):

@@ -16,6 +16,7 @@ from starter.client import ConversationHistory
 from starter.http import create_app
 from taskgraph.apikeys import ApiKeyStore
 from tests.agent_tools import SCRIPTS, TOOLS
+from tests.approval_tools import APPROVAL_SCRIPTS, APPROVAL_TOOLS
 from tests.servers import served
 from tests.stream_agents import SCRIPTS as STREAM_SCRIPTS
 from worker import Services, build_worker
@@ -28,15 +29,16 @@ KEEPALIVE_S = 0.5
 
 @pytest.fixture(scope="session")
 async def http_queue(services: Services) -> AsyncIterator[str]:
-    """A worker with the agent tools, the scripted models and the broker."""
+    """A worker with the agent tools (and those that need approval), the scripted models and
+    the broker."""
     assert services.graph is not None and services.broker is not None
     queue = f"http-{uuid.uuid4().hex[:8]}"
     async with build_worker(
         services.client,
         services.graph,
         queue,
-        tools=TOOLS,
-        scripts={**SCRIPTS, **STREAM_SCRIPTS},
+        tools=[*TOOLS, *APPROVAL_TOOLS],
+        scripts={**SCRIPTS, **STREAM_SCRIPTS, **APPROVAL_SCRIPTS},
         broker=services.broker,
     ):
         yield queue

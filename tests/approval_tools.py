@@ -1,0 +1,118 @@
+"""Tools that need a person's approval, and the scripted model that calls them, for the
+approval tests (workflow, CLI, HTTP API, the page) and the inbox benchmark. Each tool writes
+its effect to the file named in its arguments (``{idempotency key} {what}`` a line), so a test
+sees from outside what ran, under which key, with which arguments."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from activities.model import Script
+from activities.tools import Tool, ToolContext, tool
+from tests.agent_tools import answer, calls
+from workflows.models import AgentSpec, ModelSpec, ModelTurn
+
+
+class Mail(BaseModel):
+    """Arguments of ``send_mail``."""
+
+    log: str
+    """File that gets a line per run."""
+    to: str = Field(pattern=r"^[^@\s]+@[^@\s]+$")
+    """An address."""
+    subject: str = Field(min_length=1, max_length=80)
+    copies: int = Field(default=1, ge=1, le=5)
+
+
+def _effect(log: str, context: ToolContext, what: str) -> None:
+    with Path(log).open("a", encoding="utf-8") as file:
+        file.write(f"{context.idempotency_key} {what}\n")
+
+
+def mail_description(args: Mail) -> str:
+    """The Markdown a person reads about a mail."""
+    return f"Sends **{args.subject}** to `{args.to}` ({args.copies} copies)."
+
+
+@tool(
+    "send_mail",
+    arguments=Mail,
+    idempotent=False,
+    description="Send a mail.",
+    approval=True,
+    approval_description=mail_description,
+)
+async def send_mail(args: Mail, context: ToolContext) -> str:
+    """Always asks first."""
+    _effect(args.log, context, f"mail {args.to} {args.subject} x{args.copies}")
+    return f"sent {args.subject!r} to {args.to}"
+
+
+class Payment(BaseModel):
+    """Arguments of ``pay``."""
+
+    log: str
+    amount: int = Field(ge=1)
+
+
+@tool(
+    "pay",
+    arguments=Payment,
+    idempotent=False,
+    description="Pay an amount.",
+    approval=lambda args: args.amount > 100,
+)
+async def pay(args: Payment, context: ToolContext) -> str:
+    """Asks first when the amount is over 100 (a predicate on the arguments)."""
+    _effect(args.log, context, f"pay {args.amount}")
+    return f"paid {args.amount}"
+
+
+def _broken(args: Payment) -> bool:
+    raise RuntimeError("the predicate is broken")
+
+
+@tool("pay_broken", arguments=Payment, idempotent=False, approval=_broken)
+async def pay_broken(args: Payment, context: ToolContext) -> str:
+    """Its predicate raises: its calls never run."""
+    _effect(args.log, context, f"pay {args.amount}")
+    return "never"
+
+
+APPROVAL_TOOLS: list[Tool] = [send_mail, pay, pay_broken]
+
+
+def call_then_report(transcript: Any) -> ModelTurn:
+    """The scripted model ``call-then-report``: the goal is JSON ``{"calls": [[tool,
+    arguments], ...]}``; its first turn makes those calls, the next one answers with every
+    tool result it was shown (``the tools said: ...``)."""
+    results = [e.payload for e in transcript if e.kind.value == "tool_result"]
+    if results:
+        return answer("the tools said: " + " | ".join(results))
+    goal = next(e.payload for e in transcript if e.kind.value == "message" and e.role)
+    return calls(*[(name, arguments) for name, arguments in json.loads(goal)["calls"]])
+
+
+APPROVAL_SCRIPTS: dict[str, Script] = {"call-then-report": call_then_report}
+
+
+def approval_spec() -> AgentSpec:
+    """The tool-calling loop over these tools with ``call-then-report``."""
+    return AgentSpec(
+        tools=[t.spec.name for t in APPROVAL_TOOLS],
+        model=ModelSpec(provider="scripted", model="call-then-report"),
+    )
+
+
+def goal(*calls: tuple[str, dict[str, Any]]) -> str:
+    """A goal for ``call-then-report``."""
+    return json.dumps({"calls": [[name, arguments] for name, arguments in calls]})
+
+
+def effects(log: Path) -> list[str]:
+    """The lines the tools wrote to ``log`` (none when it does not exist)."""
+    return log.read_text(encoding="utf-8").splitlines() if log.exists() else []

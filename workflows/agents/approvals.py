@@ -1,0 +1,256 @@
+"""Approval before a tool runs: the rules and texts of an approval request (the step machinery,
+``StepRunner.step``, runs them).
+
+A tool registered as needing approval (``activities.tools.tool(approval=...)``: always, or by a
+predicate on its arguments) is asked about before its call is scheduled, in this order:
+
+1. The call's ``tool_call`` event is recorded, with the model's arguments.
+2. The worker checks the call (the ``APPROVAL_ACTIVITY``): the arguments against the tool's
+   argument model (invalid: the step fails without asking, with the message the tool itself
+   would have failed it with) and the tool's predicate on them (whether to ask), and writes the
+   Markdown description. The predicate is the worker's code, not workflow code: its outcome is
+   the activity's result, recorded in the history, so a replay (or a worker deployed later with
+   another predicate) decides the call as it was decided.
+3. An input request ``approve-{call seq}`` (``approval_input_id``) whose ``approval`` names the
+   tool, the step, the call's seq and call id, the idempotency key the approved call will run
+   with (the step's next attempt: ``workflows.steps.next_attempt``) and the description; its
+   answer's JSON Schema is ``approval_schema`` (``ApprovalChoice``). The task is
+   ``awaiting_input`` meanwhile; the step does not exist yet (or keeps the state of its last
+   attempt), so a cancel while it waits closes the request and runs nothing.
+4. The answer (by update, checked on arrival, or by signal, as every answer) is recorded as a
+   ``decision`` citing the call event, authored by whoever answered (``decision_statement``),
+   and the step starts its attempt (``in_progress``, under the key the request named):
+
+   - ``accept``: the step runs the call as the model made it; the model reads the tool's
+     result.
+   - ``edit``: a second ``tool_call`` event holds the person's arguments (the same call id);
+     the step runs that one, and the model sees the call with the edited arguments and the
+     tool's result.
+   - ``answer``: nothing runs; the step ends ``completed`` with the answer as its result
+     event, which the model reads as the tool's result.
+   - ``ignore``: nothing runs; the step ends ``failed`` with ``IGNORED`` as its result (the
+     model reads it).
+
+Workflow code: deterministic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import timedelta
+from typing import Any
+
+from pydantic import BaseModel, JsonValue
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, CancelledError
+
+from workflows.agents.registry import ToolSpec
+from workflows.agents.runner import Runner
+from workflows.models import (
+    APPROVAL_DESCRIPTION_CHARS,
+    MAX_PAYLOAD_CHARS,
+    ApprovalAsk,
+    ApprovalChoice,
+    CitesInput,
+    EventInput,
+    EventKind,
+    InputRequest,
+    RecordEventsInput,
+    StepState,
+    TaskStatus,
+    ToolInput,
+    internal_request_id,
+)
+from workflows.steps import idempotency_key, next_attempt
+
+TOOL_APPROVAL = "tool-approval"
+"""Patch id: a call of a tool that needs approval is checked by the worker and asked about
+before it runs. Runs recorded before it had no such tools (``ToolSpec.approval`` is new), so
+they never reach it."""
+APPROVAL_ACTIVITY = "tool_approval"
+"""Activity: the worker's check of a call of a tool that needs approval (``ApprovalCheck``)."""
+APPROVAL_CHECK_TIMEOUT = timedelta(seconds=30)
+"""Longest run of the check (it reads the call back and runs the tool's predicate)."""
+APPROVAL_CHECK_RETRY = RetryPolicy(maximum_attempts=5)
+"""The check is retried when the worker cannot read the call back (a predicate that raises
+is the check's answer, not a retry: the step fails with it)."""
+IGNORED = "a person chose not to run this call: the tool was not run"
+"""The result of an ignored call (the model reads it)."""
+
+
+class ApprovalCheck(BaseModel):
+    """The worker's check of a call before it is asked about (``APPROVAL_ACTIVITY``)."""
+
+    needed: bool = False
+    """Ask a person (the tool's predicate said so, or it always asks)."""
+    description: str = ""
+    """Markdown for the person."""
+    error: str | None = None
+    """The arguments fail the tool's model: the step fails with this, nobody is asked."""
+
+
+def approval_input_id(call_seq: int) -> str:
+    """The input id of the approval request of the call recorded as ``call_seq``."""
+    return f"approve-{call_seq}"
+
+
+def approval_prompt(tool: str) -> str:
+    """The request's prompt."""
+    return f"Run the tool {tool!r}?"
+
+
+def approval_schema(parameters: dict[str, JsonValue]) -> dict[str, Any]:
+    """The JSON Schema of an approval's answer (``ApprovalChoice``) for a tool whose arguments
+    have the JSON Schema ``parameters`` (its argument model's): ``type`` one of ``accept``,
+    ``edit`` (with ``arguments``, which must satisfy ``parameters``), ``answer`` (with
+    ``text``) and ``ignore``. The tool's ``$defs`` move to the root, so the references a
+    pydantic model's schema holds (``#/$defs/...``) resolve in the answer's schema."""
+    arguments = {k: v for k, v in parameters.items() if k != "$defs"} or {"type": "object"}
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "type": {
+                "enum": ["accept", "edit", "answer", "ignore"],
+                "description": "accept: run it; edit: run it with these arguments; answer: "
+                "this text is its result, it does not run; ignore: it does not run",
+            },
+            "arguments": arguments,
+            "text": {"type": "string", "minLength": 1, "maxLength": MAX_PAYLOAD_CHARS},
+        },
+        "required": ["type"],
+        "additionalProperties": False,
+        "allOf": [
+            {
+                "if": {"properties": {"type": {"const": wanted}}},
+                "then": {"required": [field]},
+            }
+            for wanted, field in (("edit", "arguments"), ("answer", "text"))
+        ],
+    }
+    if "$defs" in parameters:
+        schema["$defs"] = parameters["$defs"]
+    return schema
+
+
+def decision_statement(choice: ApprovalChoice, ask: ApprovalAsk) -> str:
+    """The decision's text for ``choice`` about the call ``ask`` describes."""
+    call = f"the call of {ask.tool!r} (seq {ask.call_seq}, step {ask.step_name!r})"
+    if choice.type == "accept":
+        return f"approved {call}: it runs under {ask.idempotency_key}"
+    if choice.type == "edit":
+        return f"approved {call} with edited arguments: it runs under {ask.idempotency_key}"
+    if choice.type == "answer":
+        return f"answered {call} instead of running it"
+    return f"ignored {call}: it was not run"
+
+
+class Approvals(Runner):
+    """The approval of a call before it runs (the base of ``StepRunner``)."""
+
+    def _approval_of(self, name: str) -> InputRequest | None:
+        """The open approval request of step ``name`` (asked before this run continued as
+        new: the agent, called again from the top, waits on it again)."""
+        found = (r for r in self.ledger.state.inputs if r.approval and r.approval.step_name == name)
+        return next(found, None)
+
+    async def _approved(
+        self,
+        name: str,
+        spec: ToolSpec,
+        call_id: str | None,
+        call_seq: int,
+        asked: InputRequest | None,
+    ) -> tuple[int, tuple[StepState, str] | None]:
+        """Ask a person about the call recorded as ``call_seq`` (``asked``: the request is
+        open already) and record the choice (``workflows.agents.approvals``: the worker's
+        check first, the request, the decision). Returns the seq of the call to run (the
+        edited one's for ``edit``) and, when it does not run, the state and result the step
+        ends with.
+
+        Raises:
+            AgentParked: the task is to continue-as-new (the request stays open).
+            asyncio.CancelledError: the task was cancelled (the request is closed with it).
+        """
+        if asked is None:
+            info = workflow.info()
+            attempt = next_attempt(self.ledger.step(name))
+            key = idempotency_key(info.workflow_id, name, attempt)
+            self.progressed = True
+            try:
+                check: ApprovalCheck = await self._activity(
+                    workflow.start_activity(
+                        APPROVAL_ACTIVITY,
+                        ToolInput(
+                            workflow_id=info.workflow_id,
+                            run_id=info.run_id,
+                            call_seq=call_seq,
+                            step_name=name,
+                            idempotency_key=key,
+                        ),
+                        result_type=ApprovalCheck,
+                        start_to_close_timeout=APPROVAL_CHECK_TIMEOUT,
+                        retry_policy=APPROVAL_CHECK_RETRY,
+                    )
+                )
+            except ActivityError as err:
+                if isinstance(err.cause, CancelledError):
+                    raise asyncio.CancelledError("the task was cancelled") from err
+                raise
+            self._stop_if_cancelled()
+            if check.error is not None:
+                return call_seq, (StepState.FAILED, check.error)
+            if not check.needed:
+                return call_seq, None
+            ask = ApprovalAsk(
+                tool=spec.name,
+                step_name=name,
+                call_seq=call_seq,
+                call_id=call_id,
+                idempotency_key=key,
+                description=check.description[:APPROVAL_DESCRIPTION_CHARS],
+            )
+            self.host.set_status(TaskStatus.AWAITING_INPUT)
+            asked = self.ledger.open_input(
+                approval_input_id(call_seq),
+                approval_prompt(spec.name),
+                approval_schema(spec.parameters),
+                None,
+                workflow.now(),
+                approval=ask,
+            )
+        await self._wait_answer(asked.input_id)
+        self._back_in_progress()
+        answer_seq = self.ledger.state.answered[asked.input_id]
+        # taken in this run: the wait ends in the workflow task that takes the answer, before
+        # any continue-as-new (a request closed without an answer is asked anew)
+        answer = next(e for e in self.ledger.run_events if e.seq == answer_seq)
+        choice = ApprovalChoice.model_validate_json(answer.payload)
+        assert asked.approval is not None
+        decision = EventInput(
+            kind=EventKind.DECISION,
+            payload=decision_statement(choice, asked.approval),
+            cites=CitesInput(events=[call_seq]),
+        )
+        self.ledger.record_events(
+            RecordEventsInput(
+                agent_id=answer.author,
+                events=[decision],
+                request_id=internal_request_id(f"approval/{call_seq}"),
+            ),
+            workflow.now(),
+        )
+        if choice.type == "edit":
+            edited = EventInput(
+                kind=EventKind.TOOL_CALL,
+                name=spec.name,
+                call_id=call_id or f"call_{call_seq}",
+                payload=json.dumps(choice.arguments),
+            )
+            return self._append(edited, f"step/{name}/edited").first_seq, None
+        if choice.type == "answer":
+            return call_seq, (StepState.COMPLETED, choice.text or "")
+        if choice.type == "ignore":
+            return call_seq, (StepState.FAILED, IGNORED)
+        return call_seq, None

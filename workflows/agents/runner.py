@@ -1,0 +1,250 @@
+"""What agent code's machinery stands on (``Runner``, the base of ``StepRunner`` and
+``AgentContext``): the one cancellation rule, the activities agent code awaits, the waits for
+an answer, and the ledger writes of a step (its events, its moves, its end).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+from typing import Any, Protocol, TypeVar
+
+from pydantic import BaseModel
+from temporalio import workflow
+
+from workflows.agents.registry import ToolSpec
+from workflows.ledger import Ledger
+from workflows.models import (
+    AgentRun,
+    AgentSpec,
+    EventInput,
+    EventKind,
+    StepKind,
+    StepRecord,
+    StepState,
+    TaskStart,
+    TaskStatus,
+    ToolInput,
+    ToolOutput,
+    WriteOutcome,
+    bound_text,
+)
+
+CANCEL_RULE = "one-cancellation-rule"
+"""Patch id: after a cancel request no step, model call or wait of the agent starts or goes on
+(``AgentContext.cancelled``); the workflow cancels what runs and waits for it to end
+(``TaskWorkflow._cancelled``). Runs recorded before it cancelled the agent's asyncio task."""
+READ_EVENT_ACTIVITY = "read_event"
+"""Activity name of the read of one event's payload (a memoized step's result of an earlier
+run)."""
+_R = TypeVar("_R")
+
+
+class AgentParked(Exception):
+    """Raised by ``checkpoint()`` (and by a wait) when the task is to continue-as-new: the
+    agent stops here and is called again in the next run."""
+
+
+class BudgetExceeded(Exception):
+    """A budget of the run is spent; the task ends ``failed`` with an ``error`` event."""
+
+    def __init__(self, budget: str, limit: float) -> None:
+        super().__init__(f"budget {budget} reached ({limit:g})")
+        self.budget = budget
+
+
+class StepOutcome(BaseModel):
+    """What a step came to."""
+
+    step_name: str
+    state: StepState
+    """``completed``, ``failed`` or ``unknown``."""
+    text: str
+    """The result (completed) or the error (failed, unknown), as recorded."""
+    result_event_seq: int
+
+    @property
+    def ok(self) -> bool:
+        """True when the step completed."""
+        return self.state is StepState.COMPLETED
+
+
+class AgentHost(Protocol):
+    """What the agent's workflow does for its context (status, children, cancellation)."""
+
+    cancelling: bool
+    """True once the workflow has begun to cancel the task (``TaskWorkflow._cancelled``)."""
+
+    def set_status(self, status: TaskStatus) -> None:
+        """Change the task's status (an event and the search attribute)."""
+        ...
+
+    async def start_child(self, start: TaskStart) -> str | None:
+        """Start the child task ``start`` describes; returns None once started, else why it
+        could not start (its workflow id is taken by another task)."""
+        ...
+
+
+class Runner:
+    """The ground of agent code's machinery over the task's ledger.
+
+    Args:
+        ledger: the task's ledger (the one write path).
+        spec: the task's agent spec.
+        run: the agent's carried progress.
+        tools: the worker's specs of the tools the agent may call (``TOOL_SPECS_ACTIVITY``).
+        host: the task's workflow (status, children, cancellation).
+    """
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        spec: AgentSpec,
+        run: AgentRun,
+        tools: Mapping[str, ToolSpec],
+        host: AgentHost,
+    ) -> None:
+        self.ledger = ledger
+        self.spec = spec
+        self.run = run
+        self.tools = dict(tools)
+        self.host = host
+        self.running: set[workflow.ActivityHandle[Any]] = set()
+        """The activities agent code awaits now (tools, the model): what a cancel cancels."""
+        self.progressed = False
+        """True once agent code did new work in this run (ran a step or the model): until
+        then it only replays what earlier runs memoized, and ``checkpoint()`` does not park
+        (``PROGRESS_BEFORE_PARKING``)."""
+        self.checkpoint_due = False
+        """Set by the workflow when continue-as-new is due: the next ``checkpoint()`` (or a
+        wait for an answer) parks."""
+
+    def cancelled(self) -> bool:
+        """True once a cancel request reached the task (the one cancellation rule,
+        ``CANCEL_RULE``): read as soon as Temporal delivers the request, before the workflow
+        has run anything for it, so agent code that goes on in the same workflow task starts
+        nothing."""
+        if self.host.cancelling:
+            return True
+        return workflow.cancellation_reason() is not None and workflow.patched(CANCEL_RULE)
+
+    def _stop_if_cancelled(self) -> None:
+        """Raise ``asyncio.CancelledError`` once the task is cancelled (``cancelled``)."""
+        if self.cancelled():
+            raise asyncio.CancelledError("the task was cancelled")
+
+    def cancel_running(self) -> None:
+        """Cancel the activities agent code awaits (the workflow's cancel): a tool that
+        heartbeats sees it at its next heartbeat, one that does not runs to its end (its
+        result is recorded); the model call is dropped at once."""
+        for handle in self.running:
+            handle.cancel()
+
+    async def _activity(self, handle: workflow.ActivityHandle[_R]) -> _R:
+        """Await an activity agent code started, where a cancel can reach it."""
+        self.running.add(handle)
+        try:
+            return await handle
+        finally:
+            self.running.discard(handle)
+
+    async def _wait_answer(
+        self,
+        input_id: str,
+        remaining: timedelta | None = None,
+        on_timeout: Callable[[], None] | None = None,
+    ) -> None:
+        """Wait until the open request ``input_id`` is answered (``remaining``: at most that
+        long, then ``on_timeout`` runs).
+
+        Raises:
+            AgentParked: continue-as-new is due first (the request stays open).
+            asyncio.CancelledError: the task was cancelled.
+        """
+        state = self.ledger.state
+        try:
+            await workflow.wait_condition(
+                lambda: input_id in state.answered or self.checkpoint_due or self.host.cancelling,
+                timeout=remaining,
+            )
+        except builtins.TimeoutError:
+            assert on_timeout is not None
+            on_timeout()
+        self._stop_if_cancelled()
+        if input_id not in state.answered:
+            raise AgentParked
+
+    def _back_in_progress(self) -> None:
+        """``in_progress`` again once nothing is awaited."""
+        waiting = (TaskStatus.AWAITING_INPUT, TaskStatus.AWAITING_CHILDREN)
+        if self.ledger.state.status in waiting and not self.ledger.state.inputs:
+            self.host.set_status(TaskStatus.IN_PROGRESS)
+
+    def _append(self, event: EventInput, what: str) -> WriteOutcome:
+        return self.ledger.append([event], f"{what}/{self.ledger.state.writes}", workflow.now())
+
+    def _move(
+        self,
+        name: str,
+        state: StepState,
+        *,
+        kind: StepKind | None = None,
+        result_event_seq: int | None = None,
+    ) -> StepRecord:
+        return self.ledger.move_step(
+            name,
+            state,
+            f"step/{name}/{state.value}/{self.ledger.state.writes}",
+            workflow.now(),
+            kind=kind,
+            result_event_seq=result_event_seq,
+        )
+
+    def _end(
+        self, name: str, tool: str, call_id: str | None, state: StepState, text: str
+    ) -> StepOutcome:
+        """Record the step's end as ``state`` with ``text`` as its result event."""
+        result = EventInput(
+            kind=EventKind.TOOL_RESULT, name=tool or None, call_id=call_id, payload=text
+        )
+        seq = self._append(result, f"step/{name}/result").first_seq
+        self._move(name, state, result_event_seq=seq)
+        self.run.turn_committed = True
+        return StepOutcome(
+            step_name=name, state=state, text=bound_text(text).text, result_event_seq=seq
+        )
+
+    async def _recorded(self, name: str, state: StepState, seq: int | None) -> StepOutcome:
+        """The outcome of a step that ended before as ``state`` (memoized: ``completed`` or
+        ``unknown``), its result as recorded."""
+        text = await self._payload(name, seq or 0)
+        return StepOutcome(step_name=name, state=state, text=text, result_event_seq=seq or 0)
+
+    async def _payload(self, name: str, seq: int) -> str:
+        """The payload of event ``seq``: from this run's events, or by an activity from where
+        the task keeps earlier runs' (``seq`` 0: the result of step ``name``, whose earlier run
+        carried no result seq: the activity finds it by name)."""
+        held = [e.payload for e in self.ledger.run_events if e.seq == seq]
+        if held:
+            return held[0]
+        info = workflow.info()
+        output: ToolOutput = await workflow.execute_activity(
+            READ_EVENT_ACTIVITY,
+            ToolInput(
+                workflow_id=info.workflow_id,
+                run_id=info.run_id,
+                call_seq=seq,
+                step_name=name,
+                idempotency_key="",
+            ),
+            result_type=ToolOutput,
+            start_to_close_timeout=timedelta(seconds=60),
+        )
+        return output.text
+
+    def _check_time(self) -> None:
+        limit = self.spec.budgets.max_seconds
+        if limit is not None and workflow.now() - self.run.started_at >= timedelta(seconds=limit):
+            raise BudgetExceeded("max_seconds", limit)
