@@ -118,6 +118,16 @@ class GraphReads(GraphSession):
             updated_at=props["updated_at"],
         )
 
+    async def mirrored_write(self, project_id: str, workflow_id: str) -> int:
+        """The write counter up to which Neo4j holds every write of the task (the task node's
+        ``mirrored_write``, set by the last page of each copy); 0 before the first."""
+        rows = await self._read(
+            "MATCH (t:Task {key: $key, project_id: $p}) RETURN t.mirrored_write AS w",
+            key=workflow_id,
+            p=project_id,
+        )
+        return int(rows[0]["w"] or 0) if rows else 0
+
     async def decisions(
         self,
         project_id: str,

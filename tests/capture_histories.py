@@ -404,6 +404,40 @@ async def mirror_scenario(stack: Stack) -> Captured:
     return {"mirror_at_once": captured}
 
 
+async def mirror_follows_scenario(stack: Stack) -> Captured:
+    """The mirror that follows its run (the ``mirror-follows-run`` patch): create, three
+    single writes back to back and a batch of 120, all copied by one call; once the run was
+    idle for ``MIRROR_FOLLOW_IDLE`` that call ends with its history position, a write starts
+    the next call from there, and the finish ends it (the run ending) and the workflow."""
+    history = stack.history("mirror_follows")
+    task = "follows"
+    handle = stack.client.get_workflow_handle(history.workflow_id(task))
+    expect(await history.create_task(task, "g"))
+    for i in range(3):
+        expect(await history.record_event(task, "message", f"write {i}"), first_seq=i + 1)
+    batch = [EventInput(kind="note", payload=f"note {i}") for i in range(120)]
+    expect(await history.record_events(task, batch), first_seq=4, last_seq=123)
+    await quiet(handle, mirrored(history, task))
+    expect(await history.record_event(task, "message", "after the pause"), first_seq=124)
+    expect(await history.finish_task(task, "done"))
+    await handle.result()
+    captured = await fetch(history, task)
+    types = event_types(captured)
+    inputs = [
+        json.loads(e.activity_task_scheduled_event_attributes.input.payloads[0].data)
+        for e in captured.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    if (
+        "MARKER_RECORDED" not in types
+        or [(i["follow"], bool(i["history_token"])) for i in inputs]
+        != [(True, False), (True, True)]
+        or types[-1] != "WORKFLOW_EXECUTION_COMPLETED"
+    ):
+        raise CaptureError(f"unexpected mirror calls: {types} {inputs}")
+    return {"mirror_follows": captured}
+
+
 async def mirror_failure_scenario(stack: Stack) -> Captured:
     """The mirror fails without retry (a worker configured with a Neo4j database that does
     not exist: ``DatabaseNotFound`` is a ``MirrorDataError``, not retried): the task shows
@@ -924,6 +958,9 @@ SCENARIOS: dict[str, Scenario] = {
     ),
     "mirror_failure": Scenario(
         mirror_failure_scenario, ("mirror_failure",), "non-retryable mirror failure and pause"
+    ),
+    "mirror_follows": Scenario(
+        mirror_follows_scenario, ("mirror_follows",), "one mirror call follows the run (patched)"
     ),
     "import": Scenario(import_scenario, ("import",), "an imported trajectory"),
     "continue_as_new": Scenario(
