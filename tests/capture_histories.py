@@ -628,6 +628,43 @@ async def agent_scenarios(stack: Stack) -> Captured:
     return captured
 
 
+async def steps_at_once_scenario(stack: Stack) -> Captured:
+    """Agent code ``fan_out`` running six steps of the CPU-heavy ``burn`` at once, on a
+    worker with the agent tests' tools: the calls and ``in_progress`` of all six in one
+    workflow task, each tool activity carrying its arguments (no query), the results as they
+    come, the mirror following the run throughout (one call), the task ``done``."""
+    import tempfile
+
+    from tests.agent_tools import SCRIPTS, TOOLS
+    from workflows.models import AgentSpec
+
+    queue = f"capture-fanout-{uuid.uuid4().hex[:8]}"
+    history = stack.history("steps_at_once")
+    history.task_queue = queue
+    with tempfile.TemporaryDirectory() as folder:
+        log = str(Path(folder) / "burn.log")
+        spec = AgentSpec(name="fan_out", tools=["burn"], input={"steps": 6, "log": log})
+        async with build_worker(stack.client, stack.graph, queue, tools=TOOLS, scripts=SCRIPTS):
+            expect(await history.create_task("fan", "six at once", agent=spec))
+            view = await history.wait_task("fan")
+            if view is None or view.result is None or view.result.text != "6":
+                raise CaptureError(f"the six steps did not complete: {view}")
+            captured = await fetch(history, "fan")
+    inputs = [
+        json.loads(e.activity_task_scheduled_event_attributes.input.payloads[0].data)
+        for e in captured.events
+        if e.activity_task_scheduled_event_attributes.activity_type.name == "tool.burn"
+    ]
+    mirrors = [
+        e
+        for e in captured.events
+        if e.activity_task_scheduled_event_attributes.activity_type.name == "mirror_task"
+    ]
+    if len(inputs) != 6 or not all(i["arguments"] for i in inputs) or len(mirrors) != 1:
+        raise CaptureError(f"unexpected activities: {inputs} {len(mirrors)} mirror calls")
+    return {"steps_at_once": captured}
+
+
 async def human_scenarios(stack: Stack) -> Captured:
     """Input requests and child tasks, on a worker with the agent tests' tools:
 
@@ -977,6 +1014,11 @@ SCENARIOS: dict[str, Scenario] = {
         agent_scenarios,
         ("agent_loop", "agent_cancel", "agent_failed", "agent_resumed"),
         "agent tasks: the tool loop, a cancel, a failure and its resume",
+    ),
+    "steps_at_once": Scenario(
+        steps_at_once_scenario,
+        ("steps_at_once",),
+        "six steps at once, their arguments in their activities' input, one mirror call",
     ),
     "human": Scenario(
         human_scenarios,

@@ -277,6 +277,7 @@ class StepRunner:
                         call_seq=call_seq,
                         step_name=name,
                         idempotency_key=idempotency_key(info.workflow_id, name, record.attempt),
+                        arguments=text,
                     ),
                     result_type=ToolOutput,
                     start_to_close_timeout=timedelta(seconds=spec.start_to_close_s),
