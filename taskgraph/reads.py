@@ -332,7 +332,7 @@ class GraphReads(GraphSession):
         store left out (a fingerprint for tests and rebuild checks)."""
         rows = await self._read(
             """
-            MATCH (n {project_id: $p}) WHERE NOT n:DataKey
+            MATCH (n {project_id: $p}) WHERE NOT n:DataKey AND NOT n:KeyTree
             WITH labels(n)[0] AS label, count(n) AS c
             RETURN label, c
             UNION ALL

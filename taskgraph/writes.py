@@ -241,7 +241,7 @@ class MirrorWrites(GraphSchema):
 
     async def wipe_project(self, project_id: str) -> int:
         """Delete every node of one project and its relationships, but for what the Temporal
-        histories cannot give back (``graph rebuild``): the data keys and the tombstones of
+        histories cannot give back (``graph rebuild``): the key store and the tombstones of
         deleted tasks. Events go first, ``WIPE_BATCH`` per transaction (found by the
         ``(project_id, kind)`` index; a corpus deleted in one transaction outgrows Neo4j's
         transaction memory), then the rest in one. Returns nodes deleted."""
@@ -258,7 +258,8 @@ class MirrorWrites(GraphSchema):
         async def rest(tx: AsyncManagedTransaction) -> int:
             result = await tx.run(
                 """
-                MATCH (n {project_id: $p}) WHERE NOT n:DataKey AND NOT n:TaskTombstone
+                MATCH (n {project_id: $p})
+                WHERE NOT n:DataKey AND NOT n:KeyTree AND NOT n:TaskTombstone
                 DETACH DELETE n RETURN count(n) AS n
                 """,
                 p=project_id,
