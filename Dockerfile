@@ -9,7 +9,7 @@ RUN python -m venv /opt/agent-tasks
 WORKDIR /src
 COPY requirements-runtime.lock ./
 RUN /opt/agent-tasks/bin/pip install --require-hashes --no-deps -r requirements-runtime.lock
-COPY pyproject.toml README.md config.py worker.py telemetry.py codec.py plugin.py ./
+COPY pyproject.toml README.md config.py worker.py telemetry.py codec.py plugin.py broker.py ./
 COPY workflows workflows
 COPY activities activities
 COPY taskgraph taskgraph

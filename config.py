@@ -36,6 +36,11 @@ address, the namespace, and whether TLS and an API key are on are ever shown.
 | ``NEO4J_DATABASE`` | ``neo4j`` | Neo4j database name |
 | ``AGENT_TASKS_DATA_DIR`` | ``.agent-tasks`` | local stack data: SQLite file, Neo4j store, logs |
 | ``AGENT_TASKS_FILES_ROOT`` | ``.`` | the folder the demo agent's file tools read, on the worker |
+| ``AGENT_TASKS_BROKER_URL`` | ``redis://127.0.0.1:6379`` | token broker (``broker``); empty: off |
+| ``AGENT_TASKS_HTTP_HOST`` | ``127.0.0.1`` | where ``agent-tasks serve`` listens |
+| ``AGENT_TASKS_HTTP_PORT`` | ``8700`` | its port |
+| ``AGENT_TASKS_STREAMS_PER_KEY`` | ``100`` | open SSE streams of one API key (``starter.http``) |
+| ``AGENT_TASKS_MAX_BODY_BYTES`` | ``1048576`` | the largest request body the HTTP API reads |
 | ``OTEL_TRACES_EXPORTER`` | ``none`` | ``otlp`` or ``console``: traces (``telemetry``) |
 | ``OTEL_METRICS_EXPORTER`` | ``none`` | ``otlp`` or ``prometheus``: the SDK's runtime metrics |
 | ``OTEL_EXPORTER_OTLP_ENDPOINT`` | ``http://localhost:4318`` | OTLP/HTTP collector (base URL) |
@@ -203,6 +208,21 @@ class Settings(BaseSettings):
     """Data folder of the local stack: Temporal SQLite file, Neo4j store, password, logs."""
     files_root: Path = Field(default=Path("."), validation_alias="AGENT_TASKS_FILES_ROOT")
     """The folder the demo agent's file tools read (list, read, search), on the worker."""
+    broker_url: str = Field(
+        default="redis://127.0.0.1:6379", validation_alias="AGENT_TASKS_BROKER_URL"
+    )
+    """The broker of model tokens and stream wake-ups (Redis pub/sub, ``broker``); empty: none
+    (no tokens; streams then read tasks every ``STREAM_POLL_S``)."""
+    http_host: str = Field(default="127.0.0.1", validation_alias="AGENT_TASKS_HTTP_HOST")
+    """Where ``agent-tasks serve`` listens (``0.0.0.0`` in a container)."""
+    http_port: int = Field(default=8700, ge=1, le=65535, validation_alias="AGENT_TASKS_HTTP_PORT")
+    """The HTTP API's port."""
+    streams_per_key: int = Field(default=100, ge=1, validation_alias="AGENT_TASKS_STREAMS_PER_KEY")
+    """Open SSE streams one API key may hold in one server process (another is refused, 429)."""
+    max_body_bytes: int = Field(
+        default=1_048_576, ge=1_024, validation_alias="AGENT_TASKS_MAX_BODY_BYTES"
+    )
+    """The largest request body the HTTP API reads (bytes); a larger one is refused, 413."""
     otel_traces_exporter: Literal["none", "otlp", "console"] = "none"
     """Where traces go: nowhere, an OTLP/HTTP collector, or standard output."""
     otel_metrics_exporter: Literal["none", "otlp", "prometheus"] = "none"

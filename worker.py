@@ -50,6 +50,7 @@ from activities.files import file_tools, files_demo
 from activities.mirror import MirrorActivities
 from activities.model import ModelActivities, Script
 from activities.tools import Tool, ToolActivities
+from broker import Broker
 from codec import ZlibCodec
 from config import Settings, connect, release_runtime
 from plugin import PLUGIN_NAME, sandbox_passthrough
@@ -77,11 +78,13 @@ propagates a registration through its namespace cache (10 s by default)."""
 @dataclass(frozen=True)
 class Services:
     """What the project runs on: the settings, a Temporal client with the pydantic data
-    converter, and the Neo4j task graph (None when not asked for)."""
+    converter, the Neo4j task graph (None when not asked for), and the broker of tokens (None
+    when ``AGENT_TASKS_BROKER_URL`` is empty; it connects on first use)."""
 
     settings: Settings
     client: Client
     graph: TaskGraph | None
+    broker: Broker | None = None
 
 
 @asynccontextmanager
@@ -118,8 +121,9 @@ async def open_services(
     with_graph: bool = True,
     schema: bool = False,
 ) -> AsyncIterator[Services]:
-    """Connect to Temporal (unless ``client`` is given) and open the Neo4j task graph
-    (``open_graph``, unless ``with_graph`` is False); on exit close the driver and wait for
+    """Connect to Temporal (unless ``client`` is given), open the Neo4j task graph
+    (``open_graph``, unless ``with_graph`` is False) and the broker (``Services.broker``); on
+    exit close them and wait for
     the Temporal SDK's runtime threads to leave Python (``config.release_runtime``), so a
     process may end right after.
 
@@ -136,13 +140,16 @@ async def open_services(
     """
     settings = settings or Settings()
     client = client or await connect(settings)
+    broker = Broker(settings.broker_url) if settings.broker_url else None
     try:
         if not with_graph:
-            yield Services(settings, client, None)
+            yield Services(settings, client, None, broker)
             return
         async with open_graph(settings, schema=schema) as graph:
-            yield Services(settings, client, graph)
+            yield Services(settings, client, graph, broker)
     finally:
+        if broker is not None:
+            await broker.close()
         await release_runtime()
 
 
@@ -250,6 +257,8 @@ class AgentTasksWorkerPlugin(SimplePlugin):
         scripts: the scripted models by name, besides ``DEMO_SCRIPTS``.
         workflows: run ``TaskWorkflow`` (poll workflow tasks).
         activities: run the activities (poll activity tasks).
+        broker: where model tokens and the mirror's word of new events go (``broker``; None:
+            nowhere, and streams find new events by reading the tasks).
 
     Raises:
         ValueError: neither ``workflows`` nor ``activities``.
@@ -267,6 +276,7 @@ class AgentTasksWorkerPlugin(SimplePlugin):
         scripts: Mapping[str, Script] | None = None,
         workflows: bool = True,
         activities: bool = True,
+        broker: Broker | None = None,
     ) -> None:
         if not (workflows or activities):
             raise ValueError("a worker polls workflows, activities or both")
@@ -277,6 +287,7 @@ class AgentTasksWorkerPlugin(SimplePlugin):
         )
         self.run_workflows, self.run_activities = workflows, activities
         self.graph = graph
+        self.broker = broker
         self.tools = file_tools(Path.cwd()) if tools is None else list(tools)
         self.scripts = {**DEMO_SCRIPTS, **(scripts or {})}
 
@@ -291,10 +302,11 @@ class AgentTasksWorkerPlugin(SimplePlugin):
             )
         if self.run_activities:
             slots = config.get("max_concurrent_activities") or DEFAULT_ACTIVITY_SLOTS
-            mirror = MirrorActivities(client, self.graph, followers=max(1, slots // 2))
+            followers = max(1, slots // 2)
+            mirror = MirrorActivities(client, self.graph, self.broker, followers=followers)
             steps = ToolActivities(client, self.graph, self.tools)
             specs = [t.spec for t in steps.tools]
-            model = ModelActivities(client, self.graph, self.scripts, specs)
+            model = ModelActivities(client, self.graph, self.scripts, specs, self.broker)
             children = ChildActivities(client)
             branch = BranchActivities(client, self.graph)
             mine: list[Callable[..., Any]] = [mirror.mirror_task, model.model_turn]
@@ -318,6 +330,7 @@ def build_worker(
     scripts: Mapping[str, Script] | None = None,
     workflows: bool = True,
     activities: bool = True,
+    broker: Broker | None = None,
 ) -> Worker:
     """A worker for ``TaskWorkflow`` and its activities on ``task_queue``
     (``AgentTasksWorkerPlugin`` with ``graph``, ``tools``, ``scripts``, ``workflows`` and
@@ -328,9 +341,16 @@ def build_worker(
         client: a connected client with the product's data converter (``config.connect``).
         graph, tools, scripts, workflows, activities: as ``AgentTasksWorkerPlugin``.
         task_queue: the task queue to poll.
+        broker: where model tokens and the mirror's word of new events go (``broker``; None:
+            nowhere, and streams find new events by reading the tasks).
     """
     plugin = AgentTasksWorkerPlugin(
-        graph, tools=tools, scripts=scripts, workflows=workflows, activities=activities
+        graph,
+        tools=tools,
+        scripts=scripts,
+        workflows=workflows,
+        activities=activities,
+        broker=broker,
     )
     return Worker(
         client,
@@ -392,7 +412,9 @@ async def run_worker(settings: Settings | None = None) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         tools = file_tools(services.settings.files_root)
-        async with build_worker(services.client, services.graph, queue, tools=tools):
+        async with build_worker(
+            services.client, services.graph, queue, tools=tools, broker=services.broker
+        ):
             print(f"worker polling task queue {queue!r}", flush=True)
             await stop.wait()
         print("worker stopped", flush=True)

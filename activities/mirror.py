@@ -37,6 +37,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.follow import HistoryPoll, follow
 from activities.heartbeat import heartbeating
+from broker import Broker, WrittenMessage, channels
 from taskgraph.graph import TaskGraph
 from workflows.errors import MIRROR_DATA_ERROR, MIRROR_UNAVAILABLE
 from workflows.models import (
@@ -93,6 +94,25 @@ class RunSource(Protocol):
     async def mirror_page(self, query: MirrorQuery) -> MirrorPage:
         """The next page of the run's state (``Ledger.mirror_page``)."""
         ...
+
+
+class AnnouncedRun:
+    """A ``RunSource`` that publishes a ``WrittenMessage`` when it reads a page with the
+    task's view (the first page of each mirror call): streams wake and read the new events
+    from the task (the word carries none)."""
+
+    def __init__(self, source: RunSource, broker: Broker) -> None:
+        self.source = source
+        self.broker = broker
+
+    async def mirror_page(self, query: MirrorQuery) -> MirrorPage:
+        """The source's page, announced when it holds the view."""
+        page = await self.source.mirror_page(query)
+        view = page.view
+        if view is not None:
+            message = WrittenMessage(task=view.name, seq=view.last_seq, status=view.status.value)
+            await self.broker.publish(channels(view.workflow_id, view.session_id), message)
+        return page
 
 
 class QueriedRun:
@@ -202,19 +222,30 @@ async def copy_run(
 
 class MirrorActivities:
     """The mirror activity with its dependencies: a Temporal client (to query the workflow
-    and follow its history) and the task graph (to write Neo4j).
+    and follow its history), the task graph (to write Neo4j), and the broker to tell streams
+    of new events.
 
     Args:
         client: the worker's Temporal client.
         graph: the task graph.
+        broker: where each copy's first page is announced (``AnnouncedRun``); None: streams
+            find new events by reading the task every ``STREAM_POLL_S``.
         followers: calls that may follow their run at once on this worker
             (``activities.follow``; each holds an activity slot while it follows); a follow
             call past them copies what waits and ends, as a call per batch did.
     """
 
-    def __init__(self, client: Client, graph: TaskGraph, *, followers: int = 50) -> None:
+    def __init__(
+        self,
+        client: Client,
+        graph: TaskGraph,
+        broker: Broker | None = None,
+        *,
+        followers: int = 50,
+    ) -> None:
         self.client = client
         self.graph = graph
+        self.broker = broker
         self.followers = followers
         self.following = 0
         """Calls following their run now."""
@@ -232,7 +263,9 @@ class MirrorActivities:
             raise mirror_failure(err, where) from err
 
     async def _mirror(self, input: MirrorInput) -> MirrorOutcome:
-        source = QueriedRun(self.client, input.workflow_id, input.run_id)
+        source: RunSource = QueriedRun(self.client, input.workflow_id, input.run_id)
+        if self.broker is not None:
+            source = AnnouncedRun(source, self.broker)
         run = f"task {input.workflow_id} run {input.run_id}"
 
         async def copy(after_seq: int, after_write: int, up_to_seq: int | None) -> MirrorOutcome:

@@ -52,7 +52,7 @@ class ServiceStatus:
     """One service of the local stack, as ``up``, ``down`` and ``status`` report it.
 
     Attributes:
-        name: ``"temporal"`` or ``"neo4j"``.
+        name: ``"temporal"``, ``"neo4j"`` or ``"broker"``.
         address: ``host:port`` for Temporal, the Bolt URI for Neo4j (never a password).
         answering: the server answered when last checked.
         pid: pid of the process that ``up`` started (from its pid file), or None.

@@ -21,6 +21,7 @@ from devstack.process import (
     is_local_host,
     parse_host_port,
 )
+from devstack.redis_server import RedisServer, probe_redis
 from devstack.temporal import (
     TemporalDevServer,
     probe_temporal,
@@ -28,6 +29,11 @@ from devstack.temporal import (
 
 # --------------------------------------------------------------------------------------------
 # the stack: up, down, status
+
+
+def _broker(settings: Settings) -> RedisServer:
+    """The local broker of ``AGENT_TASKS_BROKER_URL``'s port."""
+    return RedisServer(settings.data_dir, parse_host_port(settings.broker_url, 6379)[1])
 
 
 def _neo4j_auth_or_none(settings: Settings) -> tuple[str, str] | None:
@@ -47,7 +53,8 @@ async def status(
         timeout_s: seconds per probe.
 
     Returns:
-        ``[temporal, neo4j]`` as :class:`ServiceStatus`. Never starts or stops anything.
+        ``[temporal, neo4j]`` and, when ``AGENT_TASKS_BROKER_URL`` names one, ``broker``, as
+        :class:`ServiceStatus`. Never starts or stops anything.
     """
     s = settings or Settings()
     temporal = TemporalDevServer(s.data_dir, parse_host_port(s.temporal.address, 7233)[1])
@@ -56,11 +63,21 @@ async def status(
         probe_temporal(s.temporal, namespace=s.temporal.namespace, timeout_s=timeout_s),
         probe_neo4j(s.neo4j_uri, _neo4j_auth_or_none(s), timeout_s=timeout_s),
     )
-    out = []
-    for name, address, server, probe in (
+    checks: list[tuple[str, str, ManagedProcess, Probe]] = [
         ("temporal", s.temporal.address, temporal, t_probe),
         ("neo4j", s.neo4j_uri, neo, n_probe),
-    ):
+    ]
+    if s.broker_url:
+        checks.append(
+            (
+                "broker",
+                s.broker_url,
+                _broker(s),
+                await probe_redis(s.broker_url, timeout_s=timeout_s),
+            )
+        )
+    out = []
+    for name, address, server, probe in checks:
         pid = server.running_pid()
         detail = probe.detail
         if pid is not None and not probe.answering:
@@ -81,7 +98,7 @@ async def up(
     neo4j_timeout_s: float = 120.0,
     probe_timeout_s: float = 3.0,
 ) -> list[ServiceStatus]:
-    """Make Temporal and Neo4j answer: start local servers where nothing answers.
+    """Make Temporal, Neo4j and the broker answer: start local servers where nothing answers.
 
     For each service: a process that ``up`` started earlier and still runs is reported (and
     waited for); an address that answers is used as it is (external); a local address that
@@ -97,8 +114,9 @@ async def up(
         probe_timeout_s: seconds for the first "does it answer?" check of each address.
 
     Returns:
-        ``[temporal, neo4j]`` as :class:`ServiceStatus`; ``detail`` says what was done and, for
-        a started server, how long it took to answer.
+        ``[temporal, neo4j]`` (and ``broker`` when ``AGENT_TASKS_BROKER_URL`` names one) as
+        :class:`ServiceStatus`; ``detail`` says what was done and, for a started server, how
+        long it took to answer.
 
     Raises:
         DevStackError: a remote address does not answer (nothing started), a port is taken by
@@ -138,6 +156,17 @@ async def up(
                 neo = Neo4jServer.from_settings(s)
             except DevStackError as e:
                 errors.append(str(e))
+    broker = _broker(s) if s.broker_url else None
+    b_pid = broker.running_pid() if broker is not None else None
+    b_probe = Probe(False, "")
+    if broker is not None and b_pid is None:
+        b_probe = await probe_redis(s.broker_url, timeout_s=probe_timeout_s)
+        b_host, _ = parse_host_port(s.broker_url, 6379)
+        if not b_probe.answering and not is_local_host(b_host):
+            errors.append(
+                f"AGENT_TASKS_BROKER_URL={s.broker_url} is not on this host and does not answer "
+                f"({b_probe.detail})"
+            )
     if errors:
         raise DevStackError("; ".join(errors) + ". Nothing was started.")
 
@@ -170,7 +199,19 @@ async def up(
         pid, took = await neo.start_ready(neo4j_timeout_s)
         return ServiceStatus("neo4j", s.neo4j_uri, True, pid, False, f"started in {took:.1f} s")
 
-    results = await asyncio.gather(bring_up_temporal(), bring_up_neo4j(), return_exceptions=True)
+    async def bring_up_broker(server: RedisServer) -> ServiceStatus:
+        if b_probe.answering:
+            return ServiceStatus("broker", s.broker_url, True, None, True, "external")
+        if b_pid is not None:
+            await server.wait_ready()
+            return ServiceStatus("broker", s.broker_url, True, b_pid, False, "already running")
+        pid, took = await server.start_ready()
+        return ServiceStatus("broker", s.broker_url, True, pid, False, f"started in {took:.1f} s")
+
+    starts = [bring_up_temporal(), bring_up_neo4j()]
+    if broker is not None:
+        starts.append(bring_up_broker(broker))
+    results = await asyncio.gather(*starts, return_exceptions=True)
     failures = [r for r in results if isinstance(r, BaseException)]
     if failures:
         if len(failures) == 1 or not all(isinstance(f, DevStackError) for f in failures):
@@ -187,8 +228,9 @@ async def down(settings: Settings | None = None, *, timeout_s: float = 60.0) -> 
         timeout_s: seconds to wait for each clean exit before SIGKILL.
 
     Returns:
-        ``[temporal, neo4j]`` as :class:`ServiceStatus`: ``pid`` is the stopped process, or
-        None when there was none; ``answering`` is False for a stopped one.
+        ``[temporal, neo4j]`` (and ``broker`` when configured) as :class:`ServiceStatus`:
+        ``pid`` is the stopped process, or None when there was none; ``answering`` is False
+        for a stopped one.
 
     Raises:
         DevStackError: a process survived SIGKILL.
@@ -199,6 +241,8 @@ async def down(settings: Settings | None = None, *, timeout_s: float = 60.0) -> 
          TemporalDevServer(s.data_dir, parse_host_port(s.temporal.address, 7233)[1])),
         ("neo4j", s.neo4j_uri, Neo4jServer(s.data_dir, parse_host_port(s.neo4j_uri, 7687)[1])),
     ]  # fmt: skip
+    if s.broker_url:
+        servers.append(("broker", s.broker_url, _broker(s)))
 
     async def stop_one(name: str, address: str, server: ManagedProcess) -> ServiceStatus:
         pid = server.running_pid()

@@ -4,6 +4,7 @@ again (resume, continue, retry, branch) is ``starter.turns``."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from pydantic import JsonValue
@@ -31,6 +32,7 @@ from workflows.models import (
     TaskWorkflowInput,
     valid_request_id,
 )
+from workflows.models.lifecycle import AskInput, SetStatusInput, SpawnInput
 from workflows.task import TaskWorkflow, search_attributes
 from workflows.waits import answer_error
 
@@ -263,6 +265,86 @@ class TaskLifecycle(TaskWrites):
             agent_id=self.agent_id,
             request_id=request_id_or_new(request_id),
         )
+
+    # ------------------------------------------------------------------ a recorded task's lifecycle
+
+    async def set_status(
+        self, task: str, status: TaskStatus | str, *, request_id: str | None = None
+    ) -> WriteResult:
+        """Set a recorded task's status: ``queued``, ``in_progress`` or ``awaiting_children``
+        (``workflows.lifecycle``; ``awaiting_children`` with no child running is ``queued`` at
+        once). Refusals: ``run_by_agent`` (an agent task's agent sets its own), ``task_closed``
+        and those of every write.
+
+        Raises:
+            pydantic.ValidationError: another status (``done``, ``failed``, ``cancelled``:
+                ``finish_task``; ``awaiting_input``: ``request_input``).
+        """
+        write = SetStatusInput.model_validate(
+            {
+                "agent_id": self.agent_id,
+                "status": status,
+                "request_id": request_id_or_new(request_id),
+            }
+        )
+        return await self._update(task, TaskWorkflow.update_status, write)
+
+    async def request_input(
+        self,
+        task: str,
+        input_id: str,
+        prompt: str,
+        schema: Mapping[str, JsonValue] | None = None,
+        *,
+        request_id: str | None = None,
+    ) -> WriteResult:
+        """Ask a person for input on a recorded task (its agent runs in the app): an
+        ``input_request`` event (``result.seq``), the request in the view, status
+        ``awaiting_input`` until every open request is answered (``respond``,
+        ``submit_input``), then ``queued``. Refusals: ``input_exists``, ``schema_invalid``,
+        ``input_limit_reached``, ``run_by_agent`` and those of every write.
+
+        Raises:
+            pydantic.ValidationError: an argument of the wrong shape, naming the field.
+        """
+        write = AskInput(
+            agent_id=self.agent_id,
+            input_id=input_id,
+            prompt=prompt,
+            json_schema=dict(schema or {}),
+            request_id=request_id_or_new(request_id),
+        )
+        return await self._update(task, TaskWorkflow.ask, write)
+
+    async def spawn_child(
+        self,
+        parent: str,
+        spawn_key: str,
+        name: str,
+        goal: str,
+        *,
+        session_id: str | None = None,
+        request_id: str | None = None,
+    ) -> WriteResult:
+        """Start a child task ``name`` of the recorded task ``parent`` (a child workflow, a
+        recorded task one level below it, labelled ``spawn_key`` in the parent): returns once
+        it has started; its end comes back to the parent as a ``child_result`` event. The
+        parent's status is left as it is (set ``awaiting_children`` to wait). Refusals:
+        ``task_exists`` (the key or name used already), ``child_limit_reached``,
+        ``run_by_agent`` and those of every write.
+
+        Raises:
+            pydantic.ValidationError: an argument of the wrong shape, naming the field.
+        """
+        write = SpawnInput(
+            agent_id=self.agent_id,
+            spawn_key=spawn_key,
+            name=name,
+            goal=goal,
+            session_id=session_id,
+            request_id=request_id_or_new(request_id),
+        )
+        return await self._update(parent, TaskWorkflow.spawn, write)
 
     async def wait_task(self, task: str) -> TaskView | None:
         """Wait until the task's workflow has ended (an agent task finished, failed or was

@@ -5,7 +5,8 @@ the CLI; taskgraph is used by tasklog, activities, worker and starter; tasklog (
 reader) by activities and starter; trajectories is pure; devstack serves the CLI and tests;
 config is read by worker, starter and devstack; telemetry (OpenTelemetry, loaded only when
 configured) is used by config and worker; codec (the payload codec) and plugin (the client
-plugin) by config, worker and starter; bench measures it all and nothing imports it but its
+plugin) by config, worker and starter; broker (the pub/sub of tokens and of a log's growth) by
+activities, worker and starter; bench measures it all and nothing imports it but its
 own tests. Nothing imports up, no import (of a part or of a module, ``TYPE_CHECKING`` ones
 included) runs in a circle, and the wheel ships the runtime parts only.
 """
@@ -26,12 +27,22 @@ ALLOWED: dict[str, set[str]] = {
     "trajectories": {"workflows"},
     "taskgraph": {"workflows"},
     "tasklog": {"workflows", "taskgraph"},
-    "activities": {"workflows", "taskgraph", "tasklog"},
+    "activities": {"workflows", "taskgraph", "tasklog", "broker"},
     "telemetry": set(),
     "codec": set(),
     "plugin": {"codec"},
+    "broker": {"workflows"},
     "config": {"workflows", "telemetry", "codec", "plugin"},
-    "worker": {"workflows", "taskgraph", "activities", "config", "telemetry", "codec", "plugin"},
+    "worker": {
+        "workflows",
+        "taskgraph",
+        "activities",
+        "config",
+        "telemetry",
+        "codec",
+        "plugin",
+        "broker",
+    },
     "devstack": {"workflows", "config"},
     "starter": {
         "workflows",
@@ -45,6 +56,7 @@ ALLOWED: dict[str, set[str]] = {
         "telemetry",
         "codec",
         "plugin",
+        "broker",
     },
     "bench": {
         "workflows",
@@ -59,6 +71,7 @@ ALLOWED: dict[str, set[str]] = {
         "tasklog",
         "plugin",
         "telemetry",
+        "broker",
     },
 }
 """Each top-level part of the project -> the parts it may import (besides itself)."""

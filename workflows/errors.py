@@ -95,6 +95,17 @@ class ErrorCode(StrEnum):
     first, and the key store (Neo4j) did not store it within ``KEY_STORE_WAIT_S`` or refused:
     nothing was sent, never plain text in its place (``taskgraph.sealing``). Later writes to
     a task need no key store; retry this one once Neo4j answers."""
+    INPUT_EXISTS = "input_exists"
+    """``ask`` from outside: the task asked an input request of that id before."""
+    SCHEMA_INVALID = "schema_invalid"
+    """``ask`` from outside: the JSON Schema breaks the rules of ``workflows.waits.check_schema``
+    (the message says which)."""
+    INPUT_LIMIT_REACHED = "input_limit_reached"
+    """``ask`` from outside: the task has as many open requests, or asked as many questions,
+    as it may (``MAX_PENDING_INPUTS``, ``MAX_INPUTS_PER_TASK``, ``MAX_INPUT_SCHEMA_BYTES``)."""
+    CHILD_LIMIT_REACHED = "child_limit_reached"
+    """``spawn`` from outside: the task has ``MAX_CHILDREN`` children, or a child would be more
+    than ``MAX_DEPTH`` levels deep."""
 
 
 DUPLICATE = "duplicate_request"

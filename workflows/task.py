@@ -48,6 +48,7 @@ from temporalio.workflow import ParentClosePolicy
 with workflow.unsafe.imports_passed_through():
     # Pass-through is safe: these modules are deterministic (stdlib, pydantic, temporalio) and
     # hold no state between workflow runs; sharing them avoids re-importing pydantic models.
+    from workflows import lifecycle
     from workflows.agents.context import AgentContext, AgentParked
     from workflows.agents.registry import agent_function, agent_tools
     from workflows.agents.steps import CANCEL_RULE
@@ -105,9 +106,11 @@ with workflow.unsafe.imports_passed_through():
         TaskWorkflowInput,
         WriteOutcome,
         args_digest,
+        bound_text,
         internal_request_id,
         task_workflow_id,
     )
+    from workflows.models.lifecycle import AskInput, SetStatusInput, SpawnInput
 
 PROJECT_ID = SearchAttributeKey.for_keyword("ProjectId")
 AGENT_ID = SearchAttributeKey.for_keyword("AgentId")
@@ -121,6 +124,10 @@ CONTINUE_WITHOUT_MIRROR = "continue-as-new-without-mirror"
 """Patch id: a run continues-as-new when Temporal suggests it without waiting for the mirror;
 what Neo4j lacks goes to the next run's ``mirror_backlog``. Before it, a run waited for the
 mirror, so a long Neo4j outage grew its history towards Temporal's hard limit."""
+APP_LIFECYCLE = "app-lifecycle"
+"""Patch id: a recorded task that waits for input or children and has nothing left to wait for
+goes back to ``queued`` after an answer or a child's end (``workflows.lifecycle``). Runs
+recorded before it never had those statuses, so they never reach it."""
 
 
 TURN_RULES = "turn-rules"
@@ -764,13 +771,16 @@ class TaskWorkflow:
         if not self.ledger.closed:
             bound = workflow.patched(ANSWERS_BOUND)
             self.ledger.take_answer(answer, workflow.now(), bound=bound)
+            self._settle()
 
     @workflow.update
     def respond(self, answer: InputAnswer) -> WriteOutcome:
         """An answer to an input request, validated on arrival: accepted, or refused
         (``input_not_requested``, ``input_invalid`` with the validation message) with nothing
         recorded."""
-        return self.ledger.respond(answer, workflow.now())
+        outcome = self.ledger.respond(answer, workflow.now())
+        self._settle()
+        return outcome
 
     @respond.validator
     def _check_respond(self, answer: InputAnswer) -> None:
@@ -797,11 +807,73 @@ class TaskWorkflow:
     def child_ended(self, end: ChildEnd) -> None:
         """A child task's end (it signals before it completes): a ``child_result`` event."""
         self.ledger.child_ended(end, workflow.now())
+        self._settle()
 
     @workflow.signal
     def keep_children(self) -> None:
         """Make a later cancel leave the spawned child tasks running (``--no-cascade``)."""
         self.cascade = False
+
+    # ---------------------------------------------------------------- a recorded task's lifecycle
+
+    def _settle(self) -> None:
+        """A recorded task that waits for nothing any more is ``queued`` again (the rule of
+        ``workflows.lifecycle``)."""
+        if lifecycle.waiting_for_nothing(self.ledger) and workflow.patched(APP_LIFECYCLE):
+            self.set_status(TaskStatus.QUEUED)
+
+    def _check_lifecycle(self) -> None:
+        """What every lifecycle write needs besides its own rules: admission, and a recorded
+        task (an agent task's agent sets its own status, asks and spawns)."""
+        self._admit()
+        self._single_writer()
+
+    @workflow.update
+    def update_status(self, input: SetStatusInput) -> WriteOutcome:
+        """Set a recorded task's status (``queued``, ``in_progress``, ``awaiting_children``);
+        ``awaiting_children`` with no child running is ``queued`` at once."""
+        outcome = lifecycle.set_status(self.ledger, input, workflow.now())
+        workflow.upsert_search_attributes([TASK_STATUS.value_set(input.status.value)])
+        self._settle()
+        return outcome
+
+    @update_status.validator
+    def _check_update_status(self, input: SetStatusInput) -> None:
+        lifecycle.check_status(self.ledger, input)
+        self._check_lifecycle()
+
+    @workflow.update
+    def ask(self, input: AskInput) -> WriteOutcome:
+        """Open an input request of a recorded task: ``awaiting_input`` until its requests are
+        answered (by ``respond`` or ``submit_input``), then ``queued``."""
+        outcome = lifecycle.ask(self.ledger, input, workflow.now())
+        self.set_status(TaskStatus.AWAITING_INPUT)
+        self._settle()  # an answer kept from before the request took it already
+        return outcome
+
+    @ask.validator
+    def _check_ask(self, input: AskInput) -> None:
+        lifecycle.check_ask(self.ledger, input)
+        self._check_lifecycle()
+
+    @workflow.update
+    async def spawn(self, input: SpawnInput) -> WriteOutcome:
+        """Start a child task of a recorded task (``start_child``); returns once its workflow
+        has started. Its end comes back by ``child_ended``."""
+        outcome, child = lifecycle.spawn(self.ledger, input, workflow.now())
+        refused = await self.start_child(child)
+        if refused is not None:  # the child is recorded ended, as an agent's spawn records it
+            why = bound_text(f"could not start: {refused}")
+            wid = task_workflow_id(child.project_id, child.name)
+            self.ledger.child_ended(
+                child_end(child.name, wid, TaskStatus.FAILED, error=why), workflow.now()
+            )
+        return outcome
+
+    @spawn.validator
+    def _check_spawn(self, input: SpawnInput) -> None:
+        lifecycle.check_spawn(self.ledger, input)
+        self._check_lifecycle()
 
     @workflow.query
     def resume_state(self) -> TaskState:

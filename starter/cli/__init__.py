@@ -3,7 +3,7 @@
 One module per command group: ``task`` (one task; its ``redact``, ``delete`` and
 ``decisions`` in ``retention``), ``graph`` (Neo4j), ``dev`` (the local
 stack, the worker and ``setup``), ``transfer`` (import and export), ``replay`` (the pre-deploy
-check).
+check), ``serve`` (the HTTP API and its API keys).
 Output is readable by default; ``--json`` prints JSON for scripts. Exit codes: 0 on success,
 1 when a write is refused or a read finds nothing (the error code is printed), 2 on bad
 arguments, 3 when Temporal or Neo4j cannot be reached.
@@ -27,6 +27,7 @@ from starter.cli.dev import dev_app, setup_command, worker_command
 from starter.cli.graph import graph_app, tree_command
 from starter.cli.replay import replay_command
 from starter.cli.retention import decisions_command, delete_command, redact_command
+from starter.cli.serve import keys_app, serve_command
 from starter.cli.task import task_app
 from starter.cli.transfer import export_command, import_command
 
@@ -50,6 +51,8 @@ app.command("branch")(branch_command)
 app.add_typer(step_app, name="step")
 app.command("input")(input_command)
 app.command("tree")(tree_command)
+app.command("serve")(serve_command)
+app.add_typer(keys_app, name="keys")
 
 
 def main() -> None:

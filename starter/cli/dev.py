@@ -18,7 +18,7 @@ from starter.cli.common import console, run
 from worker import DEFAULT_RETENTION, open_graph, prepare_namespace, run_worker
 from workflows.errors import TaskServiceUnavailable
 
-dev_app = typer.Typer(help="The local stack: Temporal dev server and Neo4j.")
+dev_app = typer.Typer(help="The local stack: Temporal dev server, Neo4j and the broker.")
 
 
 def _stack(command: Callable[[Settings], Coroutine[Any, Any, list[Any]]]) -> None:
@@ -56,8 +56,8 @@ async def up(settings: Settings, retention: timedelta) -> list[devstack.ServiceS
 
 @dev_app.command("up")
 def dev_up(retention_days: RetentionDays = DEFAULT_RETENTION.days) -> None:
-    """Start Temporal and Neo4j where nothing answers yet; wait until both answer. Sets the
-    namespace's retention on the local Temporal (30 days unless told)."""
+    """Start Temporal, Neo4j and the broker where nothing answers yet; wait until they answer.
+    Sets the namespace's retention on the local Temporal (30 days unless told)."""
     _stack(lambda settings: up(settings, timedelta(days=retention_days)))
 
 

@@ -53,6 +53,7 @@ def _settings(data_dir: Path, temporal_address: str, neo4j_port: int) -> Setting
         neo4j_username="neo4j",
         neo4j_password=None,
         AGENT_TASKS_DATA_DIR=data_dir,
+        AGENT_TASKS_BROKER_URL="",  # the broker's own test: tests/devstack/test_redis_server.py
     )
 
 

@@ -47,6 +47,11 @@ class ModelSpec(_Spec):
     """The model's name (``openai``) or the script's name (``scripted``)."""
     system: Annotated[StrictStr, Field(max_length=4_000)] | None = None
     """The system prompt."""
+    stream: bool = Field(default=False, exclude_if=lambda value: value is False)
+    """``openai``: stream the response (``stream=True``), its tokens published to the broker
+    as they arrive (``activities.model``); the turn is recorded whole either way. (The scripted
+    provider always publishes its turn's tokens.) Added later: left out of the JSON while
+    False, so an old task's argument digest is unchanged."""
 
 
 class AgentSpec(_Spec):

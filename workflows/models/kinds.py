@@ -74,9 +74,11 @@ class StepKind(StrEnum):
 
 
 class TaskStatus(StrEnum):
-    """Status of a task. A recorded task is ``open`` until ``finish_task`` closes it; an agent
-    task moves ``queued`` -> ``in_progress`` (waiting ``awaiting_input`` or
-    ``awaiting_children`` meanwhile) -> ``done``, ``failed`` or ``cancelled``."""
+    """Status of a task. A recorded task is ``open`` until ``finish_task`` closes it, unless
+    the app that runs it moves it through the same statuses as an agent task
+    (``workflows.lifecycle``); an agent task moves ``queued`` -> ``in_progress`` (waiting
+    ``awaiting_input`` or ``awaiting_children`` meanwhile) -> ``done``, ``failed`` or
+    ``cancelled``."""
 
     OPEN = "open"
     DONE = "done"

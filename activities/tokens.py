@@ -1,0 +1,123 @@
+"""What the worker tells the broker (``broker``): the tokens of a model call as they come, and
+the word that a task's log grew, sent by the mirror activity.
+
+Tokens go to the broker only, never into the activity's result beyond the turn the model
+returns (recorded whole as one event) and never into Neo4j. A model call never waits for the
+broker: its tokens are queued and sent by one task per call (in order, a pipeline round trip
+per batch), and a call that ends waits at most ``FLUSH_TIMEOUT_S`` for the last of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections.abc import AsyncIterator
+from types import TracebackType
+
+from temporalio.client import Client
+
+from broker import Broker, TokenMessage, channels
+from workflows.task import TaskWorkflow
+
+FLUSH_TIMEOUT_S = 2.0
+"""How long a model call that ended waits for its queued tokens to reach the broker."""
+SESSION_CACHE = 1_024
+"""Tasks whose session a worker remembers (a task's session never changes)."""
+_TOKEN = re.compile(r"\S+\s*|\s+")
+
+
+def split_tokens(text: str) -> list[str]:
+    """``text`` as the scripted model streams it: each word with the white space after it (and
+    white space at the start as a token of its own), so the tokens joined are ``text``."""
+    return _TOKEN.findall(text)
+
+
+class TokenStream:
+    """The tokens of one model call of task ``task``: ``send`` queues one, a task of its own
+    publishes them in order. Use as ``async with``; leaving waits for the queue to drain (at
+    most ``FLUSH_TIMEOUT_S``). Without a broker, ``send`` does nothing.
+
+    Args:
+        broker: where to publish (None: nowhere).
+        targets: the channels (``broker.channels``).
+        task: the task's name.
+        after_seq: the seq of the last event the model saw (``TokenMessage.after_seq``).
+    """
+
+    def __init__(
+        self, broker: Broker | None, targets: list[str], task: str, after_seq: int | None
+    ) -> None:
+        self.broker = broker
+        self.targets = targets
+        self.task = task
+        self.after_seq = after_seq
+        self.sent = 0
+        """Tokens queued so far (the next one's ``index``)."""
+        self._queue: asyncio.Queue[TokenMessage | None] = asyncio.Queue()
+        self._sender: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> TokenStream:
+        if self.broker is not None:
+            self._sender = asyncio.create_task(self._send_all(self.broker))
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._sender is None:
+            return
+        self._queue.put_nowait(None)
+        try:
+            await asyncio.wait_for(asyncio.shield(self._sender), FLUSH_TIMEOUT_S)
+        except TimeoutError:
+            self._sender.cancel()
+
+    def send(self, text: str) -> None:
+        """Queue one token (never waits)."""
+        if self._sender is None or not text:
+            return
+        self._queue.put_nowait(
+            TokenMessage(task=self.task, text=text, index=self.sent, after_seq=self.after_seq)
+        )
+        self.sent += 1
+
+    async def _send_all(self, broker: Broker) -> None:
+        while True:
+            message = await self._queue.get()
+            if message is None:
+                return
+            await broker.publish(self.targets, message)
+
+
+class TokenPublisher:
+    """Opens the ``TokenStream`` of a model call, with the channels of its task (its session,
+    asked of the task once per worker by the ``view`` query).
+
+    Args:
+        client: to ask a task its session.
+        broker: where tokens go (None: nowhere; streams then show no tokens).
+    """
+
+    def __init__(self, client: Client, broker: Broker | None) -> None:
+        self.client = client
+        self.broker = broker
+        self._sessions: dict[str, str | None] = {}
+
+    @contextlib.asynccontextmanager
+    async def stream(self, workflow_id: str, after_seq: int | None) -> AsyncIterator[TokenStream]:
+        """The token stream of one model call of the task ``workflow_id``."""
+        targets: list[str] = []
+        if self.broker is not None:
+            targets = channels(workflow_id, await self._session(workflow_id))
+        task = workflow_id.split("/", 2)[2]
+        async with TokenStream(self.broker, targets, task, after_seq) as tokens:
+            yield tokens
+
+    async def _session(self, workflow_id: str) -> str | None:
+        if workflow_id not in self._sessions:
+            view = await self.client.get_workflow_handle(workflow_id).query(TaskWorkflow.view)
+            if len(self._sessions) >= SESSION_CACHE:
+                del self._sessions[next(iter(self._sessions))]
+            self._sessions[workflow_id] = view.session_id
+        return self._sessions[workflow_id]

@@ -1,0 +1,238 @@
+"""The broker of ephemeral messages: model tokens, and the word that a task has new events.
+
+Redis pub/sub (what the published Tasks API's own system uses), through the ``redis``
+package's asyncio client, at ``AGENT_TASKS_BROKER_URL`` (``agent-tasks dev up`` starts a
+``redis-server`` there). Nothing here is durable, and nothing is meant to be:
+
+- **Tokens** (``TokenMessage``) are what a model streams while it answers: the model activity
+  (``activities.tokens``) and ``starter.tasks.TaskEmitter.emit_token`` publish them, the HTTP
+  API's streams forward them as SSE ``token`` events. They never enter a workflow history or
+  Neo4j: the turn the model returns is recorded whole, as one event, when the call ends. A
+  stream that was away misses them.
+- **Written** (``WrittenMessage``) says that a task's log grew (the mirror activity publishes
+  it for every mirror call, with the newest seq). It carries no event: a stream wakes on it and
+  reads the new events from the task itself (``ConversationHistory.list_events``), so a missed
+  or late word delays an ``update`` event and never loses one (streams also read the task every
+  ``STREAM_POLL_S`` without a word).
+
+Channels (``channels``): ``agent-tasks:task:{workflow id}`` for one task, and
+``agent-tasks:session:{project id}:{session id}`` for every task of a session. A message is
+JSON, one of the two models below. Redis drops a subscriber that reads too slowly (its output
+buffer limit for pub/sub clients), never slowing a publisher.
+
+The ``redis`` package is imported when a ``Broker`` is made, not with this module (it loads
+OpenTelemetry's API when that is installed). Publishing never fails its caller: a broker that
+does not answer within ``PUBLISH_TIMEOUT_S`` is logged (at most once a minute) and the message
+dropped, so a broker outage costs the tokens and the wake-ups, not a model call or a mirror
+write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
+
+from workflows.models import project_of
+
+if TYPE_CHECKING:  # imported when a broker is used: the package loads OpenTelemetry's API
+    from redis.asyncio import Redis
+
+PUBLISH_TIMEOUT_S = 0.5
+"""How long one publish may take (seconds) before the message is dropped."""
+RECONNECT_PAUSE_S = 1.0
+"""Pause of the subscriber between attempts to reach a broker that went away (seconds)."""
+_WARN_EVERY_S = 60.0
+
+log = logging.getLogger(__name__)
+
+
+class TokenMessage(BaseModel):
+    """A model token (or any short text an agent streams) of one task."""
+
+    type: Literal["token"] = "token"
+    task: str
+    """The task's name."""
+    text: str
+    """The token's text."""
+    index: int = Field(ge=0)
+    """Its place in its stream (0, 1, 2 ... per model call)."""
+    after_seq: int | None = None
+    """The seq of the last event the model saw: the token comes after that event and before
+    the next in a stream. None: where it arrives."""
+
+
+class WrittenMessage(BaseModel):
+    """A task's log has events up to ``seq`` (a wake-up: the events are read from the task)."""
+
+    type: Literal["written"] = "written"
+    task: str
+    """The task's name."""
+    seq: int = Field(ge=0)
+    """Its newest seq."""
+    status: str
+    """Its status then (a hint: streams read it from the task)."""
+
+
+BrokerMessage = Annotated[TokenMessage | WrittenMessage, Field(discriminator="type")]
+"""What travels on a channel."""
+_MESSAGE: TypeAdapter[TokenMessage | WrittenMessage] = TypeAdapter(BrokerMessage)
+
+
+def task_channel(workflow_id: str) -> str:
+    """The channel of one task (by its workflow id)."""
+    return f"agent-tasks:task:{workflow_id}"
+
+
+def session_channel(project_id: str, session_id: str) -> str:
+    """The channel of every task of one session of a project."""
+    return f"agent-tasks:session:{project_id}:{session_id}"
+
+
+def channels(workflow_id: str, session_id: str | None) -> list[str]:
+    """Where a task's messages go: its own channel and, with a session, the session's."""
+    found = [task_channel(workflow_id)]
+    if session_id is not None:
+        found.append(session_channel(project_of(workflow_id), session_id))
+    return found
+
+
+class Broker:
+    """A connection pool to the broker (``redis.asyncio.Redis``), for publishing and for one
+    ``Subscriber`` per process.
+
+    Args:
+        url: ``redis://host:port/db`` (``rediss://`` for TLS); see the ``redis`` package.
+    """
+
+    def __init__(self, url: str) -> None:
+        from redis.asyncio import Redis
+
+        self.redis: Redis = Redis.from_url(
+            url, socket_connect_timeout=PUBLISH_TIMEOUT_S, health_check_interval=0
+        )
+        self._warned_at = -_WARN_EVERY_S
+
+    async def close(self) -> None:
+        """Close the connections."""
+        await self.redis.aclose()
+
+    async def publish(self, targets: Sequence[str], message: TokenMessage | WrittenMessage) -> bool:
+        """Publish ``message`` on every channel of ``targets`` in one round trip; True when
+        the broker took it, False when it was dropped (logged, at most once a minute)."""
+        from redis.exceptions import RedisError
+
+        data = message.model_dump_json()
+        try:
+            async with asyncio.timeout(PUBLISH_TIMEOUT_S):
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    for channel in targets:
+                        pipe.publish(channel, data)
+                    await pipe.execute()
+        except (RedisError, OSError, TimeoutError) as err:
+            now = time.monotonic()
+            if now - self._warned_at >= _WARN_EVERY_S:
+                self._warned_at = now
+                log.warning("broker unavailable, messages dropped: %s", err)
+            return False
+        return True
+
+
+Handler = Callable[[TokenMessage | WrittenMessage], None]
+"""Takes a message on the subscriber's task; must not block (it queues and returns)."""
+
+
+class Subscriber:
+    """One pub/sub connection shared by every stream of a process: channels are subscribed
+    while some handler wants them. The connection is read by one task (``run``), which also
+    sends the subscribe and unsubscribe commands, so no two coroutines use it at once.
+
+    Args:
+        broker: the broker to subscribe to.
+        poll_s: how long a read waits for a message before the task looks at its queue of
+            subscription changes (seconds): at most this long before a new subscription holds.
+    """
+
+    def __init__(self, broker: Broker, poll_s: float = 0.05) -> None:
+        self.pubsub = broker.redis.pubsub()
+        self.poll_s = poll_s
+        self.handlers: dict[str, set[Handler]] = {}
+        self._changes: asyncio.Queue[tuple[str, bool]] = asyncio.Queue()
+        self._confirmed: dict[str, list[asyncio.Future[None]]] = {}
+        """Callers of ``add`` waiting for the broker's confirmation of their subscription."""
+
+    async def add(self, channel: str, handler: Handler) -> None:
+        """Call ``handler`` with every message of ``channel`` from now on; returns once the
+        broker has the subscription (or at once when the channel is held already)."""
+        wanted = self.handlers.setdefault(channel, set())
+        wanted.add(handler)
+        if len(wanted) == 1 or channel in self._confirmed:
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._confirmed.setdefault(channel, []).append(done)
+            if len(wanted) == 1:
+                self._changes.put_nowait((channel, True))
+            await done
+
+    def remove(self, channel: str, handler: Handler) -> None:
+        """Stop calling ``handler`` for ``channel`` (the channel is unsubscribed when no
+        handler is left)."""
+        wanted = self.handlers.get(channel)
+        if wanted is None:
+            return
+        wanted.discard(handler)
+        if not wanted:
+            del self.handlers[channel]
+            self._changes.put_nowait((channel, False))
+
+    async def run(self) -> None:
+        """Read and dispatch messages until cancelled; a lost broker is reached again every
+        ``RECONNECT_PAUSE_S`` (the client subscribes the held channels again on reconnect,
+        and their confirmations release callers of ``add`` still waiting)."""
+        from redis.exceptions import RedisError
+
+        while True:
+            try:
+                await self._apply_changes()
+                message = None
+                if self.pubsub.subscribed:
+                    message = await self.pubsub.get_message(timeout=self.poll_s)
+                else:
+                    await asyncio.sleep(self.poll_s)
+                if message is not None:
+                    self._take(message)
+            except (RedisError, OSError) as err:
+                log.warning("broker subscription lost (%s); trying again", err)
+                await asyncio.sleep(RECONNECT_PAUSE_S)
+
+    async def _apply_changes(self) -> None:
+        while not self._changes.empty():
+            channel, subscribe = self._changes.get_nowait()
+            if subscribe and channel in self.handlers:
+                await self.pubsub.subscribe(channel)
+            elif not subscribe and channel not in self.handlers:
+                await self.pubsub.unsubscribe(channel)
+
+    def _take(self, message: dict[str, Any]) -> None:
+        channel = message["channel"].decode()
+        if message["type"] == "subscribe":
+            for done in self._confirmed.pop(channel, []):
+                if not done.done():
+                    done.set_result(None)
+            return
+        if message["type"] != "message":
+            return
+        try:
+            taken = _MESSAGE.validate_json(message["data"])
+        except ValidationError:
+            log.warning("broker: a message on %s that is not ours was ignored", channel)
+            return
+        for handler in list(self.handlers.get(channel, ())):
+            handler(taken)
+
+    async def close(self) -> None:
+        """Close the pub/sub connection."""
+        await self.pubsub.aclose()  # type: ignore[no-untyped-call]

@@ -1,0 +1,76 @@
+"""``agent-tasks serve`` (the HTTP API) and ``agent-tasks keys ...`` (its API keys)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from config import Settings
+from starter.cli.common import console, run
+from starter.http import serve
+from taskgraph.apikeys import ApiKey, ApiKeyStore
+from worker import open_graph
+
+keys_app = typer.Typer(help="API keys of the HTTP API, each scoped to one project.")
+
+
+def serve_command(
+    host: Annotated[str | None, typer.Option(help="Default AGENT_TASKS_HTTP_HOST.")] = None,
+    port: Annotated[int | None, typer.Option(help="Default AGENT_TASKS_HTTP_PORT.")] = None,
+    with_worker: Annotated[
+        bool, typer.Option("--with-worker", help="Run a worker in the same process.")
+    ] = False,
+) -> None:
+    """Serve the HTTP API (uvicorn) until Ctrl-C; docs at /docs, schema at /openapi.json."""
+    run(serve(host=host, port=port, with_worker=with_worker))
+
+
+def _row(key: ApiKey) -> str:
+    revoked = f"  revoked {key.revoked_at:%Y-%m-%d %H:%M}" if key.revoked_at else ""
+    return f"{key.key_id}  {key.project_id}  {key.name}  {key.created_at:%Y-%m-%d %H:%M}{revoked}"
+
+
+@keys_app.command("create")
+def keys_create(
+    project: Annotated[str, typer.Option(help="The one project the key reads and writes.")],
+    name: Annotated[str, typer.Option(help="What the key is for.")] = "",
+) -> None:
+    """Make an API key for PROJECT and print it once (only its SHA-256 is stored)."""
+
+    async def go() -> tuple[ApiKey, str]:
+        async with open_graph(Settings()) as graph:
+            store = ApiKeyStore(graph)
+            await store.init_schema()
+            return await store.create(project, name)
+
+    record, key = run(go())
+    console.print(f"key id {record.key_id} for project {record.project_id}; the key (shown once):")
+    print(key, flush=True)
+
+
+@keys_app.command("list")
+def keys_list(project: Annotated[str, typer.Option(help="The project.")]) -> None:
+    """The project's keys (ids, names, dates; never the keys)."""
+
+    async def go() -> list[ApiKey]:
+        async with open_graph(Settings()) as graph:
+            return await ApiKeyStore(graph).list(project)
+
+    for record in run(go()):
+        print(_row(record))
+
+
+@keys_app.command("revoke")
+def keys_revoke(key_id: Annotated[str, typer.Argument(help="The key's id.")]) -> None:
+    """Revoke a key: refused (401) from the next request on. Exit 1 when there is no such key."""
+
+    async def go() -> ApiKey | None:
+        async with open_graph(Settings()) as graph:
+            return await ApiKeyStore(graph).revoke(key_id)
+
+    record = run(go())
+    if record is None:
+        console.print(f"[red]no key {key_id}[/red]")
+        raise typer.Exit(1)
+    print(_row(record))

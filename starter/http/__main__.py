@@ -1,0 +1,10 @@
+"""``python -m starter.http``: serve the HTTP API with the settings of the environment."""
+
+import os
+import sys
+
+from starter.http import main
+
+main()
+sys.stdout.flush()
+os._exit(0)  # the Temporal SDK's runtime can crash the interpreter while it finalizes

@@ -1,0 +1,149 @@
+"""API keys of the HTTP API (``starter.http``), stored hashed in Neo4j: one ``ApiKey`` node per
+key, scoped to one project.
+
+    (:ApiKey {key_id, project_id, name, digest, created_at, revoked_at})
+
+A key reads ``atk_{key_id}_{secret}``: ``key_id`` (16 hex characters) names it in lists, logs
+and revocations and is not secret; ``secret`` is 32 random bytes (``secrets.token_urlsafe``).
+Only ``digest``, the SHA-256 of the whole key, is stored, so the store cannot give a key back;
+``keys create`` shows it once. A fast hash is the right one here: the secret has 256 bits of
+entropy, so no guess can be tested against a digest (a slow hash protects low-entropy
+passwords). A check compares digests in constant time (``hmac.compare_digest``).
+
+Revoked keys keep their node (``revoked_at``): the id is never given out again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, LiteralString
+
+from pydantic import BaseModel
+
+if TYPE_CHECKING:
+    from taskgraph.graph import TaskGraph
+
+KEY_PREFIX = "atk_"
+"""How every key starts (so a leaked one is recognised by secret scanners and people)."""
+_KEY = re.compile(r"^atk_([0-9a-f]{16})_([A-Za-z0-9_-]{43})$")
+
+SCHEMA: tuple[LiteralString, ...] = (
+    "CREATE CONSTRAINT api_key IF NOT EXISTS FOR (n:ApiKey) REQUIRE n.key_id IS UNIQUE",
+)
+
+_CREATE: LiteralString = """
+CREATE (k:ApiKey {key_id: $key_id, project_id: $project_id, name: $name, digest: $digest,
+                  created_at: datetime()})
+RETURN k
+"""
+_FIND: LiteralString = "MATCH (k:ApiKey {key_id: $key_id}) RETURN k"
+_LIST: LiteralString = """
+MATCH (k:ApiKey) WHERE k.project_id = $project_id RETURN k ORDER BY k.created_at, k.key_id
+"""
+_REVOKE: LiteralString = """
+MATCH (k:ApiKey {key_id: $key_id})
+SET k.revoked_at = coalesce(k.revoked_at, datetime())
+RETURN k
+"""
+
+
+class ApiKey(BaseModel):
+    """An API key as stored (never the key itself)."""
+
+    key_id: str
+    """Its public id."""
+    project_id: str
+    """The one project it reads and writes."""
+    name: str
+    """What it is for (given at creation)."""
+    created_at: datetime
+    """When it was made."""
+    revoked_at: datetime | None = None
+    """When it was revoked; a revoked key is refused."""
+
+
+def digest(key: str) -> str:
+    """SHA-256 hex of the whole key (what is stored)."""
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def new_key() -> tuple[str, str]:
+    """A new key: ``(key_id, key)``."""
+    key_id = secrets.token_hex(8)
+    return key_id, f"{KEY_PREFIX}{key_id}_{secrets.token_urlsafe(32)}"
+
+
+def key_id_of(key: str) -> str | None:
+    """The id in a key of the right form, None for anything else."""
+    match = _KEY.match(key)
+    return match.group(1) if match else None
+
+
+def _record(node: Any) -> ApiKey:
+    revoked = node.get("revoked_at")
+    return ApiKey(
+        key_id=node["key_id"],
+        project_id=node["project_id"],
+        name=node["name"],
+        created_at=node["created_at"].to_native(),
+        revoked_at=None if revoked is None else revoked.to_native(),
+    )
+
+
+class ApiKeyStore:
+    """The API keys in the task graph's Neo4j database.
+
+    Args:
+        graph: the task graph (its driver and database).
+    """
+
+    def __init__(self, graph: TaskGraph) -> None:
+        self.graph = graph
+
+    async def _run(self, query: LiteralString, **params: Any) -> list[dict[str, Any]]:
+        records, _, _ = await self.graph.driver.execute_query(
+            query, params, database_=self.graph.database
+        )
+        return [record.data() for record in records]
+
+    async def init_schema(self) -> None:
+        """Create the uniqueness constraint on ``key_id`` (idempotent)."""
+        for statement in SCHEMA:
+            await self._run(statement)
+
+    async def create(self, project_id: str, name: str) -> tuple[ApiKey, str]:
+        """Make a key for ``project_id``; returns its record and the key (shown once, never
+        stored)."""
+        key_id, key = new_key()
+        rows = await self._run(
+            _CREATE, key_id=key_id, project_id=project_id, name=name, digest=digest(key)
+        )
+        return _record(rows[0]["k"]), key
+
+    async def check(self, key: str) -> ApiKey | None:
+        """The record of ``key`` when it is a key of this store and not revoked; None for
+        anything else (unknown, malformed, wrong secret, revoked)."""
+        key_id = key_id_of(key)
+        if key_id is None:
+            return None
+        rows = await self._run(_FIND, key_id=key_id)
+        if not rows:
+            return None
+        node = rows[0]["k"]
+        if not hmac.compare_digest(node["digest"], digest(key)):
+            return None
+        record = _record(node)
+        return None if record.revoked_at is not None else record
+
+    async def revoke(self, key_id: str) -> ApiKey | None:
+        """Revoke a key by id (idempotent); None when there is no such key."""
+        rows = await self._run(_REVOKE, key_id=key_id)
+        return _record(rows[0]["k"]) if rows else None
+
+    async def list(self, project_id: str) -> list[ApiKey]:
+        """The keys of a project, revoked ones included, oldest first."""
+        return [_record(row["k"]) for row in await self._run(_LIST, project_id=project_id)]

@@ -1,0 +1,272 @@
+"""The live streams (``starter.http.streams``) against the real stack: uvicorn on a free port,
+the worker publishing tokens through the broker, httpx reading the SSE wire format."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from urllib.parse import urlsplit
+
+import httpx
+
+from starter.http.sessions import cursor_id, parse_cursor
+from starter.tasks import TaskEmitter, TaskManager
+from tests.conftest import eventually, mirrored, payload_texts
+from tests.starter.http.conftest import Api, Project, Sse, SseReader
+from tests.stream_agents import TALKER, TURNS
+from workflows.models import Event, EventKind, TaskStatus
+
+MARK = "ephemeral-token-7f3a9c"
+"""A token no turn holds: sent to the stream, it must be found nowhere else."""
+
+
+def updates(seen: list[Sse]) -> list[Event]:
+    return [Event.model_validate_json(s.data) for s in seen if s.event == "update"]
+
+
+async def test_a_stream_from_the_first_event_to_done_with_tokens_between(
+    api: Api, project: Project, http: httpx.AsyncClient
+) -> None:
+    created = await http.post(
+        "/tasks",
+        json={"name": "talk", "goal": "What is Redis?", "agent": TALKER.model_dump(mode="json")},
+    )
+    assert created.status_code == 201, created.text
+    seen: list[Sse] = []
+    async with http.stream("GET", "/tasks/talk/stream") as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        reader = SseReader(response)
+        await reader.connected()
+        while not any(e.kind is EventKind.INPUT_REQUEST for e in updates(seen)):
+            seen.append(await reader.next())
+        # a token from app code (TaskEmitter), published as the model's are: never stored
+        manager = TaskManager(project.history, broker=api.services.broker)
+        await TaskEmitter(manager, "talk").emit_token(MARK)
+        answered = await http.post("/tasks/talk/input", json={"answer": "go"})
+        assert answered.status_code == 200, answered.text
+        seen += await reader.until("done", "failed", "cancelled")
+
+    assert seen[-1].event == "done", seen[-1]
+    final = json.loads(seen[-1].data)
+    assert final["status"] == "done" and final["result"]["text"] == TURNS[1].content
+
+    # every persisted event once, in seq order, its seq the SSE id; the same as the ledger's
+    streamed = updates(seen)
+    assert [int(s.id or 0) for s in seen if s.event == "update"] == [e.seq for e in streamed]
+    assert [e.seq for e in streamed] == list(range(1, final["last_seq"] + 1))
+    ledger = await project.history.list_events("talk", limit=200)
+    assert streamed == ledger.events
+
+    # tokens: each model call's tokens, in order, right after the event the model read up to
+    # and before the assistant message that records the whole turn
+    tokens = [(i, json.loads(s.data)) for i, s in enumerate(seen) if s.event == "token"]
+    assert [t["text"] for _, t in tokens if t["after_seq"] is None] == [MARK]
+    for turn in TURNS:
+        calls = [
+            (i, t) for i, t in tokens if t["after_seq"] is not None and t["text"] in turn.content
+        ]
+        texts = [t for _, t in calls if _message_after(seen, t["after_seq"]) == turn.content]
+        assert "".join(t["text"] for t in texts) == turn.content
+        assert [t["index"] for t in texts] == list(range(len(texts)))
+        for position, token in [(i, t) for i, t in calls if t in texts]:
+            before = [u for u in seen[:position] if u.event == "update"]
+            after = [u for u in seen[position:] if u.event == "update"]
+            assert int(before[-1].id or 0) == token["after_seq"], (
+                position,
+                token,
+                [u.id for u in before],
+            )
+            message = Event.model_validate_json(after[0].data)
+            assert message.kind is EventKind.MESSAGE and message.payload == turn.content
+
+    # tokens are in neither the workflow history nor Neo4j
+    handle = project.history.client.get_workflow_handle(project.history.workflow_id("talk"))
+    history_text = payload_texts((await handle.fetch_history()).to_json())
+    assert MARK not in history_text
+    graph = api.services.graph
+    assert graph is not None
+    await mirrored(project.history, "talk")
+    found = (  # every node of the project's tasks and one hop from them
+        "MATCH (:Task {project_id: $p})-[*0..1]-(n) WITH DISTINCT n WHERE any(k IN keys(n) WHERE"
+        " (n[k] IS :: STRING AND n[k] CONTAINS $m)"
+        " OR (n[k] IS :: LIST<STRING NOT NULL> AND any(x IN n[k] WHERE x CONTAINS $m)))"
+        " RETURN count(n) AS n"
+    )
+    # the search finds text that is there: the answer in its message event and the task's result
+    for text, count in ((MARK, 0), ("Redis is an in-memory", 2)):
+        records, _, _ = await graph.driver.execute_query(
+            found, p=project.project_id, m=text, database_=graph.database
+        )
+        assert records[0]["n"] == count, text
+
+
+def _message_after(seen: list[Sse], seq: int) -> str | None:
+    """The payload of the update after seq ``seq`` in the stream."""
+    for item in seen:
+        if item.event == "update" and int(item.id or 0) == seq + 1:
+            return str(Event.model_validate_json(item.data).payload)
+    return None
+
+
+async def _record(http: httpx.AsyncClient, task: str, *texts: str) -> None:
+    events = [{"kind": "message", "role": "user", "payload": text} for text in texts]
+    written = await http.post(f"/tasks/{task}/events", json={"events": events})
+    assert written.status_code == 200, written.text
+
+
+async def test_a_reconnect_with_last_event_id_resumes_with_no_gap_and_no_duplicate(
+    http: httpx.AsyncClient,
+) -> None:
+    assert (await http.post("/tasks", json={"name": "log", "goal": "g"})).status_code == 201
+    await _record(http, "log", *(f"m{n}" for n in range(1, 6)))
+    async with http.stream("GET", "/tasks/log/stream") as response:
+        reader = SseReader(response)
+        first = [await reader.next() for _ in range(3)]
+    assert [(s.event, s.id) for s in first] == [("update", "1"), ("update", "2"), ("update", "3")]
+    await _record(http, "log", *(f"m{n}" for n in range(6, 11)))
+    headers = {"Last-Event-ID": first[-1].id or ""}
+    async with http.stream("GET", "/tasks/log/stream", headers=headers) as response:
+        reader = SseReader(response)
+        await reader.connected()
+        resumed = [await reader.next() for _ in range(7)]
+        done = await http.patch("/tasks/log", json={"status": "done", "result": {"n": 10}})
+        assert done.status_code == 200, done.text
+        end = await reader.until("done")
+    assert [s.id for s in resumed] == [str(n) for n in range(4, 11)]
+    assert [e.payload for e in updates(resumed)] == [f"m{n}" for n in range(4, 11)]
+    assert [s.event for s in end] == ["done"]  # nothing repeated between
+
+
+async def test_kind_filters_tokens_off_and_keep_alive_comments(
+    http: httpx.AsyncClient,
+) -> None:
+    assert (await http.post("/tasks", json={"name": "tools", "goal": "g"})).status_code == 201
+    params = {"kinds": "tool_call,note", "tokens": "false"}
+    async with http.stream("GET", "/tasks/tools/stream", params=params) as response:
+        reader = SseReader(response)
+        await reader.connected()
+        events = [
+            {"kind": "message", "role": "user", "payload": "hi"},
+            {"kind": "tool_call", "name": "bash", "payload": "{}"},
+            {"kind": "tool_result", "name": "bash", "payload": "ok"},
+            {"kind": "tool_call", "name": "bash", "payload": "{}"},
+        ]
+        assert (await http.post("/tasks/tools/events", json={"events": events})).is_success
+        got = [await reader.next(), await reader.next()]
+        idle = await reader.next(comments=True)  # nothing to send: a keep-alive comment
+        assert (idle.event, idle.data) == (":", "keep-alive")
+        assert (await http.post("/tasks/tools/cancel", json={"cascade": True})).status_code == 202
+        end = await reader.until("cancelled")
+    assert [(s.event, s.id) for s in got] == [("update", "2"), ("update", "4")]
+    assert [e.kind for e in updates(got)] == [EventKind.TOOL_CALL, EventKind.TOOL_CALL]
+    assert end[-1].event == "cancelled"
+    assert json.loads(end[-1].data)["status"] == "cancelled"
+    assert all(s.event in ("update", "cancelled") for s in end)
+    unknown = await http.get("/tasks/tools/stream", params={"kinds": "tool_call,gossip"})
+    assert unknown.status_code == 422 and unknown.json()["error"]["code"] == "invalid_argument"
+
+
+async def test_the_session_stream_follows_the_tasks_of_a_session_and_resumes(
+    http: httpx.AsyncClient, project: Project
+) -> None:
+    assert (
+        await http.post("/tasks", json={"name": "before", "goal": "g", "session_id": "chat"})
+    ).is_success
+    await _record(http, "before", "old")  # before the stream: not sent (live from the start)
+    async with http.stream("GET", "/sessions/chat/stream") as response:
+        reader = SseReader(response)
+        await reader.connected()
+        await _record(http, "before", "new")
+        first = await reader.next()
+        assert first.event == "update"
+        assert Event.model_validate_json(first.data).payload == "new"
+        created = await http.post(
+            "/tasks", json={"name": "later", "goal": "g", "session_id": "chat"}
+        )
+        assert created.is_success
+        await _record(http, "later", "hello")
+        got = [await reader.next()]
+        done = await http.patch("/tasks/later", json={"status": "done", "result": {}})
+        assert done.is_success
+        got += await reader.until("done")
+    assert [(Event.model_validate_json(s.data).payload, s.event) for s in got[:-1]] == [
+        ("hello", "update")
+    ]
+    cursor = parse_cursor(got[-1].id or "")
+    assert cursor == {"before": 2, "later": 1}
+    assert got[-1].id == cursor_id(cursor)
+    await _record(http, "before", "while away")
+    headers = {"Last-Event-ID": got[-1].id or ""}
+    async with http.stream("GET", "/sessions/chat/stream", headers=headers) as response:
+        reader = SseReader(response)
+        await reader.connected()
+        resumed = await reader.next()
+    assert Event.model_validate_json(resumed.data).payload == "while away"
+    assert parse_cursor(resumed.id or "") == {"before": 3, "later": 1}
+
+
+async def test_a_client_that_never_reads_holds_up_no_writer_and_no_other_stream(
+    api: Api, http: httpx.AsyncClient, project: Project
+) -> None:
+    """One stream's client connects and never reads a byte (its socket buffers fill); the
+    task's writes and another stream go on whole. (Their speed is the benchmark's:
+    ``bench/bench_streams.py``.)"""
+    assert (await http.post("/tasks", json={"name": "busy", "goal": "g"})).status_code == 201
+    address = urlsplit(api.url)
+    stalled = socket.create_connection((address.hostname, address.port))
+    stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    stalled.sendall(
+        (
+            f"GET /tasks/busy/stream HTTP/1.1\r\nHost: {address.netloc}\r\n"
+            f"Authorization: Bearer {project.key}\r\n\r\n"
+        ).encode()
+    )
+    big = "x" * 20_000
+    try:
+        async with http.stream("GET", "/tasks/busy/stream") as response:
+            reader = SseReader(response)
+            await reader.connected()
+            for batch in range(10):
+                events = [{"kind": "note", "payload": f"{batch}-{n}-{big}"} for n in range(20)]
+                written = await http.post("/tasks/busy/events", json={"events": events})
+                assert written.status_code == 200, written.text
+            got = [await reader.next() for _ in range(200)]
+            assert (await http.patch("/tasks/busy", json={"status": "done"})).is_success
+            end = await reader.until("done")
+        assert [int(s.id or 0) for s in got] == list(range(1, 201))
+        assert [s.event for s in end] == ["done"]
+    finally:
+        stalled.close()
+
+
+async def test_a_stream_of_a_missing_task_is_404_and_streams_per_key_are_bounded(
+    http: httpx.AsyncClient,
+) -> None:
+    missing = await http.get("/tasks/nothing/stream")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "task_not_found"
+    assert (await http.post("/tasks", json={"name": "many", "goal": "g"})).is_success
+    async with asyncio.TaskGroup() as group:
+        opened: list[httpx.Response] = []
+        streams = [http.stream("GET", "/tasks/many/stream") for _ in range(4)]
+        for stream in streams:
+            response = await stream.__aenter__()
+            assert response.status_code == 200
+            opened.append(response)
+        refused = await http.get("/tasks/many/stream")
+        assert refused.status_code == 429
+        assert refused.json()["error"]["code"] == "too_many_streams"
+        for stream in streams:
+            group.create_task(stream.__aexit__(None, None, None))
+
+    async def freed() -> bool:  # the slots come back once the streams are closed
+        async with http.stream("GET", "/tasks/many/stream") as response:
+            return response.status_code == 200
+
+    await eventually(freed, within=10)
+    assert (await http.patch("/tasks/many", json={"status": "done"})).is_success
+    async with http.stream("GET", "/tasks/many/stream") as response:  # closed: ends at once
+        seen = await SseReader(response).until("done")
+    assert [s.event for s in seen] == ["done"]
+    assert json.loads(seen[0].data)["status"] == TaskStatus.DONE.value

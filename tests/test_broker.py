@@ -1,0 +1,94 @@
+"""The broker (``broker``): messages on the real ``redis-server`` of the local stack, and what
+happens when no broker answers (publishing drops, a model call goes on)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from broker import (
+    Broker,
+    Subscriber,
+    TokenMessage,
+    WrittenMessage,
+    channels,
+    session_channel,
+    task_channel,
+)
+from devstack import free_port
+from starter.client import ConversationHistory
+from tests.conftest import eventually
+from tests.stream_agents import SCRIPTS
+from worker import Services, build_worker
+from workflows.models import AgentSpec, ModelSpec
+
+
+def test_channels_of_a_task_with_and_without_a_session() -> None:
+    assert channels("agent-task/p/t", None) == ["agent-tasks:task:agent-task/p/t"]
+    assert channels("agent-task/p/a/b", "s1") == [
+        task_channel("agent-task/p/a/b"),
+        session_channel("p", "s1"),
+    ]
+    assert session_channel("p", "s1") == "agent-tasks:session:p:s1"
+
+
+async def test_messages_reach_every_subscriber_of_a_channel_in_order(services: Services) -> None:
+    assert services.broker is not None
+    subscriber = Subscriber(services.broker)
+    reading = asyncio.create_task(subscriber.run())
+    channel = f"agent-tasks:test:{uuid.uuid4().hex}"
+    got: tuple[list[object], list[object]] = ([], [])
+    try:
+        await subscriber.add(channel, got[0].append)
+        await subscriber.add(channel, got[1].append)
+        sent = [TokenMessage(task="t", text=f"w{n}", index=n) for n in range(50)]
+        sent_all: list[TokenMessage | WrittenMessage] = [
+            *sent,
+            WrittenMessage(task="t", seq=3, status="open"),
+        ]
+        for message in sent_all:
+            assert await services.broker.publish([channel], message)
+        await eventually(lambda: _true(len(got[1]) == len(sent_all)), within=10)
+        assert got[0] == got[1] == sent_all
+        subscriber.remove(channel, got[0].append)
+        assert await services.broker.publish([channel], sent[0])
+        await eventually(lambda: _true(len(got[1]) == len(sent_all) + 1), within=10)
+        assert len(got[0]) == len(sent_all)  # removed: no more
+        await services.broker.redis.publish(channel, b"not one of ours")  # ignored
+        assert await services.broker.publish([channel], sent[1])
+        await eventually(lambda: _true(got[1][-1] == sent[1]), within=10)
+    finally:
+        reading.cancel()
+        await subscriber.close()
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def test_without_a_broker_publishing_drops_and_the_model_call_goes_on(
+    services: Services, project_id: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A broker URL nothing answers at: each publish fails fast (False, one warning a
+    minute), and an agent task whose model streams tokens ends done as without one."""
+    assert services.graph is not None
+    absent = Broker(f"redis://127.0.0.1:{free_port()}")
+    try:
+        assert not await absent.publish(["c"], TokenMessage(task="t", text="x", index=0))
+        assert not await absent.publish(["c"], TokenMessage(task="t", text="y", index=1))
+        assert caplog.text.count("broker unavailable") == 1
+        queue = f"nobroker-{uuid.uuid4().hex[:8]}"
+        history = ConversationHistory(
+            services.client, project_id, "a", task_queue=queue, graph=services.graph
+        )
+        spec = AgentSpec(tools=["echo"], model=ModelSpec(model="talk"))
+        async with build_worker(
+            services.client, services.graph, queue, scripts=SCRIPTS, broker=absent
+        ):
+            assert (await history.create_task("t", "go", agent=spec)).recorded
+            final = await asyncio.wait_for(history.wait_task("t"), 120)
+        assert final is not None and final.status.value == "done"
+    finally:
+        await absent.close()

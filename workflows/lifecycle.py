@@ -1,0 +1,170 @@
+"""The lifecycle of a recorded task, set by the app that runs its agent (the Tasks API of
+``starter.tasks``): its status, input requests asked from outside, child tasks spawned from
+outside, and the rule that puts it back in the queue.
+
+The rule (the Tasks API's): a task ``awaiting_input`` whose requests are all answered, or
+``awaiting_children`` none of whose children runs any more, is ``queued`` again, so that the
+app's worker picks it up. ``waiting_for_nothing`` says when; the workflow applies it after an
+answer, a child's end and a status change.
+
+Pure and deterministic, over the task's ``Ledger`` (the one write path): each ``check_*`` is a
+validator's rule (it raises the refusal), each apply function checks again and changes the
+ledger. A write keeps the request id and arguments digest of its own input, so a repeat is
+answered like any write's.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+from workflows.errors import ErrorCode, refusal
+from workflows.ledger import Ledger
+from workflows.models import (
+    CLOSED_STATUSES,
+    MAX_CHILDREN,
+    MAX_DEPTH,
+    MAX_INPUT_SCHEMA_BYTES,
+    MAX_INPUTS_PER_TASK,
+    MAX_PENDING_INPUTS,
+    ChildRecord,
+    EventInput,
+    EventKind,
+    TaskStart,
+    TaskStatus,
+    WriteOutcome,
+    args_digest,
+    model_size,
+)
+from workflows.models.lifecycle import AskInput, SetStatusInput, SpawnInput
+from workflows.waits import check_schema
+
+
+def _remember(
+    ledger: Ledger, request_id: str, digest: str, outcome: WriteOutcome, now: datetime
+) -> None:
+    """Keep the write's own request id and digest (the ledger's request window), so that a
+    repeat is a duplicate and a reuse with other arguments ``request_id_reused``."""
+    ledger.accept(request_id, digest, outcome.first_seq, outcome.last_seq, now)
+
+
+def check_status(ledger: Ledger, input: SetStatusInput) -> None:
+    """The state rules of ``update_status`` (the model checks the status is settable).
+
+    Raises:
+        ApplicationError: as ``Ledger.check_write``.
+    """
+    ledger.check_write(input.request_id, args_digest(input))
+
+
+def set_status(ledger: Ledger, input: SetStatusInput, now: datetime) -> WriteOutcome:
+    """Record a ``note`` named ``status`` (as every status change) and move the task to
+    ``input.status``; returns the note's seq."""
+    check_status(ledger, input)
+    status = EventInput(kind=EventKind.NOTE, name="status", payload=input.status.value)
+    outcome = ledger.add_events([status], input.agent_id, input.request_id, now)
+    _remember(ledger, input.request_id, args_digest(input), outcome, now)
+    ledger.state.status = input.status
+    return outcome
+
+
+def check_ask(ledger: Ledger, input: AskInput) -> None:
+    """The rules of ``ask``: a new request id, an open task, a request id not asked before, a
+    valid schema, and room for one more request.
+
+    Raises:
+        ApplicationError: as ``Ledger.check_write``, or a refusal ``input_exists``,
+            ``schema_invalid`` (the schema's fault) or ``input_limit_reached``.
+    """
+    ledger.check_write(input.request_id, args_digest(input))
+    state = ledger.state
+    if input.input_id in state.answered or any(r.input_id == input.input_id for r in state.inputs):
+        raise refusal(ErrorCode.INPUT_EXISTS, f"input {input.input_id!r} was asked already")
+    try:
+        check_schema(input.json_schema)
+    except ValueError as err:
+        raise refusal(ErrorCode.SCHEMA_INVALID, str(err)) from None
+    text = json.dumps(
+        {"input_id": input.input_id, "prompt": input.prompt, "schema": input.json_schema}
+    )
+    held = sum(model_size(r) for r in state.inputs) + len(text.encode("utf-8"))  # as open_input
+    if len(state.inputs) >= MAX_PENDING_INPUTS:
+        limit = f"a task has at most {MAX_PENDING_INPUTS} open input requests"
+    elif len(state.answered) + len(state.inputs) >= MAX_INPUTS_PER_TASK:
+        limit = f"a task asks at most {MAX_INPUTS_PER_TASK} questions"
+    elif held > MAX_INPUT_SCHEMA_BYTES:
+        limit = f"a task's open input requests are at most {MAX_INPUT_SCHEMA_BYTES} bytes together"
+    else:
+        return
+    raise refusal(ErrorCode.INPUT_LIMIT_REACHED, limit)
+
+
+def ask(ledger: Ledger, input: AskInput, now: datetime) -> WriteOutcome:
+    """Open the input request (``Ledger.open_input``: its ``input_request`` event, and an
+    answer kept from before it, if any, taken at once); returns the request event's seq. The
+    caller moves the task to ``awaiting_input`` unless it was answered already."""
+    check_ask(ledger, input)
+    request = ledger.open_input(input.input_id, input.prompt, input.json_schema, None, now)
+    outcome = WriteOutcome(first_seq=request.asked_seq, last_seq=request.asked_seq, time=now)
+    _remember(ledger, input.request_id, args_digest(input), outcome, now)
+    return outcome
+
+
+def check_spawn(ledger: Ledger, input: SpawnInput) -> None:
+    """The rules of ``spawn``: a new request id, an open task, a spawn key and a child name
+    the task has not used, within ``MAX_CHILDREN`` children and ``MAX_DEPTH`` levels.
+
+    Raises:
+        ApplicationError: as ``Ledger.check_write``, or a refusal ``task_exists`` or
+            ``child_limit_reached``.
+    """
+    ledger.check_write(input.request_id, args_digest(input))
+    state = ledger.state
+    if input.spawn_key in state.children:
+        raise refusal(ErrorCode.TASK_EXISTS, f"spawn key {input.spawn_key!r} was used already")
+    if any(child.name == input.name for child in state.children.values()):
+        raise refusal(ErrorCode.TASK_EXISTS, f"task {input.name!r} is a child already")
+    if len(state.children) >= MAX_CHILDREN:
+        raise refusal(
+            ErrorCode.CHILD_LIMIT_REACHED, f"a task spawns at most {MAX_CHILDREN} child tasks"
+        )
+    if state.start.depth + 1 > MAX_DEPTH:
+        raise refusal(
+            ErrorCode.CHILD_LIMIT_REACHED, f"child tasks go at most {MAX_DEPTH} levels deep"
+        )
+
+
+def spawn(ledger: Ledger, input: SpawnInput, now: datetime) -> tuple[WriteOutcome, TaskStart]:
+    """Record the child (``Ledger.add_child``: its ``child_task`` event and record); returns
+    the write's outcome and what starts the child's workflow (a recorded task one level below
+    this one, whose end is signalled back)."""
+    check_spawn(ledger, input)
+    start = ledger.state.start
+    child = TaskStart(
+        project_id=start.project_id,
+        name=input.name,
+        goal=input.goal,
+        agent_id=input.agent_id,
+        session_id=start.session_id if input.session_id is None else input.session_id,
+        parent=start.name,
+        request_id=input.request_id,
+        depth=start.depth + 1,
+    )
+    ledger.add_child(input.spawn_key, ChildRecord(name=input.name, status=TaskStatus.OPEN), now)
+    seq = ledger.state.last_seq
+    outcome = WriteOutcome(first_seq=seq, last_seq=seq, time=now)
+    _remember(ledger, input.request_id, args_digest(input), outcome, now)
+    return outcome, child
+
+
+def waiting_for_nothing(ledger: Ledger) -> bool:
+    """True when a recorded task waits for nothing any more: ``awaiting_input`` with no open
+    request, or ``awaiting_children`` with no child running. Then it goes back to ``queued``."""
+    state = ledger.state
+    if state.start.agent is not None:
+        return False
+    if state.status is TaskStatus.AWAITING_INPUT:
+        return not state.inputs
+    if state.status is TaskStatus.AWAITING_CHILDREN:
+        return all(child.status in CLOSED_STATUSES for child in state.children.values())
+    return False
