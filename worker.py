@@ -66,6 +66,10 @@ task stays readable (``get_task``, replay, ``graph rebuild``) this long. The ser
 (one day) would let a rebuild of Neo4j lose yesterday's tasks."""
 GRACEFUL_SHUTDOWN = timedelta(seconds=10)
 """How long a stopping worker lets running activities (mirror calls, tools) finish."""
+DEFAULT_ACTIVITY_SLOTS = 100
+"""The activity slots of a worker that does not set ``max_concurrent_activities`` (the SDK's
+default). Half of a worker's slots may hold mirror calls that follow their run
+(``MirrorActivities``'s ``followers``); the rest stay for tools and the model."""
 NAMESPACE_READY_TIMEOUT_S = 60.0
 """How long ``prepare_namespace`` waits for a new namespace to answer (seconds): a cluster
 propagates a registration through its namespace cache (10 s by default)."""
@@ -297,7 +301,9 @@ class AgentTasksWorkerPlugin(SimplePlugin):
                 "plugins=[AgentTasksPlugin()] (or config.connect)"
             )
         if self.run_activities:
-            mirror = MirrorActivities(client, self.graph, self.broker)
+            slots = config.get("max_concurrent_activities") or DEFAULT_ACTIVITY_SLOTS
+            followers = max(1, slots // 2)
+            mirror = MirrorActivities(client, self.graph, self.broker, followers=followers)
             steps = ToolActivities(client, self.graph, self.tools)
             specs = [t.spec for t in steps.tools]
             model = ModelActivities(client, self.graph, self.scripts, specs, self.broker)

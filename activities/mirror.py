@@ -6,10 +6,13 @@ bounded by count, ``MIRROR_PAGE_EVENTS``, and bytes, ``MIRROR_PAGE_BYTES``) and 
 page in one managed transaction. A mirror call of a few events is one query and one
 transaction (it was three queries, view, steps and events, each a server hop and a workflow
 activation on the worker).
-Writes are MERGEs on stable keys, so repeating a copy changes nothing. It serves the mirror
-activity (whose input carries references only: task, run, seq range, write watermark; it reads
-the live run by query) and the rebuild of Neo4j from the Temporal histories
-(``activities.rebuild``, which replays each run's history once).
+Writes are MERGEs on stable keys, so repeating a copy changes nothing; the last page of a
+copy that reached the run's newest write also sets the task node's ``mirrored_write`` (every
+write up to it is in Neo4j). It serves the mirror activity (whose input carries references
+only: task, run, seq range, write watermark; it reads the live run by query), the call that
+follows a run (``activities.follow``: a copy per new workflow task of the run) and the rebuild
+of Neo4j from the Temporal histories (``activities.rebuild``, which replays each run's history
+once).
 
 Error mapping at the activity edge (``mirror_failure``): Neo4j errors that may pass
 (``is_retryable()``: deadlock, unavailable, leader switch, session expired; and a transaction
@@ -22,6 +25,7 @@ the seq range.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import Protocol
 
@@ -29,7 +33,9 @@ from neo4j.exceptions import DriverError, Neo4jError
 from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
 
+from activities.follow import HistoryPoll, follow
 from activities.heartbeat import heartbeating
 from broker import Broker, WrittenMessage, channels, project_channel
 from taskgraph.graph import TaskGraph
@@ -124,8 +130,23 @@ class QueriedRun:
         self.handle = client.get_workflow_handle(workflow_id, run_id=run_id)
 
     async def mirror_page(self, query: MirrorQuery) -> MirrorPage:
-        """The ``mirror_page`` query."""
-        return await self.handle.query(TaskWorkflow.mirror_page, query, rpc_timeout=QUERY_TIMEOUT)
+        """The ``mirror_page`` query, sent again (from 10 ms, doubling to 0.5 s, within
+        ``QUERY_TIMEOUT``) while the server turns it away as busy: a query that comes while a
+        workflow task of the run is in flight waits in a buffer of the server's, which holds
+        one ("consistent query buffer is full", ``RESOURCE_EXHAUSTED``)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + QUERY_TIMEOUT.total_seconds()
+        delay = 0.01
+        while True:
+            try:
+                return await self.handle.query(
+                    TaskWorkflow.mirror_page, query, rpc_timeout=QUERY_TIMEOUT
+                )
+            except RPCError as err:
+                if err.status != RPCStatusCode.RESOURCE_EXHAUSTED or loop.time() >= deadline:
+                    raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
 
 
 async def copy_run(
@@ -167,14 +188,25 @@ async def copy_run(
     assert view is not None, "the first page holds the view"
     last = view.last_seq if up_to_seq is None else up_to_seq
     after = max(after_seq, view.run_first_seq - 1)
-    steps = events = 0
+    whole = last >= view.last_seq  # the copy reaches the view's newest write
+    outcome = MirrorOutcome(
+        events=0,
+        steps=0,
+        up_to_seq=last,
+        up_to_write=view.writes if whole else None,
+        end=page.end,
+    )
+    if view.writes <= after_write and after >= last and not page.steps:
+        return outcome  # nothing new (a follower woken by a history event of no write)
     while True:
-        await graph.write_task(view, page.events, page.steps, mark=mark)
-        steps += len(page.steps)
-        events += len(page.events)
+        done = page.steps_done and (page.events[-1].seq if page.events else after) >= last
+        written = view.writes if done and whole else None
+        await graph.write_task(view, page.events, page.steps, mark=mark, mirrored_write=written)
+        outcome.steps += len(page.steps)
+        outcome.events += len(page.events)
         after = page.events[-1].seq if page.events else after
-        if page.steps_done and after >= last:
-            return MirrorOutcome(events=events, steps=steps)
+        if done:
+            return outcome
         if page.view is None and page.steps_done and not page.events:
             raise ApplicationError(
                 f"{run}: events {after + 1}..{last} are not in the run",
@@ -193,34 +225,73 @@ async def copy_run(
 
 
 class MirrorActivities:
-    """The mirror activity with its dependencies: a Temporal client (to query the workflow),
-    the task graph (to write Neo4j), and the broker to tell streams of new events (None: they
-    find them by reading the task every ``STREAM_POLL_S``)."""
+    """The mirror activity with its dependencies: a Temporal client (to query the workflow
+    and follow its history), the task graph (to write Neo4j), and the broker to tell streams
+    of new events.
 
-    def __init__(self, client: Client, graph: TaskGraph, broker: Broker | None = None) -> None:
+    Args:
+        client: the worker's Temporal client.
+        graph: the task graph.
+        broker: where each copy's first page is announced (``AnnouncedRun``); None: streams
+            find new events by reading the task every ``STREAM_POLL_S``.
+        followers: calls that may follow their run at once on this worker
+            (``activities.follow``; each holds an activity slot while it follows); a follow
+            call past them copies what waits and ends, as a call per batch did.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        graph: TaskGraph,
+        broker: Broker | None = None,
+        *,
+        followers: int = 50,
+    ) -> None:
         self.client = client
         self.graph = graph
         self.broker = broker
+        self.followers = followers
+        self.following = 0
+        """Calls following their run now."""
 
     @activity.defn(name=MIRROR_ACTIVITY)
     async def mirror_task(self, input: MirrorInput) -> MirrorOutcome:
         """Mirror events ``after_seq < seq <= up_to_seq``, the steps changed after
-        ``after_write``, and the task node, heartbeating (``heartbeating``). Returns the
-        counts written."""
-        source: RunSource = QueriedRun(self.client, input.workflow_id, input.run_id)
-        if self.broker is not None:
-            source = AnnouncedRun(source, self.broker)
+        ``after_write``, and the task node, heartbeating (``heartbeating``); a ``follow``
+        call goes on with what the run takes next (``activities.follow``). Returns the
+        counts written and how far Neo4j holds the run."""
         try:
-            return await heartbeating(
-                copy_run(
-                    source,
-                    self.graph,
-                    f"task {input.workflow_id} run {input.run_id}",
-                    after_seq=input.after_seq,
-                    up_to_seq=input.up_to_seq,
-                    after_write=input.after_write,
-                )
-            )
+            return await heartbeating(self._mirror(input))
         except (Neo4jError, DriverError, OverflowError, TypeError, ValueError) as err:
             where = f"task {input.workflow_id} seqs {input.after_seq + 1}..{input.up_to_seq}"
             raise mirror_failure(err, where) from err
+
+    async def _mirror(self, input: MirrorInput) -> MirrorOutcome:
+        source: RunSource = QueriedRun(self.client, input.workflow_id, input.run_id)
+        if self.broker is not None:
+            source = AnnouncedRun(source, self.broker)
+        run = f"task {input.workflow_id} run {input.run_id}"
+
+        async def copy(after_seq: int, after_write: int, up_to_seq: int | None) -> MirrorOutcome:
+            """One copy: once it returns, Neo4j holds the run up to ``up_to_seq`` of the
+            outcome (the place to tell others that the log grew)."""
+            return await copy_run(
+                source,
+                self.graph,
+                run,
+                after_seq=after_seq,
+                up_to_seq=up_to_seq,
+                after_write=after_write,
+            )
+
+        if not input.follow:
+            return await copy(input.after_seq, input.after_write, input.up_to_seq)
+        first = await copy(input.after_seq, input.after_write, None)
+        if self.following >= self.followers:
+            return first.model_copy(update={"history_token": input.history_token})
+        self.following += 1
+        try:
+            poll = HistoryPoll(self.client, input.workflow_id, input.run_id, input.history_token)
+            return await follow(lambda seq, write: copy(seq, write, None), poll, first)
+        finally:
+            self.following -= 1

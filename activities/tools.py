@@ -3,8 +3,9 @@ models and the declaration the workflow schedules them by (``workflows.agents.To
 
 A tool is an async function ``(args, context) -> result`` where ``args`` is an instance of its
 argument model and ``result`` a pydantic model or text. The worker runs it as the activity
-``tool.{name}``: the activity reads the call's arguments back from the task by seq (its input
-carries references only), validates them with the argument model (a validation error fails the
+``tool.{name}``: the activity takes the call's arguments from its input (``ToolInput.arguments``,
+bounded like an event payload; an input recorded before it carried them reads them back from
+the task by seq), validates them with the argument model (a validation error fails the
 step at once, with the message as its result, never retried), calls the function, and returns
 the result as JSON text bounded like an event payload (a 5 MB output becomes
 ``MAX_PAYLOAD_CHARS`` characters with the full length and SHA-256; never a payload over the
@@ -195,6 +196,11 @@ class ToolActivities:
         own: list[Callable[..., Any]] = [self.read_event, self.tool_specs, self.tool_approval]
         return [self._activity(t) for t in self.tools] + own
 
+    async def _arguments(self, input: ToolInput) -> str:
+        """The call's arguments: from the input (``ToolInput.arguments``), or read back by
+        seq for an input recorded before it carried them."""
+        return await self._event_text(input) if input.arguments is None else input.arguments
+
     async def _event(self, input: ToolInput) -> Event:
         """The task's event ``call_seq``."""
         (event,) = await TaskReader(self.client, self.graph).task_events(
@@ -210,7 +216,7 @@ class ToolActivities:
 
     def _activity(self, tool: Tool) -> Callable[[ToolInput], Awaitable[ToolOutput]]:
         async def call(input: ToolInput) -> ToolOutput:
-            text = await self._event_text(input)
+            text = await self._arguments(input)
             try:
                 arguments = tool.arguments.model_validate_json(text or "{}")
             except ValidationError as err:

@@ -2,11 +2,12 @@
 
 Alternating rounds, in one process, of a client without a key store (plain text: the
 baseline) and one with Neo4j as its key store (each event sealed under its own AES-GCM key,
-the keys stored before the write is sent):
-- ``write``: one ``record_event`` call (seal, store the key, update round trip);
-- ``batch``: one ``record_events`` call of ``--batch`` events (one key transaction for all);
-- ``read``: one ``list_events`` page of 50 events from the workflow (sealed: one key read and
-  50 decryptions).
+a leaf of the task's key tree, whose root the first write of a round stores):
+- ``write``: one ``record_event`` call (seal, update round trip; the first of a round also
+  stores the task's key tree);
+- ``batch``: one ``record_events`` call of ``--batch`` events (no key-store transaction);
+- ``read``: one ``list_events`` page of 50 events from the workflow (sealed: one key read,
+  50 keys derived and 50 decryptions).
 Prints the medians in ms and sealed / plain.
 
     python -m bench.bench_sealing [--writes 30] [--rounds 5] [--batch 200]

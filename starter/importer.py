@@ -201,8 +201,8 @@ async def import_paths(
 async def mirror_caught_up(
     history: ConversationHistory, tasks: list[str], within: float = 120.0
 ) -> float:
-    """Wait until every task's mirror has caught up (``unmirrored_writes`` 0, each task polled
-    every 20 ms, ``CONCURRENCY`` tasks at a time); returns the seconds waited.
+    """Wait until Neo4j holds every write of every task (``wait_mirrored``, ``CONCURRENCY``
+    tasks at a time); returns the seconds waited.
 
     Raises:
         TimeoutError: not caught up within ``within`` seconds (Neo4j down, or a task whose
@@ -213,16 +213,16 @@ async def mirror_caught_up(
 
     async def one(task: str) -> None:
         async with gate:
-            while True:
-                view = (await history.get_task(task)).view
-                if view is None or view.unmirrored_writes == 0:
-                    return
-                if time.perf_counter() - started > within:
-                    raise TimeoutError(
-                        f"the mirror of task {task!r} has not caught up within {within:g} s "
-                        f"(mirror_error: {view.mirror_error}); is Neo4j up?"
-                    )
-                await asyncio.sleep(0.02)
+            left = within - (time.perf_counter() - started)
+            if await history.wait_mirrored(task, timeout_s=max(left, 0.0)):
+                return
+            view = (await history.get_task(task)).view
+            if view is None:
+                return
+            raise TimeoutError(
+                f"the mirror of task {task!r} has not caught up within {within:g} s "
+                f"(mirror_error: {view.mirror_error}); is Neo4j up?"
+            )
 
     await asyncio.gather(*(one(task) for task in dict.fromkeys(tasks)))
     return time.perf_counter() - started

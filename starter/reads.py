@@ -4,6 +4,7 @@ visibility, and the decisions and cross-task reads from Neo4j."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -33,6 +34,9 @@ from workflows.models import PAGE_LIMIT_MAX, EventKind, StepState, TaskStatus
 if TYPE_CHECKING:  # the driver is loaded only by whoever makes the graph
     from taskgraph.graph import TaskGraph
 
+MIRRORED_POLL_S = 0.02
+"""How often ``wait_mirrored`` reads the task node (seconds)."""
+
 
 class TaskReads(Transport):
     """The reads of ``ConversationHistory`` (its published read methods)."""
@@ -56,6 +60,35 @@ class TaskReads(Transport):
             return GetTaskResult(found=False)
         view, source = found
         return GetTaskResult(found=True, view=view, source=source)
+
+    async def wait_mirrored(self, task: str, timeout_s: float | None = None) -> bool:
+        """Wait until Neo4j holds every write the task had taken when the call began, for a
+        read across tasks that must see them: with a graph, until the task node's
+        ``mirrored_write`` reaches the view's ``writes`` (the mirror copies a write within
+        about ``MIRROR_FOLLOW_AGE`` of its acknowledgement); without one, until the view's
+        ``unmirrored_writes`` is 0, which the workflow learns later, when the mirror's call
+        ends (``MIRROR_FOLLOW_IDLE`` after the last write). Polled every ``MIRRORED_POLL_S``.
+
+        Returns:
+            True once Neo4j holds them; False when the task is not found or ``timeout_s``
+            (None: this object's ``timeout_s``) passed first (Neo4j down or slow: the view's
+            ``mirror_error`` says why).
+        """
+        view = (await self.get_task(task)).view
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (self.timeout_s if timeout_s is None else timeout_s)
+        writes = 0 if view is None else view.writes
+        while view is not None and view.unmirrored_writes:
+            if self.graph is not None:
+                held = await self.graph.mirrored_write(self.project_id, self.workflow_id(task))
+                if held >= writes:
+                    return True
+            if loop.time() >= deadline:
+                return False
+            await asyncio.sleep(MIRRORED_POLL_S)
+            if self.graph is None:
+                view = (await self.get_task(task)).view
+        return view is not None
 
     async def list_events(self, task: str, after_seq: int = 0, limit: int = 50) -> EventsResult:
         """Events with seq > ``after_seq`` in seq order, at most ``limit`` (1 to 200), across

@@ -239,16 +239,11 @@ class HistoryRetention:
             await asyncio.sleep(POLL_S)
 
     async def _mirror_caught_up(self, task: str) -> None:
-        """Wait (up to ``timeout_s``) until Neo4j has every accepted write of ``task``; a
-        task that Temporal no longer has, or a mirror that does not catch up in time (Neo4j
-        failing), ends the wait: Neo4j then answers with what it has."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.timeout_s
-        while loop.time() < deadline:
-            view = (await self.tasks.get_task(task)).view
-            if view is None or view.unmirrored_writes == 0:
-                return
-            await asyncio.sleep(POLL_S)
+        """Wait (up to ``timeout_s``) until Neo4j has every accepted write of ``task``
+        (``wait_mirrored``); a task that Temporal no longer has, or a mirror that does not
+        catch up in time (Neo4j failing), ends the wait: Neo4j then answers with what it
+        has."""
+        await self.tasks.wait_mirrored(task, timeout_s=self.timeout_s)
 
     async def _runs(self, workflow_id: str) -> list[str]:
         """Every run id of the task's workflow that Temporal still has, newest first: the

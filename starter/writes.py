@@ -13,7 +13,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from starter.reads import TaskReads
 from starter.results import WriteResult, from_outcome, refused
 from starter.transport import lane, request_id_or_new
-from taskgraph.sealing import seal_events
+from taskgraph.sealing import KeyStoreUnavailable, seal_events
 from workflows.errors import ErrorCode
 from workflows.models import (
     MAX_EVENTS_PER_UPDATE,
@@ -175,11 +175,13 @@ class TaskWrites(TaskReads):
         has ``recorded`` False and ``first_seq``/``last_seq`` of what was recorded, and a
         retry with the same request id records the rest once.
 
-        With a graph, each event's text is sealed first (``taskgraph.sealing``): its data key is
-        stored in Neo4j before anything is sent (so a write needs Neo4j), and the split is of
-        the sealed events. The keys of events the workflow did not take from this call (a
-        refusal, a repeated request id) are deleted again; after an error (no answer) they
-        stay, since the write may have been recorded.
+        With a graph, each event's text is sealed first (``taskgraph.sealing``) under its own
+        key, a leaf of the task's key tree, and the split is of the sealed events. The tree is
+        stored in Neo4j before this process's first write to the task is sent (one
+        transaction, waited for at most ``KEY_STORE_WAIT_S``: else the write is refused
+        ``key_store_unavailable`` and nothing is sent); later writes need no Neo4j. Keys of
+        events the workflow did not take (a refusal, a repeated request id) were never
+        stored: they cost nothing.
         """
         inputs = [EventInput.model_validate(e) if isinstance(e, dict) else e for e in events]
         result, _ = await self._record(task, inputs, request_id_or_new(request_id))
@@ -197,8 +199,10 @@ class TaskWrites(TaskReads):
             return refusal, inputs
         total = WriteResult(recorded=True, duplicate=True)
         async with lane(self.client, self.workflow_id(task)):
-            sent = await self._seal(task, inputs)
-            new_keys = {e.key_id for e in sent if e.key_id} - {e.key_id for e in inputs}
+            try:
+                sent = await self._seal(task, inputs)
+            except KeyStoreUnavailable as err:
+                return refused(ErrorCode.KEY_STORE_UNAVAILABLE, str(err)), inputs
             for index, chunk in enumerate(split_events(sent)):
                 result = await self._send(
                     task,
@@ -209,8 +213,6 @@ class TaskWrites(TaskReads):
                         request_id=chunk_request_id(request_id, index),
                     ),
                 )
-                if result.recorded and not result.duplicate:
-                    new_keys -= {e.key_id for e in chunk}
                 if not result.recorded:
                     total = result.model_copy(
                         update={"first_seq": total.first_seq, "last_seq": total.last_seq}
@@ -224,13 +226,15 @@ class TaskWrites(TaskReads):
                         "time": result.time,
                     }
                 )
-        if new_keys and self.graph is not None:  # keys of text the workflow did not take
-            await self.graph.drop_keys(self.project_id, [k for k in new_keys if k])
         return total, sent
 
     async def _seal(self, task: str, events: list[EventInput]) -> list[EventInput]:
-        """``events`` sealed, their keys stored (``taskgraph.sealing.seal_events``), when the
-        client has a graph (the key store); as they are without one."""
+        """``events`` sealed (``taskgraph.sealing.seal_events``) when the client has a graph
+        (the key store); as they are without one.
+
+        Raises:
+            KeyStoreUnavailable: the task's key tree was needed and not stored.
+        """
         if self.graph is None:
             return events
         return await seal_events(self.graph, self.project_id, self.workflow_id(task), events)

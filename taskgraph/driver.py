@@ -14,9 +14,9 @@ client-side bound raises ``ServiceUnavailable``).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, LiteralString
+from typing import TYPE_CHECKING, Any, LiteralString, TypeVar
 
 from neo4j import (
     AsyncDriver,
@@ -30,6 +30,8 @@ from neo4j.exceptions import ServiceUnavailable
 if TYPE_CHECKING:
     from opentelemetry.trace import Tracer
 
+
+_T = TypeVar("_T")
 
 NEO4J_CONNECT_TIMEOUT_S = 5.0
 """Seconds a new connection may take to connect and finish the Bolt handshake (the driver's
@@ -121,6 +123,11 @@ class GraphSession:
     async def _write(self, query: LiteralString, **params: Any) -> list[dict[str, Any]]:
         """The rows of one write statement, in a managed write transaction."""
         return await self._run(query, params, write=True)
+
+    async def _write_work(self, work: Callable[[AsyncManagedTransaction], Awaitable[_T]]) -> _T:
+        """``work``'s result, run as one managed write transaction (bounded, retried)."""
+        async with self._session() as session:
+            return await session.execute_write(bounded(work))
 
     async def _run(
         self, query: LiteralString, params: dict[str, Any], *, write: bool

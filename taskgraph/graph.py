@@ -16,7 +16,7 @@ Graph model (every node carries ``project_id``; keys are unique by constraint)::
     (:Event:Decision)-[:CITES]->(:Event)                 a decision cites an earlier event
     (:Event:Decision)-[:CITES {state, attempt}]->(:Step) ... and a step, as it was then
     (:TaskTombstone {key = workflow id})                 a deleted task: its name stays taken
-    (:DataKey {key_id})                                  the key store (``taskgraph.keys``)
+    (:KeyTree {tree_id, task_key})                       the key store (``taskgraph.keys``)
 
 A task node belongs to one task: the mirror refuses to write a task into a node created by
 another task of the same workflow id (one whose history was deleted: ``TaskIncarnationError``)
@@ -30,12 +30,12 @@ Unicode are stored exactly as recorded.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from neo4j import AsyncManagedTransaction
 
 from taskgraph.driver import bounded
-from taskgraph.keys import fetch_keys, store_keys
+from taskgraph.keys import fetch_keys, store_tree
 from taskgraph.reads import GraphReads
 from taskgraph.writes import MirrorWrites
 
@@ -53,12 +53,12 @@ class TaskGraph(MirrorWrites, GraphReads):
     written); without one, no OpenTelemetry code runs.
     """
 
-    async def put_keys(self, project_id: str, workflow_id: str, keys: Mapping[str, bytes]) -> None:
-        """Store data keys (key id -> key) of the task ``workflow_id`` in one transaction
-        (``taskgraph.keys``); a client does this before it sends the events they seal."""
+    async def put_tree(self, project_id: str, workflow_id: str, tree_id: str, root: bytes) -> None:
+        """Store a new key tree of the task ``workflow_id`` in one transaction
+        (``taskgraph.keys``); a client does this before it sends the first event it seals."""
 
         async def work(tx: AsyncManagedTransaction) -> None:
-            await store_keys(tx, project_id, workflow_id, keys)
+            await store_tree(tx, project_id, workflow_id, tree_id, root)
 
         if not self._schema_ready:
             await self.init_schema()
@@ -69,12 +69,3 @@ class TaskGraph(MirrorWrites, GraphReads):
         """The data keys of ``key_ids`` (``taskgraph.keys.fetch_keys``)."""
         async with self._session() as session:
             return await session.execute_read(bounded(fetch_keys), project_id, key_ids)
-
-    async def drop_keys(self, project_id: str, key_ids: Sequence[str]) -> None:
-        """Delete data keys that sealed nothing the workflow took (a refused write, a repeated
-        request id): the client that made them knows they are unused."""
-        await self._write(
-            "MATCH (k:DataKey) WHERE k.key_id IN $ids AND k.project_id = $p DELETE k",
-            ids=list(key_ids),
-            p=project_id,
-        )

@@ -123,6 +123,16 @@ class GraphReads(GraphSession):
             updated_at=props["updated_at"],
         )
 
+    async def mirrored_write(self, project_id: str, workflow_id: str) -> int:
+        """The write counter up to which Neo4j holds every write of the task (the task node's
+        ``mirrored_write``, set by the last page of each copy); 0 before the first."""
+        rows = await self._read(
+            "MATCH (t:Task {key: $key, project_id: $p}) RETURN t.mirrored_write AS w",
+            key=workflow_id,
+            p=project_id,
+        )
+        return int(rows[0]["w"] or 0) if rows else 0
+
     async def decisions(
         self,
         project_id: str,
@@ -330,7 +340,7 @@ class GraphReads(GraphSession):
         store left out (a fingerprint for tests and rebuild checks)."""
         rows = await self._read(
             """
-            MATCH (n {project_id: $p}) WHERE NOT n:DataKey
+            MATCH (n {project_id: $p}) WHERE NOT n:DataKey AND NOT n:KeyTree
             WITH labels(n)[0] AS label, count(n) AS c
             RETURN label, c
             UNION ALL

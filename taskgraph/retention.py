@@ -2,14 +2,16 @@
 
 - ``redact``: in one transaction that first locks the task node (so no mirror write of the
   same task interleaves: ``TaskGraph.write_task``), empties the event's payload (its seq,
-  length and hash stay), destroys its data key (the ``DataKey`` node stays as a tombstone
-  without ``key``) and returns the decisions that cite it.
+  length and hash stay), destroys its data key (its key tree's leaf punctured; a single key of
+  before loses its bytes, its ``DataKey`` node kept as a tombstone) and returns the decisions
+  that cite it.
 - ``tombstone``: a ``TaskTombstone`` node keeps a deleted task's name taken for ever; written
   before anything is deleted, and locking the task node, so from then on the mirror refuses
   to write the task (``TaskIncarnationError``) and a new task of that name is refused.
 - ``delete_task_nodes``: the task's decisions (deleted, or kept and detached), events, steps,
-  data keys and node, in transactions of at most ``DELETE_BATCH`` nodes (a large task in one
-  transaction outgrows Neo4j's transaction memory).
+  key trees (and single data keys of before) and node, in transactions of at most
+  ``DELETE_BATCH`` nodes (a large task in one transaction outgrows Neo4j's transaction
+  memory).
 """
 
 from __future__ import annotations
@@ -18,7 +20,11 @@ from typing import TYPE_CHECKING, Any, LiteralString
 
 from pydantic import BaseModel
 
+from taskgraph.keys import destroy_leaf
+
 if TYPE_CHECKING:  # the client imports this module: no driver import at run time
+    from neo4j import AsyncManagedTransaction
+
     from taskgraph.graph import TaskGraph
 
 DELETE_BATCH = 5_000
@@ -57,7 +63,7 @@ class GraphDeletion(BaseModel):
     steps: int = 0
     """Step nodes deleted."""
     keys: int = 0
-    """Data keys destroyed."""
+    """Key store nodes destroyed (key trees, and single data keys of before)."""
     decisions: list[str] = []
     """Ids of the task's decisions (deleted, or kept and detached)."""
 
@@ -89,19 +95,32 @@ REMOVE k.key
 WITH e
 OPTIONAL MATCH (d:Decision)-[:CITES]->(e)
 WITH e, collect(d.id) AS citing
-RETURN citing + CASE WHEN e:Decision THEN [e.id] ELSE [] END AS affected
+RETURN citing + CASE WHEN e:Decision THEN [e.id] ELSE [] END AS affected, e.key_id AS key_id
 """
+"""A redaction's first statement: the task node locked (so no mirror write of the task
+interleaves), the event's text emptied, a single data key of before destroyed (its node kept
+as the tombstone); returns the decisions citing the event and its key id."""
 
 
 async def redact(
     graph: TaskGraph, project_id: str, location: EventLocation, agent_id: str
 ) -> list[str]:
-    """Remove the text of the event at ``location`` from Neo4j and destroy its data key;
-    returns the ids of the decisions that cite it (and its own, when it is a decision)."""
-    rows = await graph._write(
-        _REDACT, key=location.task_key, p=project_id, seq=location.seq, agent=agent_id
-    )
-    return sorted(rows[0]["affected"]) if rows else []
+    """Remove the text of the event at ``location`` from Neo4j and destroy its data key (a
+    key tree's leaf punctured: ``taskgraph.keys.destroy_leaf``), in one transaction; returns
+    the ids of the decisions that cite it (and its own, when it is a decision)."""
+
+    async def work(tx: AsyncManagedTransaction) -> list[str]:
+        result = await tx.run(
+            _REDACT, key=location.task_key, p=project_id, seq=location.seq, agent=agent_id
+        )
+        record = await result.single()
+        if record is None:
+            return []
+        if record["key_id"] is not None:
+            await destroy_leaf(tx, project_id, record["key_id"])
+        return sorted(record["affected"])
+
+    return await graph._write_work(work)
 
 
 async def name_state(graph: TaskGraph, project_id: str, workflow_id: str) -> NameState:
@@ -199,7 +218,7 @@ async def delete_task_nodes(
     keys = await _in_batches(
         graph,
         """
-        MATCH (k:DataKey {task_key: $key}) WHERE k.project_id = $p
+        MATCH (k {task_key: $key}) WHERE (k:KeyTree OR k:DataKey) AND k.project_id = $p
         WITH k LIMIT $batch DELETE k RETURN count(*) AS n
         """,
         **params,

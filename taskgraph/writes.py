@@ -69,7 +69,9 @@ CALL (t) {
   MERGE (a)-[:NEXT]->(b)
 }
 SET t.mirrored_seq = CASE WHEN coalesce(t.mirrored_seq, 0) < $watermark THEN $watermark
-                          ELSE t.mirrored_seq END
+                          ELSE t.mirrored_seq END,
+    t.mirrored_write = CASE WHEN coalesce(t.mirrored_write, 0) < coalesce($mirrored_write, 0)
+                            THEN $mirrored_write ELSE t.mirrored_write END
 WITH t
 CALL (t) {
   UNWIND $steps AS st
@@ -132,7 +134,9 @@ CALL (t) {
 }
 """
 """The rest of a mirror page in one statement (one round trip): the events with their NEXT
-links; the task's mirror watermark (``mirrored_seq``, never lowered); the steps with their
+links; the task's mirror watermarks (``mirrored_seq``, and on a copy's last page
+``mirrored_write``, the write counter up to which Neo4j holds every write; never lowered); the
+steps with their
 RESULT links, each only when not older than its node (``changed_write``, the write that last
 changed the step, is its version); the decisions' labels and CITES links; then the nodes every
 task of a project shares (its project, its agents, a session, a parent) with the task's and
@@ -237,7 +241,7 @@ class MirrorWrites(GraphSchema):
 
     async def wipe_project(self, project_id: str) -> int:
         """Delete every node of one project and its relationships, but for what the Temporal
-        histories cannot give back (``graph rebuild``): the data keys and the tombstones of
+        histories cannot give back (``graph rebuild``): the key store and the tombstones of
         deleted tasks. Events go first, ``WIPE_BATCH`` per transaction (found by the
         ``(project_id, kind)`` index; a corpus deleted in one transaction outgrows Neo4j's
         transaction memory), then the rest in one. Returns nodes deleted."""
@@ -254,7 +258,8 @@ class MirrorWrites(GraphSchema):
         async def rest(tx: AsyncManagedTransaction) -> int:
             result = await tx.run(
                 """
-                MATCH (n {project_id: $p}) WHERE NOT n:DataKey AND NOT n:TaskTombstone
+                MATCH (n {project_id: $p})
+                WHERE NOT n:DataKey AND NOT n:KeyTree AND NOT n:TaskTombstone
                 DETACH DELETE n RETURN count(n) AS n
                 """,
                 p=project_id,
@@ -315,13 +320,16 @@ class MirrorWrites(GraphSchema):
         steps: Sequence[StepView],
         *,
         mark: str | None = None,
+        mirrored_write: int | None = None,
     ) -> None:
         """Merge the task node, ``events`` (with their NEXT links, decisions with their
         citations) and ``steps`` in one transaction of two statements (``_TASK``, then
         ``_PAGE``; a third between them reads the keys of sealed events). Idempotent:
         repeating it changes nothing.
         ``mark`` (a rebuild's id) is stamped on the event and step nodes as property
-        ``rebuild`` (``drop_unmarked``).
+        ``rebuild`` (``drop_unmarked``). ``mirrored_write`` (the last page of a copy that
+        reached the run's newest write: ``view.writes``) raises the node's
+        ``mirrored_write``, what ``mirror_holds`` reads.
 
         Sealed events are opened with their keys inside the transaction, once the task node
         is locked (its MERGE and SET), so a redaction, which locks the task node first, is
@@ -370,6 +378,7 @@ class MirrorWrites(GraphSchema):
                     branch_key=branch_key,
                     events=[event_properties(e) | stamp for e in unseal(events, keys)],
                     watermark=watermark,
+                    mirrored_write=mirrored_write,
                     steps=step_rows,
                     decisions=decisions,
                 )

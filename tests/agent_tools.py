@@ -5,6 +5,7 @@ writes it to a file named in its arguments, so a test counts runs from outside."
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 from datetime import timedelta
@@ -161,7 +162,27 @@ async def gated(args: Gate, context: ToolContext) -> str:
     return "gated"
 
 
+class Burn(BaseModel):
+    """Arguments of ``burn``: where to log the run, and how much CPU to spend."""
+
+    log: str
+    """File that gets one line per run: ``{idempotency key}``."""
+    rounds: int = 20_000
+    """SHA-256 rounds over 1 KiB (about 20 ms of one core)."""
+
+
+@tool("burn", arguments=Burn, idempotent=False, start_to_close_s=600)
+async def burn(args: Burn, context: ToolContext) -> str:
+    """CPU-heavy and synchronous: ``rounds`` chained SHA-256 digests, then the log line."""
+    digest = bytes(1024)
+    for _ in range(args.rounds):
+        digest = hashlib.sha256(digest).digest() * 32
+    _log(Effect(log=args.log), context)
+    return digest[:8].hex()
+
+
 TOOLS: list[Tool] = [
+    burn,
     charge_card,
     sync_data,
     flaky,
@@ -308,6 +329,18 @@ async def fanout(ctx: AgentContext) -> str:
         await ctx.checkpoint()
         outcomes = await ctx.wait_children()
         return ",".join(f"{o.key}={o.status.value}" for o in outcomes)
+
+
+@agent("fan_out")
+async def fan_out(ctx: AgentContext) -> str:
+    """``input["steps"]`` steps of ``burn`` at once (``input["log"]``, ``input["rounds"]``);
+    returns how many completed."""
+    count, log, rounds = ctx.input["steps"], ctx.input["log"], ctx.input.get("rounds", 20_000)
+    assert isinstance(count, int) and isinstance(log, str) and isinstance(rounds, int)
+    outcomes = await asyncio.gather(
+        *(ctx.step(f"s{i:04d}", "burn", {"log": log, "rounds": rounds}) for i in range(count))
+    )
+    return str(sum(outcome.ok for outcome in outcomes))
 
 
 @agent("noop")

@@ -405,6 +405,40 @@ async def mirror_scenario(stack: Stack) -> Captured:
     return {"mirror_at_once": captured}
 
 
+async def mirror_follows_scenario(stack: Stack) -> Captured:
+    """The mirror that follows its run (the ``mirror-follows-run`` patch): create, three
+    single writes back to back and a batch of 120, all copied by one call; once the run was
+    idle for ``MIRROR_FOLLOW_IDLE`` that call ends with its history position, a write starts
+    the next call from there, and the finish ends it (the run ending) and the workflow."""
+    history = stack.history("mirror_follows")
+    task = "follows"
+    handle = stack.client.get_workflow_handle(history.workflow_id(task))
+    expect(await history.create_task(task, "g"))
+    for i in range(3):
+        expect(await history.record_event(task, "message", f"write {i}"), first_seq=i + 1)
+    batch = [EventInput(kind="note", payload=f"note {i}") for i in range(120)]
+    expect(await history.record_events(task, batch), first_seq=4, last_seq=123)
+    await quiet(handle, mirrored(history, task))
+    expect(await history.record_event(task, "message", "after the pause"), first_seq=124)
+    expect(await history.finish_task(task, "done"))
+    await handle.result()
+    captured = await fetch(history, task)
+    types = event_types(captured)
+    inputs = [
+        json.loads(e.activity_task_scheduled_event_attributes.input.payloads[0].data)
+        for e in captured.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    if (
+        "MARKER_RECORDED" not in types
+        or [(i["follow"], bool(i["history_token"])) for i in inputs]
+        != [(True, False), (True, True)]
+        or types[-1] != "WORKFLOW_EXECUTION_COMPLETED"
+    ):
+        raise CaptureError(f"unexpected mirror calls: {types} {inputs}")
+    return {"mirror_follows": captured}
+
+
 async def mirror_failure_scenario(stack: Stack) -> Captured:
     """The mirror fails without retry (a worker configured with a Neo4j database that does
     not exist: ``DatabaseNotFound`` is a ``MirrorDataError``, not retried): the task shows
@@ -593,6 +627,43 @@ async def agent_scenarios(stack: Stack) -> Captured:
             captured["agent_failed"] = await fetch(history, "resume", first_run)
             captured["agent_resumed"] = await fetch(history, "resume")
     return captured
+
+
+async def steps_at_once_scenario(stack: Stack) -> Captured:
+    """Agent code ``fan_out`` running six steps of the CPU-heavy ``burn`` at once, on a
+    worker with the agent tests' tools: the calls and ``in_progress`` of all six in one
+    workflow task, each tool activity carrying its arguments (no query), the results as they
+    come, the mirror following the run throughout (one call), the task ``done``."""
+    import tempfile
+
+    from tests.agent_tools import SCRIPTS, TOOLS
+    from workflows.models import AgentSpec
+
+    queue = f"capture-fanout-{uuid.uuid4().hex[:8]}"
+    history = stack.history("steps_at_once")
+    history.task_queue = queue
+    with tempfile.TemporaryDirectory() as folder:
+        log = str(Path(folder) / "burn.log")
+        spec = AgentSpec(name="fan_out", tools=["burn"], input={"steps": 6, "log": log})
+        async with build_worker(stack.client, stack.graph, queue, tools=TOOLS, scripts=SCRIPTS):
+            expect(await history.create_task("fan", "six at once", agent=spec))
+            view = await history.wait_task("fan")
+            if view is None or view.result is None or view.result.text != "6":
+                raise CaptureError(f"the six steps did not complete: {view}")
+            captured = await fetch(history, "fan")
+    inputs = [
+        json.loads(e.activity_task_scheduled_event_attributes.input.payloads[0].data)
+        for e in captured.events
+        if e.activity_task_scheduled_event_attributes.activity_type.name == "tool.burn"
+    ]
+    mirrors = [
+        e
+        for e in captured.events
+        if e.activity_task_scheduled_event_attributes.activity_type.name == "mirror_task"
+    ]
+    if len(inputs) != 6 or not all(i["arguments"] for i in inputs) or len(mirrors) != 1:
+        raise CaptureError(f"unexpected activities: {inputs} {len(mirrors)} mirror calls")
+    return {"steps_at_once": captured}
 
 
 async def human_scenarios(stack: Stack) -> Captured:
@@ -1073,6 +1144,9 @@ SCENARIOS: dict[str, Scenario] = {
     "mirror_failure": Scenario(
         mirror_failure_scenario, ("mirror_failure",), "non-retryable mirror failure and pause"
     ),
+    "mirror_follows": Scenario(
+        mirror_follows_scenario, ("mirror_follows",), "one mirror call follows the run (patched)"
+    ),
     "import": Scenario(import_scenario, ("import",), "an imported trajectory"),
     "continue_as_new": Scenario(
         continue_as_new_scenario,
@@ -1088,6 +1162,11 @@ SCENARIOS: dict[str, Scenario] = {
         agent_scenarios,
         ("agent_loop", "agent_cancel", "agent_failed", "agent_resumed"),
         "agent tasks: the tool loop, a cancel, a failure and its resume",
+    ),
+    "steps_at_once": Scenario(
+        steps_at_once_scenario,
+        ("steps_at_once",),
+        "six steps at once, their arguments in their activities' input, one mirror call",
     ),
     "human": Scenario(
         human_scenarios,

@@ -94,14 +94,8 @@ async def eventually(check: Callable[[], Awaitable[bool]], within: float = 30.0)
 
 
 async def mirrored(history: ConversationHistory, task: str, within: float = 30.0) -> None:
-    """Wait until the mirror has caught up with every write of ``task``."""
-
-    async def caught_up() -> bool:
-        view = (await history.get_task(task)).view
-        assert view is not None
-        return view.unmirrored_writes == 0
-
-    await eventually(caught_up, within)
+    """Wait until Neo4j holds every write of ``task`` so far (``wait_mirrored``)."""
+    assert await history.wait_mirrored(task, within), f"{task} not mirrored within {within} s"
 
 
 def payload_texts(history_json: str) -> str:

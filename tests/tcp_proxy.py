@@ -79,8 +79,15 @@ class TcpProxy:
         try:
             yield self
         finally:
-            self._server.close()
-            for task in list(self._tasks):
-                task.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-            await self._server.wait_closed()
+            await self.stop()
+
+    async def stop(self) -> None:
+        """Close every connection and stop listening (a server that is down); again: nothing."""
+        if self._server is None:
+            return
+        self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._server.wait_closed()
+        self._server = None

@@ -53,6 +53,7 @@ CONSTANT_MODULES = (
     "taskgraph.driver",
     "taskgraph.models",
     "taskgraph.retention",
+    "taskgraph.sealing",
     "taskgraph.writes",
     "starter.importer",
     "starter.retention",

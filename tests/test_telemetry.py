@@ -80,6 +80,21 @@ def _parent(span: ReadableSpan, spans: list[ReadableSpan]) -> ReadableSpan:
     return parent
 
 
+async def _mirror_calls_ended(traced: Traced) -> bool:
+    """True when the mirror calls that wrote Neo4j so far have ended (their spans are
+    exported when they end, and a call that follows its run ends once the run is idle for
+    ``MIRROR_FOLLOW_IDLE``): every ``neo4j write_task`` span's ancestors are there."""
+    spans = traced.spans()
+    by_id = {s.context.span_id: s for s in spans}
+    writes = traced.named("neo4j write_task")
+    for span in writes:
+        while span.parent is not None:
+            if span.parent.span_id not in by_id:
+                return False
+            span = by_id[span.parent.span_id]
+    return bool(writes)
+
+
 def _ancestry(span: ReadableSpan, spans: list[ReadableSpan]) -> list[str]:
     """Names from ``span`` up to its trace's root."""
     names = [span.name]
@@ -95,7 +110,7 @@ async def test_create_task_is_one_trace_from_client_update_to_neo4j_transaction(
     history = traced.history
     assert (await history.create_task("t", "goal")).recorded
     await mirrored(history, "t")
-    await eventually(lambda: traced.has("neo4j write_task"))
+    await eventually(lambda: _mirror_calls_ended(traced))
     spans = traced.spans()
     (write,) = traced.named("neo4j write_task")
     assert _ancestry(write, spans) == [
@@ -134,6 +149,7 @@ async def test_a_later_write_is_linked_from_its_handler_and_mirrored_in_the_task
     assert written.first_seq == 1
     await mirrored(history, "t")
     await eventually(lambda: traced.has("HandleUpdate:record_events"))
+    await eventually(lambda: _mirror_calls_ended(traced))
     spans = traced.spans()
     (client_span,) = traced.named("StartWorkflowUpdate:record_events")
     (handled,) = traced.named("HandleUpdate:record_events")
@@ -237,7 +253,9 @@ async def test_otlp_exporters_deliver_traces_and_sdk_metrics_from_settings_alone
 
             async def delivered() -> bool:
                 spans = receiver.span_names()
-                return "neo4j write_task" in spans and "temporal_request" in receiver.metric_names()
+                # the mirror call's span is sent once it ends (a follower: its run idle 5 s)
+                mirror = {"neo4j write_task", "RunActivity:mirror_task"}
+                return mirror <= spans and "temporal_request" in receiver.metric_names()
 
             await eventually(delivered, within=30)  # the batch processor exports every 5 s
     assert {

@@ -42,6 +42,7 @@ from workflows.models import (
     FinishTaskInput,
     InputAnswer,
     InputRequest,
+    MirrorOutcome,
     MirrorPage,
     MirrorQuery,
     RecordEventsInput,
@@ -411,13 +412,22 @@ class Ledger:
 
     # ---------------------------------------------------------------- the mirror
 
-    def mirror_target(self, run_id: str, max_events: int) -> MirrorTarget:
+    def mirror_target(
+        self,
+        run_id: str,
+        max_events: int,
+        *,
+        follow: bool = False,
+        history_token: str | None = None,
+    ) -> MirrorTarget:
         """What the next mirror call copies (``workflows.mirroring.mirror_target``)."""
-        return mirroring.mirror_target(self.state, run_id, max_events)
+        return mirroring.mirror_target(
+            self.state, run_id, max_events, follow=follow, history_token=history_token
+        )
 
-    def mirrored(self, target: MirrorTarget) -> None:
+    def mirrored(self, target: MirrorTarget, outcome: MirrorOutcome) -> None:
         """Record a successful mirror call (``workflows.mirroring.mirrored``)."""
-        mirroring.mirrored(self.state, target)
+        mirroring.mirrored(self.state, target, outcome)
 
     def mirror_failed(self, error: str) -> None:
         """Record a failed mirror call (``workflows.mirroring.mirror_failed``)."""

@@ -1,7 +1,18 @@
 """The mirror policy of a task: what the next mirror call copies (an earlier run's backlog
-first, at most ``MIRROR_MAX_EVENTS`` events), what a success or a failure records, and how
-long the workflow pauses after failures; with the mirror activity's timeouts and retries.
-The ledger calls the bookkeeping with its state; ``TaskWorkflow`` the rest.
+first, at most ``MIRROR_MAX_EVENTS`` events; the current run by a call that follows it), what
+a success or a failure records, and how long the workflow pauses after failures; with the
+mirror activity's timeouts and retries and the follower's cadence. The ledger calls the
+bookkeeping with its state; ``TaskWorkflow`` the rest.
+
+Since the ``mirror-follows-run`` patch one call mirrors the current run for as long as it is
+written to (``MirrorInput.follow``, ``activities.mirror``): it waits for each new workflow
+task of the run by a long poll of the run's history, copies what it wrote (at most once per
+``MIRROR_FOLLOW_AGE``: a cadence that costs no timer), and ends when the run has been idle for
+``MIRROR_FOLLOW_IDLE``, after ``MIRROR_FOLLOW_MAX``, or once the run ends and everything is
+copied. So a write adds no workflow task and no activity of its own (main's mirror, a call
+per waiting write, added an activity and a second workflow task to every write that came
+alone); the workflow learns how far Neo4j got when the call ends (``MirrorOutcome``).
+``bench/RESULTS.md`` (issue 22) has the designs compared before this one was chosen.
 """
 
 from __future__ import annotations
@@ -12,7 +23,7 @@ from typing import NamedTuple
 from temporalio.common import RetryPolicy
 
 from workflows.errors import MIRROR_DATA_ERROR
-from workflows.models import MIRROR_ERROR_CHARS, MirrorInput, TaskState
+from workflows.models import MIRROR_ERROR_CHARS, MirrorInput, MirrorOutcome, TaskState
 
 
 class MirrorTarget(NamedTuple):
@@ -26,9 +37,17 @@ class MirrorTarget(NamedTuple):
     """True when it copies an earlier run (``TaskState.mirror_backlog``)."""
 
 
-def mirror_target(state: TaskState, run_id: str, max_events: int) -> MirrorTarget:
+def mirror_target(
+    state: TaskState,
+    run_id: str,
+    max_events: int,
+    *,
+    follow: bool = False,
+    history_token: str | None = None,
+) -> MirrorTarget:
     """What the next mirror call copies: the oldest backlog run first, else this run
-    (``run_id``); at most ``max_events`` events."""
+    (``run_id``), at most ``max_events`` events, or with ``follow`` everything this run
+    writes while the call follows it (``MirrorInput.follow``, from ``history_token``)."""
     if state.mirror_backlog:
         oldest = state.mirror_backlog[0]
         after = max(state.mirrored_seq, oldest.after_seq)
@@ -44,7 +63,7 @@ def mirror_target(state: TaskState, run_id: str, max_events: int) -> MirrorTarge
             up_to_write=oldest.up_to_write if up_to == oldest.up_to_seq else None,
             from_backlog=True,
         )
-    up_to = min(state.last_seq, state.mirrored_seq + max_events)
+    up_to = state.last_seq if follow else min(state.last_seq, state.mirrored_seq + max_events)
     return MirrorTarget(
         MirrorInput(
             workflow_id=state.workflow_id,
@@ -52,17 +71,25 @@ def mirror_target(state: TaskState, run_id: str, max_events: int) -> MirrorTarge
             after_seq=state.mirrored_seq,
             up_to_seq=up_to,
             after_write=state.mirrored_write,
+            follow=follow,
+            history_token=history_token if follow else None,
         ),
         up_to_write=state.writes if up_to == state.last_seq else None,
         from_backlog=False,
     )
 
 
-def mirrored(state: TaskState, target: MirrorTarget) -> None:
+def mirrored(state: TaskState, target: MirrorTarget, outcome: MirrorOutcome) -> None:
     """Record a successful mirror call of ``target``: its events, and its writes when it
-    reached the end of its run, are in Neo4j; a backlog run copied to its end is dropped."""
+    reached the end of its run, are in Neo4j; a backlog run copied to its end is dropped. A
+    call that followed its run got as far as its ``outcome`` says (never less than the
+    target: it copied that first)."""
     state.mirror_error = None
     state.mirror_failures = 0
+    if target.input.follow:
+        state.mirrored_seq = max(target.input.up_to_seq, outcome.up_to_seq or 0)
+        state.mirrored_write = max(target.up_to_write or 0, outcome.up_to_write or 0)
+        return
     state.mirrored_seq = target.input.up_to_seq
     if target.up_to_write is not None:
         state.mirrored_write = target.up_to_write
@@ -89,7 +116,24 @@ MIRROR_WITHOUT_DEBOUNCE = "mirror-without-debounce-timer"
 (whose firing the dev server rounds to about a second, which made the mirror lag ~1 s)."""
 MIRROR_START_TO_CLOSE = timedelta(seconds=60)
 """Longest one mirror attempt may run (at most ``MIRROR_MAX_EVENTS`` events, in pages of one
-query and one bounded Neo4j transaction each)."""
+query and one bounded Neo4j transaction each); a follower's is ``MIRROR_FOLLOW_MAX`` longer."""
+MIRROR_FOLLOWS_RUN = "mirror-follows-run"
+"""Patch id: the current run is mirrored by a call that follows it (``MirrorInput.follow``)
+instead of a call per waiting write; runs recorded before it call once per batch."""
+MIRROR_FOLLOW_IDLE = timedelta(seconds=5)
+"""A follower ends once its run has had no new workflow task for this long: long enough to
+cover a writer's pauses (a model's turn, a person's typing), short enough that idle tasks
+hold no activity slot (the next write starts a new follower, where the last one stopped)."""
+MIRROR_FOLLOW_MAX = timedelta(minutes=1)
+"""A follower ends after following this long (the workflow starts the next as a write
+waits): one activity and one workflow task a minute for a task written to all the time."""
+MIRROR_FOLLOW_AGE = timedelta(milliseconds=100)
+"""The follower's cadence: a copy at most this often, so the writes that come back to back
+share one query and one Neo4j transaction per 100 ms, and a lone write is copied at once (on
+the worker's clock: no timer in the history). Measured in ``bench/RESULTS.md`` (issue 22)."""
+MIRROR_FOLLOW_BYTES = 64 * 1024
+"""...except when the run's history grew by this many bytes since the last copy (a batch):
+then it copies at once."""
 MIRROR_HEARTBEAT = timedelta(seconds=10)
 """The mirror activity heartbeats while it runs; an attempt whose worker died (killed, cut
 off) is retried once this passes without a heartbeat, not after ``MIRROR_START_TO_CLOSE``.

@@ -8,10 +8,14 @@ arguments is also answered by the validator (``DUPLICATE`` carrying the stored
 ``WriteOutcome``), so a retry adds nothing to the history.
 
 The run loop mirrors the ledger into Neo4j through the ``mirror_task`` activity: at most one
-call in flight, started as soon as a write waits; the writes that arrive while a call runs form
-the next call's batch (at most ``MIRROR_MAX_EVENTS`` events). Runs recorded before the
-``MIRROR_WITHOUT_DEBOUNCE`` patch first waited for a debounce timer (``MIRROR_BATCH_EVENTS``
-events or ``MIRROR_DEBOUNCE_MS``); they still replay that way. The loop continues-as-new when
+call in flight, started as soon as a write waits. Since the ``MIRROR_FOLLOWS_RUN`` patch the
+call for the current run follows it (``workflows.mirroring``): it copies each write as the run
+takes it, so a write adds no workflow task and no activity of its own, and it ends when the
+run is idle, after a bound, or when the run ends. Runs recorded before it called once per
+batch (the writes that arrived while a call ran formed the next call's, at most
+``MIRROR_MAX_EVENTS`` events), and before the ``MIRROR_WITHOUT_DEBOUNCE`` patch first waited
+for a debounce timer (``MIRROR_BATCH_EVENTS`` events or ``MIRROR_DEBOUNCE_MS``); they still
+replay that way. The loop continues-as-new when
 Temporal suggests it, once every handler has finished and the mirror has caught up, and returns
 the final ``TaskView`` once the task is finished and mirrored.
 """
@@ -53,6 +57,8 @@ with workflow.unsafe.imports_passed_through():
     from workflows.errors import CONTINUING_AS_NEW, ErrorCode, failure_text, refusal
     from workflows.ledger import Ledger
     from workflows.mirroring import (
+        MIRROR_FOLLOW_MAX,
+        MIRROR_FOLLOWS_RUN,
         MIRROR_HEARTBEAT,
         MIRROR_RETRY,
         MIRROR_START_TO_CLOSE,
@@ -194,6 +200,9 @@ class TaskWorkflow:
         self.cancelling = False
         """True once the task is being cancelled by the one cancellation rule (``CANCEL_RULE``):
         the agent's waits wake up and it starts nothing more."""
+        self.history_token: str | None = None
+        """Where this run's last mirror follower stopped reading the run's history: the next
+        one starts there (``MirrorInput.history_token``; not carried: a run has its own)."""
 
     @workflow.run
     async def run(self, input: TaskWorkflowInput) -> TaskView:
@@ -584,21 +593,30 @@ class TaskWorkflow:
 
     async def _mirror(self, *, bounded: bool = True) -> None:
         """Mirror the next waiting writes (``Ledger.mirror_target``: an earlier run's first,
-        at most ``MIRROR_MAX_EVENTS`` events); after a failure, pause (``mirror_pause``). A
-        ``bounded`` call (the run loop's; the final mirror of a cancel is not) holds up
-        continue-as-new at most ``MIRROR_DRAIN_WAIT`` (``_bound_mirror_call``)."""
-        target = self.ledger.mirror_target(workflow.info().run_id, MIRROR_MAX_EVENTS)
+        at most ``MIRROR_MAX_EVENTS`` events; this run's by a call that follows the run,
+        ``MIRROR_FOLLOWS_RUN``); after a failure, pause (``mirror_pause``). A ``bounded``
+        call (the run loop's; the final mirror of a cancel is not) holds up continue-as-new
+        at most ``MIRROR_DRAIN_WAIT`` (``_bound_mirror_call``)."""
+        target = self.ledger.mirror_target(
+            workflow.info().run_id,
+            MIRROR_MAX_EVENTS,
+            follow=workflow.patched(MIRROR_FOLLOWS_RUN),
+            history_token=self.history_token,
+        )
+        longest = MIRROR_START_TO_CLOSE
+        if target.input.follow:
+            longest += MIRROR_FOLLOW_MAX
         handle = workflow.start_activity(
             MIRROR_ACTIVITY,
             target.input,
             result_type=MirrorOutcome,
-            start_to_close_timeout=MIRROR_START_TO_CLOSE,
+            start_to_close_timeout=longest,
             heartbeat_timeout=MIRROR_HEARTBEAT,
             retry_policy=MIRROR_RETRY,
         )
         bound = asyncio.create_task(self._bound_mirror_call(handle)) if bounded else None
         try:
-            await handle
+            outcome = await handle
         except ActivityError as err:
             if isinstance(err.cause, CancelledError):
                 if bound is not None and bound.done() and bound.result():
@@ -620,7 +638,9 @@ class TaskWorkflow:
             else:
                 await workflow.sleep(pause)
             return
-        self.ledger.mirrored(target)
+        self.ledger.mirrored(target, outcome)
+        if target.input.follow:
+            self.history_token = outcome.history_token
 
     async def _bound_mirror_call(self, handle: workflow.ActivityHandle[MirrorOutcome]) -> bool:
         """Cancel the mirror call ``handle`` when continue-as-new is due and the call has run
@@ -728,8 +748,11 @@ class TaskWorkflow:
     @workflow.query
     def mirror_page(self, query: MirrorQuery) -> MirrorPage:
         """The mirror activity's read: the view, the changed steps and the events of one page
-        in one query (``Ledger.mirror_page``)."""
-        return self.ledger.mirror_page(query)
+        in one query (``Ledger.mirror_page``), and whether the run waits for the mirror's
+        call to end (``MirrorPage.end``: closed, or continue-as-new suggested)."""
+        page = self.ledger.mirror_page(query)
+        page.end = self.ledger.closed or self._should_continue()
+        return page
 
     @workflow.query
     def steps(self, query: StepsQuery) -> StepsPage:

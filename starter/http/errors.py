@@ -40,6 +40,7 @@ STATUS: dict[str, int] = {
     ErrorCode.INPUT_INVALID: 422,
     ErrorCode.SCHEMA_INVALID: 422,
     ErrorCode.TASK_BUSY: 503,
+    ErrorCode.KEY_STORE_UNAVAILABLE: 503,
 }
 """The HTTP status of each code that is not 409 (a refusal by the task's state)."""
 
@@ -80,7 +81,8 @@ class ApiError(Exception):
     @classmethod
     def refused(cls, code: ErrorCode, message: str) -> ApiError:
         """The answer to a refused write (``STATUS``, else 409)."""
-        headers = {"Retry-After": "1"} if code is ErrorCode.TASK_BUSY else None
+        later = code in (ErrorCode.TASK_BUSY, ErrorCode.KEY_STORE_UNAVAILABLE)
+        headers = {"Retry-After": "1"} if later else None
         return cls(STATUS.get(code, 409), code.value, message, headers=headers)
 
 

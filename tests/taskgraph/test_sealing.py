@@ -10,6 +10,7 @@ import pytest
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from taskgraph.keytree import Frontier, Node, key_id, leaf_keys, new_root, new_tree_id, puncture
 from taskgraph.sealing import KEY_BYTES, NONCE_BYTES, open_text, seal, unseal
 from workflows.errors import GraphIncomplete
 from workflows.models import (
@@ -44,10 +45,16 @@ def event_of(sealed: EventInput, seq: int = 1) -> Event:
     )
 
 
+def sealed_new(event: EventInput) -> tuple[EventInput, bytes]:
+    """``event`` sealed under the first leaf of a new key tree, and that leaf's key."""
+    leaf, key = Frontier(new_root()).take()
+    return seal(event, key, key_id(new_tree_id(), leaf)), key
+
+
 def test_a_sealed_payload_opens_with_its_key_and_with_nothing_else() -> None:
     text = "the key is sk-\u00e9\U0001f511 " + "x" * 100
     plain = EventInput(kind=EventKind.TOOL_RESULT, payload=text, name="env")
-    sealed, key = seal(plain)
+    sealed, key = sealed_new(plain)
     assert sealed.payload == "" and sealed.sealed is not None and sealed.key_id is not None
     assert text not in sealed.model_dump_json()
     # The length and hash are of the plain text, as for any payload.
@@ -58,7 +65,7 @@ def test_a_sealed_payload_opens_with_its_key_and_with_nothing_else() -> None:
     assert len(key) == KEY_BYTES == 32
     aad = sealed.key_id.encode()
     assert AESGCM(key).decrypt(blob[:NONCE_BYTES], blob[NONCE_BYTES:], aad) == text.encode()
-    other, other_key = seal(plain)
+    other, other_key = sealed_new(plain)
     assert other.key_id is not None
     assert other.key_id != sealed.key_id and other.sealed != sealed.sealed
     with pytest.raises(InvalidTag):
@@ -69,7 +76,7 @@ def test_a_sealed_payload_opens_with_its_key_and_with_nothing_else() -> None:
 
 def test_the_cut_applies_to_the_plain_text_and_the_sealed_text_is_never_cut() -> None:
     text = "\U0001f511" * (MAX_PAYLOAD_CHARS + 5)  # 4 bytes each in UTF-8: the largest case
-    sealed, key = seal(EventInput(kind=EventKind.MESSAGE, payload=text))
+    sealed, key = sealed_new(EventInput(kind=EventKind.MESSAGE, payload=text))
     assert sealed.full_length == MAX_PAYLOAD_CHARS + 5 and sealed.full_sha256 == sha256_hex(text)
     assert sealed.sealed is not None and sealed.key_id is not None
     assert len(sealed.sealed) == MAX_SEALED_CHARS  # the bound is exact for this case
@@ -84,8 +91,8 @@ def test_the_cut_applies_to_the_plain_text_and_the_sealed_text_is_never_cut() ->
 
 
 def test_unseal_opens_redacts_or_names_the_missing_key() -> None:
-    one, key_one = seal(EventInput(kind=EventKind.MESSAGE, payload="one"))
-    two, _ = seal(EventInput(kind=EventKind.MESSAGE, payload="two"))
+    one, key_one = sealed_new(EventInput(kind=EventKind.MESSAGE, payload="one"))
+    two, _ = sealed_new(EventInput(kind=EventKind.MESSAGE, payload="two"))
     plain = event_of(EventInput(kind=EventKind.MESSAGE, payload="plain"), seq=3)
     assert one.key_id is not None and two.key_id is not None
     events = [event_of(one, 1), event_of(two, 2), plain]
@@ -111,20 +118,20 @@ def test_unseal_opens_redacts_or_names_the_missing_key() -> None:
     ],
 )
 def test_a_malformed_sealed_event_is_refused_by_validation(fields: dict[str, object]) -> None:
-    sealed, _ = seal(EventInput(kind=EventKind.MESSAGE, payload="x"))
+    sealed, _ = sealed_new(EventInput(kind=EventKind.MESSAGE, payload="x"))
     with pytest.raises(ValueError):
         EventInput.model_validate(sealed.model_dump() | fields)
 
 
 def test_sealing_again_keeps_the_write_digest_and_old_digests_stay() -> None:
     events = [EventInput(kind=EventKind.MESSAGE, payload="same text")]
-    first = RecordEventsInput(agent_id="a", request_id="r", events=[seal(events[0]).input])
-    retry = RecordEventsInput(agent_id="a", request_id="r", events=[seal(events[0]).input])
+    first = RecordEventsInput(agent_id="a", request_id="r", events=[sealed_new(events[0])[0]])
+    retry = RecordEventsInput(agent_id="a", request_id="r", events=[sealed_new(events[0])[0]])
     assert first != retry and args_digest(first) == args_digest(retry)
     other = RecordEventsInput(
         agent_id="a",
         request_id="r",
-        events=[seal(EventInput(kind=EventKind.MESSAGE, payload="other text")).input],
+        events=[sealed_new(EventInput(kind=EventKind.MESSAGE, payload="other text"))[0]],
     )
     assert args_digest(other) != args_digest(first)
     # The digest of a plain write is the one the code before sealing computed (so a retry
@@ -140,3 +147,33 @@ def test_sealing_again_keeps_the_write_digest_and_old_digests_stay() -> None:
         }
     )
     assert args_digest(old) == "e30da223e67c"
+
+
+def test_a_punctured_tree_opens_every_event_but_the_redacted_one() -> None:
+    root, tree = new_root(), new_tree_id()
+    frontier = Frontier(root)
+    sealed = []
+    for i in range(3):
+        leaf, key = frontier.take()
+        sealed.append(
+            seal(EventInput(kind=EventKind.MESSAGE, payload=f"text {i}"), key, key_id(tree, leaf))
+        )
+    stored = puncture([Node(0, 0, root)], 1)  # the key store after redacting the second
+    keys = leaf_keys(stored, [0, 1, 2])
+    assert keys[1] is None
+    events = [event_of(s, seq) for seq, s in enumerate(sealed, start=1)]
+    by_id = {s.key_id: keys[i] for i, s in enumerate(sealed) if s.key_id is not None}
+    opened = unseal(events, by_id)
+    assert [(e.payload, e.redacted) for e in opened] == [
+        ("text 0", False),
+        ("", True),
+        ("text 2", False),
+    ]
+    # the stored nodes derive no key of leaf 1: every key they give opens nothing of it
+    middle = sealed[1]
+    assert middle.sealed is not None and middle.key_id is not None
+    for node in stored:
+        for guess in leaf_keys([node], [node.position << (32 - node.depth)]).values():
+            assert guess is not None
+            with pytest.raises(InvalidTag):
+                open_text(middle.sealed, guess, middle.key_id)

@@ -16,6 +16,7 @@ from workflows.models import (
     EventInput,
     EventsQuery,
     FinishTaskInput,
+    MirrorOutcome,
     MirrorQuery,
     RecordEventsInput,
     RequestLookup,
@@ -31,6 +32,8 @@ from workflows.models import (
 )
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+DONE = MirrorOutcome(events=0, steps=0)
+"""A one-shot mirror call's outcome (its target says what it copied)."""
 START = TaskStart(project_id="p", name="t", goal="g", agent_id="a", request_id="create")
 
 
@@ -181,15 +184,41 @@ def test_mirror_watermarks() -> None:
     assert ledger.unmirrored and ledger.unmirrored_events == 2
     target = ledger.mirror_target("run-1", max_events=500)
     assert (target.input.run_id, target.input.after_seq, target.input.up_to_seq) == ("run-1", 0, 2)
-    ledger.mirrored(target)
+    ledger.mirrored(target, MirrorOutcome(events=2, steps=0))
     assert not ledger.unmirrored and ledger.view().unmirrored_writes == 0
+
+
+def test_a_follower_reports_how_far_it_got() -> None:
+    ledger = new_ledger()
+    ledger.record_events(events("a", "b", request_id="r"), T0)
+    target = ledger.mirror_target("run-1", max_events=1, follow=True, history_token="dG9r")
+    # a follower copies the whole run whatever max_events says, from the last position
+    assert (target.input.follow, target.input.up_to_seq, target.input.history_token) == (
+        True,
+        2,
+        "dG9r",
+    )
+    ledger.record_events(events("c", request_id="r2"), T0)  # taken while it followed
+    ledger.mirrored(target, MirrorOutcome(events=3, steps=0, up_to_seq=3, up_to_write=3))
+    assert (ledger.state.mirrored_seq, ledger.state.mirrored_write) == (3, 3)
+    assert not ledger.unmirrored
+    # an outcome that says less than the target (a call recorded before the fields) keeps it
+    ledger.record_events(events("d", request_id="r3"), T0)
+    target = ledger.mirror_target("run-1", max_events=500, follow=True)
+    ledger.mirrored(target, MirrorOutcome(events=1, steps=0))
+    assert (ledger.state.mirrored_seq, ledger.state.mirrored_write) == (4, 4)
+    # a backlog run (a closed run) is never followed
+    ledger.record_events(events("e", request_id="r4"), T0)
+    carried = Ledger(ledger.carry_over("run-1"))
+    backlog = carried.mirror_target("run-2", max_events=500, follow=True)
+    assert backlog.from_backlog and not backlog.input.follow
 
 
 def test_a_run_continues_without_the_mirror_and_the_next_run_copies_its_backlog() -> None:
     ledger = new_ledger()
     ledger.record_events(events("a", "b", "c", request_id="r1"), T0)
     first = ledger.mirror_target("run-1", max_events=2)
-    ledger.mirrored(first)  # seqs 1..2 in Neo4j, seq 3 and the writes after it not yet
+    ledger.mirrored(first, DONE)  # seqs 1..2 in Neo4j, seq 3 and the writes after it not yet
     ledger.set_steps(steps(("s", "in_progress"), request_id="s1"), T0)
     carried = ledger.carry_over("run-1")
     assert carried.runs == 2
@@ -206,7 +235,7 @@ def test_a_run_continues_without_the_mirror_and_the_next_run_copies_its_backlog(
         3,
     )
     assert backlog.from_backlog and backlog.up_to_write == 3
-    nxt.mirrored(backlog)
+    nxt.mirrored(backlog, DONE)
     assert nxt.state.mirror_backlog == [] and nxt.unmirrored
     own = nxt.mirror_target("run-2", max_events=500)
     assert (own.input.run_id, own.input.after_seq, own.input.up_to_seq, own.up_to_write) == (
@@ -215,7 +244,7 @@ def test_a_run_continues_without_the_mirror_and_the_next_run_copies_its_backlog(
         4,
         4,
     )
-    nxt.mirrored(own)
+    nxt.mirrored(own, DONE)
     assert not nxt.unmirrored
     # A run with nothing unmirrored carries no backlog.
     assert nxt.carry_over("run-2").mirror_backlog == []

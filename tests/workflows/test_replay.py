@@ -84,6 +84,10 @@ def test_histories_cover_their_scenarios() -> None:
     assert mirror.index("TIMER_FIRED") < mirror.index("ACTIVITY_TASK_SCHEDULED")
     assert types(HISTORIES / "finish.json")[-1] == "WORKFLOW_EXECUTION_COMPLETED"
     assert types(HISTORIES / "import.json")[-1] == "WORKFLOW_EXECUTION_COMPLETED"
+    # The follower: five writes, two mirror calls; each write is the floor's five events.
+    follows = types(HISTORIES / "mirror_follows.json")
+    assert follows.count("ACTIVITY_TASK_SCHEDULED") == 2
+    assert follows.count("WORKFLOW_EXECUTION_UPDATE_ACCEPTED") == 7  # create, 5 writes, finish
     assert "ACTIVITY_TASK_FAILED" in types(HISTORIES / "mirror_failure.json")
     run1 = load(HISTORIES / "continue_as_new_run1.json")
     run2 = load(HISTORIES / "continue_as_new_run2.json")

@@ -92,6 +92,12 @@ async def test_a_task_idle_for_a_week(
     assert (await history.record_event("t", "message", "before")).seq == 1
     await mirrored(history, "t")
     handle = time_skipping_env.client.get_workflow_handle(history.workflow_id("t"))
+
+    async def quiet() -> bool:  # the mirror call that follows the run ends once it is idle
+        described = (await handle.describe()).raw_description
+        return not described.pending_activities and not described.HasField("pending_workflow_task")
+
+    await eventually(quiet)
     before = len((await handle.fetch_history()).events)
     clock = await time_skipping_env.get_current_time(handle)
 
@@ -109,6 +115,7 @@ async def test_a_task_idle_for_a_week(
     after = await history.record_event("t", "message", "after a week")
     assert after.seq == 2
     await mirrored(history, "t")
+    await eventually(quiet)  # the follower told the workflow how far Neo4j holds it
     view = (await history.get_task("t")).view
     assert view is not None
     assert (view.status, view.last_seq, view.mirrored_seq) == (TaskStatus.OPEN, 2, 2)

@@ -145,6 +145,7 @@ class StepRunner(Approvals):
         spec = self.tools.get(tool)
         asked = self._approval_of(name)
         refused = None
+        sent = None  # the call's arguments when this run records it; else read back by seq
         if asked is not None and asked.approval is not None:  # asked in an earlier run
             call_seq = asked.approval.call_seq
         else:
@@ -159,6 +160,7 @@ class StepRunner(Approvals):
             )
             call_seq = self._append(call, f"step/{name}/call").first_seq
             refused = _refused_call(tool, text)
+            sent = text
         ended: tuple[StepState, str] | None = None
         if (
             spec is not None
@@ -166,7 +168,9 @@ class StepRunner(Approvals):
             and refused is None
             and workflow.patched(TOOL_APPROVAL)
         ):
-            call_seq, ended = await self._approved(name, spec, call_id, call_seq, asked)
+            approved_seq, ended = await self._approved(name, spec, call_id, call_seq, asked)
+            if approved_seq != call_seq:  # edited: the tool reads the edited call by its seq
+                call_seq, sent = approved_seq, None
         record = self._move(name, StepState.IN_PROGRESS, kind=kind)
         if ended is not None:
             return self._end(name, tool, call_id, *ended)
@@ -188,6 +192,7 @@ class StepRunner(Approvals):
                         call_seq=call_seq,
                         step_name=name,
                         idempotency_key=idempotency_key(info.workflow_id, name, record.attempt),
+                        arguments=sent,
                     ),
                     result_type=ToolOutput,
                     start_to_close_timeout=timedelta(seconds=spec.start_to_close_s),

@@ -113,7 +113,7 @@ class ModelInput(BaseModel):
 
 
 class ToolInput(BaseModel):
-    """Input of a tool activity: references only."""
+    """Input of a tool activity: references, and the call's own arguments."""
 
     workflow_id: str
     """The task."""
@@ -125,6 +125,12 @@ class ToolInput(BaseModel):
     """The step running the call."""
     idempotency_key: str
     """``{workflow_id}/{step}/{attempt}``: the same on every retry of this attempt."""
+    arguments: str | None = None
+    """The arguments (the ``tool_call`` event's payload, at most ``MAX_PAYLOAD_CHARS``
+    characters: a longer call is refused before it runs), so the activity reads nothing back:
+    a query per step filled the server's query buffer of the task ("consistent query buffer is
+    full") once hundreds of steps ran at once. None in inputs recorded before (added later):
+    the activity reads them by ``call_seq``."""
 
 
 class ToolOutput(BaseModel):

@@ -33,15 +33,34 @@ class MirrorInput(BaseModel):
     """... and seq <= up_to_seq are mirrored."""
     after_write: int
     """Steps changed after this write counter are mirrored, with the task node."""
+    follow: bool = False
+    """The call follows its run (added later, by the ``mirror-follows-run`` patch): having
+    copied up to ``up_to_seq`` it goes on copying what each new workflow task of the run
+    wrote, until the run has been idle for ``MIRROR_FOLLOW_IDLE``, the call has followed for
+    ``MIRROR_FOLLOW_MAX``, or the run ends (``MirrorPage.end``) with everything copied; its
+    outcome says how far it got (``MirrorOutcome.up_to_seq``, ``up_to_write``)."""
+    history_token: str | None = None
+    """Where the run's previous follower stopped reading the run's history (the server's
+    continuation token, base64): the next call's long poll starts there instead of reading the
+    history from its first event again (added later)."""
 
 
 class MirrorOutcome(BaseModel):
-    """What one mirror call wrote."""
+    """What one mirror call wrote, and how far Neo4j now holds the run (fields added later
+    are optional: results of calls recorded before decode)."""
 
     events: int
     """Events merged."""
     steps: int
     """Steps merged."""
+    up_to_seq: int | None = None
+    """Events up to this seq are in Neo4j (the last copy's end)."""
+    up_to_write: int | None = None
+    """Every write up to this write counter is in Neo4j (the last copy's view)."""
+    end: bool = False
+    """The last copy found the run ending (``MirrorPage.end``)."""
+    history_token: str | None = None
+    """A follower's position in the run's history (``MirrorInput.history_token``)."""
 
 
 class MirrorQuery(BaseModel):
@@ -77,3 +96,6 @@ class MirrorPage(BaseModel):
     """True when no changed step is left after this page's; events come only then."""
     events: list[Event] = []
     """Events of the asked range, in seq order."""
+    end: bool = False
+    """The run waits for the mirror's call to end: the task is closed, or the run is to
+    continue as new (a follower ends once it has copied everything; added later)."""

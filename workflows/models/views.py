@@ -157,9 +157,12 @@ class TaskView(BaseModel):
     last_seq: int
     """Seq of the newest event."""
     mirrored_seq: int
-    """Last seq mirrored to Neo4j; ``last_seq - mirrored_seq`` is the mirror lag."""
+    """Last seq the task knows is in Neo4j. The mirror's call reports when it ends (a call
+    follows the run while it is written to: ``workflows.mirroring``), so while writes come
+    this is up to ``MIRROR_FOLLOW_IDLE`` behind Neo4j (``wait_mirrored`` reads Neo4j)."""
     unmirrored_writes: int
-    """Writes (events, steps, status) not yet in Neo4j; 0 when the mirror has caught up."""
+    """Writes (events, steps, status) the task does not know are in Neo4j yet (as
+    ``mirrored_seq``); 0 once the mirror has caught up and said so."""
     mirror_error: str | None
     """The last mirror failure, if the mirror is failing."""
     mirror_failures: int = 0

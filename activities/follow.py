@@ -1,0 +1,167 @@
+"""The mirror's follower: one mirror call that keeps a task's current run in Neo4j for as long
+as the run is written to (``MirrorInput.follow``; the policy and its numbers are in
+``workflows.mirroring``).
+
+It copies what waits, then waits for the run's next workflow task by a long poll of the run's
+own history (``GetWorkflowExecutionHistory`` with ``wait_new_event``: the server answers when
+the history grows, which is when a workflow task that took a write completes, the moment the
+``mirror_page`` query can see the write), and copies again, one query and one Neo4j
+transaction per page for everything that came: at once when the last copy began
+``MIRROR_FOLLOW_AGE`` ago or more (a lone write is in Neo4j a query and a transaction after
+its acknowledgement) or the history grew by ``MIRROR_FOLLOW_BYTES``, else once that age is
+reached (writes back to back share a copy per ``MIRROR_FOLLOW_AGE``). It ends when the run
+has been idle for ``MIRROR_FOLLOW_IDLE``, when it has followed for ``MIRROR_FOLLOW_MAX``, when
+the run ends (``MirrorPage.end``) and everything is copied, or when its worker shuts down; its
+outcome tells the workflow how far Neo4j holds the run, and where in the history it stopped
+reading (``MirrorOutcome.history_token``), so that the next follower does not read the history
+from its first event again.
+
+Nothing here adds to the run's history: the long poll and the query are reads, the waits are
+on the worker's clock, and heartbeats are not history events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+
+from temporalio import activity
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryRequest
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
+
+from workflows.mirroring import (
+    MIRROR_FOLLOW_AGE,
+    MIRROR_FOLLOW_BYTES,
+    MIRROR_FOLLOW_IDLE,
+    MIRROR_FOLLOW_MAX,
+)
+from workflows.models import MirrorOutcome
+
+POLL_LONGEST = timedelta(seconds=20)
+"""One long poll of the history at most (the server answers empty when nothing came)."""
+POLL_MARGIN = timedelta(seconds=1)
+"""The RPC timeout of a long poll is its wait plus this: the server answers a little before
+the caller's deadline."""
+
+Copy = Callable[[int, int], Awaitable[MirrorOutcome]]
+"""Copies what the run holds after a seq and a write counter (``copy_run``)."""
+
+
+class HistoryPoll:
+    """The long poll of one run's history from a position (the server's continuation
+    token, carried as base64 text: ``MirrorInput.history_token``; empty: the first event).
+
+    Args:
+        client: the Temporal client.
+        workflow_id, run_id: the run.
+        token: where to start.
+    """
+
+    def __init__(self, client: Client, workflow_id: str, run_id: str, token: str | None) -> None:
+        self.client = client
+        self.execution = WorkflowExecution(workflow_id=workflow_id, run_id=run_id)
+        self.token = base64.b64decode(token) if token else b""
+
+    @property
+    def position(self) -> str:
+        """Where the poll is, as base64 text."""
+        return base64.b64encode(self.token).decode("ascii")
+
+    async def grew(self, wait: timedelta) -> int:
+        """Wait up to ``wait`` for the history to grow past the position; returns the bytes
+        of the events added (0: none came) and moves the position past them. A position the
+        server refuses (another server version's token) starts again from the first event.
+
+        Raises:
+            temporalio.service.RPCError: the server failed otherwise.
+        """
+        request = GetWorkflowExecutionHistoryRequest(
+            namespace=self.client.namespace,
+            execution=self.execution,
+            next_page_token=self.token,
+            wait_new_event=True,
+            skip_archival=True,
+        )
+        try:
+            response = await self.client.workflow_service.get_workflow_execution_history(
+                request, timeout=wait + POLL_MARGIN
+            )
+        except RPCError as err:
+            if err.status != RPCStatusCode.INVALID_ARGUMENT or not self.token:
+                raise
+            self.token = b""
+            return 1
+        if response.next_page_token:
+            self.token = response.next_page_token
+        return response.history.ByteSize() if response.history.events else 0
+
+
+class _Followed:
+    """What a follower has copied so far: the last copy's outcome and the counts of all."""
+
+    def __init__(self, first: MirrorOutcome) -> None:
+        self.last = first
+        self.events, self.steps = first.events, first.steps
+
+    def add(self, outcome: MirrorOutcome) -> None:
+        self.last = outcome
+        self.events += outcome.events
+        self.steps += outcome.steps
+
+
+async def follow(copy: Copy, poll: HistoryPoll, first: MirrorOutcome) -> MirrorOutcome:
+    """Follow the run from ``first`` (the outcome of the copy the call began with) until it
+    is idle, the bound has passed, it ends with everything copied, or the worker shuts down
+    (the module docstring: a copy in flight then is dropped, since the worker no longer
+    answers the run's queries); returns the last whole copy's outcome with the counts of all
+    of them and the poll's position.
+
+    Raises:
+        the errors of ``copy`` and of ``HistoryPoll.grew``.
+    """
+    followed = _Followed(first)
+    following = asyncio.ensure_future(_follow(copy, poll, followed))
+    shutdown = asyncio.ensure_future(activity.wait_for_worker_shutdown())
+    try:
+        await asyncio.wait([following, shutdown], return_when=asyncio.FIRST_COMPLETED)
+        if following.done():
+            following.result()
+    finally:
+        for waiting in (following, shutdown):
+            if not waiting.done():
+                waiting.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await waiting
+    return followed.last.model_copy(
+        update={
+            "events": followed.events,
+            "steps": followed.steps,
+            "history_token": poll.position,
+        }
+    )
+
+
+async def _follow(copy: Copy, poll: HistoryPoll, followed: _Followed) -> None:
+    loop = asyncio.get_running_loop()
+    started = idle_since = copied_at = loop.time()
+    while not followed.last.end:
+        left = min(
+            MIRROR_FOLLOW_IDLE.total_seconds() - (loop.time() - idle_since),
+            MIRROR_FOLLOW_MAX.total_seconds() - (loop.time() - started),
+        )
+        if left <= 0:
+            return
+        grown = await poll.grew(timedelta(seconds=min(left, POLL_LONGEST.total_seconds())))
+        if not grown:
+            continue
+        idle_since = loop.time()
+        if grown < MIRROR_FOLLOW_BYTES:  # the cadence: a copy per MIRROR_FOLLOW_AGE at most
+            await asyncio.sleep(copied_at + MIRROR_FOLLOW_AGE.total_seconds() - loop.time())
+        copied_at = loop.time()
+        last = followed.last
+        followed.add(await copy(last.up_to_seq or 0, last.up_to_write or 0))
