@@ -28,6 +28,7 @@ from temporalio.client import (
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from starter.arguments import checked
 from starter.results import WriteResult, from_outcome, refused
 from workflows.errors import (
     CONTINUING_AS_NEW,
@@ -36,7 +37,7 @@ from workflows.errors import (
     TaskServiceUnavailable,
     error_code,
 )
-from workflows.models import WriteOutcome, task_workflow_id, valid_request_id
+from workflows.models import TaskName, WriteOutcome, task_workflow_id, valid_request_id
 
 if TYPE_CHECKING:  # the driver is loaded only by whoever makes the graph
     from taskgraph.graph import TaskGraph
@@ -183,9 +184,15 @@ class Transport:
     timeout_s: float
     """Seconds one Temporal call may take."""
 
-    def workflow_id(self, task: str) -> str:
-        """The workflow id of ``task`` in this project (``task_workflow_id``)."""
-        return task_workflow_id(self.project_id, task)
+    def workflow_id(self, task: str, field: str = "task") -> str:
+        """The workflow id of ``task`` in this project (``task_workflow_id``): every call
+        that names a task comes through here, so every task name is checked by one rule.
+
+        Raises:
+            pydantic.ValidationError: ``task`` is not a ``TaskName``; the error names
+                ``field`` (the argument that gave it).
+        """
+        return task_workflow_id(self.project_id, checked(task, TaskName, field))
 
     def _handle(self, task: str) -> WorkflowHandle[Any, Any]:
         return self.client.get_workflow_handle(self.workflow_id(task))
