@@ -8,11 +8,14 @@ printed), 2 on bad arguments, 3 when Temporal or Neo4j cannot be reached.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import os
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
+from types import ModuleType
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -22,6 +25,7 @@ from pydantic_core import to_jsonable_python
 from rich.console import Console
 from rich.table import Table
 
+import telemetry
 from config import Neo4jPasswordMissing
 from starter.client import ConversationHistory
 from starter.results import WriteResult
@@ -41,6 +45,47 @@ RequestOpt = Annotated[
     str | None, typer.Option("--request-id", help="1 to 64 characters; a new UUID if unset.")
 ]
 LimitOpt = Annotated[int, typer.Option(min=1, max=200, help="At most this many.")]
+
+
+ImportOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--import",
+        help="Import this module first (repeat), found from the current folder like "
+        "`python -m` finds it: the modules that register your agents and tools.",
+    ),
+]
+"""The ``--import MODULE`` option of ``run``, ``worker`` and ``replay`` (``import_modules``)."""
+
+
+def import_modules(modules: Sequence[str] | None) -> list[ModuleType]:
+    """Import ``modules`` (``--import``) as ``python -m`` would find them: the current folder
+    first, then the installed packages (an installed console script, unlike ``python -m``,
+    does not put the current folder on ``sys.path``; this does, once).
+
+    Returns:
+        The modules, in order.
+
+    Raises:
+        typer.BadParameter: a module is not found (``--import`` and the name; a module it
+            imports that is missing is named too). Other errors of the module's own code
+            propagate with their traceback.
+    """
+    here = str(Path.cwd())
+    if modules and here not in sys.path:
+        sys.path.insert(0, here)
+    imported = []
+    for name in modules or []:
+        try:
+            imported.append(importlib.import_module(name))
+        except ModuleNotFoundError as err:
+            missing = err.name or name
+            where = f"in {here} or the installed packages"
+            reason = f"no module {name!r} {where}"
+            if missing != name and not name.startswith(f"{missing}."):
+                reason = f"{name!r} imports {missing!r}, which is not {where}"
+            raise typer.BadParameter(reason, param_hint="--import") from err
+    return imported
 
 
 def run(coro: Coroutine[Any, Any, _T]) -> _T:
@@ -132,6 +177,7 @@ def main_of(app: typer.Typer) -> None:
         code = done.code
     else:
         code = 0
+    telemetry.drain_core_logs()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code if isinstance(code, int) else 0 if code is None else 1)
