@@ -20,24 +20,42 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from neo4j.exceptions import AuthError, ServiceUnavailable
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic_core import to_jsonable_python
 from rich.console import Console
 from rich.table import Table
 
 import telemetry
-from config import Neo4jPasswordMissing
+from config import Neo4jPasswordMissing, Settings
 from starter.client import ConversationHistory
 from starter.results import WriteResult
 from worker import open_services
 from workflows.errors import TaskServiceUnavailable
+from workflows.models import ProjectId
 
 console = Console(width=None if sys.stdout.isatty() else 160)
 """Where commands print (160 columns when not a terminal, so piped output keeps its rows)."""
 _T = TypeVar("_T")
 
+
+def project_id(value: str) -> str:
+    """``--project``'s check, the public calls' rule (``ProjectId``): a refusal names the
+    option and the value, not a validation error of an internal argument."""
+    try:
+        return str(TypeAdapter(ProjectId).validate_python(value))
+    except ValidationError as err:
+        raise typer.BadParameter(
+            f"{value!r} is not a project id: 1 to 64 characters of A-Z, a-z, 0-9, '_', '.' "
+            "and '-', beginning with a letter or digit",
+            param_hint="--project",
+        ) from err
+
+
 ProjectOpt = Annotated[
-    str, typer.Option("--project", envvar="AGENT_TASKS_PROJECT", help="Project id.")
+    str,
+    typer.Option(
+        "--project", envvar="AGENT_TASKS_PROJECT", help="Project id.", callback=project_id
+    ),
 ]
 AgentOpt = Annotated[str, typer.Option("--agent", envvar="AGENT_TASKS_AGENT", help="Agent id.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
@@ -94,7 +112,11 @@ def run(coro: Coroutine[Any, Any, _T]) -> _T:
     try:
         return asyncio.run(coro)
     except (TaskServiceUnavailable, ServiceUnavailable, AuthError, Neo4jPasswordMissing) as err:
-        console.print(f"[red]unavailable:[/red] {err}")
+        message = str(err)
+        if isinstance(err, TaskServiceUnavailable) and "task queue" not in message:
+            queue = Settings().temporal_task_queue
+            message += f" (the tasks' task queue: {queue!r}, TEMPORAL_TASK_QUEUE)"
+        console.print(f"[red]unavailable:[/red] {message}")
         raise typer.Exit(3) from err
     except (ValidationError, ValueError) as err:
         console.print(f"[red]invalid arguments:[/red] {err}")
@@ -127,16 +149,17 @@ def table(
 
 @asynccontextmanager
 async def open_history(
-    project: str, agent: str, with_graph: bool = True
+    project: str, agent: str, with_graph: bool = True, task_queue: str | None = None
 ) -> AsyncIterator[ConversationHistory]:
     """An async context giving a ``ConversationHistory`` from the environment's settings,
-    with the Neo4j task graph attached when ``with_graph``."""
+    with the Neo4j task graph attached when ``with_graph``, on ``task_queue`` (default
+    TEMPORAL_TASK_QUEUE)."""
     async with open_services(with_graph=with_graph) as services:
         yield ConversationHistory(
             services.client,
             project_id=project,
             agent_id=agent,
-            task_queue=services.settings.temporal_task_queue,
+            task_queue=task_queue or services.settings.temporal_task_queue,
             graph=services.graph,
         )
 
@@ -149,6 +172,13 @@ def write_outcome(result: WriteResult, as_json: bool) -> None:
         detail = "duplicate of an earlier request" if result.duplicate else "recorded"
         seqs = f" seqs {result.first_seq}..{result.last_seq}" if result.first_seq else ""
         console.print(f"[green]{detail}[/green]{seqs}")
+        event = result.event
+        if event is not None and event.full_length > len(event.payload):
+            console.print(
+                f"[yellow]payload cut:[/yellow] {len(event.payload):,} of "
+                f"{event.full_length:,} characters kept (MAX_PAYLOAD_CHARS); the full text's "
+                f"length and SHA-256 ({event.full_sha256[:12]}...) are recorded"
+            )
     else:
         console.print(
             f"[red]{result.error.value if result.error else 'refused'}:[/red] {result.message}"
