@@ -15,6 +15,7 @@ from starter.cli.common import (
     ProjectOpt,
     console,
     emit,
+    not_found,
     open_history,
     run,
     table,
@@ -110,7 +111,10 @@ def tree_command(
         async with open_history(project, "cli") as history:
             return await history.task_tree(name, depth)
 
-    emit(run(go()), as_json, lambda rows: table(rows, ["depth", "name", "status", "parent"]))
+    rows = run(go())
+    if not rows:
+        not_found(name, as_json)
+    emit(rows, as_json, lambda rows: table(rows, ["depth", "name", "status", "parent"]))
 
 
 @graph_app.command("events")
