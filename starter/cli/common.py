@@ -20,7 +20,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from neo4j.exceptions import AuthError, ServiceUnavailable
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import AwareDatetime, BaseModel, TypeAdapter, ValidationError
 from pydantic_core import to_jsonable_python
 from rich.console import Console
 from rich.table import Table
@@ -62,7 +62,58 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 RequestOpt = Annotated[
     str | None, typer.Option("--request-id", help="1 to 64 characters; a new UUID if unset.")
 ]
-LimitOpt = Annotated[int, typer.Option(min=1, max=200, help="At most this many.")]
+
+
+def within(low: float, high: float | None = None) -> Callable[[Any], Any]:
+    """The check of a number option (``typer.Option(callback=within(1, 200))``): a value out
+    of range is refused naming the option and the value (typer's own ``min=`` names only
+    the option)."""
+
+    def check(value: Any) -> Any:
+        if value is not None and (value < low or (high is not None and value > high)):
+            span = f"at least {low:g}" if high is None else f"from {low:g} to {high:g}"
+            raise typer.BadParameter(f"{value!r} is not {span}")
+        return value
+
+    return check
+
+
+def iso_time(value: str | None) -> str | None:
+    """The check of an ISO time option (``2026-12-01T09:00:00+00:00``; a time without an
+    offset is refused: which zone it meant is unknown)."""
+    if value is not None:
+        try:
+            TypeAdapter(AwareDatetime).validate_python(value)
+        except ValidationError as err:
+            raise typer.BadParameter(
+                f"{value!r} is not an ISO time with an offset (2026-12-01T09:00:00+00:00): "
+                f"{err.errors()[0]['msg']}"
+            ) from err
+    return value
+
+
+OPTIONS = {"project_id": "--project", "agent_id": "--agent", "task": "task NAME"}
+"""The CLI's name of an argument of the public calls, where it is not ``--`` + its name."""
+
+
+SHOWN_CHARS = 80
+"""Characters of a refused value that a refusal shows (a long one is cut, with ...)."""
+
+
+def refusal_of(err: ValidationError) -> str:
+    """A ``ValidationError`` of the public calls in the CLI's words: each error as the option,
+    the value given, and why (``--agent '': String should have at least 1 character``)."""
+    parts = []
+    for error in err.errors():
+        field = str(error["loc"][0]) if error["loc"] else ""
+        option = OPTIONS.get(field, f"--{field.replace('_', '-')}") if field else "a value"
+        shown = repr(error.get("input"))
+        shown = shown if len(shown) <= SHOWN_CHARS else f"{shown[: SHOWN_CHARS - 3]}..."
+        parts.append(f"{option} {shown}: {error['msg']}")
+    return "; ".join(parts)
+
+
+LimitOpt = Annotated[int, typer.Option(callback=within(1, 200), help="At most this many.")]
 
 
 ImportOpt = Annotated[
@@ -118,7 +169,10 @@ def run(coro: Coroutine[Any, Any, _T]) -> _T:
             message += f" (the tasks' task queue: {queue!r}, TEMPORAL_TASK_QUEUE)"
         console.print(f"[red]unavailable:[/red] {message}")
         raise typer.Exit(3) from err
-    except (ValidationError, ValueError) as err:
+    except ValidationError as err:
+        console.print(f"[red]invalid arguments:[/red] {refusal_of(err)}")
+        raise typer.Exit(2) from err
+    except ValueError as err:
         console.print(f"[red]invalid arguments:[/red] {err}")
         raise typer.Exit(2) from err
 

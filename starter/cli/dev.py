@@ -14,7 +14,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 import devstack
 from config import Settings, connect
-from starter.cli.common import console, run
+from starter.cli.common import console, run, within
 from worker import DEFAULT_RETENTION, open_graph, prepare_namespace, run_worker
 from workflows.errors import TaskServiceUnavailable
 
@@ -40,7 +40,7 @@ RetentionDays = Annotated[
     int,
     typer.Option(
         envvar="AGENT_TASKS_RETENTION_DAYS",
-        min=1,
+        callback=within(1),
         help="Days Temporal keeps a closed task's history.",
     ),
 ]
@@ -92,7 +92,9 @@ def setup_command(
     retention_days: RetentionDays = DEFAULT_RETENTION.days,
     wait: Annotated[
         float,
-        typer.Option(min=0, help="Seconds to keep trying while Temporal is still starting."),
+        typer.Option(
+            callback=within(0), help="Seconds to keep trying while Temporal is still starting."
+        ),
     ] = 0,
 ) -> None:
     """Ready Temporal and Neo4j (idempotent): the namespace with its retention and the task

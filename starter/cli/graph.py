@@ -15,6 +15,7 @@ from starter.cli.common import (
     ProjectOpt,
     console,
     emit,
+    iso_time,
     not_found,
     open_history,
     run,
@@ -121,8 +122,12 @@ def tree_command(
 def graph_events(
     kind: Annotated[EventKind | None, typer.Option(help="Only this kind.")] = None,
     name: Annotated[str | None, typer.Option(help="Only this tool or label.")] = None,
-    since: Annotated[str | None, typer.Option(help="ISO time, inclusive.")] = None,
-    until: Annotated[str | None, typer.Option(help="ISO time, exclusive.")] = None,
+    since: Annotated[
+        str | None, typer.Option(help="ISO time, inclusive.", callback=iso_time)
+    ] = None,
+    until: Annotated[
+        str | None, typer.Option(help="ISO time, exclusive.", callback=iso_time)
+    ] = None,
     failed: Annotated[bool, typer.Option(help="Only results of failed steps.")] = False,
     limit: LimitOpt = 50,
     project: ProjectOpt = "default",

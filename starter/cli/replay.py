@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from config import Settings, connect
-from starter.cli.common import ImportOpt, JsonOpt, console, emit, import_modules, run, table
+from starter.cli.common import ImportOpt, JsonOpt, console, emit, import_modules, run, table, within
 from starter.replay import (
     ReplayResult,
     all_ok,
@@ -38,7 +38,9 @@ def replay_command(
             "running ones always."
         ),
     ] = "7d",
-    limit: Annotated[int, typer.Option(min=1, help="At most this many runs (newest first).")] = 200,
+    limit: Annotated[
+        int, typer.Option(callback=within(1), help="At most this many runs (newest first).")
+    ] = 200,
     modules: ImportOpt = None,
     as_json: JsonOpt = False,
 ) -> None:

@@ -21,6 +21,7 @@ from starter.cli.common import (
     open_history,
     run,
     table,
+    within,
 )
 from starter.importer import CONCURRENCY, export_task, import_tasks, mirror_caught_up, verify_task
 from starter.planning import EXAMPLES, TRAJECTORY_SUFFIXES, ImportReport, plan_import
@@ -40,7 +41,9 @@ def import_command(
     with_worker: Annotated[
         bool, typer.Option("--with-worker", help="Run a worker in this process meanwhile.")
     ] = False,
-    concurrency: Annotated[int, typer.Option(min=1, help="Tasks written at once.")] = CONCURRENCY,
+    concurrency: Annotated[
+        int, typer.Option(callback=within(1), help="Tasks written at once.")
+    ] = CONCURRENCY,
     project: ProjectOpt = "default",
     agent: AgentOpt = "importer",
     as_json: JsonOpt = False,

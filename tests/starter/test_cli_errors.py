@@ -98,3 +98,24 @@ async def test_an_unreachable_temporal_is_named_with_the_task_queue() -> None:
     assert done.returncode == 3
     assert "cannot reach Temporal at" in done.stdout and "127.0.0.1:1" in done.stdout
     assert "task queue: 'my-queue'" in done.stdout
+
+
+async def test_every_refused_option_is_named_with_its_value(
+    client: Client, project_id: str, task_queue: str
+) -> None:
+    """Typer's own range check names only the option; pydantic's errors name an internal
+    argument: the CLI's refusals name the option and the value, and store nothing."""
+    bad = "Invalid value for"
+    cases = [
+        (["task", "list", "--limit", "0"], f"{bad} '--limit': 0 is not from 1 to 200"),
+        (["task", "events", "t", "--after", "-2"], f"{bad} '--after': -2 is not at least 0"),
+        (["tree", "t", "--depth", "-1"], "--depth -1: Input should be greater than or equal to 0"),
+        (["task", "create", "t", "--goal", "g", "--agent", ""], "--agent '': String should have"),
+        (["graph", "events", "--since", "soon"], f"{bad} '--since': 'soon' is not an ISO time"),
+        (["run", "demo", "g", "--input", "[1]"], f"{bad} --input: '[1]' is not a JSON object"),
+    ]
+    for args, said in cases:
+        done = await cli(*args, "--project", project_id, queue=task_queue)
+        assert done.returncode == 2, (args, done.stdout, done.stderr)
+        assert said in done.stdout + done.stderr, (args, done.stdout, done.stderr)
+    assert await stored(client, project_id) == 0
