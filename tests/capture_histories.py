@@ -49,12 +49,13 @@ from temporalio.testing import WorkflowEnvironment
 from codec import DATA_CONVERTER
 from config import Settings, connect
 from devstack import find_temporal_binary
+from devstack.process import parse_host_port
 from starter.client import ConversationHistory
 from starter.importer import import_paths
 from starter.results import WriteResult
 from taskgraph.driver import open_driver
 from taskgraph.graph import TaskGraph
-from tests.conftest import payload_texts
+from tests.conftest import eventually, payload_texts
 from worker import build_worker
 from workflows.errors import ErrorCode
 from workflows.models import EventInput, StepState, StepWrite, TaskStatus, TaskView
@@ -895,6 +896,53 @@ async def app_lifecycle_scenario(stack: Stack) -> Captured:
     }
 
 
+async def parked_scenario(stack: Stack) -> Captured:
+    """The ``park-on-suggestion`` patch, on a private dev server that suggests continue-as-new
+    at ``CONTINUE_AS_NEW_SUGGESTED_AT`` events: the ``counter`` agent (40 rounds of one echo
+    step, a checkpoint before each) starts while Neo4j is held (a proxy that lets no new
+    connection through), so the run loop sits in its first mirror call; the agent parks at its
+    first checkpoint past the suggestion all the same; once Neo4j answers, the next run goes on
+    from its state. Captures the first run and the run it continued as."""
+    from tests.agent_tools import SCRIPTS, TOOLS
+    from tests.tcp_proxy import TcpProxy
+    from worker import open_graph
+    from workflows.models import AgentSpec
+
+    host, port = parse_host_port(stack.settings.neo4j_uri, 7687)
+    async with (
+        low_limit_stack(stack, "capture-parked") as private,
+        TcpProxy(host, port).running() as proxy,
+    ):
+        through = stack.settings.model_copy(update={"neo4j_uri": f"bolt://127.0.0.1:{proxy.port}"})
+        async with open_graph(through, schema=True) as graph:
+            held = Stack(private.client, graph, private.task_queue, stack.settings)
+            history = held.history("parked")
+            plain = ConversationHistory(  # a sealed task would store its key in Neo4j first
+                private.client,
+                project_id=history.project_id,
+                agent_id=history.agent_id,
+                task_queue=private.task_queue,
+            )
+            async with build_worker(
+                private.client, graph, private.task_queue, tools=TOOLS, scripts=SCRIPTS
+            ):
+                proxy.hold(new=True)
+                counter = AgentSpec(name="counter", tools=["echo"], input={"rounds": 40})
+                expect(await plain.create_task("counter", "count", agent=counter))
+
+                async def continued() -> bool:
+                    view = (await plain.get_task("counter")).view
+                    return view is not None and view.runs >= 2
+
+                await eventually(continued, within=60)
+                proxy.release()
+                await history.wait_task("counter")
+        run1, run2 = await first_two_runs(plain, "counter")
+        if len(run1.events) > CONTINUE_AS_NEW_SUGGESTED_AT + 30:
+            raise CaptureError(f"the first run ran {len(run1.events)} events past the suggestion")
+        return {"parked_run1": run1, "parked_run2": run2}
+
+
 async def quiet_until(check: Callable[[], bool], within: float = 60.0) -> None:
     """Wait (polling every 50 ms) until ``check()`` is true.
 
@@ -1014,6 +1062,11 @@ SCENARIOS: dict[str, Scenario] = {
         app_lifecycle_scenario,
         ("app_lifecycle", "app_lifecycle_child"),
         "a recorded task run by its app: status, input from outside, a child (patched)",
+    ),
+    "parked": Scenario(
+        parked_scenario,
+        ("parked_run1", "parked_run2"),
+        "an agent parks at the suggestion while a mirror call is held (patched)",
     ),
 }
 """Every scenario by name, in capture order."""

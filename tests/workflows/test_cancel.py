@@ -132,7 +132,9 @@ async def test_cancel_while_waiting_for_input_closes_the_request(
 ) -> None:
     """The open request is closed with the task (an ``input_closed`` note naming why), and
     answers to it are refused with ``task_closed``, by update and by signal."""
-    positive = AgentSpec(name="ask_positive", tools=["sync_data", "echo"], input={"log": "-"})
+    positive = AgentSpec(
+        name="ask_positive", tools=["sync_data", "echo"], input={"log": str(tmp_path / "sync.log")}
+    )
     assert (await agents.create_task("t", "count", agent=positive)).recorded
 
     async def asked() -> bool:

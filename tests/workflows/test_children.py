@@ -230,6 +230,8 @@ async def test_the_readme_agent_asks_then_spawns(agents: ConversationHistory) ->
     assert [c.name for c in view.children.values()] == ["release/eu", "release/us"]
     assert (await view_of(agents, "release/eu")).goal == "deploy 3 replicas to eu"
     assert (await agents.finish_task("release/eu", "done")).recorded
+    # eu ends before us is finished, so the parent hears of them in that order
+    assert (await asyncio.wait_for(agents.wait_task("release/eu"), 60)) is not None
     assert (await agents.finish_task("release/us", "failed", error="quota")).recorded
     done = await asyncio.wait_for(agents.wait_task("release"), 60)
     assert done is not None and done.result is not None

@@ -20,7 +20,12 @@ from pydantic import BaseModel, JsonValue
 from temporalio import workflow
 
 from workflows.agents.registry import ToolSpec
-from workflows.agents.steps import PROGRESS_BEFORE_PARKING, AgentHost, StepRunner
+from workflows.agents.steps import (
+    PARK_ON_SUGGESTION,
+    PROGRESS_BEFORE_PARKING,
+    AgentHost,
+    StepRunner,
+)
 from workflows.ledger import Ledger
 from workflows.models import (
     CLOSED_STATUSES,
@@ -121,7 +126,9 @@ class AgentContext(StepRunner):
 
     async def checkpoint(self) -> None:
         """A point where the agent may stop and start over in the next run (its progress is in
-        ``state`` and the ledger). Checks the time budget.
+        ``state`` and the ledger): it parks once continue-as-new is due (``checkpoint_due``, or
+        suggested by Temporal: ``PARK_ON_SUGGESTION``) and it did new work in this run. Checks
+        the time budget.
 
         Raises:
             AgentParked: the task is to continue-as-new.
@@ -130,7 +137,8 @@ class AgentContext(StepRunner):
         """
         self._stop_if_cancelled()
         self._check_time()
-        if not self.checkpoint_due:
+        suggested = workflow.info().is_continue_as_new_suggested()
+        if not self.checkpoint_due and not (suggested and workflow.patched(PARK_ON_SUGGESTION)):
             return
         if not self.progressed and workflow.patched(PROGRESS_BEFORE_PARKING):
             return  # replaying memoized steps: park only after new work, or no run progresses

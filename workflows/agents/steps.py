@@ -64,6 +64,12 @@ the run. Agent code memoized by step name starts over from the top in each run, 
 memoized result (an activity apiece); when those reads alone passed the history length at
 which Temporal suggests continue-as-new, every run parked before any new step and the task
 continued as new for ever without progress."""
+PARK_ON_SUGGESTION = "park-on-suggestion"
+"""Patch id: ``checkpoint()`` parks once Temporal suggests continue-as-new, read from the run's
+own info, not only once the run loop has set ``checkpoint_due``. The loop sets the flag between
+its mirror calls, so while one call was slow (a Neo4j write taking a second, or held up to
+``MIRROR_DRAIN_WAIT`` by a stall) a fast agent went on well past the suggestion, and a short task
+could end in its first run, its history hundreds of events past it."""
 CANCEL_RULE = "one-cancellation-rule"
 """Patch id: after a cancel request no step, model call or wait of the agent starts or goes on
 (``AgentContext.cancelled``); the workflow cancels what runs and waits for it to end
