@@ -194,7 +194,9 @@ def decision_call(f: Fuzz) -> Call:
 def status_call(f: Fuzz) -> Call:
     task = f.task()
     status = f.pick(lambda: f.rng.choice(["queued", "in_progress"]), ["done", "x", 2, None])
-    events = [(EventKind.NOTE, None)] if isinstance(status, str) else []
+    events: list[tuple[EventKind, str | None]] = []
+    if isinstance(status, str):
+        events.append((EventKind.NOTE, None))
     return lambda: f.history.set_status(task, status), task, events
 
 
