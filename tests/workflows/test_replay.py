@@ -327,7 +327,8 @@ async def test_replay_names_an_agent_that_is_not_registered_and_imports_from_her
             assert result["result"] == "ok", result
     plain = await script("replay", "--dir", "tests/histories")
     names = ", ".join(repr(agent) for agent in sorted(set(custom.values())))
-    assert f"not registered here: agent {names}: pass --import MODULE" in plain.stdout
+    said = " ".join(plain.stdout.split())  # piped: rich wraps at 160 columns
+    assert f"not registered here: agent {names}: pass --import MODULE" in said
 
     imported = await script("replay", "--dir", "tests/histories", "--import", "tests.agent_tools")
     assert imported.returncode == 0, imported.stdout + imported.stderr
@@ -368,6 +369,6 @@ async def test_replay_says_when_the_limit_cut_the_selection(
     report = json.loads(cut.stdout)
     assert (len(report["results"]), report["selected"], report["truncated"]) == (2, 3, True)
     plain = await script(*args)
-    assert "truncated: 3 runs match, the newest 2 were replayed (--limit 2)" in plain.stdout
+    assert "truncated: 3 runs match, the newest 2 were replayed (--limit 2)" in " ".join(plain.stdout.split())
     whole = json.loads((await script("replay", "--project", history.project_id, "--json")).stdout)
     assert (len(whole["results"]), whole["selected"], whole["truncated"]) == (3, 3, False)
