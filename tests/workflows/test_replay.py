@@ -369,6 +369,8 @@ async def test_replay_says_when_the_limit_cut_the_selection(
     report = json.loads(cut.stdout)
     assert (len(report["results"]), report["selected"], report["truncated"]) == (2, 3, True)
     plain = await script(*args)
-    assert "truncated: 3 runs match, the newest 2 were replayed (--limit 2)" in " ".join(plain.stdout.split())
+    assert "truncated: 3 runs match, the newest 2 were replayed (--limit 2)" in " ".join(
+        plain.stdout.split()
+    )
     whole = json.loads((await script("replay", "--project", history.project_id, "--json")).stdout)
     assert (len(whole["results"]), whole["selected"], whole["truncated"]) == (3, 3, False)
