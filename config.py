@@ -34,7 +34,7 @@ address, the namespace, and whether TLS and an API key are on are ever shown.
 | ``NEO4J_USERNAME`` | ``neo4j`` | Neo4j user |
 | ``NEO4J_PASSWORD`` | unset | Neo4j password; unset means the generated one in the data folder |
 | ``NEO4J_DATABASE`` | ``neo4j`` | Neo4j database name |
-| ``AGENT_TASKS_DATA_DIR`` | ``.agent-tasks`` | local stack data: SQLite file, Neo4j store, logs |
+| ``AGENT_TASKS_DATA_DIR`` | the user's data folder | local stack data (below): SQLite, Neo4j |
 | ``AGENT_TASKS_FILES_ROOT`` | ``.`` | the folder the demo agent's file tools read, on the worker |
 | ``AGENT_TASKS_BROKER_URL`` | ``redis://127.0.0.1:6379`` | token broker (``broker``); empty: off |
 | ``AGENT_TASKS_HTTP_HOST`` | ``127.0.0.1`` | where ``agent-tasks serve`` listens |
@@ -52,6 +52,16 @@ address, the namespace, and whether TLS and an API key are on are ever shown.
 | ``OTEL_EXPORTER_PROMETHEUS_HOST`` | ``localhost`` | where the ``/metrics`` endpoint listens |
 | ``OTEL_EXPORTER_PROMETHEUS_PORT`` | ``9464`` | its port |
 
+**The data folder** of the local stack (``agent-tasks dev up`` keeps the Temporal SQLite file,
+the Neo4j store and its generated password, the logs and the pid files there) does not depend
+on the current folder, so ``dev up``, ``dev down``, the CLI and apps agree wherever they run:
+``AGENT_TASKS_DATA_DIR`` when set (a relative path is taken from the current folder, once, and
+kept absolute), else the user's data folder of ``agent-tasks`` (``default_data_dir``):
+``$XDG_DATA_HOME/agent-tasks``, that is ``~/.local/share/agent-tasks``, on Linux and other
+Unix systems (the XDG Base Directory specification), ``~/Library/Application Support/agent-tasks``
+on macOS, ``%LOCALAPPDATA%\\agent-tasks`` on Windows. Two stacks on one machine take two data
+folders and two sets of ports.
+
 Neo4j URI schemes (the driver's own): ``bolt://`` one server, ``neo4j://`` a cluster (routing),
 each with ``+s`` for TLS checked against the system's CAs (Aura: ``neo4j+s://<id>.databases.
 neo4j.io``) or ``+ssc`` for TLS with a self-signed certificate.
@@ -65,6 +75,7 @@ OpenTelemetry SDK reads the rest of the standard variables itself (``OTEL_SERVIC
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import threading
 from collections.abc import Mapping
@@ -173,6 +184,37 @@ class TemporalProfile:
         )
 
 
+DATA_DIR_NAME = "agent-tasks"
+"""The data folder's name inside the user's data directory (``default_data_dir``)."""
+
+
+def default_data_dir(env: Mapping[str, str] | None = None, platform: str | None = None) -> Path:
+    """The user's data folder of ``agent-tasks``, the data folder when
+    ``AGENT_TASKS_DATA_DIR`` is not set: the same from every current folder.
+
+    Args:
+        env: the variables to read instead of the process environment (tests).
+        platform: ``sys.platform`` to follow instead of this one's (tests).
+
+    Returns:
+        ``%LOCALAPPDATA%/agent-tasks`` on Windows (``~/AppData/Local`` when unset),
+        ``~/Library/Application Support/agent-tasks`` on macOS, else
+        ``$XDG_DATA_HOME/agent-tasks`` (``~/.local/share`` when unset or not absolute, as the
+        XDG Base Directory specification says).
+    """
+    env = os.environ if env is None else env
+    platform = sys.platform if platform is None else platform
+    home = Path(env.get("HOME") or Path.home())
+    if platform == "win32":
+        base = Path(env.get("LOCALAPPDATA") or home / "AppData" / "Local")
+    elif platform == "darwin":
+        base = home / "Library" / "Application Support"
+    else:
+        xdg = env.get("XDG_DATA_HOME", "")
+        base = Path(xdg) if Path(xdg).is_absolute() else home / ".local" / "share"
+    return base / DATA_DIR_NAME
+
+
 class _OwnEnvironment(EnvSettingsSource):
     """pydantic-settings' environment source, minus ``temporal``: the SDK reads the Temporal
     variables (``TemporalProfile.load``), never pydantic from a variable named TEMPORAL."""
@@ -206,8 +248,11 @@ class Settings(BaseSettings):
     """Neo4j password; None means the one ``agent-tasks dev up`` generated in the data folder."""
     neo4j_database: str = "neo4j"
     """Neo4j database the mirror writes to."""
-    data_dir: Path = Field(default=Path(".agent-tasks"), validation_alias="AGENT_TASKS_DATA_DIR")
-    """Data folder of the local stack: Temporal SQLite file, Neo4j store, password, logs."""
+    data_dir: Path = Field(
+        default_factory=default_data_dir, validation_alias="AGENT_TASKS_DATA_DIR"
+    )
+    """Data folder of the local stack: Temporal SQLite file, Neo4j store, password, logs (the
+    module docstring: ``AGENT_TASKS_DATA_DIR``, else ``default_data_dir``); always absolute."""
     files_root: Path = Field(default=Path("."), validation_alias="AGENT_TASKS_FILES_ROOT")
     """The folder the demo agent's file tools read (list, read, search), on the worker."""
     broker_url: str = Field(
@@ -270,6 +315,11 @@ class Settings(BaseSettings):
             raise ValueError(f"NEO4J_URI must start with one of {', '.join(NEO4J_SCHEMES)}://")
         return uri
 
+    @field_validator("data_dir")
+    @classmethod
+    def _absolute(cls, folder: Path) -> Path:
+        return folder.expanduser().absolute()
+
     @property
     def temporal_ui(self) -> str:
         """The Temporal Web UI's base URL: ``AGENT_TASKS_TEMPORAL_UI_URL``, else the local dev
@@ -298,7 +348,8 @@ class Settings(BaseSettings):
         except FileNotFoundError:
             raise Neo4jPasswordMissing(
                 f"NEO4J_PASSWORD is not set and {self.neo4j_password_file} does not exist: "
-                "run `agent-tasks dev up` or set NEO4J_PASSWORD"
+                "run `agent-tasks dev up` (it keeps the password in the data folder "
+                f"{self.data_dir}, AGENT_TASKS_DATA_DIR) or set NEO4J_PASSWORD"
             ) from None
 
     def exporters(self) -> telemetry.Exporters:

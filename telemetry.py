@@ -28,13 +28,22 @@ Prometheus endpoint binds its port once.
 from __future__ import annotations
 
 import functools
+import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 from urllib.parse import unquote
 
 from temporalio.client import Interceptor
-from temporalio.runtime import OpenTelemetryConfig, PrometheusConfig, Runtime, TelemetryConfig
+from temporalio.runtime import (
+    LogForwardingConfig,
+    LoggingConfig,
+    OpenTelemetryConfig,
+    PrometheusConfig,
+    Runtime,
+    TelemetryConfig,
+)
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Tracer
@@ -43,6 +52,41 @@ SERVICE_NAME = "agent-tasks"
 """``service.name`` of the traces when ``OTEL_SERVICE_NAME`` does not set one."""
 TRACER_NAME = "durable-agent-tasks"
 """Instrumentation scope of this project's own spans (the interceptor's and Neo4j's)."""
+
+
+CORE_LOGGER = "temporalio.core"
+"""The Python logger the SDK's core (Rust) logs through in every runtime made here: its
+warnings reach stderr (Python's last-resort handler) or wherever the process sends its logs,
+never standard output, which is the CLI's output (``--json`` prints JSON only)."""
+
+
+def core_logging() -> LoggingConfig:
+    """The SDK's default log filter (core warnings, errors of the rest), forwarded to the
+    Python logger ``CORE_LOGGER`` instead of the SDK's own console writer (standard output)."""
+    return LoggingConfig(
+        filter=LoggingConfig.default.filter,
+        forwarding=LogForwardingConfig(logger=logging.getLogger(CORE_LOGGER)),
+    )
+
+
+def log_core_through_python() -> None:
+    """Make the process's default Temporal runtime log through ``core_logging`` (the CLI
+    calls it first: a replay's nondeterminism warnings went to standard output before the
+    JSON). Clients and workers made before keep the runtime they had."""
+    runtime = Runtime(telemetry=TelemetryConfig(logging=core_logging()))
+    Runtime.set_default(runtime, error_if_already_set=False)
+
+
+CORE_LOG_BUFFER_S = 0.05
+"""How long the core holds forwarded log records before it hands them to Python (the SDK's
+``LogForwardingConfig``: "buffered for a few milliseconds"), with a margin."""
+
+
+def drain_core_logs() -> None:
+    """Wait ``CORE_LOG_BUFFER_S`` so that the core's buffered log records reach ``CORE_LOGGER``
+    before a process leaves with ``os._exit`` (the CLI): a replay's nondeterminism warning is
+    written to stderr, not lost."""
+    time.sleep(CORE_LOG_BUFFER_S)
 
 
 @dataclass(frozen=True)
@@ -121,7 +165,7 @@ def _runtime(exporters: Exporters) -> Runtime | None:
         metrics = OpenTelemetryConfig(url=exporters.otlp_metrics_url, headers=headers, http=True)
     else:
         metrics = PrometheusConfig(bind_address=exporters.prometheus_bind)
-    return Runtime(telemetry=TelemetryConfig(metrics=metrics))
+    return Runtime(telemetry=TelemetryConfig(metrics=metrics, logging=core_logging()))
 
 
 def _tracer(exporters: Exporters) -> Tracer:

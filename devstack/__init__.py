@@ -4,7 +4,8 @@
 tests use :class:`TemporalDevServer` and :class:`Neo4jServer` directly to run private servers
 on free ports in a temporary folder. Run ``python -m devstack up|down|status`` to try it.
 
-Where things are, under the data folder (``AGENT_TASKS_DATA_DIR``, default ``.agent-tasks``):
+Where things are, under the data folder (``AGENT_TASKS_DATA_DIR``, else the user's data folder:
+``config.default_data_dir``):
 
 | path | what |
 | --- | --- |

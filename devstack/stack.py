@@ -6,6 +6,7 @@ import asyncio
 import os
 import sys
 from collections.abc import Callable, Coroutine, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from config import Settings
@@ -20,6 +21,7 @@ from devstack.process import (
     ServiceStatus,
     is_local_host,
     parse_host_port,
+    port_is_open,
 )
 from devstack.redis_server import RedisServer, probe_redis
 from devstack.temporal import (
@@ -221,7 +223,12 @@ async def up(
 
 
 async def down(settings: Settings | None = None, *, timeout_s: float = 60.0) -> list[ServiceStatus]:
-    """Stop the servers that ``up`` started (by their pid files); leave external ones alone.
+    """Stop the servers that ``up`` started (by their pid files); leave external ones alone,
+    and say so: a server that answers at the address but was not started from this data
+    folder (by ``up`` with another data folder, docker compose, by hand) is reported
+    ``answering`` and ``external``, its detail naming the data folder, and a folder
+    ``.agent-tasks`` with pid files in the current folder or above (the data folder's
+    default before it was the user's) is named with the command that stops its stack.
 
     Args:
         settings: default ``Settings()`` (the environment).
@@ -230,7 +237,7 @@ async def down(settings: Settings | None = None, *, timeout_s: float = 60.0) -> 
     Returns:
         ``[temporal, neo4j]`` (and ``broker`` when configured) as :class:`ServiceStatus`:
         ``pid`` is the stopped process, or None when there was none; ``answering`` is False
-        for a stopped one.
+        for a stopped one and for a quiet address, True for one left running.
 
     Raises:
         DevStackError: a process survived SIGKILL.
@@ -248,9 +255,29 @@ async def down(settings: Settings | None = None, *, timeout_s: float = 60.0) -> 
         pid = server.running_pid()
         if await server.stop(timeout_s):
             return ServiceStatus(name, address, False, pid, False, f"stopped (pid {pid})")
-        return ServiceStatus(name, address, False, None, False, "not started by `dev up`")
+        host, port = parse_host_port(address, 0)
+        if not await asyncio.to_thread(port_is_open, host, port):
+            return ServiceStatus(name, address, False, None, False, "nothing to stop")
+        detail = f"left running: not started by `dev up` with the data folder {s.data_dir}"
+        return ServiceStatus(name, address, True, None, True, detail + _old_stack_hint(s))
 
     return list(await asyncio.gather(*(stop_one(*x) for x in servers)))
+
+
+OLD_DATA_DIR = ".agent-tasks"
+"""The data folder's default before it was the user's data folder: relative to the current
+folder (``down`` still names one it finds, so a stack it started can be stopped)."""
+
+
+def _old_stack_hint(settings: Settings) -> str:
+    """``; ...`` naming the nearest ``.agent-tasks`` with pid files in the current folder or
+    above (not the data folder itself) and the command that stops its stack; else empty."""
+    here = Path.cwd()
+    for folder in (here, *here.parents):
+        old = folder / OLD_DATA_DIR
+        if old != settings.data_dir and any(old.glob("run/*.pid")):
+            return f"; {old} has pid files: AGENT_TASKS_DATA_DIR={old} agent-tasks dev down"
+    return ""
 
 
 def format_status(services: Sequence[ServiceStatus]) -> str:

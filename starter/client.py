@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pydantic import TypeAdapter
 from temporalio.client import Client
 
 from config import release_runtime
+from starter.arguments import checked
 from starter.turns import TaskTurns
 from workflows.models import ProjectId, ShortText
 
@@ -53,7 +53,7 @@ class ConversationHistory(TaskTurns):
             it); past that it raises ``TaskServiceUnavailable``.
 
     Raises:
-        ValidationError: a malformed project id or agent id.
+        ValidationError: a malformed project id, agent id or session id (naming it).
     """
 
     def __init__(
@@ -68,9 +68,9 @@ class ConversationHistory(TaskTurns):
         timeout_s: float = 30.0,
     ) -> None:
         self.client = client
-        self.project_id = TypeAdapter(ProjectId).validate_python(project_id)
-        self.agent_id = TypeAdapter(ShortText).validate_python(agent_id)
-        self.session_id = session_id
+        self.project_id = checked(project_id, ProjectId, "project_id")
+        self.agent_id = checked(agent_id, ShortText, "agent_id")
+        self.session_id = checked(session_id, ShortText | None, "session_id")
         self.task_queue = task_queue
         self.graph = graph
         self.timeout_s = timeout_s

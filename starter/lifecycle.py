@@ -5,9 +5,9 @@ again (resume, continue, retry, branch) is ``starter.turns``."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
-from pydantic import JsonValue
+from pydantic import AfterValidator, JsonValue
 from temporalio.client import (
     WithStartWorkflowOperation,
     WorkflowFailureError,
@@ -17,6 +17,7 @@ from temporalio.common import TypedSearchAttributes, WorkflowIDConflictPolicy, W
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from starter.arguments import checked
 from starter.results import WriteResult, from_outcome, refused
 from starter.transport import from_update_failure, lane, request_id_or_new, retrieve_start
 from starter.writes import TaskWrites
@@ -28,6 +29,7 @@ from workflows.models import (
     ApprovalType,
     BranchPoint,
     InputAnswer,
+    TaskName,
     TaskStart,
     TaskStatus,
     TaskView,
@@ -40,6 +42,18 @@ from workflows.waits import answer_error
 
 if TYPE_CHECKING:  # the driver is loaded only by whoever makes the graph
     pass
+
+
+def _any_request_may_take(answer: JsonValue) -> JsonValue:
+    error = answer_error({}, answer)
+    if error is not None:
+        raise ValueError(error)
+    return answer
+
+
+Answer = Annotated[JsonValue, AfterValidator(_any_request_may_take)]
+"""An answer as a client sends one: JSON that some request may take (``answer_error`` with
+an empty schema: at most ``MAX_ANSWER_CHARS`` characters, no NaN or infinity)."""
 
 
 class TaskLifecycle(TaskWrites):
@@ -63,7 +77,8 @@ class TaskLifecycle(TaskWrites):
 
         Uses update-with-start: the workflow starts if it is not running and the
         ``create_task`` update runs in its first workflow task. The same name with the same
-        goal returns the existing task (``created`` False); another goal is ``task_exists``.
+        goal returns the existing task (``duplicate`` True, ``created`` False, ``task`` its view,
+        as the ledger's guide has it); another goal is ``task_exists``.
         A finished task's name is never reused (id reuse policy REJECT_DUPLICATE), nor,
         with a graph, the name of a deleted task (its tombstone) or of one whose history
         passed the namespace's retention (its Neo4j node): both ``task_exists``. The
@@ -84,24 +99,32 @@ class TaskLifecycle(TaskWrites):
                 ``in_progress`` once its agent starts); None: a recorded task (``open``).
             branched_from: the task's log starts as a copy of this task's events up to this
                 seq (``branch_from`` is the way to ask for it).
+
+        Raises:
+            pydantic.ValidationError: an argument of the wrong shape (``TaskStart``), naming
+                the field; nothing is sent.
         """
         request_id = request_id_or_new(request_id)
         if not valid_request_id(request_id):
             return refused(ErrorCode.INVALID_REQUEST_ID, "request_id must be 1 to 64 characters")
+        checked(name, TaskName, "name")  # the rule every call that names a task checks
+        checked(parent, TaskName | None, "parent")
+        start = TaskStart.model_validate(
+            {
+                "project_id": self.project_id,
+                "name": name,
+                "goal": goal,
+                "agent_id": self.agent_id,
+                "session_id": self.session_id if session_id is None else session_id,
+                "parent": parent,
+                "metadata": {} if metadata is None else metadata,
+                "request_id": request_id,
+                "agent": agent,
+                "branched_from": branched_from,
+            }
+        )
         if parent is not None and not parent_may_follow and not await self._exists(parent):
             return refused(ErrorCode.PARENT_NOT_FOUND, f"no parent task {parent!r} in this project")
-        start = TaskStart(
-            project_id=self.project_id,
-            name=name,
-            goal=goal,
-            agent_id=self.agent_id,
-            session_id=self.session_id if session_id is None else session_id,
-            parent=parent,
-            metadata=metadata or {},
-            request_id=request_id,
-            agent=agent,
-            branched_from=branched_from,
-        )
         status = TaskStatus.OPEN if agent is None else TaskStatus.QUEUED
         async with lane(self.client, self.workflow_id(name)):
             taken = await self._name_taken(name)
@@ -124,8 +147,9 @@ class TaskLifecycle(TaskWrites):
                         start_workflow_operation=operation,
                     )
                 )
-            except WorkflowUpdateFailedError as err:
-                return from_update_failure(err)
+                result = from_outcome(outcome)
+            except WorkflowUpdateFailedError as err:  # a refusal, or the task exists already
+                result = from_update_failure(err)
             except WorkflowAlreadyStartedError:
                 found = await self.get_task(name)
                 if found.view is not None and found.view.goal == goal:
@@ -133,7 +157,6 @@ class TaskLifecycle(TaskWrites):
                 return refused(ErrorCode.TASK_EXISTS, f"task {name!r} exists (finished)")
             finally:
                 await retrieve_start(operation)
-        result = from_outcome(outcome)
         if result.recorded:
             result.task = (await self.get_task(name)).view
         return result
@@ -211,8 +234,8 @@ class TaskLifecycle(TaskWrites):
             ``recorded``; ``task_closed`` when the task has ended; ``task_not_found``.
 
         Raises:
-            ValueError: an answer no request may take (``_input_answer``); nothing is sent.
-            pydantic.ValidationError: an argument of the wrong shape, naming the field.
+            pydantic.ValidationError: an argument of the wrong shape, naming the field, or
+                an answer no request may take (``_input_answer``); nothing is sent.
         """
         signal = self._input_answer(answer, input_id, request_id)
         handle = self._handle(task)
@@ -241,8 +264,8 @@ class TaskLifecycle(TaskWrites):
         request timed out or closed), ``task_closed`` (the task has ended).
 
         Raises:
-            ValueError: an answer no request may take (``_input_answer``); nothing is sent.
-            pydantic.ValidationError: an argument of the wrong shape, naming the field.
+            pydantic.ValidationError: an argument of the wrong shape, naming the field, or
+                an answer no request may take (``_input_answer``); nothing is sent.
         """
         update = self._input_answer(answer, input_id, request_id)
         return await self._update(task, TaskWorkflow.respond, update)
@@ -279,15 +302,12 @@ class TaskLifecycle(TaskWrites):
         its schema (``workflows.waits.answer_error`` with an empty schema).
 
         Raises:
-            ValueError: more than ``MAX_ANSWER_CHARS`` characters of JSON, or NaN or an
-                infinity (nothing is sent).
-            pydantic.ValidationError: an argument of the wrong shape, naming the field.
+            pydantic.ValidationError: an argument of the wrong shape, naming the field, or an
+                answer of more than ``MAX_ANSWER_CHARS`` characters of JSON, NaN or an
+                infinity (field ``answer``); nothing is sent.
         """
-        error = answer_error({}, answer)
-        if error is not None:
-            raise ValueError(error)
         return InputAnswer(
-            answer=answer,
+            answer=checked(answer, Answer, "answer"),
             input_id=input_id,
             agent_id=self.agent_id,
             request_id=request_id_or_new(request_id),
@@ -334,12 +354,14 @@ class TaskLifecycle(TaskWrites):
         Raises:
             pydantic.ValidationError: an argument of the wrong shape, naming the field.
         """
-        write = AskInput(
-            agent_id=self.agent_id,
-            input_id=input_id,
-            prompt=prompt,
-            json_schema=dict(schema or {}),
-            request_id=request_id_or_new(request_id),
+        write = AskInput.model_validate(
+            {
+                "agent_id": self.agent_id,
+                "input_id": input_id,
+                "prompt": prompt,
+                "json_schema": {} if schema is None else schema,
+                "request_id": request_id_or_new(request_id),
+            }
         )
         return await self._update(task, TaskWorkflow.ask, write)
 

@@ -8,6 +8,7 @@ import asyncio
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from starter.arguments import checked
 from starter.results import DecisionsResult, EventsResult, GetTaskResult, StepsResult
 from starter.transport import Transport
 from taskgraph.models import (
@@ -29,7 +30,14 @@ from taskgraph.models import (
 )
 from tasklog.reader import TaskReader
 from workflows.errors import GraphNotConfigured
-from workflows.models import PAGE_LIMIT_MAX, EventKind, StepState, TaskStatus
+from workflows.models import (
+    PAGE_LIMIT_MAX,
+    EventKind,
+    ShortText,
+    StepState,
+    TaskStatus,
+    task_workflow_id,
+)
 
 if TYPE_CHECKING:  # the driver is loaded only by whoever makes the graph
     from taskgraph.graph import TaskGraph
@@ -154,7 +162,7 @@ class TaskReads(Transport):
         )
         if where.status is not None:
             query += f" AND TaskStatus = '{where.status.value}'"
-        prefix = self.workflow_id("")
+        prefix = task_workflow_id(self.project_id, "")
         names: list[str] = []
         async for execution in self.client.list_workflows(query, limit=where.limit):
             names.append(execution.id.removeprefix(prefix))
@@ -189,8 +197,10 @@ class TaskReads(Transport):
         it), None when Neo4j has none.
 
         Raises:
+            pydantic.ValidationError: ``decision_id`` is not text.
             GraphNotConfigured: no graph was given.
         """
+        decision_id = checked(decision_id, ShortText, "decision_id")
         rows = await self._graph().decisions(self.project_id, decision_id=decision_id, limit=1)
         return rows[0] if rows else None
 

@@ -29,8 +29,10 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
+from codec import DATA_CONVERTER
 from plugin import AgentTasksPlugin
-from workflows.models import ProjectId, TaskStatus
+from workflows.agents.registry import agent_function
+from workflows.models import ProjectId, TaskStatus, TaskWorkflowInput
 from workflows.task import TaskWorkflow
 
 ReplayStatus = Literal["ok", "nondeterministic", "error"]
@@ -60,6 +62,9 @@ class ReplayResult(BaseModel):
     result: ReplayStatus
     message: str | None = None
     """Why the replay was not ``ok``: the error's message."""
+    unregistered_agent: str | None = None
+    """The agent the run runs when it is not registered in this process (the run was not
+    replayed: ``unregistered``)."""
 
 
 def parse_since(text: str, now: datetime | None = None) -> datetime:
@@ -138,6 +143,22 @@ async def server_histories(
         yield history
 
 
+async def count_runs(
+    client: Client,
+    *,
+    project: str | None = None,
+    status: TaskStatus | str | None = None,
+    since: datetime | None = None,
+) -> int:
+    """How many task runs ``task_query`` selects (Temporal's ``CountWorkflowExecutions``),
+    so a replay limited to fewer can say how many it left out.
+
+    Raises:
+        temporalio.service.RPCError: the server refused the count.
+    """
+    return (await client.count_workflows(task_query(project, status, since))).count
+
+
 def load_history(path: Path) -> WorkflowHistory:
     """Read a history saved in Temporal's JSON format (``WorkflowHistory.to_json()``, the
     CLI's ``temporal workflow show --output json``, the web UI's download).
@@ -185,20 +206,56 @@ def replayer(workflows: Sequence[type] = (TaskWorkflow,)) -> Replayer:
     return Replayer(workflows=list(workflows), plugins=[AgentTasksPlugin()])
 
 
+async def agent_of(history: WorkflowHistory) -> str | None:
+    """The name of the agent a task history's run runs (its start input's ``AgentSpec``:
+    the new task's, or the state a continued or resumed run carries), None for a recorded
+    task or a history whose input cannot be read as a ``TaskWorkflowInput``."""
+    attributes = history.events[0].workflow_execution_started_event_attributes
+    if attributes.workflow_type.name != TaskWorkflow.__name__:
+        return None
+    try:
+        (start,) = await DATA_CONVERTER.decode(attributes.input.payloads, [TaskWorkflowInput])
+    except Exception:  # not ours to judge: the replay reports what it finds
+        return None
+    task = start.start if start.carried is None else start.carried.start
+    return None if task is None or task.agent is None else task.agent.name
+
+
+def unregistered(agent: str) -> str:
+    """The reason a history of agent ``agent`` is not replayed: agent code is workflow code,
+    registered when its module is imported (``workflows.agents.agent``), as on the worker."""
+    return f"agent {agent!r} is not registered: pass --import MODULE (the module that registers it)"
+
+
 async def replay_histories(
     histories: Sequence[tuple[str, WorkflowHistory]],
     workflows: Sequence[type] = (TaskWorkflow,),
 ) -> list[ReplayResult]:
     """Replay each ``(source, history)`` pair with ``workflows`` (the code on disk by
     default) and return one result per pair, in the same order. Never raises for a history
-    that fails to replay: the failure is in its result."""
+    that fails to replay: the failure is in its result. A history whose agent is not
+    registered in this process (``agent_of``) is not replayed: its result is ``error`` with
+    ``unregistered``'s reason, not the nondeterminism its replay would report."""
     results: dict[int, ReplayResult] = {}
-    if not histories:
-        return []
+    for i, (source, history) in enumerate(histories):
+        agent = await agent_of(history)
+        if agent is not None and agent_function(agent) is None:
+            results[i] = ReplayResult(
+                source=source,
+                workflow_id=history.workflow_id,
+                run_id=history.run_id,
+                events=len(history.events),
+                result="error",
+                message=unregistered(agent),
+                unregistered_agent=agent,
+            )
+    if len(results) == len(histories):
+        return [results[i] for i in range(len(histories))]
 
     async def feed() -> AsyncIterator[WorkflowHistory]:
-        for _, history in histories:
-            yield history
+        for i, (_, history) in enumerate(histories):
+            if i not in results:
+                yield history
 
     index = {id(history): i for i, (_, history) in enumerate(histories)}
     async with replayer(workflows).workflow_replay_iterator(feed()) as replays:

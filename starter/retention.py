@@ -34,6 +34,7 @@ from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
+from starter.arguments import checked
 from starter.client import ConversationHistory
 from starter.results import DeleteResult, RedactResult
 from taskgraph.models import TaskRead
@@ -41,7 +42,7 @@ from taskgraph.retention import EventLocation, delete_task_nodes, find_event, na
 from taskgraph.retention import tombstone as write_tombstone
 from workflows.children import child_end
 from workflows.errors import ErrorCode
-from workflows.models import CLOSED_STATUSES, TaskStatus, TaskView, bound_text
+from workflows.models import CLOSED_STATUSES, ShortText, TaskStatus, TaskView, bound_text
 from workflows.task import TaskWorkflow
 
 if TYPE_CHECKING:  # the driver is loaded only by whoever makes the graph
@@ -103,8 +104,10 @@ class HistoryRetention:
             ``event_not_sealed``.
 
         Raises:
+            pydantic.ValidationError: ``event_id`` is not text.
             GraphNotConfigured: no graph was given.
         """
+        event_id = checked(event_id, ShortText, "event_id")
         graph = self.tasks._graph()
         location = await self._find(graph, event_id)
         if location is None:

@@ -50,6 +50,7 @@ from collections.abc import Mapping, Sequence
 from pydantic import JsonValue
 
 from broker import Broker, TokenMessage, channels
+from starter.arguments import checked, invalid
 from starter.client import ConversationHistory
 from starter.retention import HistoryRetention
 from starter.task_emitter import TaskEmitter
@@ -152,9 +153,10 @@ class TaskManager:
         Raises:
             TaskRefused: ``task_exists``, ``task_not_found`` (no such parent),
                 ``child_limit_reached``, ``run_by_agent`` (a parent run by its agent) ...
-            ValueError: ``metadata`` or ``agent`` for a child task.
-            pydantic.ValidationError: an argument of the wrong shape.
+            pydantic.ValidationError: an argument of the wrong shape, or ``metadata`` or
+                ``agent`` for a child task (a ``ValueError``).
         """
+        meta: dict[str, str] | None = checked(metadata, dict[str, str] | None, "metadata")
         task_id = task_id or new_task_id()
         if parent_id is None:
             written_or_raise(
@@ -162,13 +164,13 @@ class TaskManager:
                     task_id,
                     message,
                     session_id=session_id,
-                    metadata=dict(metadata or {}),
+                    metadata=meta,
                     agent=agent,
                 )
             )
         else:
-            if metadata or agent is not None:
-                raise ValueError("a child task takes no metadata or agent here")
+            if meta or agent is not None:
+                raise invalid("parent_id", parent_id, "a child task takes no metadata or agent")
             written_or_raise(
                 await self.history.spawn_child(
                     parent_id, spawn_key or task_id, task_id, message, session_id=session_id
@@ -194,11 +196,15 @@ class TaskManager:
         Raises:
             TaskRefused: the write's refusal (``task_not_found``, ``task_closed``,
                 ``run_by_agent`` ...); the message, when one was given, may be recorded.
-            ValueError: ``awaiting_input`` (ask with ``request_input``), or an unknown status.
+            pydantic.ValidationError: an argument of the wrong shape (a ``ValueError``), or
+                the status ``awaiting_input`` (ask with ``request_input``) or ``open``.
         """
-        wanted = None if status is None else TaskStatus(status)
+        wanted = checked(status, TaskStatus | None, "status")
+        result = checked(result, dict[str, JsonValue] | None, "result")
         if wanted is TaskStatus.AWAITING_INPUT:
-            raise ValueError("a task awaits input through request_input")
+            raise invalid("status", status, "a task awaits input through request_input")
+        if wanted is TaskStatus.OPEN:
+            raise invalid("status", status, "open is a recorded task's first status; set queued")
         if message is not None:
             await self.add_update(task_id, message, update_type, metadata=metadata)
         if wanted is None and (result is not None or error is not None):
@@ -208,14 +214,12 @@ class TaskManager:
                 await self.history.finish_task(
                     task_id,
                     wanted,
-                    result=None if result is None else json.dumps(dict(result)),
+                    result=None if result is None else json.dumps(result),
                     error=error,
                 )
             )
         elif wanted in SETTABLE_STATUSES:
             written_or_raise(await self.history.set_status(task_id, wanted))
-        elif wanted is TaskStatus.OPEN:
-            raise ValueError("open is a recorded task's first status; set queued")
         return await self._found(task_id)
 
     async def update_status(self, task_id: str, status: TaskStatus | str) -> Task:
@@ -236,8 +240,9 @@ class TaskManager:
         Raises:
             TaskRefused: ``task_not_found``, ``task_closed`` ...
         """
-        kind = UpdateType(update_type)
-        payload = {"message": message, "update_type": kind.value, "metadata": dict(metadata or {})}
+        kind = checked(update_type, UpdateType, "update_type")
+        extra = checked(metadata, dict[str, JsonValue] | None, "metadata")
+        payload = {"message": message, "update_type": kind.value, "metadata": extra or {}}
         written = written_or_raise(
             await self.history.record_event(
                 task_id, EventKind.NOTE, json.dumps(payload), name=UPDATE_NOTE
@@ -286,7 +291,8 @@ class TaskManager:
         Raises:
             TaskRefused: ``input_not_requested``, ``input_invalid`` (the schema's message),
                 ``task_closed`` ...; nothing is recorded then.
-            ValueError: an answer over 32,000 characters of JSON, or with NaN.
+            pydantic.ValidationError: an answer over 32,000 characters of JSON, or with NaN
+                (a ``ValueError``).
         """
         written_or_raise(await self.history.respond(task_id, response, input_id=input_id))
         return await self._found(task_id)
@@ -336,8 +342,12 @@ class TaskManager:
     ) -> list[Task]:
         """This project's tasks, newest first: of one status (from Temporal visibility), or of
         one session (from Neo4j, so as far as the mirror has copied them; also of one status
-        when both are given), at most ``limit`` (1 to 200)."""
-        wanted = None if status is None else TaskStatus(status)
+        when both are given), at most ``limit`` (1 to 200).
+
+        Raises:
+            pydantic.ValidationError: an argument of the wrong shape.
+        """
+        wanted = checked(status, TaskStatus | None, "status")
         statuses: Sequence[TaskStatus | None] = [wanted]
         if wanted is TaskStatus.QUEUED:  # a recorded task nobody moved yet is open
             statuses = [TaskStatus.OPEN, TaskStatus.QUEUED]

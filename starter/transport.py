@@ -28,6 +28,7 @@ from temporalio.client import (
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from starter.arguments import checked
 from starter.results import WriteResult, from_outcome, refused
 from workflows.errors import (
     CONTINUING_AS_NEW,
@@ -36,7 +37,7 @@ from workflows.errors import (
     TaskServiceUnavailable,
     error_code,
 )
-from workflows.models import WriteOutcome, task_workflow_id, valid_request_id
+from workflows.models import TaskName, WriteOutcome, task_workflow_id, valid_request_id
 
 if TYPE_CHECKING:  # the driver is loaded only by whoever makes the graph
     from taskgraph.graph import TaskGraph
@@ -83,8 +84,13 @@ def from_update_failure(err: WorkflowUpdateFailedError) -> WriteResult:
     raise err
 
 
-def _unavailable(err: Exception) -> TaskServiceUnavailable:
-    return TaskServiceUnavailable(f"Temporal did not answer: {err}")
+def _unavailable(err: Exception, address: str, task_queue: str) -> TaskServiceUnavailable:
+    """The error of a call that Temporal did not answer, naming where it was sent: the
+    server's address and the task queue whose worker runs the task."""
+    return TaskServiceUnavailable(
+        f"Temporal at {address} did not answer for task queue {task_queue!r} (is the server up, "
+        f"and a worker polling {task_queue!r}?): {err}"
+    )
 
 
 def _busy(err: RPCError) -> bool:
@@ -183,9 +189,18 @@ class Transport:
     timeout_s: float
     """Seconds one Temporal call may take."""
 
-    def workflow_id(self, task: str) -> str:
-        """The workflow id of ``task`` in this project (``task_workflow_id``)."""
-        return task_workflow_id(self.project_id, task)
+    def workflow_id(self, task: str, field: str = "task") -> str:
+        """The workflow id of ``task`` in this project (``task_workflow_id``): every call
+        that names a task comes through here, so every task name is checked by one rule.
+
+        Raises:
+            pydantic.ValidationError: ``task`` is not a ``TaskName``; the error names
+                ``field`` (the argument that gave it).
+        """
+        return task_workflow_id(self.project_id, checked(task, TaskName, field))
+
+    def _unavailable(self, err: Exception) -> TaskServiceUnavailable:
+        return _unavailable(err, self.client.service_client.config.target_host, self.task_queue)
 
     def _handle(self, task: str) -> WorkflowHandle[Any, Any]:
         return self.client.get_workflow_handle(self.workflow_id(task))
@@ -202,17 +217,18 @@ class Transport:
                 return await asyncio.wait_for(call(), max(deadline - loop.time(), 0.001))
             except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError) as err:
                 raise TaskServiceUnavailable(
-                    f"no answer within {self.timeout_s:g} s: is a worker polling task queue "
-                    f"{self.task_queue!r}? A write may still be recorded once one is; retry it "
-                    "with the same request id"
+                    f"no answer within {self.timeout_s:g} s from Temporal at "
+                    f"{self.client.service_client.config.target_host}: is a worker polling task "
+                    f"queue {self.task_queue!r}? A write may still be recorded once one is; "
+                    "retry it with the same request id"
                 ) from err
             except RPCError as err:
                 if not _busy(err):
                     if _lost(err) or _no_worker(err):
-                        raise _unavailable(err) from err
+                        raise self._unavailable(err) from err
                     raise
                 if loop.time() + delay >= deadline:
-                    raise _unavailable(err) from err
+                    raise self._unavailable(err) from err
             await asyncio.sleep(delay * random.uniform(0.5, 1.0))
             delay = min(delay * 2, most)
 

@@ -10,9 +10,11 @@ from collections.abc import Sequence
 
 from temporalio.common import TypedSearchAttributes, WorkflowIDReusePolicy
 
+from starter.arguments import checked
 from starter.lifecycle import TaskLifecycle
 from starter.results import WriteResult, refused
 from starter.transport import request_id_or_new
+from taskgraph.models import Seq
 from workflows.errors import ErrorCode
 from workflows.models import (
     CLOSED_STATUSES,
@@ -20,6 +22,7 @@ from workflows.models import (
     StepRetry,
     StepsQuery,
     StepState,
+    TaskName,
     TaskStatus,
     TaskView,
     TaskWorkflowInput,
@@ -204,12 +207,14 @@ class TaskTurns(TaskLifecycle):
         Raises:
             pydantic.ValidationError: a malformed name or seq.
         """
+        checked(source, TaskName, "source")
+        checked(name, TaskName, "name")
+        point = BranchPoint(task=source, seq=checked(seq, Seq, "seq"))
         found = await self.get_task(source)
         if found.view is None:
             return refused(ErrorCode.TASK_NOT_FOUND, f"no task {source!r} in this project")
         view = found.view
-        point = BranchPoint(task=source, seq=seq)
-        if seq > view.last_seq:
+        if point.seq > view.last_seq:
             return refused(
                 ErrorCode.EVENT_NOT_FOUND,
                 f"task {source!r} has events 1 to {view.last_seq}: no seq {seq} to branch at",

@@ -8,8 +8,10 @@ import hashlib
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from pydantic import StrictInt, StrictStr
 from temporalio.service import RPCError, RPCStatusCode
 
+from starter.arguments import checked
 from starter.reads import TaskReads
 from starter.results import WriteResult, from_outcome, refused
 from starter.transport import lane, request_id_or_new
@@ -30,6 +32,7 @@ from workflows.models import (
     Role,
     SetStepsInput,
     StepKind,
+    StepName,
     StepState,
     StepWrite,
     TaskStatus,
@@ -183,7 +186,7 @@ class TaskWrites(TaskReads):
         events the workflow did not take (a refusal, a repeated request id) were never
         stored: they cost nothing.
         """
-        inputs = [EventInput.model_validate(e) if isinstance(e, dict) else e for e in events]
+        inputs: list[EventInput] = checked(events, list[EventInput], "events")
         result, _ = await self._record(task, inputs, request_id_or_new(request_id))
         return result
 
@@ -335,14 +338,15 @@ class TaskWrites(TaskReads):
         Raises:
             pydantic.ValidationError: an argument of the wrong shape, naming the field.
         """
-        seqs = await self._cited_seqs(task, cites_events)
+        cited = checked(cites_events, list[StrictInt | StrictStr], "cites_events")
+        steps = checked(cites_steps, list[StepName], "cites_steps")
+        event = EventInput.model_validate(
+            {"kind": EventKind.DECISION, "payload": statement, "cites": CitesInput(steps=steps)}
+        )
+        seqs = await self._cited_seqs(task, cited)
         if isinstance(seqs, WriteResult):
             return seqs
-        event = EventInput(
-            kind=EventKind.DECISION,
-            payload=statement,
-            cites=CitesInput(events=seqs, steps=list(cites_steps)),
-        )
+        event = event.model_copy(update={"cites": CitesInput(events=seqs, steps=steps)})
         return await self._record_one(task, event, request_id)
 
     async def _cited_seqs(self, task: str, cited: Sequence[int | str]) -> list[int] | WriteResult:

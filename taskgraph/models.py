@@ -40,10 +40,11 @@ from workflows.models import (
     Citations,
     Event,
     EventKind,
-    Name,
+    ShortText,
     StepName,
     StepState,
     StepView,
+    TaskName,
     TaskStatus,
 )
 
@@ -82,7 +83,7 @@ class _Filter(BaseModel):
 class TaskRead(_Filter):
     """Which task ``get_task`` reads."""
 
-    task: Name
+    task: TaskName
     """The task's name (1 to 200 characters)."""
 
 
@@ -127,11 +128,11 @@ class TaskFilter(_Filter):
 
     status: TaskStatus | None = None
     """Only tasks in this status."""
-    agent_id: str | None = None
+    agent_id: ShortText | None = None
     """Only tasks created by this agent."""
-    session_id: str | None = None
+    session_id: ShortText | None = None
     """Only tasks of this session."""
-    parent: str | None = None
+    parent: TaskName | None = None
     """Only children of this task (by name)."""
     name_contains: str | None = Field(default=None, min_length=1, max_length=200)
     """Only tasks whose name contains this text (case-insensitive)."""
@@ -141,7 +142,7 @@ class TaskFilter(_Filter):
     """Only tasks created before this time (timezone-aware)."""
     open_inputs: bool = False
     """Only tasks with an open input request (an approval too)."""
-    after_name: str | None = None
+    after_name: TaskName | None = None
     """The paging cursor: tasks whose name sorts after this one."""
     limit: Limit = 50
     """At most this many tasks."""
@@ -152,7 +153,7 @@ class EventFilter(_Filter):
 
     kind: EventKind | None = None
     """Only events of this kind."""
-    name: str | None = None
+    name: ShortText | None = None
     """Only events with this tool name or label."""
     since: UtcDatetime | None = None
     """Inclusive lower bound of the event time (timezone-aware, any offset; kept in UTC)."""

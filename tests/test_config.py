@@ -29,7 +29,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from pydantic import ValidationError
 
-from config import DEFAULT_TEMPORAL_ADDRESS, Settings, TemporalProfile, connect
+from config import DEFAULT_TEMPORAL_ADDRESS, Settings, TemporalProfile, connect, default_data_dir
 from devstack import free_port
 from starter.client import ConversationHistory
 from taskgraph.graph import TaskGraph
@@ -424,3 +424,50 @@ def test_neo4j_uri_schemes_of_the_driver_are_accepted(uri: str) -> None:
 def test_other_neo4j_uris_are_refused(uri: str) -> None:
     with pytest.raises(ValidationError, match="NEO4J_URI must start with one of bolt, "):
         Settings(neo4j_uri=uri)
+
+
+# ------------------------------------------------------------------ the data folder
+
+
+@pytest.mark.parametrize(
+    ("platform", "env", "expected"),
+    [
+        ("linux", {"HOME": "/home/ann"}, "/home/ann/.local/share/agent-tasks"),
+        ("linux", {"HOME": "/home/ann", "XDG_DATA_HOME": "/data"}, "/data/agent-tasks"),
+        # the XDG specification: a relative XDG_DATA_HOME is invalid and ignored
+        (
+            "linux",
+            {"HOME": "/home/ann", "XDG_DATA_HOME": "rel"},
+            "/home/ann/.local/share/agent-tasks",
+        ),
+        ("freebsd14", {"HOME": "/usr/home/b"}, "/usr/home/b/.local/share/agent-tasks"),
+        ("darwin", {"HOME": "/Users/c"}, "/Users/c/Library/Application Support/agent-tasks"),
+        ("win32", {"HOME": "/h", "LOCALAPPDATA": "/appdata"}, "/appdata/agent-tasks"),
+        ("win32", {"HOME": "/h"}, "/h/AppData/Local/agent-tasks"),
+    ],
+)
+def test_the_default_data_folder_is_the_users_data_folder(
+    platform: str, env: dict[str, str], expected: str
+) -> None:
+    assert default_data_dir(env, platform) == Path(expected)
+
+
+def test_the_data_folder_does_not_depend_on_the_current_folder(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("AGENT_TASKS_DATA_DIR", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    seen = set()
+    for here in (tmp_path, tmp_path / "a" / "b", Path("/")):
+        here.mkdir(parents=True, exist_ok=True)
+        monkeypatch.chdir(here)
+        seen.add(Settings().data_dir)
+    assert seen == {tmp_path / "xdg" / "agent-tasks"}
+    # the variable overrides it; a relative one is taken from the current folder, once
+    monkeypatch.chdir(tmp_path / "a")
+    monkeypatch.setenv("AGENT_TASKS_DATA_DIR", "stack")
+    settings = Settings()
+    assert settings.data_dir == tmp_path / "a" / "stack"
+    assert settings.neo4j_password_file == tmp_path / "a" / "stack" / "neo4j" / "password"
+    monkeypatch.setenv("AGENT_TASKS_DATA_DIR", "~/stack")
+    assert Settings().data_dir == Path.home() / "stack"

@@ -17,7 +17,7 @@ import pytest
 from pydantic import TypeAdapter, ValidationError
 from temporalio.client import Client
 
-from config import DEFAULT_TEMPORAL_ADDRESS, DEFAULT_TEMPORAL_NAMESPACE, Settings
+from config import DEFAULT_TEMPORAL_ADDRESS, DEFAULT_TEMPORAL_NAMESPACE, Settings, default_data_dir
 from starter import ConversationHistory
 from taskgraph.graph import TaskGraph
 from worker import DEFAULT_RETENTION, build_worker
@@ -191,8 +191,12 @@ def test_the_configuration_defaults_are_the_codes() -> None:
         "OTEL_SERVICE_NAME": SERVICE_NAME,
     }
     checked = {var: value for var, value in rows.items() if var in expected}
-    assert len(checked) >= 14
+    assert len(checked) >= 13
     assert checked == {var: expected[var] for var in checked}
+    # the data folder's default is a rule, not a value: the page names the function
+    assert Settings.model_fields["data_dir"].default_factory is default_data_dir
+    assert "| `AGENT_TASKS_DATA_DIR` | the user's data folder (below) |" in page
+    assert "(`config.default_data_dir`)" in page
 
 
 # ------------------------------------------------------------------- the snippets run
@@ -245,3 +249,61 @@ async def test_the_concepts_client_snippet_runs(
     assert names["redacted"].affected_decision_ids == []  # the decision cites the result only
     # the snippet wrote three events (the call, the result, the decision): all deleted
     assert names["deleted"].recorded and names["deleted"].events_deleted == 3
+
+
+async def test_the_agent_tasks_demo_snippet_runs(project_id: str) -> None:
+    (snippet,) = python_blocks(ROOT / "docs" / "agent-tasks.md")
+    names = await run_snippet(snippet.replace('project_id="demo"', 'project_id="acme"'), project_id)
+    assert names["view"].status is TaskStatus.DONE
+    lines = {  # counted here, independently of the agent's tools
+        p: sum("needle" in line.lower() for line in p.read_text(encoding="utf-8").splitlines())
+        for p in (ROOT / "activities").rglob("*.py")
+    }
+    hits = {p: n for p, n in lines.items() if n}
+    said = f"{sum(hits.values())} lines mention 'needle' in {len(hits)} files"
+    assert said in names["view"].result.text
+
+
+RUN_BY = {
+    ("README.md", 0): "tests/test_docs.py::test_the_readme_app_snippet_runs",
+    ("README.md", 1): "tests/test_docs.py::test_the_readme_agent_snippet_runs",
+    ("concepts.md", 0): "tests/test_docs.py::test_the_concepts_client_snippet_runs",
+    ("agent-tasks.md", 0): "tests/test_docs.py::test_the_agent_tasks_demo_snippet_runs",
+}
+"""The blocks a test runs against the stack as written (the rest are checked below)."""
+
+
+def imported_names(tree: ast.AST) -> list[tuple[str, str | None]]:
+    """Every ``(module, name)`` a block imports (``name`` None for ``import module``)."""
+    found: list[tuple[str, str | None]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found += [(node.module, alias.name) for alias in node.names]
+        elif isinstance(node, ast.Import):
+            found += [(alias.name, None) for alias in node.names]
+    return found
+
+
+@pytest.mark.parametrize(
+    ("page", "index"),
+    [(page, i) for page in PAGES for i in range(len(python_blocks(page)))],
+    ids=lambda value: value.name if isinstance(value, Path) else str(value),
+)
+def test_every_python_block_runs_or_is_checked(page: Path, index: int) -> None:
+    """Every Python block of the README and docs/ is run by a test (``RUN_BY``, whose test
+    reads it from the page), or else compiles as the body of an async function and imports
+    only names that exist: no block shows an import that fails or code that does not parse."""
+    block = python_blocks(page)[index]
+    runner = RUN_BY.get((page.name, index))
+    if runner is not None:
+        path = ROOT / runner.split("::")[0]
+        assert page.name in text(path), f"{runner} does not read {page.name}"
+    tree = compile(
+        block, page.name, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT | ast.PyCF_ONLY_AST
+    )
+    for module, name in imported_names(tree):
+        loaded = importlib.import_module(module)
+        if name is not None and name != "*":
+            assert hasattr(loaded, name) or importlib.util.find_spec(f"{module}.{name}"), (
+                f"{page.name} block {index}: {module} has no {name}"
+            )

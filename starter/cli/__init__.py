@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import typer
 
+import telemetry
 from starter.cli.agents import (
     approve_command,
     branch_command,
@@ -60,5 +61,7 @@ app.add_typer(keys_app, name="keys")
 
 def main() -> None:
     """Entry point of ``agent-tasks`` and ``python -m starter`` (``main_of``: flushed output,
-    ``os._exit``)."""
+    ``os._exit``). The Temporal SDK's core logs through Python's logging, to stderr
+    (``telemetry.log_core_through_python``): standard output is the commands' output."""
+    telemetry.log_core_through_python()
     main_of(app)

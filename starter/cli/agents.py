@@ -7,18 +7,23 @@ import contextlib
 import json
 import uuid
 from pathlib import Path
+from types import ModuleType
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 
 from activities.files import file_tools
+from activities.tools import Tool
 from starter.cli.common import (
     AgentOpt,
+    ImportOpt,
     JsonOpt,
     ProjectOpt,
     RequestOpt,
     console,
     emit,
+    import_modules,
     open_history,
     run,
     table,
@@ -27,6 +32,7 @@ from starter.cli.common import (
 from starter.importer import all_steps
 from starter.results import WriteResult
 from worker import build_worker
+from workflows.agents.registry import agent_function
 from workflows.models import AgentSpec, ApprovalType, ModelSpec, StepView, TaskView
 from workflows.waits import answer_error
 
@@ -40,39 +46,105 @@ def demo_spec() -> AgentSpec:
     return AgentSpec(tools=DEMO_TOOLS, model=ModelSpec(provider="scripted", model="files-demo"))
 
 
+def module_tools(modules: list[ModuleType]) -> list[Tool]:
+    """The tools (``activities.tools.tool``) defined at the top level of ``modules``."""
+    found: dict[str, Tool] = {}
+    for module in modules:
+        for value in vars(module).values():
+            if isinstance(value, Tool):
+                found.setdefault(value.spec.name, value)
+    return list(found.values())
+
+
 def run_command(
-    agent: Annotated[str, typer.Argument(help="The agent to run: demo.")],
-    goal: Annotated[str, typer.Argument(help='What to find, e.g. "Which files mention Neo4j?"')],
-    name: Annotated[str | None, typer.Option(help="Task name (default: demo-<random>).")] = None,
+    agent: Annotated[
+        str, typer.Argument(help="The agent to run: demo, or any agent registered by name.")
+    ],
+    goal: Annotated[str, typer.Argument(help='What to do, e.g. "Which files mention Neo4j?"')],
+    name: Annotated[str | None, typer.Option(help="Task name (default: AGENT-<random>).")] = None,
+    input_json: Annotated[
+        str | None,
+        typer.Option("--input", help="The agent's input, a JSON object (ctx.input): '{\"q\": 1}'."),
+    ] = None,
+    tools: Annotated[
+        list[str] | None,
+        typer.Option("--tool", help="A tool the agent may call (repeat; default: those imported)."),
+    ] = None,
+    modules: ImportOpt = None,
     path: Annotated[
         Path | None,
-        typer.Option(help="Run a worker in this process whose file tools read this folder."),
+        typer.Option(
+            help="Run a worker in this process whose file tools read this folder (the demo)."
+        ),
     ] = None,
+    with_worker: Annotated[
+        bool,
+        typer.Option(
+            "--with-worker",
+            help="Run a worker in this process with the tools of the --import modules.",
+        ),
+    ] = False,
     project: ProjectOpt = "default",
     as_json: JsonOpt = False,
 ) -> None:
-    """Run an agent task and wait for its end: the demo agent lists, searches and reads text
+    """Run an agent task and wait for its end. The demo agent lists, searches and reads text
     files (on the worker: AGENT_TASKS_FILES_ROOT, or --path with a worker in this process) and
-    answers. Exit 1 when the task does not end done."""
-    if agent != "demo":
-        raise typer.BadParameter("only the demo agent runs from here", param_hint="AGENT")
-    task = name or f"demo-{uuid.uuid4().hex[:8]}"
+    answers. Any other agent is agent code registered by name (``@agent``): the worker polling
+    TEMPORAL_TASK_QUEUE runs it, or, with --with-worker, a worker in this process with the
+    --import modules' agents and tools. A worker in this process polls a task queue of its
+    own, so a worker already polling TEMPORAL_TASK_QUEUE never takes its tasks. Exit 1 when
+    the task does not end done."""
+    imported = import_modules(modules)
+    try:
+        given = json.loads(input_json) if input_json is not None else {}
+    except ValueError as err:
+        raise typer.BadParameter(
+            f"{input_json!r} is not JSON: {err}", param_hint="--input"
+        ) from err
+    if not isinstance(given, dict):
+        raise typer.BadParameter(f"{input_json!r} is not a JSON object", param_hint="--input")
+    if agent == "demo":
+        spec = demo_spec()
+        local_tools = file_tools(path) if path is not None else None
+    else:
+        if path is not None:
+            raise typer.BadParameter("--path is the demo's: its file tools", param_hint="--path")
+        if (with_worker or imported) and agent_function(agent) is None:
+            raise typer.BadParameter(
+                f"agent {agent!r} is not registered: pass --import MODULE (the module that "
+                "registers it with @agent)",
+                param_hint="AGENT",
+            )
+        found = module_tools(imported)
+        names = tools if tools is not None else [t.spec.name for t in found]
+        try:
+            spec = AgentSpec(name=agent, tools=names, input=given)
+        except ValidationError as err:
+            raise typer.BadParameter(str(err), param_hint="AGENT or --tool") from err
+        local_tools = found if with_worker else None
+    task = name or f"{agent}-{uuid.uuid4().hex[:8]}"
+    private = None if local_tools is None else f"agent-tasks-cli-{uuid.uuid4().hex[:12]}"
 
     async def go() -> tuple[TaskView | None, list[StepView]]:
-        async with open_history(project, "cli") as history, contextlib.AsyncExitStack() as stack:
-            if path is not None:
+        async with (
+            open_history(project, "cli", task_queue=private) as history,
+            contextlib.AsyncExitStack() as stack,
+        ):
+            if local_tools is not None:
                 assert history.graph is not None
                 await stack.enter_async_context(
                     build_worker(
-                        history.client,
-                        history.graph,
-                        history.task_queue,
-                        tools=file_tools(path),
+                        history.client, history.graph, history.task_queue, tools=local_tools
                     )
                 )
-            created = await history.create_task(task, goal, agent=demo_spec())
+            created = await history.create_task(task, goal, agent=spec)
             if not created.recorded:
                 write_outcome(created, as_json)
+            if not as_json:
+                console.print(
+                    f"task {task!r} started on task queue {history.task_queue!r}; when it asks "
+                    f"for input: agent-tasks input {task} --json VALUE --project {project}"
+                )
             view = await history.wait_task(task)
             return view, await all_steps(history, task)
 

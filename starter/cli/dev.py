@@ -14,27 +14,33 @@ from temporalio.service import RPCError, RPCStatusCode
 
 import devstack
 from config import Settings, connect
-from starter.cli.common import console, run
+from starter.cli.common import console, run, within
 from worker import DEFAULT_RETENTION, open_graph, prepare_namespace, run_worker
 from workflows.errors import TaskServiceUnavailable
 
 dev_app = typer.Typer(help="The local stack: Temporal dev server, Neo4j and the broker.")
 
 
-def _stack(command: Callable[[Settings], Coroutine[Any, Any, list[Any]]]) -> None:
+def _stack(
+    command: Callable[[Settings], Coroutine[Any, Any, list[devstack.ServiceStatus]]],
+) -> list[devstack.ServiceStatus]:
+    """Run ``command`` with the environment's settings, print the data folder and the
+    services it reports, and return them."""
+    settings = Settings()
     try:
-        services = asyncio.run(command(Settings()))
+        services = asyncio.run(command(settings))
     except devstack.DevStackError as err:
         console.print(f"[red]error:[/red] {err}")
         raise typer.Exit(1) from err
-    sys.stdout.write(devstack.format_status(services) + "\n")
+    sys.stdout.write(f"data folder {settings.data_dir}\n{devstack.format_status(services)}\n")
+    return services
 
 
 RetentionDays = Annotated[
     int,
     typer.Option(
         envvar="AGENT_TASKS_RETENTION_DAYS",
-        min=1,
+        callback=within(1),
         help="Days Temporal keeps a closed task's history.",
     ),
 ]
@@ -63,8 +69,12 @@ def dev_up(retention_days: RetentionDays = DEFAULT_RETENTION.days) -> None:
 
 @dev_app.command("down")
 def dev_down() -> None:
-    """Stop what `dev up` started (nothing else)."""
-    _stack(devstack.down)
+    """Stop what `dev up` started with this data folder (AGENT_TASKS_DATA_DIR, else the
+    user's data folder), from any current folder; nothing else. Exit 1 when a server answers
+    that it did not start (it is left running, and the line says why)."""
+    services = _stack(devstack.down)
+    if any(service.answering for service in services):
+        raise typer.Exit(1)
 
 
 @dev_app.command("status")
@@ -82,7 +92,9 @@ def setup_command(
     retention_days: RetentionDays = DEFAULT_RETENTION.days,
     wait: Annotated[
         float,
-        typer.Option(min=0, help="Seconds to keep trying while Temporal is still starting."),
+        typer.Option(
+            callback=within(0), help="Seconds to keep trying while Temporal is still starting."
+        ),
     ] = 0,
 ) -> None:
     """Ready Temporal and Neo4j (idempotent): the namespace with its retention and the task

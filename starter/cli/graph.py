@@ -15,6 +15,8 @@ from starter.cli.common import (
     ProjectOpt,
     console,
     emit,
+    iso_time,
+    not_found,
     open_history,
     run,
     table,
@@ -110,15 +112,22 @@ def tree_command(
         async with open_history(project, "cli") as history:
             return await history.task_tree(name, depth)
 
-    emit(run(go()), as_json, lambda rows: table(rows, ["depth", "name", "status", "parent"]))
+    rows = run(go())
+    if not rows:
+        not_found(name, as_json)
+    emit(rows, as_json, lambda rows: table(rows, ["depth", "name", "status", "parent"]))
 
 
 @graph_app.command("events")
 def graph_events(
     kind: Annotated[EventKind | None, typer.Option(help="Only this kind.")] = None,
     name: Annotated[str | None, typer.Option(help="Only this tool or label.")] = None,
-    since: Annotated[str | None, typer.Option(help="ISO time, inclusive.")] = None,
-    until: Annotated[str | None, typer.Option(help="ISO time, exclusive.")] = None,
+    since: Annotated[
+        str | None, typer.Option(help="ISO time, inclusive.", callback=iso_time)
+    ] = None,
+    until: Annotated[
+        str | None, typer.Option(help="ISO time, exclusive.", callback=iso_time)
+    ] = None,
     failed: Annotated[bool, typer.Option(help="Only results of failed steps.")] = False,
     limit: LimitOpt = 50,
     project: ProjectOpt = "default",

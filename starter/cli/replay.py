@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from config import Settings, connect
-from starter.cli.common import JsonOpt, console, emit, run, table
-from starter.replay import ReplayResult, all_ok, parse_since, replay_dir, replay_server
+from starter.cli.common import ImportOpt, JsonOpt, console, emit, import_modules, run, table, within
+from starter.replay import (
+    ReplayResult,
+    all_ok,
+    count_runs,
+    parse_since,
+    replay_dir,
+    replay_server,
+)
 from workflows.models import TaskStatus
 
 
@@ -32,15 +38,10 @@ def replay_command(
             "running ones always."
         ),
     ] = "7d",
-    limit: Annotated[int, typer.Option(help="At most this many runs (newest first).")] = 200,
-    modules: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--import",
-            help="Import this module first (repeat): the modules of your agent code, which the "
-            "histories of your agent tasks ran.",
-        ),
-    ] = None,
+    limit: Annotated[
+        int, typer.Option(callback=within(1), help="At most this many runs (newest first).")
+    ] = 200,
+    modules: ImportOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Replay task histories against the workflow code on disk: run this before deploying a
@@ -51,28 +52,43 @@ def replay_command(
     TEMPORAL_ADDRESS. --project here is not read from AGENT_TASKS_PROJECT: a deploy check
     covers every project unless asked otherwise. A --dir without any *.json file exits 1 too
     (a wrong path must not pass the check). Agent code is workflow code: --import the modules
-    that register yours (``workflows.agents.agent``), as the worker does.
+    that register yours (``workflows.agents.agent``), as the worker does; a history of an
+    agent that is not registered is an error saying so, without a replay. When more runs
+    match than --limit, the output says how many were left out (``truncated``, ``selected``
+    in the JSON). --json prints the JSON only; the SDK's logs go to stderr.
     """
-    for module in modules or []:
-        importlib.import_module(module)
+    import_modules(modules)
 
-    async def go() -> list[ReplayResult]:
+    async def go() -> tuple[list[ReplayResult], int]:
         if folder is not None:
-            return await replay_dir(folder)
+            results = await replay_dir(folder)
+            return results, len(results)
         client = await connect(Settings())
-        return await replay_server(
-            client, project=project, status=status, since=parse_since(since), limit=limit
+        window = parse_since(since)
+        selected = await count_runs(client, project=project, status=status, since=window)
+        results = await replay_server(
+            client, project=project, status=status, since=window, limit=limit
         )
+        return results, max(selected, len(results))
 
     try:
-        results = run(go())
+        results, selected = run(go())
     except (NotADirectoryError, ValueError) as err:
         console.print(f"[red]invalid arguments:[/red] {err}")
         raise typer.Exit(2) from err
     counts = {name: sum(r.result == name for r in results) for name in ("ok", "nondeterministic")}
     counts["error"] = len(results) - counts["ok"] - counts["nondeterministic"]
+    truncated = selected > len(results)
     if as_json:
-        emit({"results": [r.model_dump() for r in results], **counts}, True)
+        emit(
+            {
+                "results": [r.model_dump() for r in results],
+                **counts,
+                "selected": selected,
+                "truncated": truncated,
+            },
+            True,
+        )
     else:
         rows = [
             {
@@ -89,6 +105,18 @@ def replay_command(
             f"{len(results)} histories from {where}: {counts['ok']} ok, "
             f"{counts['nondeterministic']} nondeterministic, {counts['error']} error"
         )
+        missing = sorted({r.unregistered_agent for r in results if r.unregistered_agent})
+        if missing:
+            console.print(
+                f"[red]not registered here:[/red] agent {', '.join(map(repr, missing))}: pass "
+                "--import MODULE (the modules that register them, as your worker imports them)"
+            )
+        if truncated:
+            console.print(
+                f"[yellow]truncated:[/yellow] {selected:,} runs match, the newest {len(results):,} "
+                f"were replayed (--limit {limit}); narrow with --project, --status, --since or "
+                "raise --limit"
+            )
         if not results:
             console.print(f"[yellow]nothing to replay in {where}[/yellow]")
     if not all_ok(results) or (folder is not None and not results):

@@ -20,6 +20,7 @@ from starter.cli.common import (
     open_history,
     run,
     table,
+    within,
 )
 from starter.results import DecisionsResult, DeleteResult, RedactResult
 from starter.retention import HistoryRetention
@@ -97,7 +98,7 @@ def delete_command(
 
 def decisions_command(
     name: str,
-    after: Annotated[int, typer.Option(min=0, help="Decisions after this seq.")] = 0,
+    after: Annotated[int, typer.Option(callback=within(0), help="Decisions after this seq.")] = 0,
     limit: LimitOpt = 50,
     project: ProjectOpt = "default",
     as_json: JsonOpt = False,

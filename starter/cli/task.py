@@ -19,6 +19,7 @@ from starter.cli.common import (
     open_history,
     run,
     table,
+    within,
     write_outcome,
 )
 from starter.results import WriteResult
@@ -154,7 +155,7 @@ def task_show(name: str, project: ProjectOpt = "default", as_json: JsonOpt = Fal
 @task_app.command("events")
 def task_events(
     name: str,
-    after: Annotated[int, typer.Option(min=0, help="Events after this seq.")] = 0,
+    after: Annotated[int, typer.Option(callback=within(0), help="Events after this seq.")] = 0,
     limit: LimitOpt = 50,
     project: ProjectOpt = "default",
     as_json: JsonOpt = False,

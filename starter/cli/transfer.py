@@ -21,11 +21,13 @@ from starter.cli.common import (
     open_history,
     run,
     table,
+    within,
 )
 from starter.importer import CONCURRENCY, export_task, import_tasks, mirror_caught_up, verify_task
-from starter.planning import EXAMPLES, ImportReport, plan_import
+from starter.planning import EXAMPLES, TRAJECTORY_SUFFIXES, ImportReport, plan_import
 from trajectories import check_atif
 from worker import build_worker
+from workflows.models import MAX_PAYLOAD_CHARS
 
 
 def import_command(
@@ -39,7 +41,9 @@ def import_command(
     with_worker: Annotated[
         bool, typer.Option("--with-worker", help="Run a worker in this process meanwhile.")
     ] = False,
-    concurrency: Annotated[int, typer.Option(min=1, help="Tasks written at once.")] = CONCURRENCY,
+    concurrency: Annotated[
+        int, typer.Option(callback=within(1), help="Tasks written at once.")
+    ] = CONCURRENCY,
     project: ProjectOpt = "default",
     agent: AgentOpt = "importer",
     as_json: JsonOpt = False,
@@ -48,6 +52,17 @@ def import_command(
     Reports each run as created, already imported or refused. Exit 1 when a run is refused
     or, with --verify, any event differs from its source."""
     tasks, unreadable = plan_import(paths or [EXAMPLES], format)
+    if not tasks and not unreadable:
+        where = ", ".join(str(p) for p in paths or [EXAMPLES])
+        message = (
+            f"no trajectory file in {where} (atif, mini-swe-agent or swe-agent files: "
+            f"{', '.join('*' + s for s in TRAJECTORY_SUFFIXES)}); nothing imported"
+        )
+        if as_json:
+            emit({"error": "no_trajectory", "message": message}, True)
+        else:
+            console.print(f"[red]no_trajectory:[/red] {message}")
+        raise typer.Exit(1)
 
     async def go() -> tuple[list[ImportReport], list[str], dict[str, float]]:
         async with open_history(project, agent) as history:
@@ -125,15 +140,30 @@ def import_command(
             console.print(
                 f"all {numbers['events']} events were already recorded: nothing new written"
             )
+        cut = [r for r in reports if r.cut_payloads]
+        if cut:
+            console.print(
+                f"[yellow]payloads cut:[/yellow] {sum(r.cut_payloads for r in cut):,} events "
+                f"of {len(cut)} runs kept the first {MAX_PAYLOAD_CHARS:,} characters "
+                "(MAX_PAYLOAD_CHARS) of a longer text, with its full length and SHA-256: "
+                + ", ".join(f"{r.task} ({r.cut_payloads})" for r in cut[:5])
+                + (", ..." if len(cut) > 5 else "")
+            )
         console.print(f"the tasks are in project {project!r} (--project {project})")
 
         if verify:
             for problem in problems:
                 console.print(f"[red]mismatch:[/red] {problem}")
-            if not problems:
+            if not problems and not cut:
                 console.print(
                     "[green]verified:[/green] every event matches its source, in the "
                     "workflow and in Neo4j"
+                )
+            elif not problems:
+                console.print(
+                    "[yellow]verified, but not whole:[/yellow] every event matches its source "
+                    "in the workflow and in Neo4j; the cut ones by their first "
+                    f"{MAX_PAYLOAD_CHARS:,} characters, full length and SHA-256 only"
                 )
     if problems or any(r.status == "refused" for r in reports):
         raise typer.Exit(1)

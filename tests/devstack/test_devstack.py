@@ -7,8 +7,12 @@ Neo4j starting (about 8-10 s per start) and stopping (about 3 s).
 
 from __future__ import annotations
 
+import asyncio
 import os
+import socket
 import stat
+import subprocess
+import sys
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -221,3 +225,78 @@ async def test_dev_up_sets_the_retention_of_the_local_temporal(
     finally:
         stopped = await devstack.down(local)
     assert [s.name for s in stopped if s.pid is not None] == ["temporal"]
+
+
+APP = """
+import asyncio
+import starter
+
+async def main() -> None:
+    client = await starter.connect()
+    async with starter.open_graph(starter.Settings()) as graph:  # the password: data folder
+        history = starter.ConversationHistory(client, "p", "app", graph=graph)
+        print("tasks", await history.list_tasks(), await history.find_tasks())
+        await history.close()
+
+asyncio.run(main())
+"""
+"""An app: Temporal (visibility) and Neo4j (the generated password from the data folder)."""
+
+
+def _cli(here: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "starter", *args],
+        cwd=here, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+async def test_dev_up_down_the_cli_and_an_app_agree_from_any_folder(tmp_path: Path) -> None:
+    """Without AGENT_TASKS_DATA_DIR the data folder is the user's (here XDG_DATA_HOME), so
+    `dev up` in one folder, an app, `dev status` and `dev down` in others find the same
+    stack; `dev down` then says what it did not stop, and why."""
+    folders = {name: tmp_path / name for name in ("up", "app", "status", "down", "x/y")}
+    for folder in folders.values():
+        folder.mkdir(parents=True)
+    env = {k: v for k, v in os.environ.items() if k != "AGENT_TASKS_DATA_DIR"}
+    t_port, n_port = free_port(), free_port()
+    env |= {
+        "XDG_DATA_HOME": str(tmp_path / "xdg"),
+        "TEMPORAL_ADDRESS": f"{BIND_HOST}:{t_port}",
+        "NEO4J_URI": f"bolt://{BIND_HOST}:{n_port}",
+        "AGENT_TASKS_BROKER_URL": "",
+    }
+    env.pop("NEO4J_PASSWORD", None)
+    data = tmp_path / "xdg" / "agent-tasks"
+    try:
+        up = await asyncio.to_thread(_cli, folders["up"], env, "dev", "up")
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert up.stdout.startswith(f"data folder {data}\n")
+        assert len(_pid_files(data)) == 2
+        app = await asyncio.to_thread(
+            subprocess.run, [sys.executable, "-c", APP], cwd=folders["app"], env=env,
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert (app.returncode, app.stdout, app.stderr) == (0, "tasks [] []\n", "")
+        status = await asyncio.to_thread(_cli, folders["status"], env, "dev", "status")
+        pids = {int(p.read_text()) for p in _pid_files(data)}
+        assert all(f"pid {pid}" in status.stdout for pid in pids), status.stdout
+    finally:
+        down = await asyncio.to_thread(_cli, folders["down"], env, "dev", "down")
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert down.stdout.count("stopped (pid") == 2
+    assert not _pid_files(data)
+    assert not port_is_open(BIND_HOST, t_port) and not port_is_open(BIND_HOST, n_port)
+    again = await asyncio.to_thread(_cli, folders["down"], env, "dev", "down")
+    assert (again.returncode, again.stdout.count("nothing to stop")) == (0, 2)
+
+    # something else answers at the address: left running, exit 1, the line says why; a
+    # stack of the old default data folder (.agent-tasks above the current folder) is named
+    old = folders["x/y"].parent / ".agent-tasks"
+    (old / "run").mkdir(parents=True)
+    (old / "run" / "temporal.pid").write_text("1\n")
+    with socket.create_server((BIND_HOST, t_port)):
+        left = await asyncio.to_thread(_cli, folders["x/y"], env, "dev", "down")
+    assert left.returncode == 1, left.stdout
+    assert f"left running: not started by `dev up` with the data folder {data}" in left.stdout
+    assert f"AGENT_TASKS_DATA_DIR={old} agent-tasks dev down" in left.stdout
+    assert "nothing to stop" in left.stdout  # Neo4j's address is quiet

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -38,6 +40,10 @@ async def test_create_task_semantics(history: ConversationHistory) -> None:
     assert again.recorded and again.created and again.duplicate
     other_request = await history.create_task("t", "the goal", request_id="c2")
     assert other_request.recorded and not other_request.created and other_request.duplicate
+    # the ledger guide: a repeated create "returns the existing task", whichever request id
+    for repeated in (again, other_request):
+        assert repeated.task is not None
+        assert (repeated.task.name, repeated.task.goal) == ("t", "the goal")
     other_goal = await history.create_task("t", "another goal", request_id="c3")
     assert (other_goal.recorded, other_goal.error) == (False, ErrorCode.TASK_EXISTS)
     view = (await history.get_task("t")).view
@@ -286,6 +292,35 @@ async def test_bad_arguments_raise_naming_the_field_and_store_nothing(
     view = (await history.get_task("t")).view
     assert view is not None and view.last_seq == 0
     assert sum(view.step_counts.values()) == 0
+
+
+@pytest.mark.parametrize("bad", ["a\ud800", "\udc00", "a\x00b", "", "x" * 201, 7])
+async def test_a_task_name_is_checked_by_one_rule_in_every_call(
+    history: ConversationHistory, bad: Any
+) -> None:
+    """The name ``create_task`` refuses is refused by every call that names a task, with a
+    ``ValidationError`` naming the argument and its value, before anything is sent (a lone
+    surrogate used to escape ``record_event`` as a raw ``UnicodeEncodeError``)."""
+    await history.create_task("t", "g")
+    calls: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
+        ("name", lambda: history.create_task(bad, "g")),
+        ("parent", lambda: history.create_task("child", "g", parent=bad)),
+        ("source", lambda: history.branch_from(bad, 1, "b")),
+        ("task", lambda: history.record_event(bad, "message", "x")),
+        ("task", lambda: history.set_step(bad, "s", "completed")),
+        ("task", lambda: history.get_task(bad)),
+        ("task", lambda: history.cancel_task(bad)),
+        ("task", lambda: history.respond(bad, 1)),
+        ("task", lambda: history.wait_task(bad)),
+    ]
+    for field, call in calls:
+        with pytest.raises(ValidationError) as raised:
+            await call()
+        (error,) = raised.value.errors()
+        assert (error["loc"][0], error["input"]) == (field, bad)
+    view = (await history.get_task("t")).view
+    assert view is not None and view.last_seq == 0
+    assert not (await history.get_task("child")).found
 
 
 async def test_project_scoping(

@@ -32,6 +32,8 @@ from starter.client import ConversationHistory
 from starter.replay import replay_dir, replay_histories, replay_server
 from tests.capture_histories import SCENARIOS
 from tests.conftest import eventually, mirrored
+from workflows.agents.registry import agent_function
+from workflows.models import TaskWorkflowInput
 from workflows.task import TaskWorkflow
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -280,3 +282,99 @@ async def test_cli_exits_1_on_an_invalid_history_file(tmp_path: Path) -> None:
     assert broken["result"] == no_start["result"] == "error"
     assert f"{tmp_path / 'broken.json'}: not a Temporal history JSON file" in broken["message"]
     assert "does not begin with WorkflowExecutionStarted" in no_start["message"]
+
+
+# --------------------------------------------------------------- the CLI as a user runs it
+
+AGENT_TASKS = Path(sys.executable).with_name("agent-tasks")
+"""The installed console script: unlike ``python -m starter`` it puts no folder on sys.path."""
+
+
+async def script(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    """``agent-tasks ARGS`` as a person runs it, from ``cwd``."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return await asyncio.to_thread(
+        subprocess.run, [str(AGENT_TASKS), *args], capture_output=True, text=True, cwd=cwd,
+        env=env, timeout=300,
+    )  # fmt: skip
+
+
+async def started_agent(path: Path) -> str | None:
+    """The agent a saved history's run starts with, read from its start event's input."""
+    (start,) = await DATA_CONVERTER.decode(
+        load(path).events[0].workflow_execution_started_event_attributes.input.payloads,
+        [TaskWorkflowInput],
+    )
+    task = start.start or start.carried.start
+    return None if task.agent is None else task.agent.name
+
+
+async def test_replay_names_an_agent_that_is_not_registered_and_imports_from_here() -> None:
+    """The README's `agent-tasks replay --dir tests/histories`: without --import the histories
+    of the tests' agents are errors that say what to pass, not nondeterminism; with
+    `--import tests.agent_tools`, found from the current folder, every history passes."""
+    agents = {path.name: await started_agent(path) for path in FILES}
+    custom = {name: agent for name, agent in agents.items() if agent not in (None, "tool_loop")}
+    assert len(custom) >= 6 and all(agent_function(agent) for agent in custom.values())
+    bare = await script("replay", "--dir", "tests/histories", "--json")
+    assert bare.returncode == 1
+    report = json.loads(bare.stdout)  # the JSON only: the SDK's logs are on stderr
+    assert (report["nondeterministic"], report["error"]) == (0, len(custom))
+    for result in report["results"]:
+        name = Path(result["source"]).name
+        if name in custom:
+            assert result["message"] == (
+                f"agent {custom[name]!r} is not registered: pass --import MODULE "
+                "(the module that registers it)"
+            )
+        else:
+            assert result["result"] == "ok", result
+    plain = await script("replay", "--dir", "tests/histories")
+    names = ", ".join(repr(agent) for agent in sorted(set(custom.values())))
+    said = " ".join(plain.stdout.split())  # piped: rich wraps at 160 columns
+    assert f"not registered here: agent {names}: pass --import MODULE" in said
+
+    imported = await script("replay", "--dir", "tests/histories", "--import", "tests.agent_tools")
+    assert imported.returncode == 0, imported.stdout + imported.stderr
+    assert f"{len(FILES)} ok, 0 nondeterministic, 0 error" in imported.stdout
+    missing = await script("replay", "--dir", "tests/histories", "--import", "no_such_module")
+    assert missing.returncode == 2
+    assert "--import" in missing.stderr and "'no_such_module'" in missing.stderr
+
+
+async def test_replay_json_is_json_only_when_a_replay_fails(tmp_path: Path) -> None:
+    """A nondeterministic history makes the SDK's core log a warning: on stderr, so that
+    --json's standard output is one JSON document."""
+    data = json.loads(MIRROR_HISTORY.read_text(encoding="utf-8"))
+    scheduled = next(e for e in data["events"] if "activityTaskScheduledEventAttributes" in e)
+    scheduled["activityTaskScheduledEventAttributes"]["activityType"]["name"] = "another_activity"
+    (tmp_path / "changed.json").write_text(json.dumps(data), encoding="utf-8")
+    done = await script("replay", "--dir", str(tmp_path), "--json")
+    assert done.returncode == 1
+    report = json.loads(done.stdout)
+    assert (report["nondeterministic"], report["selected"], report["truncated"]) == (1, 1, False)
+    assert "Nondeterminism" in done.stderr
+
+
+async def test_replay_says_when_the_limit_cut_the_selection(
+    client: Client, history: ConversationHistory
+) -> None:
+    for name in ("a", "b", "c"):
+        await history.create_task(name, "g")
+
+    async def listed() -> bool:
+        query = f"ProjectId = '{history.project_id}'"
+        return (await client.count_workflows(query)).count == 3
+
+    await eventually(listed)
+    args = ("replay", "--project", history.project_id, "--limit", "2")
+    cut = await script(*args, "--json")
+    assert cut.returncode == 0, cut.stdout + cut.stderr
+    report = json.loads(cut.stdout)
+    assert (len(report["results"]), report["selected"], report["truncated"]) == (2, 3, True)
+    plain = await script(*args)
+    assert "truncated: 3 runs match, the newest 2 were replayed (--limit 2)" in " ".join(
+        plain.stdout.split()
+    )
+    whole = json.loads((await script("replay", "--project", history.project_id, "--json")).stdout)
+    assert (len(whole["results"]), whole["selected"], whole["truncated"]) == (3, 3, False)

@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, StrictStr
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, StrictStr
 
 from workflows.models.limits import MAX_PAYLOAD_CHARS
 
@@ -41,6 +41,12 @@ def check_name(value: str, field: str) -> str:
     if _CONTROL.search(value):
         raise ValueError(f"{field} must not contain control characters")
     return value
+
+
+TaskName = Annotated[Name, AfterValidator(lambda value: check_name(value, "a task name"))]
+"""The one rule of a task name wherever an app gives one (``create_task``, every call that
+names a task, the reads): a ``Name`` (1 to 200 characters of valid Unicode: pydantic's strict
+``str`` refuses a lone surrogate) without control characters (``check_name``)."""
 
 
 def task_workflow_id(project_id: str, name: str) -> str:

@@ -1,0 +1,1 @@
+"""Examples: shipped trajectories (``trajectories/``), a small agent project (``hello_agent/``)."""

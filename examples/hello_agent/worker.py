@@ -1,0 +1,37 @@
+"""The worker: runs the tasks' workflows and the tools, on ``TASK_QUEUE``, until Ctrl-C.
+
+``AgentTasksPlugin`` on the client (the data converter and payload codec every client of the
+tasks needs) and ``AgentTasksWorkerPlugin`` on the worker (the task workflow, the Neo4j mirror,
+and this project's tools) are all the setup there is. Importing ``agent`` registers the agent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from examples.hello_agent import agent
+from examples.hello_agent.tools import search_notes
+from starter import AgentTasksPlugin, AgentTasksWorkerPlugin, Settings, open_graph
+
+
+async def main() -> None:
+    """Connect, open Neo4j, and run the worker until Ctrl-C."""
+    settings = Settings()  # TEMPORAL_ADDRESS, NEO4J_URI ...: the local stack by default
+    client = await Client.connect(
+        **settings.temporal.connect_config(), plugins=[AgentTasksPlugin()]
+    )
+    async with open_graph(settings, schema=True) as graph:
+        worker = Worker(
+            client,
+            task_queue=agent.TASK_QUEUE,
+            plugins=[AgentTasksWorkerPlugin(graph, tools=[search_notes])],
+        )
+        print(f"worker polling task queue {agent.TASK_QUEUE!r}; Ctrl-C stops it", flush=True)
+        await worker.run()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
