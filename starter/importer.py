@@ -49,6 +49,7 @@ from workflows.models import (
     PAGE_LIMIT_MAX,
     STEPS_PAGE_MAX,
     Event,
+    EventInput,
     StepState,
     StepView,
     StepWrite,
@@ -59,6 +60,11 @@ CONCURRENCY = 16
 """Tasks written at once. Each task's writes are sequential (at most one update in flight per
 workflow, far below the server's 10); 16 tasks keep a 2-core dev server busy without queueing
 (``bench/bench_import.py``)."""
+KEY_STORE_RETRY_S = 60.0
+"""How long an import sends a segment again (with its request id, once a second) while it is
+refused ``key_store_unavailable``: an app's write is refused after ``KEY_STORE_WAIT_S`` so that
+it never waits on Neo4j, while an import, a batch job, waits for the key store to store the
+task's key tree (a cold or loaded Neo4j took longer than that on a first run)."""
 
 
 def _request_id(run: ParsedTrajectory, what: str) -> str:
@@ -129,8 +135,8 @@ async def _write(
     for segment in task.segments:
         if not segment.events:
             continue
-        recorded = await history.record_events(
-            head.name, segment.events, request_id=_request_id(segment, "events")
+        recorded = await _record_segment(
+            history, head.name, segment.events, _request_id(segment, "events")
         )
         if not recorded.recorded:
             return _refused(report, recorded, "")
@@ -160,6 +166,19 @@ async def _write(
     report.new_events = new_events
     report.status = "created" if new_events or not created.duplicate else "already imported"
     return report
+
+
+async def _record_segment(
+    history: ConversationHistory, name: str, events: list[EventInput], request_id: str
+) -> WriteResult:
+    """``record_events`` of one segment, sent again while it is refused
+    ``key_store_unavailable``, for at most ``KEY_STORE_RETRY_S``; any other answer at once."""
+    deadline = time.monotonic() + KEY_STORE_RETRY_S
+    while True:
+        recorded = await history.record_events(name, events, request_id=request_id)
+        if recorded.error is not ErrorCode.KEY_STORE_UNAVAILABLE or time.monotonic() > deadline:
+            return recorded
+        await asyncio.sleep(1.0)
 
 
 async def import_tasks(

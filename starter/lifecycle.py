@@ -202,7 +202,9 @@ class TaskLifecycle(TaskWrites):
             description = await self._call(handle.describe)
         except RPCError as err:
             if err.status == RPCStatusCode.NOT_FOUND:
-                return refused(ErrorCode.TASK_NOT_FOUND, f"no task {task!r} in this project")
+                return refused(
+                    ErrorCode.TASK_NOT_FOUND, f"no task {task!r} in project {self.project_id!r}"
+                )
             raise
         if description.close_time is not None:
             return refused(ErrorCode.TASK_CLOSED, f"task {task!r} has ended")
@@ -247,7 +249,9 @@ class TaskLifecycle(TaskWrites):
                 raise
             if await self._exists(task):
                 return refused(ErrorCode.TASK_CLOSED, f"task {task!r} has ended")
-            return refused(ErrorCode.TASK_NOT_FOUND, f"no task {task!r} in this project")
+            return refused(
+                ErrorCode.TASK_NOT_FOUND, f"no task {task!r} in project {self.project_id!r}"
+            )
         return WriteResult(recorded=True)
 
     async def respond(

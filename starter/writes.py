@@ -107,7 +107,9 @@ class TaskWrites(TaskReads):
                     ErrorCode.TASK_CLOSED,
                     f"task {task!r} is finished (its history passed the namespace's retention)",
                 )
-            return refused(ErrorCode.TASK_NOT_FOUND, f"no task {task!r} in this project")
+            return refused(
+                ErrorCode.TASK_NOT_FOUND, f"no task {task!r} in project {self.project_id!r}"
+            )
         stored = await self._call(
             lambda: handle.query(
                 TaskWorkflow.request_outcome, RequestLookup(request_id=request_id, digest=digest)
@@ -358,7 +360,9 @@ class TaskWrites(TaskReads):
         if ids:
             view = (await self.get_task(task)).view
             if view is None:
-                return refused(ErrorCode.TASK_NOT_FOUND, f"no task {task!r} in this project")
+                return refused(
+                    ErrorCode.TASK_NOT_FOUND, f"no task {task!r} in project {self.project_id!r}"
+                )
             workflow_id = self.workflow_id(task)
             for seq in range(view.last_seq, 0, -1):
                 candidate = event_id(workflow_id, seq)

@@ -241,9 +241,10 @@ def write_outcome(result: WriteResult, as_json: bool) -> None:
         raise typer.Exit(1)
 
 
-def not_found(name: str, as_json: bool) -> None:
-    """Report a task missing from the project (JSON with ``--json``) and exit 1."""
-    message = f"no task {name!r} in this project"
+def not_found(name: str, project: str, as_json: bool) -> None:
+    """Report a task missing from ``project`` (JSON with ``--json``) and exit 1; the message
+    names the project and the option that picks another."""
+    message = f"no task {name!r} in project {project!r} (--project or AGENT_TASKS_PROJECT)"
     if as_json:
         emit({"error": "task_not_found", "message": message}, True)
     else:

@@ -114,7 +114,7 @@ def tree_command(
 
     rows = run(go())
     if not rows:
-        not_found(name, as_json)
+        not_found(name, project, as_json)
     emit(rows, as_json, lambda rows: table(rows, ["depth", "name", "status", "parent"]))
 
 

@@ -111,7 +111,7 @@ def decisions_command(
 
     page = run(go())
     if not page.found:
-        not_found(name, as_json)
+        not_found(name, project, as_json)
 
     def render(p: Any) -> None:
         rows = [

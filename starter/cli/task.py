@@ -139,7 +139,7 @@ def task_show(name: str, project: ProjectOpt = "default", as_json: JsonOpt = Fal
 
     found = run(go())
     if found.view is None:
-        not_found(name, as_json)
+        not_found(name, project, as_json)
     view = found.view
     emit(
         view,
@@ -168,7 +168,7 @@ def task_events(
 
     page = run(go())
     if not page.found:
-        not_found(name, as_json)
+        not_found(name, project, as_json)
 
     def render(p: Any) -> None:
         rows = [
@@ -201,7 +201,7 @@ def task_steps(
 
     result = run(go())
     if not result.found:
-        not_found(name, as_json)
+        not_found(name, project, as_json)
     emit(
         result,
         as_json,

@@ -51,6 +51,7 @@ async def test_an_unknown_task_is_exit_1_everywhere(project_id: str, task_queue:
         plain = await cli(*args, "--project", project_id, queue=task_queue)
         assert plain.returncode == 1, plain.stdout + plain.stderr
         assert "task_not_found: no task 'no-such-task'" in plain.stdout
+        assert f"in project '{project_id}' (--project" in " ".join(plain.stdout.split())
         as_json = await cli(*args, "--project", project_id, "--json", queue=task_queue)
         assert as_json.returncode == 1
         assert json.loads(as_json.stdout)["error"] == "task_not_found"

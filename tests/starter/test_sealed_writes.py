@@ -6,36 +6,24 @@ its key and only its key (its neighbours, sealed by the same tree, still open)."
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Awaitable, Callable
 
-import pytest
 from temporalio.client import Client
 
 from config import Settings
 from devstack import parse_host_port
 from starter import ConversationHistory, ErrorCode, HistoryRetention
+from starter.importer import import_paths
 from taskgraph.graph import TaskGraph
 from taskgraph.keytree import decode, parse_key_id
 from taskgraph.sealing import KEY_STORE_WAIT_S, open_text
 from tests.conftest import mirrored, payload_texts
+from tests.starter.test_importer import HUMANEVAL
 from tests.starter.test_retention import raw_history, sealed_inputs
 from tests.tcp_proxy import TcpProxy
+from tests.trajectories.test_trajectories import one_run
 from worker import open_graph
-
-
-def counting(graph: TaskGraph, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The workflow ids of every key tree ``graph`` stores from now on (its real ``put_tree``,
-    counted)."""
-    stored: list[str] = []
-    real: Callable[[str, str, str, bytes], Awaitable[None]] = graph.put_tree
-
-    async def put_tree(project_id: str, workflow_id: str, tree_id: str, root: bytes) -> None:
-        stored.append(workflow_id)
-        await real(project_id, workflow_id, tree_id, root)
-
-    monkeypatch.setattr(graph, "put_tree", put_tree)
-    return stored
 
 
 async def trees_of(graph: TaskGraph, project_id: str, workflow_id: str) -> int:
@@ -48,9 +36,10 @@ async def trees_of(graph: TaskGraph, project_id: str, workflow_id: str) -> int:
 
 
 async def test_a_writer_stores_one_key_tree_per_task_whatever_it_writes(
-    history: ConversationHistory, graph: TaskGraph, monkeypatch: pytest.MonkeyPatch
+    history: ConversationHistory, graph: TaskGraph
 ) -> None:
-    stored = counting(graph, monkeypatch)
+    """Each tree a writer stores is a new ``:KeyTree`` node (one transaction): one per task
+    after 20 single writes and a 300-event batch means one transaction, none per write."""
     for task in ("a", "b"):
         assert (await history.create_task(task, "many writes")).recorded
     for i in range(20):
@@ -58,9 +47,9 @@ async def test_a_writer_stores_one_key_tree_per_task_whatever_it_writes(
     batch = [{"kind": "tool_result", "payload": f"batch {i}"} for i in range(300)]
     assert (await history.record_events("a", batch)).recorded  # split into several updates
     assert (await history.record_events("b", batch[:5])).recorded
-    assert stored == [history.workflow_id("a"), history.workflow_id("b")]
+    for task in ("a", "b"):
+        assert await trees_of(graph, history.project_id, history.workflow_id(task)) == 1
     await mirrored(history, "a")
-    assert await trees_of(graph, history.project_id, history.workflow_id("a")) == 1
     page = await history.list_events("a", after_seq=18, limit=4)
     assert [e.payload for e in page.events] == ["one 18", "one 19", "batch 0", "batch 1"]
     assert not any(e.redacted for e in page.events)
@@ -157,3 +146,34 @@ async def test_a_redaction_shreds_one_event_and_its_neighbours_still_open(
         ("", True),
         ("text 2", False),
     ]
+
+
+async def test_an_import_waits_for_a_key_store_slower_than_a_write_may(
+    client: Client, history: ConversationHistory, graph: TaskGraph
+) -> None:
+    """An app's first sealed write to a task is refused ``key_store_unavailable`` past
+    ``KEY_STORE_WAIT_S``; an import (a batch job) sends its segment again until the key store
+    answers (``KEY_STORE_RETRY_S``). Neo4j is made slow to store key trees only (an open
+    transaction creating an index on ``:KeyTree`` holds the label's schema lock, so creating a
+    tree waits while reads go on) for twice the wait: the import still writes every event of
+    the run, sealed, once."""
+    run = one_run(HUMANEVAL)
+    writer = ConversationHistory(
+        client, history.project_id, "importer", task_queue=history.task_queue, graph=graph
+    )
+    assert (await history.create_task("held-first", "an app's task")).recorded
+    async with graph.driver.session() as session:
+        lock = await session.begin_transaction()
+        await lock.run("CREATE INDEX held_key_trees FOR (k:KeyTree) ON (k.held)")
+        importing = asyncio.ensure_future(import_paths(writer, [HUMANEVAL]))
+        refused = await history.record_event("held-first", "message", "a first write")
+        await asyncio.sleep(KEY_STORE_WAIT_S)  # the import's first attempt is refused too
+        assert not importing.done()
+        await lock.rollback()
+    assert refused.error is ErrorCode.KEY_STORE_UNAVAILABLE  # what the import went through
+    (report,) = await asyncio.wait_for(importing, 120)
+    assert (report.status, report.error, report.new_events) == ("created", None, len(run.events))
+    await mirrored(history, run.name)
+    events = (await history.list_events(run.name, limit=len(run.events) + 1)).events
+    assert [e.payload for e in events] == [e.payload for e in run.events]
+    assert all(e.key_id is not None for e in events)  # sealed, never plain text in its place
