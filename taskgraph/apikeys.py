@@ -95,12 +95,16 @@ def record_of(node: Any) -> ApiKey:
     )
 
 
-class ApiKeyStore:
-    """The API keys in the task graph's Neo4j database.
+class GraphStore:
+    """Records of the HTTP API kept in the task graph's Neo4j database, each query one
+    ``execute_query`` (the driver's managed transaction: transient errors retried).
 
     Args:
         graph: the task graph (its driver and database).
     """
+
+    schema: tuple[LiteralString, ...] = ()
+    """The store's constraints (``CREATE CONSTRAINT ... IF NOT EXISTS``)."""
 
     def __init__(self, graph: TaskGraph) -> None:
         self.graph = graph
@@ -112,9 +116,15 @@ class ApiKeyStore:
         return [record.data() for record in records]
 
     async def init_schema(self) -> None:
-        """Create the uniqueness constraint on ``key_id`` (idempotent)."""
-        for statement in SCHEMA:
+        """Create the store's constraints (``schema``; idempotent)."""
+        for statement in self.schema:
             await self._run(statement)
+
+
+class ApiKeyStore(GraphStore):
+    """The API keys in the task graph's Neo4j database (unique ``key_id``)."""
+
+    schema = SCHEMA
 
     async def create(self, project_id: str, name: str) -> tuple[ApiKey, str]:
         """Make a key for ``project_id``; returns its record and the key (shown once, never

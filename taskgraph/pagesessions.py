@@ -21,12 +21,12 @@ import hmac
 import re
 import secrets
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, LiteralString
+from typing import TYPE_CHECKING, LiteralString
 
-from taskgraph.apikeys import ApiKey, digest, record_of
+from taskgraph.apikeys import ApiKey, GraphStore, digest, record_of
 
 if TYPE_CHECKING:
-    from taskgraph.graph import TaskGraph
+    pass
 
 SESSION_PREFIX = "ats_"
 """How every session token starts."""
@@ -58,26 +58,10 @@ def _session_id(token: str) -> str | None:
     return match.group(1) if match else None
 
 
-class PageSessionStore:
-    """The page's sessions in the task graph's Neo4j database.
+class PageSessionStore(GraphStore):
+    """The page's sessions in the task graph's Neo4j database (unique ``session_id``)."""
 
-    Args:
-        graph: the task graph (its driver and database).
-    """
-
-    def __init__(self, graph: TaskGraph) -> None:
-        self.graph = graph
-
-    async def _run(self, query: LiteralString, **params: Any) -> list[dict[str, Any]]:
-        records, _, _ = await self.graph.driver.execute_query(
-            query, params, database_=self.graph.database
-        )
-        return [record.data() for record in records]
-
-    async def init_schema(self) -> None:
-        """Create the uniqueness constraint on ``session_id`` (idempotent)."""
-        for statement in SCHEMA:
-            await self._run(statement)
+    schema = SCHEMA
 
     async def create(self, key: ApiKey, lifetime: timedelta) -> str:
         """A new session of ``key`` for ``lifetime``; returns its token (only its SHA-256 is
