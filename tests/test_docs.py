@@ -19,6 +19,8 @@ from temporalio.client import Client
 
 from config import DEFAULT_TEMPORAL_ADDRESS, DEFAULT_TEMPORAL_NAMESPACE, Settings, default_data_dir
 from starter import ConversationHistory
+from starter.tasks import TaskManager
+from starter.tasks import TaskStatus as SeedStatus
 from taskgraph.graph import TaskGraph
 from worker import DEFAULT_RETENTION, build_worker
 from workflows.errors import ErrorCode
@@ -264,11 +266,28 @@ async def test_the_agent_tasks_demo_snippet_runs(project_id: str) -> None:
     assert said in names["view"].result.text
 
 
+async def test_the_http_pages_tasks_api_snippet_runs(
+    client: Client, graph: TaskGraph, project_id: str
+) -> None:
+    """docs/http.md's Tasks API block (the seed's calls), run as written on the local stack."""
+    _, snippet = python_blocks(ROOT / "docs" / "http.md")
+    async with build_worker(client, graph, TASK_QUEUE):
+        names = await run_snippet(snippet, project_id)
+        reader = ConversationHistory(client, project_id, "reader", graph=graph)
+        task = await TaskManager(reader).get_task(names["task"].task_id)
+    assert task is not None and task.status is SeedStatus.DONE
+    assert task.session_id == "chat-1" and task.result == {"answer": "Redis is..."}
+    said = [u.message for u in task.updates]
+    assert said[:2] == ["Starting...", "Found 5 documents"]  # tokens are never stored
+    assert "Redis " not in said
+
+
 RUN_BY = {
     ("README.md", 0): "tests/test_docs.py::test_the_readme_app_snippet_runs",
     ("README.md", 1): "tests/test_docs.py::test_the_readme_agent_snippet_runs",
     ("concepts.md", 0): "tests/test_docs.py::test_the_concepts_client_snippet_runs",
     ("agent-tasks.md", 0): "tests/test_docs.py::test_the_agent_tasks_demo_snippet_runs",
+    ("http.md", 1): "tests/test_docs.py::test_the_http_pages_tasks_api_snippet_runs",
 }
 """The blocks a test runs against the stack as written (the rest are checked below)."""
 
