@@ -85,6 +85,12 @@ class ApiError(Exception):
         headers = {"Retry-After": "1"} if later else None
         return cls(STATUS.get(code, 409), code.value, message, headers=headers)
 
+    @classmethod
+    def task_not_found(cls) -> ApiError:
+        """404 ``task_not_found``: the task is not in the key's project (nor is it named, so
+        that a key learns nothing of another project's names)."""
+        return cls.refused(ErrorCode.TASK_NOT_FOUND, "no such task in this project")
+
 
 def error_response(error: ApiError) -> JSONResponse:
     """The JSON answer of ``error``."""

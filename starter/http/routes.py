@@ -23,7 +23,6 @@ from starter.results import (
 from starter.retention import HistoryRetention
 from starter.tasks import Task, TaskRefused, UpdateType, new_task_id
 from taskgraph.models import TaskRow, TreeRow
-from workflows.errors import ErrorCode
 from workflows.models import (
     PAGE_LIMIT_MAX,
     AgentSpec,
@@ -205,7 +204,7 @@ async def get_task(call: Call, task_id: TaskName) -> GetTaskResult:
     """The task's view (status, step counts, last seq, pending input, children...)."""
     found = await call.history.get_task(name_of(task_id))
     if not found.found:
-        raise ApiError.refused(ErrorCode.TASK_NOT_FOUND, "no such task in this project")
+        raise ApiError.task_not_found()
     return found
 
 
@@ -234,7 +233,7 @@ async def task_summary(call: Call, task_id: TaskName) -> Task:
     """The task with the Tasks API's fields (``TaskManager.get_task``)."""
     task = await call.tasks.get_task(name_of(task_id))
     if task is None:
-        raise ApiError.refused(ErrorCode.TASK_NOT_FOUND, "no such task in this project")
+        raise ApiError.task_not_found()
     return task
 
 
@@ -271,7 +270,7 @@ async def list_events(
     """Events after ``after_seq`` in seq order (every run of the task)."""
     page = await call.history.list_events(name_of(task_id), after_seq=after_seq, limit=limit)
     if not page.found:
-        raise ApiError.refused(ErrorCode.TASK_NOT_FOUND, "no such task in this project")
+        raise ApiError.task_not_found()
     return page
 
 
@@ -298,7 +297,7 @@ async def list_steps(
         name_of(task_id), state, limit=limit, after_name=after_name
     )
     if not page.found:
-        raise ApiError.refused(ErrorCode.TASK_NOT_FOUND, "no such task in this project")
+        raise ApiError.task_not_found()
     return page
 
 
@@ -413,7 +412,7 @@ async def list_decisions(
     """The task's decisions in seq order (from Neo4j), each with ``needs_review``."""
     page = await call.history.list_decisions(name_of(task_id), after_seq=after_seq, limit=limit)
     if not page.found:
-        raise ApiError.refused(ErrorCode.TASK_NOT_FOUND, "no such task in this project")
+        raise ApiError.task_not_found()
     return page
 
 
@@ -424,5 +423,5 @@ async def task_tree(
     """The task and its child tasks down to ``depth`` levels (from Neo4j)."""
     rows = await call.history.task_tree(name_of(task_id), depth)
     if not rows:
-        raise ApiError.refused(ErrorCode.TASK_NOT_FOUND, "no such task in this project")
+        raise ApiError.task_not_found()
     return rows

@@ -14,7 +14,6 @@ from starter.http.calls import ERRORS, Call, Caller, TaskName, name_of
 from starter.http.errors import ApiError
 from starter.http.sessions import SessionStream, parse_cursor
 from starter.http.streams import StreamFilter, task_stream
-from workflows.errors import ErrorCode
 from workflows.models import EventKind
 
 router = APIRouter()
@@ -112,7 +111,7 @@ async def stream_task(
             raise ApiError(422, "invalid_argument", "Last-Event-ID: a seq (the last update's id)")
         after_seq = int(last_event_id)
     if not (await call.history.get_task(name)).found:
-        raise ApiError.refused(ErrorCode.TASK_NOT_FOUND, "no such task in this project")
+        raise ApiError.task_not_found()
     state = call.request.app.state.api
     events = task_stream(state.feeds, call.history, name, after_seq, flt, state.keepalive_s)
     return sse(call, events)
