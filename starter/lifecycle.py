@@ -4,6 +4,7 @@ again (resume, continue, retry, branch) is ``starter.turns``."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Annotated
 
@@ -24,6 +25,7 @@ from starter.writes import TaskWrites
 from taskgraph.retention import name_state
 from workflows.errors import ErrorCode
 from workflows.models import (
+    CLOSED_STATUSES,
     AgentSpec,
     ApprovalChoice,
     ApprovalType,
@@ -50,6 +52,9 @@ def _any_request_may_take(answer: JsonValue) -> JsonValue:
         raise ValueError(error)
     return answer
 
+
+STATUS_POLL_S = 0.2
+"""How often ``wait_task(..., until=...)`` reads the task's view (seconds)."""
 
 Answer = Annotated[JsonValue, AfterValidator(_any_request_may_take)]
 """An answer as a client sends one: JSON that some request may take (``answer_error`` with
@@ -399,10 +404,23 @@ class TaskLifecycle(TaskWrites):
         )
         return await self._update(parent, TaskWorkflow.spawn, write)
 
-    async def wait_task(self, task: str) -> TaskView | None:
+    async def wait_task(
+        self, task: str, *, until: TaskStatus | str | None = None
+    ) -> TaskView | None:
         """Wait until the task's workflow has ended (an agent task finished, failed or was
         cancelled, and the mirror caught up) and return its final view; None when the task is
-        not in this project. Waits without a time limit (wrap it in ``asyncio.timeout``)."""
+        not in this project. Waits without a time limit (wrap it in ``asyncio.timeout``).
+
+        With ``until`` (a ``TaskStatus`` or its value, ``"awaiting_input"`` say), return the
+        view as soon as the task has that status or has ended, whichever comes first (its
+        ``status`` says which): the view is read by query every ``STATUS_POLL_S`` seconds, so a
+        status held for less than that may be missed (an ended status never is).
+
+        Raises:
+            pydantic.ValidationError: ``until`` is not a status (field ``until``).
+        """
+        if until is not None:
+            return await self._wait_status(task, checked(until, TaskStatus, "until"))
         handle = self.client.get_workflow_handle(self.workflow_id(task), result_type=TaskView)
         try:
             view: TaskView = await handle.result()
@@ -413,6 +431,13 @@ class TaskLifecycle(TaskWrites):
             if err.status == RPCStatusCode.NOT_FOUND:
                 return None
             raise
+
+    async def _wait_status(self, task: str, status: TaskStatus) -> TaskView | None:
+        while True:
+            view = (await self.get_task(task)).view
+            if view is None or view.status is status or view.status in CLOSED_STATUSES:
+                return view
+            await asyncio.sleep(STATUS_POLL_S)
 
     async def _exists(self, task: str) -> bool:
         """True when a task of that name exists in this project (running or ended)."""

@@ -25,6 +25,8 @@ class TcpProxy:
         self._held: list[asyncio.Event] = []
         self.stall_new = False
         """True while new connections are held too (``hold(new=True)``)."""
+        self.connections = 0
+        """How many connections it has accepted."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._server: asyncio.Server | None = None
 
@@ -42,6 +44,7 @@ class TcpProxy:
             writer.close()
 
     async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        self.connections += 1
         server_r, server_w = await asyncio.open_connection(*self.target)
         gate = asyncio.Event()
         if self.stall_new:
@@ -70,6 +73,12 @@ class TcpProxy:
         for gate in self._held:
             gate.set()
         self._held = []
+
+    async def drop(self) -> None:
+        """Close every connection open now (a link that broke); new connections pass."""
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[TcpProxy]:

@@ -1,7 +1,7 @@
 """The docs against the code: README.md stays an entrance (at most 250 lines, linking every
 page of ``docs/``), every link resolves, every number the docs give for a constant of the code
 equals that constant, every refusal code is listed, the configuration defaults are the code's,
-and the README's and the concepts page's Python runs against the local stack as written."""
+and every Python block of the README and ``docs/`` runs against the local stack as written."""
 
 from __future__ import annotations
 
@@ -22,10 +22,18 @@ from starter import ConversationHistory
 from starter.tasks import TaskManager
 from starter.tasks import TaskStatus as SeedStatus
 from taskgraph.graph import TaskGraph
+from tests.approval_tools import call_then_report, goal
 from worker import DEFAULT_RETENTION, build_worker
 from workflows.errors import ErrorCode
 from workflows.mirroring import MIRROR_LONG_OUTAGE_FAILURES, mirror_pause
-from workflows.models import EventKind, ProjectId, TaskStatus, valid_request_id
+from workflows.models import (
+    AgentSpec,
+    EventKind,
+    ModelSpec,
+    ProjectId,
+    TaskStatus,
+    valid_request_id,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -58,6 +66,7 @@ CONSTANT_MODULES = (
     "taskgraph.sealing",
     "taskgraph.writes",
     "starter.importer",
+    "starter.lifecycle",
     "starter.retention",
     "starter.transport",
     "starter.http.inbox",
@@ -208,12 +217,14 @@ def python_blocks(page: Path) -> list[str]:
     return re.findall(r"^```python\n(.*?)^```", text(page), re.M | re.S)
 
 
-async def run_snippet(code: str, project_id: str) -> dict[str, Any]:
+async def run_snippet(
+    code: str, project_id: str, names: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Run a snippet as an app would inside an async function, in project ``project_id``
-    (for ``acme``); returns its names."""
+    (for ``acme``), with ``names`` defined (none by default); returns its names."""
     source = code.replace('"acme"', f'"{project_id}"')
     compiled = compile(source, "snippet", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
-    names: dict[str, Any] = {}
+    names = {} if names is None else names
     done = eval(compiled, names)
     if done is not None:
         await asyncio.wait_for(done, 120)
@@ -282,14 +293,96 @@ async def test_the_http_pages_tasks_api_snippet_runs(
     assert "Redis " not in said
 
 
+async def test_the_input_and_children_blocks_run(
+    client: Client, graph: TaskGraph, project_id: str
+) -> None:
+    """docs/input-and-children.md's agent and its client, one after the other as the page
+    says, the agent registered under another name (the suite's ``release`` stays as it is)."""
+    agent_block, client_block = python_blocks(ROOT / "docs" / "input-and-children.md")
+    names = await run_snippet(
+        agent_block.replace('@agent("release")', '@agent("docs_release")')
+        + client_block.replace('name="release"', 'name="docs_release"'),
+        project_id,
+    )
+    view = names["view"]
+    assert view.status is TaskStatus.DONE and view.result.text == "eu: done, us: failed"
+    async with build_worker(client, graph, TASK_QUEUE):  # a query of a closed task needs one
+        history = ConversationHistory(client, project_id, "reader", task_queue=TASK_QUEUE)
+        events = (await history.list_events("release", limit=200)).events
+        child = (await history.get_task("release/eu")).view
+    told = [(e.kind, e.name) for e in events if e.kind.value.startswith(("input", "child"))]
+    assert told[:4] == [  # the answer sent before the question was kept for it
+        (EventKind.INPUT_REQUEST, "replicas"),
+        (EventKind.INPUT_RESPONSE, "replicas"),
+        (EventKind.CHILD_TASK, "eu"),
+        (EventKind.CHILD_TASK, "us"),
+    ]
+    assert sorted(told[4:]) == [(EventKind.CHILD_RESULT, "eu"), (EventKind.CHILD_RESULT, "us")]
+    assert child is not None and child.goal == "deploy 3 replicas to eu"
+
+
+class Bank:
+    """The bank docs/page.md's ``pay`` tool pays through: it keeps what it paid."""
+
+    def __init__(self) -> None:
+        self.paid: list[tuple[str, int, str]] = []
+
+    async def pay(self, account: str, amount: int, *, key: str) -> str:
+        self.paid.append((account, amount, key))
+        return f"paid {amount} to {account}"
+
+
+async def test_the_page_pages_approval_blocks_run(
+    client: Client, graph: TaskGraph, project_id: str
+) -> None:
+    """docs/page.md's ``pay`` tool (its ``bank`` the test's), called by a scripted model for
+    151 to ``A-1`` in four tasks, each approval answered by one line of the page's second block
+    as written (its task and request named for the one it answers)."""
+    tool_block, approve_block = python_blocks(ROOT / "docs" / "page.md")
+    bank = Bank()
+    names = await run_snippet(tool_block, project_id, {"bank": bank})
+    queue = f"docs-pay-{project_id}"
+    spec = AgentSpec(tools=["pay"], model=ModelSpec(provider="scripted", model="call-then-report"))
+    choices = approve_block.strip().splitlines()
+    scripts = {"call-then-report": call_then_report}
+    async with build_worker(client, graph, queue, tools=[names["pay"]], scripts=scripts):
+        history = ConversationHistory(client, project_id, "ops", task_queue=queue)
+        names["history"] = history
+        views = []
+        for n, line in enumerate(choices):
+            task = f"pay-{n}"
+            call = goal(("pay", {"account": "A-1", "amount": 151}))
+            assert (await history.create_task(task, call, agent=spec)).recorded
+            asked = await history.wait_task(task, until="awaiting_input")
+            assert asked is not None and len(asked.pending_inputs) == 1
+            request = asked.pending_inputs[0].input_id
+            answer = line.replace('"pay-42"', f'"{task}"').replace('"approve-7"', f'"{request}"')
+            await run_snippet(answer, project_id, names)
+            views.append(await asyncio.wait_for(history.wait_task(task), 60))
+    assert [(account, amount) for account, amount, _ in bank.paid] == [("A-1", 151), ("A-1", 90)]
+    texts = [view.result.text if view and view.result else None for view in views]
+    assert texts[:3] == [
+        "the tools said: paid 151 to A-1",
+        "the tools said: paid 90 to A-1",
+        "the tools said: paid by hand",
+    ]
+    assert [view.status if view else None for view in views] == [TaskStatus.DONE] * 4
+
+
 RUN_BY = {
     ("README.md", 0): "tests/test_docs.py::test_the_readme_app_snippet_runs",
     ("README.md", 1): "tests/test_docs.py::test_the_readme_agent_snippet_runs",
     ("concepts.md", 0): "tests/test_docs.py::test_the_concepts_client_snippet_runs",
     ("agent-tasks.md", 0): "tests/test_docs.py::test_the_agent_tasks_demo_snippet_runs",
     ("http.md", 1): "tests/test_docs.py::test_the_http_pages_tasks_api_snippet_runs",
+    ("http.md", 0): "tests/starter/http/test_streams.py::"
+    "test_the_http_pages_follower_reconnects_and_prints_every_update_once",
+    ("page.md", 0): "tests/test_docs.py::test_the_page_pages_approval_blocks_run",
+    ("page.md", 1): "tests/test_docs.py::test_the_page_pages_approval_blocks_run",
+    ("input-and-children.md", 0): "tests/test_docs.py::test_the_input_and_children_blocks_run",
+    ("input-and-children.md", 1): "tests/test_docs.py::test_the_input_and_children_blocks_run",
 }
-"""The blocks a test runs against the stack as written (the rest are checked below)."""
+"""The test that runs each Python block of the pages against the stack as written."""
 
 
 def imported_names(tree: ast.AST) -> list[tuple[str, str | None]]:
@@ -308,15 +401,15 @@ def imported_names(tree: ast.AST) -> list[tuple[str, str | None]]:
     [(page, i) for page in PAGES for i in range(len(python_blocks(page)))],
     ids=lambda value: value.name if isinstance(value, Path) else str(value),
 )
-def test_every_python_block_runs_or_is_checked(page: Path, index: int) -> None:
-    """Every Python block of the README and docs/ is run by a test (``RUN_BY``, whose test
-    reads it from the page), or else compiles as the body of an async function and imports
-    only names that exist: no block shows an import that fails or code that does not parse."""
+def test_every_python_block_is_run_by_a_test(page: Path, index: int) -> None:
+    """Every Python block of the README and docs/ is run by a test (``RUN_BY``) that reads
+    it from the page; and it compiles as the body of an async function and imports only
+    names that exist."""
     block = python_blocks(page)[index]
     runner = RUN_BY.get((page.name, index))
-    if runner is not None:
-        path = ROOT / runner.split("::")[0]
-        assert page.name in text(path), f"{runner} does not read {page.name}"
+    assert runner is not None, f"no test runs {page.name}'s Python block {index}"
+    path, test = runner.split("::")
+    assert f"def {test}(" in text(ROOT / path) and page.name in text(ROOT / path), runner
     tree = compile(
         block, page.name, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT | ast.PyCF_ONLY_AST
     )

@@ -323,6 +323,26 @@ async def test_a_task_name_is_checked_by_one_rule_in_every_call(
     assert not (await history.get_task("child")).found
 
 
+async def test_wait_task_until_a_status(history: ConversationHistory) -> None:
+    """``wait_task(until=...)`` returns once the task has the status, or once it has ended
+    (the status it ended with); a value that is not a status is refused naming ``until``."""
+    await history.create_task("t", "g")
+    waiting = asyncio.ensure_future(history.wait_task("t", until="in_progress"))
+    await asyncio.sleep(1.0)
+    assert not waiting.done()  # open: not yet
+    assert (await history.set_status("t", "in_progress")).recorded
+    view = await asyncio.wait_for(waiting, 30)
+    assert view is not None and view.status is TaskStatus.IN_PROGRESS
+    never = asyncio.ensure_future(history.wait_task("t", until=TaskStatus.AWAITING_CHILDREN))
+    assert (await history.finish_task("t", "failed", error="boom")).recorded
+    ended = await asyncio.wait_for(never, 30)
+    assert ended is not None and ended.status is TaskStatus.FAILED
+    assert await history.wait_task("missing", until="done") is None
+    with pytest.raises(ValidationError) as raised:
+        await history.wait_task("t", until="finished")
+    assert raised.value.errors()[0]["loc"] == ("until",)
+
+
 async def test_project_scoping(
     client: Client, graph: TaskGraph, task_queue: str, history: ConversationHistory
 ) -> None:

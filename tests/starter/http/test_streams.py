@@ -6,15 +6,19 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+import pytest
 
 from starter.http.sessions import cursor_id, parse_cursor
 from starter.tasks import TaskEmitter, TaskManager
 from tests.conftest import eventually, mirrored, payload_texts
 from tests.starter.http.conftest import Api, Project, Sse, SseReader
 from tests.stream_agents import TALKER, TURNS
+from tests.tcp_proxy import TcpProxy
+from tests.test_docs import ROOT, python_blocks
 from workflows.models import Event, EventKind, TaskStatus
 
 MARK = "ephemeral-token-7f3a9c"
@@ -270,3 +274,40 @@ async def test_a_stream_of_a_missing_task_is_404_and_streams_per_key_are_bounded
         seen = await SseReader(response).until("done")
     assert [s.event for s in seen] == ["done"]
     assert json.loads(seen[0].data)["status"] == TaskStatus.DONE.value
+
+
+async def test_the_http_pages_follower_reconnects_and_prints_every_update_once(
+    api: Api, project: Project, http: httpx.AsyncClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/http.md's SSE follower, as written, reading through a link that breaks mid-stream:
+    it reconnects with Last-Event-ID and prints each update once, then returns at ``done``."""
+    (block,) = [b for b in python_blocks(ROOT / "docs" / "http.md") if "def follow" in b]
+    names: dict[str, Any] = {}
+    exec(block, names)
+    target = urlsplit(api.url)
+    assert target.hostname is not None and target.port is not None
+    printed: list[str] = []
+
+    def lines() -> list[str]:
+        printed.extend(capsys.readouterr().out.splitlines())
+        return [line for line in printed if line.startswith("#")]
+
+    async def printed_updates(count: int) -> bool:
+        return len(lines()) == count
+
+    assert (await http.post("/tasks", json={"name": "log", "goal": "g"})).status_code == 201
+    await _record(http, "log", "m1", "m2", "m3")
+    async with TcpProxy(target.hostname, target.port).running() as proxy:
+        following = asyncio.ensure_future(
+            names["follow"](f"http://127.0.0.1:{proxy.port}", project.key, "log")
+        )
+        await eventually(lambda: printed_updates(3))
+        await proxy.drop()  # the follower's connection breaks
+        await _record(http, "log", "m4", "m5")
+        await eventually(lambda: printed_updates(5))
+        await proxy.drop()
+        done = await http.patch("/tasks/log", json={"status": "done", "result": {"n": 5}})
+        assert done.status_code == 200, done.text
+        await asyncio.wait_for(following, 60)
+    assert lines() == [f"#{n} message: m{n}" for n in range(1, 6)]
+    assert proxy.connections == 3  # it read through three connections
