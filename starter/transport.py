@@ -50,6 +50,9 @@ _DRAIN_WAIT_S = 60.0
 """How long a write is sent again (seconds; from 20 ms doubling to 0.5 s apart) while its task
 turns it away (``_RESEND``: normally one mirror call, tens of ms); then ``task_busy``."""
 
+DESCRIBE_TIMEOUT_S = 5.0
+"""How long the description that names a task's task queue in an error may take (seconds)."""
+
 _T = TypeVar("_T")
 
 
@@ -199,16 +202,31 @@ class Transport:
         """
         return task_workflow_id(self.project_id, checked(task, TaskName, field))
 
-    def _unavailable(self, err: Exception) -> TaskServiceUnavailable:
-        return _unavailable(err, self.client.service_client.config.target_host, self.task_queue)
+    def _unavailable(self, err: Exception, task_queue: str | None = None) -> TaskServiceUnavailable:
+        address = self.client.service_client.config.target_host
+        return _unavailable(err, address, task_queue or self.task_queue)
+
+    async def _task_queue_of(self, workflow_id: str | None) -> str | None:
+        """The task queue the workflow runs on (its description: a task started by ``run
+        --with-worker`` runs on the CLI's own), None when unknown or not answered in
+        ``DESCRIBE_TIMEOUT_S``."""
+        if workflow_id is None:
+            return None
+        handle = self.client.get_workflow_handle(workflow_id)
+        try:
+            description = await asyncio.wait_for(handle.describe(), DESCRIBE_TIMEOUT_S)
+        except (RPCError, TimeoutError):
+            return None
+        return description.task_queue
 
     def _handle(self, task: str) -> WorkflowHandle[Any, Any]:
         return self.client.get_workflow_handle(self.workflow_id(task))
 
-    async def _call(self, call: Callable[[], Awaitable[_T]]) -> _T:
+    async def _call(self, call: Callable[[], Awaitable[_T]], workflow_id: str | None = None) -> _T:
         """Run one Temporal call within ``timeout_s``, resending it while the server turns it
         away as busy (``_busy``). Lost connections, no worker polling, and no answer in time
-        raise ``TaskServiceUnavailable``; other ``RPCError``s propagate."""
+        raise ``TaskServiceUnavailable``, naming the task queue of ``workflow_id`` (the
+        workflow a query goes to) when no worker polls it; other ``RPCError``s propagate."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout_s
         delay, most = _BUSY_BACKOFF_S
@@ -216,15 +234,19 @@ class Transport:
             try:
                 return await asyncio.wait_for(call(), max(deadline - loop.time(), 0.001))
             except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError) as err:
+                queue = await self._task_queue_of(workflow_id) or self.task_queue
                 raise TaskServiceUnavailable(
                     f"no answer within {self.timeout_s:g} s from Temporal at "
                     f"{self.client.service_client.config.target_host}: is a worker polling task "
-                    f"queue {self.task_queue!r}? A write may still be recorded once one is; "
+                    f"queue {queue!r}? A write may still be recorded once one is; "
                     "retry it with the same request id"
                 ) from err
             except RPCError as err:
                 if not _busy(err):
-                    if _lost(err) or _no_worker(err):
+                    if _no_worker(err):
+                        queue = await self._task_queue_of(workflow_id)
+                        raise self._unavailable(err, queue) from err
+                    if _lost(err):
                         raise self._unavailable(err) from err
                     raise
                 if loop.time() + delay >= deadline:

@@ -126,7 +126,8 @@ class TaskTurns(TaskLifecycle):
         (which holds its open steps and those changed in it), else from Neo4j (a step closed in
         an earlier run); None when the task has no such step."""
         query = StepsQuery(step_name=step, limit=1)
-        page = await self._call(lambda: self._handle(task).query(TaskWorkflow.steps, query))
+        handle = self._handle(task)
+        page = await self._call(lambda: handle.query(TaskWorkflow.steps, query), handle.id)
         if page.steps:
             return page.steps[0].state
         if self.graph is None:
@@ -164,7 +165,7 @@ class TaskTurns(TaskLifecycle):
                 f"task {task!r} was interrupted after its tools ran: continue it "
                 "(continue_task, agent-tasks continue), its calls are never run again",
             )
-        state = await self._call(lambda: handle.query(TaskWorkflow.resume_state))
+        state = await self._call(lambda: handle.query(TaskWorkflow.resume_state), handle.id)
         start = TaskWorkflowInput(
             carried=state, resume=True, continuation=continuation, retry=list(retry)
         )

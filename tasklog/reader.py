@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from functools import partial
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
@@ -45,13 +45,23 @@ QUERY_TIMEOUT = timedelta(seconds=10)
 (answered by a worker from its cache, or by a replay of a closed run)."""
 
 _T = TypeVar("_T")
-Call = Callable[[Callable[[], Awaitable[_T]]], Awaitable[_T]]
-"""Runs one Temporal call (the client passes its retrying ``_call``)."""
+
+
+class Call(Protocol):
+    """Runs one Temporal call (the client passes its retrying ``_call``); ``workflow_id`` is
+    the workflow it goes to, for the error that names its task queue."""
+
+    async def __call__(
+        self, call: Callable[[], Awaitable[_T]], workflow_id: str | None = None
+    ) -> _T:
+        """``call()``'s answer."""
+
+
 Source = Literal["temporal", "neo4j"]
 """Where a task's view came from: its workflow, or Neo4j once Temporal has no history of it."""
 
 
-async def _direct(call: Callable[[], Awaitable[_T]]) -> _T:
+async def _direct(call: Callable[[], Awaitable[_T]], workflow_id: str | None = None) -> _T:
     return await call()
 
 
@@ -67,15 +77,18 @@ class TaskReader:
             by default directly.
     """
 
-    def __init__(self, client: Client, graph: TaskGraph | None, call: Call[Any] = _direct) -> None:
+    def __init__(self, client: Client, graph: TaskGraph | None, call: Call = _direct) -> None:
         self.client = client
         self.graph = graph
         self.call = call
 
-    async def _found(self, query: Callable[[], Awaitable[_T]]) -> tuple[bool, _T | None]:
-        """``query``'s answer, or ``(False, None)`` when the workflow does not exist."""
+    async def _found(
+        self, query: Callable[[], Awaitable[_T]], workflow_id: str
+    ) -> tuple[bool, _T | None]:
+        """``query``'s answer (a query of ``workflow_id``), or ``(False, None)`` when the
+        workflow does not exist."""
         try:
-            return True, await self.call(query)
+            return True, await self.call(query, workflow_id)
         except RPCError as err:
             if err.status == RPCStatusCode.NOT_FOUND:
                 return False, None
@@ -85,7 +98,7 @@ class TaskReader:
         """The task's view and where it came from; None when neither Temporal nor Neo4j has
         the task."""
         handle = self.client.get_workflow_handle(workflow_id)
-        found, view = await self._found(lambda: handle.query(TaskWorkflow.view))
+        found, view = await self._found(lambda: handle.query(TaskWorkflow.view), workflow_id)
         if found:
             assert view is not None
             return view, "temporal"
@@ -112,7 +125,7 @@ class TaskReader:
         """
         query = EventsQuery(after_seq=after_seq, limit=limit)
         handle = self.client.get_workflow_handle(workflow_id)
-        _, page = await self._found(lambda: handle.query(TaskWorkflow.events, query))
+        _, page = await self._found(lambda: handle.query(TaskWorkflow.events, query), workflow_id)
         if page is None:
             return await self._expired_events(workflow_id, after_seq, limit)
         events: list[Event] = []
@@ -144,7 +157,7 @@ class TaskReader:
         page: EventsPage,
         after_seq: int,
         up_to: int,
-        call: Call[EventsPage] = _direct,
+        call: Call = _direct,
     ) -> list[Event]:
         """Seqs ``after_seq + 1`` to ``up_to`` of the runs before the one ``page`` came from,
         in order: from Neo4j up to ``page.mirrored_seq``, then from the backlog runs that hold
@@ -181,7 +194,8 @@ class TaskReader:
             earlier = self.client.get_workflow_handle(workflow_id, run_id=run.run_id)
             query = EventsQuery(after_seq=after_seq, up_to_seq=stop, limit=stop - after_seq)
             got = await call(
-                partial(earlier.query, TaskWorkflow.events, query, rpc_timeout=QUERY_TIMEOUT)
+                partial(earlier.query, TaskWorkflow.events, query, rpc_timeout=QUERY_TIMEOUT),
+                workflow_id,
             )
             events += got.events
             if not got.events or got.events[-1].seq < stop:
@@ -244,7 +258,7 @@ class TaskReader:
         """
         query = StepsQuery(state=state, limit=limit, after_name=after_name)
         handle = self.client.get_workflow_handle(workflow_id)
-        _, page = await self._found(lambda: handle.query(TaskWorkflow.steps, query))
+        _, page = await self._found(lambda: handle.query(TaskWorkflow.steps, query), workflow_id)
         if page is None:
             if await self.expired(workflow_id) is None:
                 return None
@@ -293,7 +307,7 @@ class TaskReader:
             query = StepsQuery(
                 changed_after_write=after_write, after_name=after_name, limit=STEPS_PAGE_MAX
             )
-            page = await self.call(partial(run.query, TaskWorkflow.steps, query))
+            page = await self.call(partial(run.query, TaskWorkflow.steps, query), run.id)
             held |= {s.step_name: s for s in page.steps if upper is None or s.step_name <= upper}
             after_name = page.next_after_name
             if after_name is None or (upper is not None and after_name >= upper):

@@ -17,6 +17,7 @@ from devstack import free_port
 from starter.client import ConversationHistory
 from taskgraph.graph import TaskGraph
 from tests.conftest import mirrored
+from worker import build_worker
 from workflows.errors import ErrorCode, TaskServiceUnavailable
 from workflows.models import (
     MAX_STEPS_PER_TASK,
@@ -378,7 +379,6 @@ async def test_visibility_lists_tasks_by_status(history: ConversationHistory) ->
 async def test_worker_restart_between_writes(
     client: Client, graph: TaskGraph, project_id: str
 ) -> None:
-    from worker import build_worker
 
     queue = f"restart-{uuid.uuid4().hex[:8]}"
     history = ConversationHistory(client, project_id=project_id, agent_id="a", task_queue=queue)
@@ -390,6 +390,23 @@ async def test_worker_restart_between_writes(
         events = (await history.list_events("t")).events
     assert after.seq == 2
     assert [e.payload for e in events] == ["before", "after"]
+
+
+async def test_a_read_with_no_worker_names_the_task_queue_the_task_runs_on(
+    client: Client, graph: TaskGraph, project_id: str
+) -> None:
+    """A task that runs on a task queue of its own (as ``run --with-worker`` starts one),
+    read by a client whose default is another queue once that worker is gone: the error
+    names the task's queue, not the client's."""
+    own = f"own-{uuid.uuid4().hex[:8]}"
+    writer = ConversationHistory(client, project_id, "a", task_queue=own, timeout_s=3)
+    async with build_worker(client, graph, own):
+        assert (await writer.create_task("t", "g")).recorded
+    reader = ConversationHistory(client, project_id, "a", task_queue="elsewhere", timeout_s=3)
+    with pytest.raises(TaskServiceUnavailable) as raised:
+        await reader.get_task("t")
+    assert f"task queue {own!r}" in str(raised.value) and "elsewhere" not in str(raised.value)
+    await client.get_workflow_handle(reader.workflow_id("t")).terminate("test cleanup")
 
 
 async def test_no_worker_and_no_server_raise_a_clear_exception(
