@@ -33,7 +33,10 @@ from starter.cli.serve import keys_app, page_command, serve_command
 from starter.cli.task import task_app
 from starter.cli.transfer import export_command, import_command
 
-app = typer.Typer(help="Durable tasks for AI agents, on Temporal with a Neo4j mirror.")
+app = typer.Typer(
+    help="Durable tasks for AI agents, on Temporal with a Neo4j mirror.",
+    rich_markup_mode="markdown",  # a docstring's lines are one paragraph, wrapped to the terminal
+)
 task_app.command("decisions")(decisions_command)
 task_app.command("redact")(redact_command)
 task_app.command("delete")(delete_command)

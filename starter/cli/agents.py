@@ -61,7 +61,10 @@ def run_command(
         str, typer.Argument(help="The agent to run: demo, or any agent registered by name.")
     ],
     goal: Annotated[str, typer.Argument(help='What to do, e.g. "Which files mention Neo4j?"')],
-    name: Annotated[str | None, typer.Option(help="Task name (default: AGENT-<random>).")] = None,
+    name: Annotated[
+        str | None,
+        typer.Option(help="Task name (default: the agent, a dash, 8 hex digits: demo-1a2b3c4d)."),
+    ] = None,
     input_json: Annotated[
         str | None,
         typer.Option("--input", help="The agent's input, a JSON object (ctx.input): '{\"q\": 1}'."),
