@@ -17,7 +17,11 @@ once).
 Error mapping at the activity edge (``mirror_failure``): Neo4j errors that may pass
 (``is_retryable()``: deadlock, unavailable, leader switch, session expired; and a transaction
 that ran out of time, ``OUT_OF_TIME_CODES``) raise a retryable ``ApplicationError`` of type
-``MirrorUnavailable``, retried by the workflow's retry policy; any other Neo4j error, and a
+``MirrorUnavailable``, retried by the workflow's retry policy. It is of category ``BENIGN``
+(the SDK logs its attempts at DEBUG, with no traceback: a loaded Neo4j that answers on the
+next attempt is the mirror working as designed); the last attempt of a call
+(``MIRROR_ATTEMPTS``) logs one WARNING line, and the task's view says why it waits
+(``mirror_error``). Any other Neo4j error, and a
 value the driver cannot send (``OverflowError``, ``TypeError``, ``ValueError``), raises a
 non-retryable ``ApplicationError`` of type ``MirrorDataError`` whose message names the task and
 the seq range.
@@ -32,7 +36,7 @@ from typing import Protocol
 from neo4j.exceptions import DriverError, Neo4jError
 from temporalio import activity
 from temporalio.client import Client
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.follow import HistoryPoll, follow
@@ -40,6 +44,7 @@ from activities.heartbeat import heartbeating
 from broker import Broker, WrittenMessage, channels, project_channel
 from taskgraph.graph import TaskGraph
 from workflows.errors import MIRROR_DATA_ERROR, MIRROR_UNAVAILABLE
+from workflows.mirroring import MIRROR_RETRY
 from workflows.models import (
     MAX_PAYLOAD_BYTES,
     MIRROR_ACTIVITY,
@@ -54,6 +59,8 @@ MIRROR_PAGE_EVENTS = 100
 """Events read per query page and written per transaction."""
 MIRROR_PAGE_BYTES = MAX_PAYLOAD_BYTES
 """Bytes of JSON per query page, at most (``MAX_PAYLOAD_BYTES``: the query result's budget)."""
+MIRROR_ATTEMPTS = MIRROR_RETRY.maximum_attempts
+"""The attempts of one mirror call (``MIRROR_RETRY``): the last one's failure is logged."""
 QUERY_TIMEOUT = timedelta(seconds=10)
 """RPC timeout of each query the mirror sends to its workflow (answered by the worker that
 runs the activity, from its cache, in milliseconds)."""
@@ -80,7 +87,9 @@ def mirror_failure(err: Exception, where: str) -> ApplicationError:
         err.is_retryable() or getattr(err, "code", None) in OUT_OF_TIME_CODES
     ):
         return ApplicationError(
-            f"Neo4j unavailable while mirroring {where}: {err}", type=MIRROR_UNAVAILABLE
+            f"Neo4j unavailable while mirroring {where}: {err}",
+            type=MIRROR_UNAVAILABLE,
+            category=ApplicationErrorCategory.BENIGN,
         )
     return ApplicationError(
         f"Neo4j refused the mirror of {where}: {err}", type=MIRROR_DATA_ERROR, non_retryable=True
@@ -264,7 +273,13 @@ class MirrorActivities:
             return await heartbeating(self._mirror(input))
         except (Neo4jError, DriverError, OverflowError, TypeError, ValueError) as err:
             where = f"task {input.workflow_id} seqs {input.after_seq + 1}..{input.up_to_seq}"
-            raise mirror_failure(err, where) from err
+            failure = mirror_failure(err, where)
+            attempt = activity.info().attempt
+            if failure.category is ApplicationErrorCategory.BENIGN and attempt >= MIRROR_ATTEMPTS:
+                activity.logger.warning(
+                    "%s (attempt %d; the task retries after a pause)", failure.message, attempt
+                )
+            raise failure from err
 
     async def _mirror(self, input: MirrorInput) -> MirrorOutcome:
         source: RunSource = QueriedRun(self.client, input.workflow_id, input.run_id)

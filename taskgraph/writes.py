@@ -58,9 +58,11 @@ MATCH (t:Task {key: $key})
 CALL (t) {
   UNWIND $events AS ev
   MERGE (e:Event {key: t.key + '#' + toString(ev.seq)})
+  WITH t, e, ev, e.kind IS NULL AS fresh
   SET e += ev, e.time = datetime({epochSeconds: ev.time[0], nanosecond: ev.time[1]}),
       e.task_key = t.key, e.project_id = t.project_id, e.task_name = t.name
   MERGE (t)-[:HAS_EVENT]->(e)
+  RETURN collect(CASE WHEN fresh THEN ev.seq END) AS fresh
 }
 CALL (t) {
   UNWIND $events AS ev
@@ -72,7 +74,7 @@ SET t.mirrored_seq = CASE WHEN coalesce(t.mirrored_seq, 0) < $watermark THEN $wa
                           ELSE t.mirrored_seq END,
     t.mirrored_write = CASE WHEN coalesce(t.mirrored_write, 0) < coalesce($mirrored_write, 0)
                             THEN $mirrored_write ELSE t.mirrored_write END
-WITH t
+WITH t, fresh
 CALL (t) {
   UNWIND $steps AS st
   MERGE (s:Step {key: t.key + '/' + st.step_name})
@@ -125,12 +127,13 @@ CALL (t) {
     MERGE (src:Task {key: bk}) ON CREATE SET src.project_id = t.project_id
     MERGE (t)-[b:BRANCHED_FROM]->(src) SET b.seq = t.branched_at_seq)
 }
-CALL (t) {
+CALL (t, fresh) {
   UNWIND $events AS ev
+  WITH t, ev WHERE ev.seq IN fresh
   MATCH (e:Event {key: t.key + '#' + toString(ev.seq)})
   MERGE (a:Agent {key: t.project_id + '/' + ev.author})
     ON CREATE SET a.project_id = t.project_id, a.agent_id = ev.author
-  MERGE (e)-[:AUTHORED_BY]->(a)
+  CREATE (e)-[:AUTHORED_BY]->(a)
 }
 """
 """The rest of a mirror page in one statement (one round trip): the events with their NEXT
@@ -146,8 +149,14 @@ merged (as a placeholder) when not written yet, and a decision cites the steps a
 shared nodes come last because a new relationship locks both its nodes until the transaction
 commits: taken first, the project's and agent's locks were held through the whole page, and
 the mirrors of 16 tasks importing at once on a loaded machine queued on them past the
-transaction timeout (6 of 16 first pages at load 7). Event and step times arrive as
-``epoch`` pairs and are set as datetimes in the same SET."""
+transaction timeout (6 of 16 first pages at load 7). An event's ``AUTHORED_BY`` link to its
+agent, the node every event of an agent shares, is created (``CREATE``) only with the event's
+node (one that had no ``kind``: new, or a step result's placeholder), where a ``MERGE`` that
+finds no link locks both nodes to make one: creating a relationship does not lock a dense
+node exclusively (Neo4j's locks for dense nodes), so the pages of concurrent tasks no longer
+queue on their agent (``python -m bench.bench_graph_write --writers 16``, in
+``bench/RESULTS.md``: the slowest page 1.1-1.7 s with MERGE, 0.55-1.1 s with CREATE). Event
+and step times arrive as ``epoch`` pairs and are set as datetimes in the same SET."""
 
 
 class TaskIncarnationError(ValueError):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -11,14 +12,16 @@ from neo4j import AsyncManagedTransaction, unit_of_work
 from neo4j.exceptions import Neo4jError
 from pydantic import ValidationError
 from temporalio.client import Client
+from temporalio.exceptions import ApplicationErrorCategory
 from temporalio.testing import ActivityEnvironment
 
 from activities.mirror import OUT_OF_TIME_CODES, MirrorActivities, mirror_failure
 from activities.rebuild import RebuildReport, rebuild
 from starter.client import ConversationHistory
+from taskgraph.driver import NEO4J_TRANSACTION_TIMEOUT_S
 from taskgraph.graph import TaskGraph
 from taskgraph.models import StepFilter, TaskFilter, ToolFailures
-from tests.conftest import mirrored
+from tests.conftest import eventually, mirrored
 from workflows.errors import MIRROR_DATA_ERROR, MIRROR_UNAVAILABLE
 from workflows.models import Event, EventInput, MirrorInput, StepState, StepView, StepWrite
 
@@ -263,6 +266,77 @@ async def test_a_transaction_that_ran_out_of_time_is_retried_not_refused(
     assert timed_out.value.code in OUT_OF_TIME_CODES and not timed_out.value.is_retryable()
     passes = mirror_failure(timed_out.value, "task t seqs 1..2")
     assert (passes.type, passes.non_retryable) == (MIRROR_UNAVAILABLE, False)
+    assert passes.category is ApplicationErrorCategory.BENIGN  # logged at DEBUG by the SDK
     assert passes.message.startswith("Neo4j unavailable while mirroring task t seqs 1..2: ")
     data = mirror_failure(refused.value, "task t seqs 1..2")
     assert (data.type, data.non_retryable) == (MIRROR_DATA_ERROR, True)
+    assert data.category is ApplicationErrorCategory.UNSPECIFIED  # a WARNING with its traceback
+
+
+async def test_an_event_first_merged_as_a_step_results_placeholder_gets_its_author(
+    graph: TaskGraph, history: ConversationHistory
+) -> None:
+    """A page whose step names a result event that a later page brings merges that event's
+    node as a placeholder; the later page still links the event to its agent, once
+    (``AUTHORED_BY`` is created with the event's content), and a page sent again adds none."""
+    await history.create_task("t", "g")
+    await history.record_events(
+        "t", [EventInput(kind="message", payload=f"m{n}") for n in range(3)]
+    )
+    await history.set_step("t", "s", StepState.COMPLETED, result_event_seq=3)
+    await mirrored(history, "t")
+    view = (await history.get_task("t")).view
+    events = (await history.list_events("t")).events
+    steps = (await history.list_steps("t")).steps
+    assert view is not None and [e.seq for e in events] == [1, 2, 3]
+    key = history.workflow_id("t")
+    await graph.driver.execute_query(  # as if event 3 had not been copied yet
+        "MATCH (e:Event {key: $k}) DETACH DELETE e", k=f"{key}#3", database_=graph.database
+    )
+    await graph.write_task(view, events[:2], steps)  # the step's page: 3 is a placeholder
+    placeholder = await graph.counts(history.project_id)
+    assert (placeholder["Event"], placeholder["AUTHORED_BY"]) == (3, 2)
+    for _ in range(2):  # event 3's page, and the same page again
+        await graph.write_task(view, events[2:], [])
+    counts = await graph.counts(history.project_id)
+    assert (counts["Event"], counts["AUTHORED_BY"], counts["RESULT"]) == (3, 3, 1)
+    linked = await graph.driver.execute_query(
+        "MATCH (e:Event {key: $k})-[r:AUTHORED_BY]->(:Agent) RETURN count(r) AS n",
+        k=f"{key}#3",
+        database_=graph.database,
+    )
+    assert linked.records[0]["n"] == 1
+
+
+async def test_a_mirror_attempt_that_waits_out_a_lock_is_retried_without_a_traceback(
+    graph: TaskGraph, history: ConversationHistory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The cold start's fault: a mirror transaction that waits on a lock past Neo4j's
+    transaction timeout (``NEO4J_TRANSACTION_TIMEOUT_S``) is ended by the server. Another
+    transaction holds the task node's lock for longer than that: the attempt fails
+    ``MirrorUnavailable`` of category ``BENIGN``, which the SDK logs at DEBUG with no WARNING
+    and no traceback, and the next attempt copies the write once the lock is gone."""
+    caplog.set_level(logging.DEBUG, logger="temporalio.activity")
+    await history.create_task("t", "g")
+    await mirrored(history, "t")
+    key = history.workflow_id("t")
+    async with graph.driver.session(database=graph.database) as session:
+        lock = await session.begin_transaction()
+        await lock.run("MATCH (t:Task {key: $k}) SET t.held = true", k=key)
+        assert (await history.record_event("t", "message", "while held")).recorded
+
+        def failed_attempts() -> list[logging.LogRecord]:
+            return [r for r in caplog.records if r.getMessage().startswith("Completing activity")]
+
+        async def attempt_failed() -> bool:
+            return bool(failed_attempts())
+
+        await eventually(attempt_failed, within=NEO4J_TRANSACTION_TIMEOUT_S + 20)
+        await lock.rollback()
+    await mirrored(history, "t", within=60)
+    (failed, *_) = failed_attempts()
+    assert failed.levelno == logging.DEBUG and MIRROR_UNAVAILABLE in str(failed.exc_info)
+    warned = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not [r for r in warned if r.name.startswith("temporalio")], warned
+    events = await graph.events(history.project_id, key, 0, 10, 10)
+    assert [e.payload for e in events] == ["while held"]
