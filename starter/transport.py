@@ -244,8 +244,8 @@ class Transport:
             except RPCError as err:
                 if not _busy(err):
                     if _no_worker(err):
-                        queue = await self._task_queue_of(workflow_id)
-                        raise self._unavailable(err, queue) from err
+                        named = await self._task_queue_of(workflow_id)
+                        raise self._unavailable(err, named) from err
                     if _lost(err):
                         raise self._unavailable(err) from err
                     raise
