@@ -248,6 +248,12 @@ class Settings(BaseSettings):
     """Neo4j password; None means the one ``agent-tasks dev up`` generated in the data folder."""
     neo4j_database: str = "neo4j"
     """Neo4j database the mirror writes to."""
+    neo4j_max_writes: int = Field(default=4, ge=1, le=256)
+    """Mirror transactions one worker process runs at once (``TaskGraph.write_task``, whose
+    default is the same, ``NEO4J_MAX_WRITES``); the rest wait their turn. More of them than
+    the Neo4j server has cores only makes each one slower, and a cold server's first ones ran
+    out of transaction time (``./run main``, 16 at once). Raise it for a Neo4j with more
+    cores, or one far away."""
     data_dir: Path = Field(
         default_factory=default_data_dir, validation_alias="AGENT_TASKS_DATA_DIR"
     )

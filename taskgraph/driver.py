@@ -75,6 +75,13 @@ def open_driver(uri: str, auth: tuple[str, str]) -> AsyncDriver:
     )
 
 
+NEO4J_MAX_WRITES = 4
+"""The mirror's transactions one graph object runs at once, by default
+(``Settings.neo4j_max_writes``, whose default it is). Measured on a 2-core machine against a
+cold Neo4j, 16 tasks of 3 pages written at once: 6.3 to 9.7 s with no bound (each first page
+up to 9.4 s, near the 10 s transaction timeout), 3.0 to 3.5 s with 4 at a time after
+``ensure_schema``'s warm-up (``bench/RESULTS.md``)."""
+
 bounded = unit_of_work(timeout=NEO4J_TRANSACTION_TIMEOUT_S)
 """Marks a transaction function with the server-side ``NEO4J_TRANSACTION_TIMEOUT_S``."""
 
@@ -88,15 +95,24 @@ class GraphSession:
         database: the Neo4j database.
         tracer: an OpenTelemetry tracer (``telemetry.setup``) for the mirror's write spans;
             None: no OpenTelemetry code runs.
+        max_writes: the mirror's transactions this object runs at once (``write_task``;
+            ``Settings.neo4j_max_writes``).
     """
 
     def __init__(
-        self, driver: AsyncDriver, database: str = "neo4j", tracer: Tracer | None = None
+        self,
+        driver: AsyncDriver,
+        database: str = "neo4j",
+        tracer: Tracer | None = None,
+        max_writes: int = NEO4J_MAX_WRITES,
     ) -> None:
         self.driver = driver
         self.database = database
         self.tracer = tracer
         self._schema_ready = False
+        self._schema_lock = asyncio.Lock()
+        self._writes = asyncio.Semaphore(max_writes)
+        """The mirror's transactions at once (``Settings.neo4j_max_writes``)."""
 
     @asynccontextmanager
     async def _session(self) -> AsyncIterator[AsyncSession]:

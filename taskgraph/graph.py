@@ -60,8 +60,7 @@ class TaskGraph(MirrorWrites, GraphReads):
         async def work(tx: AsyncManagedTransaction) -> None:
             await store_tree(tx, project_id, workflow_id, tree_id, root)
 
-        if not self._schema_ready:
-            await self.init_schema()
+        await self.ensure_schema()
         async with self._session() as session:
             await session.execute_write(bounded(work))
 

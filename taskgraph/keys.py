@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, LiteralString, Protocol
 from taskgraph.keytree import Node, decode, encode, leaf_keys, parse_key_id, puncture
 
 if TYPE_CHECKING:  # the client imports this module (sealing): no driver import at run time
-    from neo4j import AsyncManagedTransaction
+    from neo4j import AsyncManagedTransaction, AsyncTransaction
 
 KEY_SCHEMA: tuple[LiteralString, ...] = (
     "CREATE CONSTRAINT key_tree IF NOT EXISTS FOR (n:KeyTree) REQUIRE n.tree_id IS UNIQUE",
@@ -101,7 +101,7 @@ async def store_tree(
 
 
 async def fetch_keys(
-    tx: AsyncManagedTransaction, project_id: str, key_ids: Sequence[str]
+    tx: AsyncManagedTransaction | AsyncTransaction, project_id: str, key_ids: Sequence[str]
 ) -> dict[str, bytes | None]:
     """The keys of ``key_ids`` in ``project_id``: key id -> key, or None for a key a redaction
     destroyed; a key id the store does not have is absent. A key tree's leaves are derived

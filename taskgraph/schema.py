@@ -40,11 +40,11 @@ SCHEMA_RULE_EXISTS = "Neo.ClientError.Schema.EquivalentSchemaRuleAlreadyExists"
 
 
 class GraphSchema(GraphSession):
-    """Creates the schema (``init_schema``) once per graph object."""
+    """Creates the schema (``init_schema``); ``MirrorWrites.ensure_schema`` runs it once per
+    graph object."""
 
     async def init_schema(self) -> None:
-        """Create the constraints and indexes of ``SCHEMA`` (idempotent). ``write_task``
-        runs it before its first write, so a worker can start while Neo4j is down.
+        """Create the constraints and indexes of ``SCHEMA`` (idempotent).
 
         ``IF NOT EXISTS`` does not cover two sessions creating the same rule at once (workers
         starting together): the one that loses gets ``EquivalentSchemaRuleAlreadyExists``,

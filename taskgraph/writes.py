@@ -12,12 +12,12 @@ arbitrary JSON and any Unicode are stored exactly as recorded.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime
 from typing import Any, LiteralString
 
-from neo4j import AsyncManagedTransaction
+from neo4j import AsyncManagedTransaction, AsyncTransaction
 
 from taskgraph.driver import bounded
 from taskgraph.keys import fetch_keys
@@ -29,8 +29,11 @@ from workflows.models import (
     Citations,
     Event,
     EventKind,
+    StepState,
     StepView,
+    TaskStatus,
     TaskView,
+    event_id,
     task_workflow_id,
 )
 
@@ -245,6 +248,110 @@ def step_properties(step: StepView) -> dict[str, Any]:
     return props
 
 
+Transaction = AsyncManagedTransaction | AsyncTransaction
+
+
+def _page_writer(
+    view: TaskView,
+    events: Sequence[Event],
+    steps: Sequence[StepView],
+    *,
+    mark: str | None,
+    mirrored_write: int | None,
+) -> Callable[[Transaction], Awaitable[None]]:
+    """The transaction function of one mirror page (``MirrorWrites.write_task``)."""
+    props = task_properties(view)
+    parent_key = None
+    if view.parent is not None:
+        parent_key = task_workflow_id(view.project_id, view.parent)
+    branch_key = None
+    if view.branched_from is not None:
+        branch_key = task_workflow_id(view.project_id, view.branched_from.task)
+    stamp = {} if mark is None else {"rebuild": mark}
+    seqs = [e.seq for e in events]
+    step_rows = [step_properties(s) | stamp for s in steps]
+    decisions = [
+        {"seq": e.seq, **(e.cites or Citations()).model_dump(mode="json")}
+        for e in events
+        if e.kind is EventKind.DECISION
+    ]
+    watermark = max(seqs, default=0)
+    sealed = [e.key_id for e in events if e.sealed is not None and e.key_id is not None]
+
+    async def work(tx: Transaction) -> None:
+        result = await tx.run(_TASK, t=props)
+        record = await result.single(strict=True)
+        was = record["was"]
+        if record["deleted"] or (was is not None and was.to_native() != props["created_at"]):
+            raise TaskIncarnationError(
+                f"task {view.workflow_id}: "
+                + ("the task was deleted" if record["deleted"] else f"created at {was}")
+                + f"; this task was created at {view.created_at.isoformat()}. Neo4j keeps "
+                "the earlier one (its name stays taken) and takes nothing of this one"
+            )
+        keys = await fetch_keys(tx, view.project_id, sealed) if sealed else {}
+        await (
+            await tx.run(
+                _PAGE,
+                key=view.workflow_id,
+                parent_key=parent_key,
+                branch_key=branch_key,
+                events=[event_properties(e) | stamp for e in unseal(events, keys)],
+                watermark=watermark,
+                mirrored_write=mirrored_write,
+                steps=step_rows,
+                decisions=decisions,
+            )
+        ).consume()
+
+    return work
+
+
+WARM_UP_PROJECT = "agent-tasks-warm-up"
+"""The project of the page ``ensure_schema`` writes and rolls back (nothing of it stays)."""
+
+
+def warm_up_page() -> tuple[TaskView, list[Event]]:
+    """A task's first page with one event, in the shapes a mirror page sends (the plans
+    Neo4j caches are by statement and parameter types)."""
+    now = datetime.now(UTC)
+    workflow_id = task_workflow_id(WARM_UP_PROJECT, "warm-up")
+    view = TaskView(
+        project_id=WARM_UP_PROJECT,
+        name="warm-up",
+        workflow_id=workflow_id,
+        goal="plan the mirror's statements",
+        agent_id="agent-tasks",
+        session_id=None,
+        parent=None,
+        metadata={},
+        status=TaskStatus.OPEN,
+        result=None,
+        error=None,
+        step_counts=dict.fromkeys(StepState, 0),
+        last_seq=1,
+        mirrored_seq=0,
+        unmirrored_writes=0,
+        mirror_error=None,
+        run_first_seq=1,
+        runs=1,
+        created_at=now,
+        updated_at=now,
+    )
+    event = Event(
+        id=event_id(workflow_id, 1),
+        seq=1,
+        kind=EventKind.MESSAGE,
+        payload="warm-up",
+        full_length=7,
+        full_sha256="0" * 64,
+        author="agent-tasks",
+        time=now,
+        request_id="warm-up",
+    )
+    return view, [event]
+
+
 class MirrorWrites(GraphSchema):
     """The mirror's writes (``write_task``) and the clean-ups of a rebuild and a project."""
 
@@ -333,8 +440,9 @@ class MirrorWrites(GraphSchema):
     ) -> None:
         """Merge the task node, ``events`` (with their NEXT links, decisions with their
         citations) and ``steps`` in one transaction of two statements (``_TASK``, then
-        ``_PAGE``; a third between them reads the keys of sealed events). Idempotent:
-        repeating it changes nothing.
+        ``_PAGE``; a third between them reads the keys of sealed events), at most
+        ``max_writes`` of them at once per graph object. Idempotent: repeating it changes
+        nothing.
         ``mark`` (a rebuild's id) is stamped on the event and step nodes as property
         ``rebuild`` (``drop_unmarked``). ``mirrored_write`` (the last page of a copy that
         reached the run's newest write: ``view.writes``) raises the node's
@@ -349,55 +457,35 @@ class MirrorWrites(GraphSchema):
                 workflow id, or the id was deleted (nothing is written).
             GraphIncomplete: a sealed event's key is not in the key store.
         """
-        props = task_properties(view)
-        parent_key = None
-        if view.parent is not None:
-            parent_key = task_workflow_id(view.project_id, view.parent)
-        branch_key = None
-        if view.branched_from is not None:
-            branch_key = task_workflow_id(view.project_id, view.branched_from.task)
-        stamp = {} if mark is None else {"rebuild": mark}
-        seqs = [e.seq for e in events]
-        step_rows = [step_properties(s) | stamp for s in steps]
-        decisions = [
-            {"seq": e.seq, **(e.cites or Citations()).model_dump(mode="json")}
-            for e in events
-            if e.kind is EventKind.DECISION
-        ]
-        watermark = max(seqs, default=0)
-        sealed = [e.key_id for e in events if e.sealed is not None and e.key_id is not None]
+        work = _page_writer(view, events, steps, mark=mark, mirrored_write=mirrored_write)
+        await self.ensure_schema()
+        async with self._writes:
+            with self._write_span(view, [e.seq for e in events], len(steps)):
+                async with self._session() as session:
+                    await session.execute_write(bounded(work))
 
-        async def work(tx: AsyncManagedTransaction) -> None:
-            result = await tx.run(_TASK, t=props)
-            record = await result.single(strict=True)
-            was = record["was"]
-            if record["deleted"] or (was is not None and was.to_native() != props["created_at"]):
-                raise TaskIncarnationError(
-                    f"task {view.workflow_id}: "
-                    + ("the task was deleted" if record["deleted"] else f"created at {was}")
-                    + f"; this task was created at {view.created_at.isoformat()}. Neo4j keeps "
-                    "the earlier one (its name stays taken) and takes nothing of this one"
-                )
-            keys = await fetch_keys(tx, view.project_id, sealed) if sealed else {}
-            await (
-                await tx.run(
-                    _PAGE,
-                    key=view.workflow_id,
-                    parent_key=parent_key,
-                    branch_key=branch_key,
-                    events=[event_properties(e) | stamp for e in unseal(events, keys)],
-                    watermark=watermark,
-                    mirrored_write=mirrored_write,
-                    steps=step_rows,
-                    decisions=decisions,
-                )
-            ).consume()
+    async def ensure_schema(self) -> None:
+        """Ready this graph object for writes, once, however many first writes come at once
+        (one does it, the others wait for it): the schema (``init_schema``), then the
+        mirror's statements planned and run in a transaction rolled back (``WARM_UP``).
 
-        if not self._schema_ready:
+        A cold Neo4j (a fresh ``./run main``) plans and compiles each statement the first time
+        it runs, on a JVM that has not compiled itself yet: an import's 16 first mirror pages
+        did that at once and every one of them ran out of transaction time (the catch-up took
+        27 s). Done once, before them, they find the plans cached.
+        """
+        if self._schema_ready:
+            return
+        async with self._schema_lock:
+            if self._schema_ready:
+                return
             await self.init_schema()
-        with self._write_span(view, seqs, len(step_rows)):
-            async with self._session() as session:
-                await session.execute_write(bounded(work))
+            view, events = warm_up_page()
+            work = _page_writer(view, events, [], mark=None, mirrored_write=None)
+            async with self._session() as session, await session.begin_transaction() as tx:
+                await work(tx)
+                await tx.rollback()
+            self._schema_ready = True
 
     def _write_span(
         self, view: TaskView, seqs: Sequence[int], steps: int

@@ -359,6 +359,17 @@ def test_defaults_are_the_local_stack() -> None:
     assert profile.connect_config() == {"target_host": "127.0.0.1:7233", "namespace": "default"}
 
 
+def test_the_mirrors_write_bound_is_the_graphs_default() -> None:
+    """``NEO4J_MAX_WRITES`` (a setting) defaults to what a ``TaskGraph`` made without it
+    takes, and is read from the environment."""
+    from taskgraph.driver import NEO4J_MAX_WRITES
+
+    assert Settings.model_fields["neo4j_max_writes"].default == NEO4J_MAX_WRITES
+    assert Settings.model_validate({"NEO4J_MAX_WRITES": "16"}).neo4j_max_writes == 16
+    with pytest.raises(ValidationError, match="neo4j_max_writes|NEO4J_MAX_WRITES"):
+        Settings.model_validate({"NEO4J_MAX_WRITES": "0"})
+
+
 def test_the_sdk_variables_shape_the_connection() -> None:
     profile = TemporalProfile.load(
         {
