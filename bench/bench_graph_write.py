@@ -20,16 +20,8 @@ from datetime import UTC, datetime
 from importlib.util import find_spec
 
 from taskgraph.graph import TaskGraph
+from taskgraph.writes import seed_event, seed_view
 from worker import open_services
-from workflows.models import (
-    Event,
-    EventKind,
-    StepState,
-    TaskStatus,
-    TaskView,
-    event_id,
-    task_workflow_id,
-)
 
 
 def _cpu() -> float:
@@ -41,46 +33,13 @@ async def write(
     graph: TaskGraph, project: str, task: str, pages: int, per_page: int
 ) -> list[float]:
     """Write ``pages`` pages into ``task``; returns each page's seconds."""
-    now, took, seq = datetime.now(UTC), [], 0
-    workflow_id = task_workflow_id(project, task)
-    for _ in range(pages):
+    now, took = datetime.now(UTC), []
+    for page in range(pages):
+        view = seed_view(project, task, last_seq=(page + 1) * per_page, now=now)
+        first = page * per_page + 1
         events = [
-            Event(
-                id=event_id(workflow_id, n),
-                seq=n,
-                kind=EventKind.MESSAGE,
-                payload="x" * 800,
-                full_length=800,
-                full_sha256="0" * 64,
-                author="bench",
-                time=now,
-                request_id=f"r{n}",
-            )
-            for n in range(seq + 1, seq + per_page + 1)
+            seed_event(view.workflow_id, n, "x" * 800, now) for n in range(first, first + per_page)
         ]
-        seq += per_page
-        view = TaskView(
-            project_id=project,
-            name=task,
-            workflow_id=workflow_id,
-            goal="write",
-            agent_id="bench",
-            session_id=None,
-            parent=None,
-            metadata={},
-            status=TaskStatus.OPEN,
-            result=None,
-            error=None,
-            step_counts=dict.fromkeys(StepState, 0),
-            last_seq=seq,
-            mirrored_seq=0,
-            unmirrored_writes=0,
-            mirror_error=None,
-            run_first_seq=1,
-            runs=1,
-            created_at=now,
-            updated_at=now,
-        )
         started = time.perf_counter()
         await graph.write_task(view, events, [])
         took.append(time.perf_counter() - started)

@@ -34,13 +34,10 @@ from starter.client import ConversationHistory
 from starter.replay import replay_histories
 from starter.writes import split_events
 from taskgraph.models import TaskFilter
-from taskgraph.writes import task_properties
+from taskgraph.writes import seed_view, task_properties
 from workflows.models import (
     AgentSpec,
-    StepState,
     TaskStatus,
-    TaskView,
-    task_workflow_id,
 )
 from workflows.task import TaskWorkflow
 
@@ -228,27 +225,12 @@ async def seed_tasks(bench: Bench, count: int) -> str:
     now = datetime.now(UTC)
     rows = [
         task_properties(
-            TaskView(
-                project_id=project,
-                name=f"task-{n:06d}",
-                workflow_id=task_workflow_id(project, f"task-{n:06d}"),
-                goal="seeded",
-                agent_id="bench",
-                session_id=None,
-                parent=None,
-                metadata={},
-                status=TaskStatus.DONE if n % 2 else TaskStatus.OPEN,
-                result=None,
-                error=None,
-                step_counts=dict.fromkeys(StepState, 0),
+            seed_view(
+                project,
+                f"task-{n:06d}",
                 last_seq=0,
-                mirrored_seq=0,
-                unmirrored_writes=0,
-                mirror_error=None,
-                run_first_seq=1,
-                runs=1,
-                created_at=now,
-                updated_at=now,
+                now=now,
+                status=TaskStatus.DONE if n % 2 else TaskStatus.OPEN,
             )
         )
         for n in range(count)

@@ -311,25 +311,30 @@ WARM_UP_PROJECT = "agent-tasks-warm-up"
 """The project of the page ``ensure_schema`` writes and rolls back (nothing of it stays)."""
 
 
-def warm_up_page() -> tuple[TaskView, list[Event]]:
-    """A task's first page with one event, in the shapes a mirror page sends (the plans
-    Neo4j caches are by statement and parameter types)."""
-    now = datetime.now(UTC)
-    workflow_id = task_workflow_id(WARM_UP_PROJECT, "warm-up")
-    view = TaskView(
-        project_id=WARM_UP_PROJECT,
-        name="warm-up",
-        workflow_id=workflow_id,
-        goal="plan the mirror's statements",
+def seed_view(
+    project_id: str,
+    name: str,
+    *,
+    last_seq: int,
+    now: datetime,
+    status: TaskStatus = TaskStatus.OPEN,
+) -> TaskView:
+    """The view of a task of one run with no steps, as its mirror pages carry it (the
+    warm-up page here; the benchmarks' pages and seeded tasks), created and updated ``now``."""
+    return TaskView(
+        project_id=project_id,
+        name=name,
+        workflow_id=task_workflow_id(project_id, name),
+        goal="seeded",
         agent_id="agent-tasks",
         session_id=None,
         parent=None,
         metadata={},
-        status=TaskStatus.OPEN,
+        status=status,
         result=None,
         error=None,
         step_counts=dict.fromkeys(StepState, 0),
-        last_seq=1,
+        last_seq=last_seq,
         mirrored_seq=0,
         unmirrored_writes=0,
         mirror_error=None,
@@ -338,18 +343,29 @@ def warm_up_page() -> tuple[TaskView, list[Event]]:
         created_at=now,
         updated_at=now,
     )
-    event = Event(
-        id=event_id(workflow_id, 1),
-        seq=1,
+
+
+def seed_event(workflow_id: str, seq: int, payload: str, now: datetime) -> Event:
+    """A message event of ``payload`` (its SHA-256 not computed: zeros) recorded ``now``."""
+    return Event(
+        id=event_id(workflow_id, seq),
+        seq=seq,
         kind=EventKind.MESSAGE,
-        payload="warm-up",
-        full_length=7,
+        payload=payload,
+        full_length=len(payload),
         full_sha256="0" * 64,
         author="agent-tasks",
         time=now,
-        request_id="warm-up",
+        request_id=f"r{seq}",
     )
-    return view, [event]
+
+
+def warm_up_page() -> tuple[TaskView, list[Event]]:
+    """A task's first page with one event, in the shapes a mirror page sends (the plans
+    Neo4j caches are by statement and parameter types)."""
+    now = datetime.now(UTC)
+    view = seed_view(WARM_UP_PROJECT, "warm-up", last_seq=1, now=now)
+    return view, [seed_event(view.workflow_id, 1, "warm-up", now)]
 
 
 class MirrorWrites(GraphSchema):
