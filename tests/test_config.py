@@ -366,7 +366,7 @@ def test_the_mirrors_write_bound_is_the_graphs_default() -> None:
 
     assert Settings.model_fields["neo4j_max_writes"].default == NEO4J_MAX_WRITES
     assert Settings.model_validate({"NEO4J_MAX_WRITES": "16"}).neo4j_max_writes == 16
-    with pytest.raises(ValidationError, match="neo4j_max_writes|NEO4J_MAX_WRITES"):
+    with pytest.raises(ValidationError, match="neo4j_max_writes"):
         Settings.model_validate({"NEO4J_MAX_WRITES": "0"})
 
 
