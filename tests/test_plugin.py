@@ -5,7 +5,11 @@ cannot), and a worker plugin refuses a client without the payload codec."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import types
+import typing
 import uuid
+from datetime import timedelta
 
 import pytest
 from pydantic import BaseModel
@@ -13,6 +17,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from plugin import PASSTHROUGH_MODULES
 from starter import (
     AgentContext,
     AgentSpec,
@@ -110,3 +115,37 @@ async def test_the_worker_plugin_refuses_a_client_without_the_codec(
     plain = await connected(settings)
     with pytest.raises(ValueError, match="data converter"):
         Worker(plain, task_queue="never-polled", plugins=[AgentTasksWorkerPlugin(graph)])
+
+
+IMMUTABLE = (str, int, float, bool, bytes, tuple, frozenset, timedelta, type(None))
+"""What a module-level value of a passed-through workflow module may be, besides modules,
+functions and classes: values a run cannot change for the next."""
+
+
+def test_the_passed_through_workflow_module_holds_no_state_a_run_could_change() -> None:
+    """``workflows.task`` is passed through the sandbox (``PASSTHROUGH_MODULES``), so every
+    run shares its module: it may hold constants, functions and classes only, and the
+    workflow class only methods (a run's state lives in its instance)."""
+    import workflows.task as module
+
+    assert "workflows.task" in PASSTHROUGH_MODULES
+    kinds = (types.ModuleType, types.FunctionType, type, typing._SpecialForm)
+    shared = {
+        name: value
+        for name, value in vars(module).items()
+        if not name.startswith("__") and not isinstance(value, kinds)
+    }
+    mutable = {
+        name: type(value).__name__
+        for name, value in shared.items()
+        if not isinstance(value, IMMUTABLE)
+        and not dataclasses.is_dataclass(value)  # RetryPolicy: read, never changed
+        and type(value).__name__ not in {"_Feature", "_SearchAttributeKey"}
+    }
+    assert not mutable, mutable
+    attributes = {
+        name
+        for name, value in vars(module.TaskWorkflow).items()
+        if not name.startswith("__") and not callable(value)
+    }
+    assert not attributes, attributes
