@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from importlib.util import find_spec
 
 from taskgraph.graph import TaskGraph
-from taskgraph.writes import seed_event, seed_view
+from taskgraph.seeds import seed_event, seed_view
 from worker import open_services
 
 

@@ -34,7 +34,8 @@ from starter.client import ConversationHistory
 from starter.replay import replay_histories
 from starter.writes import split_events
 from taskgraph.models import TaskFilter
-from taskgraph.writes import seed_view, task_properties
+from taskgraph.seeds import seed_view
+from taskgraph.writes import task_properties
 from workflows.models import (
     AgentSpec,
     TaskStatus,
