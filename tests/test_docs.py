@@ -8,6 +8,8 @@ from __future__ import annotations
 import ast
 import asyncio
 import importlib
+import json
+import os
 import re
 from datetime import timedelta
 from pathlib import Path
@@ -17,13 +19,17 @@ import pytest
 from pydantic import TypeAdapter, ValidationError
 from temporalio.client import Client
 
+from activities.files import file_tools
 from config import DEFAULT_TEMPORAL_ADDRESS, DEFAULT_TEMPORAL_NAMESPACE, Settings, default_data_dir
 from starter import ConversationHistory
+from starter.http import create_app
 from starter.tasks import TaskManager
 from starter.tasks import TaskStatus as SeedStatus
+from taskgraph.apikeys import ApiKeyStore
 from taskgraph.graph import TaskGraph
 from tests.approval_tools import call_then_report, goal
-from worker import DEFAULT_RETENTION, build_worker
+from tests.servers import served
+from worker import DEFAULT_RETENTION, Services, build_worker
 from workflows.errors import ErrorCode
 from workflows.mirroring import MIRROR_LONG_OUTAGE_FAILURES, mirror_pause
 from workflows.models import (
@@ -419,3 +425,112 @@ def test_every_python_block_is_run_by_a_test(page: Path, index: int) -> None:
             assert hasattr(loaded, name) or importlib.util.find_spec(f"{module}.{name}"), (
                 f"{page.name} block {index}: {module} has no {name}"
             )
+
+
+# --------------------------------------------------------------- the shell blocks
+
+
+def shell_blocks(page: Path) -> list[str]:
+    return re.findall(r"^```bash\n(.*?)^```", text(page), re.M | re.S)
+
+
+async def run_shell(block: str, env: dict[str, str], within: float = 180) -> str:
+    """Run a shell block with bash as a script (``-euo pipefail``) from the checkout's root;
+    returns its output, failing on a non-zero exit."""
+    process = await asyncio.create_subprocess_exec(
+        "bash",
+        "-euo",
+        "pipefail",
+        "-c",
+        block,
+        cwd=ROOT,
+        env={**os.environ, **env},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await asyncio.wait_for(process.communicate(), within)
+    said = out.decode()
+    assert process.returncode == 0, said
+    return said
+
+
+def lines_mentioning(word: str, folder: Path) -> str:
+    """What the demo agent answers about ``word`` in ``folder``, counted here."""
+    hits = {
+        path: sum(word in line.lower() for line in path.read_text(encoding="utf-8").splitlines())
+        for path in folder.rglob("*.py")
+    }
+    found = {path: n for path, n in hits.items() if n}
+    return f"{sum(found.values())} lines mention '{word}' in {len(found)} files"
+
+
+async def test_the_agent_tasks_pages_demo_command_runs(project_id: str) -> None:
+    """docs/agent-tasks.md's command, as a newcomer types it (``./run`` and all)."""
+    (block,) = shell_blocks(ROOT / "docs" / "agent-tasks.md")
+    said = await run_shell(block, {"AGENT_TASKS_PROJECT": project_id})
+    assert lines_mentioning("heartbeat", ROOT / "activities") in " ".join(said.split())
+
+
+FILES = ROOT / "activities"
+"""The folder the demo's file tools read in the HTTP page's test (as ``--path activities``)."""
+
+
+async def test_the_http_pages_agent_task_commands_run(services: Services, project_id: str) -> None:
+    """docs/http.md's curl commands that start an agent task and follow its stream, run by
+    bash as written against the API on uvicorn, ``API`` and ``KEY`` set as the page's first
+    block sets them; the stream ends with the task."""
+    (block,) = [b for b in shell_blocks(ROOT / "docs" / "http.md") if "files-demo" in b]
+    assert services.graph is not None
+    queue = f"docs-http-{project_id}"
+    settings = services.settings.model_copy(update={"temporal_task_queue": queue})
+    served_services = Services(settings, services.client, services.graph, services.broker)
+    _, key = await ApiKeyStore(services.graph).create(project_id, "docs")
+    async with (
+        build_worker(services.client, services.graph, queue, tools=file_tools(FILES)),
+        served(create_app(served_services)) as url,
+    ):
+        said = await run_shell(block, {"API": url, "KEY": key})
+    created, end = json.JSONDecoder().raw_decode(said)  # curl prints no newline after it
+    assert created["created"] and created["task"]["name"] == "find"
+    stream = said[end:]
+    events = re.findall(r"^event: (\w+)$", stream, re.M)
+    assert events[-1] == "done" and "update" in events
+    updates = [json.loads(line[5:]) for line in stream.splitlines() if line.startswith("data:")]
+    kinds = {u["kind"] for u in updates if "kind" in u}
+    assert kinds <= {"message", "tool_call"} and "tool_call" in kinds  # ?kinds= filtered
+    answer = lines_mentioning("heartbeat", FILES)
+    assert any(answer in u.get("payload", "") for u in updates), answer
+
+
+SHELL_RUN_BY = {
+    ("README.md", 0): ".ci/run runs `./run test`; a newcomer's check runs `./run main`",
+    ("agent-tasks.md", 0): "tests/test_docs.py::test_the_agent_tasks_pages_demo_command_runs",
+    ("http.md", 2): "tests/test_docs.py::test_the_http_pages_agent_task_commands_run",
+}
+"""The shell blocks a test (or CI itself) runs as written."""
+
+SHELL_SESSIONS = {
+    ("configuration-and-deploy.md", 0): "starts a second local stack, which stays up",
+    ("http.md", 0): "`serve` runs until it is stopped",
+    ("http.md", 1): "a terminal's session: `curl -N` follows the stream until the task ends",
+    ("input-and-children.md", 0): "alternatives answering one request (update or signal)",
+    ("page.md", 0): "alternatives answering one approval (accept, answer, ignore)",
+}
+"""The shell blocks that are a person's terminal session, not a script, and why; what they
+do runs in the Python blocks and the CLI's tests."""
+
+
+@pytest.mark.parametrize(
+    ("page", "index"),
+    [(page, i) for page in PAGES for i in range(len(shell_blocks(page)))],
+    ids=lambda value: value.name if isinstance(value, Path) else str(value),
+)
+def test_every_shell_block_is_run_or_is_a_terminal_session(page: Path, index: int) -> None:
+    """Each shell block of the README and docs/ is run by a test, or listed as a terminal
+    session with its reason: a new block is one or the other."""
+    key = (page.name, index)
+    assert (key in SHELL_RUN_BY) != (key in SHELL_SESSIONS), key
+    runner = SHELL_RUN_BY.get(key, "")
+    if runner.startswith("tests/"):
+        path, test = runner.split("::")
+        assert f"def {test}(" in text(ROOT / path), runner
