@@ -145,6 +145,12 @@ def rss_kib(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
+RSS_TASK_PREFIX = "rss-"
+"""The names of the RSS row's tasks begin so."""
+SETTLE_S = 120.0
+"""How long ``Bench.settle`` waits for one task's mirror (seconds)."""
+
+
 class Bench:
     """The servers, the clients, the workers and what the rows created (for clean-up)."""
 
@@ -209,6 +215,25 @@ class Bench:
             database_=self.graph.database,
         )
         return int(records[0]["s"]) if records else 0
+
+    async def settle(self) -> None:
+        """Wait until Neo4j holds every write of every task of ours this run started (at most
+        ``SETTLE_S`` each), so that a row starts with our worker as idle as the bare one is,
+        not still mirroring what the rows before it wrote."""
+        prefix = self.history.workflow_id("x")[:-1]
+        names = [  # the RSS row's tasks waited for their mirror in their row, whose worker
+            # processes are gone (a read of their view would find no worker)
+            w.removeprefix(prefix)
+            for w in self.started
+            if w.startswith(prefix) and not w.startswith(f"{prefix}{RSS_TASK_PREFIX}")
+        ]
+        gate = asyncio.Semaphore(20)
+
+        async def one(name: str) -> None:
+            async with gate:
+                await self.history.wait_mirrored(name, timeout_s=SETTLE_S)
+
+        await asyncio.gather(*(one(name) for name in names))
 
     async def cleanup(self) -> None:
         """Terminate every workflow the run started (they would stay open on the server)."""

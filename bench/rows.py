@@ -19,6 +19,7 @@ from temporalio.client import WorkflowHistory
 from bench.bare import BareSteps, BareWorkflow
 from bench.bench_step import per_step
 from bench.harness import (
+    RSS_TASK_PREFIX,
     Bench,
     Row,
     Sizes,
@@ -346,7 +347,7 @@ async def worker_rss(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: st
 
     async def open_ours(history: ConversationHistory, number: int) -> None:
         async with gate:
-            name = f"rss-{history.task_queue}-{number}"
+            name = f"{RSS_TASK_PREFIX}{history.task_queue}-{number}"
             assert (await history.create_task(name, "rss")).recorded
             bench.started.append(history.workflow_id(name))
             assert (await history.record_events(name, events)).recorded
