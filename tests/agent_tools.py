@@ -442,14 +442,17 @@ async def ask_then_fail(ctx: AgentContext) -> str:
 
 @agent("ask_loop")
 async def ask_loop(ctx: AgentContext) -> str:
-    """Asks ``input["questions"]`` questions (``q000`` ...), one after the other, with a
-    checkpoint before each (it continues as new between questions); keeps the answers in
-    ``ctx.state`` and returns them as a JSON list."""
+    """Asks ``input["questions"]`` questions (``q000`` ...), one after the other, each after
+    a step of ``echo`` and a checkpoint (the step's activity grows the history by five
+    events a question, so the run is suggested to continue as new however fast the answers
+    came: answers kept early are taken without a workflow task of their own); keeps the
+    answers in ``ctx.state`` and returns them as a JSON list."""
     count = ctx.input["questions"]
     assert isinstance(count, int)
     answers = ctx.state.setdefault("answers", [])
     assert isinstance(answers, list)
     while len(answers) < count:
+        await ctx.step(f"before-q{len(answers):03d}", "echo", {"text": str(len(answers))})
         await ctx.checkpoint()
         answers.append(await ctx.ask(f"q{len(answers):03d}", f"Question {len(answers)}?"))
     return json.dumps(answers)

@@ -147,7 +147,7 @@ async def _answers_while_continuing_as_new(
     )
     count = 40
     async with build_worker(client, graph, queue, tools=TOOLS, scripts=SCRIPTS):
-        spec = AgentSpec(name="ask_loop", input={"questions": count})
+        spec = AgentSpec(name="ask_loop", tools=["echo"], input={"questions": count})
         assert (await history.create_task("t", "loop", agent=spec)).recorded
         for i in range(count):
             sent = await history.submit_input("t", i * 7, input_id=f"q{i:03d}")
