@@ -27,14 +27,22 @@ class TcpProxy:
         """True while new connections are held too (``hold(new=True)``)."""
         self.connections = 0
         """How many connections it has accepted."""
+        self.sent = 0
+        """Bytes its clients have sent (held ones too: they are counted as they arrive)."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._server: asyncio.Server | None = None
 
     async def _pipe(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, gate: asyncio.Event
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        gate: asyncio.Event,
+        from_client: bool,
     ) -> None:
         try:
             while data := await reader.read(65536):
+                if from_client:
+                    self.sent += len(data)
                 await gate.wait()
                 writer.write(data)
                 await writer.drain()
@@ -52,8 +60,11 @@ class TcpProxy:
         else:
             gate.set()
             self._gates.append(gate)
-        for reader, writer in ((client_r, server_w), (server_r, client_w)):
-            task = asyncio.create_task(self._pipe(reader, writer, gate))
+        for reader, writer, from_client in (
+            (client_r, server_w, True),
+            (server_r, client_w, False),
+        ):
+            task = asyncio.create_task(self._pipe(reader, writer, gate, from_client))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
