@@ -107,7 +107,7 @@ async def open_graph(settings: Settings, *, schema: bool = False) -> AsyncIterat
         tracer = telemetry.setup(settings.exporters()).tracer
         graph = TaskGraph(driver, settings.neo4j_database, tracer, settings.neo4j_max_writes)
         if schema:
-            await asyncio.wait_for(graph.ensure_schema(), SCHEMA_TIMEOUT_S)
+            await asyncio.wait_for(graph.ensure_ready(), SCHEMA_TIMEOUT_S)
         yield graph
     finally:
         await driver.close()
@@ -403,7 +403,7 @@ async def run_worker(settings: Settings | None = None) -> None:
     async with open_services(settings) as services:
         assert services.graph is not None
         try:
-            await asyncio.wait_for(services.graph.ensure_schema(), SCHEMA_TIMEOUT_S)
+            await asyncio.wait_for(services.graph.ensure_ready(), SCHEMA_TIMEOUT_S)
         except (TimeoutError, Neo4jError, DriverError) as err:
             print(f"Neo4j schema not created yet ({err!r}); the mirror will create it", flush=True)
         queue = services.settings.temporal_task_queue

@@ -40,8 +40,18 @@ SCHEMA_RULE_EXISTS = "Neo.ClientError.Schema.EquivalentSchemaRuleAlreadyExists"
 
 
 class GraphSchema(GraphSession):
-    """Creates the schema (``init_schema``); ``MirrorWrites.ensure_schema`` runs it once per
-    graph object."""
+    """Creates the schema (``init_schema``; ``ensure_schema`` runs it once per graph
+    object)."""
+
+    async def ensure_schema(self) -> None:
+        """``init_schema`` once per graph object, before its first write (so a worker can
+        start while Neo4j is down), however many first writes come at once: one runs it, the
+        others wait for it, where each used to run it."""
+        if self._schema_ready:
+            return
+        async with self._schema_lock:
+            if not self._schema_ready:
+                await self.init_schema()
 
     async def init_schema(self) -> None:
         """Create the constraints and indexes of ``SCHEMA`` (idempotent).

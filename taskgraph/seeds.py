@@ -1,5 +1,5 @@
 """Pages of made-up tasks in the shapes the mirror writes: the page a graph object writes and
-rolls back to plan its statements (``MirrorWrites.ensure_schema``), and the benchmarks'
+rolls back to plan its statements (``MirrorWrites.ensure_ready``), and the benchmarks'
 pages and seeded tasks."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from workflows.models import (
 )
 
 WARM_UP_PROJECT = "agent-tasks-warm-up"
-"""The project of the page ``ensure_schema`` writes and rolls back (nothing of it stays)."""
+"""The project of the page ``ensure_ready`` writes and rolls back (nothing of it stays)."""
 
 
 def seed_view(

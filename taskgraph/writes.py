@@ -411,34 +411,36 @@ class MirrorWrites(GraphSchema):
             GraphIncomplete: a sealed event's key is not in the key store.
         """
         work = _page_writer(view, events, steps, mark=mark, mirrored_write=mirrored_write)
-        await self.ensure_schema()
+        await self.ensure_ready()
         async with self._writes:
             with self._write_span(view, [e.seq for e in events], len(steps)):
                 async with self._session() as session:
                     await session.execute_write(bounded(work))
 
-    async def ensure_schema(self) -> None:
-        """Ready this graph object for writes, once, however many first writes come at once
-        (one does it, the others wait for it): the schema (``init_schema``), then the
-        mirror's statements planned and run in a transaction rolled back (``WARM_UP``).
+    async def ensure_ready(self) -> None:
+        """Ready this graph object for the mirror's writes, once, however many first writes
+        come at once (one does it, the others wait for it): the schema (``ensure_schema``),
+        then the mirror's statements planned and run in a transaction rolled back
+        (``warm_up_page``).
 
         A cold Neo4j (a fresh ``./run main``) plans and compiles each statement the first time
         it runs, on a JVM that has not compiled itself yet: an import's 16 first mirror pages
         did that at once and every one of them ran out of transaction time (the catch-up took
-        27 s). Done once, before them, they find the plans cached.
+        27 s). Done once, before them, they find the plans cached. (A client storing a key
+        tree needs the schema only: ``put_tree`` does not wait for this.)
         """
-        if self._schema_ready:
+        if self._warm:
             return
+        await self.ensure_schema()
         async with self._schema_lock:
-            if self._schema_ready:
+            if self._warm:
                 return
-            await self.init_schema()
             view, events = warm_up_page()
             work = _page_writer(view, events, [], mark=None, mirrored_write=None)
             async with self._session() as session, await session.begin_transaction() as tx:
                 await work(tx)
                 await tx.rollback()
-            self._schema_ready = True
+            self._warm = True
 
     def _write_span(
         self, view: TaskView, seqs: Sequence[int], steps: int

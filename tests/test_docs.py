@@ -219,8 +219,13 @@ def test_the_configuration_defaults_are_the_codes() -> None:
 # ------------------------------------------------------------------- the snippets run
 
 
+def code_blocks(page: Path, language: str) -> list[str]:
+    """The page's fenced blocks of ``language`` (``python``, ``bash``), in order."""
+    return re.findall(rf"^```{language}\n(.*?)^```", text(page), re.M | re.S)
+
+
 def python_blocks(page: Path) -> list[str]:
-    return re.findall(r"^```python\n(.*?)^```", text(page), re.M | re.S)
+    return code_blocks(page, "python")
 
 
 async def run_snippet(
@@ -431,7 +436,7 @@ def test_every_python_block_is_run_by_a_test(page: Path, index: int) -> None:
 
 
 def shell_blocks(page: Path) -> list[str]:
-    return re.findall(r"^```bash\n(.*?)^```", text(page), re.M | re.S)
+    return code_blocks(page, "bash")
 
 
 async def run_shell(block: str, env: dict[str, str], within: float = 180) -> str:

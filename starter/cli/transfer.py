@@ -69,7 +69,7 @@ def import_command(
             assert history.graph is not None
             async with contextlib.AsyncExitStack() as stack:
                 if with_worker:
-                    await history.graph.ensure_schema()
+                    await history.graph.ensure_ready()
                     await stack.enter_async_context(
                         build_worker(history.client, history.graph, history.task_queue)
                     )
