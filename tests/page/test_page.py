@@ -241,10 +241,10 @@ async def test_the_tasks_list_filters_and_the_tree_is_live(ann: Person, shots: P
         input={"children": 2}))  # fmt: skip
     await ann.history.create_task("lone", "nothing", session_id="s-1")
 
-    async def spawned() -> bool:
-        return len(await ann.history.find_tasks(parent="fan", limit=10)) == 2
+    async def mirrored() -> bool:  # the list reads Neo4j: the parent, its two children, lone
+        return len(await ann.history.find_tasks(limit=10)) == 4
 
-    await eventually(spawned)
+    await eventually(mirrored)
     tab = await ann.page()
     await tab.goto(f"{ann.site}/ui/tasks")
     await tab.wait_for_selector("body[data-ready=true]")
