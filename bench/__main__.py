@@ -32,8 +32,8 @@ def bench_command(
         list[str] | None,
         typer.Option(
             "--only",
-            help="Only these row groups (repeat): writes, batch, writers, ledger, lag, list, "
-            "step, rss.",
+            help="Only these row groups (repeat): writes, batch, writers, apart, ledger, lag, "
+            "list, step, rss.",
         ),
     ] = None,
     shared: Annotated[
@@ -102,6 +102,23 @@ def _render(report: dict[str, Any]) -> None:
             row["goal"],
         )
     console.print(out)
+    profiled = [row for row in report["rows"] if row["cpu_ms"]]
+    if profiled:
+        console.print(_cpu_table(profiled))
+
+
+def _cpu_table(rows: list[dict[str, Any]]) -> Table:
+    """CPU per event (ms, medians) by process, ours and the baseline, of the rows that
+    profile it (``bench.harness.cpu_profile``)."""
+    processes = sorted({name for row in rows for side in row["cpu_ms"].values() for name in side})
+    out = Table(title="CPU per event by process (ms, p50): where a row's cost falls")
+    for column in ("row", "side", *processes, "all"):
+        out.add_column(column)
+    for row in rows:
+        for side, spent in row["cpu_ms"].items():
+            cells = [_number(spent.get(name)) for name in processes]
+            out.add_row(row["row"], side, *cells, _number(sum(spent.values())))
+    return out
 
 
 app = typer.Typer(add_completion=False)

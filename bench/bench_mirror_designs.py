@@ -158,7 +158,7 @@ async def block(
     queue: str,
     design: str,
     items: list[dict[str, Any]],
-    pids: list[int],
+    pids: dict[str, int],
     lag_s: float,
 ) -> dict[str, Any]:
     """One block of one design (or ``bare``): back-to-back writes, then the lag run."""
@@ -166,7 +166,7 @@ async def block(
     name = f"design/{design}/{uuid.uuid4().hex[:8]}"
     handle = await client.start_workflow(workflow.run, id=name, task_queue=queue)
     took = []
-    before = cpu_seconds(pids)
+    before = sum(cpu_seconds(pids).values())
     for item in items:
         started = time.perf_counter()
         await handle.execute_update(BareWorkflow.append, [item])
@@ -175,7 +175,7 @@ async def block(
         while await _mirrored(graph, name) < len(items):  # noqa: ASYNC110 (Neo4j is polled)
             await asyncio.sleep(0.01)
     await asyncio.sleep(0.3)
-    cpu = (cpu_seconds(pids) - before) / len(items)
+    cpu = (sum(cpu_seconds(pids).values()) - before) / len(items)
     events, tasks = await _per_write(handle, len(items))
     await handle.signal(BareWorkflow.close)
     lag: list[float] = []
@@ -245,7 +245,11 @@ async def main(writes: int, rounds: int, lag_s: float, age_s: float) -> None:
             graph = services.graph
             assert graph is not None
             neo4j_pid = Neo4jServer(settings.data_dir, 0).running_pid()
-            pids = [p for p in (temporal_pid, neo4j_pid) if p is not None]
+            pids = {
+                name: pid
+                for name, pid in (("temporal", temporal_pid), ("neo4j", neo4j_pid))
+                if pid is not None
+            }
             queue = f"designs-{uuid.uuid4().hex[:6]}"
             mirror = DesignMirror(client, graph, age_s)
             worker = Worker(

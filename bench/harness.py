@@ -10,7 +10,7 @@ import os
 import statistics
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -81,6 +81,9 @@ class Row:
     ours: list[float] = field(default_factory=list)
     base: list[float] = field(default_factory=list)
     base_name: str = "bare"
+    cpu: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    """CPU time per event (seconds) by side (``ours``, ``bare``) and process
+    (``cpu_profile``), for the rows that profile it."""
 
     def samples(self, side: str) -> list[float]:
         """The samples of ``side`` (``ours`` or ``bare``)."""
@@ -100,6 +103,10 @@ class Row:
             "ratio": ours / base if ours is not None and base else None,
             "goal": self.goal,
             "n": len(self.ours),
+            "cpu_ms": {
+                side: {name: 1000 * statistics.median(v) for name, v in processes.items()}
+                for side, processes in self.cpu.items()
+            },
         }
 
 
@@ -122,19 +129,32 @@ def transcript(count: int) -> list[EventInput]:
     return list(itertools.islice(itertools.cycle(source), count))
 
 
-def cpu_seconds(pids: list[int]) -> float:
-    """CPU time (user and system, seconds) of this process and of ``pids`` so far."""
+def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
+    """CPU time (user and system, seconds) so far of this process (``bench``) and of each of
+    ``pids`` (a name per process; one that is gone counts 0)."""
     own = os.times()
-    total = own.user + own.system
+    spent = {"bench": own.user + own.system}
     ticks = os.sysconf("SC_CLK_TCK")
-    for pid in pids:
+    for name, pid in pids.items():
         try:
             text = Path(f"/proc/{pid}/stat").read_text()
         except OSError:
+            spent[name] = 0.0
             continue
         fields = text[text.rindex(")") + 2 :].split()
-        total += (int(fields[11]) + int(fields[12])) / ticks
-    return total
+        spent[name] = (int(fields[11]) + int(fields[12])) / ticks
+    return spent
+
+
+@contextlib.contextmanager
+def cpu_profile(bench: Bench, row: Row, side: str, events: int) -> Iterator[None]:
+    """Add to ``row.cpu`` the CPU time per event (seconds) of each process (``cpu_seconds``
+    of ``bench.server_pids``) over the block inside: which process a row's cost falls on."""
+    before = cpu_seconds(bench.server_pids)
+    yield
+    after = cpu_seconds(bench.server_pids)
+    for name, seconds in after.items():
+        row.cpu.setdefault(side, {}).setdefault(name, []).append((seconds - before[name]) / events)
 
 
 def rss_kib(pid: int) -> int:
@@ -145,8 +165,9 @@ def rss_kib(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
-RSS_TASK_PREFIX = "rss-"
-"""The names of the RSS row's tasks begin so."""
+WORKER_PROCESS_PREFIX = "proc-"
+"""The names of the tasks whose worker is a process of their row's own (the RSS and the
+workers-apart rows) begin so: their row waits for their mirror, ``Bench.settle`` skips them."""
 SETTLE_S = 120.0
 """How long ``Bench.settle`` waits for one task's mirror (seconds)."""
 
@@ -181,8 +202,13 @@ class Bench:
         """Workflow ids to terminate at the end."""
         self.numbers = itertools.count()
         neo4j_pid = Neo4jServer(settings.data_dir, 0).running_pid()
-        self.server_pids = [pid for pid in (temporal_pid, neo4j_pid) if pid is not None]
-        """Temporal's and the local stack's Neo4j (for their CPU time); none when external."""
+        self.server_pids = {
+            name: pid
+            for name, pid in (("temporal", temporal_pid), ("neo4j", neo4j_pid))
+            if pid is not None
+        }
+        """Temporal's and the local stack's Neo4j by name (for their CPU time); none when
+        external."""
         address = client.service_client.config.target_host
         self.worker_env = {**os.environ, "TEMPORAL_ADDRESS": address}
         """The environment of the RSS row's worker processes (they reach the same server)."""
@@ -221,11 +247,11 @@ class Bench:
         ``SETTLE_S`` each), so that a row starts with our worker as idle as the bare one is,
         not still mirroring what the rows before it wrote."""
         prefix = self.history.workflow_id("x")[:-1]
-        names = [  # the RSS row's tasks waited for their mirror in their row, whose worker
-            # processes are gone (a read of their view would find no worker)
+        names = [  # a worker process's tasks waited for their mirror in their row, whose
+            # worker is gone (a read of their view would find no worker)
             w.removeprefix(prefix)
             for w in self.started
-            if w.startswith(prefix) and not w.startswith(f"{prefix}{RSS_TASK_PREFIX}")
+            if w.startswith(prefix) and not w.startswith(f"{prefix}{WORKER_PROCESS_PREFIX}")
         ]
         gate = asyncio.Semaphore(20)
 

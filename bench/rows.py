@@ -11,6 +11,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any, LiteralString
 
 from neo4j import AsyncManagedTransaction
@@ -19,12 +20,13 @@ from temporalio.client import WorkflowHistory
 from bench.bare import BareSteps, BareWorkflow
 from bench.bench_step import per_step
 from bench.harness import (
-    RSS_TASK_PREFIX,
+    SETTLE_S,
+    WORKER_PROCESS_PREFIX,
     Bench,
     Row,
     Sizes,
     both,
-    cpu_seconds,
+    cpu_profile,
     event_json,
     replace_queue,
     rss_kib,
@@ -39,6 +41,7 @@ from taskgraph.seeds import seed_view
 from taskgraph.writes import task_properties
 from workflows.models import (
     AgentSpec,
+    EventInput,
     TaskStatus,
 )
 from workflows.task import TaskWorkflow
@@ -74,13 +77,36 @@ async def single_writes(bench: Bench, sizes: Sizes, rows: dict[str, Row], first:
 
     async def block(write: Callable[[float], Awaitable[list[float]]], side: str) -> None:
         rows["quiet"].samples(side).extend(await write(sizes.pause_s))
-        before = cpu_seconds(bench.server_pids)
-        rows["b2b"].samples(side).extend(await (cpu_ours() if side == "ours" else write(0.0)))
-        await asyncio.sleep(0.3)  # the same settling time for both
-        spent = cpu_seconds(bench.server_pids) - before
-        rows["cpu"].samples(side).append(spent / len(events))
+        cpu = rows["cpu"]
+        with cpu_profile(bench, cpu, side, len(events)):
+            rows["b2b"].samples(side).extend(await (cpu_ours() if side == "ours" else write(0.0)))
+            await asyncio.sleep(0.3)  # the same settling time for both
+        cpu.samples(side).append(sum(spent[-1] for spent in cpu.cpu[side].values()))
 
     await both(first, lambda: block(write_ours, "ours"), lambda: block(write_bare, "bare"))
+
+
+async def import_ours(
+    bench: Bench, history: ConversationHistory, name: str, events: list[EventInput], row: Row
+) -> None:
+    """``record_events`` of ``events`` into the task ``name``, acknowledged: one sample of
+    ``row`` (events/s) and its CPU profile."""
+    with cpu_profile(bench, row, "ours", len(events)):
+        took = await timed(history.record_events(name, events))
+    row.ours.append(len(events) / took)
+
+
+async def import_bare(handle: Any, bench: Bench, events: list[EventInput], row: Row) -> None:
+    """The same chunks (``split_events``) as updates of the bare workflow ``handle``."""
+    chunks = [event_json(chunk) for chunk in split_events(events)]
+
+    async def send() -> None:
+        for chunk in chunks:
+            await handle.execute_update(BareWorkflow.append, chunk)
+
+    with cpu_profile(bench, row, "bare", len(events)):
+        took = await timed(send())
+    row.base.append(len(events) / took)
 
 
 async def batch_and_replay(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: str) -> None:
@@ -90,8 +116,7 @@ async def batch_and_replay(bench: Bench, sizes: Sizes, rows: dict[str, Row], fir
 
     async def ours() -> None:
         name = await bench.task()
-        took = await timed(bench.history.record_events(name, events))
-        rows["batch"].ours.append(len(events) / took)
+        await import_ours(bench, bench.history, name, events, rows["batch"])
         workflow_id = bench.history.workflow_id(name)
         runs = [e async for e in bench.client.list_workflows(f"WorkflowId = '{workflow_id}'")]
         histories = [
@@ -102,11 +127,7 @@ async def batch_and_replay(bench: Bench, sizes: Sizes, rows: dict[str, Row], fir
 
     async def bare() -> None:
         handle = await bench.bare()
-        chunks = [event_json(chunk) for chunk in split_events(events)]
-        started = time.perf_counter()
-        for chunk in chunks:
-            await handle.execute_update(BareWorkflow.append, chunk)
-        rows["batch"].base.append(len(events) / (time.perf_counter() - started))
+        await import_bare(handle, bench, events, rows["batch"])
         rows["replay"].base.append(await _replay([await handle.fetch_history()], BareWorkflow))
 
     await both(first, ours, bare)
@@ -121,28 +142,88 @@ async def _replay(histories: list[WorkflowHistory], workflow: type) -> float:
     return took
 
 
-async def writers(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: str) -> None:
-    """``writers`` writers, each on its own task, single events back to back."""
-    events = transcript(sizes.writer_events)
-    total = sizes.writers * len(events)
+async def write_ours(
+    bench: Bench, history: ConversationHistory, names: list[str], events: list[EventInput], row: Row
+) -> None:
+    """One writer per task of ``names``, each writing ``events`` one at a time, all at once:
+    one sample of ``row`` (events/s) and its CPU profile."""
 
     async def write(name: str) -> None:
         for event in events:
-            assert (await bench.history.record_events(name, [event])).recorded
+            assert (await history.record_events(name, [event])).recorded
+
+    total = len(names) * len(events)
+    with cpu_profile(bench, row, "ours", total):
+        took = await timed(asyncio.gather(*map(write, names)))
+    row.ours.append(total / took)
+
+
+async def write_bare(bench: Bench, handles: list[Any], events: list[EventInput], row: Row) -> None:
+    """The same into bare workflows, one update per event."""
 
     async def append(handle: Any) -> None:
         for event in event_json(events):
             await handle.execute_update(BareWorkflow.append, [event])
 
+    total = len(handles) * len(events)
+    with cpu_profile(bench, row, "bare", total):
+        took = await timed(asyncio.gather(*map(append, handles)))
+    row.base.append(total / took)
+
+
+async def writers(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: str) -> None:
+    """``writers`` writers, each on its own task, single events back to back."""
+    events = transcript(sizes.writer_events)
+
     async def ours() -> None:
         names = [await bench.task() for _ in range(sizes.writers)]
-        rows["writers"].ours.append(total / await timed(asyncio.gather(*map(write, names))))
+        await write_ours(bench, bench.history, names, events, rows["writers"])
 
     async def bare() -> None:
         handles = [await bench.bare() for _ in range(sizes.writers)]
-        rows["writers"].base.append(total / await timed(asyncio.gather(*map(append, handles))))
+        await write_bare(bench, handles, events, rows["writers"])
 
     await both(first, ours, bare)
+
+
+async def workers_apart(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: str) -> None:
+    """The batch import and the writers again with each side's worker in a process of its
+    own (``worker_process``), so this process holds the clients alone, as an app and its
+    workers are deployed; the CPU profile gives the worker a column of its own. Our tasks are
+    mirrored before their worker stops."""
+    batch = transcript(sizes.batch_events)
+    events = transcript(sizes.writer_events)
+
+    async def block(side: str) -> None:
+        queue = f"{bench.queue}-apart-{side}"
+        history = replace_queue(bench.history, queue)
+        async with worker_process(side, queue, bench.worker_env) as pid:
+            bench.server_pids["worker"] = pid
+            try:
+                if side == "bare":
+                    await import_bare(await bench.bare(queue), bench, batch, rows["batch_apart"])
+                    handles = [await bench.bare(queue) for _ in range(sizes.writers)]
+                    await write_bare(bench, handles, events, rows["writers_apart"])
+                    return
+                name = await apart_task(bench, history)
+                await import_ours(bench, history, name, batch, rows["batch_apart"])
+                names = [await apart_task(bench, history) for _ in range(sizes.writers)]
+                await write_ours(bench, history, names, events, rows["writers_apart"])
+                for task in (name, *names):
+                    await history.wait_mirrored(task, timeout_s=SETTLE_S)
+            finally:
+                del bench.server_pids["worker"]
+
+    await both(first, lambda: block("ours"), lambda: block("bare"))
+
+
+async def apart_task(bench: Bench, history: ConversationHistory) -> str:
+    """A new task of ``history``'s task queue (a worker process's), which ``Bench.settle``
+    skips; returns its name."""
+    name = f"{WORKER_PROCESS_PREFIX}{history.task_queue}-{next(bench.numbers)}"
+    assert (await history.create_task(name, "bench")).recorded
+    bench.started.append(history.workflow_id(name))
+    return name
 
 
 _LEDGER_EVENT: LiteralString = """
@@ -163,7 +244,8 @@ merged on its key and linked after the previous one, in one write transaction.""
 
 async def neo4j_ledger(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: str) -> None:
     """The same transcript written one event per write: ours by update, a Neo4j-only ledger
-    by one write transaction each."""
+    by one write transaction each; then Temporal's floor of such a ledger (bare updates, one
+    event each) against the Neo4j-only ledger again."""
     events = transcript(sizes.transcript_events)
 
     async def ours() -> None:
@@ -173,7 +255,14 @@ async def neo4j_ledger(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: 
             assert (await bench.history.record_events(name, [event])).recorded
         rows["ledger"].ours.append(len(events) / (time.perf_counter() - started))
 
-    async def ledger() -> None:
+    async def floor() -> None:
+        handle = await bench.bare()
+        started = time.perf_counter()
+        for event in event_json(events):
+            await handle.execute_update(BareWorkflow.append, [event])
+        rows["floor"].ours.append(len(events) / (time.perf_counter() - started))
+
+    async def ledger(row: Row) -> None:
         key = f"ledger/{bench.project}/{uuid.uuid4().hex[:8]}"
 
         async def write(tx: AsyncManagedTransaction, event: dict[str, Any]) -> None:
@@ -184,9 +273,10 @@ async def neo4j_ledger(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: 
         async with bench.graph.driver.session(database=bench.graph.database) as session:
             for event in event_json(events):
                 await session.execute_write(write, event)
-        rows["ledger"].base.append(len(events) / (time.perf_counter() - started))
+        row.base.append(len(events) / (time.perf_counter() - started))
 
-    await both(first, ours, ledger)
+    await both(first, ours, partial(ledger, rows["ledger"]))
+    await both(first, floor, partial(ledger, rows["floor"]))
 
 
 async def mirror_lag(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: str) -> None:
@@ -347,7 +437,7 @@ async def worker_rss(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: st
 
     async def open_ours(history: ConversationHistory, number: int) -> None:
         async with gate:
-            name = f"{RSS_TASK_PREFIX}{history.task_queue}-{number}"
+            name = f"{WORKER_PROCESS_PREFIX}{history.task_queue}-{number}"
             assert (await history.create_task(name, "rss")).recorded
             bench.started.append(history.workflow_id(name))
             assert (await history.record_events(name, events)).recorded

@@ -15,8 +15,16 @@ payload codec.
   chunks (``split_events``) as updates.
 - replay: ``starter.replay`` of every run of that task; bare: the bare workflow's history.
 - 20 writers: 20 tasks, one writer each, single events back to back; bare: 20 workflows.
+- workers apart: the batch import and the 20 writers again, each side's worker in a process
+  of its own (``bench.rss_worker``) and this process the clients' alone, as an app and its
+  workers are deployed (in the rows above one process runs the clients and both workers).
 - transcript, one write each: ``record_event`` per event, acknowledged; baseline: a
-  Neo4j-only ledger, one write transaction per event (MERGE on the key, NEXT link).
+  Neo4j-only ledger, one write transaction per event (MERGE on the key, NEXT link). The row
+  after it is Temporal's own floor of that ledger (a bare update per event) against the same
+  baseline: no ledger written by Temporal updates goes above it.
+- CPU by process: the CPU, batch and writers rows (and their rows apart) also split their
+  CPU time per event by process (this one, which runs the clients and, but apart, both
+  workers; the worker apart; Temporal; Neo4j), printed below the table.
 - mirror lag: 20 writes/s of 5 events into one task, sent to visible in Neo4j; baseline: the
   same writes, sent to acknowledged.
 - list by status: ``TaskGraph.find_tasks``, pages of 50 of 10,000 tasks; baseline: the
@@ -54,6 +62,7 @@ from bench.rows import (
     seed_tasks,
     single_writes,
     worker_rss,
+    workers_apart,
     writers,
 )
 from config import Settings, connect
@@ -85,10 +94,20 @@ def make_rows(sizes: Sizes) -> dict[str, Row]:
         "cpu": Row("CPU per write, all processes", "ms", "<= 1.5"),
         "batch": Row(f"batch import, {sizes.batch_events:,} events", "events/s", ">= 1.0"),
         "writers": Row(f"{sizes.writers} writers on {sizes.writers} tasks", "events/s", ">= 0.9"),
+        "batch_apart": Row(
+            f"batch import, {sizes.batch_events:,} events, workers apart", "events/s", ">= 1.0"
+        ),
+        "writers_apart": Row(f"{sizes.writers} writers, workers apart", "events/s", ">= 0.9"),
         "ledger": Row(
             f"transcript of {sizes.transcript_events} events, one write each",
             "events/s",
             ">= 0.5",
+            base_name="Neo4j-only ledger",
+        ),
+        "floor": Row(
+            "the same, Temporal's floor (bare updates)",
+            "events/s",
+            "(bounds the row above)",
             base_name="Neo4j-only ledger",
         ),
         "lag": Row("mirror lag at 100 events/s", "ms", "p95 <= 500 ms", base_name="acknowledged"),
@@ -108,9 +127,10 @@ SECONDS_ROWS = ("quiet", "b2b", "cpu", "lag", "list", "replay", "step")
 """Rows measured in seconds and shown in ms."""
 
 
-GROUPS = ("writes", "batch", "writers", "ledger", "lag", "list", "step", "rss")
+GROUPS = ("writes", "batch", "writers", "apart", "ledger", "lag", "list", "step", "rss")
 """The row groups, in run order: ``writes`` (quiet, back to back, CPU), ``batch`` (import and
-replay), then one group per row."""
+replay), ``writers``, ``apart`` (the batch import and the writers with workers apart),
+``ledger`` (the transcript and its floor), then one group per row."""
 
 
 async def run_bench(
@@ -158,6 +178,7 @@ async def run_bench(
                 "writes": single_writes,
                 "batch": batch_and_replay,
                 "writers": writers,
+                "apart": workers_apart,
                 "ledger": neo4j_ledger,
                 "lag": mirror_lag,
                 "list": partial(list_by_status, project=list_project),

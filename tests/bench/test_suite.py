@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.harness import Row
+from bench.harness import Row, cpu_seconds
 from bench.suite import FULL, QUICK, make_rows
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,6 +31,19 @@ def test_quick_run_with_tiny_sizes_fills_every_row() -> None:
     for row in report["rows"]:
         for key in ("ours_p50", "ours_p95", "base_p50", "base_p95", "ratio"):
             assert isinstance(row[key], float) and row[key] > 0, (row["row"], key, row[key])
+    profiled = {row["row"]: row["cpu_ms"] for row in report["rows"] if row["cpu_ms"]}
+    assert sorted(profiled) == sorted(
+        row.name
+        for key, row in make_rows(QUICK.scaled(0.05)).items()
+        if key in ("cpu", "batch", "writers", "batch_apart", "writers_apart")
+    )
+    for name, sides in profiled.items():  # this process and the bench's own Temporal server
+        # (CPU time counts in clock ticks: a tiny block may spend none in one process)
+        apart = ["worker"] if "apart" in name else []
+        assert sorted(sides) == ["bare", "ours"]
+        for spent in sides.values():
+            assert {"bench", "temporal", *apart} <= spent.keys() and min(spent.values()) >= 0
+        assert sum(sides["ours"].values()) > 0, name
     assert report["command"] == "python -m bench --quick --scale 0.05 --json"
     assert {"cpu", "memory", "temporal server", "neo4j server"} <= report["machine"].keys()
 
@@ -50,3 +63,9 @@ def test_scaled_sizes_keep_rounds_and_at_least_two_of_each() -> None:
     assert tiny.rounds == FULL.rounds and tiny.pause_s == FULL.pause_s
     assert tiny.writes == 2 and tiny.list_tasks == 2 and tiny.lag_s == 1.0
     assert FULL.scaled(0.5).batch_events == 5_000
+
+
+def test_cpu_seconds_of_this_process_and_of_a_process_gone() -> None:
+    spent = cpu_seconds({"gone": 2**22 + 1})  # above the kernel's highest pid_max
+    assert spent["gone"] == 0.0
+    assert spent["bench"] > 0 and list(spent) == ["bench", "gone"]
