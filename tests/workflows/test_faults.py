@@ -50,13 +50,14 @@ async def skipping_low_limit_env() -> AsyncIterator[WorkflowEnvironment]:
 
 
 async def fast_forward(
-    env: WorkflowEnvironment, handle: WorkflowHandle[Any, Any], duration: timedelta
+    env: WorkflowEnvironment, handle: WorkflowHandle[Any, Any], by: timedelta
 ) -> None:
-    """``env.fast_forward``, sent again while the task's new run has no workflow task yet
-    (the server answers "Workflow task is not scheduled yet" right after continue-as-new)."""
+    """``env.fast_forward`` of the workflow clock ``by``, sent again while the task's new run
+    has no workflow task yet (the server answers "Workflow task is not scheduled yet" right
+    after continue-as-new)."""
     for _ in range(100):
         try:
-            assert await env.fast_forward(handle, duration)
+            assert await env.fast_forward(handle, by)
             return
         except RPCError as err:
             if "not scheduled yet" not in err.message:
