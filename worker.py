@@ -56,7 +56,8 @@ from config import Settings, connect, release_runtime
 from plugin import PLUGIN_NAME, sandbox_passthrough
 from taskgraph.driver import open_driver
 from taskgraph.graph import TaskGraph
-from workflows.task import SEARCH_ATTRIBUTE_KEYS, TaskWorkflow
+from workflows.search import SEARCH_ATTRIBUTE_KEYS
+from workflows.task import TaskWorkflow
 
 SCHEMA_TIMEOUT_S = 10.0
 """How long ``open_services`` waits for Neo4j to create the schema (seconds)."""

@@ -24,7 +24,7 @@ from devstack.process import (
     parse_host_port,
     short_error,
 )
-from workflows.task import SEARCH_ATTRIBUTE_KEYS
+from workflows.search import SEARCH_ATTRIBUTE_KEYS
 
 SEARCH_ATTRIBUTES: Mapping[str, str] = {key.name: "Keyword" for key in SEARCH_ATTRIBUTE_KEYS}
 """Custom search attributes registered at Temporal start: name -> type (TaskWorkflow's)."""

@@ -39,7 +39,8 @@ from workflows.models import (
     valid_request_id,
 )
 from workflows.models.lifecycle import AskInput, SetStatusInput, SpawnInput
-from workflows.task import TaskWorkflow, search_attributes
+from workflows.search import search_attributes
+from workflows.task import TaskWorkflow
 from workflows.waits import answer_error
 
 if TYPE_CHECKING:  # the driver is loaded only by whoever makes the graph

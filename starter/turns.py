@@ -27,7 +27,8 @@ from workflows.models import (
     TaskView,
     TaskWorkflowInput,
 )
-from workflows.task import TaskWorkflow, search_attributes
+from workflows.search import search_attributes
+from workflows.task import TaskWorkflow
 
 
 def _interrupted(view: TaskView | None) -> bool:

@@ -59,7 +59,7 @@ from tests.conftest import eventually, payload_texts
 from worker import build_worker
 from workflows.errors import ErrorCode
 from workflows.models import EventInput, StepState, StepWrite, TaskStatus, TaskView
-from workflows.task import SEARCH_ATTRIBUTE_KEYS
+from workflows.search import SEARCH_ATTRIBUTE_KEYS
 
 ROOT = Path(__file__).resolve().parents[1]
 HISTORIES = Path(__file__).resolve().parent / "histories"

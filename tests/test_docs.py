@@ -58,6 +58,8 @@ CONSTANT_MODULES = (
     "workflows.models.limits",
     "workflows.models.mirror",
     "workflows.mirroring",
+    "workflows.mirror_calls",
+    "workflows.spawning",
     "workflows.task",
     "workflows.waits",
     "workflows.errors",

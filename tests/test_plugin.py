@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import importlib
 import types
 import typing
 import uuid
@@ -13,6 +14,7 @@ from datetime import timedelta
 
 import pytest
 from pydantic import BaseModel
+from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -33,6 +35,8 @@ from starter import (
 )
 from taskgraph.graph import TaskGraph
 from workflows.models import RecordEventsInput
+from workflows.spawning import CHILD_ENDED, TASK_WORKFLOW
+from workflows.task import TaskWorkflow
 
 
 class Text(BaseModel):
@@ -122,30 +126,55 @@ IMMUTABLE = (str, int, float, bool, bytes, tuple, frozenset, timedelta, type(Non
 functions and classes: values a run cannot change for the next."""
 
 
-def test_the_passed_through_workflow_module_holds_no_state_a_run_could_change() -> None:
-    """``workflows.task`` is passed through the sandbox (``PASSTHROUGH_MODULES``), so every
-    run shares its module: it may hold constants, functions and classes only, and the
-    workflow class only methods (a run's state lives in its instance)."""
-    import workflows.task as module
+SHARED_WORKFLOW_MODULES = (
+    "workflows.task",
+    "workflows.mirror_calls",
+    "workflows.runs",
+    "workflows.search",
+    "workflows.spawning",
+)
+"""The workflow's module and the rooms only it imports: shared by every run, since the
+workflow's module is passed through and imports them outside the sandbox."""
 
+
+@pytest.mark.parametrize("name", SHARED_WORKFLOW_MODULES)
+def test_the_passed_through_workflow_modules_hold_no_state_a_run_could_change(name: str) -> None:
+    """``workflows.task`` is passed through the sandbox (``PASSTHROUGH_MODULES``), so every
+    run shares it and what it imports: each may hold constants, functions and classes only,
+    and their classes only methods (a run's state lives in its instances)."""
+    module = importlib.import_module(name)
     assert "workflows.task" in PASSTHROUGH_MODULES
     kinds = (types.ModuleType, types.FunctionType, type, typing._SpecialForm)
     shared = {
-        name: value
-        for name, value in vars(module).items()
-        if not name.startswith("__") and not isinstance(value, kinds)
+        key: value
+        for key, value in vars(module).items()
+        if not key.startswith("__") and not isinstance(value, kinds)
     }
     mutable = {
-        name: type(value).__name__
-        for name, value in shared.items()
+        key: type(value).__name__
+        for key, value in shared.items()
         if not isinstance(value, IMMUTABLE)
         and not dataclasses.is_dataclass(value)  # RetryPolicy: read, never changed
         and type(value).__name__ not in {"_Feature", "_SearchAttributeKey"}
     }
     assert not mutable, mutable
+    classes = [
+        value
+        for value in vars(module).values()
+        if isinstance(value, type) and value.__module__ == name
+    ]
     attributes = {
-        name
-        for name, value in vars(module.TaskWorkflow).items()
-        if not name.startswith("__") and not callable(value)
+        f"{cls.__name__}.{key}"
+        for cls in classes
+        for key, value in vars(cls).items()
+        if not key.startswith("__") and not callable(value)
     }
     assert not attributes, attributes
+
+
+def test_the_workflow_and_signal_names_the_spawning_room_uses_are_the_workflows_own() -> None:
+    """``workflows.spawning`` starts children and signals parents by name (it cannot import
+    the class that imports it): the names must be what the class registers."""
+    definition = workflow._Definition.must_from_class(TaskWorkflow)
+    assert definition.name == TASK_WORKFLOW
+    assert definition.signals[CHILD_ENDED].fn is TaskWorkflow.child_ended

@@ -23,7 +23,7 @@ from temporalio.client import Client
 
 from devstack import TemporalDevServer, free_port
 from worker import prepare_namespace
-from workflows.task import SEARCH_ATTRIBUTE_KEYS
+from workflows.search import SEARCH_ATTRIBUTE_KEYS
 
 ROOT = Path(__file__).resolve().parents[1]
 TASK_ATTRIBUTES = {key.name for key in SEARCH_ATTRIBUTE_KEYS}

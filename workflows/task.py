@@ -7,43 +7,29 @@ seqs have no gaps and a request id is written once. A repeated request id with t
 arguments is also answered by the validator (``DUPLICATE`` carrying the stored
 ``WriteOutcome``), so a retry adds nothing to the history.
 
-The run loop mirrors the ledger into Neo4j through the ``mirror_task`` activity: at most one
-call in flight, started as soon as a write waits. Since the ``MIRROR_FOLLOWS_RUN`` patch the
-call for the current run follows it (``workflows.mirroring``): it copies each write as the run
-takes it, so a write adds no workflow task and no activity of its own, and it ends when the
-run is idle, after a bound, or when the run ends. Runs recorded before it called once per
-batch (the writes that arrived while a call ran formed the next call's, at most
-``MIRROR_MAX_EVENTS`` events), and before the ``MIRROR_WITHOUT_DEBOUNCE`` patch first waited
-for a debounce timer (``MIRROR_BATCH_EVENTS`` events or ``MIRROR_DEBOUNCE_MS``); they still
-replay that way. The loop continues-as-new when
-Temporal suggests it, once every handler has finished and the mirror has caught up, and returns
-the final ``TaskView`` once the task is finished and mirrored.
+The run loop mirrors the ledger into Neo4j through the ``mirror_task`` activity
+(``workflows.mirror_calls``: at most one call in flight, started as soon as a write waits; the
+current run's call follows it, so a write adds no workflow task and no activity of its own).
+Runs recorded before the ``MIRROR_WITHOUT_DEBOUNCE`` patch first waited for a debounce timer
+(``MIRROR_BATCH_EVENTS`` events or ``MIRROR_DEBOUNCE_MS``); they still replay that way. The
+loop continues-as-new when Temporal suggests it, once every handler has finished and the
+mirror has caught up, and returns the final ``TaskView`` once the task is finished and
+mirrored. The agent's runs (``workflows.runs``) and the task's family (child tasks, its
+parent, a branch's copy: ``workflows.spawning``) have rooms of their own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
-import json
 from datetime import timedelta
 from typing import NoReturn
 
 from temporalio import workflow
-from temporalio.common import (
-    SearchAttributeKey,
-    SearchAttributePair,
-    TypedSearchAttributes,
-    WorkflowIDReusePolicy,
-)
 from temporalio.exceptions import (
-    ActivityError,
     ApplicationError,
-    CancelledError,
     FailureError,
-    WorkflowAlreadyStartedError,
 )
-from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     # Pass-through is safe: these modules are deterministic (stdlib, pydantic, temporalio) and
@@ -56,39 +42,24 @@ with workflow.unsafe.imports_passed_through():
     from workflows.decisions import check_citations
     from workflows.errors import CONTINUING_AS_NEW, ErrorCode, failure_text, refusal
     from workflows.ledger import Ledger
+    from workflows.mirror_calls import CONTINUE_WITHOUT_MIRROR, MirrorCalls, continue_suggested
     from workflows.mirroring import (
-        MIRROR_FOLLOW_MAX,
-        MIRROR_FOLLOWS_RUN,
-        MIRROR_HEARTBEAT,
-        MIRROR_RETRY,
-        MIRROR_START_TO_CLOSE,
         MIRROR_WITHOUT_DEBOUNCE,
-        mirror_pause,
     )
     from workflows.models import (
-        BRANCH_ACTIVITY,
-        CHILD_ENDS_ACTIVITY,
         CLOSED_STATUSES,
         HISTORY_BACKPRESSURE_EVENTS,
-        MIRROR_ACTIVITY,
         MIRROR_BATCH_EVENTS,
         MIRROR_DEBOUNCE_MS,
-        MIRROR_MAX_EVENTS,
-        ROLLED_BACK,
         AgentRun,
         AgentSpec,
-        BranchPage,
-        BranchQuery,
         ChildEnd,
-        ChildEnds,
-        ChildEndsInput,
         EventInput,
         EventKind,
         EventsPage,
         EventsQuery,
         FinishTaskInput,
         InputAnswer,
-        MirrorOutcome,
         MirrorPage,
         MirrorQuery,
         RecordEventsInput,
@@ -107,33 +78,24 @@ with workflow.unsafe.imports_passed_through():
         WriteOutcome,
         args_digest,
         bound_text,
-        internal_request_id,
         task_workflow_id,
     )
     from workflows.models.lifecycle import AskInput, SetStatusInput, SpawnInput
+    from workflows.runs import TURN_RULES, begin_run, close, end_run
+    from workflows.search import TASK_STATUS
+    from workflows.spawning import (
+        children_running,
+        copy_branch,
+        copying,
+        reconcile_children,
+        start_child,
+        tell_parent,
+    )
 
-PROJECT_ID = SearchAttributeKey.for_keyword("ProjectId")
-AGENT_ID = SearchAttributeKey.for_keyword("AgentId")
-SESSION_ID = SearchAttributeKey.for_keyword("SessionId")
-TASK_STATUS = SearchAttributeKey.for_keyword("TaskStatus")
-PARENT_TASK = SearchAttributeKey.for_keyword("ParentTask")
-SEARCH_ATTRIBUTE_KEYS = (PROJECT_ID, AGENT_ID, SESSION_ID, TASK_STATUS, PARENT_TASK)
-"""The custom search attributes a Temporal server must have registered for TaskWorkflow."""
-
-CONTINUE_WITHOUT_MIRROR = "continue-as-new-without-mirror"
-"""Patch id: a run continues-as-new when Temporal suggests it without waiting for the mirror;
-what Neo4j lacks goes to the next run's ``mirror_backlog``. Before it, a run waited for the
-mirror, so a long Neo4j outage grew its history towards Temporal's hard limit."""
 APP_LIFECYCLE = "app-lifecycle"
 """Patch id: a recorded task that waits for input or children and has nothing left to wait for
 goes back to ``queued`` after an answer or a child's end (``workflows.lifecycle``). Runs
 recorded before it never had those statuses, so they never reach it."""
-
-
-TURN_RULES = "turn-rules"
-"""Patch id: each run of an agent is marked in the log (``run_started``, ``run_finished``,
-``run_failed``) and a failed run is rolled back (``rolled_back``), the runtime's turn rules
-(docs/agent-tasks.md). Runs recorded before it have no run notes."""
 ANSWERS_BOUND = "answers-bound-to-requests"
 """Patch id: an answer by signal is bound to one request (``Ledger.take_answer``: without an
 input id only to a request open when it arrives; a late one is recorded as late), one early
@@ -141,30 +103,6 @@ answer kept per request, up to ``MAX_EARLY_ANSWERS``."""
 
 CHILD_CANCEL_WAIT = timedelta(minutes=1)
 """How long a cancelled parent waits for its cancelled children to report their end."""
-MIRROR_DRAIN_WAIT = timedelta(seconds=10)
-"""The longest a mirror call in flight may hold up continue-as-new once it is suggested: past
-it the call is cancelled and the run continues as new anyway, its unmirrored writes carried
-to the next run's backlog (``_bound_mirror_call``)."""
-MIRROR_DRAIN_BOUND = "mirror-drain-bound"
-"""Patch id: ``MIRROR_DRAIN_WAIT`` bounds a mirror call in flight when continue-as-new is
-suggested."""
-CHILD_ENDS_TIMEOUT = timedelta(seconds=60)
-"""Longest run of the ``child_ends`` activity (a resumed parent's look at its children)."""
-
-
-def search_attributes(start: TaskStart, status: TaskStatus) -> list[SearchAttributePair[str]]:
-    """The custom search attributes of a task, so Temporal visibility can list tasks by
-    project, agent, session, parent and status without Neo4j."""
-    pairs = [
-        SearchAttributePair(PROJECT_ID, start.project_id),
-        SearchAttributePair(AGENT_ID, start.agent_id),
-        SearchAttributePair(TASK_STATUS, status.value),
-    ]
-    if start.session_id is not None:
-        pairs.append(SearchAttributePair(SESSION_ID, start.session_id))
-    if start.parent is not None:
-        pairs.append(SearchAttributePair(PARENT_TASK, start.parent))
-    return pairs
 
 
 @workflow.defn
@@ -191,8 +129,6 @@ class TaskWorkflow:
         """True for the run ``continue_task`` started: it continues an interrupted turn."""
         self.cascade = True
         """False once the ``keep_children`` signal came: a cancel leaves the children running."""
-        self.draining = False
-        """True once continue-as-new is due: writes are turned away until the new run."""
         self.agent: AgentContext | None = None
         """The running agent's context (agent tasks)."""
         self.agent_task: asyncio.Task[None] | None = None
@@ -200,9 +136,8 @@ class TaskWorkflow:
         self.cancelling = False
         """True once the task is being cancelled by the one cancellation rule (``CANCEL_RULE``):
         the agent's waits wake up and it starts nothing more."""
-        self.history_token: str | None = None
-        """Where this run's last mirror follower stopped reading the run's history: the next
-        one starts there (``MirrorInput.history_token``; not carried: a run has its own)."""
+        self.mirror = MirrorCalls(self.ledger, self._agent_running)
+        """This run's mirror calls and its drain before continue-as-new."""
 
     @workflow.run
     async def run(self, input: TaskWorkflowInput) -> TaskView:
@@ -220,18 +155,18 @@ class TaskWorkflow:
 
     async def _run(self) -> TaskView:
         ledger = self.ledger
-        if self._copying():
-            await self._copy_branch()
-        if self.resumed and self._children_running():
-            await self._reconcile_children()
+        if copying(ledger):
+            await copy_branch(ledger, continue_suggested)
+        if self.resumed and children_running(ledger):
+            await reconcile_children(ledger)
         if ledger.state.start.agent is not None and not ledger.closed:
             self.agent_task = asyncio.create_task(self._run_agent(ledger.state.start.agent))
         while True:
             await workflow.wait_condition(
-                lambda: ledger.unmirrored or self._ended() or self._should_continue()
+                lambda: ledger.unmirrored or self._ended() or continue_suggested()
             )
             if (
-                self._should_continue()
+                continue_suggested()
                 and (ledger.unmirrored or not ledger.closed)
                 and workflow.patched(CONTINUE_WITHOUT_MIRROR)
             ):
@@ -242,11 +177,11 @@ class TaskWorkflow:
                         lambda: ledger.unmirrored or not self._agent_running()
                     )
                     if ledger.unmirrored:
-                        await self._mirror()
+                        await self.mirror.call()
                     continue
                 # The next run mirrors what this one has not (a closed run still answers
                 # queries), so neither a Neo4j outage nor a long mirror holds up the switch.
-                self.draining = True
+                self.mirror.draining = True
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 self._continue_as_new()
             if ledger.unmirrored:
@@ -254,7 +189,7 @@ class TaskWorkflow:
                 # hang on ``urgent`` (whether continue-as-new is suggested can read otherwise
                 # on a replay than it did when the run was recorded)
                 if not workflow.patched(MIRROR_WITHOUT_DEBOUNCE) and not (
-                    ledger.closed or self._should_continue()
+                    ledger.closed or continue_suggested()
                 ):
                     # Runs recorded before the patch waited for a debounce timer here.
                     try:
@@ -262,16 +197,16 @@ class TaskWorkflow:
                             lambda: (
                                 ledger.unmirrored_events >= MIRROR_BATCH_EVENTS
                                 or ledger.closed
-                                or self._should_continue()
+                                or continue_suggested()
                             ),
                             timeout=timedelta(milliseconds=MIRROR_DEBOUNCE_MS),
                         )
                     except TimeoutError:
                         pass
-                self._drain_if_due()
-                await self._mirror()
+                self.mirror.drain_if_due()
+                await self.mirror.call()
                 continue
-            self._drain_if_due()
+            self.mirror.drain_if_due()
             await workflow.wait_condition(workflow.all_handlers_finished)
             if ledger.unmirrored:
                 continue
@@ -279,10 +214,10 @@ class TaskWorkflow:
                 if not self._ended():
                     # spawned children still run: their ends come by signal, to this run or,
                     # once continue-as-new is suggested, to the next (no busy loop here)
-                    if self._should_continue():
+                    if continue_suggested():
                         self._continue_as_new()
                     continue
-                await self._tell_parent()
+                await tell_parent(ledger)
                 return ledger.view()
             self._continue_as_new()
 
@@ -292,82 +227,7 @@ class TaskWorkflow:
         """The task is closed and every child its agent spawned has ended: the workflow may
         complete (once mirrored); a parent never completes before it recorded each child's
         end."""
-        return self.ledger.closed and not self._children_running()
-
-    def _children_running(self) -> bool:
-        return any(c.status not in CLOSED_STATUSES for c in self.ledger.state.children.values())
-
-    async def _tell_parent(self) -> None:
-        """Signal the parent of a spawned task (depth 1 or more) that this task ended
-        (``child_ended``), so the parent records a ``child_result`` event; a parent that has
-        ended takes no signal, and that is not an error. Runs before the workflow completes. A
-        task created from outside with ``parent`` set is linked only (Neo4j's ``CHILD_OF``):
-        it signals nothing (an imported subagent run would otherwise write into its parent)."""
-        state = self.ledger.state
-        if state.start.parent is None or state.start.depth == 0:
-            return
-        parent = workflow.get_external_workflow_handle(
-            task_workflow_id(state.start.project_id, state.start.parent)
-        )
-        end = child_end(
-            state.start.name, state.workflow_id, state.status, state.result, state.error
-        )
-        with contextlib.suppress(FailureError):
-            await parent.signal(TaskWorkflow.child_ended, end)
-
-    def _copying(self) -> bool:
-        """True while a branch (``TaskStart.branched_from``) has not copied its source's
-        events up to the branch point: its log's first seqs are those events."""
-        branch = self.ledger.state.start.branched_from
-        return branch is not None and self.ledger.state.last_seq < branch.seq
-
-    async def _copy_branch(self) -> None:
-        """Copy a branch's source events up to the branch point, a page at a time (the
-        ``branch_events`` activity), each page's events recorded under their authors' names
-        with the same seqs as in the source. A run that continues as new meanwhile goes on
-        where it stopped (the copy is done when ``last_seq`` reaches the point)."""
-        state = self.ledger.state
-        branch = state.start.branched_from
-        assert branch is not None
-        source = task_workflow_id(state.start.project_id, branch.task)
-        while self._copying() and not self._should_continue():
-            page: BranchPage = await workflow.execute_activity(
-                BRANCH_ACTIVITY,
-                BranchQuery(
-                    source_workflow_id=source,
-                    target_workflow_id=state.workflow_id,
-                    after_seq=state.last_seq,
-                    up_to_seq=branch.seq,
-                ),
-                result_type=BranchPage,
-                start_to_close_timeout=CHILD_ENDS_TIMEOUT,
-            )
-            for author, events in itertools.groupby(page.events, key=lambda e: e.author):
-                copies = [e.event for e in events]
-                self.ledger.record_events(
-                    RecordEventsInput(
-                        agent_id=author,
-                        events=copies,
-                        request_id=internal_request_id(f"branch/{state.last_seq}"),
-                    ),
-                    workflow.now(),
-                )
-
-    async def _reconcile_children(self) -> None:
-        """A resumed parent learns the real states of its children that had not reported an
-        end (one may have ended while the parent was closed: its signal found no run), by the
-        ``child_ends`` activity; each end found is recorded as the child's own signal would
-        have been (the same request id, so a signal that comes too counts once)."""
-        state = self.ledger.state
-        names = [c.name for c in state.children.values() if c.status not in CLOSED_STATUSES]
-        found: ChildEnds = await workflow.execute_activity(
-            CHILD_ENDS_ACTIVITY,
-            ChildEndsInput(project_id=state.start.project_id, names=names),
-            result_type=ChildEnds,
-            start_to_close_timeout=CHILD_ENDS_TIMEOUT,
-        )
-        for end in found.ends:
-            self.ledger.child_ended(end, workflow.now())
+        return self.ledger.closed and not children_running(self.ledger)
 
     def _agent_running(self) -> bool:
         return self.agent_task is not None and not self.agent_task.done()
@@ -410,7 +270,7 @@ class TaskWorkflow:
             start = "resume" if self.resumed else "turn"
             if self.continuation or (branched and run.run == 0):
                 start = "continuation"
-            self._begin_run(start)
+            begin_run(ledger, start, workflow.now())
         function = agent_function(spec.name)
         try:
             tools = await agent_tools(spec)
@@ -425,51 +285,12 @@ class TaskWorkflow:
         except Exception as err:  # the agent's failure is the task's, recorded; never a crash
             if not self.cancel_requested():
                 error = failure_text(err)
-                self._end_run(error)
+                end_run(ledger, error, workflow.now())
                 self._finish(TaskStatus.FAILED, error=error)
         else:
             if not self.cancel_requested():
-                self._end_run(None)
+                end_run(ledger, None, workflow.now())
                 self._finish(TaskStatus.DONE, result=answer)
-
-    def _begin_run(self, start: str) -> None:
-        """Start a run of the agent (``TURN_RULES``): a ``run_started`` note (``{"run": n,
-        "start": "turn" | "resume" | "continuation"}``), the run open, what the turn had
-        committed before it kept (what a failure rolls back to)."""
-        run = self.ledger.state.agent_run
-        assert run is not None
-        run.run += 1
-        run.run_open = True
-        run.committed_before_run = run.turn_committed
-        payload = json.dumps({"run": run.run, "start": start})
-        note = EventInput(kind=EventKind.NOTE, name="run_started", payload=payload)
-        run.run_seq = self.ledger.append([note], f"run/{run.run}", workflow.now()).first_seq
-
-    def _end_run(self, error: str | None) -> None:
-        """End the open run: finished (a ``run_finished`` note; the turn is done, it committed
-        nothing left to continue) or failed (a ``run_failed`` note with ``error``, then a
-        ``rolled_back`` note ``{"from_seq", "to_seq"}`` covering the run's events, which the
-        model never sees again; the turn is as it was before the run, so a failed first run is
-        resumable and a failed continuation stays continuable). A run of a task recorded
-        before ``TURN_RULES`` is never open: nothing is recorded."""
-        run = self.ledger.state.agent_run
-        if run is None or not run.run_open:
-            return
-        run.run_open = False
-        head = {"run": run.run}
-        if error is None:
-            run.turn_committed = False
-            notes = [EventInput(kind=EventKind.NOTE, name="run_finished", payload=json.dumps(head))]
-        else:
-            run.turn_committed = run.committed_before_run
-            failed = json.dumps({**head, "error": error}, ensure_ascii=False)
-            notes = [EventInput(kind=EventKind.NOTE, name="run_failed", payload=failed)]
-            span = {"from_seq": run.run_seq + 1, "to_seq": self.ledger.state.last_seq}
-            if span["from_seq"] <= span["to_seq"]:
-                notes.append(
-                    EventInput(kind=EventKind.NOTE, name=ROLLED_BACK, payload=json.dumps(span))
-                )
-        self.ledger.append(notes, f"run/{run.run}/end", workflow.now())
 
     def set_status(self, status: TaskStatus) -> None:
         """Change an open task's status (an event), and its search attribute."""
@@ -479,48 +300,14 @@ class TaskWorkflow:
     def _finish(
         self, status: TaskStatus, *, result: str | None = None, error: str | None = None
     ) -> None:
-        """Close the task from workflow code: its open input requests closed (an
-        ``input_closed`` note each), an ``error`` event when it failed, the status event, the
-        finish and the search attribute."""
-        ledger = self.ledger
-        ledger.close_inputs(f"task {status.value}", workflow.now())
-        events = [EventInput(kind=EventKind.NOTE, name="status", payload=status.value)]
-        if error is not None:
-            events.insert(0, EventInput(kind=EventKind.ERROR, name="agent", payload=error))
-        ledger.append(events, f"end/{ledger.state.writes}", workflow.now())
-        ledger.finish(
-            FinishTaskInput(
-                agent_id=ledger.state.start.agent_id,
-                status=status,
-                result=result,
-                error=error,
-                request_id=internal_request_id(f"finish/{ledger.state.writes}"),
-            ),
-            workflow.now(),
-        )
+        """Close the task from workflow code (``workflows.runs.close``) and set its search
+        attribute."""
+        close(self.ledger, status, workflow.now(), result=result, error=error)
         workflow.upsert_search_attributes([TASK_STATUS.value_set(status.value)])
 
     async def start_child(self, start: TaskStart) -> str | None:
-        """Start a child task its agent spawned: a child workflow of the same type, abandoned
-        when this run continues-as-new or closes (its end comes back by signal, which finds the
-        parent's newest run). Returns None once started; when the workflow id is taken (by a
-        task created from outside under that name, or an earlier task of it), why: the child
-        is not this task's, so nothing waits for it and no cascade reaches it."""
-        status = TaskStatus.OPEN if start.agent is None else TaskStatus.QUEUED
-        workflow_id = task_workflow_id(start.project_id, start.name)
-        try:
-            await workflow.start_child_workflow(
-                TaskWorkflow.run,
-                TaskWorkflowInput(start=start, spawned=True),
-                id=workflow_id,
-                task_queue=workflow.info().task_queue,
-                parent_close_policy=ParentClosePolicy.ABANDON,
-                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-                search_attributes=TypedSearchAttributes(search_attributes(start, status)),
-            )
-        except WorkflowAlreadyStartedError:
-            return f"its workflow id {workflow_id!r} is already taken by another task"
-        return None
+        """Start a child task its agent spawned (``workflows.spawning.start_child``)."""
+        return await start_child(start)
 
     async def _cancelled(self) -> None:
         """A cancel request (client, CLI, ``temporal workflow cancel``, the Web UI), by the
@@ -544,7 +331,7 @@ class TaskWorkflow:
         elif self.agent_task is not None and not self.agent_task.done():
             self.agent_task.cancel()
             await workflow.wait([self.agent_task])
-        if self.cascade and self._children_running():
+        if self.cascade and children_running(ledger):
             for child in ledger.state.children.values():
                 if child.status not in CLOSED_STATUSES:
                     handle = workflow.get_external_workflow_handle(
@@ -554,7 +341,7 @@ class TaskWorkflow:
                         await handle.cancel()
             with contextlib.suppress(TimeoutError):  # each reports cancelled by signal
                 await workflow.wait_condition(
-                    lambda: not self._children_running(), timeout=CHILD_CANCEL_WAIT
+                    lambda: not children_running(ledger), timeout=CHILD_CANCEL_WAIT
                 )
         if not ledger.closed:
             for name, step in list(ledger.state.steps.items()):
@@ -567,13 +354,10 @@ class TaskWorkflow:
                     )
             self._finish(TaskStatus.CANCELLED)
         while ledger.unmirrored:
-            await self._mirror(bounded=False)
-        await self._tell_parent()
+            await self.mirror.call(bounded=False)
+        await tell_parent(ledger)
 
     # ---------------------------------------------------------------- run loop helpers
-
-    def _should_continue(self) -> bool:
-        return workflow.info().is_continue_as_new_suggested()
 
     def _continue_as_new(self) -> NoReturn:
         """Continue as a new run carrying the ledger's state (``Ledger.carry_over``)."""
@@ -583,88 +367,13 @@ class TaskWorkflow:
             search_attributes=workflow.info().typed_search_attributes,
         )
 
-    def _drain_if_due(self) -> None:
-        """Once continue-as-new is due, turn writes away (the client sends them again) until
-        the mirror has caught up and the new run takes them; never while the mirror fails,
-        so that writes are not held up by a Neo4j outage. Validators read the flag, so it
-        adds no command and changes no replay."""
-        if self._should_continue() and not self.ledger.state.mirror_failures:
-            self.draining = True
-
-    async def _mirror(self, *, bounded: bool = True) -> None:
-        """Mirror the next waiting writes (``Ledger.mirror_target``: an earlier run's first,
-        at most ``MIRROR_MAX_EVENTS`` events; this run's by a call that follows the run,
-        ``MIRROR_FOLLOWS_RUN``); after a failure, pause (``mirror_pause``). A ``bounded``
-        call (the run loop's; the final mirror of a cancel is not) holds up continue-as-new
-        at most ``MIRROR_DRAIN_WAIT`` (``_bound_mirror_call``)."""
-        target = self.ledger.mirror_target(
-            workflow.info().run_id,
-            MIRROR_MAX_EVENTS,
-            follow=workflow.patched(MIRROR_FOLLOWS_RUN),
-            history_token=self.history_token,
-        )
-        longest = MIRROR_START_TO_CLOSE
-        if target.input.follow:
-            longest += MIRROR_FOLLOW_MAX
-        handle = workflow.start_activity(
-            MIRROR_ACTIVITY,
-            target.input,
-            result_type=MirrorOutcome,
-            start_to_close_timeout=longest,
-            heartbeat_timeout=MIRROR_HEARTBEAT,
-            retry_policy=MIRROR_RETRY,
-        )
-        bound = asyncio.create_task(self._bound_mirror_call(handle)) if bounded else None
-        try:
-            outcome = await handle
-        except ActivityError as err:
-            if isinstance(err.cause, CancelledError):
-                if bound is not None and bound.done() and bound.result():
-                    return  # continue-as-new is due: the next run mirrors these writes
-                raise asyncio.CancelledError from err  # the workflow is being cancelled
-            # Neo4j down past the activity's retries, or a data error: keep the ledger open
-            # and writable, show the error in the view, and try again after a pause.
-            self.ledger.mirror_failed(str(err.cause or err))
-            self.draining = False
-            pause = mirror_pause(self.ledger.state.mirror_failures)
-            if workflow.patched(CONTINUE_WITHOUT_MIRROR):
-                # A pause may last minutes: continue-as-new as soon as it is suggested (and
-                # the agent, if any, has parked).
-                with contextlib.suppress(TimeoutError):
-                    await workflow.wait_condition(
-                        lambda: self._should_continue() and not self._agent_running(),
-                        timeout=pause,
-                    )
-            else:
-                await workflow.sleep(pause)
-            return
-        self.ledger.mirrored(target, outcome)
-        if target.input.follow:
-            self.history_token = outcome.history_token
-
-    async def _bound_mirror_call(self, handle: workflow.ActivityHandle[MirrorOutcome]) -> bool:
-        """Cancel the mirror call ``handle`` when continue-as-new is due and the call has run
-        ``MIRROR_DRAIN_WAIT`` past that (a stalled Neo4j; a normal call takes milliseconds),
-        so the run continues as new and its unmirrored writes go to the next run's backlog;
-        returns True when it cancelled the call. Runs recorded before ``MIRROR_DRAIN_BOUND``
-        waited for the call's three attempts (about 3 minutes against a stalled Neo4j)."""
-        await workflow.wait_condition(lambda: handle.done() or self._should_continue())
-        if handle.done() or not workflow.patched(MIRROR_DRAIN_BOUND):
-            return False
-        with contextlib.suppress(TimeoutError):
-            await workflow.wait_condition(handle.done, timeout=MIRROR_DRAIN_WAIT)
-        if handle.done():
-            return False
-        handle.cancel()
-        return True
-
     def _admit(self) -> None:
         """Admission, checked by validators only (so replaying an accepted write never depends
         on it): the drain before continue-as-new (``CONTINUING_AS_NEW``), the history length
         and a branch still copying its source (``task_busy``)."""
-        if self._copying():
+        if copying(self.ledger):
             raise refusal(ErrorCode.TASK_BUSY, "the branch is copying its source's events")
-        if self.draining:
+        if self.mirror.draining:
             raise ApplicationError(
                 "continuing as new: retry", type=CONTINUING_AS_NEW, non_retryable=True
             )
@@ -751,7 +460,7 @@ class TaskWorkflow:
         in one query (``Ledger.mirror_page``), and whether the run waits for the mirror's
         call to end (``MirrorPage.end``: closed, or continue-as-new suggested)."""
         page = self.ledger.mirror_page(query)
-        page.end = self.ledger.closed or self._should_continue()
+        page.end = self.ledger.closed or continue_suggested()
         return page
 
     @workflow.query

@@ -21,7 +21,7 @@ from tests.page.conftest import Person
 from tests.stream_agents import TALKER
 from workflows.agents.approvals import IGNORED
 from workflows.models import AgentSpec, TaskStatus
-from workflows.task import TASK_STATUS
+from workflows.search import TASK_STATUS
 
 REPLICAS = {
     "type": "object",

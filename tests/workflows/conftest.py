@@ -25,7 +25,7 @@ from tests.agent_tools import SCRIPTS, TOOL_NAMES, TOOLS
 from tests.approval_tools import APPROVAL_SCRIPTS, APPROVAL_TOOLS
 from worker import build_worker
 from workflows.models import AgentSpec, Budgets, ModelSpec
-from workflows.task import SEARCH_ATTRIBUTE_KEYS
+from workflows.search import SEARCH_ATTRIBUTE_KEYS
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTINUE_AS_NEW_AT = "limit.historyCount.suggestContinueAsNew=60"

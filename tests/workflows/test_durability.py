@@ -20,7 +20,7 @@ from taskgraph.driver import open_driver
 from taskgraph.graph import TaskGraph
 from tests.conftest import mirrored
 from worker import build_worker
-from workflows.task import SEARCH_ATTRIBUTE_KEYS
+from workflows.search import SEARCH_ATTRIBUTE_KEYS
 
 
 async def dev_server(port: int, db: Path, *extra: str) -> WorkflowEnvironment:

@@ -28,7 +28,7 @@ from tests.workflows.conftest import CONTINUE_AS_NEW_AT
 from worker import build_worker
 from workflows.errors import ErrorCode, TaskServiceUnavailable
 from workflows.models import StepState, StepWrite, TaskStatus, TaskView, sha256_hex
-from workflows.task import SEARCH_ATTRIBUTE_KEYS
+from workflows.search import SEARCH_ATTRIBUTE_KEYS
 
 
 @pytest.fixture

@@ -42,7 +42,7 @@ FILES = sorted(HISTORIES.glob("*.json"))
 MIRROR_HISTORY = HISTORIES / "mirror.json"
 
 ANCHOR = "        handle = workflow.start_activity(\n            MIRROR_ACTIVITY,\n"
-"""The start of the mirror's activity call in ``TaskWorkflow._mirror`` (workflows/task.py)."""
+"""The start of the mirror's activity call in ``MirrorCalls.call`` (workflows/mirror_calls.py)."""
 EXTRA_TIMER = "        await workflow.sleep(timedelta(seconds=1))\n"
 PATCHED_TIMER = (
     '        if workflow.patched("pause-before-mirror"):\n'
@@ -140,18 +140,26 @@ async def test_history_replays_on_the_current_code(path: Path) -> None:
 
 
 def changed_workflow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, insert: str) -> type:
-    """``TaskWorkflow`` from a copy of workflows/task.py with ``insert`` placed just before
-    the mirror's ``execute_activity``, imported as a new module (the replay sandbox imports
-    it again by name, so it lives on ``sys.path``)."""
-    source = (ROOT / "workflows" / "task.py").read_text(encoding="utf-8")
-    assert source.count(ANCHOR) == 1, "the mirror's execute_activity moved: update ANCHOR"
-    assert "\nfrom datetime import timedelta\n" in source
-    module_name = f"task_changed_{uuid.uuid4().hex[:12]}"
-    (tmp_path / f"{module_name}.py").write_text(
-        source.replace(ANCHOR, insert + ANCHOR), encoding="utf-8"
+    """``TaskWorkflow`` with ``insert`` placed just before the mirror's ``start_activity``:
+    a copy of workflows/mirror_calls.py so changed, and a copy of workflows/task.py importing
+    it, imported as new modules (the replay sandbox imports them again by name, so they live
+    on ``sys.path``)."""
+    calls = (ROOT / "workflows" / "mirror_calls.py").read_text(encoding="utf-8")
+    assert calls.count(ANCHOR) == 1, "the mirror's start_activity moved: update ANCHOR"
+    assert "\nfrom datetime import timedelta\n" in calls
+    task = (ROOT / "workflows" / "task.py").read_text(encoding="utf-8")
+    imported = "    from workflows.mirror_calls import "
+    assert task.count(imported) == 1
+    suffix = uuid.uuid4().hex[:12]
+    (tmp_path / f"mirror_calls_changed_{suffix}.py").write_text(
+        calls.replace(ANCHOR, insert + ANCHOR), encoding="utf-8"
+    )
+    (tmp_path / f"task_changed_{suffix}.py").write_text(
+        task.replace(imported, f"    from mirror_calls_changed_{suffix} import "),
+        encoding="utf-8",
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    workflow_class: type = importlib.import_module(module_name).TaskWorkflow
+    workflow_class: type = importlib.import_module(f"task_changed_{suffix}").TaskWorkflow
     assert workflow_class is not TaskWorkflow
     return workflow_class
 

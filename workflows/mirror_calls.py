@@ -1,0 +1,143 @@
+"""The mirror calls of one run of a task, as its workflow makes them: at most one
+``mirror_task`` call in flight (what it copies is ``workflows.mirroring``'s policy), a pause
+after a call that failed (``mirror_pause``), and the drain before continue-as-new (writes
+turned away until the next run takes them) with its bound (``MIRROR_DRAIN_WAIT``).
+``TaskWorkflow`` owns one ``MirrorCalls`` per run; it runs in the workflow (it calls
+``temporalio.workflow``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, CancelledError
+
+from workflows.ledger import Ledger
+from workflows.mirroring import (
+    MIRROR_FOLLOW_MAX,
+    MIRROR_FOLLOWS_RUN,
+    MIRROR_HEARTBEAT,
+    MIRROR_RETRY,
+    MIRROR_START_TO_CLOSE,
+    mirror_pause,
+)
+from workflows.models import MIRROR_ACTIVITY, MIRROR_MAX_EVENTS, MirrorOutcome
+
+CONTINUE_WITHOUT_MIRROR = "continue-as-new-without-mirror"
+"""Patch id: a run continues-as-new when Temporal suggests it without waiting for the mirror;
+what Neo4j lacks goes to the next run's ``mirror_backlog``. Before it, a run waited for the
+mirror, so a long Neo4j outage grew its history towards Temporal's hard limit."""
+MIRROR_DRAIN_WAIT = timedelta(seconds=10)
+"""The longest a mirror call in flight may hold up continue-as-new once it is suggested: past
+it the call is cancelled and the run continues as new anyway, its unmirrored writes carried
+to the next run's backlog (``MirrorCalls._bound``)."""
+MIRROR_DRAIN_BOUND = "mirror-drain-bound"
+"""Patch id: ``MIRROR_DRAIN_WAIT`` bounds a mirror call in flight when continue-as-new is
+suggested."""
+
+
+def continue_suggested() -> bool:
+    """True once Temporal suggests that the run continue as new."""
+    return workflow.info().is_continue_as_new_suggested()
+
+
+class MirrorCalls:
+    """The mirror calls of one run.
+
+    Args:
+        ledger: the run's ledger (what waits for the mirror, and where outcomes go).
+        agent_running: True while the task's agent runs (a pause after a failure ends early
+            once continue-as-new is suggested and the agent has parked).
+    """
+
+    def __init__(self, ledger: Ledger, agent_running: Callable[[], bool]) -> None:
+        self.ledger = ledger
+        self.agent_running = agent_running
+        self.draining = False
+        """True once continue-as-new is due: writes are turned away until the new run."""
+        self.history_token: str | None = None
+        """Where this run's last mirror follower stopped reading the run's history: the next
+        one starts there (``MirrorInput.history_token``; not carried: a run has its own)."""
+
+    def drain_if_due(self) -> None:
+        """Once continue-as-new is due, turn writes away (the client sends them again) until
+        the mirror has caught up and the new run takes them; never while the mirror fails,
+        so that writes are not held up by a Neo4j outage. Validators read the flag, so it
+        adds no command and changes no replay."""
+        if continue_suggested() and not self.ledger.state.mirror_failures:
+            self.draining = True
+
+    async def call(self, *, bounded: bool = True) -> None:
+        """Mirror the next waiting writes (``Ledger.mirror_target``: an earlier run's first,
+        at most ``MIRROR_MAX_EVENTS`` events; this run's by a call that follows the run,
+        ``MIRROR_FOLLOWS_RUN``); after a failure, pause (``mirror_pause``). A ``bounded``
+        call (the run loop's; the final mirror of a cancel is not) holds up continue-as-new
+        at most ``MIRROR_DRAIN_WAIT`` (``_bound``).
+
+        Raises:
+            asyncio.CancelledError: the workflow is being cancelled.
+        """
+        target = self.ledger.mirror_target(
+            workflow.info().run_id,
+            MIRROR_MAX_EVENTS,
+            follow=workflow.patched(MIRROR_FOLLOWS_RUN),
+            history_token=self.history_token,
+        )
+        longest = MIRROR_START_TO_CLOSE
+        if target.input.follow:
+            longest += MIRROR_FOLLOW_MAX
+        handle = workflow.start_activity(
+            MIRROR_ACTIVITY,
+            target.input,
+            result_type=MirrorOutcome,
+            start_to_close_timeout=longest,
+            heartbeat_timeout=MIRROR_HEARTBEAT,
+            retry_policy=MIRROR_RETRY,
+        )
+        bound = asyncio.create_task(self._bound(handle)) if bounded else None
+        try:
+            outcome = await handle
+        except ActivityError as err:
+            if isinstance(err.cause, CancelledError):
+                if bound is not None and bound.done() and bound.result():
+                    return  # continue-as-new is due: the next run mirrors these writes
+                raise asyncio.CancelledError from err  # the workflow is being cancelled
+            # Neo4j down past the activity's retries, or a data error: keep the ledger open
+            # and writable, show the error in the view, and try again after a pause.
+            self.ledger.mirror_failed(str(err.cause or err))
+            self.draining = False
+            pause = mirror_pause(self.ledger.state.mirror_failures)
+            if workflow.patched(CONTINUE_WITHOUT_MIRROR):
+                # A pause may last minutes: continue-as-new as soon as it is suggested (and
+                # the agent, if any, has parked).
+                with contextlib.suppress(TimeoutError):
+                    await workflow.wait_condition(
+                        lambda: continue_suggested() and not self.agent_running(),
+                        timeout=pause,
+                    )
+            else:
+                await workflow.sleep(pause)
+            return
+        self.ledger.mirrored(target, outcome)
+        if target.input.follow:
+            self.history_token = outcome.history_token
+
+    async def _bound(self, handle: workflow.ActivityHandle[MirrorOutcome]) -> bool:
+        """Cancel the mirror call ``handle`` when continue-as-new is due and the call has run
+        ``MIRROR_DRAIN_WAIT`` past that (a stalled Neo4j; a normal call takes milliseconds),
+        so the run continues as new and its unmirrored writes go to the next run's backlog;
+        returns True when it cancelled the call. Runs recorded before ``MIRROR_DRAIN_BOUND``
+        waited for the call's three attempts (about 3 minutes against a stalled Neo4j)."""
+        await workflow.wait_condition(lambda: handle.done() or continue_suggested())
+        if handle.done() or not workflow.patched(MIRROR_DRAIN_BOUND):
+            return False
+        with contextlib.suppress(TimeoutError):
+            await workflow.wait_condition(handle.done, timeout=MIRROR_DRAIN_WAIT)
+        if handle.done():
+            return False
+        handle.cancel()
+        return True

@@ -1,0 +1,151 @@
+"""A task's family from its workflow's side: the child tasks its agent (or a recorded task's
+``spawn``) starts, the parent it tells of its end, a branch's copy of its source's log, and
+what a resumed parent learns of children that ended while it was closed. The ledger's side
+(the ``child_task`` and ``child_result`` events) is ``workflows.children``.
+
+These run in the task workflow (they call ``temporalio.workflow``); they name the workflow
+and its signal by their registered names (``TASK_WORKFLOW``, ``CHILD_ENDED``), which
+``tests/test_plugin.py`` holds to the class's own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import Callable
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import TypedSearchAttributes, WorkflowIDReusePolicy
+from temporalio.exceptions import FailureError, WorkflowAlreadyStartedError
+from temporalio.workflow import ParentClosePolicy
+
+from workflows.children import child_end
+from workflows.ledger import Ledger
+from workflows.models import (
+    BRANCH_ACTIVITY,
+    CHILD_ENDS_ACTIVITY,
+    CLOSED_STATUSES,
+    BranchPage,
+    BranchQuery,
+    ChildEnds,
+    ChildEndsInput,
+    RecordEventsInput,
+    TaskStart,
+    TaskStatus,
+    TaskWorkflowInput,
+    internal_request_id,
+    task_workflow_id,
+)
+from workflows.search import search_attributes
+
+TASK_WORKFLOW = "TaskWorkflow"
+"""The task workflow's registered name (``workflows.task.TaskWorkflow``): its children's type."""
+CHILD_ENDED = "child_ended"
+"""The name of the signal by which a child tells its parent of its end."""
+CHILD_ENDS_TIMEOUT = timedelta(seconds=60)
+"""Longest run of the ``child_ends`` activity (a resumed parent's look at its children) and of
+one page of a branch's copy (``branch_events``)."""
+
+
+def children_running(ledger: Ledger) -> bool:
+    """True while a child task this task spawned has not reported its end."""
+    return any(c.status not in CLOSED_STATUSES for c in ledger.state.children.values())
+
+
+async def start_child(start: TaskStart) -> str | None:
+    """Start a child task: a child workflow of the task workflow's type, abandoned when this
+    run continues-as-new or closes (its end comes back by signal, which finds the parent's
+    newest run). Returns None once started; when the workflow id is taken (by a task created
+    from outside under that name, or an earlier task of it), why: the child is not this
+    task's, so nothing waits for it and no cascade reaches it."""
+    status = TaskStatus.OPEN if start.agent is None else TaskStatus.QUEUED
+    workflow_id = task_workflow_id(start.project_id, start.name)
+    try:
+        await workflow.start_child_workflow(
+            TASK_WORKFLOW,
+            TaskWorkflowInput(start=start, spawned=True),
+            id=workflow_id,
+            task_queue=workflow.info().task_queue,
+            parent_close_policy=ParentClosePolicy.ABANDON,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            search_attributes=TypedSearchAttributes(search_attributes(start, status)),
+        )
+    except WorkflowAlreadyStartedError:
+        return f"its workflow id {workflow_id!r} is already taken by another task"
+    return None
+
+
+async def tell_parent(ledger: Ledger) -> None:
+    """Signal the parent of a spawned task (depth 1 or more) that this task ended
+    (``CHILD_ENDED``), so the parent records a ``child_result`` event; a parent that has
+    ended takes no signal, and that is not an error. Runs before the workflow completes. A
+    task created from outside with ``parent`` set is linked only (Neo4j's ``CHILD_OF``): it
+    signals nothing (an imported subagent run would otherwise write into its parent)."""
+    state = ledger.state
+    if state.start.parent is None or state.start.depth == 0:
+        return
+    parent = workflow.get_external_workflow_handle(
+        task_workflow_id(state.start.project_id, state.start.parent)
+    )
+    end = child_end(state.start.name, state.workflow_id, state.status, state.result, state.error)
+    with contextlib.suppress(FailureError):
+        await parent.signal(CHILD_ENDED, end)
+
+
+async def reconcile_children(ledger: Ledger) -> None:
+    """A resumed parent learns the real states of its children that had not reported an end
+    (one may have ended while the parent was closed: its signal found no run), by the
+    ``child_ends`` activity; each end found is recorded as the child's own signal would have
+    been (the same request id, so a signal that comes too counts once)."""
+    state = ledger.state
+    names = [c.name for c in state.children.values() if c.status not in CLOSED_STATUSES]
+    found: ChildEnds = await workflow.execute_activity(
+        CHILD_ENDS_ACTIVITY,
+        ChildEndsInput(project_id=state.start.project_id, names=names),
+        result_type=ChildEnds,
+        start_to_close_timeout=CHILD_ENDS_TIMEOUT,
+    )
+    for end in found.ends:
+        ledger.child_ended(end, workflow.now())
+
+
+def copying(ledger: Ledger) -> bool:
+    """True while a branch (``TaskStart.branched_from``) has not copied its source's events up
+    to the branch point: its log's first seqs are those events."""
+    branch = ledger.state.start.branched_from
+    return branch is not None and ledger.state.last_seq < branch.seq
+
+
+async def copy_branch(ledger: Ledger, stop: Callable[[], bool]) -> None:
+    """Copy a branch's source events up to the branch point, a page at a time (the
+    ``branch_events`` activity), each page's events recorded under their authors' names with
+    the same seqs as in the source, until done or ``stop()`` (continue-as-new is due: the
+    next run goes on where this one stopped, the copy is done when ``last_seq`` reaches the
+    point)."""
+    state = ledger.state
+    branch = state.start.branched_from
+    assert branch is not None
+    source = task_workflow_id(state.start.project_id, branch.task)
+    while copying(ledger) and not stop():
+        page: BranchPage = await workflow.execute_activity(
+            BRANCH_ACTIVITY,
+            BranchQuery(
+                source_workflow_id=source,
+                target_workflow_id=state.workflow_id,
+                after_seq=state.last_seq,
+                up_to_seq=branch.seq,
+            ),
+            result_type=BranchPage,
+            start_to_close_timeout=CHILD_ENDS_TIMEOUT,
+        )
+        for author, events in itertools.groupby(page.events, key=lambda e: e.author):
+            copies = [e.event for e in events]
+            ledger.record_events(
+                RecordEventsInput(
+                    agent_id=author,
+                    events=copies,
+                    request_id=internal_request_id(f"branch/{state.last_seq}"),
+                ),
+                workflow.now(),
+            )
