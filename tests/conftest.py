@@ -17,7 +17,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from codec import DATA_CONVERTER
 from config import Settings
-from devstack import find_temporal_binary
+from devstack import DEFAULT_DYNAMIC_CONFIG, find_temporal_binary
 from starter.client import ConversationHistory
 from taskgraph.graph import TaskGraph
 from worker import Services, build_worker, open_services
@@ -119,8 +119,14 @@ def payload_texts(history_json: str) -> str:
 
 # ------------------------------------------------------------------- time skipping (private)
 
-TIME_SKIPPING_DYNAMIC_CONFIG = "frontend.WorkflowTimeSkippingEnabled=true"
-"""The dev server's switch for per-workflow time skipping (``start_time_skipping_v2`` needs it)."""
+DEV_SERVER_ARGS = [
+    arg
+    for key, value in DEFAULT_DYNAMIC_CONFIG.items()
+    for arg in ("--dynamic-config-value", f"{key}={value}")
+]
+"""The local stack's dynamic config (``DEFAULT_DYNAMIC_CONFIG``: per-workflow time skipping,
+which ``start_time_skipping_v2`` needs, and one partition per task queue) as arguments of a
+private dev server."""
 
 
 @pytest.fixture(scope="session")
@@ -136,7 +142,7 @@ async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
         dev_server_existing_path=str(find_temporal_binary()),
         data_converter=DATA_CONVERTER,
         search_attributes=SEARCH_ATTRIBUTE_KEYS,
-        dev_server_extra_args=["--dynamic-config-value", TIME_SKIPPING_DYNAMIC_CONFIG],
+        dev_server_extra_args=DEV_SERVER_ARGS,
     )
     try:
         yield env

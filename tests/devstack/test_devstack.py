@@ -23,7 +23,11 @@ import pytest
 from pydantic import SecretStr
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
-from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import (
+    DescribeNamespaceRequest,
+    ListTaskQueuePartitionsRequest,
+)
 from temporalio.client import Client, WorkflowExecutionStatus
 
 import devstack
@@ -82,6 +86,10 @@ async def test_temporal_dev_server_keeps_workflows_across_restart(tmp_path: Path
         )
         for name in SEARCH_ATTRIBUTES:
             assert attrs.custom_attributes[name] == IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD
+        partitions = await client.workflow_service.list_task_queue_partitions(
+            ListTaskQueuePartitionsRequest(namespace=namespace, task_queue=TaskQueue(name="q"))
+        )  # one per task queue (DEFAULT_DYNAMIC_CONFIG), where the server's default is four
+        assert [p.key for p in partitions.workflow_task_queue_partitions] == ["q"]
         # no worker is needed: the workflow just stays running in the SQLite file
         await client.start_workflow("NoSuchWorkflow", id="persist-me", task_queue="nobody")
 

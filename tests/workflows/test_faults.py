@@ -23,7 +23,7 @@ from devstack import find_temporal_binary
 from starter.client import ConversationHistory
 from starter.importer import all_events, all_steps
 from taskgraph.graph import TaskGraph
-from tests.conftest import TIME_SKIPPING_DYNAMIC_CONFIG, eventually, mirrored
+from tests.conftest import DEV_SERVER_ARGS, eventually, mirrored
 from tests.workflows.conftest import CONTINUE_AS_NEW_AT
 from worker import build_worker
 from workflows.errors import ErrorCode, TaskServiceUnavailable
@@ -38,12 +38,7 @@ async def skipping_low_limit_env() -> AsyncIterator[WorkflowEnvironment]:
         dev_server_existing_path=str(find_temporal_binary()),
         data_converter=DATA_CONVERTER,
         search_attributes=SEARCH_ATTRIBUTE_KEYS,
-        dev_server_extra_args=[
-            "--dynamic-config-value",
-            TIME_SKIPPING_DYNAMIC_CONFIG,
-            "--dynamic-config-value",
-            CONTINUE_AS_NEW_AT,
-        ],
+        dev_server_extra_args=[*DEV_SERVER_ARGS, "--dynamic-config-value", CONTINUE_AS_NEW_AT],
     )
     yield env
     await env.shutdown()
