@@ -1,11 +1,13 @@
 """The mirror's Neo4j write, against the local stack's Neo4j: ``TaskGraph.write_task`` of
 ``--pages`` pages of ``--events`` events each (800-character payloads) into each of
 ``--writers`` tasks at once (one agent writes them all, as an import's tasks share theirs).
-Prints the p50 and the slowest page, this process's CPU per page (packing the parameters,
-building the rows), the events per second of all writers, and whether the driver's Rust
-extension is loaded.
+``--sealed``: each event's text sealed under a leaf of its task's key tree, as a client with a
+graph sends it, so the page also reads and derives its keys. Prints the p50 and the slowest
+page, this process's CPU per page (packing the parameters, building the rows, opening sealed
+text), the events per second of all writers, and whether the driver's Rust extension is
+loaded.
 
-    python -m bench.bench_graph_write [--pages 60] [--events 100] [--writers 1]
+    python -m bench.bench_graph_write [--pages 60] [--events 100] [--writers 1] [--sealed]
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from datetime import UTC, datetime
 from importlib.util import find_spec
 
 from taskgraph.graph import TaskGraph
+from taskgraph.sealing import seal_events
 from taskgraph.seeds import seed_event, seed_view
 from worker import open_services
+from workflows.models import EventInput
 
 
 def _cpu() -> float:
@@ -30,7 +34,7 @@ def _cpu() -> float:
 
 
 async def write(
-    graph: TaskGraph, project: str, task: str, pages: int, per_page: int
+    graph: TaskGraph, project: str, task: str, pages: int, per_page: int, sealed: bool
 ) -> list[float]:
     """Write ``pages`` pages into ``task``; returns each page's seconds."""
     now, took = datetime.now(UTC), []
@@ -40,13 +44,20 @@ async def write(
         events = [
             seed_event(view.workflow_id, n, "x" * 800, now) for n in range(first, first + per_page)
         ]
+        if sealed:
+            inputs = [EventInput(kind=e.kind, payload=e.payload) for e in events]
+            with_keys = await seal_events(graph, project, view.workflow_id, inputs)
+            events = [
+                e.model_copy(update={"payload": "", "sealed": s.sealed, "key_id": s.key_id})
+                for e, s in zip(events, with_keys, strict=True)
+            ]
         started = time.perf_counter()
         await graph.write_task(view, events, [])
         took.append(time.perf_counter() - started)
     return took
 
 
-async def main(pages: int, per_page: int, writers: int) -> None:
+async def main(pages: int, per_page: int, writers: int, sealed: bool) -> None:
     async with open_services(with_graph=True, schema=True) as services:
         graph = services.graph
         assert graph is not None
@@ -55,7 +66,7 @@ async def main(pages: int, per_page: int, writers: int) -> None:
         took = [
             page
             for pages_of in await asyncio.gather(
-                *(write(graph, project, f"t{n}", pages, per_page) for n in range(writers))
+                *(write(graph, project, f"t{n}", pages, per_page, sealed) for n in range(writers))
             )
             for page in pages_of
         ]
@@ -63,7 +74,8 @@ async def main(pages: int, per_page: int, writers: int) -> None:
         rust = find_spec("neo4j._rust") is not None
         print(
             f"neo4j-rust-ext {'loaded' if rust else 'absent'}: {writers} writer(s), pages of "
-            f"{per_page} events, p50 {statistics.median(took) * 1000:.1f} ms, slowest "
+            f"{per_page} {'sealed ' if sealed else ''}events, "
+            f"p50 {statistics.median(took) * 1000:.1f} ms, slowest "
             f"{max(took) * 1000:.0f} ms, CPU {cpu / len(took) * 1000:.1f} ms per page, "
             f"{writers * pages * per_page / wall:,.0f} events/s"
         )
@@ -75,5 +87,6 @@ if __name__ == "__main__":
     parser.add_argument("--pages", type=int, default=60)
     parser.add_argument("--events", type=int, default=100)
     parser.add_argument("--writers", type=int, default=1)
+    parser.add_argument("--sealed", action="store_true")
     arguments = parser.parse_args()
-    asyncio.run(main(arguments.pages, arguments.events, arguments.writers))
+    asyncio.run(main(arguments.pages, arguments.events, arguments.writers, arguments.sealed))

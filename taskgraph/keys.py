@@ -17,9 +17,10 @@ keys, ``wipe_project`` keeps them, and a Neo4j lost without a backup loses the s
 (``docs/retention.md``).
 
 A tree is stored before the first event it seals is sent, and every later event of its writer
-and task needs no write at all: unused leaves cost nothing. ``fetch_keys`` runs inside the
-mirror's transaction, after the task node is locked, so a redaction (which locks the task node
-first) never races a mirror write of the text it removes.
+and task needs no write at all: unused leaves cost nothing. The mirror reads the keys
+(``KEY_READS``) in its transaction's first statement, after it locks the task node, so a
+redaction (which locks the task node first) never races a mirror write of the text it
+removes.
 
 ``KeyStore`` is the key store's interface, all that sealing (``taskgraph.sealing``) needs of
 it; ``taskgraph.graph.TaskGraph`` implements it with the functions here.
@@ -27,8 +28,8 @@ it; ``taskgraph.graph.TaskGraph`` implements it with the functions here.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, LiteralString, Protocol
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, LiteralString, Protocol
 
 from taskgraph.keytree import Node, decode, encode, leaf_keys, parse_key_id, puncture
 
@@ -65,13 +66,6 @@ CREATE (:KeyTree {tree_id: $tree, project_id: $p, task_key: $task_key, nodes: $n
                   created_at: datetime()})
 """
 
-_FETCH_TREES: LiteralString = """
-UNWIND $ids AS id
-MATCH (k:KeyTree {tree_id: id})
-WHERE k.project_id = $p
-RETURN k.tree_id AS tree_id, k.nodes AS nodes
-"""
-
 _READ_TREE: LiteralString = """
 MATCH (k:KeyTree {tree_id: $id}) WHERE k.project_id = $p RETURN k.nodes AS nodes
 """
@@ -83,12 +77,62 @@ SET k.nodes = $nodes,
                        ELSE coalesce(k.destroyed, []) + $leaf END
 """
 
-_FETCH_SINGLE: LiteralString = """
-UNWIND $ids AS id
-MATCH (k:DataKey {key_id: id})
-WHERE k.project_id = $p
-RETURN k.key_id AS key_id, k.key AS key
+KEY_READS: LiteralString = """
+CALL () {
+  UNWIND $trees AS id
+  MATCH (k:KeyTree {tree_id: id})
+  WHERE k.project_id = $p
+  RETURN collect({id: k.tree_id, nodes: k.nodes}) AS trees
+}
+CALL () {
+  UNWIND $singles AS id
+  MATCH (k:DataKey {key_id: id})
+  WHERE k.project_id = $p
+  RETURN collect({id: k.key_id, key: k.key}) AS singles
+}
 """
+"""The read of the stored key material of some key ids (the parameters of ``KeyLookup``,
+and ``$p`` the project): a clause that yields ``trees`` (each ``{id, nodes}``) and ``singles``
+(each ``{id, key}``) for ``KeyLookup.keys``. A clause, so that the mirror reads the keys in the
+statement that locks the task node (``taskgraph.writes``), not in one more round trip."""
+
+
+class KeyLookup:
+    """Which stored key material opens some key ids: the key trees that derive them (tree id
+    -> key id -> leaf) and the single data keys of before.
+
+    Args:
+        key_ids: the key ids (repeats are read once).
+    """
+
+    def __init__(self, key_ids: Iterable[str]) -> None:
+        self.by_tree: dict[str, dict[str, int]] = {}
+        self.singles: list[str] = []
+        for key in sorted(set(key_ids)):
+            where = parse_key_id(key)
+            if where is None:
+                self.singles.append(key)
+            else:
+                self.by_tree.setdefault(where[0], {})[key] = where[1]
+
+    def parameters(self) -> dict[str, list[str]]:
+        """The parameters of ``KEY_READS`` (``$trees``, ``$singles``)."""
+        return {"trees": sorted(self.by_tree), "singles": self.singles}
+
+    def keys(
+        self, trees: Iterable[Mapping[str, Any]], singles: Iterable[Mapping[str, Any]]
+    ) -> dict[str, bytes | None]:
+        """The keys read by ``KEY_READS``: key id -> key, or None for a key a redaction
+        destroyed; a key id the store does not have is absent. A key tree's leaves are
+        derived from its stored nodes (``leaf_keys``)."""
+        keys: dict[str, bytes | None] = {}
+        for tree in trees:
+            wanted = self.by_tree[tree["id"]]
+            derived = leaf_keys(decode(tree["nodes"]), sorted(wanted.values()))
+            keys.update({key: derived[leaf] for key, leaf in wanted.items()})
+        for single in singles:
+            keys[single["id"]] = None if single["key"] is None else bytes(single["key"])
+        return keys
 
 
 async def store_tree(
@@ -103,27 +147,14 @@ async def store_tree(
 async def fetch_keys(
     tx: AsyncManagedTransaction | AsyncTransaction, project_id: str, key_ids: Sequence[str]
 ) -> dict[str, bytes | None]:
-    """The keys of ``key_ids`` in ``project_id``: key id -> key, or None for a key a redaction
-    destroyed; a key id the store does not have is absent. A key tree's leaves are derived
-    from the tree's stored nodes (one read for all trees); single keys are read as they are."""
-    leaves = {key: parse_key_id(key) for key in set(key_ids)}
-    by_tree: dict[str, dict[str, int]] = {}
-    for key, where in leaves.items():
-        if where is not None:
-            by_tree.setdefault(where[0], {})[key] = where[1]
-    keys: dict[str, bytes | None] = {}
-    if by_tree:
-        result = await tx.run(_FETCH_TREES, ids=sorted(by_tree), p=project_id)
-        async for record in result:
-            wanted = by_tree[record["tree_id"]]
-            derived = leaf_keys(decode(record["nodes"]), sorted(wanted.values()))
-            keys.update({key: derived[leaf] for key, leaf in wanted.items()})
-    singles = [key for key, where in leaves.items() if where is None]
-    if singles:
-        result = await tx.run(_FETCH_SINGLE, ids=singles, p=project_id)
-        async for record in result:
-            keys[record["key_id"]] = None if record["key"] is None else bytes(record["key"])
-    return keys
+    """The keys of ``key_ids`` in ``project_id`` (``KeyLookup.keys``), in one statement
+    (``KEY_READS``); none for no ids."""
+    if not key_ids:
+        return {}
+    lookup = KeyLookup(key_ids)
+    result = await tx.run(KEY_READS + "RETURN trees, singles", lookup.parameters(), p=project_id)
+    record = await result.single(strict=True)
+    return lookup.keys(record["trees"], record["singles"])
 
 
 async def destroy_leaf(tx: AsyncManagedTransaction, project_id: str, key: str) -> bool:

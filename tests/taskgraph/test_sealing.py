@@ -10,7 +10,17 @@ import pytest
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from taskgraph.keytree import Frontier, Node, key_id, leaf_keys, new_root, new_tree_id, puncture
+from taskgraph.keys import KeyLookup
+from taskgraph.keytree import (
+    Frontier,
+    Node,
+    encode,
+    key_id,
+    leaf_keys,
+    new_root,
+    new_tree_id,
+    puncture,
+)
 from taskgraph.sealing import KEY_BYTES, NONCE_BYTES, open_text, seal, unseal
 from workflows.errors import GraphIncomplete
 from workflows.models import (
@@ -177,3 +187,27 @@ def test_a_punctured_tree_opens_every_event_but_the_redacted_one() -> None:
             assert guess is not None
             with pytest.raises(InvalidTag):
                 open_text(middle.sealed, guess, middle.key_id)
+
+
+def test_a_key_lookup_reads_each_tree_once_and_gives_the_writers_keys() -> None:
+    roots = {new_tree_id(): new_root() for _ in range(2)}
+    by_tree: dict[str, dict[str, bytes]] = {}  # key id -> the key its writer sealed with
+    for tree, root in roots.items():
+        frontier = Frontier(root)
+        by_tree[tree] = {}
+        for _ in range(3):
+            leaf, key = frontier.take()
+            by_tree[tree][key_id(tree, leaf)] = key
+    taken = {k: v for keys in by_tree.values() for k, v in keys.items()}
+    single = "0b6f2f4e-8c0e-4d6a-9c1a-3f1e2d4c5b6a"  # a version-4 id: a single key of before
+    first, second = sorted(roots)
+    redacted = key_id(second, 1)
+    lookup = KeyLookup([*taken, single, *taken])
+    assert lookup.parameters() == {"trees": [first, second], "singles": [single]}
+    stored = [
+        {"id": first, "nodes": encode([Node(0, 0, roots[first])])},
+        {"id": second, "nodes": encode(puncture([Node(0, 0, roots[second])], 1))},
+    ]
+    keys = lookup.keys(stored, [{"id": single, "key": b"k" * KEY_BYTES}])
+    assert keys == {**taken, redacted: None, single: b"k" * KEY_BYTES}
+    assert lookup.keys(stored[:1], []) == by_tree[first]  # a tree not stored gives none
