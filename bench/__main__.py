@@ -16,6 +16,7 @@ from rich.table import Table
 
 from bench.suite import FULL, GROUPS, QUICK, run_bench
 from starter.cli.common import JsonOpt, console, emit, main_of, run
+from telemetry import log_core_through_python
 
 
 def bench_command(
@@ -61,7 +62,7 @@ def bench_command(
     if rounds is not None:
         sizes = replace(sizes, rounds=rounds)
     report = run(run_bench(sizes, only=None if only is None else set(only), private=not shared))
-    report["command"] = shlex.join(["python", "-m", "bench", *sys.argv[1:]])
+    report["command"] = shlex.join(["python", *sys.orig_argv[1:]])  # as typed: bench.decompose too
     emit(report, as_json, _render)
 
 
@@ -124,5 +125,15 @@ def _cpu_table(rows: list[dict[str, Any]]) -> Table:
 app = typer.Typer(add_completion=False)
 app.command()(bench_command)
 
-if __name__ == "__main__":
+
+def main() -> None:
+    """Run the bench as a command, the SDK's core logging through Python's logging to stderr
+    (``telemetry.log_core_through_python``, as the CLI does): standard output is the table or
+    the JSON alone (the core's warnings of activities whose workflow the bench terminated went
+    there and broke ``--json``)."""
+    log_core_through_python()
     main_of(app)
+
+
+if __name__ == "__main__":
+    main()

@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
+from pydantic import BaseModel
+
 from workflows.models import Event, EventInput, StepRecord, TaskState, WriteOutcome
 from workflows.steps import ClosedStep
 
@@ -31,12 +33,13 @@ class Book(Protocol):
         """The record of step ``name``, None when the task has no such step."""
         ...
 
-    def check_write(self, request_id: str, digest: str) -> None:
+    def check_write(self, request_id: str, input: BaseModel) -> None:
         """The state rules of every write but ``create`` (raises the refusal)."""
         ...
 
-    def stored(self, request_id: str, digest: str) -> WriteOutcome | None:
-        """The stored outcome of ``request_id`` if its digest matches, None if it is new."""
+    def stored(self, request_id: str, input: BaseModel) -> WriteOutcome | None:
+        """The stored outcome of ``request_id`` if ``input``'s digest matches, None if it is
+        new."""
         ...
 
     def accept(

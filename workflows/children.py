@@ -37,9 +37,8 @@ def child_ended(book: Book, end: ChildEnd, now: datetime) -> None:
     child's record updated. A repeat, or the end of a task that is not a spawned child of
     this one, is ignored."""
     key = next((k for k, c in book.state.children.items() if c.name == end.child), None)
-    digest = args_digest(end)
     try:
-        if key is None or book.stored(end.request_id, digest) is not None:
+        if key is None or book.stored(end.request_id, end) is not None:
             return
     except ApplicationError:
         return
@@ -49,7 +48,7 @@ def child_ended(book: Book, end: ChildEnd, now: datetime) -> None:
         kind=EventKind.CHILD_RESULT, name=key, payload=json_within(head, "text", text.text)
     )
     outcome = book.add_events([event], book.state.start.agent_id, end.request_id, now)
-    book.accept(end.request_id, digest, outcome.first_seq, outcome.last_seq, now)
+    book.accept(end.request_id, args_digest(end), outcome.first_seq, outcome.last_seq, now)
     record = book.state.children[key]
     record.status, record.result_seq = end.status, outcome.first_seq
     record.result = text.text[:CHILD_RESULT_PREVIEW_CHARS]

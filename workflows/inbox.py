@@ -133,9 +133,8 @@ def take_answer(book: Book, answer: InputAnswer, now: datetime, *, bound: bool =
     request (the ``answers-bound-to-requests`` patch): an answer naming none, with none open,
     was kept for the next request asked; answers to closed requests were kept too; at most
     ``LEGACY_EARLY_ANSWERS``."""
-    digest = args_digest(answer)
     try:
-        if book.stored(answer.request_id, digest) is not None:
+        if book.stored(answer.request_id, answer) is not None:
             return
     except ApplicationError as refused:  # request_id_reused, invalid_request_id
         _reject(book, answer, refused.message, now)
@@ -175,7 +174,7 @@ def take_answer(book: Book, answer: InputAnswer, now: datetime, *, bound: bool =
         )
     else:
         book.state.early_answers.append(answer)
-        book.accept(answer.request_id, digest, 0, 0, now)
+        book.accept(answer.request_id, args_digest(answer), 0, 0, now)
 
 
 def close_inputs(book: Book, reason: str, now: datetime) -> None:
@@ -206,7 +205,7 @@ def check_respond(book: Book, answer: InputAnswer) -> InputRequest:
         ApplicationError: as ``check_write``, or a refusal ``input_not_requested``,
             ``input_invalid`` (with the validation message) or ``input_closed``.
     """
-    book.check_write(answer.request_id, args_digest(answer))
+    book.check_write(answer.request_id, answer)
     closed = book.state.closed_inputs.get(answer.input_id or "")
     if closed is not None:
         raise refusal(ErrorCode.INPUT_CLOSED, f"input {answer.input_id!r} {closed}")

@@ -54,7 +54,7 @@ def check_status(ledger: Ledger, input: SetStatusInput) -> None:
     Raises:
         ApplicationError: as ``Ledger.check_write``.
     """
-    ledger.check_write(input.request_id, args_digest(input))
+    ledger.check_write(input.request_id, input)
 
 
 def set_status(ledger: Ledger, input: SetStatusInput, now: datetime) -> WriteOutcome:
@@ -76,7 +76,7 @@ def check_ask(ledger: Ledger, input: AskInput) -> None:
         ApplicationError: as ``Ledger.check_write``, or a refusal ``input_exists``,
             ``schema_invalid`` (the schema's fault) or ``input_limit_reached``.
     """
-    ledger.check_write(input.request_id, args_digest(input))
+    ledger.check_write(input.request_id, input)
     state = ledger.state
     if input.input_id in state.answered or any(r.input_id == input.input_id for r in state.inputs):
         raise refusal(ErrorCode.INPUT_EXISTS, f"input {input.input_id!r} was asked already")
@@ -118,7 +118,7 @@ def check_spawn(ledger: Ledger, input: SpawnInput) -> None:
         ApplicationError: as ``Ledger.check_write``, or a refusal ``task_exists`` or
             ``child_limit_reached``.
     """
-    ledger.check_write(input.request_id, args_digest(input))
+    ledger.check_write(input.request_id, input)
     state = ledger.state
     if input.spawn_key in state.children:
         raise refusal(ErrorCode.TASK_EXISTS, f"spawn key {input.spawn_key!r} was used already")

@@ -28,7 +28,7 @@ def check_retry(book: Book, retry: StepRetry) -> StepRecord:
         ApplicationError: as ``check_write``; ``step_not_found``; ``invalid_transition``
             for a step that is not ``unknown`` or ``failed``.
     """
-    book.check_write(retry.request_id, args_digest(retry))
+    book.check_write(retry.request_id, retry)
     record = book.step(retry.step_name)
     if record is None:
         raise refusal(ErrorCode.STEP_NOT_FOUND, f"the task has no step {retry.step_name!r}")

@@ -76,7 +76,6 @@ with workflow.unsafe.imports_passed_through():
         TaskView,
         TaskWorkflowInput,
         WriteOutcome,
-        args_digest,
         bound_text,
         task_workflow_id,
     )
@@ -410,7 +409,7 @@ class TaskWorkflow:
 
     @record_events.validator
     def _check_record_events(self, input: RecordEventsInput) -> None:
-        self.ledger.check_write(input.request_id, args_digest(input))
+        self.ledger.check_write(input.request_id, input)
         self._admit()
         if any(event.kind is not EventKind.NOTE for event in input.events):
             self._single_writer()
@@ -423,7 +422,7 @@ class TaskWorkflow:
 
     @set_steps.validator
     def _check_set_steps(self, input: SetStepsInput) -> None:
-        self.ledger.check_write(input.request_id, args_digest(input))
+        self.ledger.check_write(input.request_id, input)
         self._admit()
         self._single_writer()
         self.ledger.check_steps(input, workflow.now())
@@ -437,7 +436,7 @@ class TaskWorkflow:
 
     @finish_task.validator
     def _check_finish(self, input: FinishTaskInput) -> None:
-        self.ledger.check_write(input.request_id, args_digest(input))
+        self.ledger.check_write(input.request_id, input)
         self._admit()
         self._single_writer()
 
