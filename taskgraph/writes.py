@@ -59,7 +59,7 @@ mirror attempt never undoes a newer one); returns the ``created_at`` the node ha
 the write can refuse a node that is not its task's before anything else is written; and, the
 node locked, the keys of the page's sealed events (``KEY_READS``: one round trip for both,
 where a separate read of the keys was a third statement: a one-event sealed page 9.0 -> 7.2 ms
-p50, ``bench/RESULTS.md``)."""
+p50, ``bench/RESULTS-issue-22.md``)."""
 
 _PAGE: LiteralString = """
 MATCH (t:Task {key: $key})
@@ -163,7 +163,7 @@ node (one that had no ``kind``: new, or a step result's placeholder), where a ``
 finds no link locks both nodes to make one: creating a relationship does not lock a dense
 node exclusively (Neo4j's locks for dense nodes), so the pages of concurrent tasks no longer
 queue on their agent (``python -m bench.bench_graph_write --writers 16``, in
-``bench/RESULTS.md``: the slowest page 1.1-1.7 s with MERGE, 0.55-1.1 s with CREATE). Event
+``bench/RESULTS-issue-22.md``: the slowest page 1.1-1.7 s with MERGE, 0.55-1.1 s with CREATE). Event
 and step times arrive as ``epoch`` pairs and are set as datetimes in the same SET."""
 
 

@@ -129,6 +129,32 @@ which ``start_time_skipping_v2`` needs, and one partition per task queue) as arg
 private dev server."""
 
 
+DEV_SERVER_STARTS = 3
+"""Attempts at starting a private dev server (``private_dev_server``)."""
+
+
+async def private_dev_server(
+    start: Callable[[], Awaitable[WorkflowEnvironment]],
+) -> WorkflowEnvironment:
+    """``start()`` a private dev server, again (``DEV_SERVER_STARTS`` attempts in all) when it
+    did not come up: the free port it is given (``devstack.free_port``, or the SDK's own) can be
+    taken between being picked and being bound, by an outgoing connection whose local port the
+    OS draws from the same range ("bind: address already in use", then the SDK's "Failed
+    starting Temporal dev server": once in a fresh-clone run). Each attempt picks its port
+    anew, so ``start`` must not close over one.
+
+    Raises:
+        RuntimeError: the last attempt failed, or an attempt failed for another reason.
+    """
+    for _ in range(DEV_SERVER_STARTS - 1):
+        try:
+            return await start()
+        except RuntimeError as err:
+            if "Failed starting Temporal dev server" not in str(err):
+                raise
+    return await start()
+
+
 @pytest.fixture(scope="session")
 async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
     """A private Temporal dev server (the ``temporal`` CLI next to the Python executable)
@@ -138,11 +164,13 @@ async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
     duration)`` moves one workflow's clock (``env.sleep`` is not supported by V2)."""
     from workflows.search import SEARCH_ATTRIBUTE_KEYS
 
-    env = await WorkflowEnvironment.start_time_skipping_v2(
-        dev_server_existing_path=str(find_temporal_binary()),
-        data_converter=DATA_CONVERTER,
-        search_attributes=SEARCH_ATTRIBUTE_KEYS,
-        dev_server_extra_args=DEV_SERVER_ARGS,
+    env = await private_dev_server(
+        lambda: WorkflowEnvironment.start_time_skipping_v2(
+            dev_server_existing_path=str(find_temporal_binary()),
+            data_converter=DATA_CONVERTER,
+            search_attributes=SEARCH_ATTRIBUTE_KEYS,
+            dev_server_extra_args=DEV_SERVER_ARGS,
+        )
     )
     try:
         yield env

@@ -151,7 +151,7 @@ class Ledger:
         """The stored outcome of ``request_id`` if ``input``'s arguments digest
         (``args_digest``) matches its stored one, None if the id is new. The digest is computed
         only for an id the window holds: a new write, the common case, costs its validator no
-        digest (about 8 us an event, ``bench/RESULTS.md``, fifth session); the handler
+        digest (about 8 us an event, ``bench/RESULTS-issue-22.md``, fifth session); the handler
         computes it once to remember it (``accept``).
 
         Raises:

@@ -12,7 +12,7 @@ task of the run by a long poll of the run's history, copies what it wrote (at mo
 copied. So a write adds no workflow task and no activity of its own (main's mirror, a call
 per waiting write, added an activity and a second workflow task to every write that came
 alone); the workflow learns how far Neo4j got when the call ends (``MirrorOutcome``).
-``bench/RESULTS.md`` (issue 22) has the designs compared before this one was chosen.
+``bench/RESULTS-issue-22.md`` has the designs compared before this one was chosen.
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ waits): one activity and one workflow task a minute for a task written to all th
 MIRROR_FOLLOW_AGE = timedelta(milliseconds=100)
 """The follower's cadence: a copy at most this often, so the writes that come back to back
 share one query and one Neo4j transaction per 100 ms, and a lone write is copied at once (on
-the worker's clock: no timer in the history). Measured in ``bench/RESULTS.md`` (issue 22)."""
+the worker's clock: no timer in the history). Measured in ``bench/RESULTS-issue-22.md``."""
 MIRROR_FOLLOW_BYTES = 64 * 1024
 """...except when the run's history grew by this many bytes since the last copy (a batch):
 then it copies at once."""

@@ -23,6 +23,7 @@ from taskgraph.graph import TaskGraph
 from taskgraph.models import TaskRow
 from tests.agent_tools import SCRIPTS, TOOL_NAMES, TOOLS
 from tests.approval_tools import APPROVAL_SCRIPTS, APPROVAL_TOOLS
+from tests.conftest import private_dev_server
 from worker import build_worker
 from workflows.models import AgentSpec, Budgets, ModelSpec
 from workflows.search import SEARCH_ATTRIBUTE_KEYS
@@ -55,12 +56,14 @@ def agents(
 @pytest.fixture
 async def low_limit_env() -> AsyncIterator[WorkflowEnvironment]:
     """A private dev server that suggests continue-as-new at 60 history events."""
-    env = await WorkflowEnvironment.start_local(
-        port=free_port(),
-        data_converter=DATA_CONVERTER,
-        dev_server_existing_path=str(find_temporal_binary()),
-        search_attributes=SEARCH_ATTRIBUTE_KEYS,
-        dev_server_extra_args=["--dynamic-config-value", CONTINUE_AS_NEW_AT],
+    env = await private_dev_server(
+        lambda: WorkflowEnvironment.start_local(
+            port=free_port(),
+            data_converter=DATA_CONVERTER,
+            dev_server_existing_path=str(find_temporal_binary()),
+            search_attributes=SEARCH_ATTRIBUTE_KEYS,
+            dev_server_extra_args=["--dynamic-config-value", CONTINUE_AS_NEW_AT],
+        )
     )
     yield env
     await env.shutdown()

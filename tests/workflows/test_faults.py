@@ -23,7 +23,7 @@ from devstack import find_temporal_binary
 from starter.client import ConversationHistory
 from starter.importer import all_events, all_steps
 from taskgraph.graph import TaskGraph
-from tests.conftest import DEV_SERVER_ARGS, eventually, mirrored
+from tests.conftest import DEV_SERVER_ARGS, eventually, mirrored, private_dev_server
 from tests.workflows.conftest import CONTINUE_AS_NEW_AT
 from worker import build_worker
 from workflows.errors import ErrorCode, TaskServiceUnavailable
@@ -34,11 +34,13 @@ from workflows.search import SEARCH_ATTRIBUTE_KEYS
 @pytest.fixture
 async def skipping_low_limit_env() -> AsyncIterator[WorkflowEnvironment]:
     """A private dev server with time skipping that suggests continue-as-new at 60 events."""
-    env = await WorkflowEnvironment.start_time_skipping_v2(
-        dev_server_existing_path=str(find_temporal_binary()),
-        data_converter=DATA_CONVERTER,
-        search_attributes=SEARCH_ATTRIBUTE_KEYS,
-        dev_server_extra_args=[*DEV_SERVER_ARGS, "--dynamic-config-value", CONTINUE_AS_NEW_AT],
+    env = await private_dev_server(
+        lambda: WorkflowEnvironment.start_time_skipping_v2(
+            dev_server_existing_path=str(find_temporal_binary()),
+            data_converter=DATA_CONVERTER,
+            search_attributes=SEARCH_ATTRIBUTE_KEYS,
+            dev_server_extra_args=[*DEV_SERVER_ARGS, "--dynamic-config-value", CONTINUE_AS_NEW_AT],
+        )
     )
     yield env
     await env.shutdown()
