@@ -16,10 +16,9 @@ mirror's work switched off in this process (the rows whose worker runs here: ``w
 
 So ``full - query`` is a copy's Neo4j write (driver and Neo4j), ``query - poll`` its query,
 ``poll - none`` the long poll, and ``none`` against the bare baseline the write path without a
-mirror. Only ``full`` keeps Neo4j current: the others skip ``Bench.settle`` and ``Bench.mirrored``
-(the CPU row's wait for the mirror), and the rows that read Neo4j (the mirror lag) mean
-nothing in them. A tool for measuring, never for a worker that
-serves tasks.
+mirror. Only ``full`` keeps Neo4j current: the others skip ``Bench.settle`` and
+``Bench.mirrored`` (the CPU row's wait for the mirror), and the rows that read Neo4j (the
+mirror lag) mean nothing in them. A tool for measuring, never for a worker that serves tasks.
 """
 
 from __future__ import annotations
