@@ -87,13 +87,20 @@ def switch_off(variant: str, follow_age_ms: int | None = None) -> None:
 
 
 def _options(argv: list[str]) -> tuple[str, int | None]:
-    """The variant and ``--follow-age``, taken out of ``argv`` (the rest is the bench's)."""
+    """The variant and ``--follow-age``, taken out of ``argv`` (the rest is the bench's).
+
+    Raises:
+        SystemExit: ``--follow-age`` is not followed by a whole number of milliseconds.
+    """
     variant = argv.pop(1) if len(argv) > 1 else ""
     if "--follow-age" not in argv:
         return variant, None
     at = argv.index("--follow-age")
-    _, value = argv.pop(at), argv.pop(at)
-    return variant, int(value)
+    given = argv[at + 1 : at + 2]
+    if not given or not given[0].isdigit():
+        raise SystemExit(f"--follow-age takes a whole number of milliseconds, not {given}")
+    del argv[at : at + 2]
+    return variant, int(given[0])
 
 
 if __name__ == "__main__":

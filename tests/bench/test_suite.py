@@ -96,7 +96,10 @@ def test_decompose_runs_the_writes_with_the_mirror_switched_off() -> None:
     )
 
 
-def test_decompose_refuses_an_unknown_variant() -> None:
+def test_decompose_refuses_an_unknown_variant_and_a_follow_age_not_in_ms() -> None:
     done = python_m("bench.decompose", "most", "--quick")
     assert done.returncode == 1
     assert "the variant is one of full, query, poll, none, not 'most'" in done.stderr
+    done = python_m("bench.decompose", "full", "--follow-age", "soon", "--quick")
+    assert done.returncode == 1
+    assert "--follow-age takes a whole number of milliseconds, not ['soon']" in done.stderr
