@@ -18,8 +18,10 @@ package's asyncio client, at ``AGENT_TASKS_BROKER_URL`` (``agent-tasks dev up`` 
 Channels (``channels``): ``agent-tasks:task:{workflow id}`` for one task, and
 ``agent-tasks:session:{project id}:{session id}`` for every task of a session;
 ``agent-tasks:project:{project id}`` (``project_channel``) carries the ``written`` words of
-every task of a project, for its inbox, and no tokens. A message is
-JSON, one of the two models below. Redis drops a subscriber that reads too slowly (its output
+every task of a project, for its inbox, and no tokens; ``agent-tasks:key:{key id}``
+(``key_channel``) carries a key's revocation and its page sessions' sign-outs
+(``RevokedMessage``), which end the HTTP API's open streams of them. A message is JSON, one of
+the models below. Redis drops a subscriber that reads too slowly (its output
 buffer limit for pub/sub clients), never slowing a publisher.
 
 The ``redis`` package is imported when a ``Broker`` is made, not with this module (it loads
@@ -80,9 +82,22 @@ class WrittenMessage(BaseModel):
     """Its status then (a hint: streams read it from the task)."""
 
 
-BrokerMessage = Annotated[TokenMessage | WrittenMessage, Field(discriminator="type")]
+class RevokedMessage(BaseModel):
+    """A key was revoked (``session`` None) or one page session of it ended (signed out): the
+    HTTP API's open streams of it end (``starter.http.grants``)."""
+
+    type: Literal["revoked"] = "revoked"
+    key_id: str
+    """The key's id."""
+    session: str | None = None
+    """The ended page session's digest (``taskgraph.apikeys.digest`` of its token); None: the
+    key itself, and every session of it."""
+
+
+Message = TokenMessage | WrittenMessage | RevokedMessage
+BrokerMessage = Annotated[Message, Field(discriminator="type")]
 """What travels on a channel."""
-_MESSAGE: TypeAdapter[TokenMessage | WrittenMessage] = TypeAdapter(BrokerMessage)
+_MESSAGE: TypeAdapter[Message] = TypeAdapter(BrokerMessage)
 
 
 def task_channel(workflow_id: str) -> str:
@@ -99,6 +114,11 @@ def project_channel(project_id: str) -> str:
     """The channel of every task of one project: the mirror's ``written`` words only (what the
     inbox of a project follows), never tokens."""
     return f"agent-tasks:project:{project_id}"
+
+
+def key_channel(key_id: str) -> str:
+    """The channel of one API key of the HTTP API: its revocation and its sessions' ends."""
+    return f"agent-tasks:key:{key_id}"
 
 
 def channels(workflow_id: str, session_id: str | None) -> list[str]:
@@ -129,7 +149,7 @@ class Broker:
         """Close the connections."""
         await self.redis.aclose()
 
-    async def publish(self, targets: Sequence[str], message: TokenMessage | WrittenMessage) -> bool:
+    async def publish(self, targets: Sequence[str], message: Message) -> bool:
         """Publish ``message`` on every channel of ``targets`` in one round trip; True when
         the broker took it, False when it was dropped (logged, at most once a minute)."""
         from redis.exceptions import RedisError
@@ -150,7 +170,7 @@ class Broker:
         return True
 
 
-Handler = Callable[[TokenMessage | WrittenMessage], None]
+Handler = Callable[[Message], None]
 """Takes a message on the subscriber's task; must not block (it queues and returns)."""
 
 

@@ -32,7 +32,7 @@ from fastapi.sse import ServerSentEvent
 from markdown_it import MarkdownIt
 from pydantic import BaseModel, JsonValue
 
-from broker import Subscriber, TokenMessage, WrittenMessage, project_channel
+from broker import Message, Subscriber, WrittenMessage, project_channel
 from starter.client import ConversationHistory
 from workflows.models import InputRequest, TaskStatus
 
@@ -173,7 +173,7 @@ class InboxStream:
         self.wake = asyncio.Event()
         self.channel = project_channel(history.project_id)
 
-    def _message(self, message: TokenMessage | WrittenMessage) -> None:
+    def _message(self, message: Message) -> None:
         if not isinstance(message, WrittenMessage):
             return
         shown = any(task == message.task for task, _ in self.shown)

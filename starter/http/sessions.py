@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Mapping
 
 from fastapi.sse import ServerSentEvent
 
-from broker import Subscriber, TokenMessage, WrittenMessage, session_channel
+from broker import Message, RevokedMessage, Subscriber, session_channel
 from starter.client import ConversationHistory
 from starter.http.streams import (
     SESSION_TASKS,
@@ -83,7 +83,9 @@ class SessionStream:
         self.new_tasks: deque[str] = deque()
         self.ended: set[str] = set()
 
-    def _message(self, message: TokenMessage | WrittenMessage) -> None:
+    def _message(self, message: Message) -> None:
+        if isinstance(message, RevokedMessage):
+            return
         if message.task not in self.cursor and message.task not in self.new_tasks:
             self.new_tasks.append(message.task)
             self.signal.set()

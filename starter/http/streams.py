@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 from fastapi.sse import ServerSentEvent
 
-from broker import Subscriber, TokenMessage, WrittenMessage, task_channel
+from broker import Message, Subscriber, TokenMessage, WrittenMessage, task_channel
 from starter.client import ConversationHistory
 from workflows.models import CLOSED_STATUSES, PAGE_LIMIT_MAX, Event, EventKind, TaskView
 
@@ -129,13 +129,15 @@ class TaskFeed:
             with contextlib.suppress(asyncio.CancelledError):
                 await self.task
 
-    def _message(self, message: TokenMessage | WrittenMessage) -> None:
+    def _message(self, message: Message) -> None:
         if isinstance(message, WrittenMessage):
             if message.status in CLOSED_STATUSES:
                 self.full = True  # read the view too: the end is near
                 self.wake.set()
             elif message.seq > self.last_seq:
                 self.wake.set()
+            return
+        if not isinstance(message, TokenMessage):
             return
         for listener in self.listeners:
             listener.token(message)
