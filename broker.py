@@ -68,6 +68,11 @@ class TokenMessage(BaseModel):
     after_seq: int | None = None
     """The seq of the last event the model saw: the token comes after that event and before
     the next in a stream. None: where it arrives."""
+    attempt: int = Field(default=1, ge=1)
+    """The attempt of the model call the token belongs to (the activity's attempt number: 1,
+    2 ...; ``index`` starts at 0 in each). A token of a later attempt than the ones a reader
+    holds means the earlier attempt failed and its turn was never recorded: drop its tokens.
+    Added later: 1 where a message has none."""
 
 
 class WrittenMessage(BaseModel):

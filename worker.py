@@ -237,6 +237,13 @@ DEMO_SCRIPTS: dict[str, Script] = {"files-demo": files_demo}
 """The scripted models every worker has (``ModelSpec(provider="scripted", model=...)``)."""
 
 
+HEARTBEAT_THROTTLE = timedelta(seconds=1)
+"""Longest wait of the worker before it sends an activity's heartbeat to the server (the SDK
+holds them back, by default up to 30 s without a heartbeat timeout and 60 s with one). A cancel
+reaches an activity only in the answer to a heartbeat, so this bounds how long a cancelled
+model call or tool goes on (``activities.model.MODEL_BEAT_S``)."""
+
+
 class AgentTasksWorkerPlugin(SimplePlugin):
     """The worker plugin: ``TaskWorkflow``, its sandbox passthroughs
     (``plugin.sandbox_passthrough``) and its activities (the mirror, the model call, the
@@ -301,6 +308,10 @@ class AgentTasksWorkerPlugin(SimplePlugin):
                 "the worker's client lacks the product's data converter: connect it with "
                 "plugins=[AgentTasksPlugin()] (or config.connect)"
             )
+        default = config.get("default_heartbeat_throttle_interval") or HEARTBEAT_THROTTLE
+        config["default_heartbeat_throttle_interval"] = min(default, HEARTBEAT_THROTTLE)
+        longest = config.get("max_heartbeat_throttle_interval") or HEARTBEAT_THROTTLE
+        config["max_heartbeat_throttle_interval"] = min(longest, HEARTBEAT_THROTTLE)
         if self.run_activities:
             slots = config.get("max_concurrent_activities") or DEFAULT_ACTIVITY_SLOTS
             followers = max(1, slots // 2)

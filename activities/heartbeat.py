@@ -11,9 +11,12 @@ from temporalio import activity
 _T = TypeVar("_T")
 
 
-async def heartbeating(work: Awaitable[_T]) -> _T:
+async def heartbeating(work: Awaitable[_T], *, every_s: float | None = None) -> _T:
     """Await ``work`` inside an activity while heartbeating every quarter of the activity's
-    heartbeat timeout (none when it has no heartbeat timeout).
+    heartbeat timeout, or every ``every_s`` seconds when it has none (None: no heartbeats
+    then). A cancel of the activity reaches it only in the server's answer to a heartbeat, so
+    an activity that must stop when its workflow no longer wants it (the model call) beats
+    without a heartbeat timeout too.
 
     The heartbeat says "this worker is alive and on it": when the worker dies, the server
     retries the attempt after the heartbeat timeout. It does not say the work advances; each
@@ -21,13 +24,14 @@ async def heartbeating(work: Awaitable[_T]) -> _T:
     ``taskgraph.driver.NEO4J_CALL_TIMEOUT_S``), so a silent peer cannot hold the attempt.
     """
     timeout = activity.info().heartbeat_timeout
-    if not timeout:
+    interval = timeout.total_seconds() / 4 if timeout else every_s
+    if not interval:
         return await work
 
     async def beat() -> None:
         while True:
             activity.heartbeat()
-            await asyncio.sleep(timeout.total_seconds() / 4)
+            await asyncio.sleep(interval)
 
     beats = asyncio.create_task(beat())
     try:

@@ -32,6 +32,8 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
+from activities.chat_protocol import SseDecoder, StreamAssembler, completion_turn
+from activities.heartbeat import heartbeating
 from activities.tokens import TokenPublisher, TokenStream, split_tokens
 from activities.transcript import chat_messages, shown
 from broker import Broker
@@ -44,13 +46,17 @@ from workflows.models import (
     ModelInput,
     ModelTurn,
     Role,
-    TokenUsage,
     ToolCall,
 )
 
 if TYPE_CHECKING:  # the driver is loaded by whoever makes the graph (an app's scripts import this)
-    from taskgraph.graph import TaskGraph
+    from taskgraph.port import GraphStore
 
+MODEL_BEAT_S = 1.0
+"""How often the model activity heartbeats (seconds) when it has no heartbeat timeout. A cancel
+reaches an activity only in the server's answer to a heartbeat, and the worker sends those at
+most every ``worker.HEARTBEAT_THROTTLE`` (1 s): so a cancel closes the model's HTTP request
+within about 2 s of the workflow's request."""
 RETRYABLE_HTTP = frozenset({408, 409, 429, 500, 502, 503, 504})
 """HTTP statuses of a model API that trying again can help."""
 
@@ -85,7 +91,7 @@ class ModelActivities:
     def __init__(
         self,
         client: Client,
-        graph: TaskGraph,
+        graph: GraphStore,
         scripts: Mapping[str, Script],
         tools: Sequence[ToolSpec] = (),
         broker: Broker | None = None,
@@ -98,12 +104,18 @@ class ModelActivities:
 
     @activity.defn(name=MODEL_ACTIVITY)
     async def model_turn(self, input: ModelInput) -> ModelTurn:
-        """The model's next turn for the task's events 1 to ``up_to_seq``."""
+        """The model's next turn for the task's events 1 to ``up_to_seq``, heartbeating while
+        it waits and streams (``MODEL_BEAT_S``) so that a cancel of the call, or the task's
+        end, reaches it and closes its HTTP request (module docstring, "Cancel")."""
+        return await heartbeating(self._turn(input), every_s=MODEL_BEAT_S)
+
+    async def _turn(self, input: ModelInput) -> ModelTurn:
         reader = TaskReader(self.client, self.graph)
         transcript = shown(
             await reader.task_events(input.workflow_id, input.run_id, 0, input.up_to_seq)
         )
-        async with self.tokens.stream(input.workflow_id, input.up_to_seq) as tokens:
+        attempt = activity.info().attempt
+        async with self.tokens.stream(input.workflow_id, input.up_to_seq, attempt) as tokens:
             if input.model.provider == "scripted":
                 script = self.scripts.get(input.model.model)
                 if script is None:
@@ -130,7 +142,7 @@ def api_failure(err: Exception) -> ApplicationError:
 
     if isinstance(err, openai.APIStatusError):
         retry_after = err.response.headers.get("retry-after")
-        delay = timedelta(seconds=float(retry_after)) if retry_after else None
+        delay = _seconds(retry_after)
         said = err.body.get("message") if isinstance(err.body, dict) else None
         return ApplicationError(
             f"model API answered HTTP {err.status_code}: {said or err.message}",
@@ -139,6 +151,15 @@ def api_failure(err: Exception) -> ApplicationError:
             next_retry_delay=delay,
         )
     return ApplicationError(f"model API unreachable: {err}", type="ModelApiError")
+
+
+def _seconds(retry_after: str | None) -> timedelta | None:
+    """A ``retry-after`` header's delay: seconds (an HTTP date, or anything else, is none)."""
+    try:
+        seconds = float(retry_after) if retry_after else None
+    except ValueError:
+        return None
+    return timedelta(seconds=seconds) if seconds is not None and seconds >= 0 else None
 
 
 def _tool_specs(offered: Sequence[ToolSpec]) -> list[dict[str, Any]]:
@@ -156,8 +177,9 @@ def _tool_specs(offered: Sequence[ToolSpec]) -> list[dict[str, Any]]:
 
 
 OPENAI_TIMEOUT_S = 100.0
-"""Seconds one chat completion request may take (inside the model activity's 2-minute
-start-to-close timeout, so a hung server fails the attempt, which Temporal then retries)."""
+"""Seconds one chat completion request may take, and a stream may wait for its next line
+(inside the model activity's 2-minute start-to-close timeout, so a hung server fails the
+attempt, which Temporal then retries)."""
 
 
 def openai_client(timeout_s: float) -> Any:
@@ -170,6 +192,20 @@ def openai_client(timeout_s: float) -> Any:
     return openai.AsyncOpenAI(max_retries=0, timeout=timeout_s)
 
 
+def _request(
+    input: ModelInput, transcript: Sequence[Event], offered: Sequence[ToolSpec]
+) -> dict[str, Any]:
+    """The request's arguments for ``chat.completions``."""
+    import openai
+
+    tools = _tool_specs(offered)
+    return {
+        "model": input.model.model,
+        "messages": chat_messages(transcript, input.model.system),
+        "tools": tools or openai.NOT_GIVEN,
+    }
+
+
 async def openai_turn(
     input: ModelInput,
     transcript: Sequence[Event],
@@ -177,8 +213,9 @@ async def openai_turn(
     *,
     timeout_s: float = OPENAI_TIMEOUT_S,
 ) -> ModelTurn:
-    """One chat completion of an OpenAI-compatible API (``openai_client``), errors mapped at
-    the activity edge.
+    """One chat completion of an OpenAI-compatible API (``openai_client``), its body made
+    into the turn by ``activities.chat_protocol.completion_turn`` (finish reasons by name, the
+    calls bounded), errors mapped at the activity edge.
 
     Args:
         input: the model call (model, system prompt).
@@ -189,33 +226,24 @@ async def openai_turn(
     Raises:
         ApplicationError: retryable (with ``next_retry_delay`` from ``retry-after``) for HTTP
             408/409/429/5xx, a lost connection and a request past ``timeout_s``;
-            non-retryable otherwise (``api_failure``).
+            non-retryable otherwise (``api_failure``); ``completion_turn``'s.
     """
     import openai  # the optional ``openai`` extra; imported only by workers that use it
 
-    tools = _tool_specs(offered)
     try:
-        response = await openai_client(timeout_s).chat.completions.create(
-            model=input.model.model,
-            messages=chat_messages(transcript, input.model.system),
-            tools=tools or openai.NOT_GIVEN,
+        raw = await openai_client(timeout_s).chat.completions.with_raw_response.create(
+            **_request(input, transcript, offered)
         )
+        body = raw.http_response.json()
     except (openai.APIStatusError, openai.APIConnectionError) as err:
         raise api_failure(err) from err
-    choice = response.choices[0].message
-    usage = response.usage
-    return ModelTurn(
-        content=choice.content or "",
-        tool_calls=[
-            ToolCall(name=call.function.name, arguments=call.function.arguments, call_id=call.id)
-            for call in choice.tool_calls or []
-            if call.type == "function"
-        ],
-        usage=TokenUsage(
-            input_tokens=usage.prompt_tokens if usage else 0,
-            output_tokens=usage.completion_tokens if usage else 0,
-        ),
-    )
+    except ValueError as err:  # not JSON
+        raise ApplicationError(
+            f"the model API answered with a body that is not JSON: {err}", type="ModelApiError"
+        ) from err
+    if not isinstance(body, dict):
+        raise ApplicationError("the model API answered without a choice", type="ModelApiError")
+    return completion_turn(body)
 
 
 async def openai_streamed_turn(
@@ -226,56 +254,63 @@ async def openai_streamed_turn(
     *,
     timeout_s: float = OPENAI_TIMEOUT_S,
 ) -> ModelTurn:
-    """One streamed chat completion (``stream=True``): each content delta goes to ``tokens``
-    as it arrives; the turn is the deltas joined, its tool calls assembled by their ``index``
-    (id and name from the first delta of each, the arguments' text concatenated), its usage
-    from the final chunk (``include_usage``; zero when the API sends none).
+    """One streamed chat completion (``stream=True``, usage asked for in the final chunk):
+    the Server-Sent Events read line by line, each content delta sent to ``tokens`` as it
+    arrives, the turn assembled by ``activities.chat_protocol.StreamAssembler`` (tool calls by
+    index and id, names set once, finish reasons by name, a stream that ends without its end
+    refused). The response is read in an ``async with``: leaving it (a cancel of the
+    activity, an error) closes the HTTP connection, so the server stops generating.
 
     Raises:
-        ApplicationError: as ``openai_turn`` (``api_failure``), also for a stream cut short.
+        ApplicationError: as ``openai_turn`` (``api_failure``); retryable ``ModelStreamCut``
+            for a connection lost mid-stream or a stream that ends without a
+            ``finish_reason`` or ``[DONE]``; retryable ``ModelApiError`` for a chunk that is
+            not JSON or an error sent in the stream; ``StreamAssembler.turn``'s.
     """
+    import httpx
     import openai
 
-    tools = _tool_specs(offered)
-    content: list[str] = []
-    calls: dict[int, dict[str, str]] = {}
-    usage = TokenUsage()
+    assembler = StreamAssembler()
+    decoder = SseDecoder()
     try:
-        stream = await openai_client(timeout_s).chat.completions.create(
-            model=input.model.model,
-            messages=chat_messages(transcript, input.model.system),
-            tools=tools or openai.NOT_GIVEN,
+        async with openai_client(timeout_s).chat.completions.with_streaming_response.create(
+            **_request(input, transcript, offered),
             stream=True,
             stream_options={"include_usage": True},
-        )
-        async for chunk in stream:
-            if chunk.usage is not None:
-                usage = TokenUsage(
-                    input_tokens=chunk.usage.prompt_tokens,
-                    output_tokens=chunk.usage.completion_tokens,
-                )
-            for choice in chunk.choices:
-                if choice.delta.content:
-                    content.append(choice.delta.content)
-                    tokens.send(choice.delta.content)
-                for delta in choice.delta.tool_calls or []:
-                    call = calls.setdefault(delta.index, {"id": "", "name": "", "arguments": ""})
-                    call["id"] = call["id"] or delta.id or ""
-                    if delta.function is not None:
-                        call["name"] += delta.function.name or ""
-                        call["arguments"] += delta.function.arguments or ""
+        ) as response:
+            async for line in response.iter_lines():
+                data = decoder.line(line)
+                if data is not None and _take(data, assembler, tokens):
+                    break
+            else:
+                data = decoder.end()
+                if data is not None:
+                    _take(data, assembler, tokens)
     except (openai.APIStatusError, openai.APIConnectionError) as err:
         raise api_failure(err) from err
-    return ModelTurn(
-        content="".join(content),
-        tool_calls=[
-            ToolCall(
-                name=call["name"], arguments=call["arguments"] or "{}", call_id=call["id"] or None
-            )
-            for _, call in sorted(calls.items())
-        ],
-        usage=usage,
-    )
+    except httpx.TransportError as err:
+        raise ApplicationError(
+            f"the model's stream was cut ({type(err).__name__}: {err}): the answer is incomplete",
+            type="ModelStreamCut",
+        ) from err
+    return assembler.turn()
+
+
+def _take(data: str, assembler: StreamAssembler, tokens: TokenStream) -> bool:
+    """Take one event's data of a stream; True at ``[DONE]`` (the stream's end)."""
+    if data.strip() == "[DONE]":
+        assembler.done()
+        return True
+    try:
+        chunk = json.loads(data)
+    except ValueError as err:
+        raise ApplicationError(
+            f"the model's stream sent a chunk that is not JSON: {data[:200]!r}",
+            type="ModelApiError",
+        ) from err
+    if isinstance(chunk, dict):
+        tokens.send(assembler.add(chunk))
+    return False
 
 
 def tool_call(name: str, arguments: Mapping[str, Any], call_id: str) -> ToolCall:

@@ -4,7 +4,14 @@ the word that a task's log grew, sent by the mirror activity.
 Tokens go to the broker only, never into the activity's result beyond the turn the model
 returns (recorded whole as one event) and never into Neo4j. A model call never waits for the
 broker: its tokens are queued and sent by one task per call (in order, a pipeline round trip
-per batch), and a call that ends waits at most ``FLUSH_TIMEOUT_S`` for the last of them.
+per batch), and a call that ends waits at most ``FLUSH_TIMEOUT_S`` for the last of them. A
+call that was cancelled (its task cancelled or ended) or failed sends nothing more: what it
+had queued is dropped, so a reader sees no token of a call after the cancel reached it.
+
+Each token says which attempt of its model call it belongs to (``TokenMessage.attempt``, the
+activity's attempt number; its ``index`` starts at 0 again in each attempt): a reader that
+gets a token of a later attempt drops what it holds of the earlier one, whose turn was never
+recorded.
 """
 
 from __future__ import annotations
@@ -43,15 +50,22 @@ class TokenStream:
         targets: the channels (``broker.channels``).
         task: the task's name.
         after_seq: the seq of the last event the model saw (``TokenMessage.after_seq``).
+        attempt: the model call's attempt (``TokenMessage.attempt``).
     """
 
     def __init__(
-        self, broker: Broker | None, targets: list[str], task: str, after_seq: int | None
+        self,
+        broker: Broker | None,
+        targets: list[str],
+        task: str,
+        after_seq: int | None,
+        attempt: int = 1,
     ) -> None:
         self.broker = broker
         self.targets = targets
         self.task = task
         self.after_seq = after_seq
+        self.attempt = attempt
         self.sent = 0
         """Tokens queued so far (the next one's ``index``)."""
         self._queue: asyncio.Queue[TokenMessage | None] = asyncio.Queue()
@@ -67,6 +81,11 @@ class TokenStream:
     ) -> None:
         if self._sender is None:
             return
+        if e is not None:  # cancelled or failed: what is queued is of a turn never recorded
+            self._sender.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sender
+            return
         self._queue.put_nowait(None)
         try:
             await asyncio.wait_for(asyncio.shield(self._sender), FLUSH_TIMEOUT_S)
@@ -78,7 +97,13 @@ class TokenStream:
         if self._sender is None or not text:
             return
         self._queue.put_nowait(
-            TokenMessage(task=self.task, text=text, index=self.sent, after_seq=self.after_seq)
+            TokenMessage(
+                task=self.task,
+                text=text,
+                index=self.sent,
+                after_seq=self.after_seq,
+                attempt=self.attempt,
+            )
         )
         self.sent += 1
 
@@ -105,13 +130,16 @@ class TokenPublisher:
         self._sessions: dict[str, str | None] = {}
 
     @contextlib.asynccontextmanager
-    async def stream(self, workflow_id: str, after_seq: int | None) -> AsyncIterator[TokenStream]:
-        """The token stream of one model call of the task ``workflow_id``."""
+    async def stream(
+        self, workflow_id: str, after_seq: int | None, attempt: int = 1
+    ) -> AsyncIterator[TokenStream]:
+        """The token stream of attempt ``attempt`` of one model call of the task
+        ``workflow_id``."""
         targets: list[str] = []
         if self.broker is not None:
             targets = channels(workflow_id, await self._session(workflow_id))
         task = workflow_id.split("/", 2)[2]
-        async with TokenStream(self.broker, targets, task, after_seq) as tokens:
+        async with TokenStream(self.broker, targets, task, after_seq, attempt) as tokens:
             yield tokens
 
     async def _session(self, workflow_id: str) -> str | None:

@@ -4,14 +4,23 @@ free loopback port (stdlib ``http.server`` in a thread) that answers each
 it got (so a test reads the messages the model was shown).
 
 A reply is a recorded response (a chat completion as the API returns it, JSON), an error status
-with the API's error body, or a stream of chunks as Server-Sent Events (``stream=True``); it may
-wait first (``delay_s``), which is how a test holds a model call open while it cancels the
-task. The ``openai`` client reaches it with ``base_url=server.url``.
+with the API's error body, or a stream of chunks as Server-Sent Events (``stream=True``, sent
+with chunked transfer encoding); it may wait first (``delay_s``) and between chunks
+(``chunk_delay_s``), which is how a test holds a model call open while it cancels the task. A
+stream may end as servers really end them: with ``data: [DONE]`` or without it (``done``), or
+cut: the connection dropped after some chunks (``drop_after``), before a complete body.
+
+The server notes, for each request, whether the client closed its connection before the reply
+was complete (``Exchange.closed_early``) and how many chunks it had sent by then: so a test
+sees that a cancelled call really closed its HTTP request (the model stops generating, and
+nothing more is paid for). The ``openai`` client reaches it with ``base_url=server.url``.
 """
 
 from __future__ import annotations
 
 import json
+import select
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -35,6 +44,27 @@ class Reply:
     """Extra headers (``retry-after``)."""
     delay_s: float = 0.0
     """Seconds to wait before answering (the connection stays open meanwhile)."""
+    chunk_delay_s: float = 0.0
+    """Seconds to wait before each chunk of a stream."""
+    done: bool = True
+    """End a stream with ``data: [DONE]`` (False: the body ends without it, cleanly)."""
+    drop_after: int | None = None
+    """Drop the connection after this many chunks of a stream, mid-body (no end of the
+    chunked body: the client sees the connection lost)."""
+    raw: Sequence[str] = ()
+    """Lines of a stream's body sent as they are, after the chunks (odd servers)."""
+
+
+@dataclass
+class Exchange:
+    """What happened to one request."""
+
+    sent: int = 0
+    """Chunks of the stream sent."""
+    closed_early: bool = False
+    """The client closed the connection before the reply was complete."""
+    closed_at: float | None = None
+    """``time.monotonic()`` when the server saw that close."""
 
 
 def completion(
@@ -87,19 +117,23 @@ class ModelServer:
         self.replies = replies
         self.requests: list[dict[str, Any]] = []
         """The JSON bodies received, in order."""
+        self.exchanges: list[Exchange] = []
+        """What happened to each request, in order (``Exchange``)."""
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}/v1"
         """The base URL to give the ``openai`` client."""
 
-    def _next(self, request: dict[str, Any]) -> Reply:
+    def _next(self, request: dict[str, Any]) -> tuple[Reply, Exchange]:
         with self._lock:
             self.requests.append(request)
+            exchange = Exchange()
+            self.exchanges.append(exchange)
             if callable(self.replies):
-                return self.replies(request)
+                return self.replies(request), exchange
             index = min(len(self.requests), len(self.replies)) - 1
-            return self.replies[index]
+            return self.replies[index], exchange
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         server = self
@@ -113,16 +147,27 @@ class ModelServer:
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length", "0"))
                 request = json.loads(self.rfile.read(length) or b"{}")
-                reply = server._next(request)
-                if reply.delay_s:
-                    time.sleep(reply.delay_s)
+                reply, exchange = server._next(request)
                 try:
-                    if reply.chunks:
-                        self._stream(reply)
+                    if not self._wait(reply.delay_s):
+                        raise ConnectionResetError
+                    if reply.chunks or reply.raw or not reply.done:
+                        self._stream(reply, exchange)
                     else:
                         self._json(reply)
                 except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client gave up (a cancelled or timed-out call)
+                    exchange.closed_early = True  # the client gave up (cancelled, timed out)
+                    exchange.closed_at = time.monotonic()
+                    self.close_connection = True
+
+            def _wait(self, seconds: float) -> bool:
+                """Wait ``seconds``; False as soon as the client closes the connection."""
+                end = time.monotonic() + seconds
+                while (left := end - time.monotonic()) > 0:
+                    readable, _, _ = select.select([self.connection], [], [], min(left, 0.02))
+                    if readable and not self.connection.recv(1, socket.MSG_PEEK):
+                        return False
+                return True
 
             def _json(self, reply: Reply) -> None:
                 data = json.dumps(reply.body or {}).encode()
@@ -134,15 +179,31 @@ class ModelServer:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def _stream(self, reply: Reply) -> None:
+            def _chunk(self, data: bytes) -> None:
+                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                self.wfile.flush()
+
+            def _stream(self, reply: Reply, exchange: Exchange) -> None:
                 self.send_response(reply.status)
                 self.send_header("content-type", "text/event-stream")
+                self.send_header("transfer-encoding", "chunked")
                 self.send_header("connection", "close")
                 self.end_headers()
+                self.wfile.flush()
                 for chunk in reply.chunks:
-                    self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-                    self.wfile.flush()
-                self.wfile.write(b"data: [DONE]\n\n")
+                    if reply.drop_after is not None and exchange.sent >= reply.drop_after:
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                        self.close_connection = True
+                        return
+                    if not self._wait(reply.chunk_delay_s):
+                        raise ConnectionResetError
+                    self._chunk(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                    exchange.sent += 1
+                for line in reply.raw:
+                    self._chunk(line.encode() + b"\n")
+                if reply.done:
+                    self._chunk(b"data: [DONE]\n\n")
+                self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()
                 self.close_connection = True
 

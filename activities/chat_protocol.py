@@ -1,0 +1,352 @@
+"""The chat-completions protocol as OpenAI-compatible servers really send it: a response (or the
+chunks of a streamed one, as JSON) made into the model's turn, by rules that the model activity
+(``activities.model``) applies at its edge. Pure: no I/O.
+
+**Streamed tool calls** (``StreamAssembler``) are assembled as the reference clients do, and
+as the servers that bend the rules need:
+
+- a call is told apart by its ``index`` and its ``id`` together: a delta at an index whose call
+  has another id starts a new call (servers that give parallel calls one index); a delta
+  without an index continues the last call, or starts one when it brings a new id;
+- the id is set once (a server that repeats it in every delta does not make ``call_1call_1``);
+- the function name is set once: a delta repeating the name, or bringing the name so far with
+  more after it, does not add it again (servers that send the whole name in every delta made
+  ``read_fileread_file``); a delta with another piece appends it (servers that stream the
+  name in pieces);
+- the arguments are appended, in order;
+- a call without an id gets ``fallback_call_id`` (from the response's id and the call's place:
+  the same on every replay of the same response).
+
+**Finish reasons** (``check_finish``), by name: ``stop``, ``tool_calls`` and the legacy
+``function_call`` end a turn that is complete (its tool calls run); ``length`` (cut at the
+output limit) and ``content_filter`` (cut by the provider's filter) end the model call with a
+non-retryable ``ApplicationError`` of type ``ModelOutputTruncated`` and ``ModelContentFiltered``
+(nothing of the turn is recorded or run: a cut call's arguments are not the call the model
+meant); any other reason with ``ModelFinishUnknown``. A stream is complete once it brought a
+``finish_reason`` or ``data: [DONE]``; one that ended with neither (a proxy or server cut it)
+is a retryable ``ModelStreamCut`` error, and so is a connection lost mid-stream (the model
+activity maps that).
+
+**Bounds** (``bounded_call``, ``bounded_turn``): the workflow records every call as events
+(``EventInput``: a name and call id of 1 to 128 characters, arguments cut at
+``MAX_PAYLOAD_CHARS``), and the turn crosses Temporal as the activity's result
+(``MAX_PAYLOAD_BYTES``). So, before the turn leaves the activity: a call id that is empty or
+over ``MAX_CALL_ID_CHARS`` is replaced by ``fallback_call_id`` (the call runs: its id was the
+server's, not the model's choice); a name over ``MAX_TOOL_NAME_CHARS`` (no tool's name is that
+long) becomes ``{its first 40 characters}__{N}_characters``, so its step fails with "no tool
+... for this agent" naming the length; arguments over ``MAX_PAYLOAD_CHARS`` are cut to one
+character past it, so the workflow refuses the call before any tool runs and the model reads
+that its arguments passed the bound (``workflows.agents.steps``, ``tool-call-bounds``). Empty
+arguments are ``{}``. A turn whose JSON still passes ``MAX_PAYLOAD_BYTES`` (dozens of calls
+at the bound) ends with a non-retryable ``ModelAnswerTooLarge`` error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from temporalio.exceptions import ApplicationError
+
+from workflows.models import (
+    MAX_PAYLOAD_BYTES,
+    MAX_PAYLOAD_CHARS,
+    ModelTurn,
+    TokenUsage,
+    ToolCall,
+)
+
+COMPLETE_FINISH = frozenset({"stop", "tool_calls", "function_call"})
+"""Finish reasons of a complete turn (``function_call``: the legacy API's)."""
+REFUSED_FINISH = {
+    "length": (
+        "ModelOutputTruncated",
+        "the model's answer was cut at its output limit (finish_reason 'length'): nothing of "
+        "it was recorded and no tool of it ran; give the model a larger output limit or ask "
+        "for less at once",
+    ),
+    "content_filter": (
+        "ModelContentFiltered",
+        "the provider's content filter cut the model's answer (finish_reason "
+        "'content_filter'): nothing of it was recorded and no tool of it ran",
+    ),
+}
+"""Finish reasons that end the model call with an error: reason -> (error type, message)."""
+MAX_CALL_ID_CHARS = 128
+"""Characters of a call id an event holds (``EventInput.call_id``)."""
+MAX_TOOL_NAME_CHARS = 64
+"""Characters of a tool's name (``AgentName``, and the chat API's own limit for a function)."""
+LEGACY_CALL = -1
+"""The index under which a legacy ``function_call`` delta is assembled."""
+
+
+def fallback_call_id(response_id: str, place: int) -> str:
+    """The id of a call the server sent without one (or with one too long to record):
+    ``call_`` and 24 hex digits of SHA-256 of ``{response_id}/{place}``, so a retried or
+    replayed response gives its calls the same ids and two calls never share one.
+
+    Args:
+        response_id: the response's ``id`` ("" when it has none).
+        place: the call's place in the turn (0, 1, ...).
+    """
+    digest = hashlib.sha256(f"{response_id}/{place}".encode()).hexdigest()
+    return f"call_{digest[:24]}"
+
+
+def check_finish(reason: str | None) -> None:
+    """Refuse a turn that its ``finish_reason`` says is not complete (module docstring).
+
+    Args:
+        reason: the choice's ``finish_reason``; None for a stream that ended with ``[DONE]``
+            and no reason (complete).
+
+    Raises:
+        ApplicationError: non-retryable, ``ModelOutputTruncated`` (``length``),
+            ``ModelContentFiltered`` (``content_filter``), ``ModelFinishUnknown`` (any reason
+            not named here).
+    """
+    if reason is None or reason in COMPLETE_FINISH:
+        return
+    refused = REFUSED_FINISH.get(reason)
+    if refused is not None:
+        kind, message = refused
+        raise ApplicationError(message, type=kind, non_retryable=True)
+    raise ApplicationError(
+        f"the model's answer ended with finish_reason {reason[:64]!r}, which this client does "
+        "not know: nothing of it was recorded and no tool of it ran",
+        type="ModelFinishUnknown",
+        non_retryable=True,
+    )
+
+
+def bounded_call(name: str, arguments: str, call_id: str, fallback_id: str) -> ToolCall:
+    """One tool call as the workflow can record it (module docstring, "Bounds").
+
+    Args:
+        name: the function's name as the model sent it.
+        arguments: its arguments' text.
+        call_id: its id ("" when it has none).
+        fallback_id: the id given when ``call_id`` is empty or too long.
+    """
+    if len(name) > MAX_TOOL_NAME_CHARS:
+        name = f"{name[:40]}__{len(name)}_characters"
+    if len(arguments) > MAX_PAYLOAD_CHARS:
+        arguments = arguments[: MAX_PAYLOAD_CHARS + 1]
+    if not call_id or len(call_id) > MAX_CALL_ID_CHARS:
+        call_id = fallback_id
+    return ToolCall(name=name, arguments=arguments or "{}", call_id=call_id)
+
+
+def bounded_turn(turn: ModelTurn) -> ModelTurn:
+    """``turn`` if its JSON is within ``MAX_PAYLOAD_BYTES`` (what an activity's result may be).
+
+    Raises:
+        ApplicationError: non-retryable ``ModelAnswerTooLarge``, naming the size.
+    """
+    size = len(turn.model_dump_json().encode())
+    if size > MAX_PAYLOAD_BYTES:
+        raise ApplicationError(
+            f"the model's answer is {size:,} bytes as JSON ({len(turn.tool_calls)} tool calls); "
+            f"a turn may be {MAX_PAYLOAD_BYTES:,}",
+            type="ModelAnswerTooLarge",
+            non_retryable=True,
+        )
+    return turn
+
+
+def _usage(body: Mapping[str, Any]) -> TokenUsage | None:
+    usage = body.get("usage")
+    if not isinstance(usage, Mapping):
+        return None
+    return TokenUsage(
+        input_tokens=max(0, int(usage.get("prompt_tokens") or 0)),
+        output_tokens=max(0, int(usage.get("completion_tokens") or 0)),
+    )
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def completion_turn(body: Mapping[str, Any]) -> ModelTurn:
+    """The turn of a chat completion (a response's JSON body), its first choice's message:
+    content, tool calls (``type`` function, and a legacy ``function_call``), usage, checked
+    by its ``finish_reason`` and bounded (module docstring).
+
+    Raises:
+        ApplicationError: ``check_finish``'s and ``bounded_turn``'s errors; a retryable
+            ``ModelApiError`` for a body without a choice.
+    """
+    choices = body.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
+        raise ApplicationError("the model API answered without a choice", type="ModelApiError")
+    choice = choices[0]
+    check_finish(_text(choice.get("finish_reason")) or None)
+    message = choice.get("message") or {}
+    response_id = _text(body.get("id"))
+    raw: list[Mapping[str, Any]] = [
+        call
+        for call in message.get("tool_calls") or []
+        if isinstance(call, Mapping) and call.get("type", "function") == "function"
+    ]
+    legacy = message.get("function_call")
+    if isinstance(legacy, Mapping):
+        raw.append({"id": "", "function": legacy})
+    calls = []
+    for place, call in enumerate(raw):
+        function = call.get("function") or {}
+        calls.append(
+            bounded_call(
+                _text(function.get("name")),
+                _text(function.get("arguments")),
+                _text(call.get("id")),
+                fallback_call_id(response_id, place),
+            )
+        )
+    return bounded_turn(
+        ModelTurn(
+            content=_text(message.get("content")),
+            tool_calls=calls,
+            usage=_usage(body) or TokenUsage(),
+        )
+    )
+
+
+@dataclass
+class _Call:
+    index: int
+    id: str = ""
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+@dataclass
+class StreamAssembler:
+    """The turn of a streamed chat completion, assembled from its chunks (each the JSON of
+    one ``data:`` line) by the rules of the module docstring. Feed ``add`` every chunk and
+    ``done`` at ``data: [DONE]``; ``turn`` is the turn once the stream ended."""
+
+    response_id: str = ""
+    """The response's ``id`` (from its first chunk that has one)."""
+    content: list[str] = field(default_factory=list)
+    finish_reason: str | None = None
+    """The last ``finish_reason`` the first choice brought."""
+    ended: bool = False
+    """``data: [DONE]`` came."""
+    usage: TokenUsage | None = None
+    calls: list[_Call] = field(default_factory=list)
+
+    def add(self, chunk: Mapping[str, Any]) -> str:
+        """Take one chunk; returns the text it adds to the turn's content ("" for none).
+
+        Raises:
+            ApplicationError: retryable ``ModelApiError`` for an error the server sent in the
+                stream (``{"error": ...}``).
+        """
+        error = chunk.get("error")
+        if error:
+            said = error.get("message") if isinstance(error, Mapping) else error
+            raise ApplicationError(
+                f"the model API sent an error in its stream: {str(said)[:500]}",
+                type="ModelApiError",
+            )
+        self.response_id = self.response_id or _text(chunk.get("id"))
+        self.usage = _usage(chunk) or self.usage
+        text = ""
+        for choice in chunk.get("choices") or []:
+            if not isinstance(choice, Mapping) or choice.get("index", 0) != 0:
+                continue  # one choice is asked for (n=1)
+            self.finish_reason = _text(choice.get("finish_reason")) or self.finish_reason
+            delta = choice.get("delta") or {}
+            text += _text(delta.get("content"))
+            for call in delta.get("tool_calls") or []:
+                if isinstance(call, Mapping) and call.get("type", "function") == "function":
+                    self._take(call.get("index"), call)
+            legacy = delta.get("function_call")
+            if isinstance(legacy, Mapping):
+                self._take(LEGACY_CALL, {"function": legacy})
+        if text:
+            self.content.append(text)
+        return text
+
+    def done(self) -> None:
+        """``data: [DONE]`` came: the stream ended as it should."""
+        self.ended = True
+
+    def _take(self, index: Any, delta: Mapping[str, Any]) -> None:
+        call_id = _text(delta.get("id"))
+        at = index if isinstance(index, int) else None
+        open_ = None
+        for call in reversed(self.calls):
+            if at is None or call.index == at:
+                open_ = call
+                break
+        if open_ is None or (call_id and open_.id and call_id != open_.id):
+            open_ = _Call(index=at if at is not None else len(self.calls))
+            self.calls.append(open_)
+        open_.id = open_.id or call_id
+        function = delta.get("function") or {}
+        name = _text(function.get("name"))
+        if name and not open_.name.startswith(name):
+            open_.name = name if name.startswith(open_.name) else open_.name + name
+        piece = _text(function.get("arguments"))
+        if piece:
+            open_.arguments.append(piece)
+
+    def turn(self) -> ModelTurn:
+        """The turn the stream brought, checked and bounded like ``completion_turn``.
+
+        Raises:
+            ApplicationError: retryable ``ModelStreamCut`` when the stream ended with neither a
+                ``finish_reason`` nor ``[DONE]``; ``check_finish``'s and ``bounded_turn``'s.
+        """
+        if self.finish_reason is None and not self.ended:
+            raise ApplicationError(
+                "the model's stream ended before its end (no finish_reason and no [DONE]): "
+                "the answer is incomplete",
+                type="ModelStreamCut",
+            )
+        check_finish(self.finish_reason)
+        calls = [
+            bounded_call(
+                call.name,
+                "".join(call.arguments),
+                call.id,
+                fallback_call_id(self.response_id, place),
+            )
+            for place, call in enumerate(self.calls)
+        ]
+        return bounded_turn(
+            ModelTurn(
+                content="".join(self.content),
+                tool_calls=calls,
+                usage=self.usage or TokenUsage(),
+            )
+        )
+
+
+class SseDecoder:
+    """Server-Sent Events decoded line by line: ``line`` takes one line of the stream (without
+    its line end) and returns the ``data`` of the event it ends (an empty line ends one), or
+    None. An event's ``data:`` lines are joined by newlines, the one space after the colon
+    dropped; comments and other fields are ignored. ``end`` returns the data of an event the
+    stream ended in."""
+
+    def __init__(self) -> None:
+        self._data: list[str] = []
+
+    def line(self, line: str) -> str | None:
+        """Take one line; the data of the event it ends, if any."""
+        if not line:
+            return self.end()
+        if line.startswith("data:"):
+            value = line[5:]
+            self._data.append(value[1:] if value.startswith(" ") else value)
+        return None
+
+    def end(self) -> str | None:
+        """The data of the event not yet ended by an empty line, if any."""
+        data, self._data = self._data, []
+        return "\n".join(data) if data else None

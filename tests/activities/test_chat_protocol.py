@@ -1,0 +1,246 @@
+"""The chat-completions protocol's pure rules (``activities.chat_protocol``): streamed tool calls
+assembled as servers really send them (peers' reports in each test's docstring), finish reasons
+by name, the bounds a recorded call must keep, Server-Sent Events decoded line by line."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from temporalio.exceptions import ApplicationError
+
+from activities.chat_protocol import (
+    SseDecoder,
+    StreamAssembler,
+    bounded_call,
+    completion_turn,
+    fallback_call_id,
+)
+from workflows.models import MAX_PAYLOAD_BYTES, MAX_PAYLOAD_CHARS, ToolCall
+
+
+def chunk(
+    *calls: dict[str, Any], content: str | None = None, finish: str | None = None
+) -> dict[str, Any]:
+    """A ``chat.completion.chunk`` of one choice."""
+    delta: dict[str, Any] = {}
+    if content is not None:
+        delta["content"] = content
+    if calls:
+        delta["tool_calls"] = list(calls)
+    return {
+        "id": "chatcmpl-7",
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+
+
+def assembled(*chunks: dict[str, Any], done: bool = True) -> StreamAssembler:
+    assembler = StreamAssembler()
+    for c in chunks:
+        assembler.add(c)
+    if done:
+        assembler.done()
+    return assembler
+
+
+def test_a_name_repeated_in_every_delta_is_the_name_once() -> None:
+    """NousResearch/hermes-agent#8259 (PR #11984), maximhq/bifrost#1829: servers that send the
+    whole name in every delta made ``read_fileread_file``."""
+    turn = assembled(
+        chunk({"index": 0, "id": "call_a", "function": {"name": "read_file", "arguments": ""}}),
+        chunk({"index": 0, "function": {"name": "read_file", "arguments": '{"path": '}}),
+        chunk({"index": 0, "id": "call_a", "function": {"name": "read_file", "arguments": '"a"}'}}),
+        chunk(finish="tool_calls"),
+    ).turn()
+    assert turn.tool_calls == [
+        ToolCall(name="read_file", arguments='{"path": "a"}', call_id="call_a")
+    ]
+
+
+def test_a_name_streamed_in_pieces_or_growing_is_joined() -> None:
+    """continuedev/continue PR #5849: some servers stream the name in pieces."""
+    pieces = assembled(
+        chunk({"index": 0, "id": "c1", "function": {"name": "edit_ex"}}),
+        chunk({"index": 0, "function": {"name": "isting_file", "arguments": "{}"}}),
+        chunk({"index": 1, "id": "c2", "function": {"name": "re"}}),
+        chunk({"index": 1, "function": {"name": "read_file", "arguments": "{}"}}),
+        chunk(finish="tool_calls"),
+    ).turn()
+    assert [c.name for c in pieces.tool_calls] == ["edit_existing_file", "read_file"]
+
+
+def test_parallel_calls_sharing_an_index_are_told_apart_by_id() -> None:
+    """langchain-ai/langchain#34807 (PR #35281): parallel calls with one index and two ids were
+    merged into ``read_filesearch_text``; and ids repeated in every delta were concatenated
+    (openai/openai-agents-python PR #990)."""
+    turn = assembled(
+        chunk({"index": 0, "id": "c1", "type": "function", "function": {"name": "read_file"}}),
+        chunk({"index": 0, "id": "c1", "function": {"arguments": '{"path": "a"}'}}),
+        chunk({"index": 0, "id": "c2", "type": "function", "function": {"name": "search_text"}}),
+        chunk({"index": 0, "function": {"arguments": '{"pattern": "x"}'}}),
+        chunk(finish="tool_calls"),
+    ).turn()
+    assert turn.tool_calls == [
+        ToolCall(name="read_file", arguments='{"path": "a"}', call_id="c1"),
+        ToolCall(name="search_text", arguments='{"pattern": "x"}', call_id="c2"),
+    ]
+
+
+def test_interleaved_parallel_calls_by_index() -> None:
+    turn = assembled(
+        chunk(
+            {"index": 0, "id": "c1", "function": {"name": "a", "arguments": '{"x"'}},
+            {"index": 1, "id": "c2", "function": {"name": "b", "arguments": '{"y"'}},
+        ),
+        chunk({"index": 1, "function": {"arguments": ": 2}"}}),
+        chunk({"index": 0, "function": {"arguments": ": 1}"}}),
+        chunk(finish="tool_calls"),
+    ).turn()
+    assert [(c.name, json.loads(c.arguments), c.call_id) for c in turn.tool_calls] == [
+        ("a", {"x": 1}, "c1"),
+        ("b", {"y": 2}, "c2"),
+    ]
+
+
+def test_calls_without_ids_get_distinct_stable_ids() -> None:
+    """sgl-project/sglang#7048: a streamed call at index > 0 came without an id; LangChain PR
+    #40594: id-less parallel calls collapsed into one."""
+    chunks = [
+        chunk({"index": 0, "function": {"name": "a", "arguments": "{}"}}),
+        chunk({"index": 1, "function": {"name": "b", "arguments": "{}"}}),
+        chunk(finish="tool_calls"),
+    ]
+    first, again = assembled(*chunks).turn(), assembled(*chunks).turn()
+    ids = [c.call_id for c in first.tool_calls]
+    assert ids == [fallback_call_id("chatcmpl-7", 0), fallback_call_id("chatcmpl-7", 1)]
+    assert len(set(ids)) == 2 and ids == [c.call_id for c in again.tool_calls]
+
+
+def test_deltas_without_an_index_continue_the_last_call_or_start_one_by_id() -> None:
+    """comet-ml/opik#8362, ollama/ollama#7881: streams that omit ``index``."""
+    turn = assembled(
+        chunk({"id": "c1", "function": {"name": "a", "arguments": '{"x": '}}),
+        chunk({"function": {"arguments": "1}"}}),
+        chunk({"id": "c2", "function": {"name": "b", "arguments": "{}"}}),
+        chunk(finish="tool_calls"),
+    ).turn()
+    assert [(c.name, c.arguments, c.call_id) for c in turn.tool_calls] == [
+        ("a", '{"x": 1}', "c1"),
+        ("b", "{}", "c2"),
+    ]
+
+
+def test_a_stream_without_finish_reason_or_done_is_cut_and_retryable() -> None:
+    """can1357/oh-my-pi#9433, BerriAI/litellm PR #42140: a stream a proxy cut was taken as the
+    model's complete answer."""
+    assembler = assembled(chunk(content="Half a sent"), done=False)
+    with pytest.raises(ApplicationError) as raised:
+        assembler.turn()
+    assert raised.value.type == "ModelStreamCut" and not raised.value.non_retryable
+    # [DONE] without a reason, or a reason without [DONE], is an end
+    assert assembled(chunk(content="Whole."), done=True).turn().content == "Whole."
+    assert assembled(chunk(content="Whole.", finish="stop"), done=False).turn().content == "Whole."
+
+
+@pytest.mark.parametrize(
+    ("reason", "kind"),
+    [
+        ("length", "ModelOutputTruncated"),
+        ("content_filter", "ModelContentFiltered"),
+        ("something_new", "ModelFinishUnknown"),
+    ],
+)
+def test_finish_reasons_that_are_not_a_complete_turn(reason: str, kind: str) -> None:
+    """NousResearch/hermes-agent#7680, earendil-works/pi PR #6285: a call cut at ``length``
+    had its truncated arguments run."""
+    call = {"index": 0, "id": "c1", "function": {"name": "write_file", "arguments": '{"body": "x'}}
+    streamed = assembled(chunk(call), chunk(finish=reason))
+    for raised_by in (streamed.turn, lambda: completion_turn(completion(reason, call))):
+        with pytest.raises(ApplicationError) as raised:
+            raised_by()
+        assert raised.value.type == kind and raised.value.non_retryable
+        assert reason in raised.value.message
+
+
+def completion(reason: str | None, *calls: dict[str, Any], content: str = "") -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": content or None}
+    if calls:
+        message["tool_calls"] = [
+            {"id": c.get("id"), "type": "function", "function": c["function"]} for c in calls
+        ]
+    return {"id": "r1", "choices": [{"index": 0, "message": message, "finish_reason": reason}]}
+
+
+@pytest.mark.parametrize("reason", ["stop", "tool_calls", "function_call"])
+def test_complete_finish_reasons_run_their_calls(reason: str) -> None:
+    call = {"index": 0, "id": "c1", "function": {"name": "a", "arguments": "{}"}}
+    want = [ToolCall(name="a", arguments="{}", call_id="c1")]
+    assert assembled(chunk(call), chunk(finish=reason)).turn().tool_calls == want
+    assert completion_turn(completion(reason, call)).tool_calls == want
+
+
+def test_a_legacy_function_call() -> None:
+    streamed = StreamAssembler()
+    streamed.add({"id": "r", "choices": [{"index": 0, "delta": {"function_call": {"name": "a"}}}]})
+    streamed.add({"choices": [{"index": 0, "delta": {"function_call": {"arguments": "{}"}}}]})
+    streamed.add({"choices": [{"index": 0, "delta": {}, "finish_reason": "function_call"}]})
+    body = {
+        "id": "r",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "function_call": {"name": "a", "arguments": "{}"}},
+                "finish_reason": "function_call",
+            }
+        ],
+    }
+    want = [ToolCall(name="a", arguments="{}", call_id=fallback_call_id("r", 0))]
+    assert streamed.turn().tool_calls == want
+    assert completion_turn(body).tool_calls == want
+
+
+def test_an_error_inside_the_stream_is_retryable() -> None:
+    with pytest.raises(ApplicationError) as raised:
+        StreamAssembler().add({"error": {"message": "overloaded", "type": "server_error"}})
+    assert raised.value.type == "ModelApiError" and not raised.value.non_retryable
+    assert "overloaded" in raised.value.message
+
+
+def test_a_body_without_a_choice_is_retryable() -> None:
+    with pytest.raises(ApplicationError) as raised:
+        completion_turn({"id": "r", "choices": []})
+    assert raised.value.type == "ModelApiError" and not raised.value.non_retryable
+
+
+def test_bounds_of_a_recorded_call() -> None:
+    long_name, long_id = "read_file" * 40, "x" * 300
+    call = bounded_call(long_name, "a" * 3_000_000, long_id, "call_f")
+    assert call.name == f"{long_name[:40]}__{len(long_name)}_characters"
+    assert len(call.name) <= 64 and call.call_id == "call_f"
+    assert call.arguments == "a" * (MAX_PAYLOAD_CHARS + 1)  # the workflow refuses it
+    assert bounded_call("a", "", "", "call_g") == ToolCall(
+        name="a", arguments="{}", call_id="call_g"
+    )
+    kept = bounded_call("a" * 64, "{}", "i" * 128, "call_h")
+    assert (kept.name, kept.call_id) == ("a" * 64, "i" * 128)
+
+
+def test_a_turn_past_the_payload_budget_is_refused_by_name() -> None:
+    calls = [
+        {"index": i, "id": f"c{i}", "function": {"name": "a", "arguments": "\x01" * 40_000}}
+        for i in range(4)
+    ]
+    with pytest.raises(ApplicationError) as raised:
+        completion_turn(completion("tool_calls", *calls))
+    assert raised.value.type == "ModelAnswerTooLarge" and raised.value.non_retryable
+    assert f"{MAX_PAYLOAD_BYTES:,}" in raised.value.message
+
+
+def test_sse_lines_decoded() -> None:
+    decoder = SseDecoder()
+    lines = [": keep-alive", "event: message", 'data: {"a":', "data:1}", "", "data: [DONE]"]
+    found = [d for line in lines if (d := decoder.line(line)) is not None]
+    assert found == ['{"a":\n1}']
+    assert decoder.end() == "[DONE]" and decoder.end() is None
