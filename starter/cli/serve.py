@@ -7,9 +7,10 @@ from typing import Annotated
 
 import typer
 
+from broker import Broker, RevokedMessage, key_channel
 from config import Settings
 from starter.cli.common import console, run
-from starter.http import serve
+from starter.http import GRACEFUL_TIMEOUT_S, serve
 from taskgraph.apikeys import ApiKey, ApiKeyStore
 from worker import open_graph
 
@@ -22,9 +23,16 @@ def serve_command(
     with_worker: Annotated[
         bool, typer.Option("--with-worker", help="Run a worker in the same process.")
     ] = False,
+    graceful_timeout: Annotated[
+        int,
+        typer.Option(
+            help="Seconds a shutdown waits for requests in flight (open streams end at once)."
+        ),
+    ] = GRACEFUL_TIMEOUT_S,
 ) -> None:
-    """Serve the HTTP API (uvicorn) until Ctrl-C; docs at /docs, schema at /openapi.json."""
-    run(serve(host=host, port=port, with_worker=with_worker))
+    """Serve the HTTP API (uvicorn) until Ctrl-C or SIGTERM; docs at /docs, schema at
+    /openapi.json."""
+    run(serve(host=host, port=port, with_worker=with_worker, graceful_timeout_s=graceful_timeout))
 
 
 def page_command() -> None:
@@ -79,11 +87,21 @@ def keys_list(project: Annotated[str, typer.Option(help="The project.")]) -> Non
 
 @keys_app.command("revoke")
 def keys_revoke(key_id: Annotated[str, typer.Argument(help="The key's id.")]) -> None:
-    """Revoke a key: refused (401) from the next request on. Exit 1 when there is no such key."""
+    """Revoke a key: refused (401) from the next request on, and its open streams end (at
+    once on the broker's word, else within the streams' check interval). Exit 1 when there
+    is no such key."""
 
     async def go() -> ApiKey | None:
-        async with open_graph(Settings()) as graph:
-            return await ApiKeyStore(graph).revoke(key_id)
+        settings = Settings()
+        async with open_graph(settings) as graph:
+            record = await ApiKeyStore(graph).revoke(key_id)
+        if record is not None and settings.broker_url:
+            broker = Broker(settings.broker_url)
+            try:
+                await broker.publish([key_channel(key_id)], RevokedMessage(key_id=key_id))
+            finally:
+                await broker.close()
+        return record
 
     record = run(go())
     if record is None:

@@ -12,10 +12,14 @@ import asyncio
 import uvicorn
 
 from config import Settings
-from starter.http.app import KEEPALIVE_S, create_app
+from starter.http.app import KEEPALIVE_S, ApiServer, create_app
 from worker import build_worker, open_services
 
-__all__ = ["KEEPALIVE_S", "create_app", "serve"]
+__all__ = ["GRACEFUL_TIMEOUT_S", "KEEPALIVE_S", "create_app", "serve"]
+
+GRACEFUL_TIMEOUT_S = 10
+"""How long ``serve`` waits at shutdown for the requests in flight (open streams end at once)
+before it cancels them (seconds)."""
 
 
 async def serve(
@@ -24,14 +28,20 @@ async def serve(
     host: str | None = None,
     port: int | None = None,
     with_worker: bool = False,
+    graceful_timeout_s: int = GRACEFUL_TIMEOUT_S,
 ) -> None:
-    """Serve the HTTP API until SIGINT or SIGTERM (uvicorn's own handling).
+    """Serve the HTTP API until SIGINT or SIGTERM (uvicorn's own handling): then it stops
+    taking connections, ends every open stream at once (``ApiServer``: their clients
+    reconnect with ``Last-Event-ID``), waits up to ``graceful_timeout_s`` for the other
+    requests in flight (then cancels them) and exits.
 
     Args:
         settings: the services' settings (the environment when None).
         host: where to listen (default ``AGENT_TASKS_HTTP_HOST``).
         port: the port (default ``AGENT_TASKS_HTTP_PORT``; 0: a free one, printed).
         with_worker: run a worker for ``TEMPORAL_TASK_QUEUE`` in the same process.
+        graceful_timeout_s: the bound of the wait for requests in flight at shutdown
+            (seconds).
 
     Raises:
         TaskServiceUnavailable: Temporal cannot be reached.
@@ -45,8 +55,9 @@ async def serve(
             host=host or settings.http_host,
             port=settings.http_port if port is None else port,
             log_level="info",
+            timeout_graceful_shutdown=graceful_timeout_s,
         )
-        server = uvicorn.Server(config)
+        server = ApiServer(config)
         if not with_worker:
             await server.serve()
             return

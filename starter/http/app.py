@@ -16,11 +16,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Annotated
 from urllib.parse import unquote
 
+import uvicorn
 from fastapi import Depends, FastAPI, Path
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
@@ -36,6 +38,7 @@ from starter.http.errors import (
     model_error_handler,
     validation_error_handler,
 )
+from starter.http.grants import GRANT_CHECK_S, GrantChecks
 from starter.http.inbox_routes import router as inbox_router
 from starter.http.page import router as page_router
 from starter.http.page import static_files
@@ -65,6 +68,11 @@ class ApiState:
     slots: StreamSlots
     subscriber: Subscriber | None
     keepalive_s: float
+    grants: GrantChecks
+    grant_check_s: float
+    """How often an idle stream checks its key (``grants.GRANT_CHECK_S``)."""
+    closing: asyncio.Event
+    """Set when the server starts to shut down: every open stream ends (``ApiServer``)."""
 
     @property
     def settings(self) -> Settings:
@@ -138,7 +146,11 @@ class BodyLimit:
 
 
 def create_app(
-    services: Services, *, keepalive_s: float = KEEPALIVE_S, poll_s: float = STREAM_POLL_S
+    services: Services,
+    *,
+    keepalive_s: float = KEEPALIVE_S,
+    poll_s: float = STREAM_POLL_S,
+    grant_check_s: float = GRANT_CHECK_S,
 ) -> FastAPI:
     """The HTTP API over ``services`` (which need a graph: keys, lists, trees live in Neo4j).
 
@@ -147,6 +159,7 @@ def create_app(
             and wake-ups; without one streams read tasks every ``poll_s``).
         keepalive_s: seconds between keep-alive comments on an idle stream.
         poll_s: how often a stream's feed reads its task without a word from the broker.
+        grant_check_s: how often an idle stream checks its key or session (seconds).
 
     Returns:
         the FastAPI application, ``NamesInPath`` and ``BodyLimit`` added as middleware (its
@@ -170,10 +183,14 @@ def create_app(
             slots=StreamSlots(services.settings.streams_per_key),
             subscriber=subscriber,
             keepalive_s=keepalive_s,
+            grants=GrantChecks(keys, sessions),
+            grant_check_s=grant_check_s,
+            closing=asyncio.Event(),
         )
         try:
             yield
         finally:
+            app.state.api.closing.set()
             await app.state.api.feeds.close()
             if reading is not None:
                 reading.cancel()
@@ -209,3 +226,18 @@ def project_in_path(
     project_id: Annotated[str, Path(description="The project; the API key must be for it.")],
 ) -> None:
     """Declares the path's project (the key's check reads it: ``auth.authenticate``)."""
+
+
+class ApiServer(uvicorn.Server):
+    """uvicorn's server that ends the app's open streams as it starts to shut down (uvicorn
+    waits for open responses before the app's lifespan ends, and a stream is open until its
+    client leaves): they end at once, and their clients reconnect, with ``Last-Event-ID``, to
+    a server that runs."""
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        """Set the app's ``ApiState.closing``, then shut down as uvicorn does."""
+        app = self.config.app
+        state = getattr(getattr(app, "state", None), "api", None)
+        if isinstance(state, ApiState):
+            state.closing.set()
+        await super().shutdown(sockets)

@@ -11,6 +11,7 @@ from fastapi import Depends, Request
 from starter.client import ConversationHistory
 from starter.http.auth import authenticate
 from starter.http.errors import ErrorResponse
+from starter.http.grants import Grant
 from starter.tasks import TaskManager
 from taskgraph.apikeys import ApiKey
 
@@ -34,6 +35,8 @@ class Caller:
     key: ApiKey
     history: ConversationHistory
     request: Request
+    grant: Grant
+    """What the request showed (its streams check it again while they are open)."""
 
     @property
     def tasks(self) -> TaskManager:
@@ -53,7 +56,7 @@ async def caller(request: Request) -> Caller:
         task_queue=state.settings.temporal_task_queue,
         graph=state.services.graph,
     )
-    return Caller(key, history, request)
+    return Caller(key, history, request, Grant.of(request, key))
 
 
 Call = Annotated[Caller, Depends(caller)]

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, Iterable
 from datetime import datetime
 
 from fastapi.sse import ServerSentEvent
@@ -34,6 +34,7 @@ from pydantic import BaseModel, JsonValue
 
 from broker import Message, Subscriber, WrittenMessage, project_channel
 from starter.client import ConversationHistory
+from starter.http.grants import Gate
 from workflows.models import InputRequest, TaskStatus
 
 INBOX_TASKS = 200
@@ -155,6 +156,7 @@ class InboxStream:
         subscriber: the process's broker subscription (None: read every ``poll_s``).
         keepalive_s: seconds between keep-alive comments.
         poll_s: seconds between whole reads without a broker.
+        gate: vouches for the stream's key before it sends what it read.
     """
 
     def __init__(
@@ -163,7 +165,9 @@ class InboxStream:
         subscriber: Subscriber | None,
         keepalive_s: float,
         poll_s: float,
+        gate: Gate,
     ) -> None:
+        self.gate = gate
         self.history = history
         self.subscriber = subscriber
         self.keepalive_s = keepalive_s
@@ -196,14 +200,33 @@ class InboxStream:
                 out.append(_ask(item))
         return out
 
-    async def events(self) -> AsyncIterator[ServerSentEvent]:
+    async def _read(self, tasks: set[str] | None) -> list[ServerSentEvent]:
+        """The changes of ``tasks`` (None: the whole inbox), once the gate vouched for the
+        stream's key after they were read.
+
+        Raises:
+            GrantEnded: the key or session no longer reads.
+        """
+        if tasks is None:
+            items = await inbox_items(self.history)
+        else:
+            found = await asyncio.gather(*(task_items(self.history, t) for t in tasks))
+            items = [i for task_found in found for i in task_found]
+        await self.gate.allow(asyncio.get_running_loop().time())
+        return self._changes(tasks, items)
+
+    async def events(self) -> AsyncGenerator[ServerSentEvent, None]:
         """``ask`` for each open request, ``ready``, then ``ask`` and ``closed`` as they
-        change, with keep-alive comments."""
+        change, with keep-alive comments.
+
+        Raises:
+            GrantEnded: the key or session no longer reads.
+        """
         if self.subscriber is not None:
             await self.subscriber.add(self.channel, self._message)
         try:
             yield ServerSentEvent(comment="connected")
-            for event in reversed(self._changes(None, await inbox_items(self.history))):
+            for event in reversed(await self._read(None)):
                 yield event
             yield ServerSentEvent(raw_data=json.dumps({"items": len(self.shown)}), event="ready")
             loop = asyncio.get_running_loop()
@@ -216,11 +239,10 @@ class InboxStream:
                 if loop.time() >= refresh_at:
                     self.dirty.clear()
                     refresh_at = loop.time() + self.refresh_s
-                    changes = self._changes(None, await inbox_items(self.history))
+                    changes = await self._read(None)
                 elif self.dirty:
                     tasks, self.dirty = self.dirty, set()
-                    found = await asyncio.gather(*(task_items(self.history, t) for t in tasks))
-                    changes = self._changes(tasks, [i for items in found for i in items])
+                    changes = await self._read(tasks)
                 else:
                     yield ServerSentEvent(comment="keep-alive")
                     continue

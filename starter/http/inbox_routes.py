@@ -62,5 +62,9 @@ async def inbox_stream(call: Call) -> Response:
     """The inbox as SSE: ``ask`` (an item) for each open request, ``ready``, then ``ask`` for
     each new one and ``closed`` (``{"task", "input_id"}``) for each answered or closed one."""
     state = call.request.app.state.api
-    stream = InboxStream(call.history, state.subscriber, state.keepalive_s, state.feeds.poll_s)
-    return sse(call, stream.events())
+    return sse(
+        call,
+        lambda gate: InboxStream(
+            call.history, state.subscriber, state.keepalive_s, state.feeds.poll_s, gate
+        ).events(),
+    )

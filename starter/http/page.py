@@ -28,8 +28,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
+from broker import RevokedMessage, key_channel
 from starter.http.auth import CSRF_COOKIE, SESSION_COOKIE, authenticate
 from starter.http.errors import ApiError
+from taskgraph.apikeys import digest
 from taskgraph.pagesessions import csrf_token
 
 PAGE_FILES = Path(__file__).resolve().parent / "page"
@@ -113,8 +115,13 @@ async def signin(request: Request) -> Response:
 async def signout(request: Request) -> Response:
     """End the session (its CSRF token needed, as for every change) and forget its cookies."""
     state = request.app.state.api
-    await authenticate(request, state.keys, state.sessions)
-    await state.sessions.delete(request.cookies.get(SESSION_COOKIE, ""))
+    key = await authenticate(request, state.keys, state.sessions)
+    token = request.cookies.get(SESSION_COOKIE, "")
+    await state.sessions.delete(token)
+    broker = state.services.broker
+    if broker is not None:  # the session's open streams end at once (``grants``)
+        ended = RevokedMessage(key_id=key.key_id, session=digest(token))
+        await broker.publish([key_channel(key.key_id)], ended)
     response = Response(status_code=204, headers=PAGE_HEADERS)
     response.delete_cookie(SESSION_COOKIE)
     response.delete_cookie(CSRF_COOKIE)

@@ -1,5 +1,6 @@
 """A session's live stream: every task of a session as Server-Sent Events, its SSE id a cursor
-of each followed task's seq (``Last-Event-ID`` resumes each)."""
+of each task's seq and of the ends it sent (``Last-Event-ID`` resumes each task, and finds the
+tasks created while the client was away)."""
 
 from __future__ import annotations
 
@@ -8,42 +9,65 @@ import base64
 import contextlib
 import json
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass, field
 
 from fastapi.sse import ServerSentEvent
 
 from broker import Message, RevokedMessage, Subscriber, session_channel
 from starter.client import ConversationHistory
+from starter.http.grants import Gate
 from starter.http.streams import (
     SESSION_TASKS,
     FeedRegistry,
     Pending,
     StreamFilter,
-    end_event,
     keep_alive,
     next_items,
 )
+from taskgraph.models import TaskRow
 from workflows.models import CLOSED_STATUSES
 
+CURSOR_TASKS = 2 * SESSION_TASKS
+"""Tasks one cursor names at most: those followed, and those closed when it first connected."""
 
-def cursor_id(cursor: Mapping[str, int]) -> str:
-    """A session stream's SSE id: every followed task's seq, as base64url of JSON."""
-    text = json.dumps(dict(cursor), separators=(",", ":"), sort_keys=True)
+
+@dataclass
+class Cursor:
+    """Where a session stream is: the seq each task was passed at, and the tasks whose end was
+    sent (or that were closed when the stream first connected) at that seq."""
+
+    seqs: dict[str, int] = field(default_factory=dict)
+    ended: set[str] = field(default_factory=set)
+
+
+def cursor_id(cursor: Cursor) -> str:
+    """A session stream's SSE id: base64url of JSON ``{"s": {task: seq}, "e": [ended]}``."""
+    value = {"s": cursor.seqs, "e": sorted(cursor.ended)}
+    text = json.dumps(value, separators=(",", ":"), sort_keys=True)
     return base64.urlsafe_b64encode(text.encode("utf-8")).decode("ascii").rstrip("=")
 
 
-def parse_cursor(text: str) -> dict[str, int] | None:
-    """The cursor of a session stream's id, None when it is not one."""
+def parse_cursor(text: str) -> Cursor | None:
+    """The cursor of a session stream's id (or of an earlier version's, a bare
+    ``{task: seq}``), None when it is not one."""
     try:
         raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
         value = json.loads(raw)
     except ValueError:
         return None
-    if not isinstance(value, dict) or len(value) > SESSION_TASKS:
+    if not isinstance(value, dict):
+        return None
+    ended: object = []
+    if set(value) == {"s", "e"}:
+        value, ended = value["s"], value["e"]
+    if not isinstance(value, dict) or not isinstance(ended, list):
+        return None
+    if len(value) > CURSOR_TASKS or not set(ended) <= set(value):
         return None
     if not all(isinstance(k, str) and type(v) is int and v >= 0 for k, v in value.items()):
         return None
-    return value
+    return Cursor(dict(value), set(ended))
 
 
 class SessionStream:
@@ -56,9 +80,10 @@ class SessionStream:
         subscriber: the broker subscription, for the session's channel (None: no new tasks
             are seen after the connection; reconnect to find them).
         session_id: the session.
-        cursor: the seq each task was passed at (a reconnect's ``Last-Event-ID``).
+        cursor: a reconnect's ``Last-Event-ID`` (None: a first connection).
         stream_filter: what to send.
         keepalive_s: the comment interval.
+        gate: vouches for the stream's key before it sends what was written.
     """
 
     def __init__(
@@ -67,31 +92,62 @@ class SessionStream:
         history: ConversationHistory,
         subscriber: Subscriber | None,
         session_id: str,
-        cursor: Mapping[str, int],
+        cursor: Cursor | None,
         stream_filter: StreamFilter,
         keepalive_s: float,
+        gate: Gate,
     ) -> None:
         self.registry = registry
         self.history = history
         self.subscriber = subscriber
         self.channel = session_channel(history.project_id, session_id)
         self.session_id = session_id
-        self.cursor = dict(cursor)
+        self.resumed = cursor is not None
+        self.cursor = cursor or Cursor()
         self.filter = stream_filter
         self.keepalive_s = keepalive_s
+        self.gate = gate
         self.signal = asyncio.Event()
         self.new_tasks: deque[str] = deque()
-        self.ended: set[str] = set()
 
     def _message(self, message: Message) -> None:
         if isinstance(message, RevokedMessage):
             return
-        if message.task not in self.cursor and message.task not in self.new_tasks:
+        if message.task not in self.cursor.seqs and message.task not in self.new_tasks:
             self.new_tasks.append(message.task)
             self.signal.set()
 
-    async def events(self) -> AsyncIterator[ServerSentEvent]:
-        """The stream (it ends only when the client leaves)."""
+    def _known(self, rows: list[TaskRow]) -> dict[str, int | None]:
+        """The tasks to follow at the start and after which seq (None: from now on): a first
+        connection follows the open ones from now and records the closed ones as ended; a
+        reconnect resumes each task of its cursor (an ended one only when it has more now)
+        and follows every task it does not name (created while the client was away, open or
+        ended since) from its first event."""
+        follow: dict[str, int | None] = {}
+        by_name = {row.name: row for row in rows}
+        for name, seq in self.cursor.seqs.items():
+            row = by_name.get(name)
+            more = row is None or row.status not in CLOSED_STATUSES or row.last_seq > seq
+            if name not in self.cursor.ended or more:
+                follow[name] = seq
+        for row in rows:
+            if row.name in self.cursor.seqs or row.status is None:
+                continue
+            if self.resumed:
+                follow[row.name] = 0
+            elif row.status in CLOSED_STATUSES:
+                self.cursor.seqs[row.name] = row.last_seq
+                self.cursor.ended.add(row.name)
+            else:
+                follow[row.name] = None
+        return follow
+
+    async def events(self) -> AsyncGenerator[ServerSentEvent, None]:
+        """The stream (it ends only when the client leaves).
+
+        Raises:
+            GrantEnded: the key or session no longer reads.
+        """
         async with contextlib.AsyncExitStack() as stack:
             if self.subscriber is not None:
                 await self.subscriber.add(self.channel, self._message)
@@ -107,14 +163,11 @@ class SessionStream:
                 )
                 if after_seq is None:  # open when the stream connected: live from now
                     listener.after_seq = feed.last_seq
-                streams[name] = Pending(feed, listener, self.history, self.filter)
-                self.cursor[name] = listener.after_seq
+                streams[name] = Pending(feed, listener, self.history, self.filter, self.gate)
+                self.cursor.seqs[name] = listener.after_seq
 
-            for name, seq in self.cursor.items():
+            for name, seq in self._known(rows).items():
                 await follow(name, seq)
-            for row in rows:
-                if row.status not in CLOSED_STATUSES:
-                    await follow(row.name, None)
             yield ServerSentEvent(comment="connected")
             loop = asyncio.get_running_loop()
             while True:
@@ -124,17 +177,21 @@ class SessionStream:
                 sent = False
                 for name, pending in streams.items():
                     for item in await next_items(pending, loop.time()):
-                        self.cursor[name] = pending.listener.after_seq
+                        if pending.listener.after_seq > self.cursor.seqs[name]:
+                            self.cursor.ended.discard(name)  # resumed: more, then a new end
+                        self.cursor.seqs[name] = pending.listener.after_seq
                         sent = True
                         if item.event == "update":
                             item = item.model_copy(update={"id": cursor_id(self.cursor)})
                         yield item
-                    feed = pending.feed
-                    if name not in self.ended and feed.ended and feed.view is not None:
-                        if pending.listener.after_seq >= feed.last_seq:
-                            self.ended.add(name)
-                            sent = True
-                            yield end_event(feed.view, cursor_id(self.cursor))
+                    if name in self.cursor.ended:
+                        continue
+                    end = await pending.end()
+                    if end is not None:
+                        self.cursor.seqs[name] = pending.listener.after_seq
+                        self.cursor.ended.add(name)
+                        sent = True
+                        yield end.model_copy(update={"id": cursor_id(self.cursor)})
                 if sent:
                     continue
                 try:

@@ -1,9 +1,11 @@
 """The HTTP API's live streams: a task's events, or a session's, as Server-Sent Events
-(``starter.http.streams``), each stream holding one of its key's slots while it is open."""
+(``starter.http.streams``), each stream holding one of its key's slots while it is open and
+ending when its key's right to read ends (``starter.http.grants``)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import re
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query, Response
@@ -12,6 +14,7 @@ from starlette.background import BackgroundTask
 
 from starter.http.calls import ERRORS, Call, Caller, TaskName, name_of
 from starter.http.errors import ApiError
+from starter.http.grants import Gate, guarded
 from starter.http.sessions import SessionStream, parse_cursor
 from starter.http.streams import StreamFilter, task_stream
 from workflows.models import EventKind
@@ -70,8 +73,16 @@ async def _encoded(
         await release()
 
 
-def sse(call: Caller, events: AsyncIterator[ServerSentEvent]) -> EventSourceResponse:
-    """An SSE response of ``events`` holding one of the key's stream slots while it is open."""
+def sse(
+    call: Caller, stream: Callable[[Gate], AsyncGenerator[ServerSentEvent, None]]
+) -> EventSourceResponse:
+    """An SSE response of the events ``stream`` makes, holding one of the key's stream slots
+    while it is open; it ends when the key's grant ends or the server shuts down
+    (``grants.guarded``).
+
+    Raises:
+        ApiError: 429 ``too_many_streams``.
+    """
     state = call.request.app.state.api
     state.slots.take(call.key.key_id)
     given_back = False
@@ -83,11 +94,18 @@ def sse(call: Caller, events: AsyncIterator[ServerSentEvent]) -> EventSourceResp
             state.slots.give_back(call.key.key_id)
 
     release = BackgroundTask(give_back)
+    gate = Gate(state.grants, call.grant, state.subscriber, state.grant_check_s)
+    events = guarded(stream(gate), gate, state.closing)
     return EventSourceResponse(
         _encoded(events, release),
         background=release,
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
+
+
+_SEQ = re.compile(r"[0-9]{1,18}")
+"""A task stream's ``Last-Event-ID``: a seq, ASCII digits (at most 18: it fits a signed 64-bit
+integer)."""
 
 
 @router.get(
@@ -107,14 +125,20 @@ async def stream_task(
     ``update`` (seq as id), ``token``, then ``done``, ``failed`` or ``cancelled``."""
     name = name_of(task_id)
     if last_event_id is not None:
-        if not last_event_id.isdigit():
-            raise ApiError(422, "invalid_argument", "Last-Event-ID: a seq (the last update's id)")
+        if _SEQ.fullmatch(last_event_id) is None:
+            raise ApiError(
+                422, "invalid_argument", "Last-Event-ID: a seq (the last update's id, digits)"
+            )
         after_seq = int(last_event_id)
     if not (await call.history.get_task(name)).found:
         raise ApiError.task_not_found()
     state = call.request.app.state.api
-    events = task_stream(state.feeds, call.history, name, after_seq, flt, state.keepalive_s)
-    return sse(call, events)
+    return sse(
+        call,
+        lambda gate: task_stream(
+            state.feeds, call.history, name, after_seq, flt, state.keepalive_s, gate
+        ),
+    )
 
 
 @router.get(
@@ -132,14 +156,22 @@ async def stream_session(
     """Every task of the session as SSE: the tasks open now from now on, the ones that
     start later from their first event; ``update`` ids are a cursor (``Last-Event-ID``
     resumes each task), each task's end is its ``done``, ``failed`` or ``cancelled``."""
-    cursor: dict[str, int] = {}
+    cursor = None
     if last_event_id is not None:
-        parsed = parse_cursor(last_event_id)
-        if parsed is None:
+        cursor = parse_cursor(last_event_id)
+        if cursor is None:
             raise ApiError(422, "invalid_argument", "Last-Event-ID: not a session stream's id")
-        cursor = parsed
     state = call.request.app.state.api
-    stream = SessionStream(
-        state.feeds, call.history, state.subscriber, session_id, cursor, flt, state.keepalive_s
+    return sse(
+        call,
+        lambda gate: SessionStream(
+            state.feeds,
+            call.history,
+            state.subscriber,
+            session_id,
+            cursor,
+            flt,
+            state.keepalive_s,
+            gate,
+        ).events(),
     )
-    return sse(call, stream.events())

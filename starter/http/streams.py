@@ -38,13 +38,14 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass
 
 from fastapi.sse import ServerSentEvent
 
 from broker import Message, Subscriber, TokenMessage, WrittenMessage, task_channel
 from starter.client import ConversationHistory
+from starter.http.grants import Gate
 from workflows.models import CLOSED_STATUSES, PAGE_LIMIT_MAX, Event, EventKind, TaskView
 
 STREAM_POLL_S = 2.0
@@ -99,6 +100,8 @@ class TaskFeed:
         self.task: asyncio.Task[None] | None = None
         self.full = True
         """The next read reads the view too."""
+        self.read_at = 0.0
+        """When the newest read of the view or a page ended (loop time)."""
 
     @property
     def ended(self) -> bool:
@@ -167,14 +170,17 @@ class TaskFeed:
     async def _read(self, full: bool) -> None:
         """Read the new events (one query a page); with ``full`` (the first read, a poll, the
         broker's word of a closed task) the view first, which says whether the task ended."""
+        loop = asyncio.get_running_loop()
         if full or self.view is None:
             self.view = (await self.history.get_task(self.name)).view
+            self.read_at = loop.time()
             if self.view is None:
                 return
         while True:
             page = await self.history.list_events(
                 self.name, after_seq=self.last_seq, limit=PAGE_LIMIT_MAX
             )
+            self.read_at = loop.time()
             if page.events:
                 self.ring.extend((e, e.model_dump_json()) for e in page.events)
                 self.last_seq = page.events[-1].seq
@@ -305,18 +311,35 @@ class Pending:
     listener: TaskListener
     history: ConversationHistory
     filter: StreamFilter
-    backlog: list[Event] = field(default_factory=list)
+    gate: Gate
+    """Vouches for the stream's key before it sends what was written (``grants``)."""
 
-    async def events(self) -> list[tuple[Event, str]]:
+    async def events(self) -> tuple[list[tuple[Event, str]], float]:
         """The events after the cursor that are known, each with its JSON: from the ring, or
-        (for a stream that fell behind it) from the ledger."""
+        (for a stream that fell behind it) from the ledger; and when they were read (loop
+        time)."""
         after = self.listener.after_seq
         if after + 1 < self.feed.first_held() and after < self.feed.last_seq:
             page = await self.history.list_events(
                 self.feed.name, after_seq=after, limit=PAGE_LIMIT_MAX
             )
-            return [(e, e.model_dump_json()) for e in page.events]
-        return [(e, data) for e, data in self.feed.ring if e.seq > after]
+            read_at = asyncio.get_running_loop().time()
+            return [(e, e.model_dump_json()) for e in page.events], read_at
+        return [(e, data) for e, data in self.feed.ring if e.seq > after], self.feed.read_at
+
+    async def end(self) -> ServerSentEvent | None:
+        """The task's end event (its final view) once the task is closed and every event was
+        passed and every token sent; None before. The stream's key is checked first.
+
+        Raises:
+            GrantEnded: the key or session no longer reads.
+        """
+        feed = self.feed
+        if not feed.ended or self.listener.after_seq < feed.last_seq or self.listener.tokens:
+            return None
+        assert feed.view is not None
+        await self.gate.allow(feed.read_at)
+        return end_event(feed.view)
 
     def due_token(self, now: float, upcoming: int | None) -> TokenMessage | None:
         """The first queued token, if it is due before the event ``upcoming`` (or no event
@@ -341,10 +364,16 @@ async def task_stream(
     after_seq: int,
     stream_filter: StreamFilter,
     keepalive_s: float,
-) -> AsyncIterator[ServerSentEvent]:
-    """The SSE events of one task after ``after_seq`` until its end (module docstring)."""
+    gate: Gate,
+) -> AsyncGenerator[ServerSentEvent, None]:
+    """The SSE events of one task after ``after_seq`` until its end (module docstring); what
+    was written is sent only while ``gate`` vouches for the stream's key.
+
+    Raises:
+        GrantEnded: the key or session no longer reads.
+    """
     async with registry.listen(history, name, after_seq) as (feed, listener):
-        pending = Pending(feed, listener, history, stream_filter)
+        pending = Pending(feed, listener, history, stream_filter, gate)
         yield ServerSentEvent(comment="connected")
         loop = asyncio.get_running_loop()
         while True:
@@ -353,9 +382,9 @@ async def task_stream(
             for item in await next_items(pending, loop.time()):
                 sent = True
                 yield item
-            if feed.ended and listener.after_seq >= feed.last_seq and not listener.tokens:
-                assert feed.view is not None
-                yield end_event(feed.view)
+            end = await pending.end()
+            if end is not None:
+                yield end
                 return
             if sent:
                 continue
@@ -371,10 +400,18 @@ async def task_stream(
 
 async def next_items(pending: Pending, now: float) -> list[ServerSentEvent]:
     """What the stream sends now, in order: updates and tokens interleaved by the tokens'
-    places; the listener's cursor and token queue advance as they are taken."""
+    places; the listener's cursor and token queue advance as they are taken. Updates are
+    given only once the stream's gate vouched for its key after they were read.
+
+    Raises:
+        GrantEnded: the key or session no longer reads.
+    """
     items: list[ServerSentEvent] = []
     listener = pending.listener
-    for event, data in await pending.events():
+    events, read_at = await pending.events()
+    if any(pending.filter.wants(event) for event, _ in events):
+        await pending.gate.allow(read_at)
+    for event, data in events:
         while (token := pending.due_token(now, event.seq)) is not None:
             listener.tokens.popleft()
             if pending.filter.tokens:

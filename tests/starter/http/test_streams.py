@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from starter.http.sessions import cursor_id, parse_cursor
+from starter.http.sessions import Cursor, cursor_id, parse_cursor
 from starter.tasks import TaskEmitter, TaskManager
 from tests.conftest import eventually, mirrored, payload_texts
 from tests.starter.http.conftest import Api, Project, Sse, SseReader
@@ -199,7 +199,7 @@ async def test_the_session_stream_follows_the_tasks_of_a_session_and_resumes(
         ("hello", "update")
     ]
     cursor = parse_cursor(got[-1].id or "")
-    assert cursor == {"before": 2, "later": 1}
+    assert cursor == Cursor({"before": 2, "later": 1}, {"later"})
     assert got[-1].id == cursor_id(cursor)
     await _record(http, "before", "while away")
     headers = {"Last-Event-ID": got[-1].id or ""}
@@ -208,7 +208,7 @@ async def test_the_session_stream_follows_the_tasks_of_a_session_and_resumes(
         await reader.connected()
         resumed = await reader.next()
     assert Event.model_validate_json(resumed.data).payload == "while away"
-    assert parse_cursor(resumed.id or "") == {"before": 3, "later": 1}
+    assert parse_cursor(resumed.id or "") == Cursor({"before": 3, "later": 1}, {"later"})
 
 
 async def test_a_client_that_never_reads_holds_up_no_writer_and_no_other_stream(
