@@ -322,7 +322,8 @@ class AgentTasksWorkerPlugin(SimplePlugin):
             children = ChildActivities(client)
             branch = BranchActivities(client, self.graph)
             mine: list[Callable[..., Any]] = [mirror.mirror_task, model.model_turn]
-            mine += [children.child_ends, branch.branch_events, *steps.activities()]
+            mine += [children.child_ends, branch.branch_events, branch.branch_reuse]
+            mine += steps.activities()
             config["activities"] = [*config.get("activities", ()), *mine]
         return super().configure_worker(config)
 

@@ -1,8 +1,10 @@
-"""The ``branch_events`` activity: one page of a branch's source events, read across the
-source's runs (``tasklog.reader.TaskReader.task_events``, sealed text opened) and turned into the
-events the branch records: sealed text sealed again under new keys stored for the branch
+"""The branch activities. ``branch_events``: one page of a branch's source events, read across
+the source's runs (``tasklog.reader.TaskReader.task_events``, sealed text opened) and turned into
+the events the branch records: sealed text sealed again under new keys stored for the branch
 (``taskgraph.sealing.seal_events``), so redacting a source event never opens its copy and a
-copy can be redacted on its own."""
+copy can be redacted on its own. ``branch_reuse``: what an agent task's branch reuses from its
+source (the steps settled and the questions answered before the branch point), so its agent
+code, run again from the top, reads their recorded results instead of running them again."""
 
 from __future__ import annotations
 
@@ -15,16 +17,23 @@ from tasklog.reader import TaskReader
 from workflows.models import (
     BRANCH_ACTIVITY,
     BRANCH_PAGE_EVENTS,
+    BRANCH_REUSE_ACTIVITY,
+    BRANCH_REUSE_PAGE_STEPS,
     MAX_PAYLOAD_BYTES,
     BranchedEvent,
     BranchPage,
     BranchQuery,
+    BranchReuse,
+    BranchReuseQuery,
     CitesInput,
     Event,
     EventInput,
+    ReusedStep,
+    StepState,
     model_size,
     project_of,
 )
+from workflows.task import TaskWorkflow
 
 PAGE_BYTES = MAX_PAYLOAD_BYTES // 2
 """Bytes of JSON of one page at most (half the activity result's budget: the sealed copies
@@ -93,3 +102,44 @@ class BranchActivities:
                 BranchedEvent(author=e.author, event=c) for e, c in zip(page, copies, strict=True)
             ]
         )
+
+    @activity.defn(name=BRANCH_REUSE_ACTIVITY)
+    async def branch_reuse(self, query: BranchReuseQuery) -> BranchReuse:
+        """One page (``BRANCH_REUSE_PAGE_STEPS``, in name order after ``query.after_name``) of
+        the source's steps that ended ``completed`` or ``unknown`` with their result event at
+        the branch point or before (read across its runs: ``TaskReader.steps``); with the
+        first page, the answers the source took at the point or before and its model rounds
+        (its last run's ``resume_state``).
+
+        Raises:
+            GraphNotConfigured: the source has steps of earlier runs and no graph is set.
+            temporalio.service.RPCError: a query failed (the activity's retry policy retries).
+        """
+        reader = TaskReader(self.client, self.graph)
+        found = await reader.steps(
+            query.source_workflow_id, None, BRANCH_REUSE_PAGE_STEPS, query.after_name
+        )
+        steps, cursor = found if found is not None else ([], None)
+        settled = (StepState.COMPLETED, StepState.UNKNOWN)
+        reuse = BranchReuse(
+            steps=[
+                ReusedStep(
+                    step_name=s.step_name,
+                    state=s.state,
+                    kind=s.kind,
+                    result_event_seq=s.result_event_seq,
+                )
+                for s in steps
+                if s.state in settled
+                and s.result_event_seq is not None
+                and s.result_event_seq <= query.up_to_seq
+            ],
+            next_after_name=cursor,
+        )
+        if query.after_name is None:
+            source = self.client.get_workflow_handle(query.source_workflow_id)
+            state = await source.query(TaskWorkflow.resume_state)
+            reuse.answers = {k: v for k, v in state.answered.items() if v <= query.up_to_seq}
+            run = state.agent_run
+            reuse.rounds = 0 if run is None else run.round_base + run.rounds
+        return reuse

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import secrets
 import shutil
 import time
@@ -138,7 +139,10 @@ async def ensure_launcher_built(launcher_dir: Path | None = None) -> Path:
         raise DevStackError(f"the Neo4j launcher sources are missing: {launcher_dir}/pom.xml")
     mvn = shutil.which("mvn")
     if mvn is None:
-        raise DevStackError("Maven (mvn) is needed once to build the Neo4j launcher")
+        raise DevStackError(
+            "Maven (mvn) is needed once to build the Neo4j launcher: it is not on PATH "
+            "(Debian: apt-get install maven)"
+        )
     output = b""
     for offline in (["-o"], []):
         proc = await asyncio.create_subprocess_exec(
@@ -170,7 +174,42 @@ def find_java() -> Path:
     found = shutil.which("java")
     if found:
         return Path(found)
-    raise DevStackError("Java 17 (or 21) is needed to run Neo4j: `java` is not on PATH")
+    raise DevStackError(
+        "Java 17 (or 21) is needed to run Neo4j: `java` is not on PATH and JAVA_HOME is not "
+        "set (Debian: apt-get install openjdk-17-jdk-headless maven)"
+    )
+
+
+JAVA_MIN_VERSION = 17
+"""The oldest Java that Neo4j 5.26 runs on (it supports 17 and 21)."""
+
+
+async def require_java() -> Path:
+    """:func:`find_java`, checked to be Java :data:`JAVA_MIN_VERSION` or newer (by ``java
+    -version``: ``version "17.0.15"``, or ``"1.8.0_392"`` for Java 8).
+
+    Raises:
+        DevStackError: no Java, one that does not run, or an older one.
+    """
+    java = find_java()
+    proc = await asyncio.create_subprocess_exec(
+        str(java), "-version",
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    output, _ = await proc.communicate()
+    text = output.decode(errors="replace")
+    found = re.search(r'version "(\d+)(?:\.(\d+))?', text)
+    if proc.returncode != 0 or found is None:
+        raise DevStackError(f"{java} -version failed: {text.strip()[:200]}")
+    major = int(found[1]) if found[1] != "1" else int(found[2] or 0)
+    if major < JAVA_MIN_VERSION:
+        raise DevStackError(
+            f"Neo4j needs Java {JAVA_MIN_VERSION} or newer; {java} is Java {major} (set "
+            "JAVA_HOME to a newer one)"
+        )
+    return java
 
 
 class Neo4jServer(ManagedProcess):
@@ -287,6 +326,15 @@ class Neo4jServer(ManagedProcess):
 
     def _is_ours(self, cmdline: Sequence[str]) -> bool:
         return any(a.endswith("neo4j-launcher.jar") for a in cmdline) and str(self.home) in cmdline
+
+    async def prepare(self) -> None:
+        """Check Java (17 or newer) and build the launcher if needed (Maven), starting nothing.
+
+        Raises:
+            DevStackError: no Java, an older one, no Maven for a build, or the build failed.
+        """
+        await require_java()
+        await ensure_launcher_built(self.launcher_dir)
 
     async def start(self) -> int:
         """Build the launcher if needed, write the password file, start Neo4j (no waiting).

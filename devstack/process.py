@@ -247,6 +247,16 @@ class ManagedProcess:
             return None
         return self._proc.poll()
 
+    async def prepare(self) -> None:
+        """Find (or build) what :meth:`start` runs, starting nothing: a missing prerequisite
+        is found before any server of the stack starts. Safe to call more than once.
+
+        Raises:
+            DevStackError: something it needs is missing (the message names it, and how to
+                get it).
+        """
+        self._argv()  # resolves the executables
+
     async def start(self) -> int:
         """Start the server process; returns its pid."""
         raise NotImplementedError

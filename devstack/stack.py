@@ -98,6 +98,7 @@ async def up(
     extra_dynamic_config: Mapping[str, str] | None = None,
     temporal_timeout_s: float = 60.0,
     neo4j_timeout_s: float = 120.0,
+    broker_timeout_s: float = 20.0,
     probe_timeout_s: float = 3.0,
 ) -> list[ServiceStatus]:
     """Make Temporal, Neo4j and the broker answer: start local servers where nothing answers.
@@ -105,7 +106,9 @@ async def up(
     For each service: a process that ``up`` started earlier and still runs is reported (and
     waited for); an address that answers is used as it is (external); a local address that
     does not answer gets a server; an address on another host that does not answer is an
-    error. All services are checked before anything is started. Safe to run twice.
+    error. All services are checked, and every server to be started is prepared (its
+    executable found, Java's version checked, the Neo4j launcher built), before anything is
+    started. A failed start stops every server this call started. Safe to run twice.
 
     Args:
         settings: default ``Settings()`` (the environment).
@@ -113,6 +116,7 @@ async def up(
             Temporal is started by this call.
         temporal_timeout_s: seconds to wait for Temporal to answer.
         neo4j_timeout_s: seconds to wait for Neo4j to answer (a first start takes longer).
+        broker_timeout_s: seconds to wait for the broker to answer.
         probe_timeout_s: seconds for the first "does it answer?" check of each address.
 
     Returns:
@@ -121,16 +125,17 @@ async def up(
         long it took to answer.
 
     Raises:
-        DevStackError: a remote address does not answer (nothing started), a port is taken by
-            something else, a server could not be built or started or did not answer in time
-            (that server is stopped again; others keep running).
+        DevStackError: a remote address does not answer or a prerequisite is missing (every
+            such problem is named, and the message ends "Nothing was started."); a port is
+            taken by something else, a server could not be started or did not answer in time
+            (every server this call started is stopped again, and the message names them).
     """
     s = settings or Settings()
     temporal = TemporalDevServer.from_settings(s, extra_dynamic_config)
     t_host, _ = parse_host_port(s.temporal.address, 7233)
     n_host, _ = parse_host_port(s.neo4j_uri, 7687)
 
-    # 1. plan: what runs already, what answers, what is to be started
+    # 1. plan: what runs already, what answers, what is to be started and what it needs
     t_pid = temporal.running_pid()
     t_probe = Probe(False, "")
     if t_pid is None:
@@ -142,11 +147,15 @@ async def up(
     if n_pid is None:
         n_probe = await probe_neo4j(s.neo4j_uri, _neo4j_auth_or_none(s), timeout_s=probe_timeout_s)
     errors = []
-    if t_pid is None and not t_probe.answering and not is_local_host(t_host):
-        errors.append(
-            f"TEMPORAL_ADDRESS={s.temporal.address} is not on this host and does not answer "
-            f"({t_probe.detail})"
-        )
+    to_prepare: list[ManagedProcess] = []
+    if t_pid is None and not t_probe.answering:
+        if is_local_host(t_host):
+            to_prepare.append(temporal)
+        else:
+            errors.append(
+                f"TEMPORAL_ADDRESS={s.temporal.address} is not on this host and does not answer "
+                f"({t_probe.detail})"
+            )
     if n_pid is None and not n_probe.answering:
         if not is_local_host(n_host):
             errors.append(
@@ -156,6 +165,7 @@ async def up(
         else:
             try:
                 neo = Neo4jServer.from_settings(s)
+                to_prepare.append(neo)
             except DevStackError as e:
                 errors.append(str(e))
     broker = _broker(s) if s.broker_url else None
@@ -164,15 +174,31 @@ async def up(
     if broker is not None and b_pid is None:
         b_probe = await probe_redis(s.broker_url, timeout_s=probe_timeout_s)
         b_host, _ = parse_host_port(s.broker_url, 6379)
-        if not b_probe.answering and not is_local_host(b_host):
+        if b_probe.answering:
+            pass
+        elif is_local_host(b_host):
+            to_prepare.append(broker)
+        else:
             errors.append(
                 f"AGENT_TASKS_BROKER_URL={s.broker_url} is not on this host and does not answer "
                 f"({b_probe.detail})"
             )
+    for server in to_prepare:
+        try:
+            await server.prepare()
+        except DevStackError as e:
+            errors.append(f"{server.name}: {e}")
     if errors:
         raise DevStackError("; ".join(errors) + ". Nothing was started.")
 
-    # 2. act
+    # 2. act; every server started here is in `started` from its spawn on
+    started: list[tuple[str, ManagedProcess, int]] = []
+
+    async def start(name: str, server: ManagedProcess, timeout_s: float) -> tuple[int, float]:
+        pid = await server.start()
+        started.append((name, server, pid))
+        return pid, await server.wait_ready(timeout_s)
+
     async def bring_up_temporal() -> ServiceStatus:
         if t_probe.answering:
             return ServiceStatus("temporal", s.temporal.address, True, None, True, "external")
@@ -181,7 +207,7 @@ async def up(
             return ServiceStatus(
                 "temporal", s.temporal.address, True, t_pid, False, "already running"
             )
-        pid, took = await temporal.start_ready(temporal_timeout_s)
+        pid, took = await start("temporal", temporal, temporal_timeout_s)
         ui = f", UI {temporal.ui_url}" if temporal.ui_url else ""
         return ServiceStatus(
             "temporal", s.temporal.address, True, pid, False, f"started in {took:.1f} s{ui}"
@@ -198,28 +224,55 @@ async def up(
             )
         if n_probe.answering:
             return ServiceStatus("neo4j", s.neo4j_uri, True, None, True, "external")
-        pid, took = await neo.start_ready(neo4j_timeout_s)
+        pid, took = await start("neo4j", neo, neo4j_timeout_s)
         return ServiceStatus("neo4j", s.neo4j_uri, True, pid, False, f"started in {took:.1f} s")
 
     async def bring_up_broker(server: RedisServer) -> ServiceStatus:
         if b_probe.answering:
             return ServiceStatus("broker", s.broker_url, True, None, True, "external")
         if b_pid is not None:
-            await server.wait_ready()
+            await server.wait_ready(broker_timeout_s)
             return ServiceStatus("broker", s.broker_url, True, b_pid, False, "already running")
-        pid, took = await server.start_ready()
+        pid, took = await start("broker", server, broker_timeout_s)
         return ServiceStatus("broker", s.broker_url, True, pid, False, f"started in {took:.1f} s")
 
-    starts = [bring_up_temporal(), bring_up_neo4j()]
+    bring_ups = [bring_up_temporal(), bring_up_neo4j()]
     if broker is not None:
-        starts.append(bring_up_broker(broker))
-    results = await asyncio.gather(*starts, return_exceptions=True)
-    failures = [r for r in results if isinstance(r, BaseException)]
+        bring_ups.append(bring_up_broker(broker))
+    tasks = [asyncio.ensure_future(b) for b in bring_ups]
+    await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    for task in tasks:
+        task.cancel()  # no-op for a finished one; the first failure ends the wait for the rest
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    failures = [
+        r
+        for r in results
+        if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError)
+    ]
     if failures:
-        if len(failures) == 1 or not all(isinstance(f, DevStackError) for f in failures):
+        note = await _stop_started(started)
+        if not all(isinstance(f, DevStackError) for f in failures):
+            failures[0].add_note(note)
             raise failures[0]
-        raise DevStackError("\n".join(str(f) for f in failures))
+        raise DevStackError("\n".join(str(f) for f in failures) + "\n" + note)
     return [r for r in results if isinstance(r, ServiceStatus)]
+
+
+async def _stop_started(started: Sequence[tuple[str, ManagedProcess, int]]) -> str:
+    """Stop the servers a failed ``up`` started; return the sentence that says so."""
+    if not started:
+        return "No server had been started by this call."
+    done, kept = [], []
+    for name, server, pid in started:
+        try:
+            await server.stop()
+            done.append(f"{name} (pid {pid})")
+        except DevStackError as e:
+            kept.append(f"{name} (pid {pid}: {e})")
+    text = "Stopped what this call had started: " + ", ".join(done) + "." if done else ""
+    if kept:
+        text += " Could not stop: " + ", ".join(kept) + "."
+    return text.strip()
 
 
 async def down(settings: Settings | None = None, *, timeout_s: float = 60.0) -> list[ServiceStatus]:

@@ -191,9 +191,13 @@ class TaskTurns(TaskLifecycle):
         agent, session and metadata) whose log is a copy of ``source``'s events 1 to ``seq``
         (the same kinds, authors and text; sealed text sealed again under the branch's own
         keys), linked in Neo4j by ``BRANCHED_FROM {seq}``. The source is untouched. An agent
-        task's branch then continues from there: its agent runs, the model asked with the
-        copied transcript and no new user message; a recorded one takes writes once the copy
-        is done (this call returns then).
+        task's branch then continues from there: it reuses what its source settled before the
+        point (a step that ended ``completed`` or ``unknown`` with its result at ``seq`` or
+        before returns that result, its tool not called again; a question answered at ``seq``
+        or before returns its answer, nobody asked), its agent code runs again from the top,
+        live from the point on, the model asked with the copied transcript and no new user
+        message (docs/agent-tasks.md, "Branch"); a recorded one takes writes once the copy is
+        done (this call returns then).
 
         Unlike Temporal's reset, which rewinds a workflow's own history to a workflow task and
         runs it again under the same workflow id (its later events gone from the new run), a

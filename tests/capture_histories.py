@@ -937,6 +937,40 @@ async def turn_scenarios(stack: Stack) -> Captured:
     return captured
 
 
+async def branch_reuse_scenario(stack: Stack) -> Captured:
+    """The ``branch-reuses-before-point`` patch: agent code ``ask_positive`` (a step, a question
+    answered 5, a step) run to its end, then branched right after its answer
+    (``branch_reused``): the copy, the ``branch_reuse`` activity (the source's settled step and
+    its answer), the ``set_steps`` write and the ``branch_reused`` note, then the agent run
+    from the top: the first step and the question memoized (no tool activity, no request), the
+    last step run."""
+    import tempfile
+
+    from tests.agent_tools import SCRIPTS, TOOLS
+    from workflows.models import AgentSpec
+
+    queue = f"capture-branch-{uuid.uuid4().hex[:8]}"
+    history = stack.history("branch")
+    history.task_queue = queue
+    with tempfile.TemporaryDirectory() as folder:
+        log = Path(folder) / "prepare.log"
+        agent = AgentSpec(name="ask_positive", tools=["sync_data", "echo"], input={"log": str(log)})
+        async with build_worker(stack.client, stack.graph, queue, tools=TOOLS, scripts=SCRIPTS):
+            expect(await history.create_task("source", "ask", agent=agent))
+            await history.wait_task("source", until=TaskStatus.AWAITING_INPUT)
+            expect(await history.respond("source", 5, input_id="n"))
+            await history.wait_task("source")
+            page = await history.list_events("source")
+            point = next(e.seq for e in page.events if e.kind.value == "input_response")
+            expect(await history.branch_from("source", point, "branch"))
+            final = await history.wait_task("branch")
+            if final is None or final.result is None or final.result.text != "using 5":
+                raise CaptureError(f"the branch did not end with the source's answer: {final!r}")
+            if len(log.read_text(encoding="utf-8").splitlines()) != 1:
+                raise CaptureError("the branch ran the step its source had completed")
+            return {"branch_reused": await fetch(history, "branch")}
+
+
 async def app_lifecycle_scenario(stack: Stack) -> Captured:
     """A recorded task whose app runs it (``workflows.lifecycle``, the Tasks API): status
     ``in_progress``, an input request asked from outside, a refused and an accepted answer
@@ -1206,6 +1240,11 @@ SCENARIOS: dict[str, Scenario] = {
             "branch_continued",
         ),
         "the turn rules: rollback and resume, continuation, explicit retry, call bounds, branch",
+    ),
+    "branch_reuse": Scenario(
+        branch_reuse_scenario,
+        ("branch_reused",),
+        "an agent branch reuses its source's steps and answers before the point (patched)",
     ),
     "app_lifecycle": Scenario(
         app_lifecycle_scenario,

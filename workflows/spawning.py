@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -24,13 +25,21 @@ from workflows.children import child_end
 from workflows.ledger import Ledger
 from workflows.models import (
     BRANCH_ACTIVITY,
+    BRANCH_REUSE_ACTIVITY,
     CHILD_ENDS_ACTIVITY,
     CLOSED_STATUSES,
+    AgentRun,
     BranchPage,
     BranchQuery,
+    BranchReuse,
+    BranchReuseQuery,
     ChildEnds,
     ChildEndsInput,
+    EventInput,
+    EventKind,
     RecordEventsInput,
+    SetStepsInput,
+    StepWrite,
     TaskStart,
     TaskStatus,
     TaskWorkflowInput,
@@ -39,6 +48,11 @@ from workflows.models import (
 )
 from workflows.search import search_attributes
 
+BRANCH_REUSE = "branch-reuses-before-point"
+"""Patch id: an agent task's branch, once its log is copied, takes over what its source settled
+before the branch point (``reuse_before_point``): agent code run again from the top reads those
+steps' recorded results and those questions' answers instead of running and asking them again.
+Branches recorded before it started with no steps and no answers."""
 TASK_WORKFLOW = "TaskWorkflow"
 """The task workflow's registered name (``workflows.task.TaskWorkflow``): its children's type."""
 CHILD_ENDED = "child_ended"
@@ -149,3 +163,59 @@ async def copy_branch(ledger: Ledger, stop: Callable[[], bool]) -> None:
                 ),
                 workflow.now(),
             )
+
+
+async def reuse_before_point(ledger: Ledger) -> None:
+    """What an agent task's branch reuses from its source (the fork contract of DBOS's
+    ``fork_workflow`` and LangGraph's checkpoint fork), read by the ``branch_reuse`` activity
+    once the copy is done and before the agent starts: each step that ended ``completed`` or
+    ``unknown`` with its result event at the branch point or before is recorded in the branch
+    as it ended, with that result event (the same seq in the copy), so the agent code's step
+    of that name returns the recorded result and its tool is not called again (an ``unknown``
+    one stays unknown, as everywhere); each answer taken at the point or before is the
+    branch's answer to that request, so ``ask`` returns it without asking; the agent's rounds
+    start after the source's, so the tool loop's new steps never take a reused step's name.
+    What ended after the point runs live in the branch (a step whose call is before the point
+    and its result after runs again, under the branch's own idempotency key). A
+    ``branch_reused`` note (``{"steps": n, "answers": m}``) records it."""
+    state = ledger.state
+    branch = state.start.branched_from
+    assert branch is not None
+    source = task_workflow_id(state.start.project_id, branch.task)
+    after: str | None = None
+    steps = 0
+    while True:
+        found: BranchReuse = await workflow.execute_activity(
+            BRANCH_REUSE_ACTIVITY,
+            BranchReuseQuery(source_workflow_id=source, up_to_seq=branch.seq, after_name=after),
+            result_type=BranchReuse,
+            start_to_close_timeout=CHILD_ENDS_TIMEOUT,
+        )
+        if after is None:
+            state.answered.update(found.answers)
+            state.agent_run = AgentRun(started_at=workflow.now(), round_base=found.rounds)
+        if found.steps:
+            writes = [
+                StepWrite(
+                    step_name=s.step_name,
+                    state=s.state,
+                    kind=s.kind,
+                    result_event_seq=s.result_event_seq,
+                )
+                for s in found.steps
+            ]
+            ledger.set_steps(
+                SetStepsInput(
+                    agent_id=state.start.agent_id,
+                    steps=writes,
+                    request_id=internal_request_id(f"branch-steps/{state.writes}"),
+                ),
+                workflow.now(),
+            )
+            steps += len(writes)
+        if found.next_after_name is None:
+            break
+        after = found.next_after_name
+    payload = json.dumps({"steps": steps, "answers": len(state.answered)})
+    note = EventInput(kind=EventKind.NOTE, name="branch_reused", payload=payload)
+    ledger.append([note], f"branch-reused/{state.writes}", workflow.now())

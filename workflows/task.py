@@ -83,10 +83,12 @@ with workflow.unsafe.imports_passed_through():
     from workflows.runs import TURN_RULES, begin_run, close, end_run
     from workflows.search import TASK_STATUS
     from workflows.spawning import (
+        BRANCH_REUSE,
         children_running,
         copy_branch,
         copying,
         reconcile_children,
+        reuse_before_point,
         start_child,
         tell_parent,
     )
@@ -156,6 +158,9 @@ class TaskWorkflow:
         ledger = self.ledger
         if copying(ledger):
             await copy_branch(ledger, continue_suggested)
+            agent_branch = ledger.state.start.agent is not None and not copying(ledger)
+            if agent_branch and workflow.patched(BRANCH_REUSE):
+                await reuse_before_point(ledger)
         if self.resumed and children_running(ledger):
             await reconcile_children(ledger)
         if ledger.state.start.agent is not None and not ledger.closed:

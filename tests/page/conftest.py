@@ -1,8 +1,8 @@
-"""Fixtures of the page's tests in a real browser: Debian's Chromium (``/usr/bin/chromium``,
-never downloaded: ``CHROMIUM``) headless, driven by Playwright, against the HTTP API on uvicorn
-at a free port in this process, Temporal and Neo4j of the local stack, and a worker with the
-approval tools and the streaming scripted models. Each test gets two projects with a key each,
-and signs a browser context in with one of them.
+"""Fixtures of the page's tests in a real browser: Debian's Chromium (never downloaded;
+``./run test`` installs it when missing) headless, driven by Playwright, against the HTTP API
+on uvicorn at a free port in this process, Temporal and Neo4j of the local stack, and a worker
+with the approval tools and the streaming scripted models. Each test gets two projects with a
+key each, and signs a browser context in with one of them.
 
 Screenshots go to ``AGENT_TASKS_SCREENSHOTS`` when it names a folder (``docs/screenshots`` for
 the README), else to the test's own temporary folder."""
@@ -28,9 +28,9 @@ from tests.servers import served
 from tests.stream_agents import SCRIPTS as STREAM_SCRIPTS
 from worker import Services, build_worker
 
-CHROMIUM = Path("/usr/bin/chromium")
-"""Where Debian's Chromium is (``apt-get install chromium``; ``.ci/run`` installs it when
-missing); the ``CHROMIUM`` variable names another, else ``chromium`` on ``PATH`` is used."""
+CHROMIUM_INSTALL = "apt-get update && apt-get install -y --no-install-recommends chromium"
+"""How Debian's Chromium is installed (``./run test`` runs it, as root or with sudo, when no
+Chromium is found); ``CHROMIUM`` names another executable."""
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -72,12 +72,20 @@ async def site(services: Services, page_queue: str) -> AsyncIterator[str]:
 
 
 def chromium() -> str:
-    """The browser's path (``CHROMIUM``, else ``chromium`` on ``PATH``, else Debian's); fails
-    the tests (never skips them) when there is none: a browser is never downloaded."""
-    named = os.environ.get("CHROMIUM") or shutil.which("chromium") or str(CHROMIUM)
-    if not Path(named).is_file():
-        pytest.fail(f"no Chromium at {named}: apt-get install chromium (.ci/run does)")
-    return named
+    """The browser's path: ``CHROMIUM``, else ``chromium`` on ``PATH``; fails the tests (never
+    skips them) naming what is missing and how to install it: a browser is never downloaded."""
+    named = os.environ.get("CHROMIUM")
+    if named:
+        if not os.access(named, os.X_OK):
+            pytest.fail(f"CHROMIUM={named} is not an executable file")
+        return named
+    found = shutil.which("chromium")
+    if found is None:
+        pytest.fail(
+            "no Chromium: CHROMIUM is not set and chromium is not on PATH; ./run test installs "
+            f"Debian's package, or run: sudo sh -c '{CHROMIUM_INSTALL}'"
+        )
+    return found
 
 
 @pytest.fixture(scope="session")

@@ -21,9 +21,14 @@ from workflows.models.agent import (
 from workflows.models.branch import (
     BRANCH_ACTIVITY,
     BRANCH_PAGE_EVENTS,
+    BRANCH_REUSE_ACTIVITY,
+    BRANCH_REUSE_PAGE_STEPS,
     BranchedEvent,
     BranchPage,
     BranchQuery,
+    BranchReuse,
+    BranchReuseQuery,
+    ReusedStep,
 )
 from workflows.models.decisions import Citations, CitesInput, StepCitation
 from workflows.models.human import (
@@ -139,6 +144,8 @@ __all__ = [
     "APPROVAL_DESCRIPTION_CHARS",
     "BRANCH_ACTIVITY",
     "BRANCH_PAGE_EVENTS",
+    "BRANCH_REUSE_ACTIVITY",
+    "BRANCH_REUSE_PAGE_STEPS",
     "CHILD_ENDS_ACTIVITY",
     "CHILD_RESULT_PREVIEW_CHARS",
     "CLOSED_STATUSES",
@@ -183,6 +190,8 @@ __all__ = [
     "BranchPage",
     "BranchPoint",
     "BranchQuery",
+    "BranchReuse",
+    "BranchReuseQuery",
     "BranchedEvent",
     "Budgets",
     "ChildEnd",
@@ -212,6 +221,7 @@ __all__ = [
     "RecordEventsInput",
     "RequestLookup",
     "ResultValidity",
+    "ReusedStep",
     "Role",
     "RunRange",
     "SetStepsInput",

@@ -7,12 +7,18 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from workflows.models.inputs import EventInput
+from workflows.models.kinds import StepKind, StepState
 from workflows.models.text import ShortText
 
 BRANCH_ACTIVITY = "branch_events"
 """Activity name of the read of one page of a branch's source events."""
 BRANCH_PAGE_EVENTS = 200
 """Events copied per page at most (and at most ``MAX_PAYLOAD_BYTES`` of JSON)."""
+BRANCH_REUSE_ACTIVITY = "branch_reuse"
+"""Activity name of the read of what an agent task's branch reuses from its source: the steps
+settled and the questions answered before the branch point (one page of steps per call)."""
+BRANCH_REUSE_PAGE_STEPS = 200
+"""Steps read per ``branch_reuse`` call at most (one ``set_steps`` write of the branch)."""
 
 
 class BranchQuery(BaseModel):
@@ -44,3 +50,45 @@ class BranchPage(BaseModel):
 
     events: list[BranchedEvent] = Field(default_factory=list)
     """At least one while any is left."""
+
+
+class BranchReuseQuery(BaseModel):
+    """Input of ``branch_reuse``: references only."""
+
+    source_workflow_id: str
+    """The source task's workflow id."""
+    up_to_seq: int
+    """The branch point: what ended at this seq or before is reused."""
+    after_name: str | None = None
+    """The page of steps starts after this step name (None: the first page, which also
+    carries the answers and the source's rounds)."""
+
+
+class ReusedStep(BaseModel):
+    """A step of the source that ended before the branch point, as the branch records it."""
+
+    step_name: str
+    """Its name (agent code's memo key)."""
+    state: StepState
+    """``completed`` or ``unknown`` (a settled outcome that is never run again on its own)."""
+    kind: StepKind
+    """What it does."""
+    result_event_seq: int
+    """Seq of its result event: the same seq in the branch, whose log is a copy up to the
+    point."""
+
+
+class BranchReuse(BaseModel):
+    """Result of ``branch_reuse``: one page of the source's steps settled before the branch
+    point, and (first page) its answers before the point and its model rounds."""
+
+    steps: list[ReusedStep] = Field(default_factory=list)
+    """The page's settled steps whose result event is at the branch point or before."""
+    next_after_name: str | None = None
+    """The cursor of the next page; None at the end."""
+    answers: dict[str, int] = Field(default_factory=dict)
+    """Input request id -> seq of its accepted answer, for the answers at the point or before
+    (first page only)."""
+    rounds: int = 0
+    """The source's model calls so far (first page only): the branch's tool loop names its
+    rounds after them, so a new step never takes the name of a reused one."""

@@ -1,0 +1,144 @@
+"""A branch reuses what happened before its branch point (the fork contract of DBOS's
+``fork_workflow`` and LangGraph's checkpoint fork; docs/agent-tasks.md, "Branches"): agent code
+run again from the top in the branch reads the results of the steps its source settled before
+the point and the answers it took before it, and runs live from the point on. The tools write
+one line per run to a log (``tests.agent_tools``), so each test counts the side effects.
+
+Peers' reports this reproduces: czpython/druks#637 (a fork from step 1 re-ran every completed
+step and parked for a second approval), DBOS's fork contract (dbos-transact-java#425: completed
+step outputs copied so they do not run again), LangGraph's fork at an interrupt (langgraph#7027,
+#7038: which resume values a fork keeps)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from starter.client import ConversationHistory
+from starter.importer import all_events, all_steps
+from tests.agent_tools import answer, calls
+from tests.workflows.conftest import script, spec
+from workflows.models import AgentSpec, Event, EventKind, StepState, TaskStatus, TaskView
+
+
+async def ended(history: ConversationHistory, task: str) -> TaskView:
+    view = await asyncio.wait_for(history.wait_task(task), 120)
+    assert view is not None
+    return view
+
+
+async def awaiting(history: ConversationHistory, task: str) -> TaskView:
+    """The task's view once it waits for an answer (or has ended)."""
+    view = await asyncio.wait_for(history.wait_task(task, until="awaiting_input"), 120)
+    assert view is not None
+    return view
+
+
+def runs(log: Path) -> list[str]:
+    """The idempotency keys the tool ran under, one line per run."""
+    return log.read_text(encoding="utf-8").splitlines() if log.exists() else []
+
+
+def seq_of(events: list[Event], kind: EventKind, index: int = 0) -> int:
+    return [e.seq for e in events if e.kind is kind][index]
+
+
+async def asked_source(agents: ConversationHistory, log: Path) -> list[Event]:
+    """``ask_positive`` run to its end: a step of ``sync_data`` (one line in ``log``), the
+    question ``n`` answered 5, a step of ``echo``; returns its events."""
+    agent = AgentSpec(name="ask_positive", tools=["sync_data", "echo"], input={"log": str(log)})
+    assert (await agents.create_task("src", "ask", agent=agent)).recorded
+    assert (await awaiting(agents, "src")).status is TaskStatus.AWAITING_INPUT
+    assert (await agents.respond("src", 5, input_id="n")).recorded
+    done = await ended(agents, "src")
+    assert done.status is TaskStatus.DONE and done.result is not None
+    assert done.result.text == "using 5"
+    assert runs(log) == [f"{agents.workflow_id('src')}/prepare/1"]
+    return await all_events(agents, "src")
+
+
+async def test_a_branch_after_a_step_reuses_it_and_asks_the_question_after_the_point(
+    agents: ConversationHistory, tmp_path: Path
+) -> None:
+    """Branched right after the step's result: the step returns its recorded result (the
+    tool does not run: still one line), the question, answered after the point, is asked
+    again, and the branch goes on with the branch's answer."""
+    log = tmp_path / "prepare.log"
+    source = await asked_source(agents, log)
+    point = seq_of(source, EventKind.TOOL_RESULT)
+    assert (await agents.branch_from("src", point, "b")).recorded
+    view = await awaiting(agents, "b")
+    assert view.status is TaskStatus.AWAITING_INPUT
+    assert [r.input_id for r in view.pending_inputs] == ["n"]
+    steps = {s.step_name: s for s in await all_steps(agents, "b")}
+    assert steps["prepare"].state is StepState.COMPLETED
+    assert steps["prepare"].result_event_seq == point
+    assert (await agents.respond("b", 7, input_id="n")).recorded
+    done = await ended(agents, "b")
+    assert done.result is not None and done.result.text == "using 7"
+    assert runs(log) == [f"{agents.workflow_id('src')}/prepare/1"]
+    after = [e for e in await all_events(agents, "b") if e.seq > point]
+    assert [e.kind for e in after].count(EventKind.TOOL_CALL) == 1  # "use" only
+    (reused,) = [e for e in after if e.kind is EventKind.NOTE and e.name == "branch_reused"]
+    assert json.loads(reused.payload) == {"steps": 1, "answers": 0}
+
+
+async def test_a_branch_after_an_answer_takes_the_answer_without_asking(
+    agents: ConversationHistory, tmp_path: Path
+) -> None:
+    """Branched right after the answer: nobody is asked again (no ``input_request`` after the
+    point, never ``awaiting_input``), the step before it does not run again, the branch ends
+    with the source's answer."""
+    log = tmp_path / "prepare.log"
+    source = await asked_source(agents, log)
+    point = seq_of(source, EventKind.INPUT_RESPONSE)
+    assert (await agents.branch_from("src", point, "b")).recorded
+    done = await ended(agents, "b")
+    assert done.status is TaskStatus.DONE and done.result is not None
+    assert done.result.text == "using 5"
+    assert runs(log) == [f"{agents.workflow_id('src')}/prepare/1"]
+    after = [e for e in await all_events(agents, "b") if e.seq > point]
+    assert EventKind.INPUT_REQUEST not in [e.kind for e in after]
+    statuses = [e.payload for e in after if e.kind is EventKind.NOTE and e.name == "status"]
+    assert "awaiting_input" not in statuses
+
+
+async def test_a_branch_inside_a_step_runs_it_live_under_the_branchs_key(
+    agents: ConversationHistory, tmp_path: Path
+) -> None:
+    """Branched between the step's call and its result: the step had not ended at the point,
+    so the branch runs it (live from the point on), under the branch's own idempotency key,
+    and asks the question."""
+    log = tmp_path / "prepare.log"
+    source = await asked_source(agents, log)
+    point = seq_of(source, EventKind.TOOL_CALL)
+    assert seq_of(source, EventKind.TOOL_RESULT) > point
+    assert (await agents.branch_from("src", point, "b")).recorded
+    assert (await awaiting(agents, "b")).status is TaskStatus.AWAITING_INPUT
+    assert runs(log) == [
+        f"{agents.workflow_id('src')}/prepare/1",
+        f"{agents.workflow_id('b')}/prepare/1",
+    ]
+
+
+async def test_a_branch_of_the_tool_loop_never_runs_a_call_of_the_point_on_its_own(
+    agents: ConversationHistory, tmp_path: Path
+) -> None:
+    """The tool loop with a charge (not idempotent), then an answer, branched at each point
+    of its turn: after the model's message, between the call and its result, after the
+    result. The model is asked again each time (the turn rules' continuation: a call without
+    a result in the branch is closed for the model, never run on its own); the charge ran
+    once in all."""
+    log = tmp_path / "charge.log"
+    turns = [calls(("charge_card", {"log": str(log)})), answer("end")]
+    assert (await agents.create_task("src", script(*turns), agent=spec())).recorded
+    assert (await ended(agents, "src")).status is TaskStatus.DONE
+    source = await all_events(agents, "src")
+    call = seq_of(source, EventKind.TOOL_CALL)
+    points = [call - 1, call, seq_of(source, EventKind.TOOL_RESULT)]
+    for i, point in enumerate(points):
+        assert (await agents.branch_from("src", point, f"b{i}")).recorded
+        done = await ended(agents, f"b{i}")
+        assert done.status is TaskStatus.DONE, (point, done)
+    assert runs(log) == [f"{agents.workflow_id('src')}/r00001.0:charge_card/1"]
