@@ -34,6 +34,9 @@ address, the namespace, and whether TLS and an API key are on are ever shown.
 | ``NEO4J_USERNAME`` | ``neo4j`` | Neo4j user |
 | ``NEO4J_PASSWORD`` | unset | Neo4j password; unset means the generated one in the data folder |
 | ``NEO4J_DATABASE`` | ``neo4j`` | Neo4j database name |
+| ``AGENT_TASKS_GRAPH`` | ``neo4j`` | the graph store: ``neo4j`` or ``falkordb`` |
+| ``AGENT_TASKS_FALKORDB_URL`` | ``falkor://127.0.0.1:6380`` | FalkorDB URL (below; a secret) |
+| ``AGENT_TASKS_FALKORDB_GRAPH`` | ``agent_tasks`` | the FalkorDB graph (a Redis key) |
 | ``AGENT_TASKS_DATA_DIR`` | the user's data folder | local stack data (below): SQLite, Neo4j |
 | ``AGENT_TASKS_FILES_ROOT`` | ``.`` | the folder the demo agent's file tools read, on the worker |
 | ``AGENT_TASKS_BROKER_URL`` | ``redis://127.0.0.1:6379`` | token broker (``broker``); empty: off |
@@ -65,6 +68,9 @@ folders and two sets of ports.
 Neo4j URI schemes (the driver's own): ``bolt://`` one server, ``neo4j://`` a cluster (routing),
 each with ``+s`` for TLS checked against the system's CAs (Aura: ``neo4j+s://<id>.databases.
 neo4j.io``) or ``+ssc`` for TLS with a self-signed certificate.
+
+FalkorDB URL schemes: ``falkor://`` or ``redis://`` a server, ``falkors://`` or ``rediss://``
+with TLS; ``[user:password@]host:port``, the password the server's ``requirepass``.
 
 The ``OTEL_*`` names and meanings are OpenTelemetry's standard ones, with one choice of ours:
 nothing is exported unless an exporter is named (the specification's default is ``otlp``). The
@@ -254,6 +260,19 @@ class Settings(BaseSettings):
     the Neo4j server has cores only makes each one slower, and a cold server's first ones ran
     out of transaction time (``./run main``, 16 at once). Raise it for a Neo4j with more
     cores, or one far away."""
+    graph: Literal["neo4j", "falkordb"] = Field(
+        default="neo4j", validation_alias="AGENT_TASKS_GRAPH"
+    )
+    """The graph store (``taskgraph.store.build_graph_store``)."""
+    falkordb_url: SecretStr = Field(
+        default=SecretStr("falkor://127.0.0.1:6380"), validation_alias="AGENT_TASKS_FALKORDB_URL"
+    )
+    """FalkorDB URL (a secret: it may carry the server's password); its scheme is checked
+    when the store is built (``taskgraph.store.graph_kind``)."""
+    falkordb_graph: str = Field(
+        default="agent_tasks", validation_alias="AGENT_TASKS_FALKORDB_GRAPH"
+    )
+    """The FalkorDB graph (one Redis key) that holds the tasks."""
     data_dir: Path = Field(
         default_factory=default_data_dir, validation_alias="AGENT_TASKS_DATA_DIR"
     )

@@ -23,10 +23,9 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf.duration_pb2 import Duration
-from neo4j.exceptions import DriverError, Neo4jError
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.namespace.v1 import NamespaceConfig
 from temporalio.api.operatorservice.v1 import (
@@ -54,10 +53,14 @@ from broker import Broker
 from codec import ZlibCodec
 from config import Settings, connect, release_runtime
 from plugin import PLUGIN_NAME, sandbox_passthrough
-from taskgraph.driver import open_driver
-from taskgraph.graph import TaskGraph
+from taskgraph import store
+from taskgraph.errors import GraphError
+from taskgraph.port import GraphStore
 from workflows.search import SEARCH_ATTRIBUTE_KEYS
 from workflows.task import TaskWorkflow
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Tracer
 
 SCHEMA_TIMEOUT_S = 10.0
 """How long ``open_services`` waits for Neo4j to create the schema (seconds)."""
@@ -84,34 +87,56 @@ class Services:
 
     settings: Settings
     client: Client
-    graph: TaskGraph | None
+    graph: GraphStore | None
     broker: Broker | None = None
 
 
-@asynccontextmanager
-async def open_graph(settings: Settings, *, schema: bool = False) -> AsyncIterator[TaskGraph]:
-    """Open the Neo4j task graph of ``settings``; close its driver on exit.
+def build_graph_store(
+    kind_or_uri: str | None = None,
+    *,
+    settings: Settings | None = None,
+    tracer: Tracer | None = None,
+) -> GraphStore:
+    """The graph store the ledger's guide builds (``taskgraph.store.build_graph_store``), not
+    connected yet: ``await store.connect()``, then ``await store.close()``.
 
     Args:
-        settings: where Neo4j is (``NEO4J_URI``, credentials, database) and whether its writes
-            are traced (``OTEL_TRACES_EXPORTER``).
+        kind_or_uri: ``"neo4j"``, ``"falkordb"``, a URI (``bolt://``, ``neo4j+s://``,
+            ``falkor://``, ``redis://``...), or None: ``AGENT_TASKS_GRAPH``.
+        settings: the rest (credentials, database, graph); from the environment when None.
+        tracer: an OpenTelemetry tracer for the mirror's write spans.
+
+    Raises:
+        ValueError: an unknown kind or scheme.
+        Neo4jPasswordMissing: Neo4j chosen, and no password set or generated.
+    """
+    return store.build_graph_store(kind_or_uri, settings or Settings(), tracer=tracer)
+
+
+@asynccontextmanager
+async def open_graph(settings: Settings, *, schema: bool = False) -> AsyncIterator[GraphStore]:
+    """Open the graph store of ``settings`` (``taskgraph.store.build_graph_store``: Neo4j or
+    FalkorDB, ``AGENT_TASKS_GRAPH``); close it on exit.
+
+    Args:
+        settings: which store and where (``NEO4J_*`` or ``AGENT_TASKS_FALKORDB_*``) and
+            whether its writes are traced (``OTEL_TRACES_EXPORTER``).
         schema: create the schema first (idempotent), waiting at most ``SCHEMA_TIMEOUT_S``.
 
     Raises:
-        Neo4jPasswordMissing: no Neo4j password is set or generated.
+        Neo4jPasswordMissing: Neo4j chosen, and no Neo4j password is set or generated.
         ValueError: traces asked for without the ``otel`` extra.
-        neo4j.exceptions.Neo4jError, neo4j.exceptions.DriverError, TimeoutError: ``schema``
-            was asked and Neo4j refused or did not answer.
+        taskgraph.errors.GraphError, TimeoutError: ``schema`` was asked and the store
+            refused or did not answer.
     """
-    driver = open_driver(settings.neo4j_uri, settings.neo4j_auth())
+    tracer = telemetry.setup(settings.exporters()).tracer
+    graph = store.build_graph_store(None, settings, tracer=tracer)
     try:
-        tracer = telemetry.setup(settings.exporters()).tracer
-        graph = TaskGraph(driver, settings.neo4j_database, tracer, settings.neo4j_max_writes)
         if schema:
             await asyncio.wait_for(graph.ensure_ready(), SCHEMA_TIMEOUT_S)
         yield graph
     finally:
-        await driver.close()
+        await graph.close()
 
 
 @asynccontextmanager
@@ -136,8 +161,7 @@ async def open_services(
 
     Raises:
         TaskServiceUnavailable: Temporal cannot be reached.
-        RuntimeError, neo4j.exceptions.Neo4jError, neo4j.exceptions.DriverError,
-            TimeoutError: as ``open_graph``.
+        RuntimeError, taskgraph.errors.GraphError, TimeoutError: as ``open_graph``.
     """
     settings = settings or Settings()
     client = client or await connect(settings)
@@ -278,7 +302,7 @@ class AgentTasksWorkerPlugin(SimplePlugin):
 
     def __init__(
         self,
-        graph: TaskGraph,
+        graph: GraphStore,
         *,
         tools: Sequence[Tool] | None = None,
         scripts: Mapping[str, Script] | None = None,
@@ -336,7 +360,7 @@ class AgentTasksWorkerPlugin(SimplePlugin):
 
 def build_worker(
     client: Client,
-    graph: TaskGraph,
+    graph: GraphStore,
     task_queue: str,
     *,
     tools: Sequence[Tool] | None = None,
@@ -417,8 +441,8 @@ async def run_worker(settings: Settings | None = None) -> None:
         assert services.graph is not None
         try:
             await asyncio.wait_for(services.graph.ensure_ready(), SCHEMA_TIMEOUT_S)
-        except (TimeoutError, Neo4jError, DriverError) as err:
-            print(f"Neo4j schema not created yet ({err!r}); the mirror will create it", flush=True)
+        except (TimeoutError, GraphError) as err:
+            print(f"graph schema not created yet ({err!r}); the mirror will create it", flush=True)
         queue = services.settings.temporal_task_queue
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

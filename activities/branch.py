@@ -11,7 +11,7 @@ from __future__ import annotations
 from temporalio import activity
 from temporalio.client import Client
 
-from taskgraph.graph import TaskGraph
+from taskgraph.port import GraphStore
 from taskgraph.sealing import seal_events
 from tasklog.reader import TaskReader
 from workflows.models import (
@@ -65,7 +65,7 @@ class BranchActivities:
     """The branch activity with its dependencies: a Temporal client (to read the source) and
     the task graph (earlier runs' events, the key store)."""
 
-    def __init__(self, client: Client, graph: TaskGraph) -> None:
+    def __init__(self, client: Client, graph: GraphStore) -> None:
         self.client = client
         self.graph = graph
 

@@ -14,14 +14,15 @@ follows a run (``activities.follow``: a copy per new workflow task of the run) a
 of Neo4j from the Temporal histories (``activities.rebuild``, which replays each run's history
 once).
 
-Error mapping at the activity edge (``mirror_failure``): Neo4j errors that may pass
-(``is_retryable()``: deadlock, unavailable, leader switch, session expired; and a transaction
-that ran out of time, ``OUT_OF_TIME_CODES``) raise a retryable ``ApplicationError`` of type
-``MirrorUnavailable``, retried by the workflow's retry policy. It is of category ``BENIGN``
+Error mapping at the activity edge (``mirror_failure``): the graph store's errors that may pass
+(``taskgraph.errors.GraphUnavailable``, to which each adapter maps its driver's: for Neo4j a
+deadlock, an unavailable server, a leader switch, an expired session, a transaction that ran
+out of time) raise a retryable ``ApplicationError`` of type ``MirrorUnavailable``, retried by
+the workflow's retry policy. It is of category ``BENIGN``
 (the SDK logs its attempts at DEBUG, with no traceback: a loaded Neo4j that answers on the
 next attempt is the mirror working as designed); the last attempt of a call
 (``MIRROR_ATTEMPTS``) logs one WARNING line, and the task's view says why it waits
-(``mirror_error``). Any other Neo4j error, and a
+(``mirror_error``). Any other graph store error (``GraphError``), and a
 value the driver cannot send (``OverflowError``, ``TypeError``, ``ValueError``), raises a
 non-retryable ``ApplicationError`` of type ``MirrorDataError`` whose message names the task and
 the seq range.
@@ -33,7 +34,6 @@ import asyncio
 from datetime import timedelta
 from typing import Protocol
 
-from neo4j.exceptions import DriverError, Neo4jError
 from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
@@ -42,7 +42,8 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.follow import HistoryPoll, follow
 from activities.heartbeat import heartbeating
 from broker import Broker, WrittenMessage, channels, project_channel
-from taskgraph.graph import TaskGraph
+from taskgraph.errors import GraphError, GraphUnavailable
+from taskgraph.port import GraphStore
 from workflows.errors import MIRROR_DATA_ERROR, MIRROR_UNAVAILABLE
 from workflows.mirroring import MIRROR_RETRY
 from workflows.models import (
@@ -65,34 +66,22 @@ QUERY_TIMEOUT = timedelta(seconds=10)
 """RPC timeout of each query the mirror sends to its workflow (answered by the worker that
 runs the activity, from its cache, in milliseconds)."""
 
-OUT_OF_TIME_CODES = frozenset(
-    {
-        "Neo.ClientError.Transaction.TransactionTimedOut",
-        "Neo.ClientError.Transaction.TransactionTimedOutClientConfiguration",
-        "Neo.ClientError.Transaction.LockClientStopped",
-    }
-)
-"""Neo4j status codes of a transaction the server ended because it ran out of time (its
-timeout, ``NEO4J_TRANSACTION_TIMEOUT_S``, or a lock wait it stopped with it). Neo4j files them
-as client errors (``is_retryable()`` is False), but they say the server was slow (load, lock
-waits between tasks' mirrors), not that the data is wrong: the mirror retries them."""
-
 
 def mirror_failure(err: Exception, where: str) -> ApplicationError:
     """The error the mirror activity raises for ``err`` (the module's error mapping): a
-    retryable ``MirrorUnavailable`` for a Neo4j error that may pass (``is_retryable()``, or
-    one of ``OUT_OF_TIME_CODES``), else a non-retryable ``MirrorDataError``; ``where`` names
-    the task and seqs in the message."""
-    if isinstance(err, Neo4jError | DriverError) and (
-        err.is_retryable() or getattr(err, "code", None) in OUT_OF_TIME_CODES
-    ):
+    retryable ``MirrorUnavailable`` for a graph store error that may pass
+    (``GraphUnavailable``), else a non-retryable ``MirrorDataError``; ``where`` names the
+    task and seqs in the message."""
+    if isinstance(err, GraphUnavailable):
         return ApplicationError(
-            f"Neo4j unavailable while mirroring {where}: {err}",
+            f"graph store unavailable while mirroring {where}: {err}",
             type=MIRROR_UNAVAILABLE,
             category=ApplicationErrorCategory.BENIGN,
         )
     return ApplicationError(
-        f"Neo4j refused the mirror of {where}: {err}", type=MIRROR_DATA_ERROR, non_retryable=True
+        f"graph store refused the mirror of {where}: {err}",
+        type=MIRROR_DATA_ERROR,
+        non_retryable=True,
     )
 
 
@@ -160,7 +149,7 @@ class QueriedRun:
 
 async def copy_run(
     source: RunSource,
-    graph: TaskGraph,
+    graph: GraphStore,
     run: str,
     *,
     after_seq: int = 0,
@@ -178,11 +167,11 @@ async def copy_run(
         graph: where to write.
         run: names the run in errors (``"workflow id run run id"``).
         after_seq, up_to_seq, after_write: what to copy.
-        mark: stamped on every event and step node written (``TaskGraph.write_task``).
+        mark: stamped on every event and step node written (``GraphStore.write_task``).
 
     Raises:
         ApplicationError: ``MirrorDataError`` when the run does not hold the asked events.
-        neo4j.exceptions.Neo4jError, neo4j.exceptions.DriverError: from the writes.
+        taskgraph.errors.GraphError: from the writes.
         temporalio.service.RPCError: from the queries.
     """
     query = MirrorQuery(
@@ -251,7 +240,7 @@ class MirrorActivities:
     def __init__(
         self,
         client: Client,
-        graph: TaskGraph,
+        graph: GraphStore,
         broker: Broker | None = None,
         *,
         followers: int = 50,
@@ -271,7 +260,7 @@ class MirrorActivities:
         counts written and how far Neo4j holds the run."""
         try:
             return await heartbeating(self._mirror(input))
-        except (Neo4jError, DriverError, OverflowError, TypeError, ValueError) as err:
+        except (GraphError, OverflowError, TypeError, ValueError) as err:
             where = f"task {input.workflow_id} seqs {input.after_seq + 1}..{input.up_to_seq}"
             failure = mirror_failure(err, where)
             attempt = activity.info().attempt

@@ -4,7 +4,7 @@ For each task (one workflow id), oldest run first: fetch the run's history once,
 in this process with ``temporalio.worker.Replayer`` and an interceptor that keeps the replayed
 ``TaskWorkflow``'s ledger (``ReplayedRun``), and copy that ledger with ``copy_run``, each
 written node stamped with this rebuild's id. Only when every run is copied does it delete
-the task's event and step nodes it did not write (``TaskGraph.drop_unmarked``): nothing is
+the task's event and step nodes it did not write (``GraphStore.drop_unmarked``): nothing is
 deleted before its replacement is written.
 
 So a rebuild can be stopped at any point (Ctrl-C, a crash, Neo4j going away) and the graph
@@ -33,7 +33,7 @@ from temporalio.worker import (
 )
 
 from activities.mirror import copy_run
-from taskgraph.graph import TaskGraph
+from taskgraph.port import GraphStore
 from workflows.ledger import Ledger
 from workflows.models import (
     MirrorPage,
@@ -116,7 +116,7 @@ class RebuildReport(BaseModel):
 
 
 async def rebuild_task(
-    client: Client, graph: TaskGraph, project_id: str, executions: list[WorkflowExecution]
+    client: Client, graph: GraphStore, project_id: str, executions: list[WorkflowExecution]
 ) -> int:
     """Rebuild one task from its runs (``executions``, of one workflow id), oldest first, then
     drop what the rebuild did not write (see the module docstring); returns events copied.
@@ -150,7 +150,7 @@ async def rebuild_task(
 
 
 async def rebuild(
-    client: Client, graph: TaskGraph, project_id: str, task: str | None = None
+    client: Client, graph: GraphStore, project_id: str, task: str | None = None
 ) -> RebuildReport:
     """Rebuild a project's tasks (or one task) in Neo4j from the Temporal histories.
 

@@ -46,7 +46,7 @@ from workflows.models import Event, StepsQuery, ToolInput, ToolOutput, bound_tex
 from workflows.task import TaskWorkflow
 
 if TYPE_CHECKING:  # the driver is loaded by whoever makes the graph (agent code imports tool)
-    from taskgraph.graph import TaskGraph
+    from taskgraph.port import GraphStore
 
 TOOL_RESULT_INVALID = "ToolResultInvalid"
 """ApplicationError type of a tool result that cannot be serialized (not retried)."""
@@ -186,7 +186,7 @@ class ToolActivities:
         tools: the tools this worker runs.
     """
 
-    def __init__(self, client: Client, graph: TaskGraph, tools: Sequence[Tool]) -> None:
+    def __init__(self, client: Client, graph: GraphStore, tools: Sequence[Tool]) -> None:
         self.client = client
         self.graph = graph
         self.tools = list(tools)

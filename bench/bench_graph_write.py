@@ -21,7 +21,7 @@ import uuid
 from datetime import UTC, datetime
 from importlib.util import find_spec
 
-from taskgraph.graph import TaskGraph
+from taskgraph.port import GraphStore
 from taskgraph.sealing import seal_events
 from taskgraph.seeds import seed_event, seed_view
 from worker import open_services
@@ -34,7 +34,7 @@ def _cpu() -> float:
 
 
 async def write(
-    graph: TaskGraph, project: str, task: str, pages: int, per_page: int, sealed: bool
+    graph: GraphStore, project: str, task: str, pages: int, per_page: int, sealed: bool
 ) -> list[float]:
     """Write ``pages`` pages into ``task``; returns each page's seconds."""
     now, took = datetime.now(UTC), []

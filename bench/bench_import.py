@@ -34,7 +34,7 @@ from bench.corpus import build_corpus
 from starter.client import ConversationHistory
 from starter.importer import import_tasks, mirror_caught_up
 from starter.planning import EXAMPLES, plan_import
-from taskgraph.graph import TaskGraph
+from taskgraph.port import GraphStore
 from worker import build_worker, open_services
 
 Round = tuple[float, float, float, int]
@@ -89,7 +89,7 @@ def one_per_update(files: list[Path]) -> Callable[[ConversationHistory], Awaitab
 
 async def _round(
     client: Client,
-    graph: TaskGraph,
+    graph: GraphStore,
     queue: str,
     run: Callable[[ConversationHistory], Awaitable[Round]],
 ) -> Round:

@@ -243,7 +243,7 @@ async def main(writes: int, rounds: int, lag_s: float, age_s: float) -> None:
     async with private_server(settings) as (client, temporal_pid):
         async with open_services(settings, client=client, schema=True) as services:
             graph = services.graph
-            assert graph is not None
+            assert isinstance(graph, TaskGraph)  # the designs are Neo4j's
             neo4j_pid = Neo4jServer(settings.data_dir, 0).running_pid()
             pids = {
                 name: pid

@@ -19,11 +19,13 @@ import uuid
 from temporalio.client import Client
 
 from starter.client import ConversationHistory
-from taskgraph.graph import TaskGraph
+from taskgraph.port import GraphStore
 from worker import build_worker, open_services
 
 
-async def measure(client: Client, graph: TaskGraph, writes: int) -> tuple[list[float], list[float]]:
+async def measure(
+    client: Client, graph: GraphStore, writes: int
+) -> tuple[list[float], list[float]]:
     """Write ``writes`` single events to one task; returns (ack, visible) times in seconds."""
     queue = f"latency-{uuid.uuid4().hex[:6]}"
     history = ConversationHistory(

@@ -31,11 +31,11 @@ from devstack import free_port
 from devstack.temporal import TemporalDevServer
 from starter.client import ConversationHistory
 from starter.importer import mirror_caught_up
-from taskgraph.graph import TaskGraph
+from taskgraph.port import GraphStore
 from worker import build_worker, open_services
 
 
-async def old_rebuild(client: Client, graph: TaskGraph, workflow_id: str) -> int:
+async def old_rebuild(client: Client, graph: GraphStore, workflow_id: str) -> int:
     """The rebuild before issue 9: each run copied by queries (pages of 100 events)."""
     runs = [e async for e in client.list_workflows(f"WorkflowId = '{workflow_id}'")]
     copied = 0

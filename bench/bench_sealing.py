@@ -25,7 +25,7 @@ from collections.abc import Awaitable
 from temporalio.client import Client
 
 from starter.client import ConversationHistory
-from taskgraph.graph import TaskGraph
+from taskgraph.port import GraphStore
 from worker import build_worker, open_services
 
 TEXT = "a tool result of a few hundred characters: " + "output line\n" * 30
@@ -38,7 +38,7 @@ async def timed(call: Awaitable[object]) -> float:
 
 
 async def round_of(
-    client: Client, graph: TaskGraph, queue: str, sealed: bool, writes: int, batch: int
+    client: Client, graph: GraphStore, queue: str, sealed: bool, writes: int, batch: int
 ) -> dict[str, list[float]]:
     """One round of one client kind; returns the times of each operation in seconds."""
     history = ConversationHistory(

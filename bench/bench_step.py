@@ -31,7 +31,7 @@ from temporalio.worker import Worker
 from activities.tools import ToolContext, tool
 from bench.bare import BareSteps, bare_tool
 from starter.client import ConversationHistory
-from taskgraph.graph import TaskGraph
+from taskgraph.port import GraphStore
 from worker import build_worker, open_services
 from workflows.agents import AgentContext, agent
 from workflows.models import AgentSpec
@@ -87,7 +87,7 @@ async def per_step(client: Client, workflow_id: str, steps: int) -> tuple[float,
 
 
 async def one_round(
-    client: Client, graph: TaskGraph, queue: str, steps: int
+    client: Client, graph: GraphStore, queue: str, steps: int
 ) -> dict[str, tuple[float, int]]:
     history = ConversationHistory(
         client, project_id=f"bench-{uuid.uuid4().hex[:8]}", agent_id="bench", task_queue=queue

@@ -68,6 +68,7 @@ from bench.rows import (
 from config import Settings, connect
 from devstack import free_port
 from devstack.temporal import TemporalDevServer
+from taskgraph.graph import TaskGraph
 from worker import build_worker, open_services
 
 FULL = Sizes()
@@ -165,7 +166,7 @@ async def run_bench(
         services = await stack.enter_async_context(
             open_services(settings, client=client, schema=True)
         )
-        assert services.graph is not None
+        assert isinstance(services.graph, TaskGraph)  # the harness reads Neo4j's driver
         bench = Bench(services.client, services.graph, services.settings, temporal_pid)
         await stack.enter_async_context(
             build_worker(bench.client, bench.graph, bench.queue, tools=[bench_echo])

@@ -8,7 +8,7 @@
   ``HistoryRetention`` (redaction, deletion), ``connect`` and ``Settings``, the Temporal
   plugins (``AgentTasksPlugin`` for a client, ``AgentTasksWorkerPlugin`` for a worker) and
   ``DATA_CONVERTER``; the worker's bootstrap (``build_worker``, ``open_graph``,
-  ``open_services``).
+  ``open_services``); the graph store's factory (``build_graph_store``: Neo4j or FalkorDB).
 - Results and rows: ``WriteResult`` and the other ``*Result`` types, ``TaskView``, ``Event``,
   ``StepView``, the Neo4j rows (``TaskRow``, ``EventRow``, ``StepRow``, ``DecisionRow``,
   ``TreeRow``, ``ToolFailures``).
@@ -22,9 +22,11 @@
   ``SpawnRefused``, ``ChildFailed``.
 
 Importing ``starter`` does not load the Neo4j driver: the names of the worker's bootstrap
-(``build_worker``, ``open_graph``, ``open_services``, ``AgentTasksWorkerPlugin``) load
-``worker`` (and the driver) when first used, and the reads that need Neo4j take a
-``taskgraph.graph.TaskGraph`` (``open_graph`` makes one).
+(``build_worker``, ``build_graph_store``, ``open_graph``, ``open_services``,
+``AgentTasksWorkerPlugin``) load
+``worker`` (and the driver) when first used, and the reads that need the graph store take a
+``taskgraph.port.GraphStore`` (``build_graph_store`` or ``open_graph`` makes one, loading its
+store's driver then).
 """
 
 from __future__ import annotations
@@ -86,9 +88,17 @@ from workflows.models import (
 )
 
 if TYPE_CHECKING:
-    from worker import AgentTasksWorkerPlugin, build_worker, open_graph, open_services
+    from worker import (
+        AgentTasksWorkerPlugin,
+        build_graph_store,
+        build_worker,
+        open_graph,
+        open_services,
+    )
 
-_WORKER_NAMES = frozenset({"AgentTasksWorkerPlugin", "build_worker", "open_graph", "open_services"})
+_WORKER_NAMES = frozenset(
+    {"AgentTasksWorkerPlugin", "build_graph_store", "build_worker", "open_graph", "open_services"}
+)
 """Names served from ``worker`` when first used (it loads the Neo4j driver)."""
 
 
@@ -153,6 +163,7 @@ __all__ = [
     "TreeRow",
     "WriteResult",
     "agent",
+    "build_graph_store",
     "build_worker",
     "connect",
     "open_graph",

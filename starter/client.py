@@ -30,7 +30,7 @@ from starter.turns import TaskTurns
 from workflows.models import ProjectId, ShortText
 
 if TYPE_CHECKING:  # the driver is loaded only by whoever makes the graph
-    from taskgraph.graph import TaskGraph
+    from taskgraph.port import GraphStore
 
 
 class ConversationHistory(TaskTurns):
@@ -43,7 +43,7 @@ class ConversationHistory(TaskTurns):
         agent_id: author of the events and steps this object writes.
         session_id: session new tasks belong to, if any.
         task_queue: the workers' task queue.
-        graph: the Neo4j task graph (``taskgraph.graph.TaskGraph``); needed to read events of
+        graph: the graph store (``taskgraph.port.GraphStore``); needed to read events of
             earlier runs (``list_events``), tasks whose history passed the namespace's
             retention, decisions, and for the cross-task reads. None: those reads raise
             ``GraphNotConfigured``. With a graph, event text is sealed (one data key per
@@ -64,7 +64,7 @@ class ConversationHistory(TaskTurns):
         *,
         session_id: str | None = None,
         task_queue: str = "agent-tasks",
-        graph: TaskGraph | None = None,
+        graph: GraphStore | None = None,
         timeout_s: float = 30.0,
     ) -> None:
         self.client = client

@@ -22,7 +22,6 @@ from starter.arguments import checked
 from starter.results import WriteResult, from_outcome, refused
 from starter.transport import from_update_failure, lane, request_id_or_new, retrieve_start
 from starter.writes import TaskWrites
-from taskgraph.retention import name_state
 from workflows.errors import ErrorCode
 from workflows.models import (
     CLOSED_STATUSES,
@@ -175,7 +174,7 @@ class TaskLifecycle(TaskWrites):
         (``TaskIncarnationError``)."""
         if self.graph is None:
             return None
-        state = await name_state(self.graph, self.project_id, self.workflow_id(name))
+        state = await self.graph.name_state(self.project_id, self.workflow_id(name))
         if state.deleted:
             return f"task {name!r} was deleted; a task name is never reused"
         if state.mirrored:

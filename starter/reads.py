@@ -40,7 +40,7 @@ from workflows.models import (
 )
 
 if TYPE_CHECKING:  # the driver is loaded only by whoever makes the graph
-    from taskgraph.graph import TaskGraph
+    from taskgraph.port import GraphStore
 
 MIRRORED_POLL_S = 0.02
 """How often ``wait_mirrored`` reads the task node (seconds)."""
@@ -291,7 +291,7 @@ class TaskReads(Transport):
         """Failed tool calls across this project's tasks, by tool name, from Neo4j."""
         return await self._graph().failed_tool_calls(self.project_id)
 
-    def _graph(self) -> TaskGraph:
+    def _graph(self) -> GraphStore:
         if self.graph is None:
             raise GraphNotConfigured("this read needs Neo4j: pass graph= to ConversationHistory")
         return self.graph

@@ -38,15 +38,14 @@ from starter.arguments import checked
 from starter.client import ConversationHistory
 from starter.results import DeleteResult, RedactResult
 from taskgraph.models import TaskRead
-from taskgraph.retention import EventLocation, delete_task_nodes, find_event, name_state, redact
-from taskgraph.retention import tombstone as write_tombstone
+from taskgraph.retention import EventLocation
 from workflows.children import child_end
 from workflows.errors import ErrorCode
 from workflows.models import CLOSED_STATUSES, ShortText, TaskStatus, TaskView, bound_text
 from workflows.task import TaskWorkflow
 
 if TYPE_CHECKING:  # the driver is loaded only by whoever makes the graph
-    from taskgraph.graph import TaskGraph
+    from taskgraph.port import GraphStore
 
 FIND_WAIT_S = 5.0
 """How long ``redact_event`` waits for Neo4j to have an event id it does not find yet
@@ -64,7 +63,7 @@ class HistoryRetention:
         client: from ``connect()`` (pydantic data converter).
         project_id: scopes everything, as in ``ConversationHistory``.
         agent_id: who redacts or deletes (kept on the tombstones).
-        graph: the Neo4j task graph (``taskgraph.graph.TaskGraph``): the key store, the
+        graph: the graph store (``taskgraph.port.GraphStore``): the key store, the
             event index and the mirror; every call needs it.
         task_queue: the workers' task queue.
         timeout_s: seconds one Temporal call may take, and the longest wait for a task's
@@ -80,7 +79,7 @@ class HistoryRetention:
         project_id: str,
         agent_id: str,
         *,
-        graph: TaskGraph | None = None,
+        graph: GraphStore | None = None,
         task_queue: str = "agent-tasks",
         timeout_s: float = 30.0,
     ) -> None:
@@ -133,7 +132,7 @@ class HistoryRetention:
                 seq=location.seq,
             )
         await self._mirror_caught_up(location.task_name)
-        affected = await redact(graph, self.project_id, location, self.agent_id)
+        affected = await graph.redact(self.project_id, location, self.agent_id)
         return RedactResult(
             recorded=True,
             duplicate=location.redacted,
@@ -162,7 +161,7 @@ class HistoryRetention:
         graph = self.tasks._graph()
         workflow_id = self.tasks.workflow_id(name)
         runs = await self._runs(workflow_id)
-        state = await name_state(graph, self.project_id, workflow_id)
+        state = await graph.name_state(self.project_id, workflow_id)
         if not (runs or state.mirrored or state.deleted):
             return DeleteResult(
                 recorded=False,
@@ -177,12 +176,12 @@ class HistoryRetention:
             view = (await self.tasks.get_task(name)).view
         if view is not None:
             cancelled = await self._cancel_children(view)
-        new = await write_tombstone(graph, self.project_id, workflow_id, name, self.agent_id)
+        new = await graph.tombstone(self.project_id, workflow_id, name, self.agent_id)
         pending = await self._delete_runs(workflow_id, runs)
         if view is not None and view.parent is not None and view.status not in CLOSED_STATUSES:
             await self._tell_parent(view.parent, name)
-        removed = await delete_task_nodes(
-            graph, self.project_id, workflow_id, include_decisions=include_decisions
+        removed = await graph.delete_task_nodes(
+            self.project_id, workflow_id, include_decisions=include_decisions
         )
         return DeleteResult(
             recorded=True,
@@ -226,7 +225,7 @@ class HistoryRetention:
             if err.status != RPCStatusCode.NOT_FOUND:
                 raise
 
-    async def _find(self, graph: TaskGraph, event_id: str) -> EventLocation | None:
+    async def _find(self, graph: GraphStore, event_id: str) -> EventLocation | None:
         """The event's place from Neo4j, waiting up to ``FIND_WAIT_S`` for the mirror; None
         at once for a string that is not a UUID (no event id is)."""
         try:
@@ -236,7 +235,7 @@ class HistoryRetention:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + FIND_WAIT_S
         while True:
-            location = await find_event(graph, self.project_id, event_id)
+            location = await graph.find_event(self.project_id, event_id)
             if location is not None or loop.time() >= deadline:
                 return location
             await asyncio.sleep(POLL_S)

@@ -40,7 +40,7 @@ from workflows.errors import (
 from workflows.models import TaskName, WriteOutcome, task_workflow_id, valid_request_id
 
 if TYPE_CHECKING:  # the driver is loaded only by whoever makes the graph
-    from taskgraph.graph import TaskGraph
+    from taskgraph.port import GraphStore
 
 _BUSY_BACKOFF_S = (0.02, 1.0)
 """Pause before resending a call the server turned away as busy (``_busy``): from 20 ms,
@@ -187,7 +187,7 @@ class Transport:
     """The session new tasks belong to."""
     task_queue: str
     """The workers' task queue."""
-    graph: TaskGraph | None
+    graph: GraphStore | None
     """The Neo4j task graph, if any."""
     timeout_s: float
     """Seconds one Temporal call may take."""

@@ -1,7 +1,11 @@
-"""API keys of the HTTP API (``starter.http``), stored hashed in Neo4j: one ``ApiKey`` node per
-key, scoped to one project.
+"""API keys of the HTTP API (``starter.http``), stored hashed in the graph store (either:
+``taskgraph.port.RecordStore``): one ``ApiKey`` node per key, scoped to one project.
 
     (:ApiKey {key_id, project_id, name, digest, created_at, revoked_at})
+
+Neo4j keeps the times as datetimes; FalkorDB, which has no zoned datetime and keeps whole
+seconds in its ``localdatetime``, as integer microseconds since the Unix epoch, sent by the
+client (``$now``).
 
 A key reads ``atk_{key_id}_{secret}``: ``key_id`` (16 hex characters) names it in lists, logs
 and revocations and is not secret; ``secret`` is 32 random bytes (``secrets.token_urlsafe``).
@@ -19,13 +23,13 @@ import hashlib
 import hmac
 import re
 import secrets
-from datetime import datetime
-from typing import TYPE_CHECKING, Any, LiteralString
+from datetime import UTC, datetime
+from typing import Any, LiteralString
 
 from pydantic import BaseModel
 
-if TYPE_CHECKING:
-    from taskgraph.graph import TaskGraph
+from taskgraph.models import as_datetime, epoch_us
+from taskgraph.port import GraphStore, Statement
 
 KEY_PREFIX = "atk_"
 """How every key starts (so a leaked one is recognised by secret scanners and people)."""
@@ -34,21 +38,39 @@ _KEY = re.compile(r"^atk_([0-9a-f]{16})_([A-Za-z0-9_-]{43})$")
 SCHEMA: tuple[LiteralString, ...] = (
     "CREATE CONSTRAINT api_key IF NOT EXISTS FOR (n:ApiKey) REQUIRE n.key_id IS UNIQUE",
 )
+"""Neo4j's constraint of the keys (part of ``taskgraph.schema.SCHEMA``; FalkorDB's is in
+``taskgraph.falkor_schema``)."""
 
-_CREATE: LiteralString = """
+_CREATE: Statement = {
+    # the time: Neo4j's datetime(); FalkorDB's $now, microseconds (module docstring)
+    "neo4j": """
 CREATE (k:ApiKey {key_id: $key_id, project_id: $project_id, name: $name, digest: $digest,
                   created_at: datetime()})
 RETURN k
-"""
-_FIND: LiteralString = "MATCH (k:ApiKey {key_id: $key_id}) RETURN k"
-_LIST: LiteralString = """
+""",
+    "falkordb": """
+CREATE (k:ApiKey {key_id: $key_id, project_id: $project_id, name: $name, digest: $digest,
+                  created_at: $now})
+RETURN k
+""",
+}
+_FIND: Statement = "MATCH (k:ApiKey {key_id: $key_id}) RETURN k"
+_LIST: Statement = """
 MATCH (k:ApiKey) WHERE k.project_id = $project_id RETURN k ORDER BY k.created_at, k.key_id
 """
-_REVOKE: LiteralString = """
+_REVOKE: Statement = {
+    # the time: Neo4j's datetime(); FalkorDB's $now, microseconds (module docstring)
+    "neo4j": """
 MATCH (k:ApiKey {key_id: $key_id})
 SET k.revoked_at = coalesce(k.revoked_at, datetime())
 RETURN k
-"""
+""",
+    "falkordb": """
+MATCH (k:ApiKey {key_id: $key_id})
+SET k.revoked_at = coalesce(k.revoked_at, $now)
+RETURN k
+""",
+}
 
 
 class ApiKey(BaseModel):
@@ -84,47 +106,43 @@ def key_id_of(key: str) -> str | None:
 
 
 def record_of(node: Any) -> ApiKey:
-    """The record of an ``ApiKey`` node."""
+    """The record of an ``ApiKey`` node (its properties, from either store)."""
     revoked = node.get("revoked_at")
     return ApiKey(
         key_id=node["key_id"],
         project_id=node["project_id"],
         name=node["name"],
-        created_at=node["created_at"].to_native(),
-        revoked_at=None if revoked is None else revoked.to_native(),
+        created_at=as_datetime(node["created_at"]),
+        revoked_at=None if revoked is None else as_datetime(revoked),
     )
 
 
-class GraphStore:
-    """Records of the HTTP API kept in the task graph's Neo4j database, each query one
-    ``execute_query`` (the driver's managed transaction: transient errors retried).
+class Records:
+    """Records of the HTTP API kept in the graph store, each query one statement
+    (``RecordStore.records``: Neo4j's managed transaction, transient errors retried).
 
     Args:
-        graph: the task graph (its driver and database).
+        graph: the graph store (either adapter).
     """
 
-    schema: tuple[LiteralString, ...] = ()
-    """The store's constraints (``CREATE CONSTRAINT ... IF NOT EXISTS``)."""
-
-    def __init__(self, graph: TaskGraph) -> None:
+    def __init__(self, graph: GraphStore) -> None:
         self.graph = graph
 
-    async def _run(self, query: LiteralString, **params: Any) -> list[dict[str, Any]]:
-        records, _, _ = await self.graph.driver.execute_query(
-            query, params, database_=self.graph.database
-        )
-        return [record.data() for record in records]
+    async def _run(
+        self, statement: Statement, *, write: bool = True, **params: Any
+    ) -> list[dict[str, Any]]:
+        """The rows of ``statement``; ``$now`` is the time now in microseconds (FalkorDB's
+        statements read it; Neo4j's use the server's ``datetime()``)."""
+        now = epoch_us(datetime.now(UTC))
+        return await self.graph.records(statement, write=write, now=now, **params)
 
     async def init_schema(self) -> None:
-        """Create the store's constraints (``schema``; idempotent)."""
-        for statement in self.schema:
-            await self._run(statement)
+        """Create the store's schema, these records' constraints with it (idempotent)."""
+        await self.graph.ensure_schema()
 
 
-class ApiKeyStore(GraphStore):
-    """The API keys in the task graph's Neo4j database (unique ``key_id``)."""
-
-    schema = SCHEMA
+class ApiKeyStore(Records):
+    """The API keys in the graph store (unique ``key_id``)."""
 
     async def create(self, project_id: str, name: str) -> tuple[ApiKey, str]:
         """Make a key for ``project_id``; returns its record and the key (shown once, never
@@ -141,7 +159,7 @@ class ApiKeyStore(GraphStore):
         key_id = key_id_of(key)
         if key_id is None:
             return None
-        rows = await self._run(_FIND, key_id=key_id)
+        rows = await self._run(_FIND, write=False, key_id=key_id)
         if not rows:
             return None
         node = rows[0]["k"]
@@ -157,4 +175,7 @@ class ApiKeyStore(GraphStore):
 
     async def list(self, project_id: str) -> list[ApiKey]:
         """The keys of a project, revoked ones included, oldest first."""
-        return [record_of(row["k"]) for row in await self._run(_LIST, project_id=project_id)]
+        return [
+            record_of(row["k"])
+            for row in await self._run(_LIST, write=False, project_id=project_id)
+        ]

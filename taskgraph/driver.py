@@ -6,9 +6,10 @@ Each call opens its own session (one session per coroutine) and uses managed tra
 switches, unavailable servers) for up to ``NEO4J_RETRY_S``. Every transaction is bounded twice:
 by the server (``NEO4J_TRANSACTION_TIMEOUT_S``) and, with its retries, by the client
 (``NEO4J_CALL_TIMEOUT_S``), so a silent peer never holds a caller (an activity slot, a CLI
-command) for ever. Errors left are raised as the driver's ``neo4j.exceptions``
-(``Neo4jError`` or ``DriverError``; ``is_retryable()`` says whether trying later can help; the
-client-side bound raises ``ServiceUnavailable``).
+command) for ever. Errors left leave a session as the port's (``taskgraph.errors``, by
+``graph_error``): ``GraphUnavailable`` for what may pass (the driver's ``is_retryable()``, a
+transaction out of time, ``OUT_OF_TIME_CODES``, and the client-side bound),
+``GraphAuthError``, else ``GraphDataError``; the driver's error is their ``__cause__``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from neo4j import (
     AsyncSession,
     unit_of_work,
 )
-from neo4j.exceptions import ServiceUnavailable
+from neo4j.exceptions import AuthError, DriverError, Neo4jError
+
+from taskgraph.errors import GraphAuthError, GraphDataError, GraphError, GraphUnavailable
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Tracer
@@ -58,6 +61,32 @@ may start just before ``NEO4J_RETRY_S`` and then take an acquisition and a trans
 a margin. The server-side timeout cannot end a transaction whose peer went silent (a
 half-open TCP connection, a partition): this bound does, by cancelling the call (the async
 driver then drops that connection) and raising ``ServiceUnavailable``."""
+
+
+OUT_OF_TIME_CODES = frozenset(
+    {
+        "Neo.ClientError.Transaction.TransactionTimedOut",
+        "Neo.ClientError.Transaction.TransactionTimedOutClientConfiguration",
+        "Neo.ClientError.Transaction.LockClientStopped",
+    }
+)
+"""Neo4j status codes of a transaction the server ended because it ran out of time (its
+timeout, ``NEO4J_TRANSACTION_TIMEOUT_S``, or a lock wait it stopped with it). Neo4j files them
+as client errors (``is_retryable()`` is False), but they say the server was slow (load, lock
+waits between tasks' mirrors), not that the data is wrong: ``graph_error`` makes them
+``GraphUnavailable``, which the mirror retries."""
+
+
+def graph_error(err: Neo4jError | DriverError) -> GraphError:
+    """The port's error (``taskgraph.errors``) for a driver error: ``GraphAuthError`` for
+    refused credentials; ``GraphUnavailable`` for one that may pass (``is_retryable()``, or
+    one of ``OUT_OF_TIME_CODES``); else ``GraphDataError``. The message starts with
+    ``Neo4j``."""
+    if isinstance(err, AuthError):
+        return GraphAuthError(f"Neo4j refused the credentials: {err}")
+    if err.is_retryable() or getattr(err, "code", None) in OUT_OF_TIME_CODES:
+        return GraphUnavailable(f"Neo4j unavailable: {err}")
+    return GraphDataError(f"Neo4j refused the statement: {err}")
 
 
 def open_driver(uri: str, auth: tuple[str, str]) -> AsyncDriver:
@@ -120,7 +149,9 @@ class GraphSession:
         """A session whose use is bounded by ``NEO4J_CALL_TIMEOUT_S``.
 
         Raises:
-            neo4j.exceptions.ServiceUnavailable: the bound passed (the call was cancelled).
+            GraphUnavailable: the bound passed (the call was cancelled), or the driver's
+                error may pass (``graph_error``).
+            GraphAuthError, GraphDataError: the driver's error (``graph_error``).
         """
         try:
             async with (
@@ -129,9 +160,11 @@ class GraphSession:
             ):
                 yield session
         except TimeoutError as err:
-            raise ServiceUnavailable(
+            raise GraphUnavailable(
                 f"Neo4j did not answer within {NEO4J_CALL_TIMEOUT_S:g} s"
             ) from err
+        except (Neo4jError, DriverError) as err:
+            raise graph_error(err) from err
 
     async def _read(self, query: LiteralString, **params: Any) -> list[dict[str, Any]]:
         """The rows of one read statement, in a managed read transaction."""

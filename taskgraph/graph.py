@@ -1,6 +1,8 @@
-"""The Neo4j graph of tasks (``TaskGraph``): schema, idempotent mirror writes, reads, and the
-key store of sealed text, each a module of its own (``taskgraph.schema``, ``.writes``,
-``.reads``, ``.keys``) on the driver's bounded sessions (``taskgraph.driver``).
+"""The Neo4j adapter of the graph store's port (``taskgraph.port.GraphStore``): ``TaskGraph``,
+its schema, idempotent mirror writes, reads, retention and the key store of sealed text, each
+a module of its own (``taskgraph.schema``, ``.writes``, ``.reads``, ``.neo4j_retention``,
+``.keys``) on the driver's bounded sessions (``taskgraph.driver``), whose errors leave it as
+the port's (``taskgraph.errors``).
 
 Graph model (every node carries ``project_id``; keys are unique by constraint)::
 
@@ -31,16 +33,22 @@ Unicode are stored exactly as recorded.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from neo4j import AsyncManagedTransaction
+from neo4j.exceptions import DriverError, Neo4jError
 
-from taskgraph.driver import bounded
+from taskgraph.driver import bounded, graph_error
+from taskgraph.errors import GraphUnavailable
 from taskgraph.keys import fetch_keys, store_tree
+from taskgraph.models import plain
+from taskgraph.neo4j_retention import GraphRetention
+from taskgraph.port import GraphKind, Statement, spelled
 from taskgraph.reads import GraphReads
 from taskgraph.writes import MirrorWrites
 
 
-class TaskGraph(MirrorWrites, GraphReads):
+class TaskGraph(MirrorWrites, GraphReads, GraphRetention):
     """Reads and writes the task graph through one async driver (``taskgraph.driver``): the
     schema (``taskgraph.schema``), the mirror's writes (``taskgraph.writes``), the reads
     (``taskgraph.reads``), and the key store of sealed text (``taskgraph.keys.KeyStore``,
@@ -52,6 +60,39 @@ class TaskGraph(MirrorWrites, GraphReads):
     project id, counts and seq range (``agent_tasks.*``; the range only when events were
     written); without one, no OpenTelemetry code runs.
     """
+
+    kind: GraphKind = "neo4j"
+    """The store's dialect (``taskgraph.port.spelled``)."""
+
+    async def connect(self) -> None:
+        """Check that Neo4j answers, then create the schema (``ensure_schema``).
+
+        Raises:
+            GraphUnavailable: Neo4j cannot be reached.
+            GraphAuthError: it refused the credentials.
+        """
+        try:
+            await self.driver.verify_connectivity()
+        except (Neo4jError, DriverError) as err:
+            raise graph_error(err) from err
+        except OSError as err:
+            raise GraphUnavailable(f"Neo4j unavailable: {err}") from err
+        await self.ensure_schema()
+
+    async def close(self) -> None:
+        """Close the driver."""
+        await self.driver.close()
+
+    async def records(
+        self, statement: Statement, *, write: bool, **params: Any
+    ) -> list[dict[str, Any]]:
+        """The rows of one statement in a managed transaction (``taskgraph.port.RecordStore``);
+        a node becomes the dict of its properties, Neo4j's times Python datetimes."""
+        rows = await self._run(spelled(statement, self.kind), params, write=write)
+        return [
+            plain({name: plain(v) if isinstance(v, dict) else v for name, v in row.items()})
+            for row in rows
+        ]
 
     async def put_tree(self, project_id: str, workflow_id: str, tree_id: str, root: bytes) -> None:
         """Store a new key tree of the task ``workflow_id`` in one transaction

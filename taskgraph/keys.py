@@ -46,13 +46,14 @@ KEY_SCHEMA: tuple[LiteralString, ...] = (
 
 
 class KeyStore(Protocol):
-    """Where the data keys of sealed event text are kept (``taskgraph.graph.TaskGraph``)."""
+    """Where the data keys of sealed event text are kept (part of ``taskgraph.port.GraphStore``:
+    ``taskgraph.graph.TaskGraph``, ``taskgraph.falkor.FalkorGraph``)."""
 
     async def put_tree(self, project_id: str, workflow_id: str, tree_id: str, root: bytes) -> None:
         """Store a new key tree of the task ``workflow_id`` (one transaction).
 
         Raises:
-            neo4j.exceptions.Neo4jError, neo4j.exceptions.DriverError: it was not stored.
+            taskgraph.errors.GraphError: it was not stored.
         """
         ...
 

@@ -20,7 +20,7 @@ the node properties in ``taskgraph.graph``), for two reasons measured with the d
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 from pydantic import (
@@ -301,3 +301,26 @@ def plain(node: Any) -> dict[str, Any]:
         key: value.to_native() if hasattr(value, "to_native") else value
         for key, value in dict(node).items()
     }
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def epoch_us(moment: datetime) -> int:
+    """Microseconds of an aware ``moment`` since the Unix epoch, exactly (how FalkorDB keeps
+    a time: ``taskgraph.falkor``). Raises ``ValueError`` for a naive ``moment`` (``utc``)."""
+    since = utc(moment) - _EPOCH
+    return (since.days * 86_400 + since.seconds) * 1_000_000 + since.microseconds
+
+
+def as_datetime(value: Any) -> datetime:
+    """A stored time as an aware datetime in UTC, from either store: a Neo4j temporal value
+    (``to_native``), a datetime, or FalkorDB's integer microseconds since the Unix epoch
+    (``epoch_us``)."""
+    if isinstance(value, int):
+        return _EPOCH + timedelta(microseconds=value)
+    if hasattr(value, "to_native"):
+        value = value.to_native()
+    if not isinstance(value, datetime):
+        raise TypeError(f"not a stored time: {value!r}")
+    return utc(value)

@@ -1,5 +1,6 @@
 """Sessions of the page (``starter.http.page``): a person signs in with an API key once, and the
-page's cookie then holds a session of that key; stored hashed in Neo4j beside the keys.
+page's cookie then holds a session of that key; stored hashed in the graph store beside the
+keys (either store: ``taskgraph.apikeys`` says how each keeps times).
 
     (:PageSession {session_id, key_id, digest, created_at, expires_at})
 
@@ -7,7 +8,7 @@ A session token reads ``ats_{session_id}_{secret}`` (as an API key does: 16 hex 
 id, 32 random bytes of secret); only the SHA-256 of the whole token is stored. Each request
 reads the session and its key in one query: a session whose key was revoked, that expired, or
 that was signed out (its node deleted) is refused from the next request on. The sessions live
-in Neo4j, not in a server's memory, so API servers stay stateless: any of them takes any
+in the graph store, not in a server's memory, so API servers stay stateless: any of them takes any
 session.
 
 The page's CSRF token is derived from the session token (``csrf_token``: an HMAC of it), so
@@ -21,12 +22,10 @@ import hmac
 import re
 import secrets
 from datetime import timedelta
-from typing import TYPE_CHECKING, LiteralString
+from typing import LiteralString
 
-from taskgraph.apikeys import ApiKey, GraphStore, digest, record_of
-
-if TYPE_CHECKING:
-    pass
+from taskgraph.apikeys import ApiKey, Records, digest, record_of
+from taskgraph.port import Statement
 
 SESSION_PREFIX = "ats_"
 """How every session token starts."""
@@ -36,16 +35,34 @@ SCHEMA: tuple[LiteralString, ...] = (
     "CREATE CONSTRAINT page_session IF NOT EXISTS FOR (n:PageSession) REQUIRE n.session_id "
     "IS UNIQUE",
 )
-_CREATE: LiteralString = """
+"""Neo4j's constraint of the sessions (part of ``taskgraph.schema.SCHEMA``; FalkorDB's is in
+``taskgraph.falkor_schema``)."""
+
+_CREATE: Statement = {
+    # times: Neo4j's datetime() and duration; FalkorDB's $now and $s in microseconds
+    "neo4j": """
 CREATE (s:PageSession {session_id: $session_id, key_id: $key_id, digest: $digest,
                        created_at: datetime(), expires_at: datetime() + duration({seconds: $s})})
-"""
-_FIND: LiteralString = """
+""",
+    "falkordb": """
+CREATE (s:PageSession {session_id: $session_id, key_id: $key_id, digest: $digest,
+                       created_at: $now, expires_at: $now + $s * 1000000})
+""",
+}
+_FIND: Statement = {
+    # the time now: Neo4j's datetime(); FalkorDB's $now, microseconds
+    "neo4j": """
 MATCH (s:PageSession {session_id: $session_id})
 MATCH (k:ApiKey {key_id: s.key_id})
 RETURN s, k, s.expires_at > datetime() AS live
-"""
-_DELETE: LiteralString = "MATCH (s:PageSession {session_id: $session_id}) DETACH DELETE s"
+""",
+    "falkordb": """
+MATCH (s:PageSession {session_id: $session_id})
+MATCH (k:ApiKey {key_id: s.key_id})
+RETURN s, k, s.expires_at > $now AS live
+""",
+}
+_DELETE: Statement = "MATCH (s:PageSession {session_id: $session_id}) DETACH DELETE s"
 
 
 def csrf_token(session_token: str) -> str:
@@ -58,10 +75,8 @@ def _session_id(token: str) -> str | None:
     return match.group(1) if match else None
 
 
-class PageSessionStore(GraphStore):
-    """The page's sessions in the task graph's Neo4j database (unique ``session_id``)."""
-
-    schema = SCHEMA
+class PageSessionStore(Records):
+    """The page's sessions in the graph store (unique ``session_id``)."""
 
     async def create(self, key: ApiKey, lifetime: timedelta) -> str:
         """A new session of ``key`` for ``lifetime``; returns its token (only its SHA-256 is
@@ -80,7 +95,7 @@ class PageSessionStore(GraphStore):
         session_id = _session_id(token)
         if session_id is None:
             return None
-        rows = await self._run(_FIND, session_id=session_id)
+        rows = await self._run(_FIND, write=False, session_id=session_id)
         if not rows or not rows[0]["live"]:
             return None
         if not hmac.compare_digest(rows[0]["s"]["digest"], digest(token)):

@@ -1,4 +1,6 @@
-"""Neo4j's part of redaction and deletion (``starter.retention.HistoryRetention``).
+"""The graph store's part of redaction and deletion (``starter.retention.HistoryRetention``):
+the results of the port's ``RetentionStore`` (``taskgraph.port``), which each adapter implements
+(Neo4j: ``taskgraph.neo4j_retention``; FalkorDB: ``taskgraph.falkor``).
 
 - ``redact``: in one transaction that first locks the task node (so no mirror write of the
   same task interleaves: ``TaskGraph.write_task``), empties the event's payload (its seq,
@@ -16,19 +18,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, LiteralString
-
 from pydantic import BaseModel
 
-from taskgraph.keys import destroy_leaf
-
-if TYPE_CHECKING:  # the client imports this module: no driver import at run time
-    from neo4j import AsyncManagedTransaction
-
-    from taskgraph.graph import TaskGraph
-
 DELETE_BATCH = 5_000
-"""Nodes deleted per transaction."""
+"""Nodes deleted per transaction (or per statement, in a store without transactions)."""
 
 
 class EventLocation(BaseModel):
@@ -47,12 +40,12 @@ class EventLocation(BaseModel):
 
 
 class NameState(BaseModel):
-    """What Neo4j knows of a task name (``name_state``)."""
+    """What the graph store knows of a task name (``name_state``)."""
 
     deleted: bool
     """A task of that name was deleted (``TaskTombstone``)."""
     mirrored: bool
-    """A task of that name is in Neo4j."""
+    """A task of that name is in the graph store."""
 
 
 class GraphDeletion(BaseModel):
@@ -66,162 +59,3 @@ class GraphDeletion(BaseModel):
     """Key store nodes destroyed (key trees, and single data keys of before)."""
     decisions: list[str] = []
     """Ids of the task's decisions (deleted, or kept and detached)."""
-
-
-async def find_event(graph: TaskGraph, project_id: str, event_id: str) -> EventLocation | None:
-    """The event with id ``event_id`` in ``project_id`` as Neo4j has it, None when Neo4j has
-    no such event (yet: the mirror copies an event tens of milliseconds after its write)."""
-    rows = await graph._read(
-        """
-        MATCH (e:Event {id: $id}) WHERE e.project_id = $p
-        RETURN e.task_key AS task_key, e.task_name AS task_name, e.seq AS seq,
-               e.key_id AS key_id, coalesce(e.redacted, false) AS redacted
-        """,
-        id=event_id,
-        p=project_id,
-    )
-    return EventLocation.model_validate(rows[0]) if rows else None
-
-
-_REDACT: LiteralString = """
-MATCH (t:Task {key: $key, project_id: $p})
-SET t.redactions = coalesce(t.redactions, 0) + 1
-WITH t
-MATCH (e:Event {key: $key + '#' + toString($seq)})
-OPTIONAL MATCH (k:DataKey {key_id: e.key_id})
-SET e.payload = '', e.redacted = true, e.truncated = false,
-    k.redacted_at = datetime(), k.redacted_by = $agent, k.event_id = e.id, k.seq = e.seq
-REMOVE k.key
-WITH e
-OPTIONAL MATCH (d:Decision)-[:CITES]->(e)
-WITH e, collect(d.id) AS citing
-RETURN citing + CASE WHEN e:Decision THEN [e.id] ELSE [] END AS affected, e.key_id AS key_id
-"""
-"""A redaction's first statement: the task node locked (so no mirror write of the task
-interleaves), the event's text emptied, a single data key of before destroyed (its node kept
-as the tombstone); returns the decisions citing the event and its key id."""
-
-
-async def redact(
-    graph: TaskGraph, project_id: str, location: EventLocation, agent_id: str
-) -> list[str]:
-    """Remove the text of the event at ``location`` from Neo4j and destroy its data key (a
-    key tree's leaf punctured: ``taskgraph.keys.destroy_leaf``), in one transaction; returns
-    the ids of the decisions that cite it (and its own, when it is a decision)."""
-
-    async def work(tx: AsyncManagedTransaction) -> list[str]:
-        result = await tx.run(
-            _REDACT, key=location.task_key, p=project_id, seq=location.seq, agent=agent_id
-        )
-        record = await result.single()
-        if record is None:
-            return []
-        if record["key_id"] is not None:
-            await destroy_leaf(tx, project_id, record["key_id"])
-        return sorted(record["affected"])
-
-    return await graph._write_work(work)
-
-
-async def name_state(graph: TaskGraph, project_id: str, workflow_id: str) -> NameState:
-    """Whether a task of this workflow id was deleted, or is in Neo4j (the checks of
-    ``create_task`` before it starts a workflow)."""
-    rows = await graph._read(
-        """
-        OPTIONAL MATCH (x:TaskTombstone {key: $key})
-        OPTIONAL MATCH (t:Task {key: $key, project_id: $p}) WHERE t.status IS NOT NULL
-        RETURN x IS NOT NULL AS deleted, t IS NOT NULL AS mirrored
-        """,
-        key=workflow_id,
-        p=project_id,
-    )
-    return NameState.model_validate(rows[0])
-
-
-async def tombstone(
-    graph: TaskGraph, project_id: str, workflow_id: str, name: str, agent_id: str
-) -> bool:
-    """Keep the name of a task being deleted taken for ever; returns False when it was
-    tombstoned before (a repeated deletion)."""
-    rows = await graph._write(
-        """
-        OPTIONAL MATCH (old:TaskTombstone {key: $key})
-        MERGE (x:TaskTombstone {key: $key})
-          ON CREATE SET x.project_id = $p, x.name = $name, x.deleted_at = datetime(),
-                        x.deleted_by = $agent
-        WITH old, x
-        OPTIONAL MATCH (t:Task {key: $key, project_id: $p})
-        SET t.deleted_at = x.deleted_at, x.created_at = coalesce(x.created_at, t.created_at)
-        RETURN old IS NULL AS new
-        """,
-        key=workflow_id,
-        p=project_id,
-        name=name,
-        agent=agent_id,
-    )
-    return bool(rows[0]["new"])
-
-
-async def _in_batches(graph: TaskGraph, query: LiteralString, **params: Any) -> int:
-    """Run ``query`` (which deletes at most ``$batch`` nodes and returns their count as
-    ``n``) until it deletes none; returns the total."""
-    total = 0
-    while True:
-        rows = await graph._write(query, batch=DELETE_BATCH, **params)
-        if not rows[0]["n"]:
-            return total
-        total += rows[0]["n"]
-
-
-async def delete_task_nodes(
-    graph: TaskGraph, project_id: str, workflow_id: str, *, include_decisions: bool
-) -> GraphDeletion:
-    """Delete a tombstoned task's nodes: its decisions (or, with ``include_decisions``
-    False, keep them: no longer events, no relationships, ``detached_at`` set), events, steps,
-    data keys and the task node. The project, agent and session nodes stay (shared).
-
-    Events and steps are found by key prefix (the uniqueness constraints' indexes) and checked
-    by ``task_key``, since a task name may contain ``#`` or ``/``.
-    """
-    params = {"p": project_id, "key": workflow_id}
-    rows = await graph._read(
-        "MATCH (d:Decision {project_id: $p, task_key: $key}) RETURN collect(d.id) AS ids",
-        **params,
-    )
-    decisions = sorted(rows[0]["ids"])
-    if not include_decisions:
-        await graph._write(
-            """
-            MATCH (d:Decision:Event {project_id: $p, task_key: $key})
-            CALL (d) { MATCH (d)-[r]-() DELETE r }
-            REMOVE d:Event
-            SET d.detached_at = datetime(), d.key_id = NULL
-            """,
-            **params,
-        )
-    events = await _in_batches(
-        graph,
-        """
-        MATCH (e:Event) WHERE e.key STARTS WITH $key + '#' AND e.task_key = $key
-        WITH e LIMIT $batch DETACH DELETE e RETURN count(*) AS n
-        """,
-        **params,
-    )
-    steps = await _in_batches(
-        graph,
-        """
-        MATCH (s:Step) WHERE s.key STARTS WITH $key + '/' AND s.task_key = $key
-        WITH s LIMIT $batch DETACH DELETE s RETURN count(*) AS n
-        """,
-        **params,
-    )
-    keys = await _in_batches(
-        graph,
-        """
-        MATCH (k {task_key: $key}) WHERE (k:KeyTree OR k:DataKey) AND k.project_id = $p
-        WITH k LIMIT $batch DELETE k RETURN count(*) AS n
-        """,
-        **params,
-    )
-    await graph._write("MATCH (t:Task {key: $key, project_id: $p}) DETACH DELETE t", **params)
-    return GraphDeletion(events=events, steps=steps, keys=keys, decisions=decisions)

@@ -1,4 +1,5 @@
-"""The task graph's schema: its constraints and indexes, created before the first write."""
+"""The task graph's schema in Neo4j: its constraints and indexes, created before the first
+write (FalkorDB's: ``taskgraph.falkor_schema``)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from typing import LiteralString
 
 from neo4j.exceptions import ClientError
 
+from taskgraph import apikeys, pagesessions
 from taskgraph.driver import GraphSession
 from taskgraph.keys import KEY_SCHEMA
 
@@ -27,6 +29,8 @@ SCHEMA: tuple[LiteralString, ...] = (
     "CREATE INDEX decision_task IF NOT EXISTS FOR (n:Decision) ON (n.project_id, n.task_key)",
     "CREATE CONSTRAINT tombstone_key IF NOT EXISTS FOR (n:TaskTombstone) REQUIRE n.key IS UNIQUE",
     *KEY_SCHEMA,
+    *apikeys.SCHEMA,
+    *pagesessions.SCHEMA,
 )
 """Constraints and indexes, created before the first write (all single-property uniqueness
 constraints and range indexes, which Neo4j Community has). ``task_project_status_name``

@@ -20,6 +20,7 @@ from typing import Any, LiteralString
 from neo4j import AsyncManagedTransaction, AsyncTransaction
 
 from taskgraph.driver import bounded
+from taskgraph.errors import TaskIncarnationError
 from taskgraph.keys import KEY_READS, KeyLookup
 from taskgraph.models import utc
 from taskgraph.schema import GraphSchema
@@ -165,12 +166,6 @@ node exclusively (Neo4j's locks for dense nodes), so the pages of concurrent tas
 queue on their agent (``python -m bench.bench_graph_write --writers 16``, in
 ``bench/RESULTS-issue-22.md``: the slowest page 1.1-1.7 s with MERGE, 0.55-1.1 s with CREATE). Event
 and step times arrive as ``epoch`` pairs and are set as datetimes in the same SET."""
-
-
-class TaskIncarnationError(ValueError):
-    """The mirror met a task node that is not its task's: one created by an earlier task of
-    the same workflow id whose history Temporal deleted (retention), or the tombstone of a
-    deleted task. A data error (the mirror does not retry it): the name is taken."""
 
 
 def task_properties(view: TaskView) -> dict[str, Any]:

@@ -38,7 +38,7 @@ from workflows.models import (
 from workflows.task import TaskWorkflow
 
 if TYPE_CHECKING:  # the driver is loaded by whoever makes the graph (the client loads none)
-    from taskgraph.graph import TaskGraph
+    from taskgraph.port import GraphStore
 
 QUERY_TIMEOUT = timedelta(seconds=10)
 """RPC timeout of each query the reader sends to an earlier run or from an activity
@@ -77,7 +77,7 @@ class TaskReader:
             by default directly.
     """
 
-    def __init__(self, client: Client, graph: TaskGraph | None, call: Call = _direct) -> None:
+    def __init__(self, client: Client, graph: GraphStore | None, call: Call = _direct) -> None:
         self.client = client
         self.graph = graph
         self.call = call

@@ -1090,6 +1090,7 @@ async def parked_scenario(stack: Stack) -> Captured:
     ):
         through = stack.settings.model_copy(update={"neo4j_uri": f"bolt://127.0.0.1:{proxy.port}"})
         async with open_graph(through, schema=True) as graph:
+            assert isinstance(graph, TaskGraph)
             held = Stack(private.client, graph, private.task_queue, stack.settings)
             history = held.history("parked")
             plain = ConversationHistory(  # a sealed task would store its key in Neo4j first

@@ -42,7 +42,9 @@ def client(services: Services) -> Client:
 
 @pytest.fixture(scope="session")
 def graph(services: Services) -> TaskGraph:
-    assert services.graph is not None
+    """The local stack's Neo4j store (the contract suite runs both stores:
+    ``tests/taskgraph/conftest.py``)."""
+    assert isinstance(services.graph, TaskGraph)
     return services.graph
 
 

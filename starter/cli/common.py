@@ -19,7 +19,6 @@ from types import ModuleType
 from typing import Annotated, Any, TypeVar
 
 import typer
-from neo4j.exceptions import AuthError, ServiceUnavailable
 from pydantic import AwareDatetime, BaseModel, TypeAdapter, ValidationError
 from pydantic_core import to_jsonable_python
 from rich.console import Console
@@ -29,6 +28,7 @@ import telemetry
 from config import Neo4jPasswordMissing, Settings
 from starter.client import ConversationHistory
 from starter.results import WriteResult
+from taskgraph.errors import GraphAuthError, GraphUnavailable
 from worker import open_services
 from workflows.errors import TaskServiceUnavailable
 from workflows.models import ProjectId
@@ -158,11 +158,11 @@ def import_modules(modules: Sequence[str] | None) -> list[ModuleType]:
 
 
 def run(coro: Coroutine[Any, Any, _T]) -> _T:
-    """Run ``coro``; turn unreachable services (Temporal, a worker, Neo4j) into exit code 3
-    and bad arguments into 2, each with a one-line message."""
+    """Run ``coro``; turn unreachable services (Temporal, a worker, the graph store) into exit
+    code 3 and bad arguments into 2, each with a one-line message."""
     try:
         return asyncio.run(coro)
-    except (TaskServiceUnavailable, ServiceUnavailable, AuthError, Neo4jPasswordMissing) as err:
+    except (TaskServiceUnavailable, GraphUnavailable, GraphAuthError, Neo4jPasswordMissing) as err:
         message = str(err)
         if isinstance(err, TaskServiceUnavailable) and "task queue" not in message:
             queue = Settings().temporal_task_queue

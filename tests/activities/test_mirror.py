@@ -15,10 +15,11 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationErrorCategory
 from temporalio.testing import ActivityEnvironment
 
-from activities.mirror import OUT_OF_TIME_CODES, MirrorActivities, mirror_failure
+from activities.mirror import MirrorActivities, mirror_failure
 from activities.rebuild import RebuildReport, rebuild
 from starter.client import ConversationHistory
-from taskgraph.driver import NEO4J_TRANSACTION_TIMEOUT_S
+from taskgraph.driver import NEO4J_TRANSACTION_TIMEOUT_S, OUT_OF_TIME_CODES
+from taskgraph.errors import GraphDataError, GraphUnavailable
 from taskgraph.graph import TaskGraph
 from taskgraph.models import StepFilter, TaskFilter, ToolFailures
 from tests.conftest import eventually, mirrored
@@ -250,7 +251,8 @@ async def test_a_transaction_that_ran_out_of_time_is_retried_not_refused(
 ) -> None:
     """A real Neo4j transaction ended by its timeout is a client error to the driver
     (``is_retryable()`` False) but says the server was slow, not that the data is wrong: the
-    mirror retries it (``MirrorUnavailable``); a real syntax error stays ``MirrorDataError``."""
+    adapter maps it to ``GraphUnavailable`` and the mirror retries it (``MirrorUnavailable``);
+    a real syntax error is ``GraphDataError`` and stays ``MirrorDataError``."""
 
     async def slow(tx: AsyncManagedTransaction) -> None:
         await (await tx.run("UNWIND range(1, 100000000) AS x RETURN count(x)")).consume()
@@ -258,16 +260,21 @@ async def test_a_transaction_that_ran_out_of_time_is_retried_not_refused(
     async def wrong(tx: AsyncManagedTransaction) -> None:
         await (await tx.run("MERGE (n:Task {key: }) RETURN n")).consume()
 
-    async with graph.driver.session(database=graph.database) as session:
-        with pytest.raises(Neo4jError) as timed_out:
+    with pytest.raises(GraphUnavailable) as timed_out:  # raised as the session closes
+        async with graph._session() as session:
             await session.execute_write(unit_of_work(timeout=0.05)(slow))
-        with pytest.raises(Neo4jError) as refused:
+    with pytest.raises(GraphDataError) as refused:
+        async with graph._session() as session:
             await session.execute_write(wrong)
-    assert timed_out.value.code in OUT_OF_TIME_CODES and not timed_out.value.is_retryable()
+    cause = timed_out.value.__cause__
+    assert isinstance(cause, Neo4jError) and cause.code in OUT_OF_TIME_CODES
+    assert not cause.is_retryable()
     passes = mirror_failure(timed_out.value, "task t seqs 1..2")
     assert (passes.type, passes.non_retryable) == (MIRROR_UNAVAILABLE, False)
     assert passes.category is ApplicationErrorCategory.BENIGN  # logged at DEBUG by the SDK
-    assert passes.message.startswith("Neo4j unavailable while mirroring task t seqs 1..2: ")
+    assert passes.message.startswith(
+        "graph store unavailable while mirroring task t seqs 1..2: Neo4j unavailable: "
+    )
     data = mirror_failure(refused.value, "task t seqs 1..2")
     assert (data.type, data.non_retryable) == (MIRROR_DATA_ERROR, True)
     assert data.category is ApplicationErrorCategory.UNSPECIFIED  # a WARNING with its traceback

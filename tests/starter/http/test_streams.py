@@ -14,6 +14,7 @@ import pytest
 
 from starter.http.sessions import Cursor, cursor_id, parse_cursor
 from starter.tasks import TaskEmitter, TaskManager
+from taskgraph.graph import TaskGraph
 from tests.conftest import eventually, mirrored, payload_texts
 from tests.starter.http.conftest import Api, Project, Sse, SseReader
 from tests.stream_agents import TALKER, TURNS
@@ -90,7 +91,7 @@ async def test_a_stream_from_the_first_event_to_done_with_tokens_between(
     history_text = payload_texts((await handle.fetch_history()).to_json())
     assert MARK not in history_text
     graph = api.services.graph
-    assert graph is not None
+    assert isinstance(graph, TaskGraph)  # the query below is Neo4j's
     await mirrored(project.history, "talk")
     found = (  # every node of the project's tasks and one hop from them
         "MATCH (:Task {project_id: $p})-[*0..1]-(n) WITH DISTINCT n WHERE any(k IN keys(n) WHERE"

@@ -1,0 +1,244 @@
+"""The graph store's port: what the product needs of a graph store, as Protocols, whichever
+store is behind it (Neo4j: ``taskgraph.graph.TaskGraph``; FalkorDB: ``taskgraph.falkor``),
+the way DBOS's ``SystemDatabase`` and pydantic-ai's durable backends are shaped. The factory
+that picks the adapter from configuration is ``taskgraph.store.build_graph_store``.
+
+- ``MirrorStore``: the mirror's writes (a page of a task, ordered: a write applies only if it
+  is newer than what the node holds), the rebuild's clean-ups.
+- ``TaskReads``: one task's mirrored view, events, steps and decisions; the cross-task reads.
+- ``KeyStore`` (``taskgraph.keys``): the data keys of sealed text. The crypto
+  (``taskgraph.sealing``, ``taskgraph.keytree``) sits below the adapters: a store keeps
+  opaque key material only.
+- ``RetentionStore``: redaction and deletion (``taskgraph.retention`` has its results).
+- ``RecordStore``: the one-statement records of the HTTP API (``taskgraph.apikeys``,
+  ``taskgraph.pagesessions``), written once per dialect (``Statement``).
+- ``GraphStore``: all of these, with ``connect()`` and ``close()`` (the ledger's guide opens a
+  store with ``build_graph_store(...)``, ``await store.connect()``, ``await store.close()``).
+
+What a store must keep durable: the key store's trees, the API keys, the page sessions and
+the tombstones of deleted tasks cannot be rebuilt from the Temporal histories; the rest (the
+mirror) can (``agent-tasks graph rebuild``). Neo4j keeps a committed transaction by its
+transaction log; FalkorDB keeps an acknowledged write when its server runs with
+``appendonly yes`` and ``appendfsync always`` (``devstack``), and loses up to a second of
+acknowledged writes with Redis's default ``everysec``.
+
+Every method raises the port's errors (``taskgraph.errors``): ``GraphUnavailable`` (may pass),
+``GraphAuthError``, ``GraphDataError``; never a driver's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any, Literal, LiteralString, Protocol
+
+from taskgraph.keys import KeyStore
+from taskgraph.models import (
+    DecisionRow,
+    EventFilter,
+    EventRow,
+    StepFilter,
+    StepRow,
+    TaskFilter,
+    TaskRow,
+    ToolFailures,
+    TreeRead,
+    TreeRow,
+)
+from taskgraph.retention import EventLocation, GraphDeletion, NameState
+from workflows.models import Event, StepState, StepView, TaskView
+
+GraphKind = Literal["neo4j", "falkordb"]
+"""The graph stores behind the port (``AGENT_TASKS_GRAPH``)."""
+
+Statement = LiteralString | Mapping[GraphKind, LiteralString]
+"""A Cypher statement: one text where the dialects agree, or one per store where they differ
+(each difference named in a comment beside it); ``spelled`` picks a store's."""
+
+
+def spelled(statement: Statement, kind: GraphKind) -> LiteralString:
+    """The text of ``statement`` in the dialect of ``kind``."""
+    return statement if isinstance(statement, str) else statement[kind]
+
+
+class MirrorStore(Protocol):
+    """The mirror's writes (``activities.mirror``, ``activities.rebuild``)."""
+
+    async def ensure_schema(self) -> None:
+        """Create the store's constraints and indexes once per store object (idempotent)."""
+        ...
+
+    async def ensure_ready(self) -> None:
+        """Ready the store for the mirror's writes, once (the schema, and any warm-up)."""
+        ...
+
+    async def write_task(
+        self,
+        view: TaskView,
+        events: Sequence[Event],
+        steps: Sequence[StepView],
+        *,
+        mark: str | None = None,
+        mirrored_write: int | None = None,
+    ) -> None:
+        """Merge the task node, ``events`` and ``steps`` of one page, atomically and
+        idempotently; the task's properties apply only when ``view.writes`` is not older than
+        the node's, a step's only when its ``changed_write`` is not older than the node's.
+        ``mark`` is stamped on the page's event and step nodes (``drop_unmarked``);
+        ``mirrored_write`` raises the node's ``mirrored_write`` (never lowers it).
+
+        Raises:
+            TaskIncarnationError: the node belongs to another task of this workflow id, or the
+                id was deleted (nothing is written).
+            GraphIncomplete: a sealed event's key is not in the key store.
+        """
+        ...
+
+    async def wipe_project(self, project_id: str) -> int:
+        """Delete the project's nodes but the key store and the tombstones; returns nodes
+        deleted."""
+        ...
+
+    async def drop_unmarked(
+        self,
+        project_id: str,
+        workflow_id: str,
+        mark: str,
+        *,
+        up_to_seq: int | None,
+        as_of: datetime | None,
+    ) -> int:
+        """Delete the task's event and step nodes a rebuild (``mark``) did not write, within
+        what it covered; returns nodes deleted."""
+        ...
+
+    async def mirrored_write(self, project_id: str, workflow_id: str) -> int:
+        """The write counter up to which the store holds every write of the task; 0 before."""
+        ...
+
+
+class TaskReads(Protocol):
+    """One task's mirrored state and the cross-task reads, each filtered by project."""
+
+    async def task_view(self, project_id: str, workflow_id: str) -> TaskView | None:
+        """The task's view as the store holds it; None when it has no such task."""
+        ...
+
+    async def events(
+        self, project_id: str, workflow_id: str, after_seq: int, up_to_seq: int, limit: int
+    ) -> list[Event]:
+        """The task's events with ``after_seq < seq <= up_to_seq``, in seq order."""
+        ...
+
+    async def steps(
+        self,
+        project_id: str,
+        workflow_id: str,
+        *,
+        state: StepState | None,
+        after_name: str | None,
+        limit: int,
+        up_to_write: int,
+    ) -> list[StepView]:
+        """The task's steps changed at or before write ``up_to_write``, in name order."""
+        ...
+
+    async def step(self, project_id: str, workflow_id: str, name: str) -> StepView | None:
+        """The task's step ``name``; None when the store has no such step."""
+        ...
+
+    async def decisions(
+        self,
+        project_id: str,
+        *,
+        workflow_id: str | None = None,
+        decision_id: str | None = None,
+        after_seq: int = 0,
+        limit: int = ...,
+    ) -> list[DecisionRow]:
+        """Decisions in seq order after ``after_seq``, with what changed since they cited."""
+        ...
+
+    async def find_tasks(self, project_id: str, where: TaskFilter) -> list[TaskRow]:
+        """Tasks in name order after ``where.after_name``, filtered by ``where``."""
+        ...
+
+    async def task_tree(self, project_id: str, where: TreeRead) -> list[TreeRow]:
+        """A task and its descendants, by depth then name."""
+        ...
+
+    async def find_events(self, project_id: str, where: EventFilter) -> list[EventRow]:
+        """Events across tasks, oldest first."""
+        ...
+
+    async def find_steps(self, project_id: str, where: StepFilter) -> list[StepRow]:
+        """Steps across tasks, by task then step name."""
+        ...
+
+    async def failed_tool_calls(self, project_id: str) -> list[ToolFailures]:
+        """Failed tool calls by tool name, most failures first."""
+        ...
+
+    async def counts(self, project_id: str) -> dict[str, int]:
+        """Nodes by label and relationships by type of the project (the key store left out)."""
+        ...
+
+
+class RetentionStore(Protocol):
+    """Redaction and deletion (``starter.retention.HistoryRetention``)."""
+
+    async def find_event(self, project_id: str, event_id: str) -> EventLocation | None:
+        """Where the event ``event_id`` is; None when the store has no such event."""
+        ...
+
+    async def redact(self, project_id: str, location: EventLocation, agent_id: str) -> list[str]:
+        """Empty the event's text and destroy its data key, atomically with respect to the
+        mirror's writes of the task; returns the ids of the decisions it affects."""
+        ...
+
+    async def name_state(self, project_id: str, workflow_id: str) -> NameState:
+        """Whether a task of this workflow id was deleted, or is in the store."""
+        ...
+
+    async def tombstone(self, project_id: str, workflow_id: str, name: str, agent_id: str) -> bool:
+        """Keep a deleted task's name taken for ever; False when it was tombstoned before."""
+        ...
+
+    async def delete_task_nodes(
+        self, project_id: str, workflow_id: str, *, include_decisions: bool
+    ) -> GraphDeletion:
+        """Delete a tombstoned task's nodes (its decisions kept and detached when
+        ``include_decisions`` is False)."""
+        ...
+
+
+class RecordStore(Protocol):
+    """One-statement reads and writes of records (API keys, page sessions)."""
+
+    kind: GraphKind
+    """The store's dialect (``spelled``)."""
+
+    async def records(
+        self, statement: Statement, *, write: bool, **params: Any
+    ) -> list[dict[str, Any]]:
+        """The rows of one statement (spelled for this store), each column a plain value: a
+        node as a dict of its properties; times as the store keeps them
+        (``taskgraph.models.as_datetime`` reads either)."""
+        ...
+
+
+class GraphStore(MirrorStore, TaskReads, KeyStore, RetentionStore, RecordStore, Protocol):
+    """A whole graph store, as ``build_graph_store`` gives it."""
+
+    async def connect(self) -> None:
+        """Check that the store answers, and create its schema (idempotent).
+
+        Raises:
+            GraphUnavailable: the store cannot be reached.
+            GraphAuthError: it refused the credentials.
+        """
+        ...
+
+    async def close(self) -> None:
+        """Close the store's connections (the object cannot be used after)."""
+        ...

@@ -1,0 +1,82 @@
+"""The graph store's factory and errors (``taskgraph.store``, ``taskgraph.errors``): a kind or a
+URI's scheme picks the adapter, anything else is refused by name before a connection is made,
+and a store that cannot be reached or refuses the credentials raises the port's errors, never a
+driver's."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import SecretStr
+
+from config import Settings
+from devstack import free_port
+from taskgraph.errors import GraphAuthError, GraphError, GraphUnavailable
+from taskgraph.store import graph_kind
+from worker import build_graph_store
+
+
+@pytest.mark.parametrize(
+    ("given", "kind"),
+    [
+        ("neo4j", "neo4j"),
+        ("falkordb", "falkordb"),
+        ("bolt://127.0.0.1:7687", "neo4j"),
+        ("neo4j+s://x.databases.neo4j.io", "neo4j"),
+        ("bolt+ssc://h:1", "neo4j"),
+        ("falkor://127.0.0.1:6380", "falkordb"),
+        ("falkors://h:1", "falkordb"),
+        ("redis://:pw@127.0.0.1:6379", "falkordb"),
+        ("rediss://h:1", "falkordb"),
+    ],
+)
+def test_a_kind_or_a_schemes_picks_the_adapter(given: str, kind: str) -> None:
+    assert graph_kind(given) == kind
+
+
+@pytest.mark.parametrize("given", ["postgres://h/db", "Neo4j", "", "falkordb:", "http://h"])
+def test_an_unknown_store_is_refused_by_name(given: str) -> None:
+    with pytest.raises(ValueError, match="unknown graph store") as refused:
+        build_graph_store(given)
+    assert "bolt, " in str(refused.value) and "falkor" in str(refused.value)
+
+
+def test_a_refusal_does_not_show_the_password() -> None:
+    with pytest.raises(ValueError) as refused:
+        graph_kind("mongodb://user:s3cret@host:1")
+    assert "s3cret" not in str(refused.value)
+
+
+def test_the_environment_picks_the_store_when_none_is_given(settings: Settings) -> None:
+    neo4j = build_graph_store(settings=settings.model_copy(update={"graph": "neo4j"}))
+    assert neo4j.kind == "neo4j"
+
+
+async def test_an_unreachable_neo4j_raises_graph_unavailable(settings: Settings) -> None:
+    store = build_graph_store(f"bolt://127.0.0.1:{free_port()}", settings=settings)
+    try:
+        with pytest.raises(GraphUnavailable) as raised:
+            await store.connect()
+    finally:
+        await store.close()
+    assert raised.value.__cause__ is not None  # the driver's error, kept as the cause
+
+
+async def test_wrong_neo4j_credentials_raise_graph_auth_error(settings: Settings) -> None:
+    wrong = settings.model_copy(update={"neo4j_password": SecretStr("not-the-password")})
+    store = build_graph_store("neo4j", settings=wrong)
+    try:
+        with pytest.raises(GraphAuthError):
+            await store.connect()
+    finally:
+        await store.close()
+
+
+async def test_the_guides_store_connects_and_closes(settings: Settings) -> None:
+    """``build_graph_store("neo4j")``, ``connect()``, a read, ``close()``, as the guide writes
+    it; after ``close()`` the store answers no more."""
+    store = build_graph_store("neo4j", settings=settings)
+    await store.connect()
+    assert await store.counts("no-such-project") == {}
+    await store.close()
+    with pytest.raises((GraphError, RuntimeError)):
+        await store.counts("no-such-project")
