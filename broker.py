@@ -200,7 +200,8 @@ class Subscriber:
 
     async def add(self, channel: str, handler: Handler) -> None:
         """Call ``handler`` with every message of ``channel`` from now on; returns once the
-        broker has the subscription (or at once when the channel is held already)."""
+        broker has the subscription (or at once when the channel is held already). Cancelled
+        while it waits, it leaves nothing subscribed."""
         wanted = self.handlers.setdefault(channel, set())
         wanted.add(handler)
         if len(wanted) == 1 or channel in self._confirmed:
@@ -208,7 +209,16 @@ class Subscriber:
             self._confirmed.setdefault(channel, []).append(done)
             if len(wanted) == 1:
                 self._changes.put_nowait((channel, True))
-            await done
+            try:
+                await done
+            except BaseException:  # cancelled (its stream's client left): hold nothing
+                waiting = self._confirmed.get(channel, [])
+                if done in waiting:
+                    waiting.remove(done)
+                if not waiting:
+                    self._confirmed.pop(channel, None)
+                self.remove(channel, handler)
+                raise
 
     def remove(self, channel: str, handler: Handler) -> None:
         """Stop calling ``handler`` for ``channel`` (the channel is unsubscribed when no
