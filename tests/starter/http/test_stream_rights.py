@@ -249,7 +249,7 @@ async def test_a_malformed_last_event_id_is_a_clear_422(
     http: httpx.AsyncClient, route: str, last_event_id: bytes
 ) -> None:
     assert (await http.post("/tasks", json={"name": "t", "goal": "g"})).status_code == 201
-    refused = await http.get(route, headers={"Last-Event-ID": last_event_id})
+    refused = await http.get(route, headers={b"Last-Event-ID": last_event_id})
     assert refused.status_code == 422, refused.text
     error = refused.json()["error"]
     assert error["code"] == "invalid_argument" and "Last-Event-ID" in error["message"]
@@ -260,8 +260,8 @@ async def test_a_malformed_last_event_id_is_a_clear_422(
 async def _numsub(api: Api, channels: list[str]) -> list[int]:
     """How many connections of the real broker subscribe to each channel (``PUBSUB NUMSUB``)."""
     assert api.services.broker is not None
-    reply = await api.services.broker.redis.execute_command("PUBSUB", "NUMSUB", *channels)
-    return [int(n) for n in reply[1::2]]
+    reply = await api.services.broker.redis.pubsub_numsub(*channels)
+    return [int(n) for _, n in reply]
 
 
 async def test_a_client_that_leaves_frees_the_servers_subscriptions_and_slots(
