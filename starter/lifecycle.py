@@ -196,11 +196,15 @@ class TaskLifecycle(TaskWrites):
         ``cancelled`` back); it settles every step left ``in_progress`` as ``unknown``, records
         a final event, ends ``cancelled`` (view, search attribute, Neo4j) and its workflow
         closes as cancelled. (Terminating the workflow instead is the unclean path: nothing of
-        this happens.)
+        this happens.) A task that already ended ``done`` or ``failed`` while children it
+        spawned still run (its workflow open for their ends) keeps its status: the cancel is
+        recorded (a ``cancel_after_end`` note), its running children are cancelled, and the
+        view, the search attribute, Neo4j and Temporal (``COMPLETED``) keep saying how it
+        ended (``TaskWorkflow._cancelled_after_end`` says why it is recorded, not refused).
 
         Returns:
             ``recorded`` True once requested (``wait_task`` waits for the end);
-            ``task_not_found``; ``task_closed`` when the task had already ended.
+            ``task_not_found``; ``task_closed`` when the task's workflow had already closed.
         """
         handle = self._handle(task)
         try:

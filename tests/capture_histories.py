@@ -971,6 +971,38 @@ async def branch_reuse_scenario(stack: Stack) -> Captured:
             return {"branch_reused": await fetch(history, "branch")}
 
 
+async def cancel_after_end_scenario(stack: Stack) -> Captured:
+    """The ``cancel-after-end`` patch: the agent ``leave`` ends ``done`` while its two recorded
+    children run, then a cancel request (``cancel_after_end``): the patch's marker, the
+    ``cancel_after_end`` note, ``RequestCancelExternalWorkflowExecution`` per child, their
+    ``cancelled`` ends by signal, the last mirror and the workflow completing (not cancelled)
+    with the task ``done``."""
+    from tests.agent_tools import SCRIPTS, TOOLS
+    from workflows.models import AgentSpec
+
+    queue = f"capture-after-end-{uuid.uuid4().hex[:8]}"
+    history = stack.history("after_end")
+    history.task_queue = queue
+    async with build_worker(stack.client, stack.graph, queue, tools=TOOLS, scripts=SCRIPTS):
+        expect(await history.create_task("t", "leave two", agent=AgentSpec(name="leave")))
+
+        async def done() -> bool:
+            view = (await history.get_task("t")).view
+            return view is not None and view.status is TaskStatus.DONE
+
+        await eventually(done, within=60)
+        await quiet(history.client.get_workflow_handle(history.workflow_id("t")))
+        expect(await history.cancel_task("t"))
+        final = await history.wait_task("t")
+        if final is None or final.status is not TaskStatus.DONE:
+            raise CaptureError(f"the task did not stay done: {final!r}")
+        handle = stack.client.get_workflow_handle(history.workflow_id("t"))
+        status = (await handle.describe()).status
+        if status is None or status.name != "COMPLETED":
+            raise CaptureError(f"its workflow closed {status}")
+        return {"cancel_after_end": await fetch(history, "t")}
+
+
 async def app_lifecycle_scenario(stack: Stack) -> Captured:
     """A recorded task whose app runs it (``workflows.lifecycle``, the Tasks API): status
     ``in_progress``, an input request asked from outside, a refused and an accepted answer
@@ -1246,6 +1278,11 @@ SCENARIOS: dict[str, Scenario] = {
         branch_reuse_scenario,
         ("branch_reused",),
         "an agent branch reuses its source's steps and answers before the point (patched)",
+    ),
+    "cancel_after_end": Scenario(
+        cancel_after_end_scenario,
+        ("cancel_after_end",),
+        "a cancel of a task that ended done while its children run keeps it done (patched)",
     ),
     "app_lifecycle": Scenario(
         app_lifecycle_scenario,

@@ -76,7 +76,9 @@ with workflow.unsafe.imports_passed_through():
         TaskView,
         TaskWorkflowInput,
         WriteOutcome,
+        args_digest,
         bound_text,
+        internal_request_id,
         task_workflow_id,
     )
     from workflows.models.lifecycle import AskInput, SetStatusInput, SpawnInput
@@ -101,6 +103,13 @@ ANSWERS_BOUND = "answers-bound-to-requests"
 """Patch id: an answer by signal is bound to one request (``Ledger.take_answer``: without an
 input id only to a request open when it arrives; a late one is recorded as late), one early
 answer kept per request, up to ``MAX_EARLY_ANSWERS``."""
+
+CANCEL_AFTER_END = "cancel-after-end"
+"""Patch id: a cancel request that reaches a task already ended ``done`` or ``failed`` (its
+workflow still open while its children run) is recorded without changing its status
+(``_cancelled_after_end``): the view, the search attribute, Neo4j and Temporal (``COMPLETED``)
+keep saying how it ended. Runs recorded before it closed such a workflow as cancelled while the
+task said ``done``."""
 
 CHILD_CANCEL_WAIT = timedelta(minutes=1)
 """How long a cancelled parent waits for its cancelled children to report their end."""
@@ -150,8 +159,11 @@ class TaskWorkflow:
         except asyncio.CancelledError:
             # A cancel request from the server; not an eviction from the worker's cache (which
             # cancels the workflow's tasks too, and must change nothing).
-            if workflow.cancellation_reason() is not None:
-                await self._cancelled()
+            if workflow.cancellation_reason() is None:
+                raise
+            if self.ledger.closed and workflow.patched(CANCEL_AFTER_END):
+                return await self._cancelled_after_end()
+            await self._cancelled()
             raise
 
     async def _run(self) -> TaskView:
@@ -335,18 +347,7 @@ class TaskWorkflow:
         elif self.agent_task is not None and not self.agent_task.done():
             self.agent_task.cancel()
             await workflow.wait([self.agent_task])
-        if self.cascade and children_running(ledger):
-            for child in ledger.state.children.values():
-                if child.status not in CLOSED_STATUSES:
-                    handle = workflow.get_external_workflow_handle(
-                        task_workflow_id(ledger.state.start.project_id, child.name)
-                    )
-                    with contextlib.suppress(FailureError):
-                        await handle.cancel()
-            with contextlib.suppress(TimeoutError):  # each reports cancelled by signal
-                await workflow.wait_condition(
-                    lambda: not children_running(ledger), timeout=CHILD_CANCEL_WAIT
-                )
+        await self._cascade()
         if not ledger.closed:
             for name, step in list(ledger.state.steps.items()):
                 if step.state is StepState.IN_PROGRESS:
@@ -360,6 +361,49 @@ class TaskWorkflow:
         while ledger.unmirrored:
             await self.mirror.call(bounded=False)
         await tell_parent(ledger)
+
+    async def _cascade(self) -> None:
+        """Cancel the running children (unless ``keep_children`` came) and wait, at most
+        ``CHILD_CANCEL_WAIT``, for each to report its end by signal."""
+        ledger = self.ledger
+        if not self.cascade or not children_running(ledger):
+            return
+        for child in ledger.state.children.values():
+            if child.status not in CLOSED_STATUSES:
+                handle = workflow.get_external_workflow_handle(
+                    task_workflow_id(ledger.state.start.project_id, child.name)
+                )
+                with contextlib.suppress(FailureError):
+                    await handle.cancel()
+        with contextlib.suppress(TimeoutError):  # each reports cancelled by signal
+            await workflow.wait_condition(
+                lambda: not children_running(ledger), timeout=CHILD_CANCEL_WAIT
+            )
+
+    async def _cancelled_after_end(self) -> TaskView:
+        """A cancel request that reached a task already ended ``done`` or ``failed`` (its
+        workflow open while children it spawned still run), by the ``CANCEL_AFTER_END`` rule:
+        recorded without changing its status. A ``cancel_after_end`` note (``{"status": how
+        it ended}``) is recorded, the running children are cancelled (the cascade, unless
+        ``keep_children`` came: the request's purpose is to stop the work still going), and
+        the workflow completes as the task's end would have, returning the final view:
+        ``done`` or ``failed`` in the view, the search attribute, Neo4j and Temporal
+        (``COMPLETED``, as every done or failed task's workflow). Recorded, not refused: a
+        cancel request reaches the workflow whoever sends it (``temporal workflow cancel``,
+        the Web UI), and the server cannot refuse it, so the workflow keeps the one answer
+        (``cancel_task`` sends it as well, and returns ``recorded``)."""
+        ledger = self.ledger
+        payload = f'{{"status": "{ledger.state.status.value}"}}'
+        note = EventInput(kind=EventKind.NOTE, name="cancel_after_end", payload=payload)
+        request_id = internal_request_id(f"cancel-after-end/{ledger.state.writes}")
+        now = workflow.now()  # a closed task takes no write: the note goes in as a child's end
+        outcome = ledger.add_events([note], ledger.state.start.agent_id, request_id, now)
+        ledger.accept(request_id, args_digest(note), outcome.first_seq, outcome.last_seq, now)
+        await self._cascade()
+        while ledger.unmirrored:
+            await self.mirror.call(bounded=False)
+        await tell_parent(ledger)
+        return ledger.view()
 
     # ---------------------------------------------------------------- run loop helpers
 

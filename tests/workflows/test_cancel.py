@@ -9,13 +9,14 @@ to an OpenAI-compatible server of the test's own that holds the call open."""
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
 from starter.client import ConversationHistory
@@ -26,6 +27,7 @@ from tests.conftest import eventually, mirrored
 from tests.model_server import ModelServer, Reply, completion
 from tests.workflows.conftest import graph_row, openai_worker, script, spec
 from worker import build_worker
+from workflows.errors import ErrorCode
 from workflows.models import AgentSpec, EventKind, ModelSpec, StepState, TaskStatus, TaskView
 
 AGENT_ACTIVITIES = ("model_turn", "read_event")
@@ -237,3 +239,50 @@ async def test_cancel_while_the_task_continues_as_new(
         for name in ("a", "b"):
             view = await cancelled_everywhere(history, client, graph, name)
             assert view.runs >= 2
+
+
+async def test_cancel_of_a_task_that_ended_while_its_children_run_keeps_its_status(
+    agents: ConversationHistory, client: Client, graph: TaskGraph
+) -> None:
+    """The agent ``leave`` ends ``done`` while its two recorded children still run (its
+    workflow stays open for their ends). A cancel then (``cancel_task``, the same request as
+    ``temporal workflow cancel``) is recorded without changing its status: a
+    ``cancel_after_end`` note, the children cancelled, and the task ``done`` in the view, the
+    search attribute, Neo4j and Temporal (``COMPLETED``). Before the ``cancel-after-end``
+    patch Temporal said ``CANCELED`` while the rest said ``done``. Peers: dbos-transact-py#767
+    (a cancel racing the end is lost silently), kube-HPC/hkube#4 (a cancel of a finished run
+    answered OK)."""
+    spec_ = AgentSpec(name="leave")
+    assert (await agents.create_task("t", "leave two", agent=spec_)).recorded
+
+    async def done_and_open() -> bool:
+        view = (await agents.get_task("t")).view
+        return view is not None and view.status is TaskStatus.DONE
+
+    await eventually(done_and_open, within=60)
+    handle = client.get_workflow_handle(agents.workflow_id("t"))
+    assert (await handle.describe()).status is WorkflowExecutionStatus.RUNNING
+    assert (await agents.cancel_task("t")).recorded
+    view = await asyncio.wait_for(agents.wait_task("t"), 120)
+    assert view is not None and view.status is TaskStatus.DONE
+    assert view.result is not None and view.result.text == "left"
+    description = await handle.describe()
+    assert description.status is WorkflowExecutionStatus.COMPLETED
+    assert description.search_attributes["TaskStatus"] == ["done"]
+    await mirrored(agents, "t")
+    assert (await graph_row(agents, "t")).status is TaskStatus.DONE
+    events = await all_events(agents, "t")
+    (note,) = [e for e in events if e.kind is EventKind.NOTE and e.name == "cancel_after_end"]
+    assert note.payload == '{"status": "done"}'
+    ends = sorted(
+        (e.name, json.loads(e.payload)["status"])
+        for e in events
+        if e.kind is EventKind.CHILD_RESULT
+    )
+    assert ends == [("a", "cancelled"), ("b", "cancelled")]
+    for key in ("a", "b"):
+        child = await asyncio.wait_for(agents.wait_task(f"t/{key}"), 60)
+        assert child is not None and child.status is TaskStatus.CANCELLED
+    # a second cancel finds the workflow closed: refused, nothing changed
+    again = await agents.cancel_task("t")
+    assert again.error is ErrorCode.TASK_CLOSED
