@@ -16,8 +16,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 import socket
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Generator
 from dataclasses import dataclass
 from typing import Annotated
 from urllib.parse import unquote
@@ -241,3 +243,20 @@ class ApiServer(uvicorn.Server):
         if isinstance(state, ApiState):
             state.closing.set()
         await super().shutdown(sockets)
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        """uvicorn's, except that a SIGTERM it took is not raised again once it shut down
+        (uvicorn raises it again, and its default action ends the process there): the
+        shutdown it asked for has run, so the caller goes on to stop a worker of the process
+        and close the services, and the process exits 0."""
+        if threading.current_thread() is not threading.main_thread():
+            with super().capture_signals():
+                yield
+            return
+        before = signal.signal(signal.SIGTERM, lambda *_: None)  # what uvicorn restores
+        try:
+            with super().capture_signals():
+                yield
+        finally:
+            signal.signal(signal.SIGTERM, before)

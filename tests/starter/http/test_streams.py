@@ -312,3 +312,84 @@ async def test_the_http_pages_follower_reconnects_and_prints_every_update_once(
         await asyncio.wait_for(following, 60)
     assert lines() == [f"#{n} message: m{n}" for n in range(1, 6)]
     assert proxy.connections == 3  # it read through three connections
+
+
+async def test_a_session_stream_resumed_gets_what_happened_while_away_once(
+    http: httpx.AsyncClient, project: Project
+) -> None:
+    """Resumed with ``Last-Event-ID``, a session stream sends every event of its session
+    since that cursor: the rest of a task it followed and its end, and the tasks created while
+    the client was away (one that ended since, one still open) from their first event; never
+    a task that was closed before the stream first connected, and nothing twice (a second
+    resume from the last id sends nothing)."""
+
+    async def task(name: str, *texts: str) -> None:
+        body = {"name": name, "goal": "g", "session_id": "chat"}
+        assert (await http.post("/tasks", json=body)).status_code == 201
+        await _record(http, name, *texts)
+
+    async def end(name: str) -> None:
+        assert (await http.patch(f"/tasks/{name}", json={"status": "done"})).is_success
+
+    await task("old", "old-1")
+    await end("old")
+    await task("kept", "kept-1")
+    for name in ("old", "kept"):
+        await mirrored(project.history, name)
+    async with http.stream("GET", "/sessions/chat/stream") as response:
+        reader = SseReader(response)
+        await reader.connected()
+        await _record(http, "kept", "kept-2")
+        first = await reader.next()
+    assert Event.model_validate_json(first.data).payload == "kept-2"
+    cursor = parse_cursor(first.id or "")
+    assert cursor == Cursor({"old": 1, "kept": 2}, {"old"})
+
+    await _record(http, "kept", "kept-3")  # while away
+    await end("kept")
+    await task("gone", "gone-1", "gone-2")
+    await end("gone")
+    await task("new", "new-1")
+    for name in ("kept", "gone", "new"):
+        await mirrored(project.history, name)
+
+    seen: list[Sse] = []
+    async with http.stream(
+        "GET", "/sessions/chat/stream", headers={"Last-Event-ID": first.id or ""}
+    ) as response:
+        reader = SseReader(response)
+        await reader.connected()
+        while True:
+            item = await reader.next(comments=True)
+            if item.event == ":":  # a keep-alive: nothing more to send
+                break
+            seen.append(item)
+    sent = [
+        (json.loads(s.data)["name"], s.event)
+        if s.event != "update"
+        else (Event.model_validate_json(s.data).payload, "update")
+        for s in seen
+    ]
+    expected = {
+        ("kept-3", "update"),
+        ("kept", "done"),
+        ("gone-1", "update"),
+        ("gone-2", "update"),
+        ("gone", "done"),
+        ("new-1", "update"),
+    }
+    assert sorted(sent) == sorted(expected)  # each once, and nothing of "old"
+    for name in ("kept", "gone"):  # each task's updates before its end
+        order = [item for item in sent if item[0].startswith(name)]
+        assert order[-1] == (name, "done")
+    last = parse_cursor(seen[-1].id or "")
+    assert last is not None and last.seqs == {"old": 1, "kept": 3, "gone": 2, "new": 1}
+    assert last.ended == {"old", "kept", "gone"}
+
+    async with http.stream(
+        "GET", "/sessions/chat/stream", headers={"Last-Event-ID": seen[-1].id or ""}
+    ) as response:
+        reader = SseReader(response)
+        await reader.connected()
+        again = await reader.next(comments=True)
+    assert (again.event, again.data) == (":", "keep-alive")  # nothing twice
