@@ -28,7 +28,9 @@ from neo4j import (
 )
 from neo4j.exceptions import AuthError, DriverError, Neo4jError
 
+from taskgraph.dialect import GraphKind, Statement, spelled
 from taskgraph.errors import GraphAuthError, GraphDataError, GraphError, GraphUnavailable
+from taskgraph.runner import StatementRunner
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Tracer
@@ -115,7 +117,7 @@ bounded = unit_of_work(timeout=NEO4J_TRANSACTION_TIMEOUT_S)
 """Marks a transaction function with the server-side ``NEO4J_TRANSACTION_TIMEOUT_S``."""
 
 
-class GraphSession:
+class GraphSession(StatementRunner):
     """The driver, the database and the tracer of a task graph, and its bounded sessions and
     one-statement transactions (the base of ``taskgraph.graph.TaskGraph``).
 
@@ -166,13 +168,16 @@ class GraphSession:
         except (Neo4jError, DriverError) as err:
             raise graph_error(err) from err
 
-    async def _read(self, query: LiteralString, **params: Any) -> list[dict[str, Any]]:
-        """The rows of one read statement, in a managed read transaction."""
-        return await self._run(query, params, write=False)
+    kind: GraphKind = "neo4j"
+    """The store's dialect (``taskgraph.port.spelled``)."""
 
-    async def _write(self, query: LiteralString, **params: Any) -> list[dict[str, Any]]:
+    async def _read(self, query: Statement, **params: Any) -> list[dict[str, Any]]:
+        """The rows of one read statement, in a managed read transaction."""
+        return await self._run(spelled(query, self.kind), params, write=False)
+
+    async def _write(self, query: Statement, **params: Any) -> list[dict[str, Any]]:
         """The rows of one write statement, in a managed write transaction."""
-        return await self._run(query, params, write=True)
+        return await self._run(spelled(query, self.kind), params, write=True)
 
     async def _write_work(self, work: Callable[[AsyncManagedTransaction], Awaitable[_T]]) -> _T:
         """``work``'s result, run as one managed write transaction (bounded, retried)."""

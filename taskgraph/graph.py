@@ -38,17 +38,18 @@ from typing import Any
 from neo4j import AsyncManagedTransaction
 from neo4j.exceptions import DriverError, Neo4jError
 
+from taskgraph.dialect import Statement, spelled
 from taskgraph.driver import bounded, graph_error
 from taskgraph.errors import GraphUnavailable
 from taskgraph.keys import fetch_keys, store_tree
 from taskgraph.models import plain
-from taskgraph.neo4j_retention import GraphRetention
-from taskgraph.port import GraphKind, Statement, spelled
+from taskgraph.neo4j_retention import Neo4jRedaction
 from taskgraph.reads import GraphReads
+from taskgraph.retention import GraphRetention
 from taskgraph.writes import MirrorWrites
 
 
-class TaskGraph(MirrorWrites, GraphReads, GraphRetention):
+class TaskGraph(MirrorWrites, Neo4jRedaction, GraphReads, GraphRetention):
     """Reads and writes the task graph through one async driver (``taskgraph.driver``): the
     schema (``taskgraph.schema``), the mirror's writes (``taskgraph.writes``), the reads
     (``taskgraph.reads``), and the key store of sealed text (``taskgraph.keys.KeyStore``,
@@ -60,9 +61,6 @@ class TaskGraph(MirrorWrites, GraphReads, GraphRetention):
     project id, counts and seq range (``agent_tasks.*``; the range only when events were
     written); without one, no OpenTelemetry code runs.
     """
-
-    kind: GraphKind = "neo4j"
-    """The store's dialect (``taskgraph.port.spelled``)."""
 
     async def connect(self) -> None:
         """Check that Neo4j answers, then create the schema (``ensure_schema``).

@@ -25,7 +25,7 @@ from datetime import timedelta
 from typing import LiteralString
 
 from taskgraph.apikeys import ApiKey, Records, digest, record_of
-from taskgraph.port import Statement
+from taskgraph.dialect import Statement
 
 SESSION_PREFIX = "ats_"
 """How every session token starts."""

@@ -28,10 +28,11 @@ Every method raises the port's errors (``taskgraph.errors``): ``GraphUnavailable
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, Literal, LiteralString, Protocol
+from typing import Any, Protocol
 
+from taskgraph.dialect import GraphKind, Statement, spelled
 from taskgraph.keys import KeyStore
 from taskgraph.models import (
     DecisionRow,
@@ -48,17 +49,17 @@ from taskgraph.models import (
 from taskgraph.retention import EventLocation, GraphDeletion, NameState
 from workflows.models import Event, StepState, StepView, TaskView
 
-GraphKind = Literal["neo4j", "falkordb"]
-"""The graph stores behind the port (``AGENT_TASKS_GRAPH``)."""
-
-Statement = LiteralString | Mapping[GraphKind, LiteralString]
-"""A Cypher statement: one text where the dialects agree, or one per store where they differ
-(each difference named in a comment beside it); ``spelled`` picks a store's."""
-
-
-def spelled(statement: Statement, kind: GraphKind) -> LiteralString:
-    """The text of ``statement`` in the dialect of ``kind``."""
-    return statement if isinstance(statement, str) else statement[kind]
+__all__ = [
+    "GraphKind",
+    "GraphStore",
+    "KeyStore",
+    "MirrorStore",
+    "RecordStore",
+    "RetentionStore",
+    "Statement",
+    "TaskReads",
+    "spelled",
+]
 
 
 class MirrorStore(Protocol):

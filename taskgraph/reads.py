@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any, LiteralString
 
-from taskgraph.driver import GraphSession
+from taskgraph.dialect import Statement
 from taskgraph.models import (
     DecisionRow,
     EventFilter,
@@ -21,6 +21,7 @@ from taskgraph.models import (
     TreeRow,
     plain,
 )
+from taskgraph.runner import StatementRunner
 from workflows.models import (
     PAGE_LIMIT_MAX,
     BoundedText,
@@ -66,8 +67,37 @@ def tasks_statement(where: TaskFilter) -> LiteralString:
     return f"MATCH (t:Task) WHERE {where_clause} RETURN t ORDER BY {order} LIMIT $limit"
 
 
-class GraphReads(GraphSession):
-    """The reads of the task graph."""
+_FIND_EVENTS: Statement = {
+    # "a failed step's result": Neo4j's existential subquery EXISTS { pattern }; FalkorDB has
+    # none (nor a pattern predicate on a bound node): OPTIONAL MATCH and a count instead
+    "neo4j": """
+MATCH (e:Event {project_id: $p})
+WHERE e.kind IS NOT NULL
+  AND ($kind IS NULL OR e.kind = $kind)
+  AND ($name IS NULL OR e.name = $name)
+  AND ($since IS NULL OR e.time >= $since)
+  AND ($until IS NULL OR e.time < $until)
+  AND (NOT $failed OR EXISTS { (:Step {state: 'failed'})-[:RESULT]->(e) })
+RETURN e ORDER BY e.time, e.task_name, e.seq LIMIT $limit
+""",
+    "falkordb": """
+MATCH (e:Event {project_id: $p})
+WHERE e.kind IS NOT NULL
+  AND ($kind IS NULL OR e.kind = $kind)
+  AND ($name IS NULL OR e.name = $name)
+  AND ($since IS NULL OR e.time >= $since)
+  AND ($until IS NULL OR e.time < $until)
+OPTIONAL MATCH (f:Step {state: 'failed'})-[:RESULT]->(e)
+WITH e, count(f) AS failed
+WHERE NOT $failed OR failed > 0
+RETURN e ORDER BY e.time, e.task_name, e.seq LIMIT $limit
+""",
+}
+"""The events across tasks (``GraphReads.find_events``)."""
+
+
+class GraphReads(StatementRunner):
+    """The reads of the task graph, in either store (``StatementRunner``)."""
 
     async def task_view(self, project_id: str, workflow_id: str) -> TaskView | None:
         """The task view as Neo4j holds it (the task's mirrored state), for a task whose
@@ -286,16 +316,7 @@ class GraphReads(GraphSession):
         """Events across the project's tasks, by kind, name and time range (``since`` <=
         time < ``until``), oldest first. ``failed_only`` keeps tool results of failed steps."""
         rows = await self._read(
-            """
-            MATCH (e:Event {project_id: $p})
-            WHERE e.kind IS NOT NULL
-              AND ($kind IS NULL OR e.kind = $kind)
-              AND ($name IS NULL OR e.name = $name)
-              AND ($since IS NULL OR e.time >= $since)
-              AND ($until IS NULL OR e.time < $until)
-              AND (NOT $failed OR EXISTS { (:Step {state: 'failed'})-[:RESULT]->(e) })
-            RETURN e ORDER BY e.time, e.task_name, e.seq LIMIT $limit
-            """,
+            _FIND_EVENTS,
             p=project_id,
             kind=None if where.kind is None else where.kind.value,
             name=where.name,

@@ -80,7 +80,8 @@ def build_graph_store(
             (``AGENT_TASKS_GRAPH``).
         settings: credentials, database or graph name, the mirror's bound of concurrent
             writes (``config.Settings``).
-        tracer: an OpenTelemetry tracer for the mirror's write spans (``telemetry.setup``).
+        tracer: an OpenTelemetry tracer for the mirror's write spans (``telemetry.setup``;
+            Neo4j's adapter only: FalkorDB's writes are not traced yet).
 
     Raises:
         ValueError: an unknown kind or scheme (``graph_kind``).
@@ -94,4 +95,7 @@ def build_graph_store(
 
         driver = open_driver(uri or settings.neo4j_uri, settings.neo4j_auth())
         return TaskGraph(driver, settings.neo4j_database, tracer, settings.neo4j_max_writes)
-    raise ValueError("the FalkorDB adapter is not in this version yet: use 'neo4j'")
+    from taskgraph.falkor import FalkorGraph
+
+    url = uri or settings.falkordb_url.get_secret_value()
+    return FalkorGraph(url, settings.falkordb_graph, max_writes=settings.neo4j_max_writes)

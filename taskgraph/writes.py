@@ -11,11 +11,10 @@ arbitrary JSON and any Unicode are stored exactly as recorded.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from datetime import UTC, datetime
-from typing import Any, LiteralString
+from datetime import datetime
+from typing import LiteralString
 
 from neo4j import AsyncManagedTransaction, AsyncTransaction
 
@@ -23,11 +22,11 @@ from taskgraph.driver import bounded
 from taskgraph.errors import TaskIncarnationError
 from taskgraph.keys import KEY_READS, KeyLookup
 from taskgraph.models import utc
+from taskgraph.properties import event_properties, step_properties, task_properties
 from taskgraph.schema import GraphSchema
 from taskgraph.sealing import unseal
 from taskgraph.seeds import warm_up_page
 from workflows.models import (
-    BoundedText,
     Citations,
     Event,
     EventKind,
@@ -166,86 +165,6 @@ node exclusively (Neo4j's locks for dense nodes), so the pages of concurrent tas
 queue on their agent (``python -m bench.bench_graph_write --writers 16``, in
 ``bench/RESULTS-issue-22.md``: the slowest page 1.1-1.7 s with MERGE, 0.55-1.1 s with CREATE). Event
 and step times arrive as ``epoch`` pairs and are set as datetimes in the same SET."""
-
-
-def task_properties(view: TaskView) -> dict[str, Any]:
-    """Task node properties from a view (metadata, result and error as JSON text; the open
-    input requests as the list ``pending_inputs`` of their ids, each one's prompt and schema
-    being its ``input_request`` event)."""
-    return {
-        "key": view.workflow_id,
-        "project_id": view.project_id,
-        "name": view.name,
-        "goal": view.goal,
-        "agent_id": view.agent_id,
-        "session_id": view.session_id,
-        "parent": view.parent,
-        "metadata": json.dumps(view.metadata, ensure_ascii=False, sort_keys=True),
-        "status": view.status.value,
-        "result": None if view.result is None else view.result.text,
-        "error": None if view.error is None else view.error.text,
-        **_full("result", view.result),
-        **_full("error", view.error),
-        "last_seq": view.last_seq,
-        "writes": view.writes,
-        "branched_at_seq": None if view.branched_from is None else view.branched_from.seq,
-        "runs": view.runs,
-        "pending_inputs": [request.input_id for request in view.pending_inputs],
-        "created_at": utc(view.created_at),
-        "updated_at": utc(view.updated_at),
-    }
-
-
-def _full(field: str, text: BoundedText | None) -> dict[str, Any]:
-    """The full length and SHA-256 of a task's result or error text as properties, so that a
-    view read back from Neo4j (``task_view``) has them."""
-    return {
-        f"{field}_full_length": None if text is None else text.full_length,
-        f"{field}_full_sha256": None if text is None else text.full_sha256,
-    }
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def epoch(moment: datetime) -> list[int]:
-    """``[seconds, nanoseconds]`` of an aware ``moment`` since the Unix epoch, exactly (no
-    float); the mirror's statement makes it a datetime in UTC with ``datetime({epochSeconds,
-    nanosecond})``, equal to the driver's own encoding of that instant (same value, same
-    ``Z`` zone). The driver converts a Python datetime in pure Python even with its Rust
-    extension: 96% of the packing of a page of 100 events (cProfile).
-
-    Raises:
-        ValueError: ``moment`` is naive (``taskgraph.models.utc``).
-    """
-    since = utc(moment) - _EPOCH
-    return [since.days * 86_400 + since.seconds, since.microseconds * 1_000]
-
-
-def event_properties(event: Event) -> dict[str, Any]:
-    """Event node properties of an opened event (``unseal``): ``time`` as ``epoch`` (the
-    statement makes it a datetime), ``cites`` as JSON text, a model message's token ``usage``
-    as the properties ``input_tokens`` and ``output_tokens`` (a property cannot hold a map);
-    never the sealed text (the node holds the plain text). ``event_fields`` reverses it."""
-    props = event.model_dump(mode="python", exclude={"sealed", "cites", "usage"})
-    props["cites"] = None if event.cites is None else event.cites.model_dump_json()
-    if event.usage is not None:
-        props |= event.usage.model_dump()
-    props["time"] = epoch(event.time)
-    props["kind"] = event.kind.value
-    props["role"] = None if event.role is None else event.role.value
-    props["truncated"] = event.truncated
-    return props
-
-
-def step_properties(step: StepView) -> dict[str, Any]:
-    """Step node properties (``updated_at`` as ``epoch``: the statement makes it a
-    datetime)."""
-    props = step.model_dump(mode="python")
-    props["updated_at"] = epoch(step.updated_at)
-    for field in ("state", "kind", "result_validity"):
-        props[field] = props[field].value
-    return props
 
 
 Transaction = AsyncManagedTransaction | AsyncTransaction
