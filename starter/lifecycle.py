@@ -5,6 +5,7 @@ again (resume, continue, retry, branch) is ``starter.turns``."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Annotated
 
@@ -25,6 +26,8 @@ from starter.writes import TaskWrites
 from workflows.errors import ErrorCode
 from workflows.models import (
     CLOSED_STATUSES,
+    MAX_CHILDREN,
+    MAX_DEPTH,
     AgentSpec,
     ApprovalChoice,
     ApprovalType,
@@ -220,7 +223,27 @@ class TaskLifecycle(TaskWrites):
         if not cascade:
             await self._call(lambda: handle.signal(TaskWorkflow.keep_children))
         await self._call(handle.cancel)
+        if cascade:
+            await self._cancel_children(handle.id)
         return WriteResult(recorded=True)
+
+    async def _cancel_children(self, workflow_id: str, depth: int = 0) -> None:
+        """The cascade sent from here as well: a cancel request to each running child task the
+        task ``workflow_id`` spawned (Temporal's child workflows of it, read from visibility:
+        ``ParentWorkflowId``), and to theirs, down to ``MAX_DEPTH`` levels. The task's own
+        workflow cascades too, but only once a worker runs its next workflow task: when the
+        worker holding it died, that waits for the workflow task's timeout and another worker,
+        while its children ran on; sent from the client, the request is in each child's
+        history when ``cancel_task`` returns, so no child starts a step after it. A child
+        that ended meanwhile is skipped; its parent records its end either way."""
+        if depth >= MAX_DEPTH:
+            return
+        literal = workflow_id.replace("\\", "\\\\").replace("'", "\\'")
+        query = f"ParentWorkflowId = '{literal}' AND ExecutionStatus = 'Running'"
+        async for child in self.client.list_workflows(query, limit=MAX_CHILDREN):
+            with contextlib.suppress(RPCError):  # it ended meanwhile: nothing to cancel
+                await self.client.get_workflow_handle(child.id).cancel()
+            await self._cancel_children(child.id, depth + 1)
 
     async def submit_input(
         self,

@@ -533,3 +533,24 @@ async def retry_unknown(ctx: AgentContext) -> str:
     if outcome.state is StepState.UNKNOWN:
         outcome = await ctx.retry("once", "slow_once", args, reason="the tool dedupes by key")
     return f"{outcome.state.value}: {outcome.text}"
+
+
+@agent("ticking_parent")
+async def ticking_parent(ctx: AgentContext) -> str:
+    """Spawn one child running ``ticks`` (with this task's input) and wait for it."""
+    child = AgentSpec(name="ticks", tools=["sync_data"], input=ctx.input)
+    await ctx.spawn("c", "tick", agent=child)
+    (outcome,) = await ctx.wait_children()
+    return outcome.text
+
+
+@agent("ticks")
+async def ticks(ctx: AgentContext) -> str:
+    """``input["ticks"]`` steps of ``sync_data`` (``input["seconds"]`` each), one line each
+    in ``input["log"]``."""
+    count = ctx.input["ticks"]
+    assert isinstance(count, int)
+    args = {"log": ctx.input["log"], "seconds": ctx.input["seconds"]}
+    for i in range(count):
+        await ctx.step(f"tick-{i:02d}", "sync_data", args)
+    return f"{count} ticks"

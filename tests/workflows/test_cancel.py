@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -25,7 +27,7 @@ from taskgraph.graph import TaskGraph
 from tests.agent_tools import SCRIPTS, TOOLS, answer, calls
 from tests.conftest import eventually, mirrored
 from tests.model_server import ModelServer, Reply, completion
-from tests.workflows.conftest import graph_row, openai_worker, script, spec
+from tests.workflows.conftest import ROOT, graph_row, openai_worker, script, spec
 from worker import build_worker
 from workflows.errors import ErrorCode
 from workflows.models import AgentSpec, EventKind, ModelSpec, StepState, TaskStatus, TaskView
@@ -286,3 +288,51 @@ async def test_cancel_of_a_task_that_ended_while_its_children_run_keeps_its_stat
     # a second cancel finds the workflow closed: refused, nothing changed
     again = await agents.cancel_task("t")
     assert again.error is ErrorCode.TASK_CLOSED
+
+
+async def test_the_cascade_reaches_a_child_when_the_parents_worker_died(
+    client: Client, graph: TaskGraph, project_id: str, tmp_path: Path
+) -> None:
+    """A parent waits for a child agent that runs short steps, both on a worker in a process
+    of its own. The worker is killed (SIGKILL), the parent cancelled while no worker runs (its
+    workflow task waits for one): the child's history holds its own cancel request already
+    (the cascade sent by ``cancel_task``, not only by the parent's next workflow task). Then a
+    new worker starts: the child starts no step after the cancel and ends ``cancelled``, and
+    so does the parent. Before, the child had no cancel request until the parent's workflow
+    task ran on another worker, and ran its next steps meanwhile (1 run of 11 to ``done``).
+    Peers: tinyhumansai/opencompany#675, elastic/kibana#250526 (a cancelled parent's child
+    runs on), dbos-transact-java#423 (cancel children)."""
+    queue = f"cascade-{uuid.uuid4().hex[:8]}"
+    history = ConversationHistory(
+        client, project_id=project_id, agent_id="a", task_queue=queue, graph=graph
+    )
+    log = tmp_path / "ticks.log"
+    parent = AgentSpec(name="ticking_parent", input={"log": str(log), "ticks": 40, "seconds": 0.3})
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tests.agent_worker", queue, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        assert (await history.create_task("t", "tick", agent=parent)).recorded
+
+        async def ticking() -> bool:
+            text = await asyncio.to_thread(lambda: log.read_text() if log.exists() else "")
+            return len(text.splitlines()) >= 2
+
+        await eventually(ticking, within=60)
+    finally:
+        process.kill()  # SIGKILL: no shutdown of any kind
+        await process.wait()
+    assert (await history.cancel_task("t")).recorded
+    child = client.get_workflow_handle(history.workflow_id("t/c"))
+    types = [e.event_type async for e in child.fetch_history_events()]
+    assert EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED in types
+    async with build_worker(client, graph, queue, tools=TOOLS, scripts=SCRIPTS):
+        ended = await asyncio.wait_for(history.wait_task("t/c"), 120)
+        assert ended is not None and ended.status is TaskStatus.CANCELLED
+        assert await scheduled_after_cancel(client, history.workflow_id("t/c")) == []
+        top = await asyncio.wait_for(history.wait_task("t"), 120)
+        assert top is not None and top.status is TaskStatus.CANCELLED
+    ticks = len(log.read_text(encoding="utf-8").splitlines())
+    assert ticks < 40
