@@ -70,6 +70,13 @@ def parse_cursor(text: str) -> Cursor | None:
     return Cursor(dict(value), set(ended))
 
 
+def with_task(name: str, data: str) -> str:
+    """An event's JSON object ``data`` with the task's name first, as ``"task"``."""
+    rest = data[1:].lstrip()
+    joiner = "" if rest.startswith("}") else ","
+    return '{"task":' + json.dumps(name) + joiner + rest
+
+
 class SessionStream:
     """The SSE events of every task of a session (module docstring): one ``Pending`` per
     task, joined as the tasks appear.
@@ -142,6 +149,12 @@ class SessionStream:
                 follow[row.name] = None
         return follow
 
+    def _passed(self, name: str, seq: int) -> None:
+        """The stream has passed task ``name``'s events up to ``seq``."""
+        if seq > self.cursor.seqs[name]:
+            self.cursor.seqs[name] = seq
+            self.cursor.ended.discard(name)  # resumed: more, then a new end
+
     async def events(self) -> AsyncGenerator[ServerSentEvent, None]:
         """The stream (it ends only when the client leaves).
 
@@ -158,9 +171,14 @@ class SessionStream:
             async def follow(name: str, after_seq: int | None) -> None:
                 if name in streams or len(streams) >= SESSION_TASKS:
                     return
-                feed, listener = await stack.enter_async_context(
-                    self.registry.listen(self.history, name, after_seq or 0, self.signal)
-                )
+                joined = self.registry.listen(self.history, name, after_seq or 0, self.signal)
+                feed, listener = await joined.__aenter__()
+                if feed.view is None or feed.view.session_id != self.session_id:
+                    await joined.__aexit__(None, None, None)  # a cursor's task of another
+                    self.cursor.seqs.pop(name, None)  # session, or one that is gone: never
+                    self.cursor.ended.discard(name)  # this stream's
+                    return
+                stack.push_async_exit(joined)
                 if after_seq is None:  # open when the stream connected: live from now
                     listener.after_seq = feed.last_seq
                 streams[name] = Pending(feed, listener, self.history, self.filter, self.gate)
@@ -177,13 +195,17 @@ class SessionStream:
                 sent = False
                 for name, pending in streams.items():
                     for item in await next_items(pending, loop.time()):
-                        if pending.listener.after_seq > self.cursor.seqs[name]:
-                            self.cursor.ended.discard(name)  # resumed: more, then a new end
-                        self.cursor.seqs[name] = pending.listener.after_seq
                         sent = True
-                        if item.event == "update":
-                            item = item.model_copy(update={"id": cursor_id(self.cursor)})
+                        if item.event == "update":  # its id: the cursor up to its own seq
+                            self._passed(name, int(item.id or 0))
+                            item = item.model_copy(
+                                update={
+                                    "id": cursor_id(self.cursor),
+                                    "raw_data": with_task(name, item.raw_data or "{}"),
+                                }
+                            )
                         yield item
+                    self._passed(name, pending.listener.after_seq)  # and those filtered out
                     if name in self.cursor.ended:
                         continue
                     end = await pending.end()

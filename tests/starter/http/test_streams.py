@@ -393,3 +393,133 @@ async def test_a_session_stream_resumed_gets_what_happened_while_away_once(
         await reader.connected()
         again = await reader.next(comments=True)
     assert (again.event, again.data) == (":", "keep-alive")  # nothing twice
+
+
+async def _until_keep_alive(reader: SseReader) -> list[Sse]:
+    """Every event until the stream has nothing to send (its first keep-alive comment)."""
+    seen: list[Sse] = []
+    while (item := await reader.next(comments=True)).event != ":":
+        seen.append(item)
+    return seen
+
+
+def _task_seqs(seen: list[Sse]) -> list[tuple[str, int]]:
+    """The (task, seq) of each update of a session stream."""
+    return [
+        (json.loads(s.data)["task"], Event.model_validate_json(s.data).seq)
+        for s in seen
+        if s.event == "update"
+    ]
+
+
+async def test_every_session_stream_id_is_its_own_resume_point(
+    http: httpx.AsyncClient,
+) -> None:
+    """(langgraph#8112: ids made from the clock repeat within a millisecond, so a resume
+    skips or repeats.) Twenty events of two tasks written in two bursts: every update's id is
+    distinct, and a resume from any of them sends exactly the updates after it."""
+    for name in ("a", "b"):
+        body = {"name": name, "goal": "g", "session_id": "burst"}
+        assert (await http.post("/tasks", json=body)).status_code == 201
+    async with http.stream("GET", "/sessions/burst/stream") as response:
+        reader = SseReader(response)
+        await reader.connected()
+        for name in ("a", "b"):
+            await _record(http, name, *(f"{name}{n}" for n in range(10)))
+        seen = [await reader.next() for _ in range(20)]
+    assert len({s.id for s in seen}) == 20
+    order = _task_seqs(seen)
+    assert sorted(order) == [(t, n) for t in ("a", "b") for n in range(1, 11)]
+    for point in (0, 6, 13, 19):
+        headers = {"Last-Event-ID": seen[point].id or ""}
+        async with http.stream("GET", "/sessions/burst/stream", headers=headers) as response:
+            reader = SseReader(response)
+            await reader.connected()
+            rest = await _until_keep_alive(reader)
+        assert sorted(_task_seqs(rest)) == sorted(order[point + 1 :]), point
+
+
+async def test_a_resume_with_a_kinds_filter_sends_the_filtered_events_after_the_cursor(
+    http: httpx.AsyncClient,
+) -> None:
+    """(langgraph#7778: a join stream with a filter dropped events the first stream sent.)
+    The same ``kinds`` on the task's and the session's streams before and after a reconnect:
+    the tool calls after the cursor, each once, and no other kind."""
+    body = {"name": "t", "goal": "g", "session_id": "s"}
+    assert (await http.post("/tasks", json=body)).status_code == 201
+    calls = [
+        {"kind": kind, "name": "bash", "payload": f"{kind}-{n}"}
+        for n in range(4)
+        for kind in ("tool_call", "tool_result")
+    ]
+    params = {"kinds": "tool_call"}
+    async with (
+        http.stream("GET", "/tasks/t/stream", params=params) as a,
+        http.stream("GET", "/sessions/s/stream", params=params) as b,
+    ):
+        readers = [SseReader(a), SseReader(b)]
+        for reader in readers:
+            await reader.connected()
+        assert (await http.post("/tasks/t/events", json={"events": calls[:4]})).is_success
+        firsts = [[await reader.next() for _ in range(2)] for reader in readers]
+    assert (await http.post("/tasks/t/events", json={"events": calls[4:]})).is_success
+    for route, first in zip(("/tasks/t/stream", "/sessions/s/stream"), firsts, strict=True):
+        assert [Event.model_validate_json(s.data).payload for s in first] == [
+            "tool_call-0",
+            "tool_call-1",
+        ]
+        headers = {"Last-Event-ID": first[-1].id or ""}
+        async with http.stream("GET", route, params=params, headers=headers) as response:
+            reader = SseReader(response)
+            await reader.connected()
+            rest = [await reader.next() for _ in range(2)]
+        assert [Event.model_validate_json(s.data).payload for s in rest] == [
+            "tool_call-2",
+            "tool_call-3",
+        ]
+
+
+async def test_a_task_that_ended_while_away_sends_its_end_on_resume(
+    http: httpx.AsyncClient,
+) -> None:
+    """(langgraphjs#2805: a reconnect after the last event missed the run's terminal event.)
+    The task ends while the client is away after its last update: the resume sends ``done``
+    alone, and the stream ends."""
+    assert (await http.post("/tasks", json={"name": "t", "goal": "g"})).status_code == 201
+    await _record(http, "t", "only")
+    async with http.stream("GET", "/tasks/t/stream") as response:
+        reader = SseReader(response)
+        last = await reader.next()
+    assert Event.model_validate_json(last.data).payload == "only"
+    assert (await http.patch("/tasks/t", json={"status": "done"})).is_success
+    headers = {"Last-Event-ID": last.id or ""}
+    async with http.stream("GET", "/tasks/t/stream", headers=headers) as response:
+        reader = SseReader(response)
+        await reader.connected()
+        end = await reader.next()
+        with pytest.raises(EOFError):
+            await reader.next()
+    assert end.event == "done" and json.loads(end.data)["last_seq"] == 1
+
+
+async def test_a_session_cursor_never_replays_another_sessions_task(
+    http: httpx.AsyncClient,
+) -> None:
+    """(frontmcp GHSA-84j6-jc92-77jm: a replay cursor of one session replayed another's
+    events.) A session stream resumed with a cursor naming a task of another session of the
+    project sends nothing of that task, only its own session's."""
+    for name, session in (("theirs", "other"), ("mine", "here")):
+        body = {"name": name, "goal": "g", "session_id": session}
+        assert (await http.post("/tasks", json=body)).status_code == 201
+        await _record(http, name, f"{name}-1")
+    forged = cursor_id(Cursor({"theirs": 0, "mine": 0}))
+    async with http.stream(
+        "GET", "/sessions/here/stream", headers={"Last-Event-ID": forged}
+    ) as response:
+        reader = SseReader(response)
+        await reader.connected()
+        await _record(http, "theirs", "theirs-2")
+        await _record(http, "mine", "mine-2")
+        seen = [await reader.next() for _ in range(2)]
+    assert [Event.model_validate_json(s.data).payload for s in seen] == ["mine-1", "mine-2"]
+    assert set((parse_cursor(seen[-1].id or "") or Cursor()).seqs) == {"mine"}

@@ -73,9 +73,15 @@ async function signOut() {
 }
 
 /** Follow an SSE stream: `handlers` by event name; returns a function that closes it. The
- * browser's EventSource reconnects by itself, sending the last id (Last-Event-ID). */
+ * browser's EventSource reconnects by itself, sending the last id (Last-Event-ID); a stream
+ * that ends with `unauthorized` (the session signed out or expired, its key revoked) is not
+ * reconnected: the page goes to the sign-in form. */
 export function follow(path, handlers, onState = () => {}) {
   const source = new EventSource(path, { withCredentials: true });
+  source.addEventListener("unauthorized", () => {
+    source.close();
+    location.assign("/ui/signin");
+  });
   for (const [name, handler] of Object.entries(handlers)) {
     source.addEventListener(name, (e) => handler(e.data ? JSON.parse(e.data) : null, e));
   }
