@@ -195,3 +195,54 @@ def test_run_test_names_a_missing_chromium_before_anything_starts(tmp_path: Path
     assert "apt-get install -y --no-install-recommends chromium" in out.stderr
     assert out.stdout == ""  # neither ruff, mypy, pytest nor dev up ran
     assert not data.exists()
+
+
+async def test_an_unbuilt_launcher_without_maven_is_named_before_anything_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fresh checkout has no launcher jar: without Maven, preparing Neo4j names Maven and
+    how to install it, and builds nothing."""
+    sources = tmp_path / "launcher"
+    shutil.copytree(devstack.LAUNCHER_DIR, sources, ignore=shutil.ignore_patterns("target"))
+    monkeypatch.setenv("PATH", path_without(tmp_path / "bin", "mvn"))
+    server = devstack.Neo4jServer(tmp_path / "data", free_port(), launcher_dir=sources)
+    with pytest.raises(DevStackError, match=r"Maven \(mvn\) is needed once .* apt-get install"):
+        await server.prepare()
+    assert not (sources / "target").exists() and not (tmp_path / "data").exists()
+
+
+def _python_outside_the_supported_range() -> tuple[str, str] | None:
+    """An interpreter on this machine older or newer than 3.11 to 3.13, and its version."""
+    names = ("python3.10", "python3.9", "python3.8", "python3.14", "python2")
+    pyenv = sorted(str(p) for p in Path.home().glob(".pyenv/versions/*/bin/python"))
+    for found in [*filter(None, map(shutil.which, names)), *pyenv]:
+        out = subprocess.run(
+            [found, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        version = out.stdout.strip()
+        if out.returncode == 0 and version not in ("3.11", "3.12", "3.13"):
+            return found, version
+    return None
+
+
+def test_run_refuses_a_python_outside_3_11_to_3_13_before_it_sets_anything_up(
+    tmp_path: Path,
+) -> None:
+    """`./run` in a checkout without .venv, given a Python it cannot use: the version is named,
+    and no virtualenv is made."""
+    outside = _python_outside_the_supported_range()
+    if outside is None:
+        pytest.skip("no Python outside 3.11 to 3.13 on this machine to try")
+    python, version = outside
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    for name in ("run", "requirements.lock", "pyproject.toml"):
+        shutil.copy2(REPO / name, checkout / name)
+    out = subprocess.run(
+        [str(checkout / "run"), "--help"], cwd=tmp_path, env=os.environ | {"PYTHON": python},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert f"Python 3.11, 3.12 or 3.13 is needed; {python} is {version} " in out.stderr
+    assert not (checkout / ".venv").exists()
