@@ -14,9 +14,13 @@ documented rule (docs/agent-tasks.md, "What the model sees"):
 - ``input_request``: a user message ``A person was asked (input {id}): {prompt}``.
 - ``input_response`` (taken): a user message ``The person answered {id}: {answer as JSON}``.
 - an approval of a tool call (``workflows.agents.approvals``): its ``input_request`` and
-  ``input_response`` are not shown (the call's result says what came of it); a ``tool_call``
-  that repeats the call id of a call still waiting for its result (the person's edit) gives
-  that call its arguments, so the model sees the call as it ran.
+  ``input_response`` are not shown; the model's call stays as the model made it, and the
+  call's ``tool`` message says what a person did (the shape of LangChain's human-in-the-loop
+  edit notice and pydantic-ai's deferred tool results): after an edit (a ``tool_call`` that
+  repeats the call id of a call still waiting for its result) ``EDITED`` with the tool and
+  arguments that ran, then the tool's result; after an answer instead ``ANSWERED`` then the
+  person's text; after an ignore the result as recorded (``IGNORED``: the tool was not
+  run); after an accept the tool's result alone.
 - ``child_result``: a user message ``Child task {name} (spawn key {key}) ended {status}:
   {text}``.
 - ``input_response`` rejected or late, ``child_task``, ``note``, ``error``, ``reasoning``,
@@ -38,6 +42,16 @@ from workflows.models import ROLLED_BACK, Event, EventKind, Role
 
 NO_RESULT = "no result was recorded for this call"
 """The ``tool`` message of a call whose result the log lacks (so every call is answered)."""
+EDITED = (
+    "A person edited this call before it ran: it ran as {name} with the arguments {arguments} "
+    "(not as you called it). Its result:\n{result}"
+)
+"""The ``tool`` message of a call a person approved with edited arguments."""
+ANSWERED = (
+    "A person answered this call instead of running it: the tool was not run. "
+    "Their answer:\n{result}"
+)
+"""The ``tool`` message of a call a person answered in the tool's place."""
 
 
 def rolled_back_seqs(transcript: Sequence[Event]) -> set[int]:
@@ -50,14 +64,18 @@ def rolled_back_seqs(transcript: Sequence[Event]) -> set[int]:
     return seqs
 
 
-def _context(event: Event, approvals: set[str]) -> str | None:
+def _context(event: Event, approvals: dict[str, str | None]) -> str | None:
     """The user message of an input request, a taken answer or a child's end; None for the
     events the model is not shown (``approvals``: the input ids of approval requests seen so
-    far, which are not shown either)."""
+    far, which are not shown either, each with the id of the call it asks about)."""
     if event.kind is EventKind.INPUT_REQUEST:
         request = json.loads(event.payload)
         if "approval" in request:
-            approvals.add(request["input_id"])
+            approval = request["approval"]
+            call_id = approval.get("call_id")
+            if call_id is None and approval.get("call_seq") is not None:
+                call_id = f"call_{approval['call_seq']}"
+            approvals[request["input_id"]] = call_id
             return None
         return f"A person was asked (input {request['input_id']}): {request['prompt']}"
     if event.kind is EventKind.INPUT_RESPONSE and event.name not in ("rejected", "late"):
@@ -71,6 +89,16 @@ def _context(event: Event, approvals: set[str]) -> str | None:
             f"{end.get('text', '')}"
         )
     return None
+
+
+def _as_decided(result: str, choice: str | None, ran: dict[str, Any] | None) -> str:
+    """The ``tool`` message of a call's ``result`` after a person's approval ``choice`` about
+    it (``ran``: the function that ran instead of the model's, after an edit)."""
+    if ran is not None:
+        return EDITED.format(name=ran["name"], arguments=ran["arguments"], result=result)
+    if choice == "answer":
+        return ANSWERED.format(result=result)
+    return result
 
 
 def _arguments(event: Event) -> str:
@@ -93,7 +121,9 @@ def chat_messages(transcript: Sequence[Event], system: str | None) -> list[dict[
     assistant: dict[str, Any] | None = None  # the message tool calls attach to
     waiting: list[str] = []  # call ids without a result yet, oldest first
     held: list[str] = []  # user messages waiting for those results
-    approvals: set[str] = set()  # input ids of approval requests
+    approvals: dict[str, str | None] = {}  # approval requests' input ids -> their call ids
+    choices: dict[str, str] = {}  # call id -> the person's approval choice about it
+    edits: dict[str, dict[str, Any]] = {}  # call id -> the function that ran (an edit)
 
     def answer(call_id: str, content: str) -> None:
         waiting.remove(call_id)
@@ -118,18 +148,22 @@ def chat_messages(transcript: Sequence[Event], system: str | None) -> list[dict[
                 messages.append(assistant)
             call_id = event.call_id or f"call_{event.seq}"
             function = {"name": event.name or "_", "arguments": _arguments(event)}
-            if call_id in waiting:  # a person's edit of the call: it ran with these
-                edited = [c for c in assistant.get("tool_calls", []) if c["id"] == call_id]
-                for call in edited:
-                    call["function"] = function
-                if edited:
-                    continue
+            if call_id in waiting and any(  # a person's edit of the call: it ran as this
+                c["id"] == call_id for c in assistant.get("tool_calls", [])
+            ):
+                edits[call_id] = function
+                continue
             assistant.setdefault("tool_calls", []).append(
                 {"id": call_id, "type": "function", "function": function}
             )
             waiting.append(call_id)
         elif event.kind is EventKind.TOOL_RESULT and waiting:
-            answer(event.call_id if event.call_id in waiting else waiting[0], event.payload)
+            target = event.call_id if event.call_id in waiting else waiting[0]
+            answer(target, _as_decided(event.payload, choices.get(target), edits.get(target)))
+        elif event.kind is EventKind.INPUT_RESPONSE and event.name in approvals:
+            asked_about = approvals[event.name]
+            if asked_about is not None:
+                choices[asked_about] = str(json.loads(event.payload).get("type", ""))
         elif (text := _context(event, approvals)) is not None:
             if waiting:
                 held.append(text)

@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 
 from activities.model import Script
 from activities.tools import Tool, ToolContext, tool
+from activities.transcript import chat_messages
 from tests.agent_tools import answer, calls
 from workflows.models import AgentSpec, ModelSpec, ModelTurn
 
@@ -97,14 +98,25 @@ def call_then_report(transcript: Any) -> ModelTurn:
     return calls(*[(name, arguments) for name, arguments in json.loads(goal)["calls"]])
 
 
-APPROVAL_SCRIPTS: dict[str, Script] = {"call-then-report": call_then_report}
+def call_then_show(transcript: Any) -> ModelTurn:
+    """The scripted model ``call-then-show``: as ``call-then-report``, but its answer is the
+    chat messages an API model is shown (``activities.transcript.chat_messages``), as JSON."""
+    if any(e.kind.value == "tool_result" for e in transcript):
+        return answer(json.dumps(chat_messages(transcript, None)))
+    return call_then_report(transcript)
 
 
-def approval_spec() -> AgentSpec:
-    """The tool-calling loop over these tools with ``call-then-report``."""
+APPROVAL_SCRIPTS: dict[str, Script] = {
+    "call-then-report": call_then_report,
+    "call-then-show": call_then_show,
+}
+
+
+def approval_spec(model: str = "call-then-report") -> AgentSpec:
+    """The tool-calling loop over these tools with the scripted ``model``."""
     return AgentSpec(
         tools=[t.spec.name for t in APPROVAL_TOOLS],
-        model=ModelSpec(provider="scripted", model="call-then-report"),
+        model=ModelSpec(provider="scripted", model=model),
     )
 
 

@@ -7,7 +7,8 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from activities.transcript import NO_RESULT, chat_messages
+from activities.transcript import ANSWERED, EDITED, NO_RESULT, chat_messages
+from workflows.agents.approvals import IGNORED
 from workflows.models import Event, EventInput
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -132,32 +133,72 @@ def test_rolled_back_events_are_never_shown_and_unanswered_calls_are_closed() ->
     ]
 
 
-def test_an_approval_is_not_shown_and_an_edit_gives_the_call_its_arguments() -> None:
-    """The approval's request and answer are the person's business; the model sees its call
-    with the arguments it ran with (the edit), once, and the tool's result."""
-    asked = {"input_id": "approve-3", "prompt": "Run?", "schema": {}, "approval": {}}
-    events = log(
+def approved(choice: dict[str, Any], *after: dict[str, Any]) -> list[Event]:
+    """A model's call of ``mail`` (seq 3, id ``c1``) asked about, answered with ``choice``,
+    then ``after``."""
+    asked = {
+        "input_id": "approve-3",
+        "prompt": "Run?",
+        "schema": {},
+        "approval": {"tool": "mail", "step_name": "s", "call_seq": 3, "call_id": "c1"},
+    }
+    return log(
         user("go"),
         assistant(""),
         call("mail", '{"to": "a"}', "c1"),
         {"kind": "input_request", "name": "approve-3", "payload": json.dumps(asked)},
-        {"kind": "input_response", "name": "approve-3", "payload": '{"type": "edit"}'},
-        {"kind": "decision", "payload": "approved with edited arguments"},
-        call("mail", '{"to": "b"}', "c1"),
-        result("sent to b", "c1"),
-        {"kind": "input_request", "name": "q", "payload": json.dumps({**asked, "input_id": "q"})},
+        {"kind": "input_response", "name": "approve-3", "payload": json.dumps(choice)},
+        {"kind": "decision", "payload": "what the person chose"},
+        *after,
     )
-    del asked["approval"]
-    plain = log({"kind": "input_request", "name": "q", "payload": json.dumps(asked)})
+
+
+MODELS_CALL = [
+    {"role": "user", "content": "go"},
+    {"role": "assistant", "content": "", "tool_calls": [tool_call("c1", "mail", '{"to": "a"}')]},
+]
+"""What the model is shown of its own call, whatever a person chose: the call as it made it."""
+
+
+def test_an_edit_keeps_the_models_call_and_its_result_says_what_ran() -> None:
+    """The approval's request and answer are not shown; the model's call stays as the model
+    made it (its arguments ``{"to": "a"}``), and the tool message says a person edited it,
+    what ran and its result (langchain#33787, langchain#40463: a model shown the edited call
+    as its own retried the original)."""
+    edited = {"type": "edit", "arguments": {"to": "b"}}
+    events = approved(edited, call("mail", '{"to": "b"}', "c1"), result("sent to b", "c1"))
+    said = EDITED.format(name="mail", arguments='{"to": "b"}', result="sent to b")
     assert chat_messages(events, None) == [
-        {"role": "user", "content": "go"},
-        {
-            "role": "assistant",
-            "content": "",
-            "tool_calls": [tool_call("c1", "mail", '{"to": "b"}')],
-        },
-        {"role": "tool", "tool_call_id": "c1", "content": "sent to b"},
+        *MODELS_CALL,
+        {"role": "tool", "tool_call_id": "c1", "content": said},
     ]
-    assert chat_messages(plain, None) == [
-        {"role": "user", "content": "A person was asked (input approve-3): Run?"}
+    assert said.startswith("A person edited this call before it ran: it ran as mail with")
+
+
+def test_an_answer_instead_says_a_person_answered_and_the_tool_did_not_run() -> None:
+    events = approved({"type": "answer", "text": "done by hand"}, result("done by hand", "c1"))
+    assert chat_messages(events, None) == [
+        *MODELS_CALL,
+        {"role": "tool", "tool_call_id": "c1", "content": ANSWERED.format(result="done by hand")},
+    ]
+
+
+def test_an_ignore_and_an_accept_show_the_recorded_result() -> None:
+    """An ignored call's result is ``IGNORED`` (the tool was not run), an accepted one's the
+    tool's own result; a later plain question is shown as asked."""
+    asked = {"input_id": "q", "prompt": "Run?", "schema": {}}
+    ignored = approved({"type": "ignore"}, result(IGNORED, "c1"))
+    accepted = approved(
+        {"type": "accept"},
+        result("sent to a", "c1"),
+        {"kind": "input_request", "name": "q", "payload": json.dumps(asked)},
+    )
+    assert chat_messages(ignored, None) == [
+        *MODELS_CALL,
+        {"role": "tool", "tool_call_id": "c1", "content": IGNORED},
+    ]
+    assert chat_messages(accepted, None) == [
+        *MODELS_CALL,
+        {"role": "tool", "tool_call_id": "c1", "content": "sent to a"},
+        {"role": "user", "content": "A person was asked (input q): Run?"},
     ]

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from pydantic import JsonValue
 
 from starter.client import ConversationHistory
@@ -244,3 +245,53 @@ def test_the_answer_schema_takes_each_choice_and_the_tools_references() -> None:
     assert "is a required property" in (answer_error(schema, {"type": "answer"}) or "")
     assert "is not one of" in (answer_error(schema, {"type": "run"}) or "")
     assert "Additional properties" in (answer_error(schema, {"type": "accept", "x": 1}) or "")
+
+
+@pytest.mark.parametrize(
+    ("choice", "said"),
+    [
+        (
+            {"type": "edit", "arguments": {"to": "team@example.com", "subject": "deploy"}},
+            "A person edited this call before it ran: it ran as send_mail with the arguments ",
+        ),
+        ({"type": "answer", "text": "I mailed them myself"}, "A person answered this call"),
+        ({"type": "ignore"}, IGNORED),
+    ],
+    ids=["edit", "answer", "ignore"],
+)
+async def test_the_model_keeps_its_call_and_reads_what_a_person_did(
+    agents: ConversationHistory, tmp_path: Path, choice: dict[str, Any], said: str
+) -> None:
+    """After an edit, an answer instead or an ignore, the chat messages the model is next
+    shown hold its own call as it made it (the original arguments) and a tool message that
+    says what a person did and what ran (LangChain's HITL edit notice, langchain#40463 for
+    langchain#33787; openai-agents-python#2658 and microsoft/agent-framework#8503: a model not
+    told why re-requested the call). Before, an edit rewrote the model's call to the edited
+    arguments and an answer read as the tool's own result."""
+    log = tmp_path / "mail.log"
+    await agents.create_task("t", goal(mail(log)), agent=approval_spec("call-then-show"))
+    request = await asked(agents, "t")
+    arguments = choice.get("arguments")
+    if arguments is not None:
+        arguments = {"log": str(log), **arguments}
+    answered = await agents.approve(
+        "t", request.input_id, choice["type"], arguments=arguments, text=choice.get("text")
+    )
+    assert answered.recorded
+    final = await agents.wait_task("t")
+    assert final is not None and final.result is not None
+    messages = json.loads(final.result.text)
+    (assistant,) = [m for m in messages if m["role"] == "assistant"]
+    (call,) = assistant["tool_calls"]
+    assert json.loads(call["function"]["arguments"]) == mail(log)[1]  # as the model made it
+    (tool,) = [m for m in messages if m["role"] == "tool"]
+    assert tool["tool_call_id"] == call["id"] and tool["content"].startswith(said)
+    ran = effects(log)
+    if choice["type"] == "edit":
+        assert "team@example.com" in tool["content"]
+        assert tool["content"].endswith("sent 'deploy' to team@example.com")
+        assert [line.split(" ", 1)[1] for line in ran] == ["mail team@example.com deploy x1"]
+    else:
+        assert ran == []
+    if choice["type"] == "answer":
+        assert tool["content"].endswith("I mailed them myself")

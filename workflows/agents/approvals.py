@@ -24,12 +24,14 @@ predicate on its arguments) is asked about before its call is scheduled, in this
    - ``accept``: the step runs the call as the model made it; the model reads the tool's
      result.
    - ``edit``: a second ``tool_call`` event holds the person's arguments (the same call id);
-     the step runs that one, and the model sees the call with the edited arguments and the
-     tool's result.
+     the step runs that one. The model sees its own call as it made it, and a result that
+     says a person edited it, what ran and the tool's result (``activities.transcript``'s
+     ``EDITED``).
    - ``answer``: nothing runs; the step ends ``completed`` with the answer as its result
-     event, which the model reads as the tool's result.
+     event; the model reads that a person answered in the tool's place, then the answer
+     (``ANSWERED``).
    - ``ignore``: nothing runs; the step ends ``failed`` with ``IGNORED`` as its result (the
-     model reads it).
+     model reads it: the tool was not run).
 
 Workflow code: deterministic.
 """
