@@ -37,8 +37,8 @@ from starter.client import ConversationHistory
 from starter.replay import replay_histories
 from starter.writes import split_events
 from taskgraph.models import TaskFilter
+from taskgraph.properties import task_properties
 from taskgraph.seeds import seed_view
-from taskgraph.writes import task_properties
 from workflows.models import (
     AgentSpec,
     EventInput,

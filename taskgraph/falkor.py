@@ -369,19 +369,40 @@ class FalkorGraph(GraphReads, GraphRetention):
         self.address = f"{parts.hostname or '127.0.0.1'}:{parts.port or 6379}"
         """Where the server is (never its password)."""
         self.graph_name = graph
-        self._db = FalkorDB(
-            host=parts.hostname or "127.0.0.1",
-            port=parts.port or 6379,
-            username=parts.username or None,
-            password=parts.password or None,
-            ssl=parts.scheme in ("falkors", "rediss"),
-            socket_timeout=FALKOR_SOCKET_TIMEOUT_S,
-            socket_connect_timeout=FALKOR_CONNECT_TIMEOUT_S,
-        )
-        self._graph = self._db.select_graph(graph)
+        self._options: dict[str, Any] = {
+            "host": parts.hostname or "127.0.0.1",
+            "port": parts.port or 6379,
+            "username": parts.username or None,
+            "password": parts.password or None,
+            "ssl": parts.scheme in ("falkors", "rediss"),
+            "socket_timeout": FALKOR_SOCKET_TIMEOUT_S,
+            "socket_connect_timeout": FALKOR_CONNECT_TIMEOUT_S,
+        }
+        self._db: Any = None
+        self._graph: Any = None
+        self._open_lock = asyncio.Lock()
         self._schema_ready = False
         self._schema_lock = asyncio.Lock()
         self._writes = asyncio.Semaphore(max_writes)
+
+    async def _client(self) -> Any:
+        """The client's graph, made on first use. The client's constructor asks the server
+        whether it is a cluster, synchronously (a blocking ``INFO`` on a socket of its own,
+        and an exception for an unreachable server): it runs in a thread, so it never blocks
+        the event loop, and when the store is first used, not when it is built.
+
+        Raises:
+            GraphUnavailable, GraphAuthError: the server cannot be reached, or refused.
+        """
+        if self._graph is None:
+            async with self._open_lock:
+                if self._graph is None:
+                    try:
+                        self._db = await asyncio.to_thread(FalkorDB, **self._options)
+                    except (redis.exceptions.RedisError, OSError) as err:
+                        raise falkor_error(err) from err
+                    self._graph = self._db.select_graph(self.graph_name)
+        return self._graph
 
     async def connect(self) -> None:
         """Check that FalkorDB answers, then create the schema (``ensure_schema``).
@@ -390,6 +411,7 @@ class FalkorGraph(GraphReads, GraphRetention):
             GraphUnavailable: FalkorDB cannot be reached.
             GraphAuthError: it refused the credentials.
         """
+        await self._client()
         try:
             await self._db.connection.ping()
         except (redis.exceptions.RedisError, OSError) as err:
@@ -398,13 +420,15 @@ class FalkorGraph(GraphReads, GraphRetention):
 
     async def close(self) -> None:
         """Close the connections."""
-        await self._db.aclose()
+        if self._db is not None:
+            await self._db.aclose()
 
     async def _run(self, query: LiteralString, params: dict[str, Any], *, write: bool) -> Any:
         """The result of one query; a query the client sent with an old view of the graph's
         schema (``SchemaVersionMismatchException``: the client refreshed it) is sent again."""
         sent = {k: _param(v) for k, v in params.items()}
-        run = self._graph.query if write else self._graph.ro_query
+        graph = await self._client()
+        run = graph.query if write else graph.ro_query
         try:
             try:
                 return await run(query, sent, timeout=FALKOR_QUERY_MS)
@@ -458,7 +482,7 @@ class FalkorGraph(GraphReads, GraphRetention):
                     raise
         for label, prop in UNIQUE:
             try:
-                await self._db.connection.execute_command(
+                await self._db.connection.execute_command(  # the graph exists: SCHEMA made it
                     "GRAPH.CONSTRAINT",
                     "CREATE",
                     self.graph_name,

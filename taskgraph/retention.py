@@ -178,7 +178,9 @@ class GraphRetention(StatementRunner):
         data keys and the task node. The project, agent and session nodes stay (shared).
 
         Events and steps are found by key prefix (the uniqueness constraints' indexes) and checked
-        by ``task_key``, since a task name may contain ``#`` or ``/``.
+        by ``task_key``, since a task name may contain ``#`` or ``/``. The prefix is in
+        parentheses: FalkorDB reads ``STARTS WITH $key + '#' AND ...`` as a prefix of
+        ``$key + ('#' AND ...)`` (a type error); Neo4j reads both the same.
         """
         params = {"p": project_id, "key": workflow_id}
         rows = await self._read(
@@ -190,14 +192,14 @@ class GraphRetention(StatementRunner):
             await self._write(_DETACH, now=epoch_us(datetime.now(UTC)), **params)
         events = await self._in_batches(
             """
-            MATCH (e:Event) WHERE e.key STARTS WITH $key + '#' AND e.task_key = $key
+            MATCH (e:Event) WHERE e.key STARTS WITH ($key + '#') AND e.task_key = $key
             WITH e LIMIT $batch DETACH DELETE e RETURN count(*) AS n
             """,
             **params,
         )
         steps = await self._in_batches(
             """
-            MATCH (s:Step) WHERE s.key STARTS WITH $key + '/' AND s.task_key = $key
+            MATCH (s:Step) WHERE s.key STARTS WITH ($key + '/') AND s.task_key = $key
             WITH s LIMIT $batch DETACH DELETE s RETURN count(*) AS n
             """,
             **params,

