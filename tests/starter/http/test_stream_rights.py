@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from broker import key_channel, project_channel, session_channel, task_channel
+from devstack import parse_host_port
 from starter.http import create_app
 from starter.tasks import TaskEmitter, TaskManager
 from taskgraph.apikeys import ApiKeyStore
@@ -26,6 +27,8 @@ from tests.servers import served
 from tests.starter.http.conftest import STREAMS_PER_KEY, Api, Project, Sse, SseReader
 from tests.starter.http.test_people import _sign_in
 from tests.starter.test_serve import cli
+from tests.tcp_proxy import TcpProxy
+from worker import Services, open_graph
 from workflows.models import Event
 
 LATE = "written-after-the-revocation"
@@ -317,3 +320,42 @@ async def test_a_client_that_leaves_frees_the_servers_subscriptions_and_slots(
 
     await eventually(every_slot_free)
     await eventually(unsubscribed)
+
+
+async def test_a_stream_whose_key_cannot_be_checked_ends_unavailable_and_resumes(
+    api: Api, project: Project, http: httpx.AsyncClient
+) -> None:
+    """The key store goes away under a server (its Neo4j connections through a proxy that
+    stops): a stream sent a new event cannot vouch for its key, so it ends with
+    ``unavailable`` instead of sending it; resumed with its ``Last-Event-ID`` on a server
+    that reaches the store, it gets that event."""
+    assert api.services.graph is not None
+    settings = api.services.settings
+    host, port = parse_host_port(settings.neo4j_uri, 7687)
+    assert (await http.post("/tasks", json={"name": "t", "goal": "g"})).status_code == 201
+    await _record(http, "t", "first")
+    async with TcpProxy(host, port).running() as proxy:
+        through = settings.model_copy(update={"neo4j_uri": f"bolt://127.0.0.1:{proxy.port}"})
+        async with open_graph(through) as graph:
+            services = Services(settings, api.services.client, graph, api.services.broker)
+            async with (
+                served(create_app(services, keepalive_s=0.5)) as url,
+                httpx.AsyncClient(base_url=url, headers=project.headers, timeout=90) as client,
+                client.stream("GET", "/tasks/t/stream") as response,
+            ):
+                reader = SseReader(response)
+                await reader.connected()
+                first = await reader.next()
+                assert payloads([first]) == ["first"]
+                await proxy.stop()
+                await _record(http, "t", "second")
+                rest = await reader.until("unavailable", within=120)
+                with pytest.raises(EOFError):
+                    await reader.next()
+    assert [s.event for s in rest] == ["unavailable"]
+    assert json.loads(rest[0].data)["error"]["code"] == "unavailable"
+    headers = {"Last-Event-ID": first.id or ""}
+    async with http.stream("GET", "/tasks/t/stream", headers=headers) as response:
+        reader = SseReader(response)
+        await reader.connected()
+        assert payloads([await reader.next()]) == ["second"]

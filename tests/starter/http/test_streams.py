@@ -12,7 +12,15 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from starter.http import GRACEFUL_TIMEOUT_S, KEEPALIVE_S
+from starter.http.grants import GRANT_CHECK_S
 from starter.http.sessions import Cursor, cursor_id, parse_cursor
+from starter.http.streams import (
+    FEED_EVENTS,
+    SESSION_TASKS,
+    STREAM_POLL_S,
+    TOKENS_QUEUED,
+)
 from starter.tasks import TaskEmitter, TaskManager
 from taskgraph.graph import TaskGraph
 from tests.conftest import eventually, mirrored, payload_texts
@@ -523,3 +531,53 @@ async def test_a_session_cursor_never_replays_another_sessions_task(
         seen = [await reader.next() for _ in range(2)]
     assert [Event.model_validate_json(s.data).payload for s in seen] == ["mine-1", "mine-2"]
     assert set((parse_cursor(seen[-1].id or "") or Cursor()).seqs) == {"mine"}
+
+
+async def test_after_seq_tokens_off_and_tokens_missed_while_away(
+    api: Api, http: httpx.AsyncClient, project: Project
+) -> None:
+    """``?after_seq=N`` starts a first connection after seq N; ``?tokens=false`` sends no
+    token while a stream with tokens gets it, with no id; a token sent while a stream was
+    away is not sent on its resume, and the update written meanwhile is."""
+    assert (await http.post("/tasks", json={"name": "t", "goal": "g"})).status_code == 201
+    await _record(http, "t", "m1", "m2", "m3")
+    emitter = TaskEmitter(TaskManager(project.history, broker=api.services.broker), "t")
+    async with (
+        http.stream("GET", "/tasks/t/stream", params={"after_seq": 2}) as a,
+        http.stream("GET", "/tasks/t/stream", params={"after_seq": 3, "tokens": "false"}) as b,
+    ):
+        with_tokens, without = SseReader(a), SseReader(b)
+        for reader in (with_tokens, without):
+            await reader.connected()
+        third = await with_tokens.next()
+        assert (third.id, updates([third])[0].payload) == ("3", "m3")
+        await emitter.emit_token(MARK)
+        token = await with_tokens.next()
+        assert token.event == "token" and token.id is None
+        assert json.loads(token.data)["text"] == MARK
+        await _record(http, "t", "m4")
+        assert [(s.event, s.id) for s in [await without.next()]] == [("update", "4")]
+    await emitter.emit_token(MARK)  # no stream is open
+    await _record(http, "t", "m5")
+    async with http.stream("GET", "/tasks/t/stream", headers={"Last-Event-ID": "4"}) as c:
+        reader = SseReader(c)
+        await reader.connected()
+        resumed = await _until_keep_alive(reader)
+    assert [(s.event, s.id) for s in resumed] == [("update", "5")]
+
+
+def test_the_numbers_docs_http_quotes_are_the_codes() -> None:
+    """docs/http.md's numbers about streams are the constants the code runs with."""
+    text = (ROOT / "docs" / "http.md").read_text(encoding="utf-8")
+    quoted = {
+        "every 15 s of silence": KEEPALIVE_S == 15.0,
+        "checks its key every 10 s": GRANT_CHECK_S == 10.0,
+        "`--graceful-timeout` seconds (10)": GRACEFUL_TIMEOUT_S == 10,
+        "It follows at\nmost 64 tasks": SESSION_TASKS == 64,
+        "or every 2 s without one": STREAM_POLL_S == 2.0,
+        "the newest\n1,000 in a ring": FEED_EVENTS == 1_000,
+        "a queue of 1,024": TOKENS_QUEUED == 1_024,
+    }
+    assert {sentence: sentence in text and same for sentence, same in quoted.items()} == {
+        sentence: True for sentence in quoted
+    }
