@@ -230,3 +230,35 @@ async def test_api_keys_and_page_sessions(store: GraphStore, project_id: str) ->
     assert await keys.check(key) is None and await sessions.check(live) is None
     assert [k.key_id for k in await keys.list(project_id)] == [record.key_id]
     assert await keys.revoke("0" * 16) is None
+
+
+async def test_a_decision_cites_events_and_steps_and_says_what_changed_since(
+    client: Client, store: GraphStore, store_history: ConversationHistory, store_queue: str
+) -> None:
+    view = await _task_with_a_tool_step(store_history, "choose")
+    p = store_history.project_id
+    assert (await store_history.set_step("choose", "check", StepState.IN_PROGRESS)).recorded
+    made = await store_history.record_decision(
+        "choose", "use the search answer", cites_events=[1, 3], cites_steps=["look", "check"]
+    )
+    assert made.recorded and made.event is not None
+    await mirrored(store_history, "choose")
+    (row,) = await store.decisions(p, workflow_id=view.workflow_id)
+    assert (row.seq, row.statement, row.redacted_events, row.changed_steps) == (
+        4,
+        "use the search answer",
+        [],
+        [],
+    )
+    counts = await store.counts(p)
+    assert counts["CITES"] == 4 and counts["Event"] == 4
+    events = await store.events(p, view.workflow_id, 0, 3, 10)
+    retention = HistoryRetention(client, p, "agent-1", graph=store, task_queue=store_queue)
+    assert (await retention.redact_event(events[0].id)).affected_decision_ids == [row.id]
+    assert (await store_history.set_step("choose", "check", StepState.COMPLETED)).recorded
+    await mirrored(store_history, "choose")
+    (row,) = await store.decisions(p, decision_id=row.id)
+    assert row.redacted_events == [1]
+    assert [(c.name, c.state, c.state_then) for c in row.changed_steps] == [
+        ("check", "completed", "in_progress")
+    ]
