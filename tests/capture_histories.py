@@ -1092,6 +1092,38 @@ async def approvals_scenario(stack: Stack) -> Captured:
     return {"approval_choices": await fetch(history, "approvals")}
 
 
+async def ignore_reason_scenario(stack: Stack) -> Captured:
+    """The ``ignore-with-reason`` patch: a mail ignored with a reason; the patch's marker, the
+    step ``failed`` with ``IGNORED`` and the reason as its result, no tool activity, then the
+    model's answer."""
+    import tempfile
+
+    from tests.approval_tools import APPROVAL_SCRIPTS, APPROVAL_TOOLS, approval_spec, goal
+
+    queue = f"capture-ignore-{uuid.uuid4().hex[:8]}"
+    history = stack.history("ignore")
+    history.task_queue = queue
+    with tempfile.TemporaryDirectory() as folder:
+        mail = {"log": str(Path(folder) / "effects.log"), "to": "ops@example.com", "subject": "s"}
+        async with build_worker(
+            stack.client, stack.graph, queue, tools=APPROVAL_TOOLS, scripts=APPROVAL_SCRIPTS
+        ):
+            created = await history.create_task(
+                "ignored", goal(("send_mail", mail)), agent=approval_spec()
+            )
+            expect(created)
+            await quiet_until_asked(history, "ignored")
+            view = (await history.get_task("ignored")).view
+            assert view is not None
+            (request,) = view.pending_inputs
+            reason = "wrong list: ask me for the right one"
+            expect(await history.approve("ignored", request.input_id, "ignore", text=reason))
+            final = await history.wait_task("ignored")
+            if final is None or final.result is None or reason not in final.result.text:
+                raise CaptureError(f"the model was not told the reason: {final!r}")
+    return {"approval_ignore_reason": await fetch(history, "ignored")}
+
+
 async def quiet_until_asked(history: ConversationHistory, task: str) -> None:
     """Wait until ``task`` has an open approval request and its workflow is quiet."""
     handle = history.client.get_workflow_handle(history.workflow_id(task))
@@ -1293,6 +1325,11 @@ SCENARIOS: dict[str, Scenario] = {
         approvals_scenario,
         ("approval_choices",),
         "approval before a tool runs: accept, edit, unasked by predicate, answer, ignore",
+    ),
+    "ignore_reason": Scenario(
+        ignore_reason_scenario,
+        ("approval_ignore_reason",),
+        "an approval ignored with a reason the model reads (patched)",
     ),
     "parked": Scenario(
         parked_scenario,

@@ -16,7 +16,7 @@ from starter.client import ConversationHistory
 from tests.approval_tools import approval_spec, effects, goal
 from tests.conftest import eventually, mirrored
 from tests.workflows.conftest import cli
-from workflows.agents.approvals import IGNORED, approval_schema
+from workflows.agents.approvals import IGNORED, approval_schema, ignored_result
 from workflows.errors import ErrorCode
 from workflows.models import Event, EventKind, InputRequest, StepState, TaskStatus
 from workflows.waits import answer_error, check_schema
@@ -295,3 +295,25 @@ async def test_the_model_keeps_its_call_and_reads_what_a_person_did(
         assert ran == []
     if choice["type"] == "answer":
         assert tool["content"].endswith("I mailed them myself")
+
+
+async def test_an_ignore_with_a_reason_tells_the_model_why(
+    agents: ConversationHistory, tmp_path: Path
+) -> None:
+    """An ignore that gives a reason (``text``): nothing runs, the step ends ``failed`` and the
+    model reads that the tool was not run and why (openai-agents-python#2658 and #3359: the
+    rejection reason was dropped before the model saw it; microsoft/agent-framework#8503: a
+    model not told why asked for the same call again). Before, the reason was dropped."""
+    log = tmp_path / "mail.log"
+    await agents.create_task("t", goal(mail(log)), agent=approval_spec("call-then-show"))
+    request = await asked(agents, "t")
+    reason = "the list is wrong: ask me for the right one"
+    assert (await agents.approve("t", request.input_id, "ignore", text=reason)).recorded
+    final = await agents.wait_task("t")
+    assert final is not None and final.result is not None
+    (tool,) = [m for m in json.loads(final.result.text) if m["role"] == "tool"]
+    assert tool["content"] == ignored_result(reason)
+    assert tool["content"].startswith(IGNORED) and tool["content"].endswith(reason)
+    assert effects(log) == []
+    (step,) = (await agents.list_steps("t")).steps
+    assert step.state is StepState.FAILED

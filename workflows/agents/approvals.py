@@ -31,7 +31,8 @@ predicate on its arguments) is asked about before its call is scheduled, in this
      event; the model reads that a person answered in the tool's place, then the answer
      (``ANSWERED``).
    - ``ignore``: nothing runs; the step ends ``failed`` with ``IGNORED`` as its result (the
-     model reads it: the tool was not run).
+     model reads it: the tool was not run), followed by the person's reason when the answer
+     gives one (``text``: ``ignored_result``).
 
 Workflow code: deterministic.
 """
@@ -80,6 +81,11 @@ APPROVAL_CHECK_RETRY = RetryPolicy(maximum_attempts=5)
 is the check's answer, not a retry: the step fails with it)."""
 IGNORED = "a person chose not to run this call: the tool was not run"
 """The result of an ignored call (the model reads it)."""
+IGNORE_REASON = "ignore-with-reason"
+"""Patch id: an ignore that gives a reason (``ApprovalChoice.text``) ends the step with
+``IGNORED`` and the reason (``ignored_result``), so the model reads why (the fix of
+openai-agents-python#2658 and #3359: a rejection reason dropped before the model saw it).
+Runs recorded before it ended every ignored call with ``IGNORED`` alone."""
 
 
 class ApprovalCheck(BaseModel):
@@ -91,6 +97,11 @@ class ApprovalCheck(BaseModel):
     """Markdown for the person."""
     error: str | None = None
     """The arguments fail the tool's model: the step fails with this, nobody is asked."""
+
+
+def ignored_result(reason: str) -> str:
+    """The result of a call a person ignored giving ``reason`` (the model reads it)."""
+    return f"{IGNORED}; their reason: {reason}"
 
 
 def approval_input_id(call_seq: int) -> str:
@@ -254,5 +265,7 @@ class Approvals(Runner):
         if choice.type == "answer":
             return call_seq, (StepState.COMPLETED, choice.text or "")
         if choice.type == "ignore":
+            if choice.text and workflow.patched(IGNORE_REASON):
+                return call_seq, (StepState.FAILED, ignored_result(choice.text))
             return call_seq, (StepState.FAILED, IGNORED)
         return call_seq, None

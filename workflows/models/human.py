@@ -86,7 +86,8 @@ class ApprovalChoice(BaseModel):
     """``edit``: the arguments the call runs with (checked against the tool's argument
     model's JSON Schema when the answer arrives)."""
     text: StrictStr | None = None
-    """``answer``: the tool's result for the model."""
+    """``answer``: the tool's result for the model; ``ignore``: why it was not run (optional,
+    for the model)."""
 
 
 class InputRequest(BaseModel):
