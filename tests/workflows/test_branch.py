@@ -15,9 +15,11 @@ import asyncio
 import json
 from pathlib import Path
 
+from activities.transcript import NO_RESULT
 from starter.client import ConversationHistory
 from starter.importer import all_events, all_steps
 from tests.agent_tools import answer, calls
+from tests.approval_tools import approval_spec, goal
 from tests.workflows.conftest import script, spec
 from workflows.models import AgentSpec, Event, EventKind, StepState, TaskStatus, TaskView
 
@@ -142,3 +144,46 @@ async def test_a_branch_of_the_tool_loop_never_runs_a_call_of_the_point_on_its_o
         done = await ended(agents, f"b{i}")
         assert done.status is TaskStatus.DONE, (point, done)
     assert runs(log) == [f"{agents.workflow_id('src')}/r00001.0:charge_card/1"]
+
+
+async def test_the_tool_loop_branched_inside_a_turn_shows_the_model_the_call_closed(
+    agents: ConversationHistory, tmp_path: Path
+) -> None:
+    """The docs' tool-loop row: branched between a call and its result, the model is asked
+    again with the copied transcript, where the call of the point is closed (``NO_RESULT``),
+    not run by the branch on its own; this scripted model calls again, so the tool runs
+    again live, under a new round's step name and the branch's key."""
+    log = tmp_path / "pay.log"
+    pay = ("pay", {"log": str(log), "amount": 5})  # under its predicate's bound: never asked
+    created = await agents.create_task("src", goal(pay), agent=approval_spec("call-then-show"))
+    assert created.recorded
+    assert (await ended(agents, "src")).status is TaskStatus.DONE
+    point = seq_of(await all_events(agents, "src"), EventKind.TOOL_CALL)
+    assert (await agents.branch_from("src", point, "b")).recorded
+    done = await ended(agents, "b")
+    assert done.result is not None
+    messages = json.loads(done.result.text)
+    tools = [m["content"] for m in messages if m["role"] == "tool"]
+    assert tools == [NO_RESULT, "paid 5"]
+    assert [line.split(" ", 1)[0] for line in runs(log)] == [
+        f"{agents.workflow_id('src')}/r00001.0:pay/1",
+        f"{agents.workflow_id('b')}/r00003.0:pay/1",  # after the source's two rounds
+    ]
+
+
+async def test_a_branch_of_a_recorded_task_copies_the_log_and_no_steps(
+    agents: ConversationHistory,
+) -> None:
+    """The docs' recorded-task column: the log is copied, the source's steps are not carried
+    (its app sets the branch's own)."""
+    history = agents
+    assert (await history.create_task("rec", "recorded")).recorded
+    assert (await history.record_event("rec", "tool_call", "{}", name="bash")).recorded
+    result = await history.record_event("rec", "tool_result", "ok", name="bash")
+    assert result.recorded and result.seq is not None
+    done = await history.set_step("rec", "s1", "completed", result_event_seq=result.seq)
+    assert done.recorded
+    assert (await history.branch_from("rec", result.seq, "rec-b")).recorded
+    assert [e.payload for e in await all_events(history, "rec-b")] == ["{}", "ok"]
+    assert await all_steps(history, "rec-b") == []
+    assert (await history.set_step("rec-b", "s1", "in_progress")).recorded
