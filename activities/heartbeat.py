@@ -13,10 +13,10 @@ _T = TypeVar("_T")
 
 async def heartbeating(work: Awaitable[_T], *, every_s: float | None = None) -> _T:
     """Await ``work`` inside an activity while heartbeating every quarter of the activity's
-    heartbeat timeout, or every ``every_s`` seconds when it has none (None: no heartbeats
-    then). A cancel of the activity reaches it only in the server's answer to a heartbeat, so
-    an activity that must stop when its workflow no longer wants it (the model call) beats
-    without a heartbeat timeout too.
+    heartbeat timeout or every ``every_s`` seconds, whichever is sooner (without a heartbeat
+    timeout and ``every_s``: no heartbeats). A cancel of the activity reaches it only in the
+    server's answer to a heartbeat, so an activity that must stop soon when its workflow no
+    longer wants it (the model call) beats at ``every_s``.
 
     The heartbeat says "this worker is alive and on it": when the worker dies, the server
     retries the attempt after the heartbeat timeout. It does not say the work advances; each
@@ -24,9 +24,12 @@ async def heartbeating(work: Awaitable[_T], *, every_s: float | None = None) -> 
     ``taskgraph.driver.NEO4J_CALL_TIMEOUT_S``), so a silent peer cannot hold the attempt.
     """
     timeout = activity.info().heartbeat_timeout
-    interval = timeout.total_seconds() / 4 if timeout else every_s
-    if not interval:
+    intervals = [every_s] if every_s else []
+    if timeout:
+        intervals.append(timeout.total_seconds() / 4)
+    if not intervals:
         return await work
+    interval = min(intervals)
 
     async def beat() -> None:
         while True:

@@ -23,6 +23,7 @@ else (the turn is recorded whole, as one event, when the call returns).
 
 from __future__ import annotations
 
+import importlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
@@ -267,7 +268,6 @@ async def openai_streamed_turn(
             ``finish_reason`` or ``[DONE]``; retryable ``ModelApiError`` for a chunk that is
             not JSON or an error sent in the stream; ``StreamAssembler.turn``'s.
     """
-    import httpx
     import openai
 
     assembler = StreamAssembler()
@@ -288,12 +288,25 @@ async def openai_streamed_turn(
                     _take(data, assembler, tokens)
     except (openai.APIStatusError, openai.APIConnectionError) as err:
         raise api_failure(err) from err
-    except httpx.TransportError as err:
+    except _transport_errors() as err:
         raise ApplicationError(
             f"the model's stream was cut ({type(err).__name__}: {err}): the answer is incomplete",
             type="ModelStreamCut",
         ) from err
     return assembler.turn()
+
+
+def _transport_errors() -> tuple[type[Exception], ...]:
+    """The errors of a connection lost while a response is read: ``TransportError`` of the HTTP
+    client the installed ``openai`` package reads with (``httpx2`` in its newer releases,
+    ``httpx`` before), which it does not wrap while a streamed body is read."""
+    found: list[type[Exception]] = []
+    for name in ("httpx2", "httpx"):
+        try:
+            found.append(importlib.import_module(name).TransportError)
+        except ImportError:
+            continue
+    return tuple(found)
 
 
 def _take(data: str, assembler: StreamAssembler, tokens: TokenStream) -> bool:

@@ -6,7 +6,8 @@ returns (recorded whole as one event) and never into Neo4j. A model call never w
 broker: its tokens are queued and sent by one task per call (in order, a pipeline round trip
 per batch), and a call that ends waits at most ``FLUSH_TIMEOUT_S`` for the last of them. A
 call that was cancelled (its task cancelled or ended) or failed sends nothing more: what it
-had queued is dropped, so a reader sees no token of a call after the cancel reached it.
+had queued is dropped (a publish under way ends, within ``broker.PUBLISH_TIMEOUT_S``), so a
+reader sees no token of a call after the call has ended.
 
 Each token says which attempt of its model call it belongs to (``TokenMessage.attempt``, the
 activity's attempt number; its ``index`` starts at 0 again in each attempt): a reader that
@@ -82,10 +83,8 @@ class TokenStream:
         if self._sender is None:
             return
         if e is not None:  # cancelled or failed: what is queued is of a turn never recorded
-            self._sender.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sender
-            return
+            while not self._queue.empty():  # the one being published ends (a publish is
+                self._queue.get_nowait()  # never cut short: its connection would be lost)
         self._queue.put_nowait(None)
         try:
             await asyncio.wait_for(asyncio.shield(self._sender), FLUSH_TIMEOUT_S)

@@ -1231,6 +1231,49 @@ async def sealed_decisions_scenario(stack: Stack) -> Captured:
     return {"sealed_decisions": captured}
 
 
+async def model_cancel_scenario(stack: Stack) -> Captured:
+    """The ``model-call-cancel`` patch: the tool loop with an ``openai`` model streaming from
+    the tests' scripted server (``tests.model_server``, a chunk every 0.1 s for a minute), a
+    cancel while it streams (``model_cancel``): the patch's marker, the model activity scheduled
+    with its heartbeat timeout, the cancel request, the workflow waiting for the activity's
+    ``ActivityTaskCanceled`` (it closed its HTTP request) before the task's ``cancelled`` and
+    the workflow's end."""
+    import os
+
+    from tests.agent_tools import TOOLS
+    from tests.model_server import ModelServer, Reply, chunk
+    from workflows.models import AgentSpec, ModelSpec
+
+    queue = f"capture-model-cancel-{uuid.uuid4().hex[:8]}"
+    history = stack.history("model_cancel")
+    history.task_queue = queue
+    chunks = [chunk(content=f"w{i} ") for i in range(600)] + [chunk(finish="stop")]
+    server = ModelServer([Reply(chunks=chunks, chunk_delay_s=0.1)])
+    before = {name: os.environ.get(name) for name in ("OPENAI_BASE_URL", "OPENAI_API_KEY")}
+    os.environ.update(OPENAI_BASE_URL=server.url, OPENAI_API_KEY="capture-key")
+    try:
+        with server.running(), expected_activity_failures():
+            async with build_worker(stack.client, stack.graph, queue, tools=TOOLS):
+                model = ModelSpec(provider="openai", model="m", stream=True)
+                spec = AgentSpec(tools=["echo"], model=model)
+                expect(await history.create_task("t", "count to 600", agent=spec))
+                await quiet_until(lambda: bool(server.exchanges) and server.exchanges[0].sent >= 5)
+                expect(await history.cancel_task("t"))
+                final = await history.wait_task("t")
+                if final is None or final.status is not TaskStatus.CANCELLED:
+                    raise CaptureError(f"the task was not cancelled: {final!r}")
+                await quiet_until(lambda: server.exchanges[0].closed_early)
+                if server.exchanges[0].sent >= len(chunks):
+                    raise CaptureError("the model's stream was read to its end")
+                return {"model_cancel": await fetch(history, "t")}
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 SCENARIOS: dict[str, Scenario] = {
     "create": Scenario(create_scenario, ("create",), "create a task (update-with-start)"),
     "writes": Scenario(writes_scenario, ("writes",), "event and step writes"),
@@ -1335,6 +1378,11 @@ SCENARIOS: dict[str, Scenario] = {
         parked_scenario,
         ("parked_run1", "parked_run2"),
         "an agent parks at the suggestion while a mirror call is held (patched)",
+    ),
+    "model_cancel": Scenario(
+        model_cancel_scenario,
+        ("model_cancel",),
+        "a cancel while the model streams: the call cancelled and waited for (patched)",
     ),
 }
 """Every scenario by name, in capture order."""

@@ -99,6 +99,38 @@ def completion(
     }
 
 
+def chunk(
+    *calls: dict[str, Any],
+    content: str | None = None,
+    finish: str | None = None,
+    usage: tuple[int, int] | None = None,
+) -> dict[str, Any]:
+    """A ``chat.completion.chunk`` of one choice whose delta has ``content`` and the tool-call
+    deltas ``calls`` (each ``{"index": ..., "id": ..., "function": {...}}`` as a server sends
+    it), with ``finish`` as its ``finish_reason``; with ``usage`` (prompt, completion tokens)
+    the final usage chunk instead (no choice)."""
+    delta: dict[str, Any] = {}
+    if content is not None:
+        delta["content"] = content
+    if calls:
+        delta["tool_calls"] = list(calls)
+    body: dict[str, Any] = {
+        "id": "chatcmpl-7",
+        "object": "chat.completion.chunk",
+        "created": 1_700_000_000,
+        "model": "test-model",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+    if usage is not None:
+        body["choices"] = []
+        body["usage"] = {
+            "prompt_tokens": usage[0],
+            "completion_tokens": usage[1],
+            "total_tokens": sum(usage),
+        }
+    return body
+
+
 def error(status: int, message: str, **headers: str) -> Reply:
     """An error answer with the API's error body."""
     body = {"error": {"message": message, "type": "invalid_request_error", "code": None}}

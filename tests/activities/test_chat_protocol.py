@@ -17,23 +17,8 @@ from activities.chat_protocol import (
     completion_turn,
     fallback_call_id,
 )
+from tests.model_server import chunk
 from workflows.models import MAX_PAYLOAD_BYTES, MAX_PAYLOAD_CHARS, ToolCall
-
-
-def chunk(
-    *calls: dict[str, Any], content: str | None = None, finish: str | None = None
-) -> dict[str, Any]:
-    """A ``chat.completion.chunk`` of one choice."""
-    delta: dict[str, Any] = {}
-    if content is not None:
-        delta["content"] = content
-    if calls:
-        delta["tool_calls"] = list(calls)
-    return {
-        "id": "chatcmpl-7",
-        "object": "chat.completion.chunk",
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-    }
 
 
 def assembled(*chunks: dict[str, Any], done: bool = True) -> StreamAssembler:

@@ -6,23 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
-from temporalio.api.taskqueue.v1 import TaskQueue
-from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 
 from activities.tokens import split_tokens
 from broker import Subscriber, TokenMessage, task_channel
 from starter.client import ConversationHistory
-from tests.agent_tools import TOOLS
-from tests.conftest import eventually
 from tests.servers import served
-from worker import Services, build_worker
+from worker import Services
 from workflows.models import AgentSpec, EventKind, ModelSpec, Role
 
 DELTAS = ["Check", "ing the ", "repo"]
@@ -95,26 +90,6 @@ async def openai_server(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[list[d
         monkeypatch.setenv("OPENAI_BASE_URL", f"{url}/v1")
         monkeypatch.setenv("OPENAI_API_KEY", "test-key")
         yield seen
-
-
-@pytest.fixture(scope="module")
-async def openai_queue(services: Services) -> AsyncIterator[str]:
-    """A worker with the broker and the test tools, polling before the first test uses it."""
-    assert services.graph is not None
-    queue = f"openai-{uuid.uuid4().hex[:8]}"
-    async with build_worker(
-        services.client, services.graph, queue, tools=TOOLS, broker=services.broker
-    ):
-        request = DescribeTaskQueueRequest(
-            namespace=services.client.namespace, task_queue=TaskQueue(name=queue)
-        )
-
-        async def polling() -> bool:
-            described = await services.client.workflow_service.describe_task_queue(request)
-            return bool(described.pollers)
-
-        await eventually(polling)
-        yield queue
 
 
 @pytest.mark.parametrize("stream", [True, False])

@@ -63,6 +63,17 @@ own info, not only once the run loop has set ``checkpoint_due``. The loop sets t
 its mirror calls, so while one call was slow (a Neo4j write taking a second, or held up to
 ``MIRROR_DRAIN_WAIT`` by a stall) a fast agent went on well past the suggestion, and a short task
 could end in its first run, its history hundreds of events past it."""
+MODEL_CALL_CANCEL = "model-call-cancel"
+"""Patch id: the model call is scheduled with a heartbeat timeout (``MODEL_HEARTBEAT``) and the
+workflow waits for it to acknowledge a cancel (``WAIT_CANCELLATION_COMPLETED``) before the task
+goes on to its end. The activity heartbeats every second (``activities.model.MODEL_BEAT_S``), so
+a cancel reaches it within about two seconds and closes its HTTP request, and the task's
+``cancelled`` comes after the last token it published. Runs recorded before dropped the call at
+once (``TRY_CANCEL``): the task ended while the model's request ran on to its end, its tokens
+still published."""
+MODEL_HEARTBEAT = timedelta(seconds=10)
+"""Heartbeat timeout of the model call: a call whose worker died is retried (or, after a cancel,
+given up) this long after its last heartbeat, not after ``MODEL_START_TO_CLOSE``."""
 MODEL_ACTIVITY = "model_turn"
 """Activity name of the model call."""
 MODEL_START_TO_CLOSE = timedelta(minutes=2)
@@ -246,7 +257,8 @@ class StepRunner(Approvals):
         Raises:
             BudgetExceeded: ``max_rounds``, ``max_tokens`` or ``max_seconds`` is spent.
             asyncio.CancelledError: the task was cancelled (before the call, or during it: the
-                call is dropped and nothing of it is recorded).
+                call is cancelled, its HTTP request closed, and nothing of it is recorded;
+                ``MODEL_CALL_CANCEL``).
         """
         self._stop_if_cancelled()
         budgets = self.spec.budgets
@@ -259,6 +271,7 @@ class StepRunner(Approvals):
             raise ApplicationError("this agent has no model", non_retryable=True)
         info = workflow.info()
         self.progressed = True
+        waits = workflow.patched(MODEL_CALL_CANCEL)
         try:
             turn: ModelTurn = await self._activity(
                 workflow.start_activity(
@@ -272,11 +285,16 @@ class StepRunner(Approvals):
                     ),
                     result_type=ModelTurn,
                     start_to_close_timeout=MODEL_START_TO_CLOSE,
+                    heartbeat_timeout=MODEL_HEARTBEAT if waits else None,
                     retry_policy=MODEL_RETRY,
+                    cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
+                    if waits
+                    else ActivityCancellationType.TRY_CANCEL,
                 )
             )
         except ActivityError as err:
-            if isinstance(err.cause, CancelledError):
+            # waiting for the cancel, the call may end otherwise (its worker died): cancelled
+            if isinstance(err.cause, CancelledError) or (waits and self.cancelled()):
                 raise asyncio.CancelledError("the task was cancelled") from err
             raise
         self._stop_if_cancelled()  # the answer came with the cancel: not recorded

@@ -1,0 +1,310 @@
+"""Agent tasks whose model is the tests' scripted OpenAI-compatible server (``tests.model_server``)
+answering as real servers do, on a worker of the test tools with the broker (real Temporal,
+Neo4j, Redis): names repeated in every delta, streams cut at each point, finish reasons that
+are not a complete turn, calls too large to record, a cancel while the model waits and while it
+streams. Each names the peer report it reproduces."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from activities.chat_protocol import fallback_call_id
+from broker import Subscriber, TokenMessage, WrittenMessage, task_channel
+from starter.client import ConversationHistory
+from tests.conftest import eventually
+from tests.model_server import ModelServer, Reply, chunk, completion
+from worker import Services
+from workflows.models import (
+    MAX_PAYLOAD_CHARS,
+    AgentSpec,
+    Event,
+    EventKind,
+    ModelSpec,
+    TaskView,
+)
+
+ANSWER = "All good"
+ECHO_HI = '{"text": "hi"}'
+
+
+@dataclass
+class Heard:
+    """What a task's channel carried, in order."""
+
+    messages: list[object] = field(default_factory=list)
+
+    @property
+    def tokens(self) -> list[TokenMessage]:
+        return [m for m in self.messages if isinstance(m, TokenMessage)]
+
+    def after_end(self) -> list[TokenMessage]:
+        """Tokens that came after the word that the task ended."""
+        ended = [
+            i
+            for i, m in enumerate(self.messages)
+            if isinstance(m, WrittenMessage) and m.status in {"done", "failed", "cancelled"}
+        ]
+        if not ended:
+            return []
+        return [m for m in self.messages[ended[0] :] if isinstance(m, TokenMessage)]
+
+
+class Run:
+    """One task ``t`` of the tool loop (tool ``echo``) against a scripted server, and what its
+    channel carried (``start``)."""
+
+    def __init__(
+        self, history: ConversationHistory, heard: Heard, stack: ExitStack, env: Any
+    ) -> None:
+        self.history = history
+        self.heard = heard
+        self._stack = stack
+        self._env = env
+        self.server = ModelServer([])
+
+    async def start(self, replies: Sequence[Reply], *, stream: bool = True) -> ModelServer:
+        """Serve ``replies`` and create the task; returns the server."""
+        self.server = ModelServer(replies)
+        self._stack.enter_context(self.server.running())
+        self._env.setenv("OPENAI_BASE_URL", self.server.url)
+        model = ModelSpec(provider="openai", model="m", stream=stream)
+        spec = AgentSpec(tools=["echo"], model=model)
+        assert (await self.history.create_task("t", "check it", agent=spec)).recorded
+        return self.server
+
+    async def end(self) -> TaskView:
+        """The task's final view (and a moment for its last broker messages)."""
+        final = await asyncio.wait_for(self.history.wait_task("t"), 60)
+        assert final is not None
+        await asyncio.sleep(0.3)
+        return final
+
+    async def events(self) -> list[Event]:
+        return (await self.history.list_events("t", limit=200)).events
+
+
+@pytest.fixture
+async def run(
+    services: Services, project_id: str, openai_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Run]:
+    """A ``Run`` whose task channel is listened to from before it starts."""
+    assert services.graph is not None and services.broker is not None
+    history = ConversationHistory(
+        services.client, project_id, "agent-1", task_queue=openai_queue, graph=services.graph
+    )
+    subscriber = Subscriber(services.broker)
+    reading = asyncio.create_task(subscriber.run())
+    heard = Heard()
+    await subscriber.add(task_channel(history.workflow_id("t")), heard.messages.append)
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    with ExitStack() as stack:
+        try:
+            yield Run(history, heard, stack, monkeypatch)
+        finally:
+            reading.cancel()
+            await subscriber.close()
+
+
+def kinds(events: Sequence[Event], kind: EventKind) -> list[Event]:
+    return [e for e in events if e.kind is kind]
+
+
+def echo_stream(*deltas: dict[str, Any]) -> Reply:
+    """A streamed turn of ``deltas`` (tool-call deltas) then ``tool_calls``."""
+    return Reply(chunks=[*(chunk(d) for d in deltas), chunk(finish="tool_calls")])
+
+
+FINAL = Reply(chunks=[chunk(content=ANSWER, finish="stop"), chunk(usage=(9, 2))])
+FINAL_JSON = Reply(body=completion(ANSWER))
+
+
+async def test_a_name_repeated_in_every_delta_runs_its_tool(run: Run) -> None:
+    """NousResearch/hermes-agent#8259: MiniMax via NVIDIA NIM sends the name in every delta;
+    the call became ``read_fileread_file`` and no tool ran."""
+    await run.start(
+        [
+            echo_stream(
+                {"index": 0, "id": "call-9", "type": "function", "function": {"name": "echo"}},
+                {"index": 0, "id": "call-9", "function": {"name": "echo", "arguments": '{"text"'}},
+                {"index": 0, "function": {"name": "echo", "arguments": ': "hi"}'}},
+            ),
+            FINAL,
+        ]
+    )
+    final = await run.end()
+    assert final.status.value == "done" and final.result is not None
+    assert final.result.text == ANSWER
+    events = await run.events()
+    (call,) = kinds(events, EventKind.TOOL_CALL)
+    assert (call.name, call.call_id, call.payload) == ("echo", "call-9", ECHO_HI)
+    assert [r.payload for r in kinds(events, EventKind.TOOL_RESULT)] == ["hi"]
+
+
+async def test_parallel_calls_without_ids_each_run_once(run: Run) -> None:
+    """sgl-project/sglang#7048 (no id past index 0) and langchain-ai/langchain#34807 (two
+    calls on one index merged)."""
+    await run.start(
+        [
+            echo_stream(
+                {"index": 0, "function": {"name": "echo", "arguments": '{"text": "a"}'}},
+                {"index": 1, "function": {"name": "echo", "arguments": '{"text": "b"}'}},
+                {"index": 2, "id": "c3", "function": {"name": "echo", "arguments": ECHO_HI}},
+            ),
+            FINAL,
+        ]
+    )
+    assert (await run.end()).status.value == "done"
+    events = await run.events()
+    ids = [e.call_id for e in kinds(events, EventKind.TOOL_CALL)]
+    assert ids == [fallback_call_id("chatcmpl-7", 0), fallback_call_id("chatcmpl-7", 1), "c3"]
+    results = kinds(events, EventKind.TOOL_RESULT)
+    assert [(r.call_id, r.payload) for r in results] == list(
+        zip(ids, ["a", "b", "hi"], strict=True)
+    )
+
+
+CUT_CALL = [
+    chunk(content="Let me "),
+    chunk(content="check"),
+    chunk({"index": 0, "id": "c1", "function": {"name": "echo", "arguments": '{"te'}}),
+    chunk({"index": 0, "function": {"arguments": 'xt": "hi"}'}}),
+]
+
+
+@pytest.mark.parametrize(
+    "cut",
+    [
+        Reply(chunks=CUT_CALL, drop_after=0),  # before the first chunk
+        Reply(chunks=CUT_CALL, drop_after=3),  # mid-arguments
+        Reply(chunks=CUT_CALL, done=False),  # after the last chunk: no finish, no [DONE]
+    ],
+    ids=["before-first-chunk", "mid-arguments", "after-last-chunk"],
+)
+async def test_a_cut_stream_is_retried_and_its_tokens_say_their_attempt(
+    run: Run, cut: Reply
+) -> None:
+    """can1357/oh-my-pi#9433, BerriAI/litellm PR #42140: a stream cut before its end was taken
+    as the model's whole answer (the task ended ``done`` with half a sentence)."""
+    server = await run.start([cut, Reply(chunks=[*CUT_CALL, chunk(finish="tool_calls")]), FINAL])
+    final = await run.end()
+    assert final.status.value == "done" and final.result is not None
+    assert final.result.text == ANSWER
+    assert len(server.requests) == 3  # the cut attempt, its retry, the turn after the tool
+    events = await run.events()
+    assert [(e.name, e.payload) for e in kinds(events, EventKind.TOOL_CALL)] == [("echo", ECHO_HI)]
+    assert [r.payload for r in kinds(events, EventKind.TOOL_RESULT)] == ["hi"]
+    said = [(t.attempt, t.index, t.text) for t in run.heard.tokens]
+    first = [token for token in said if token[0] == 1][:-1]  # the last is the next call's
+    sent = ["Let me ", "check"][: 2 if cut.drop_after is None else min(cut.drop_after, 2)]
+    # what the cut attempt queued but had not published when it failed is dropped
+    assert first == [(1, i, text) for i, text in enumerate(sent)][: len(first)]
+    assert said[len(first) :] == [(2, 0, "Let me "), (2, 1, "check"), (1, 0, ANSWER)]
+
+
+@pytest.mark.parametrize("stream", [True, False])
+@pytest.mark.parametrize(
+    ("reason", "kind"),
+    [("length", "ModelOutputTruncated"), ("content_filter", "ModelContentFiltered")],
+)
+async def test_a_turn_cut_by_the_model_runs_no_tool_and_fails_naming_why(
+    run: Run, stream: bool, reason: str, kind: str
+) -> None:
+    """NousResearch/hermes-agent#7680, earendil-works/pi#6284: a tool call cut at the output
+    limit (``length``) ran with its truncated arguments."""
+    call = {"index": 0, "id": "c1", "type": "function"}
+    cut_call = {**call, "function": {"name": "echo", "arguments": '{"text": "h'}}
+    if stream:
+        reply = Reply(chunks=[chunk(cut_call), chunk(finish=reason)])
+    else:
+        body = completion(tool_calls=[cut_call])
+        body["choices"][0]["finish_reason"] = reason
+        reply = Reply(body=body)
+    server = await run.start([reply], stream=stream)
+    final = await run.end()
+    assert final.status.value == "failed"
+    events = await run.events()
+    assert kinds(events, EventKind.TOOL_CALL) == [] and kinds(events, EventKind.TOOL_RESULT) == []
+    (error,) = kinds(events, EventKind.ERROR)
+    assert reason in error.payload and kind in error.payload
+    assert len(server.requests) == 1  # not retried: the same request would be cut again
+
+
+async def test_calls_too_large_to_record_end_in_results_the_model_reads(run: Run) -> None:
+    """Issue 32: a tool name or call id over 128 characters failed the task with a
+    ValidationError; arguments over Temporal's payload limit had the model called five times,
+    then the task failed with PayloadsTooLarge."""
+    long_name, long_id = "read_file" * 30, "id" * 100
+    huge = json.dumps({"text": "x" * 3_000_000})
+    turn = completion(
+        tool_calls=[
+            {"id": "c1", "type": "function", "function": {"name": long_name, "arguments": "{}"}},
+            {"id": long_id, "type": "function", "function": {"name": "echo", "arguments": ECHO_HI}},
+            {"id": "c3", "type": "function", "function": {"name": "echo", "arguments": huge}},
+        ]
+    )
+    server = await run.start([Reply(body=turn), FINAL_JSON], stream=False)
+    final = await run.end()
+    assert final.status.value == "done" and final.result is not None
+    assert final.result.text == ANSWER
+    assert len(server.requests) == 2  # each call answered, the model asked once more
+    results = {r.call_id: r.payload for r in kinds(await run.events(), EventKind.TOOL_RESULT)}
+    named = f"{long_name[:40]}__{len(long_name)}_characters"
+    assert results == {
+        "c1": f"no tool {named!r} for this agent",
+        fallback_call_id("chatcmpl-test", 1): "hi",
+        "c3": (
+            f"the call's arguments are {MAX_PAYLOAD_CHARS + 1:,} characters; a tool call's "
+            f"arguments are at most {MAX_PAYLOAD_CHARS:,}: the tool was not run"
+        ),
+    }
+    told = [m for m in server.requests[1]["messages"] if m["role"] == "tool"]
+    assert sorted(m["content"] for m in told) == sorted(results.values())
+
+
+async def _cancel_when(run: Run, ready: Any) -> float:
+    """Cancel task ``t`` once ``ready()``; returns ``time.monotonic()`` of the cancel."""
+    await eventually(ready)
+    cancelled_at = time.monotonic()
+    await run.history.cancel_task("t")
+    return cancelled_at
+
+
+@pytest.mark.parametrize("where", ["request", "streaming"])
+async def test_a_cancel_closes_the_models_http_request(run: Run, where: str) -> None:
+    """continuedev/continue#1449 and pydantic/pydantic-ai#6914: a cancelled model call went on
+    streaming (a cancel reaches an activity only through its heartbeats); issue 32: its tokens
+    kept coming after the task's ``cancelled``."""
+    chunks = [chunk(content=f"w{i} ") for i in range(600)] + [chunk(finish="stop")]
+    if where == "request":
+        reply = Reply(chunks=chunks, delay_s=60)
+    else:
+        reply = Reply(chunks=chunks, chunk_delay_s=0.1)
+    server = await run.start([reply])
+
+    async def ready() -> bool:
+        if where == "request":
+            return len(server.requests) == 1
+        return len(run.heard.tokens) >= 5
+
+    cancelled_at = await _cancel_when(run, ready)
+    final = await run.end()
+    assert final.status.value == "cancelled"
+
+    async def closed() -> bool:
+        return server.exchanges[0].closed_early
+
+    await eventually(closed)
+    exchange = server.exchanges[0]
+    assert exchange.sent < len(chunks)  # the server was stopped, not read to its end
+    assert len(server.requests) == 1
+    assert run.heard.after_end() == []
+    assert exchange.closed_at is not None
+    print(f"cancel -> connection closed: {exchange.closed_at - cancelled_at:.2f} s ({where})")
