@@ -384,9 +384,10 @@ class TaskWorkflow:
         """A cancel request that reached a task already ended ``done`` or ``failed`` (its
         workflow open while children it spawned still run), by the ``CANCEL_AFTER_END`` rule:
         recorded without changing its status. A ``cancel_after_end`` note (``{"status": how
-        it ended}``) is recorded, the running children are cancelled (the cascade, unless
-        ``keep_children`` came: the request's purpose is to stop the work still going), and
-        the workflow completes as the task's end would have, returning the final view:
+        it ended}``) is recorded, the running children are cancelled (the cascade: the
+        request's purpose is to stop the work still going; after ``keep_children`` they run
+        on and the task waits for their ends as before), and the workflow completes as the
+        task's end would have, returning the final view:
         ``done`` or ``failed`` in the view, the search attribute, Neo4j and Temporal
         (``COMPLETED``, as every done or failed task's workflow). Recorded, not refused: a
         cancel request reaches the workflow whoever sends it (``temporal workflow cancel``,
@@ -399,6 +400,8 @@ class TaskWorkflow:
         now = workflow.now()  # a closed task takes no write: the note goes in as a child's end
         outcome = ledger.add_events([note], ledger.state.start.agent_id, request_id, now)
         ledger.accept(request_id, args_digest(note), outcome.first_seq, outcome.last_seq, now)
+        if not self.cascade:  # the children run on: the task waits for their ends as before
+            return await self._run()
         await self._cascade()
         while ledger.unmirrored:
             await self.mirror.call(bounded=False)

@@ -336,3 +336,36 @@ async def test_the_cascade_reaches_a_child_when_the_parents_worker_died(
         assert top is not None and top.status is TaskStatus.CANCELLED
     ticks = len(log.read_text(encoding="utf-8").splitlines())
     assert ticks < 40
+
+
+async def test_cancel_without_cascade_of_a_task_that_ended_leaves_it_waiting_for_its_children(
+    agents: ConversationHistory, client: Client
+) -> None:
+    """``cascade=False`` on a task that ended ``done`` while its children run: the note is
+    recorded, the children run on, and the task waits for their ends as before (still open),
+    then completes ``done`` once they ended."""
+    assert (await agents.create_task("t", "leave two", agent=AgentSpec(name="leave"))).recorded
+
+    async def done() -> bool:
+        view = (await agents.get_task("t")).view
+        return view is not None and view.status is TaskStatus.DONE
+
+    await eventually(done, within=60)
+    assert (await agents.cancel_task("t", cascade=False)).recorded
+
+    async def noted() -> bool:
+        events = await all_events(agents, "t")
+        return any(e.kind is EventKind.NOTE and e.name == "cancel_after_end" for e in events)
+
+    await eventually(noted)
+    handle = client.get_workflow_handle(agents.workflow_id("t"))
+    assert (await handle.describe()).status is WorkflowExecutionStatus.RUNNING
+    for key in ("a", "b"):
+        child = (await agents.get_task(f"t/{key}")).view
+        assert child is not None and child.status is TaskStatus.OPEN
+        assert (await agents.finish_task(f"t/{key}", "done")).recorded
+    view = await asyncio.wait_for(agents.wait_task("t"), 60)
+    assert view is not None and view.status is TaskStatus.DONE
+    assert (await handle.describe()).status is WorkflowExecutionStatus.COMPLETED
+    ends = [str(e.name) for e in await all_events(agents, "t") if e.kind is EventKind.CHILD_RESULT]
+    assert sorted(ends) == ["a", "b"]
