@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from config import Settings
+from devstack.falkordb_server import FalkorDBServer
 from devstack.neo4j_server import (
     Neo4jServer,
     probe_neo4j,
@@ -36,6 +37,27 @@ from devstack.temporal import (
 def _broker(settings: Settings) -> RedisServer:
     """The local broker of ``AGENT_TASKS_BROKER_URL``'s port."""
     return RedisServer(settings.data_dir, parse_host_port(settings.broker_url, 6379)[1])
+
+
+def _redis_url(url: str) -> str:
+    """A FalkorDB URL as Redis's client reads it (``falkor://`` is ``redis://``, ``falkors://``
+    is ``rediss://``)."""
+    scheme, sep, rest = url.partition("://")
+    return {"falkor": "redis", "falkors": "rediss"}.get(scheme, scheme) + sep + rest
+
+
+def _redis_servers(settings: Settings) -> list[tuple[str, str, RedisServer]]:
+    """The servers of Redis's protocol the stack runs, as ``(name, URL, server)``: the broker
+    when ``AGENT_TASKS_BROKER_URL`` names one, and FalkorDB when ``AGENT_TASKS_GRAPH`` is
+    ``falkordb`` (at ``AGENT_TASKS_FALKORDB_URL``'s port)."""
+    servers: list[tuple[str, str, RedisServer]] = []
+    if settings.broker_url:
+        servers.append(("broker", settings.broker_url, _broker(settings)))
+    if settings.graph == "falkordb":
+        url = _redis_url(settings.falkordb_url.get_secret_value())
+        port = parse_host_port(url, 6379)[1]
+        servers.append(("falkordb", url, FalkorDBServer(settings.data_dir, port)))
+    return servers
 
 
 def _neo4j_auth_or_none(settings: Settings) -> tuple[str, str] | None:
@@ -69,15 +91,8 @@ async def status(
         ("temporal", s.temporal.address, temporal, t_probe),
         ("neo4j", s.neo4j_uri, neo, n_probe),
     ]
-    if s.broker_url:
-        checks.append(
-            (
-                "broker",
-                s.broker_url,
-                _broker(s),
-                await probe_redis(s.broker_url, timeout_s=timeout_s),
-            )
-        )
+    for name, url, redis in _redis_servers(s):
+        checks.append((name, url, redis, await probe_redis(url, timeout_s=timeout_s)))
     out = []
     for name, address, server, probe in checks:
         pid = server.running_pid()
@@ -101,7 +116,8 @@ async def up(
     broker_timeout_s: float = 20.0,
     probe_timeout_s: float = 3.0,
 ) -> list[ServiceStatus]:
-    """Make Temporal, Neo4j and the broker answer: start local servers where nothing answers.
+    """Make Temporal, Neo4j, the broker and FalkorDB (``AGENT_TASKS_GRAPH=falkordb``) answer:
+    start local servers where nothing answers.
 
     For each service: a process that ``up`` started earlier and still runs is reported (and
     waited for); an address that answers is used as it is (external); a local address that
@@ -116,13 +132,13 @@ async def up(
             Temporal is started by this call.
         temporal_timeout_s: seconds to wait for Temporal to answer.
         neo4j_timeout_s: seconds to wait for Neo4j to answer (a first start takes longer).
-        broker_timeout_s: seconds to wait for the broker to answer.
+        broker_timeout_s: seconds to wait for the broker (and FalkorDB) to answer.
         probe_timeout_s: seconds for the first "does it answer?" check of each address.
 
     Returns:
-        ``[temporal, neo4j]`` (and ``broker`` when ``AGENT_TASKS_BROKER_URL`` names one) as
-        :class:`ServiceStatus`; ``detail`` says what was done and, for a started server, how
-        long it took to answer.
+        ``[temporal, neo4j]`` (and ``broker`` when ``AGENT_TASKS_BROKER_URL`` names one,
+        ``falkordb`` when it is the graph store) as :class:`ServiceStatus`; ``detail`` says
+        what was done and, for a started server, how long it took to answer.
 
     Raises:
         DevStackError: a remote address does not answer or a prerequisite is missing (every
@@ -168,21 +184,25 @@ async def up(
                 to_prepare.append(neo)
             except DevStackError as e:
                 errors.append(str(e))
-    broker = _broker(s) if s.broker_url else None
-    b_pid = broker.running_pid() if broker is not None else None
-    b_probe = Probe(False, "")
-    if broker is not None and b_pid is None:
-        b_probe = await probe_redis(s.broker_url, timeout_s=probe_timeout_s)
-        b_host, _ = parse_host_port(s.broker_url, 6379)
-        if b_probe.answering:
-            pass
-        elif is_local_host(b_host):
-            to_prepare.append(broker)
-        else:
-            errors.append(
-                f"AGENT_TASKS_BROKER_URL={s.broker_url} is not on this host and does not answer "
-                f"({b_probe.detail})"
-            )
+    redis_plans: list[tuple[str, str, RedisServer, int | None, Probe]] = []
+    for name, url, redis in _redis_servers(s):
+        pid = redis.running_pid()
+        probe = Probe(False, "")
+        if pid is None:
+            probe = await probe_redis(url, timeout_s=probe_timeout_s)
+            host, _ = parse_host_port(url, 6379)
+            if probe.answering:
+                pass
+            elif is_local_host(host):
+                to_prepare.append(redis)
+            else:
+                variable = (
+                    "AGENT_TASKS_BROKER_URL" if name == "broker" else "AGENT_TASKS_FALKORDB_URL"
+                )
+                errors.append(
+                    f"{variable}={url} is not on this host and does not answer ({probe.detail})"
+                )
+        redis_plans.append((name, url, redis, pid, probe))
     for server in to_prepare:
         try:
             await server.prepare()
@@ -227,18 +247,19 @@ async def up(
         pid, took = await start("neo4j", neo, neo4j_timeout_s)
         return ServiceStatus("neo4j", s.neo4j_uri, True, pid, False, f"started in {took:.1f} s")
 
-    async def bring_up_broker(server: RedisServer) -> ServiceStatus:
-        if b_probe.answering:
-            return ServiceStatus("broker", s.broker_url, True, None, True, "external")
-        if b_pid is not None:
+    async def bring_up_redis(
+        name: str, url: str, server: RedisServer, pid: int | None, probe: Probe
+    ) -> ServiceStatus:
+        if probe.answering:
+            return ServiceStatus(name, url, True, None, True, "external")
+        if pid is not None:
             await server.wait_ready(broker_timeout_s)
-            return ServiceStatus("broker", s.broker_url, True, b_pid, False, "already running")
-        pid, took = await start("broker", server, broker_timeout_s)
-        return ServiceStatus("broker", s.broker_url, True, pid, False, f"started in {took:.1f} s")
+            return ServiceStatus(name, url, True, pid, False, "already running")
+        started_pid, took = await start(name, server, broker_timeout_s)
+        return ServiceStatus(name, url, True, started_pid, False, f"started in {took:.1f} s")
 
     bring_ups = [bring_up_temporal(), bring_up_neo4j()]
-    if broker is not None:
-        bring_ups.append(bring_up_broker(broker))
+    bring_ups += [bring_up_redis(*plan) for plan in redis_plans]
     tasks = [asyncio.ensure_future(b) for b in bring_ups]
     await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
     for task in tasks:
@@ -301,8 +322,7 @@ async def down(settings: Settings | None = None, *, timeout_s: float = 60.0) -> 
          TemporalDevServer(s.data_dir, parse_host_port(s.temporal.address, 7233)[1])),
         ("neo4j", s.neo4j_uri, Neo4jServer(s.data_dir, parse_host_port(s.neo4j_uri, 7687)[1])),
     ]  # fmt: skip
-    if s.broker_url:
-        servers.append(("broker", s.broker_url, _broker(s)))
+    servers += [(name, url, server) for name, url, server in _redis_servers(s)]
 
     async def stop_one(name: str, address: str, server: ManagedProcess) -> ServiceStatus:
         pid = server.running_pid()

@@ -1,0 +1,56 @@
+"""``devstack.up``/``down`` start and stop FalkorDB when it is the graph store
+(``AGENT_TASKS_GRAPH=falkordb``): the package's ``redis-server`` with the graph module, beside
+the session's Temporal and Neo4j (external to the stack under test), and a store built on it
+answers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import SecretStr
+
+import devstack
+from config import Settings
+from devstack import BIND_HOST, free_port, port_is_open
+from worker import build_graph_store
+
+
+async def test_dev_up_starts_falkordb_when_it_is_the_graph_store(
+    tmp_path: Path, settings: Settings
+) -> None:
+    port = free_port()
+    local = settings.model_copy(
+        update={
+            "data_dir": tmp_path,
+            "broker_url": "",
+            "graph": "falkordb",
+            "falkordb_url": SecretStr(f"falkor://127.0.0.1:{port}"),
+            "neo4j_password": SecretStr(settings.neo4j_auth()[1]),
+        }
+    )
+    try:
+        services = await devstack.up(local)
+        assert [(s.name, s.external) for s in services] == [
+            ("temporal", True),
+            ("neo4j", True),
+            ("falkordb", False),
+        ]
+        falkordb = services[2]
+        assert falkordb.pid is not None and falkordb.detail.startswith("started in")
+        store = build_graph_store(settings=local)
+        await store.connect()
+        try:
+            assert store.kind == "falkordb" and await store.counts("nobody") == {}
+        finally:
+            await store.close()
+        assert (tmp_path / "falkordb" / "appendonlydir").is_dir()  # every write logged
+        status = await devstack.status(local)
+        assert [(s.name, s.answering, s.pid) for s in status][2] == (
+            "falkordb",
+            True,
+            falkordb.pid,
+        )
+    finally:
+        stopped = await devstack.down(local)
+    assert [(s.name, s.pid) for s in stopped if s.pid is not None] == [("falkordb", falkordb.pid)]
+    assert not port_is_open(BIND_HOST, port)
