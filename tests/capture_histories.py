@@ -1003,6 +1003,41 @@ async def cancel_after_end_scenario(stack: Stack) -> Captured:
         return {"cancel_after_end": await fetch(history, "t")}
 
 
+async def cancel_after_end_kept_scenario(stack: Stack) -> Captured:
+    """The ``cancel-after-end`` patch without cascade: the agent ``leave`` ends ``done`` while
+    its two recorded children run, then a cancel with ``cascade=False``
+    (``cancel_after_end_kept``): the ``keep_children`` signal, the cancel request, the
+    patch's marker and the ``cancel_after_end`` note, then the task waiting for its children
+    as before: both finished from outside, their ends by signal, the workflow completing."""
+    from tests.agent_tools import SCRIPTS, TOOLS
+    from workflows.models import AgentSpec
+
+    queue = f"capture-kept-{uuid.uuid4().hex[:8]}"
+    history = stack.history("kept")
+    history.task_queue = queue
+    async with build_worker(stack.client, stack.graph, queue, tools=TOOLS, scripts=SCRIPTS):
+        expect(await history.create_task("t", "leave two", agent=AgentSpec(name="leave")))
+
+        async def done() -> bool:
+            view = (await history.get_task("t")).view
+            return view is not None and view.status is TaskStatus.DONE
+
+        await eventually(done, within=60)
+        handle = stack.client.get_workflow_handle(history.workflow_id("t"))
+        await quiet(handle)
+        expect(await history.cancel_task("t", cascade=False))
+        await quiet(handle)
+        for key in ("a", "b"):
+            expect(await history.finish_task(f"t/{key}", "done"))
+        final = await history.wait_task("t")
+        if final is None or final.status is not TaskStatus.DONE:
+            raise CaptureError(f"the task did not stay done: {final!r}")
+        status = (await handle.describe()).status
+        if status is None or status.name != "COMPLETED":
+            raise CaptureError(f"its workflow closed {status}")
+        return {"cancel_after_end_kept": await fetch(history, "t")}
+
+
 async def app_lifecycle_scenario(stack: Stack) -> Captured:
     """A recorded task whose app runs it (``workflows.lifecycle``, the Tasks API): status
     ``in_progress``, an input request asked from outside, a refused and an accepted answer
@@ -1358,6 +1393,11 @@ SCENARIOS: dict[str, Scenario] = {
         cancel_after_end_scenario,
         ("cancel_after_end",),
         "a cancel of a task that ended done while its children run keeps it done (patched)",
+    ),
+    "cancel_after_end_kept": Scenario(
+        cancel_after_end_kept_scenario,
+        ("cancel_after_end_kept",),
+        "a cancel without cascade of a task that ended while its children run (patched)",
     ),
     "app_lifecycle": Scenario(
         app_lifecycle_scenario,
