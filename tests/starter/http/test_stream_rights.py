@@ -5,6 +5,7 @@ subscriptions and stream slots a stream holds, given back when its client leaves
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import socket
@@ -19,8 +20,9 @@ import pytest
 from broker import key_channel, project_channel, session_channel, task_channel
 from devstack import parse_host_port
 from starter.http import create_app
+from starter.http.grants import Grant, GrantChecks
 from starter.tasks import TaskEmitter, TaskManager
-from taskgraph.apikeys import ApiKeyStore
+from taskgraph.apikeys import ApiKey, ApiKeyStore
 from taskgraph.pagesessions import PageSessionStore
 from tests.conftest import eventually
 from tests.servers import served
@@ -359,3 +361,29 @@ async def test_a_stream_whose_key_cannot_be_checked_ends_unavailable_and_resumes
         reader = SseReader(response)
         await reader.connected()
         assert payloads([await reader.next()]) == ["second"]
+
+
+async def test_the_streams_of_a_key_share_its_checks(api: Api, project: Project) -> None:
+    """Fifty streams woken by one write need a check begun after the same moment: they share
+    one read of the store; a check needed after that read began is a read of its own, and it
+    sees a revocation made in between."""
+    assert api.services.graph is not None
+    keys = ApiKeyStore(api.services.graph)
+    checks = GrantChecks(keys, PageSessionStore(api.services.graph))
+    record = await keys.check(project.key)
+    assert record is not None
+    grant = Grant(record, project.key, session=False)
+    reads: list[float] = []
+    store_check = keys.check
+
+    async def counted(key: str) -> ApiKey | None:
+        reads.append(asyncio.get_running_loop().time())
+        return await store_check(key)
+
+    keys.check = counted  # type: ignore[method-assign]
+    since = asyncio.get_running_loop().time()
+    assert await asyncio.gather(*(checks.valid(grant, since) for _ in range(50))) == [True] * 50
+    assert len(reads) == 1
+    await keys.revoke(project.key_id)
+    assert await checks.valid(grant, asyncio.get_running_loop().time()) is False
+    assert len(reads) == 2 and checks.running == {}
