@@ -204,16 +204,18 @@ class ManagedProcess:
     def running_pid(self) -> int | None:
         """Return the pid from the pid file when that process is alive and is this server.
 
-        "This server" means its command line is the one ``start`` runs for this data folder,
-        so a recycled pid is never mistaken for it. Returns None otherwise (a stale pid file
-        is left in place; ``stop`` removes it).
+        "This server" means the child this object started and has not reaped (its pid cannot
+        be recycled meanwhile; its command line may not be readable yet: a process that has
+        just been exec'd shows an empty one for a moment), else a process whose command line
+        is the one ``start`` runs for this data folder, so a recycled pid is never mistaken
+        for it. Returns None otherwise (a stale pid file is left in place; ``stop`` removes it).
         """
         try:
             pid = int(self.pid_file.read_text().strip())
         except (OSError, ValueError):
             return None
-        if self._proc is not None and self._proc.pid == pid and self._proc.poll() is not None:
-            return None
+        if self._proc is not None and self._proc.pid == pid:
+            return pid if self._proc.poll() is None else None
         cmdline = _read_cmdline(pid)
         if cmdline is None or not self._is_ours(cmdline):
             return None

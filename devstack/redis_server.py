@@ -140,8 +140,14 @@ class RedisServer(ManagedProcess):
         ]  # fmt: skip
 
     def _is_ours(self, cmdline: Sequence[str]) -> bool:
-        # redis-server sets its process title to "redis-server host:port"
-        return bool(cmdline) and REDIS_SERVER in cmdline[0] and f":{self.port}" in cmdline[0]
+        # redis-server sets its process title to "redis-server host:port" a moment after its
+        # start; until then its command line is the argv of _argv
+        if not cmdline or REDIS_SERVER not in cmdline[0]:
+            return False
+        if f":{self.port}" in cmdline[0]:
+            return True
+        argv = list(cmdline)
+        return "--port" in argv[:-1] and argv[argv.index("--port") + 1] == str(self.port)
 
     async def start(self) -> int:
         """Start the server (does not wait; see ``wait_ready``); returns its pid.

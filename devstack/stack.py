@@ -280,20 +280,27 @@ async def up(
 
 
 async def _stop_started(started: Sequence[tuple[str, ManagedProcess, int]]) -> str:
-    """Stop the servers a failed ``up`` started; return the sentence that says so."""
+    """Stop the servers a failed ``up`` started; return the sentences that say so."""
     if not started:
         return "No server had been started by this call."
-    done, kept = [], []
+    stopped: list[str] = []
+    exited: list[str] = []
+    kept: list[str] = []
     for name, server, pid in started:
         try:
-            await server.stop()
-            done.append(f"{name} (pid {pid})")
+            (stopped if await server.stop() else exited).append(f"{name} (pid {pid})")
         except DevStackError as e:
             kept.append(f"{name} (pid {pid}: {e})")
-    text = "Stopped what this call had started: " + ", ".join(done) + "." if done else ""
-    if kept:
-        text += " Could not stop: " + ", ".join(kept) + "."
-    return text.strip()
+    said = [
+        f"{what}: {', '.join(names)}."
+        for what, names in (
+            ("Stopped what this call had started", stopped),
+            ("Started by this call and exited already", exited),
+            ("Started by this call and could not be stopped", kept),
+        )
+        if names
+    ]
+    return " ".join(said)
 
 
 async def down(settings: Settings | None = None, *, timeout_s: float = 60.0) -> list[ServiceStatus]:

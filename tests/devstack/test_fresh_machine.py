@@ -22,7 +22,9 @@ import pytest
 
 import devstack
 from config import Settings, TemporalProfile
-from devstack import BIND_HOST, DevStackError, free_port, port_is_open
+from devstack import BIND_HOST, DevStackError, TemporalDevServer, free_port, port_is_open
+from devstack.process import ManagedProcess
+from devstack.redis_server import RedisServer
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
@@ -246,3 +248,20 @@ def test_run_refuses_a_python_outside_3_11_to_3_13_before_it_sets_anything_up(
     assert out.returncode == 1, out.stdout + out.stderr
     assert f"Python 3.11, 3.12 or 3.13 is needed; {python} is {version} " in out.stderr
     assert not (checkout / ".venv").exists()
+
+
+@pytest.mark.parametrize("kind", ["temporal", "broker"])
+async def test_a_server_stopped_at_once_after_its_start_is_stopped(
+    tmp_path: Path, kind: str
+) -> None:
+    """What a failed `up` does to the servers it started a moment earlier: a process just
+    exec'd shows no command line for a moment, and redis-server renames itself a moment after
+    its start; neither may make `stop` leave it running."""
+    for attempt in range(5):
+        data, port = tmp_path / str(attempt), free_port()
+        server: ManagedProcess = (
+            TemporalDevServer(data, port) if kind == "temporal" else RedisServer(data, port)
+        )
+        pid = await server.start()
+        assert await server.stop() and not _alive(pid)
+        assert not port_is_open(BIND_HOST, port)
