@@ -114,10 +114,10 @@ async def test_keys_revoke_ends_the_open_task_and_session_streams_before_anythin
 async def test_a_page_sign_out_ends_that_sessions_streams_only(
     api: Api, project: Project, http: httpx.AsyncClient
 ) -> None:
-    """The page's sign-out ends the streams its session opened (the task's and the inbox's)
-    at once, before a token and an event that come after it; a stream of the same key
-    opened with the key itself goes on and gets both."""
-    created = await http.post("/tasks", json={"name": "t", "goal": "g"})
+    """The page's sign-out ends the streams its session opened (the task's, its session's and
+    the inbox's) at once, before a token and an event that come after it; a stream of the
+    same key opened with the key itself goes on and gets both."""
+    created = await http.post("/tasks", json={"name": "t", "goal": "g", "session_id": "chat"})
     assert created.status_code == 201, created.text
     manager = TaskManager(project.history, broker=api.services.broker)
     async with httpx.AsyncClient(base_url=api.url, timeout=30) as site:
@@ -126,21 +126,23 @@ async def test_a_page_sign_out_ends_that_sessions_streams_only(
         async with (
             site.stream("GET", "/tasks/t/stream") as page_response,
             site.stream("GET", "/inbox/stream") as inbox_response,
+            site.stream("GET", "/sessions/chat/stream") as session_response,
             http.stream("GET", "/tasks/t/stream") as key_response,
         ):
-            page, inbox, keyed = (
+            page, inbox, session, keyed = (
                 SseReader(page_response),
                 SseReader(inbox_response),
+                SseReader(session_response),
                 SseReader(key_response),
             )
-            for reader in (page, inbox, keyed):
+            for reader in (page, inbox, session, keyed):
                 await reader.connected()
             assert (await inbox.next()).event == "ready"
             out = await site.post("/ui/signout", headers={"X-CSRF-Token": csrf})
             assert out.status_code == 204
             await TaskEmitter(manager, "t").emit_token(LATE_TOKEN)
             await _record(http, "t", LATE)
-            for reader in (page, inbox):
+            for reader in (page, inbox, session):
                 assert [s.event for s in await _ended_unauthorized(reader)] == ["unauthorized"]
             got = await _until_payload(keyed, LATE)
             assert LATE_TOKEN in [json.loads(s.data)["text"] for s in got if s.event == "token"]
