@@ -308,3 +308,26 @@ async def test_a_cancel_closes_the_models_http_request(run: Run, where: str) -> 
     assert run.heard.after_end() == []
     assert exchange.closed_at is not None
     print(f"cancel -> connection closed: {exchange.closed_at - cancelled_at:.2f} s ({where})")
+
+
+async def test_arguments_that_are_not_json_and_an_unknown_tool_are_answered(run: Run) -> None:
+    """NousResearch/hermes-agent#7693: a router reported a call cut at the output limit as
+    ``tool_calls``, its arguments cut JSON; and a call of a tool that does not exist. Each ends
+    in a result the model reads; the task goes on."""
+    await run.start(
+        [
+            echo_stream(
+                {"index": 0, "id": "c1", "function": {"name": "echo", "arguments": '{"text": "h'}},
+                {"index": 1, "id": "c2", "function": {"name": "no_such_tool", "arguments": "{}"}},
+            ),
+            FINAL,
+        ]
+    )
+    final = await run.end()
+    assert final.status.value == "done"
+    results = {r.call_id: r.payload for r in kinds(await run.events(), EventKind.TOOL_RESULT)}
+    assert results.keys() == {"c1", "c2"}
+    assert "ToolArgumentsInvalid" in results["c1"] and "Invalid JSON" in results["c1"]
+    assert results["c2"] == "no tool 'no_such_tool' for this agent"
+    told = [m["content"] for m in run.server.requests[1]["messages"] if m["role"] == "tool"]
+    assert sorted(told) == sorted(results.values())
