@@ -124,7 +124,7 @@ async def stream_task(
     """The task's events as SSE from after ``after_seq`` (or ``Last-Event-ID``, which wins):
     ``update`` (seq as id), ``token``, then ``done``, ``failed`` or ``cancelled``."""
     name = name_of(task_id)
-    if last_event_id is not None:
+    if last_event_id:  # an empty one is none (as a browser never sends it)
         if _SEQ.fullmatch(last_event_id) is None:
             raise ApiError(
                 422, "invalid_argument", "Last-Event-ID: a seq (the last update's id, digits)"
@@ -157,7 +157,7 @@ async def stream_session(
     start later from their first event; ``update`` ids are a cursor (``Last-Event-ID``
     resumes each task), each task's end is its ``done``, ``failed`` or ``cancelled``."""
     cursor = None
-    if last_event_id is not None:
+    if last_event_id:  # an empty one is none (as a browser never sends it)
         cursor = parse_cursor(last_event_id)
         if cursor is None:
             raise ApiError(422, "invalid_argument", "Last-Event-ID: not a session stream's id")

@@ -160,14 +160,15 @@ async def test_a_revocation_the_broker_never_carried_still_ends_streams_before_l
     api: Api, project: Project, http: httpx.AsyncClient, writer: httpx.AsyncClient, rechecking: str
 ) -> None:
     """A key revoked in the store alone (no word on the broker: as with the broker down): a
-    stream that is sent a later event checks the key first and ends without it; an idle one
-    ends at its periodic check."""
+    stream that is sent a later event (on a server that checks idle streams every 10 s, so
+    the event comes first) checks the key first and ends without it; an idle one ends at its
+    periodic check."""
     assert api.services.graph is not None
     assert (await http.post("/tasks", json={"name": "t", "goal": "g"})).status_code == 201
     headers = {"Authorization": f"Bearer {project.key}"}
     async with httpx.AsyncClient(base_url=rechecking, headers=headers, timeout=30) as client:
         async with (
-            client.stream("GET", "/tasks/t/stream", params={"after_seq": 10**6}) as busy,
+            http.stream("GET", "/tasks/t/stream") as busy,  # its server checks every 10 s
             client.stream("GET", "/sessions/quiet/stream") as idle,
         ):
             busy_reader, idle_reader = SseReader(busy), SseReader(idle)
@@ -245,7 +246,6 @@ async def test_a_key_never_reads_another_projects_streams(
         ("/tasks/t/stream", b"1.5"),
         ("/tasks/t/stream", b"\xb2"),  # a superscript two (latin-1): str.isdigit says digit
         ("/tasks/t/stream", b"9" * 19),
-        ("/tasks/t/stream", b""),
         ("/sessions/chat/stream", b"not a cursor!"),
         ("/sessions/chat/stream", base64.urlsafe_b64encode(b"[1, 2]")),
         ("/sessions/chat/stream", base64.urlsafe_b64encode(b'{"t": -1}')),
@@ -262,6 +262,25 @@ async def test_a_malformed_last_event_id_is_a_clear_422(
     assert error["code"] == "invalid_argument" and "Last-Event-ID" in error["message"]
     ledger = await http.get("/tasks/t/events")
     assert ledger.status_code == 200 and ledger.json()["events"] == []  # nothing written
+
+
+async def test_an_empty_last_event_id_is_none(http: httpx.AsyncClient) -> None:
+    """(parsec-cloud#7034: an empty ``Last-Event-ID`` is as none, as the spec's clients never
+    send one.) The task's stream starts from ``after_seq``, the session's afresh."""
+    body = {"name": "t", "goal": "g", "session_id": "chat"}
+    assert (await http.post("/tasks", json=body)).status_code == 201
+    await _record(http, "t", "m1", "m2")
+    empty = {"Last-Event-ID": ""}
+    async with (
+        http.stream("GET", "/tasks/t/stream", params={"after_seq": 1}, headers=empty) as a,
+        http.stream("GET", "/sessions/chat/stream", headers=empty) as b,
+    ):
+        assert (a.status_code, b.status_code) == (200, 200)
+        task_reader, session_reader = SseReader(a), SseReader(b)
+        await session_reader.connected()
+        assert payloads([await task_reader.next()]) == ["m2"]
+        await _record(http, "t", "m3")
+        assert payloads([await session_reader.next()]) == ["m3"]
 
 
 async def _numsub(api: Api, channels: list[str]) -> list[int]:
