@@ -9,16 +9,29 @@ Providers:
 - ``openai``: an OpenAI-compatible chat completions API through the ``openai`` package
   (install the ``openai`` extra), configured by its own environment (``OPENAI_API_KEY``,
   ``OPENAI_BASE_URL``). HTTP 408, 409, 429 and 5xx are retryable (the activity's retry policy,
-  after the server's ``retry-after`` when it sends one); other errors are not. With
-  ``ModelSpec.stream`` the response is streamed (``stream=True``): each content delta is
-  published as a token as it arrives, the turn is assembled from the deltas (tool calls by
-  their index), and the usage comes from the stream's final chunk (``stream_options``'
-  ``include_usage``).
+  after the server's ``retry-after-ms`` or ``retry-after`` when it sends one); other errors are
+  not. With ``ModelSpec.stream`` the response is streamed (``stream=True``): its Server-Sent
+  Events are read line by line, each content delta published as a token as it arrives, and
+  the usage comes from the stream's final chunk (``stream_options``' ``include_usage``). Either
+  way the answer becomes the turn by the rules of ``activities.chat_protocol`` (tool calls
+  assembled by index and id, finish reasons by name, a cut stream retried, calls bounded so the
+  workflow can record them).
 
 Tokens (``activities.tokens``): with a broker, the scripted provider publishes its turn's text
 word by word and the streamed ``openai`` path each delta, the same way
-``starter.tasks.TaskEmitter.emit_token`` does; they reach the HTTP API's streams and nothing
-else (the turn is recorded whole, as one event, when the call returns).
+``starter.tasks.TaskEmitter.emit_token`` does, each marked with the call's attempt; they reach
+the HTTP API's streams and nothing else (the turn is recorded whole, as one event, when the call
+returns).
+
+Cancel: the activity heartbeats every ``MODEL_BEAT_S`` while it reads the transcript, waits
+for the model and streams, and the worker sends a heartbeat at least every
+``worker.HEARTBEAT_THROTTLE``; a cancel (the task's, or the workflow's end) comes back in the
+answer to one, raises ``asyncio.CancelledError`` in the call and leaves the response's
+``async with``, which closes the HTTP connection: the server stops generating. The workflow
+waits for that before the task ends (``workflows.agents.steps.MODEL_CALL_CANCEL``), so no token
+of the call is published after the task's end. The bound: ``MODEL_BEAT_S`` plus
+``HEARTBEAT_THROTTLE`` plus a round trip, about 2 s (the goal is 5 s); ``MODEL_HEARTBEAT``
+(10 s) when the call's worker died.
 """
 
 from __future__ import annotations
@@ -136,14 +149,13 @@ class ModelActivities:
 
 def api_failure(err: Exception) -> ApplicationError:
     """The activity's error for an error of the ``openai`` package (the module's mapping):
-    retryable after the server's ``retry-after`` for HTTP 408/409/429/5xx, retryable for a
-    lost connection or a request past its timeout, non-retryable otherwise (its message the
-    API's own)."""
+    retryable after the server's ``retry-after`` (``_retry_delay``) for HTTP 408/409/429/5xx,
+    retryable for a lost connection or a request past its timeout, non-retryable otherwise (its
+    message the API's own)."""
     import openai
 
     if isinstance(err, openai.APIStatusError):
-        retry_after = err.response.headers.get("retry-after")
-        delay = _seconds(retry_after)
+        delay = _retry_delay(err.response.headers)
         said = err.body.get("message") if isinstance(err.body, dict) else None
         return ApplicationError(
             f"model API answered HTTP {err.status_code}: {said or err.message}",
@@ -154,13 +166,18 @@ def api_failure(err: Exception) -> ApplicationError:
     return ApplicationError(f"model API unreachable: {err}", type="ModelApiError")
 
 
-def _seconds(retry_after: str | None) -> timedelta | None:
-    """A ``retry-after`` header's delay: seconds (an HTTP date, or anything else, is none)."""
-    try:
-        seconds = float(retry_after) if retry_after else None
-    except ValueError:
-        return None
-    return timedelta(seconds=seconds) if seconds is not None and seconds >= 0 else None
+def _retry_delay(headers: Mapping[str, str]) -> timedelta | None:
+    """The server's wait before a retry: ``retry-after-ms`` (OpenAI's, milliseconds) or
+    ``retry-after`` in seconds; an HTTP date, or anything else, is none (the retry policy's
+    own backoff then)."""
+    for name, unit in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        try:
+            value = float(headers.get(name) or "nan") * unit
+        except ValueError:
+            continue
+        if value >= 0:  # NaN is not
+            return timedelta(seconds=value)
+    return None
 
 
 def _tool_specs(offered: Sequence[ToolSpec]) -> list[dict[str, Any]]:

@@ -110,3 +110,23 @@ async def test_a_request_past_its_timeout_is_retryable(
     assert not raised.value.non_retryable
     assert raised.value.message.startswith("model API unreachable")
     assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("headers", "delay"),
+    [
+        ({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}, None),
+        ({"retry-after-ms": "1500", "retry-after": "2"}, timedelta(seconds=1.5)),
+        ({"retry-after": "soon"}, None),
+    ],
+)
+async def test_503_is_retried_after_the_wait_the_server_names_or_the_policys(
+    pointed: None, monkeypatch: pytest.MonkeyPatch, headers: dict[str, str], delay: timedelta
+) -> None:
+    """A ``retry-after`` that is an HTTP date (RFC 9110 allows it) raised ``ValueError`` in the
+    activity instead of a retryable ``ModelApiError``; OpenAI's ``retry-after-ms`` was ignored."""
+    server = ModelServer([error(503, "The server is overloaded", **headers)])
+    with pytest.raises(ApplicationError) as raised:
+        await call(server, monkeypatch)
+    assert raised.value.type == "ModelApiError" and not raised.value.non_retryable
+    assert raised.value.next_retry_delay == delay
