@@ -178,6 +178,7 @@ async function main() {
   steps(); decisions(); tree(); inputs();
   document.body.dataset.ready = "true";
   let close = () => {};
+  let attempt = 1; // of the model call whose tokens are shown
   const end = (final) => {
     close(); // a closed task's stream ends: do not reconnect
     summary(final); steps(); decisions(); tree(); inputs(); // at once: the last word
@@ -186,7 +187,12 @@ async function main() {
   };
   close = follow(`${path}/stream?after_seq=${last}`, {
     update: append,
-    token(t) { tokens.hidden = false; tokens.textContent += t.text; },
+    token(t) {
+      // a token of a later attempt of the model call: the earlier attempt failed, its turn
+      // was never recorded, so its text goes
+      if ((t.attempt || 1) !== attempt) { tokens.textContent = ""; attempt = t.attempt || 1; }
+      tokens.hidden = false; tokens.textContent += t.text;
+    },
     done: end, failed: end, cancelled: end,
   });
 }
