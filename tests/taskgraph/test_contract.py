@@ -262,3 +262,22 @@ async def test_a_decision_cites_events_and_steps_and_says_what_changed_since(
     assert [(c.name, c.state, c.state_then) for c in row.changed_steps] == [
         ("check", "completed", "in_progress")
     ]
+
+
+async def test_the_same_page_written_ten_times_at_once_adds_nothing_twice(
+    store: GraphStore, store_history: ConversationHistory
+) -> None:
+    """Concurrent MERGEs of one page (a retried mirror call beside the first, a rebuild
+    beside the live mirror) create no second node or relationship (memgraph/memgraph#4352's
+    kind: duplicate relationships from concurrent MERGE)."""
+    view = await _task_with_a_tool_step(store_history, "crowd")
+    p = store_history.project_id
+    before = await store.counts(p)
+    await store.wipe_project(p)
+    events = [
+        e.model_copy(update={"payload": f"text {e.seq}", "sealed": None, "key_id": None})
+        for e in (await store_history.list_events("crowd")).events
+    ]
+    await asyncio.gather(*(store.write_task(view, events, []) for _ in range(10)))
+    after = await store.counts(p)
+    assert after == {k: v for k, v in before.items() if k not in ("Step", "HAS_STEP", "RESULT")}

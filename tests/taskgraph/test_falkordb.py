@@ -125,3 +125,23 @@ async def test_an_unreachable_falkordb_raises_graph_unavailable(settings: Settin
 async def test_a_statement_falkordb_refuses_is_a_data_error(store: GraphStore) -> None:
     with pytest.raises(GraphDataError):
         await store.records("MERGE (n:Task {key: }) RETURN n", write=True)
+
+
+async def test_times_keep_their_microseconds_where_localdatetime_drops_them(
+    store: GraphStore, store_history: ConversationHistory
+) -> None:
+    """FalkorDB's ``localdatetime`` keeps whole seconds (FalkorDB/FalkorDB#2585): the store
+    keeps microseconds since the epoch instead, so an event's time reads back exactly."""
+    if not isinstance(store, FalkorGraph):
+        pytest.skip("FalkorDB's rule")
+    (row,) = await store.records(
+        "RETURN localdatetime('2026-01-01T00:00:00.123456') = "
+        "localdatetime('2026-01-01T00:00:00') AS same",
+        write=False,
+    )
+    assert row["same"] is True  # the server's own temporal type would lose them
+    view = await _task_with_a_tool_step(store_history, "micro")
+    written = (await store_history.list_events("micro")).events
+    read = await store.events(store_history.project_id, view.workflow_id, 0, 3, 10)
+    assert [e.time for e in read] == [e.time for e in written]
+    assert any(e.time.microsecond for e in read)
