@@ -20,6 +20,7 @@ from starter.client import ConversationHistory
 from starter.importer import all_events, all_steps
 from tests.agent_tools import answer, calls
 from tests.approval_tools import approval_spec, goal
+from tests.conftest import eventually
 from tests.workflows.conftest import script, spec
 from workflows.models import AgentSpec, Event, EventKind, StepState, TaskStatus, TaskView
 
@@ -187,3 +188,33 @@ async def test_a_branch_of_a_recorded_task_copies_the_log_and_no_steps(
     assert [e.payload for e in await all_events(history, "rec-b")] == ["{}", "ok"]
     assert await all_steps(history, "rec-b") == []
     assert (await history.set_step("rec-b", "s1", "in_progress")).recorded
+
+
+async def test_a_step_unknown_before_the_point_stays_unknown_in_the_branch(
+    agents: ConversationHistory, tmp_path: Path
+) -> None:
+    """``charge_once`` cancelled during its charge (not idempotent): the step ends
+    ``unknown``. Its branch after that result reuses it as ``unknown``: the charge is not run
+    again (one line in all), and the agent code reads the unknown outcome (it fails on it, as
+    its code says)."""
+    log = tmp_path / "charge.log"
+    agent = AgentSpec(
+        name="charge_once", tools=["charge_card", "echo"],
+        input={"log": str(log), "seconds": 300, "rounds": 1},
+    )  # fmt: skip
+    assert (await agents.create_task("src", "charge", agent=agent)).recorded
+
+    async def charging() -> bool:
+        return await asyncio.to_thread(log.exists)
+
+    await eventually(charging, within=60)
+    assert (await agents.cancel_task("src")).recorded
+    assert (await ended(agents, "src")).status is TaskStatus.CANCELLED
+    point = seq_of(await all_events(agents, "src"), EventKind.TOOL_RESULT)
+    assert (await agents.branch_from("src", point, "b")).recorded
+    done = await ended(agents, "b")
+    assert done.status is TaskStatus.FAILED and done.error is not None
+    assert "the charge is unknown" in done.error.text
+    steps = {s.step_name: s for s in await all_steps(agents, "b")}
+    assert steps["charge"].state is StepState.UNKNOWN
+    assert runs(log) == [f"{agents.workflow_id('src')}/charge/1"]
