@@ -18,14 +18,15 @@ as the servers that bend the rules need:
   the same on every replay of the same response).
 
 **Finish reasons** (``check_finish``), by name: ``stop``, ``tool_calls`` and the legacy
-``function_call`` end a turn that is complete (its tool calls run); ``length`` (cut at the
-output limit) and ``content_filter`` (cut by the provider's filter) end the model call with a
-non-retryable ``ApplicationError`` of type ``ModelOutputTruncated`` and ``ModelContentFiltered``
-(nothing of the turn is recorded or run: a cut call's arguments are not the call the model
-meant); any other reason with ``ModelFinishUnknown``. A stream is complete once it brought a
-``finish_reason`` or ``data: [DONE]``; one that ended with neither (a proxy or server cut it)
-is a retryable ``ModelStreamCut`` error, and so is a connection lost mid-stream (the model
-activity maps that).
+``function_call`` (and the other servers' names for them, ``COMPLETE_FINISH``) end a turn that
+is complete (its tool calls run); ``length`` (cut at the output limit) and ``content_filter``
+(cut by the provider's filter) end the model call with a non-retryable ``ApplicationError`` of
+type ``ModelOutputTruncated`` and ``ModelContentFiltered`` (nothing of the turn is recorded or
+run: a cut call's arguments are not the call the model meant); ``abort`` and ``error`` (the
+server gave up) are retried; any other reason ends it with ``ModelFinishUnknown``. A stream
+is complete once it brought a ``finish_reason`` or ``data: [DONE]``; one that ended with
+neither (a proxy or server cut it) is a retryable ``ModelStreamCut`` error, and so is a
+connection lost mid-stream (the model activity maps that).
 
 **Bounds** (``bounded_call``, ``bounded_turn``): the workflow records every call as events
 (``EventInput``: a name and call id of 1 to 128 characters, arguments cut at
@@ -58,13 +59,27 @@ from workflows.models import (
     ToolCall,
 )
 
-COMPLETE_FINISH = frozenset({"stop", "tool_calls", "function_call"})
-"""Finish reasons of a complete turn (``function_call``: the legacy API's)."""
+COMPLETE_FINISH = frozenset(
+    {"stop", "tool_calls", "function_call", "eos_token", "stop_sequence", "end_turn", "tool_use"}
+)
+"""Finish reasons of a complete turn: OpenAI's (``function_call``: the legacy API's), and the
+names some compatible servers use for the same (Hugging Face TGI's ``eos_token`` and
+``stop_sequence``, Anthropic-style ``end_turn`` and ``tool_use`` from proxies that pass them
+through)."""
+RETRIED_FINISH = frozenset({"abort", "error"})
+"""Finish reasons of a generation the server gave up (vLLM's ``abort``, proxies' ``error``):
+retryable ``ModelStreamCut``."""
 REFUSED_FINISH = {
     "length": (
         "ModelOutputTruncated",
         "the model's answer was cut at its output limit (finish_reason 'length'): nothing of "
         "it was recorded and no tool of it ran; give the model a larger output limit or ask "
+        "for less at once",
+    ),
+    "max_tokens": (  # Anthropic-style, from proxies that pass it through
+        "ModelOutputTruncated",
+        "the model's answer was cut at its output limit (finish_reason 'max_tokens'): nothing "
+        "of it was recorded and no tool of it ran; give the model a larger output limit or ask "
         "for less at once",
     ),
     "content_filter": (
@@ -105,10 +120,15 @@ def check_finish(reason: str | None) -> None:
     Raises:
         ApplicationError: non-retryable, ``ModelOutputTruncated`` (``length``),
             ``ModelContentFiltered`` (``content_filter``), ``ModelFinishUnknown`` (any reason
-            not named here).
+            not named here); retryable ``ModelStreamCut`` (``RETRIED_FINISH``).
     """
     if reason is None or reason in COMPLETE_FINISH:
         return
+    if reason in RETRIED_FINISH:
+        raise ApplicationError(
+            f"the model's server gave up its answer (finish_reason {reason!r})",
+            type="ModelStreamCut",
+        )
     refused = REFUSED_FINISH.get(reason)
     if refused is not None:
         kind, message = refused

@@ -134,6 +134,7 @@ def test_a_stream_without_finish_reason_or_done_is_cut_and_retryable() -> None:
     [
         ("length", "ModelOutputTruncated"),
         ("content_filter", "ModelContentFiltered"),
+        ("max_tokens", "ModelOutputTruncated"),
         ("something_new", "ModelFinishUnknown"),
     ],
 )
@@ -158,7 +159,9 @@ def completion(reason: str | None, *calls: dict[str, Any], content: str = "") ->
     return {"id": "r1", "choices": [{"index": 0, "message": message, "finish_reason": reason}]}
 
 
-@pytest.mark.parametrize("reason", ["stop", "tool_calls", "function_call"])
+@pytest.mark.parametrize(
+    "reason", ["stop", "tool_calls", "function_call", "eos_token", "stop_sequence", "end_turn"]
+)
 def test_complete_finish_reasons_run_their_calls(reason: str) -> None:
     call = {"index": 0, "id": "c1", "function": {"name": "a", "arguments": "{}"}}
     want = [ToolCall(name="a", arguments="{}", call_id="c1")]
@@ -229,3 +232,10 @@ def test_sse_lines_decoded() -> None:
     found = [d for line in lines if (d := decoder.line(line)) is not None]
     assert found == ['{"a":\n1}']
     assert decoder.end() == "[DONE]" and decoder.end() is None
+
+
+@pytest.mark.parametrize("reason", ["abort", "error"])
+def test_a_generation_the_server_gave_up_is_retried(reason: str) -> None:
+    with pytest.raises(ApplicationError) as raised:
+        assembled(chunk(content="Hal"), chunk(finish=reason)).turn()
+    assert raised.value.type == "ModelStreamCut" and not raised.value.non_retryable
