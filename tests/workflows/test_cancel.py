@@ -369,3 +369,21 @@ async def test_cancel_without_cascade_of_a_task_that_ended_leaves_it_waiting_for
     assert (await handle.describe()).status is WorkflowExecutionStatus.COMPLETED
     ends = [str(e.name) for e in await all_events(agents, "t") if e.kind is EventKind.CHILD_RESULT]
     assert sorted(ends) == ["a", "b"]
+
+
+async def test_cancel_while_its_children_are_being_started(
+    agents: ConversationHistory, client: Client, graph: TaskGraph
+) -> None:
+    """A cancel sent right after the create of a parent that spawns three children: it lands
+    before, during or between the child starts (``start_child_workflow`` in flight). The
+    parent ends ``cancelled`` everywhere, and every child it started ends ``cancelled``.
+    Peer: temporalio/sdk-python#1445 (a cancel during ``start_child_workflow`` was swallowed
+    and the workflow ran on), temporalio/sdk-python#1751 (a cancel with a child in flight
+    wedged the workflow task)."""
+    fanout = AgentSpec(name="fanout", input={"children": 3})
+    assert (await agents.create_task("t", "three", agent=fanout)).recorded
+    assert (await agents.cancel_task("t")).recorded
+    view = await cancelled_everywhere(agents, client, graph)
+    for child in view.children.values():
+        ended = await asyncio.wait_for(agents.wait_task(child.name), 60)
+        assert ended is not None and ended.status is TaskStatus.CANCELLED, child.name
