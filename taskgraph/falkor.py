@@ -46,7 +46,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any, LiteralString
+from typing import TYPE_CHECKING, Any, LiteralString
 from urllib.parse import urlsplit
 
 import redis.exceptions
@@ -71,7 +71,11 @@ from taskgraph.properties import event_properties, step_properties, task_propert
 from taskgraph.reads import GraphReads
 from taskgraph.retention import EventLocation, GraphRetention
 from taskgraph.sealing import unseal
+from taskgraph.tracing import write_span
 from workflows.models import Citations, Event, EventKind, StepView, TaskView, task_workflow_id
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Tracer
 
 FALKOR_QUERY_MS = 10_000
 """Milliseconds the server lets one query run (``GRAPH.QUERY ... TIMEOUT``; Neo4j's
@@ -359,16 +363,26 @@ class FalkorGraph(GraphReads, GraphRetention):
         url: ``falkor://`` / ``redis://`` (``falkors://`` / ``rediss://`` for TLS), with the
             server's user and password when it has them.
         graph: the graph's name (a Redis key).
+        tracer: an OpenTelemetry tracer for the mirror's write spans (``telemetry.setup``);
+            None: no OpenTelemetry code runs.
         max_writes: the mirror's pages this object writes at once.
     """
 
     kind: GraphKind = "falkordb"
 
-    def __init__(self, url: str, graph: str, *, max_writes: int = FALKOR_MAX_WRITES) -> None:
+    def __init__(
+        self,
+        url: str,
+        graph: str,
+        *,
+        tracer: Tracer | None = None,
+        max_writes: int = FALKOR_MAX_WRITES,
+    ) -> None:
         parts = urlsplit(url)
         self.address = f"{parts.hostname or '127.0.0.1'}:{parts.port or 6379}"
         """Where the server is (never its password)."""
         self.graph_name = graph
+        self.tracer = tracer
         self._options: dict[str, Any] = {
             "host": parts.hostname or "127.0.0.1",
             "port": parts.port or 6379,
@@ -594,8 +608,10 @@ class FalkorGraph(GraphReads, GraphRetention):
             GraphIncomplete: a sealed event's key is not in the key store.
         """
         await self.ensure_ready()
+        seqs = [e.seq for e in events]
         async with self._writes:
-            await self._page(view, events, steps, mark=mark, mirrored_write=mirrored_write)
+            with write_span(self.tracer, self.kind, self.graph_name, view, seqs, len(steps)):
+                await self._page(view, events, steps, mark=mark, mirrored_write=mirrored_write)
 
     async def _page(
         self,

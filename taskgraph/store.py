@@ -80,8 +80,7 @@ def build_graph_store(
             (``AGENT_TASKS_GRAPH``).
         settings: credentials, database or graph name, the mirror's bound of concurrent
             writes (``config.Settings``).
-        tracer: an OpenTelemetry tracer for the mirror's write spans (``telemetry.setup``;
-            Neo4j's adapter only: FalkorDB's writes are not traced yet).
+        tracer: an OpenTelemetry tracer for the mirror's write spans (``telemetry.setup``).
 
     Raises:
         ValueError: an unknown kind or scheme (``graph_kind``).
@@ -98,4 +97,6 @@ def build_graph_store(
     from taskgraph.falkor import FalkorGraph
 
     url = uri or settings.falkordb_url.get_secret_value()
-    return FalkorGraph(url, settings.falkordb_graph, max_writes=settings.neo4j_max_writes)
+    return FalkorGraph(
+        url, settings.falkordb_graph, tracer=tracer, max_writes=settings.neo4j_max_writes
+    )

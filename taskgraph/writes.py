@@ -12,7 +12,6 @@ arbitrary JSON and any Unicode are stored exactly as recorded.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
 from typing import LiteralString
 
@@ -26,6 +25,7 @@ from taskgraph.properties import event_properties, step_properties, task_propert
 from taskgraph.schema import GraphSchema
 from taskgraph.sealing import unseal
 from taskgraph.seeds import warm_up_page
+from taskgraph.tracing import write_span
 from workflows.models import (
     Citations,
     Event,
@@ -334,7 +334,8 @@ class MirrorWrites(GraphSchema):
         work = _page_writer(view, events, steps, mark=mark, mirrored_write=mirrored_write)
         await self.ensure_ready()
         async with self._writes:
-            with self._write_span(view, [e.seq for e in events], len(steps)):
+            seqs = [e.seq for e in events]
+            with write_span(self.tracer, self.kind, self.database, view, seqs, len(steps)):
                 async with self._session() as session:
                     await session.execute_write(bounded(work))
 
@@ -362,30 +363,3 @@ class MirrorWrites(GraphSchema):
                 await work(tx)
                 await tx.rollback()
             self._warm = True
-
-    def _write_span(
-        self, view: TaskView, seqs: Sequence[int], steps: int
-    ) -> AbstractContextManager[object]:
-        """The span around one ``write_task`` transaction (retries included)."""
-        if self.tracer is None:
-            return nullcontext()
-        from opentelemetry.trace import SpanKind
-
-        return self.tracer.start_as_current_span(
-            "neo4j write_task",
-            kind=SpanKind.CLIENT,
-            attributes={
-                "db.system.name": "neo4j",
-                "db.namespace": self.database,
-                "db.operation.name": "write_task",
-                "agent_tasks.workflow_id": view.workflow_id,
-                "agent_tasks.project_id": view.project_id,
-                "agent_tasks.events": len(seqs),
-                "agent_tasks.steps": steps,
-                **(
-                    {"agent_tasks.seq.first": seqs[0], "agent_tasks.seq.last": seqs[-1]}
-                    if seqs
-                    else {}
-                ),
-            },
-        )

@@ -174,7 +174,7 @@ def test_the_limits_without_a_name_are_the_codes() -> None:
     )
     pauses = ", ".join(f"{mirror_pause(n).total_seconds():g} s" for n in range(1, 5))
     assert f"{pauses}, then {mirror_pause(5).total_seconds():g} s" in flat(
-        ROOT / "docs" / "neo4j.md"
+        ROOT / "docs" / "graph-stores.md"
     )
     long_pause = mirror_pause(MIRROR_LONG_OUTAGE_FAILURES + 1)
     assert long_pause > mirror_pause(MIRROR_LONG_OUTAGE_FAILURES)
@@ -394,6 +394,8 @@ RUN_BY = {
     ("page.md", 1): "tests/test_docs.py::test_the_page_pages_approval_blocks_run",
     ("input-and-children.md", 0): "tests/test_docs.py::test_the_input_and_children_blocks_run",
     ("input-and-children.md", 1): "tests/test_docs.py::test_the_input_and_children_blocks_run",
+    ("graph-stores.md", 0): "tests/taskgraph/test_store.py::"
+    "test_the_graph_stores_page_block_runs_on_either_store",
 }
 """The test that runs each Python block of the pages against the stack as written."""
 

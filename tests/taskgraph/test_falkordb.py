@@ -10,6 +10,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
 
 from config import Settings
 from devstack import free_port
@@ -21,6 +25,7 @@ from taskgraph.errors import GraphDataError, GraphUnavailable
 from taskgraph.falkor import UNIQUE, FalkorGraph
 from taskgraph.keytree import key_id, new_tree_id
 from taskgraph.port import GraphStore
+from taskgraph.seeds import warm_up_page
 from tests.conftest import eventually
 from tests.taskgraph.test_contract import _task_with_a_tool_step
 from worker import build_graph_store
@@ -145,3 +150,34 @@ async def test_times_keep_their_microseconds_where_localdatetime_drops_them(
     read = await store.events(store_history.project_id, view.workflow_id, 0, 3, 10)
     assert [e.time for e in read] == [e.time for e in written]
     assert any(e.time.microsecond for e in read)
+
+
+async def test_a_mirror_page_is_traced_as_a_falkordb_client_span(
+    falkordb_server: FalkorDBServer, settings: Settings, project_id: str
+) -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    local = settings.model_copy(update={"falkordb_graph": f"traced_{project_id}"})
+    store = build_graph_store(falkordb_server.url, settings=local, tracer=provider.get_tracer("t"))
+    await store.connect()
+    try:
+        view, events = warm_up_page()
+        view = view.model_copy(update={"project_id": project_id})
+        await store.write_task(view, events, [])
+    finally:
+        await store.close()
+    (span,) = exporter.get_finished_spans()
+    assert (span.name, span.kind) == ("falkordb write_task", SpanKind.CLIENT)
+    assert span.attributes is not None
+    assert dict(span.attributes) == {
+        "db.system.name": "falkordb",
+        "db.namespace": f"traced_{project_id}",
+        "db.operation.name": "write_task",
+        "agent_tasks.workflow_id": view.workflow_id,
+        "agent_tasks.project_id": project_id,
+        "agent_tasks.events": 1,
+        "agent_tasks.steps": 0,
+        "agent_tasks.seq.first": 1,
+        "agent_tasks.seq.last": 1,
+    }

@@ -10,8 +10,10 @@ from pydantic import SecretStr
 
 from config import Settings
 from devstack import free_port
+from devstack.falkordb_server import FalkorDBServer
 from taskgraph.errors import GraphAuthError, GraphError, GraphUnavailable
 from taskgraph.store import graph_kind
+from tests.test_docs import ROOT, python_blocks, run_snippet
 from worker import build_graph_store
 
 
@@ -80,3 +82,22 @@ async def test_the_guides_store_connects_and_closes(settings: Settings) -> None:
     await store.close()
     with pytest.raises((GraphError, RuntimeError)):
         await store.counts("no-such-project")
+
+
+@pytest.mark.parametrize("kind", ["neo4j", "falkordb"])
+async def test_the_graph_stores_page_block_runs_on_either_store(
+    kind: str,
+    falkordb_server: FalkorDBServer,
+    project_id: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """docs/graph-stores.md's block, run as written with only its store's name changed: a
+    worker mirrors into the store and a read across tasks finds the task there."""
+    (block,) = python_blocks(ROOT / "docs" / "graph-stores.md")
+    monkeypatch.setenv("AGENT_TASKS_FALKORDB_URL", falkordb_server.url)
+    monkeypatch.setenv("AGENT_TASKS_FALKORDB_GRAPH", f"docs_{project_id}")
+    queue = f"graph-demo-{project_id}"
+    code = block.replace('"falkordb"', f'"{kind}"').replace('"graph-demo"', f'"{queue}"')
+    names = await run_snippet(code, project_id)
+    assert names["store"].kind == kind
+    assert [(r.name, r.last_seq) for r in names["rows"]] == [("report", 1)]
