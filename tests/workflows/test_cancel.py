@@ -387,3 +387,26 @@ async def test_cancel_while_its_children_are_being_started(
     for child in view.children.values():
         ended = await asyncio.wait_for(agents.wait_task(child.name), 60)
         assert ended is not None and ended.status is TaskStatus.CANCELLED, child.name
+
+
+async def test_cancel_of_a_recorded_task_that_ended_with_a_child_running_keeps_it_failed(
+    history: ConversationHistory, client: Client, graph: TaskGraph
+) -> None:
+    """The same rule for a task its app records, ended ``failed`` while the child it spawned
+    runs: the cancel is recorded, the child cancelled, and the task ``failed`` in the view,
+    the search attribute, Neo4j and Temporal (``COMPLETED``)."""
+    assert (await history.create_task("p", "parent")).recorded
+    assert (await history.spawn_child("p", "k", "p/k", "child")).recorded
+    assert (await history.finish_task("p", "failed", error="gave up")).recorded
+    handle = client.get_workflow_handle(history.workflow_id("p"))
+    assert (await handle.describe()).status is WorkflowExecutionStatus.RUNNING
+    assert (await history.cancel_task("p")).recorded
+    view = await asyncio.wait_for(history.wait_task("p"), 120)
+    assert view is not None and view.status is TaskStatus.FAILED
+    description = await handle.describe()
+    assert description.status is WorkflowExecutionStatus.COMPLETED
+    assert description.search_attributes["TaskStatus"] == ["failed"]
+    await mirrored(history, "p")
+    assert (await graph_row(history, "p")).status is TaskStatus.FAILED
+    child = await asyncio.wait_for(history.wait_task("p/k"), 60)
+    assert child is not None and child.status is TaskStatus.CANCELLED
