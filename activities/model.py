@@ -272,7 +272,8 @@ async def openai_streamed_turn(
     *,
     timeout_s: float = OPENAI_TIMEOUT_S,
 ) -> ModelTurn:
-    """One streamed chat completion (``stream=True``, usage asked for in the final chunk):
+    """One streamed chat completion (``stream=True``, usage asked for in the final chunk, or
+    not, when the server refuses ``stream_options`` with HTTP 400 or 422):
     the Server-Sent Events read line by line, each content delta sent to ``tokens`` as it
     arrives, the turn assembled by ``activities.chat_protocol.StreamAssembler`` (tool calls by
     index and id, names set once, finish reasons by name, a stream that ends without its end
@@ -287,22 +288,16 @@ async def openai_streamed_turn(
     """
     import openai
 
-    assembler = StreamAssembler()
-    decoder = SseDecoder()
+    request = _request(input, transcript, offered)
     try:
-        async with openai_client(timeout_s).chat.completions.with_streaming_response.create(
-            **_request(input, transcript, offered),
-            stream=True,
-            stream_options={"include_usage": True},
-        ) as response:
-            async for line in response.iter_lines():
-                data = decoder.line(line)
-                if data is not None and _take(data, assembler, tokens):
-                    break
-            else:
-                data = decoder.end()
-                if data is not None:
-                    _take(data, assembler, tokens)
+        try:
+            return await _read_stream(request, {"include_usage": True}, tokens, timeout_s)
+        except openai.APIStatusError as err:
+            if err.status_code not in (400, 422) or "stream_options" not in str(err.body):
+                raise
+            # a server that refuses stream_options (Groq, Mistral, some gateways): again
+            # without it, the usage then zero unless the stream brings it anyway
+            return await _read_stream(request, openai.NOT_GIVEN, tokens, timeout_s)
     except (openai.APIStatusError, openai.APIConnectionError) as err:
         raise api_failure(err) from err
     except _transport_errors() as err:
@@ -310,6 +305,25 @@ async def openai_streamed_turn(
             f"the model's stream was cut ({type(err).__name__}: {err}): the answer is incomplete",
             type="ModelStreamCut",
         ) from err
+
+
+async def _read_stream(
+    request: dict[str, Any], stream_options: Any, tokens: TokenStream, timeout_s: float
+) -> ModelTurn:
+    """One streamed request and its turn (``openai_streamed_turn``; errors not mapped)."""
+    assembler = StreamAssembler()
+    decoder = SseDecoder()
+    async with openai_client(timeout_s).chat.completions.with_streaming_response.create(
+        **request, stream=True, stream_options=stream_options
+    ) as response:
+        async for line in response.iter_lines():
+            data = decoder.line(line)
+            if data is not None and _take(data, assembler, tokens):
+                break
+        else:
+            data = decoder.end()
+            if data is not None:
+                _take(data, assembler, tokens)
     return assembler.turn()
 
 

@@ -9,13 +9,15 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from temporalio.exceptions import ApplicationError
 
-from activities.model import openai_turn
+from activities.model import openai_streamed_turn, openai_turn
+from activities.tokens import TokenStream
 from activities.transcript import chat_messages
-from tests.model_server import ModelServer, Reply, error
+from tests.model_server import ModelServer, Reply, chunk, error
 from workflows.agents import ToolSpec
 from workflows.models import Event, EventInput, ModelInput, ModelSpec, ModelTurn, ToolCall
 
@@ -130,3 +132,24 @@ async def test_503_is_retried_after_the_wait_the_server_names_or_the_policys(
         await call(server, monkeypatch)
     assert raised.value.type == "ModelApiError" and not raised.value.non_retryable
     assert raised.value.next_retry_delay == delay
+
+
+async def test_a_server_that_refuses_stream_options_is_asked_again_without(
+    pointed: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """openai/openai-agents-python#442 (Mistral: 422 on ``include_usage``), vercel/ai PR #1578
+    (Groq: 400 "property 'stream_options' is unsupported"): a client that always sends it
+    cannot stream from them at all."""
+
+    def reply(request: dict[str, Any]) -> Reply:
+        if "stream_options" in request:
+            return error(422, "Extra inputs are not permitted: stream_options.include_usage")
+        return Reply(chunks=[chunk(content="Fine."), chunk(finish="stop")])
+
+    server = ModelServer(reply)
+    monkeypatch.setenv("OPENAI_BASE_URL", server.url)
+    with server.running():
+        async with TokenStream(None, [], "t", 1) as tokens:
+            turn = await openai_streamed_turn(INPUT, TRANSCRIPT, OFFERED, tokens)
+    assert turn.content == "Fine."
+    assert ["stream_options" in r for r in server.requests] == [True, False]
