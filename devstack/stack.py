@@ -46,6 +46,14 @@ def _redis_url(url: str) -> str:
     return {"falkor": "redis", "falkors": "rediss"}.get(scheme, scheme) + sep + rest
 
 
+def _shown(url: str) -> str:
+    """``url`` without its user and password, as reports and errors show it (a password in a
+    URL must not reach a terminal or a log: dbos-inc/dbos-transact-ts#1180's kind)."""
+    scheme, sep, rest = url.partition("://")
+    netloc, slash, path = rest.partition("/")
+    return scheme + sep + netloc.rpartition("@")[2] + slash + path
+
+
 def _redis_servers(settings: Settings) -> list[tuple[str, str, RedisServer]]:
     """The servers of Redis's protocol the stack runs, as ``(name, URL, server)``: the broker
     when ``AGENT_TASKS_BROKER_URL`` names one, and FalkorDB when ``AGENT_TASKS_GRAPH`` is
@@ -92,7 +100,7 @@ async def status(
         ("neo4j", s.neo4j_uri, neo, n_probe),
     ]
     for name, url, redis in _redis_servers(s):
-        checks.append((name, url, redis, await probe_redis(url, timeout_s=timeout_s)))
+        checks.append((name, _shown(url), redis, await probe_redis(url, timeout_s=timeout_s)))
     out = []
     for name, address, server, probe in checks:
         pid = server.running_pid()
@@ -200,7 +208,8 @@ async def up(
                     "AGENT_TASKS_BROKER_URL" if name == "broker" else "AGENT_TASKS_FALKORDB_URL"
                 )
                 errors.append(
-                    f"{variable}={url} is not on this host and does not answer ({probe.detail})"
+                    f"{variable}={_shown(url)} is not on this host and does not answer "
+                    f"({probe.detail})"
                 )
         redis_plans.append((name, url, redis, pid, probe))
     for server in to_prepare:
@@ -251,12 +260,13 @@ async def up(
         name: str, url: str, server: RedisServer, pid: int | None, probe: Probe
     ) -> ServiceStatus:
         if probe.answering:
-            return ServiceStatus(name, url, True, None, True, "external")
+            return ServiceStatus(name, _shown(url), True, None, True, "external")
         if pid is not None:
             await server.wait_ready(broker_timeout_s)
-            return ServiceStatus(name, url, True, pid, False, "already running")
+            return ServiceStatus(name, _shown(url), True, pid, False, "already running")
         started_pid, took = await start(name, server, broker_timeout_s)
-        return ServiceStatus(name, url, True, started_pid, False, f"started in {took:.1f} s")
+        took_s = f"started in {took:.1f} s"
+        return ServiceStatus(name, _shown(url), True, started_pid, False, took_s)
 
     bring_ups = [bring_up_temporal(), bring_up_neo4j()]
     bring_ups += [bring_up_redis(*plan) for plan in redis_plans]
@@ -329,7 +339,7 @@ async def down(settings: Settings | None = None, *, timeout_s: float = 60.0) -> 
          TemporalDevServer(s.data_dir, parse_host_port(s.temporal.address, 7233)[1])),
         ("neo4j", s.neo4j_uri, Neo4jServer(s.data_dir, parse_host_port(s.neo4j_uri, 7687)[1])),
     ]  # fmt: skip
-    servers += [(name, url, server) for name, url, server in _redis_servers(s)]
+    servers += [(name, _shown(url), server) for name, url, server in _redis_servers(s)]
 
     async def stop_one(name: str, address: str, server: ManagedProcess) -> ServiceStatus:
         pid = server.running_pid()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from pydantic import SecretStr
 
 import devstack
@@ -54,3 +55,30 @@ async def test_dev_up_starts_falkordb_when_it_is_the_graph_store(
         stopped = await devstack.down(local)
     assert [(s.name, s.pid) for s in stopped if s.pid is not None] == [("falkordb", falkordb.pid)]
     assert not port_is_open(BIND_HOST, port)
+
+
+async def test_status_and_up_never_show_a_password_of_the_urls(
+    tmp_path: Path, settings: Settings
+) -> None:
+    """A password in AGENT_TASKS_FALKORDB_URL or AGENT_TASKS_BROKER_URL stays out of the
+    report and out of an error (dbos-inc/dbos-transact-ts#1180's kind: a connection URL's
+    password written to the output)."""
+    falkor_port, broker_port = free_port(), free_port()
+    local = settings.model_copy(
+        update={
+            "data_dir": tmp_path,
+            "broker_url": f"redis://user:s3cret-b@10.255.255.1:{broker_port}",
+            "graph": "falkordb",
+            "falkordb_url": SecretStr(f"falkor://user:s3cret-f@127.0.0.1:{falkor_port}"),
+            "neo4j_password": SecretStr(settings.neo4j_auth()[1]),
+        }
+    )
+    report = await devstack.status(local, timeout_s=0.5)
+    shown = {s.name: s.address for s in report}
+    assert shown["falkordb"] == f"redis://127.0.0.1:{falkor_port}"
+    assert shown["broker"] == f"redis://10.255.255.1:{broker_port}"
+    assert "s3cret" not in repr(report)
+    with pytest.raises(devstack.DevStackError) as refused:  # the broker's host is not ours
+        await devstack.up(local, probe_timeout_s=0.5)
+    assert "s3cret" not in str(refused.value) and "10.255.255.1" in str(refused.value)
+    assert not port_is_open(BIND_HOST, falkor_port)  # nothing was started
