@@ -4,6 +4,7 @@ file, ``appendfsync always``). Against real FalkorDB servers of the package ``fa
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 from collections.abc import AsyncIterator
@@ -17,11 +18,12 @@ from opentelemetry.trace import SpanKind
 
 from config import Settings
 from devstack import free_port
-from devstack.falkordb_server import FalkorDBServer
+from devstack.falkordb_server import FalkorDBServer, find_falkordb_module
 from devstack.process import BIND_HOST, port_is_open
+from devstack.redis_server import find_redis_server
 from starter.client import ConversationHistory
 from taskgraph.apikeys import ApiKeyStore
-from taskgraph.errors import GraphDataError, GraphUnavailable
+from taskgraph.errors import GraphAuthError, GraphDataError, GraphUnavailable
 from taskgraph.falkor import UNIQUE, FalkorGraph
 from taskgraph.keytree import key_id, new_tree_id
 from taskgraph.port import GraphStore
@@ -181,3 +183,40 @@ async def test_a_mirror_page_is_traced_as_a_falkordb_client_span(
         "agent_tasks.seq.first": 1,
         "agent_tasks.seq.last": 1,
     }
+
+
+async def test_wrong_falkordb_credentials_raise_graph_auth_error(
+    tmp_path: Path, settings: Settings
+) -> None:
+    """A FalkorDB with a password (``requirepass``): the wrong one or none is
+    ``GraphAuthError`` and never shown; the right one connects."""
+    port = free_port()
+    server = await asyncio.create_subprocess_exec(
+        str(find_redis_server()),
+        *("--port", str(port), "--bind", BIND_HOST, "--dir", str(tmp_path), "--save", ""),
+        *("--loadmodule", str(find_falkordb_module()), "--requirepass", "right-one"),
+        stdout=asyncio.subprocess.DEVNULL,
+    )
+    try:
+
+        async def answering() -> bool:
+            return port_is_open(BIND_HOST, port)
+
+        await eventually(answering)
+        for url in (f"falkor://:wrong-one@127.0.0.1:{port}", f"falkor://127.0.0.1:{port}"):
+            store = build_graph_store(url, settings=settings)
+            try:
+                with pytest.raises(GraphAuthError) as refused:
+                    await store.connect()
+            finally:
+                await store.close()
+            assert "wrong-one" not in str(refused.value)
+        store = build_graph_store(f"falkor://:right-one@127.0.0.1:{port}", settings=settings)
+        try:
+            await store.connect()
+            assert await store.counts("nobody") == {}
+        finally:
+            await store.close()
+    finally:
+        server.kill()
+        await server.wait()
