@@ -15,6 +15,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
+from temporalio.client import Client
 
 from config import Settings
 from devstack import free_port
@@ -30,7 +31,7 @@ from taskgraph.port import GraphStore
 from taskgraph.seeds import warm_up_page
 from tests.conftest import eventually
 from tests.taskgraph.test_contract import _task_with_a_tool_step
-from worker import build_graph_store
+from worker import build_graph_store, build_worker
 
 
 @pytest.fixture
@@ -220,3 +221,53 @@ async def test_wrong_falkordb_credentials_raise_graph_auth_error(
     finally:
         server.kill()
         await server.wait()
+
+
+async def test_a_falkordb_outage_loses_no_acknowledged_write(
+    private: FalkorDBServer, client: Client, settings: Settings, project_id: str
+) -> None:
+    """FalkorDB killed (-9) while a task is written to: every write is still acknowledged
+    (Temporal holds it), the mirror says why it waits and retries; once FalkorDB is back
+    (from its append-only file) the mirror catches up with every event once, in order."""
+    store = build_graph_store(private.url, settings=settings)
+    await store.connect()
+    queue = f"outage-{project_id}"
+    writer = ConversationHistory(client, project_id=project_id, agent_id="a", task_queue=queue)
+    reader = ConversationHistory(
+        client, project_id=project_id, agent_id="a", task_queue=queue, graph=store
+    )
+    written = [f"m{n}" for n in range(8)]
+    try:
+        async with build_worker(client, store, queue):
+            assert (await writer.create_task("t", "outage")).recorded
+            for text in written[:3]:
+                assert (await writer.record_event("t", "message", text)).recorded
+            assert await reader.wait_mirrored("t", 30)
+            pid = private.running_pid()
+            assert pid is not None
+            os.kill(pid, signal.SIGKILL)
+            await private.stop(timeout_s=5)
+            for text in written[3:]:
+                assert (await writer.record_event("t", "message", text)).recorded
+
+            async def waiting() -> bool:
+                view = (await writer.get_task("t")).view
+                return view is not None and view.mirror_error is not None
+
+            await eventually(waiting, within=60)
+            again = FalkorDBServer(private.data_dir, private.port)
+            await again.start()
+            await again.wait_ready(30)
+            assert await reader.wait_mirrored("t", 90)
+
+            async def cleared() -> bool:  # the workflow learns when the mirror call ends
+                view = (await writer.get_task("t")).view
+                return view is not None and view.mirror_error is None
+
+            await eventually(cleared, within=60)
+        held = await store.events(project_id, writer.workflow_id("t"), 0, 100, 100)
+        assert [(e.seq, e.payload) for e in held] == list(enumerate(written, start=1))
+        counts = await store.counts(project_id)
+        assert (counts["Event"], counts["NEXT"], counts["HAS_EVENT"]) == (8, 7, 8)
+    finally:
+        await store.close()
