@@ -265,7 +265,7 @@ HEARTBEAT_THROTTLE = timedelta(seconds=1)
 """Longest wait of the worker before it sends an activity's heartbeat to the server (the SDK
 holds them back, by default up to 30 s without a heartbeat timeout and 60 s with one). A cancel
 reaches an activity only in the answer to a heartbeat, so this bounds how long a cancelled
-model call or tool goes on (``activities.model.MODEL_BEAT_S``)."""
+model call or tool goes on (``activities.heartbeat.CANCEL_BEAT_S``)."""
 
 
 class AgentTasksWorkerPlugin(SimplePlugin):

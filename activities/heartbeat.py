@@ -10,6 +10,12 @@ from temporalio import activity
 
 _T = TypeVar("_T")
 
+CANCEL_BEAT_S = 1.0
+"""How often an activity that must hear a cancel soon heartbeats (seconds): the model call, and
+a tool with a heartbeat timeout (a tool that waits on a socket or streams stops within about
+this plus ``worker.HEARTBEAT_THROTTLE`` of its task's cancel, whatever its heartbeat timeout).
+A cancel reaches an activity only in the server's answer to a heartbeat."""
+
 
 async def heartbeating(work: Awaitable[_T], *, every_s: float | None = None) -> _T:
     """Await ``work`` inside an activity while heartbeating every quarter of the activity's

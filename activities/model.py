@@ -23,13 +23,13 @@ word by word and the streamed ``openai`` path each delta, the same way
 the HTTP API's streams and nothing else (the turn is recorded whole, as one event, when the call
 returns).
 
-Cancel: the activity heartbeats every ``MODEL_BEAT_S`` while it reads the transcript, waits
-for the model and streams, and the worker sends a heartbeat at least every
+Cancel: the activity heartbeats every ``activities.heartbeat.CANCEL_BEAT_S`` while it reads the
+transcript, waits for the model and streams, and the worker sends a heartbeat at least every
 ``worker.HEARTBEAT_THROTTLE``; a cancel (the task's, or the workflow's end) comes back in the
 answer to one, raises ``asyncio.CancelledError`` in the call and leaves the response's
 ``async with``, which closes the HTTP connection: the server stops generating. The workflow
 waits for that before the task ends (``workflows.agents.steps.MODEL_CALL_CANCEL``), so no token
-of the call is published after the task's end. The bound: ``MODEL_BEAT_S`` plus
+of the call is published after the task's end. The bound: ``CANCEL_BEAT_S`` plus
 ``HEARTBEAT_THROTTLE`` plus a round trip, about 2 s (the goal is 5 s); ``MODEL_HEARTBEAT``
 (10 s) when the call's worker died.
 """
@@ -47,7 +47,7 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
 from activities.chat_protocol import SseDecoder, StreamAssembler, completion_turn
-from activities.heartbeat import heartbeating
+from activities.heartbeat import CANCEL_BEAT_S, heartbeating
 from activities.tokens import TokenPublisher, TokenStream, split_tokens
 from activities.transcript import chat_messages, shown
 from broker import Broker
@@ -66,11 +66,6 @@ from workflows.models import (
 if TYPE_CHECKING:  # the driver is loaded by whoever makes the graph (an app's scripts import this)
     from taskgraph.port import GraphStore
 
-MODEL_BEAT_S = 1.0
-"""How often the model activity heartbeats (seconds) when it has no heartbeat timeout. A cancel
-reaches an activity only in the server's answer to a heartbeat, and the worker sends those at
-most every ``worker.HEARTBEAT_THROTTLE`` (1 s): so a cancel closes the model's HTTP request
-within about 2 s of the workflow's request."""
 RETRYABLE_HTTP = frozenset({408, 409, 429, 500, 502, 503, 504})
 """HTTP statuses of a model API that trying again can help."""
 
@@ -119,9 +114,9 @@ class ModelActivities:
     @activity.defn(name=MODEL_ACTIVITY)
     async def model_turn(self, input: ModelInput) -> ModelTurn:
         """The model's next turn for the task's events 1 to ``up_to_seq``, heartbeating while
-        it waits and streams (``MODEL_BEAT_S``) so that a cancel of the call, or the task's
+        it waits and streams (``CANCEL_BEAT_S``) so that a cancel of the call, or the task's
         end, reaches it and closes its HTTP request (module docstring, "Cancel")."""
-        return await heartbeating(self._turn(input), every_s=MODEL_BEAT_S)
+        return await heartbeating(self._turn(input), every_s=CANCEL_BEAT_S)
 
     async def _turn(self, input: ModelInput) -> ModelTurn:
         reader = TaskReader(self.client, self.graph)

@@ -31,7 +31,7 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
-from activities.heartbeat import heartbeating
+from activities.heartbeat import CANCEL_BEAT_S, heartbeating
 from tasklog.reader import QUERY_TIMEOUT, TaskReader
 from workflows.agents.approvals import APPROVAL_ACTIVITY, ApprovalCheck
 from workflows.agents.registry import (
@@ -232,8 +232,10 @@ class ToolActivities:
             # the heartbeats cover the read of the arguments too: on a loaded machine that
             # read (a query, which a cold worker answers by replaying the task) took longer
             # than a short heartbeat timeout, and an idempotent tool then ran once per
-            # attempt the server started meanwhile
-            return await heartbeating(call(input))
+            # attempt the server started meanwhile; a tool with a heartbeat timeout beats
+            # every CANCEL_BEAT_S so that a cancel reaches it soon whatever its timeout
+            beat = CANCEL_BEAT_S if activity.info().heartbeat_timeout else None
+            return await heartbeating(call(input), every_s=beat)
 
         run.__name__ = run.__qualname__ = f"tool_{tool.spec.name}"
         return activity.defn(name=TOOL_ACTIVITY_PREFIX + tool.spec.name)(run)

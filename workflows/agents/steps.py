@@ -66,11 +66,11 @@ could end in its first run, its history hundreds of events past it."""
 MODEL_CALL_CANCEL = "model-call-cancel"
 """Patch id: the model call is scheduled with a heartbeat timeout (``MODEL_HEARTBEAT``) and the
 workflow waits for it to acknowledge a cancel (``WAIT_CANCELLATION_COMPLETED``) before the task
-goes on to its end. The activity heartbeats every second (``activities.model.MODEL_BEAT_S``), so
-a cancel reaches it within about two seconds and closes its HTTP request, and the task's
-``cancelled`` comes after the last token it published. Runs recorded before dropped the call at
-once (``TRY_CANCEL``): the task ended while the model's request ran on to its end, its tokens
-still published."""
+goes on to its end. The activity heartbeats every second
+(``activities.heartbeat.CANCEL_BEAT_S``), so a cancel reaches it within about two seconds and
+closes its HTTP request, and the task's ``cancelled`` comes after the last token it published.
+Runs recorded before dropped the call at once (``TRY_CANCEL``): the task ended while the model's
+request ran on to its end, its tokens still published."""
 MODEL_HEARTBEAT = timedelta(seconds=10)
 """Heartbeat timeout of the model call: a call whose worker died is retried (or, after a cancel,
 given up) this long after its last heartbeat, not after ``MODEL_START_TO_CLOSE``."""
