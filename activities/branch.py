@@ -108,8 +108,9 @@ class BranchActivities:
         """One page (``BRANCH_REUSE_PAGE_STEPS``, in name order after ``query.after_name``) of
         the source's steps that ended ``completed`` or ``unknown`` with their result event at
         the branch point or before (read across its runs: ``TaskReader.steps``); with the
-        first page, the answers the source took at the point or before and its model rounds
-        (its last run's ``resume_state``).
+        first page, the answers the source took at the point or before, the children whose
+        end it recorded at the point or before, and its model rounds (its last run's
+        ``resume_state``).
 
         Raises:
             GraphNotConfigured: the source has steps of earlier runs and no graph is set.
@@ -140,6 +141,11 @@ class BranchActivities:
             source = self.client.get_workflow_handle(query.source_workflow_id)
             state = await source.query(TaskWorkflow.resume_state)
             reuse.answers = {k: v for k, v in state.answered.items() if v <= query.up_to_seq}
+            reuse.children = {
+                key: child
+                for key, child in state.children.items()
+                if child.result_seq is not None and child.result_seq <= query.up_to_seq
+            }
             run = state.agent_run
             reuse.rounds = 0 if run is None else run.round_base + run.rounds
         return reuse

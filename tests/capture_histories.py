@@ -971,6 +971,38 @@ async def branch_reuse_scenario(stack: Stack) -> Captured:
             return {"branch_reused": await fetch(history, "branch")}
 
 
+async def branch_child_scenario(stack: Stack) -> Captured:
+    """The ``branch-reuses-before-point`` patch with a child: agent code ``fanout`` with one
+    recorded child finished from outside, then branched after the child's ``child_result``
+    (``branch_reused_child``): the ``branch_reuse`` activity's result carries the child, the
+    agent's ``spawn`` starts no child workflow and its wait reads the recorded end."""
+    from tests.agent_tools import SCRIPTS, TOOLS
+    from workflows.models import AgentSpec
+
+    queue = f"capture-branch-child-{uuid.uuid4().hex[:8]}"
+    history = stack.history("branch_child")
+    history.task_queue = queue
+    async with build_worker(stack.client, stack.graph, queue, tools=TOOLS, scripts=SCRIPTS):
+        agent = AgentSpec(name="fanout", input={"children": 1})
+        expect(await history.create_task("source", "one child", agent=agent))
+
+        async def spawned() -> bool:
+            return (await history.get_task("source/c0")).view is not None
+
+        await eventually(spawned, within=60)
+        expect(await history.finish_task("source/c0", "done", result="built"))
+        await history.wait_task("source")
+        page = await history.list_events("source")
+        point = next(e.seq for e in page.events if e.kind.value == "child_result")
+        expect(await history.branch_from("source", point, "branch"))
+        final = await history.wait_task("branch")
+        if final is None or final.result is None or final.result.text != "c0=done":
+            raise CaptureError(f"the branch did not reuse the child's end: {final!r}")
+        if (await history.get_task("branch/c0")).view is not None:
+            raise CaptureError("the branch started a second child")
+        return {"branch_reused_child": await fetch(history, "branch")}
+
+
 async def cancel_after_end_scenario(stack: Stack) -> Captured:
     """The ``cancel-after-end`` patch: the agent ``leave`` ends ``done`` while its two recorded
     children run, then a cancel request (``cancel_after_end``): the patch's marker, the
@@ -1388,6 +1420,11 @@ SCENARIOS: dict[str, Scenario] = {
         branch_reuse_scenario,
         ("branch_reused",),
         "an agent branch reuses its source's steps and answers before the point (patched)",
+    ),
+    "branch_child": Scenario(
+        branch_child_scenario,
+        ("branch_reused_child",),
+        "an agent branch reuses its source's child ended before the point (patched)",
     ),
     "cancel_after_end": Scenario(
         cancel_after_end_scenario,

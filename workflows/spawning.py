@@ -173,8 +173,11 @@ async def reuse_before_point(ledger: Ledger) -> None:
     as it ended, with that result event (the same seq in the copy), so the agent code's step
     of that name returns the recorded result and its tool is not called again (an ``unknown``
     one stays unknown, as everywhere); each answer taken at the point or before is the
-    branch's answer to that request, so ``ask`` returns it without asking; the agent's rounds
-    start after the source's, so the tool loop's new steps never take a reused step's name.
+    branch's answer to that request, so ``ask`` returns it without asking; each child whose
+    end the source recorded at the point or before is the branch's child of that spawn key,
+    so ``spawn`` starts nothing and ``wait_children`` reads that end (DBOS keeps a fork's
+    children the same way); the agent's rounds start after the source's, so the tool loop's
+    new steps never take a reused step's name.
     What ended after the point runs live in the branch (a step whose call is before the point
     and its result after runs again, under the branch's own idempotency key). A
     ``branch_reused`` note (``{"steps": n, "answers": m}``) records it."""
@@ -193,6 +196,7 @@ async def reuse_before_point(ledger: Ledger) -> None:
         )
         if after is None:
             state.answered.update(found.answers)
+            state.children.update(found.children)
             state.agent_run = AgentRun(started_at=workflow.now(), round_base=found.rounds)
         if found.steps:
             writes = [

@@ -218,3 +218,28 @@ async def test_a_step_unknown_before_the_point_stays_unknown_in_the_branch(
     steps = {s.step_name: s for s in await all_steps(agents, "b")}
     assert steps["charge"].state is StepState.UNKNOWN
     assert runs(log) == [f"{agents.workflow_id('src')}/charge/1"]
+
+
+async def test_a_branch_after_a_childs_end_reuses_the_child(agents: ConversationHistory) -> None:
+    """``fanout`` with one recorded child, finished from outside: the parent ends with its
+    outcome. Branched after the child's ``child_result``: the branch's ``spawn`` of that key
+    starts no new child task (the DBOS fork keeps its children the same way), its wait reads
+    the recorded end, and it ends with the same outcome. Before, the branch started a second
+    child (its work done again) and waited for it."""
+    agent = AgentSpec(name="fanout", input={"children": 1})
+    assert (await agents.create_task("src", "one child", agent=agent)).recorded
+
+    async def spawned() -> bool:
+        return (await agents.get_task("src/c0")).view is not None
+
+    await eventually(spawned, within=60)
+    assert (await agents.finish_task("src/c0", "done", result="built")).recorded
+    done = await ended(agents, "src")
+    assert done.result is not None and done.result.text == "c0=done"
+    point = seq_of(await all_events(agents, "src"), EventKind.CHILD_RESULT)
+    assert (await agents.branch_from("src", point, "b")).recorded
+    branch = await ended(agents, "b")
+    assert branch.status is TaskStatus.DONE and branch.result is not None
+    assert branch.result.text == "c0=done"
+    assert (await agents.get_task("b/c0")).view is None
+    assert [c.name for c in branch.children.values()] == ["src/c0"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from workflows.models.human import ChildRecord
 from workflows.models.inputs import EventInput
 from workflows.models.kinds import StepKind, StepState
 from workflows.models.text import ShortText
@@ -92,3 +93,7 @@ class BranchReuse(BaseModel):
     rounds: int = 0
     """The source's model calls so far (first page only): the branch's tool loop names its
     rounds after them, so a new step never takes the name of a reused one."""
+    children: dict[str, ChildRecord] = Field(default_factory=dict)
+    """Spawn key -> the source's child task whose end the source recorded at the point or
+    before (first page only): agent code's ``spawn`` of that key in the branch starts
+    nothing and its wait reads that end. Added later."""
