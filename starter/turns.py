@@ -194,7 +194,8 @@ class TaskTurns(TaskLifecycle):
         task's branch then continues from there: it reuses what its source settled before the
         point (a step that ended ``completed`` or ``unknown`` with its result at ``seq`` or
         before returns that result, its tool not called again; a question answered at ``seq``
-        or before returns its answer, nobody asked), its agent code runs again from the top,
+        or before returns its answer, nobody asked; a child whose end was recorded at ``seq``
+        or before is not spawned again), its agent code runs again from the top,
         live from the point on, the model asked with the copied transcript and no new user
         message (docs/agent-tasks.md, "Branch"); a recorded one takes writes once the copy is
         done (this call returns then).
