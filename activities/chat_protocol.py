@@ -38,8 +38,10 @@ long) becomes ``{its first 40 characters}__{N}_characters``, so its step fails w
 ... for this agent" naming the length; arguments over ``MAX_PAYLOAD_CHARS`` are cut to one
 character past it, so the workflow refuses the call before any tool runs and the model reads
 that its arguments passed the bound (``workflows.agents.steps``, ``tool-call-bounds``). Empty
-arguments are ``{}``. A turn whose JSON still passes ``MAX_PAYLOAD_BYTES`` (dozens of calls
-at the bound) ends with a non-retryable ``ModelAnswerTooLarge`` error.
+arguments are ``{}``. Content over ``MAX_PAYLOAD_CHARS`` is cut to it here, as the message event
+would cut it, its full length and SHA-256 kept (``ModelTurn.content_full_length``). A turn whose
+JSON still passes ``MAX_PAYLOAD_BYTES`` (dozens of calls at the bound) ends with a
+non-retryable ``ModelAnswerTooLarge`` error.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from workflows.models import (
     ModelTurn,
     TokenUsage,
     ToolCall,
+    bound_text,
 )
 
 COMPLETE_FINISH = frozenset(
@@ -160,11 +163,24 @@ def bounded_call(name: str, arguments: str, call_id: str, fallback_id: str) -> T
 
 
 def bounded_turn(turn: ModelTurn) -> ModelTurn:
-    """``turn`` if its JSON is within ``MAX_PAYLOAD_BYTES`` (what an activity's result may be).
+    """``turn`` with its content bounded like an event's payload (``bound_text``: over
+    ``MAX_PAYLOAD_CHARS`` it is cut, its full length and SHA-256 kept in
+    ``content_full_length`` and ``content_sha256``, which the message event records), if its
+    JSON is then within ``MAX_PAYLOAD_BYTES`` (what an activity's result may be).
 
     Raises:
         ApplicationError: non-retryable ``ModelAnswerTooLarge``, naming the size.
     """
+    if len(turn.content) > MAX_PAYLOAD_CHARS:
+        bounded = bound_text(turn.content)
+        if bounded.full_length > MAX_PAYLOAD_CHARS:
+            turn = turn.model_copy(
+                update={
+                    "content": bounded.text,
+                    "content_full_length": bounded.full_length,
+                    "content_sha256": bounded.full_sha256,
+                }
+            )
     size = len(turn.model_dump_json().encode())
     if size > MAX_PAYLOAD_BYTES:
         raise ApplicationError(

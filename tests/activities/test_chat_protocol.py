@@ -4,6 +4,7 @@ by name, the bounds a recorded call must keep, Server-Sent Events decoded line b
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -239,3 +240,13 @@ def test_a_generation_the_server_gave_up_is_retried(reason: str) -> None:
     with pytest.raises(ApplicationError) as raised:
         assembled(chunk(content="Hal"), chunk(finish=reason)).turn()
     assert raised.value.type == "ModelStreamCut" and not raised.value.non_retryable
+
+
+def test_content_past_the_payload_bound_is_cut_with_its_length_and_digest() -> None:
+    text = "word " * 120_000  # 600,000 characters: more than an activity's result may carry
+    turn = completion_turn(completion("stop", content=text))
+    assert turn.content == text[:MAX_PAYLOAD_CHARS]
+    assert turn.content_full_length == len(text)
+    assert turn.content_sha256 == hashlib.sha256(text.encode()).hexdigest()
+    short = completion_turn(completion("stop", content="short"))
+    assert (short.content, short.content_full_length, short.content_sha256) == ("short", None, None)

@@ -7,6 +7,7 @@ streams. Each names the peer report it reproduces."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -28,6 +29,7 @@ from workflows.models import (
     Event,
     EventKind,
     ModelSpec,
+    Role,
     TaskView,
 )
 
@@ -331,3 +333,26 @@ async def test_arguments_that_are_not_json_and_an_unknown_tool_are_answered(run:
     assert results["c2"] == "no tool 'no_such_tool' for this agent"
     told = [m["content"] for m in run.server.requests[1]["messages"] if m["role"] == "tool"]
     assert sorted(told) == sorted(results.values())
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_an_answer_past_the_payload_budget_is_recorded_cut_with_its_digest(
+    run: Run, stream: bool
+) -> None:
+    """A final answer of 624,000 characters (a model's long output) crossed Temporal whole
+    before it was cut by the event that records it; here it is cut by the model call, and the
+    event keeps the full text's length and SHA-256."""
+    text = "".join(f"line {i:06d} of the answer\n" for i in range(24_000))
+    assert len(text) == 624_000
+    if stream:
+        pieces = [text[i : i + 10_000] for i in range(0, len(text), 10_000)]
+        reply = Reply(chunks=[*(chunk(content=p) for p in pieces), chunk(finish="stop")])
+    else:
+        reply = Reply(body=completion(text))
+    await run.start([reply], stream=stream)
+    final = await run.end()
+    assert final.status.value == "done"
+    (said,) = [e for e in kinds(await run.events(), EventKind.MESSAGE) if e.role is Role.ASSISTANT]
+    assert said.payload == text[:MAX_PAYLOAD_CHARS]
+    assert said.full_length == len(text)
+    assert said.full_sha256 == hashlib.sha256(text.encode()).hexdigest()

@@ -301,7 +301,12 @@ class StepRunner(Approvals):
         self.run.rounds += 1
         self.run.tokens += turn.usage.input_tokens + turn.usage.output_tokens
         message = EventInput(
-            kind=EventKind.MESSAGE, role=Role.ASSISTANT, payload=turn.content, usage=turn.usage
+            kind=EventKind.MESSAGE,
+            role=Role.ASSISTANT,
+            payload=turn.content,
+            usage=turn.usage,
+            full_length=turn.content_full_length,  # set when the call cut a longer answer
+            full_sha256=turn.content_sha256,
         )
         self._append(message, f"round/{self.run.rounds}")
         return turn

@@ -95,6 +95,17 @@ class ModelTurn(BaseModel):
     content: str = ""
     tool_calls: list[ToolCall] = Field(default_factory=list)
     usage: TokenUsage = Field(default_factory=TokenUsage)
+    content_full_length: int | None = Field(
+        default=None, ge=0, exclude_if=lambda value: value is None
+    )
+    """Set when the model call cut ``content`` to ``MAX_PAYLOAD_CHARS`` (``bound_text``: a
+    longer answer would only be cut by the event that records it, after crossing Temporal
+    whole): the characters of the full text, recorded as the message's ``full_length``. Added
+    later: left out of the JSON while unset."""
+    content_sha256: str | None = Field(
+        default=None, pattern=r"^[0-9a-f]{64}$", exclude_if=lambda value: value is None
+    )
+    """With ``content_full_length``: the SHA-256 hex of the full text (``full_sha256``)."""
 
 
 class ModelInput(BaseModel):
