@@ -18,8 +18,9 @@
   ``StepOutcome``, ``ChildOutcome``; tools: ``tool``, ``Tool``, ``ToolContext``; scripted
   models: ``ScriptedModel``, ``Script``, ``ModelTurn``, ``ToolCall``, ``TokenUsage``.
 - Errors: ``TaskServiceUnavailable``, ``GraphNotConfigured``, ``GraphIncomplete``,
-  ``Neo4jPasswordMissing``; in agent code ``BudgetExceeded``, ``InputTimeout``,
-  ``SpawnRefused``, ``ChildFailed``.
+  ``Neo4jPasswordMissing``; the graph store's (either store's: ``GraphError``,
+  ``GraphUnavailable``, ``GraphAuthError``, ``GraphDataError``); in agent code
+  ``BudgetExceeded``, ``InputTimeout``, ``SpawnRefused``, ``ChildFailed``.
 
 Importing ``starter`` does not load the Neo4j driver: the names of the worker's bootstrap
 (``build_worker``, ``build_graph_store``, ``open_graph``, ``open_services``,
@@ -50,6 +51,7 @@ from starter.results import (
     WriteResult,
 )
 from starter.retention import HistoryRetention
+from taskgraph.errors import GraphAuthError, GraphDataError, GraphError, GraphUnavailable
 from taskgraph.models import DecisionRow, EventRow, StepRow, TaskRow, ToolFailures, TreeRow
 from workflows.agents import (
     AgentContext,
@@ -130,8 +132,12 @@ __all__ = [
     "EventRow",
     "EventsResult",
     "GetTaskResult",
+    "GraphAuthError",
+    "GraphDataError",
+    "GraphError",
     "GraphIncomplete",
     "GraphNotConfigured",
+    "GraphUnavailable",
     "HistoryRetention",
     "InputTimeout",
     "ModelSpec",

@@ -10,7 +10,7 @@ suite, ``tests/taskgraph``):
 - **Zoned datetimes.** FalkorDB has no ``datetime()`` and its ``localdatetime`` keeps whole
   seconds: every time is an integer of microseconds since the Unix epoch, UTC
   (``taskgraph.models.epoch_us``), so order and equality are exact; reads give datetimes back
-  (``TIME_FIELDS``) and datetime parameters are sent as microseconds.
+  (``falkor_cypher.TIME_FIELDS``) and datetime parameters are sent as microseconds.
 - **Multi-statement transactions.** One ``GRAPH.QUERY`` is atomic (FalkorDB runs a graph's
   writes one at a time), but a mirror page is several statements (``_page``), each idempotent
   (MERGE on keys, the "only if newer" guards in the statement that writes the node); the task's
@@ -24,12 +24,8 @@ suite, ``tests/taskgraph``):
   statement never writes text into it), and a redaction punctures a key tree by
   compare-and-set (``_puncture``: written only if the nodes are still those it read; else
   read again), so two redactions of one tree never lose a puncture.
-- **Composite indexes, existential subqueries, scoped ``CALL (x) {}``, bytes.** An index on
-  ``(project_id, name)`` is a range index per property (``SCHEMA``); ``EXISTS { pattern }`` is
-  an ``OPTIONAL MATCH`` and a count; subqueries import with ``WITH``; no property holds bytes
-  (the single data keys from before key trees are never written, so there are none here).
-- **Uniqueness constraints** exist (``GRAPH.CONSTRAINT CREATE ... UNIQUE``) and need an
-  exact-match index on the property first (``SCHEMA`` creates it before ``UNIQUE``).
+- **The dialect's own gaps** (composite indexes, ``EXISTS {}``, scoped ``CALL``, bytes) and
+  its unique constraints: ``taskgraph.falkor_cypher``.
 
 Errors leave as the port's (``falkor_error``): a lost connection or a timeout is
 ``GraphUnavailable``; refused credentials ``GraphAuthError``; any refused statement
@@ -55,6 +51,7 @@ from falkordb.edge import Edge
 from falkordb.exceptions import SchemaVersionMismatchException
 from falkordb.node import Node
 
+from taskgraph import falkor_cypher as cypher
 from taskgraph.dialect import GraphKind, Statement, spelled
 from taskgraph.errors import (
     GraphAuthError,
@@ -91,216 +88,6 @@ PUNCTURE_TRIES = 10
 """Compare-and-set attempts of one key tree's puncture (``_puncture``) before it gives up
 (``GraphUnavailable``): each failed one means another redaction of the tree just landed."""
 
-TIME_FIELDS = frozenset(
-    {
-        "time",
-        "created_at",
-        "updated_at",
-        "deleted_at",
-        "detached_at",
-        "redacted_at",
-        "revoked_at",
-        "expires_at",
-    }
-)
-"""Node properties that hold times (integer microseconds here; datetimes when read)."""
-
-SCHEMA: tuple[LiteralString, ...] = (
-    "CREATE INDEX FOR (n:Project) ON (n.project_id)",
-    "CREATE INDEX FOR (n:Task) ON (n.key)",
-    # Neo4j's composite (project_id, name) and (project_id, status, name): a range index per
-    # property here (FalkorDB's indexes are single-property; it combines them per query)
-    "CREATE INDEX FOR (n:Task) ON (n.project_id, n.name, n.status)",
-    "CREATE INDEX FOR (n:Event) ON (n.key, n.id, n.project_id, n.kind, n.time)",
-    "CREATE INDEX FOR (n:Step) ON (n.key, n.project_id, n.state)",
-    "CREATE INDEX FOR (n:Agent) ON (n.key)",
-    "CREATE INDEX FOR (n:Session) ON (n.key)",
-    "CREATE INDEX FOR (n:Decision) ON (n.id, n.project_id, n.task_key)",
-    "CREATE INDEX FOR (n:TaskTombstone) ON (n.key)",
-    "CREATE INDEX FOR (n:KeyTree) ON (n.tree_id, n.task_key)",
-    "CREATE INDEX FOR (n:DataKey) ON (n.key_id, n.task_key)",
-    "CREATE INDEX FOR (n:ApiKey) ON (n.key_id)",
-    "CREATE INDEX FOR (n:PageSession) ON (n.session_id)",
-)
-"""The indexes, created before the constraints (a unique constraint needs an exact-match
-index on its property)."""
-UNIQUE: tuple[tuple[str, str], ...] = (
-    ("Project", "project_id"),
-    ("Task", "key"),
-    ("Event", "key"),
-    ("Event", "id"),
-    ("Step", "key"),
-    ("Agent", "key"),
-    ("Session", "key"),
-    ("Decision", "id"),
-    ("TaskTombstone", "key"),
-    ("KeyTree", "tree_id"),
-    ("DataKey", "key_id"),
-    ("ApiKey", "key_id"),
-    ("PageSession", "session_id"),
-)
-"""Unique constraints (label, property): Neo4j's ``taskgraph.schema.SCHEMA`` constraints."""
-
-_KEY_TREES: LiteralString = """
-UNWIND $trees AS id
-MATCH (k:KeyTree {tree_id: id}) WHERE k.project_id = $p
-RETURN k.tree_id AS id, k.nodes AS nodes
-"""
-"""The stored nodes of some key trees (``KeyLookup``); FalkorDB holds no single keys."""
-
-_PUT_TREE: LiteralString = """
-CREATE (:KeyTree {tree_id: $tree, project_id: $p, task_key: $task_key, nodes: $nodes,
-                  created_at: $now})
-"""
-
-_PUNCTURE: LiteralString = """
-MATCH (k:KeyTree {tree_id: $id}) WHERE k.project_id = $p AND k.nodes = $was
-SET k.nodes = $nodes,
-    k.destroyed = CASE WHEN $leaf IN coalesce(k.destroyed, []) THEN k.destroyed
-                       ELSE coalesce(k.destroyed, []) + $leaf END
-RETURN count(k) AS n
-"""
-"""A key tree's puncture, written only if its nodes are still ``$was`` (compare-and-set)."""
-
-_TASK: LiteralString = """
-OPTIONAL MATCH (gone:TaskTombstone {key: $key})
-OPTIONAL MATCH (old:Task {key: $key})
-WITH gone, old
-WHERE gone IS NULL AND (old IS NULL OR old.created_at IS NULL OR old.created_at = $created)
-MERGE (t:Task {key: $key})
-WITH t, coalesce(t.writes, -1) <= $t.writes AS newer
-FOREACH (_ IN CASE WHEN newer THEN [1] ELSE [] END | SET t += $t)
-RETURN t.key AS key
-"""
-"""A page's first statement: the task node, guarded (no tombstone, no other incarnation: no
-row back and nothing written), its properties set only when the view is not older."""
-
-_INCARNATION: LiteralString = """
-OPTIONAL MATCH (gone:TaskTombstone {key: $key})
-OPTIONAL MATCH (old:Task {key: $key})
-RETURN gone IS NOT NULL AS deleted, old.created_at AS was
-"""
-
-_EVENTS: LiteralString = """
-MATCH (t:Task {key: $key})
-UNWIND $events AS ev
-MERGE (e:Event {key: $key + '#' + toString(ev.seq)})
-WITH t, e, ev, e.kind IS NULL AS fresh, coalesce(e.redacted, false) AS kept
-FOREACH (_ IN CASE WHEN kept THEN [] ELSE [1] END | SET e += ev)
-SET e.task_key = t.key, e.project_id = t.project_id, e.task_name = t.name
-MERGE (t)-[:HAS_EVENT]->(e)
-MERGE (a:Agent {key: t.project_id + '/' + ev.author})
-  ON CREATE SET a.project_id = t.project_id, a.agent_id = ev.author
-FOREACH (_ IN CASE WHEN fresh THEN [1] ELSE [] END | CREATE (e)-[:AUTHORED_BY]->(a))
-"""
-"""The page's events (a redacted node keeps its redaction: module docstring), each linked
-to its author once, when its node is new or was a step result's placeholder."""
-
-_NEXT: LiteralString = """
-UNWIND $pairs AS pair
-MATCH (a:Event {key: pair[0]})
-MATCH (b:Event {key: pair[1]})
-MERGE (a)-[:NEXT]->(b)
-"""
-
-_STEPS: LiteralString = """
-MATCH (t:Task {key: $key})
-UNWIND $steps AS st
-MERGE (s:Step {key: $key + '/' + st.step_name})
-WITH t, s, st WHERE coalesce(s.changed_write, -1) <= st.changed_write
-SET s += st, s.task_key = t.key, s.project_id = t.project_id, s.task_name = t.name
-MERGE (t)-[:HAS_STEP]->(s)
-WITH t, s, st
-OPTIONAL MATCH (s)-[old:RESULT]->(previous:Event)
-  WHERE previous.seq <> st.result_event_seq OR st.result_event_seq IS NULL
-DELETE old
-WITH DISTINCT t, s, st WHERE st.result_event_seq IS NOT NULL
-MERGE (e:Event {key: $key + '#' + toString(st.result_event_seq)})
-  ON CREATE SET e.project_id = t.project_id, e.task_key = t.key,
-                e.task_name = t.name, e.seq = st.result_event_seq
-MERGE (s)-[:RESULT]->(e)
-"""
-"""The page's steps, each only when not older than its node (``changed_write``)."""
-
-_DECISIONS: LiteralString = """
-UNWIND $keys AS key
-MATCH (e:Event {key: key})
-SET e:Decision
-"""
-_CITES_EVENTS: LiteralString = """
-UNWIND $pairs AS pair
-MATCH (d:Event {key: pair[0]})
-MATCH (c:Event {key: pair[1]})
-MERGE (d)-[:CITES]->(c)
-"""
-_CITES_STEPS: LiteralString = """
-UNWIND $cites AS c
-MATCH (d:Event {key: c.decision})
-MATCH (x:Step {key: c.step})
-MERGE (d)-[r:CITES]->(x)
-SET r.state = c.state, r.attempt = c.attempt
-"""
-
-_SHARED: LiteralString = """
-MATCH (t:Task {key: $key})
-MERGE (p:Project {project_id: t.project_id})
-MERGE (p)-[:HAS_TASK]->(t)
-MERGE (a:Agent {key: t.project_id + '/' + t.agent_id})
-  ON CREATE SET a.project_id = t.project_id, a.agent_id = t.agent_id
-MERGE (t)-[:CREATED_BY]->(a)
-FOREACH (s IN CASE WHEN t.session_id IS NULL THEN [] ELSE [t.session_id] END |
-  MERGE (se:Session {key: t.project_id + '/' + s})
-    ON CREATE SET se.project_id = t.project_id, se.session_id = s
-  MERGE (t)-[:IN_SESSION]->(se))
-FOREACH (pk IN CASE WHEN $parent_key IS NULL THEN [] ELSE [$parent_key] END |
-  MERGE (pt:Task {key: pk}) ON CREATE SET pt.project_id = t.project_id, pt.name = t.parent
-  MERGE (t)-[:CHILD_OF]->(pt))
-FOREACH (bk IN CASE WHEN $branch_key IS NULL THEN [] ELSE [$branch_key] END |
-  MERGE (src:Task {key: bk}) ON CREATE SET src.project_id = t.project_id
-  MERGE (t)-[b:BRANCHED_FROM]->(src) SET b.seq = t.branched_at_seq)
-SET t.mirrored_seq = CASE WHEN coalesce(t.mirrored_seq, 0) < $watermark THEN $watermark
-                          ELSE t.mirrored_seq END,
-    t.mirrored_write = CASE WHEN coalesce(t.mirrored_write, 0) < coalesce($mirrored_write, 0)
-                            THEN $mirrored_write ELSE t.mirrored_write END
-"""
-"""The page's last statement: the nodes the project's tasks share, then the task's
-watermarks (never lowered), so a page cut short is never reported as held."""
-
-_REDACT: LiteralString = """
-MATCH (t:Task {key: $key, project_id: $p})
-SET t.redactions = coalesce(t.redactions, 0) + 1
-WITH t
-MATCH (e:Event {key: $key + '#' + toString($seq)})
-SET e.payload = '', e.redacted = true, e.truncated = false
-WITH e
-OPTIONAL MATCH (d:Decision)-[:CITES]->(e)
-WITH e, collect(d.id) AS citing
-RETURN citing + CASE WHEN 'Decision' IN labels(e) THEN [e.id] ELSE [] END AS affected,
-       e.key_id AS key_id
-"""
-"""A redaction's first statement (Neo4j's ``_REDACT`` without the single keys of before,
-which FalkorDB never holds; ``e:Decision`` as a value is ``'Decision' IN labels(e)``)."""
-
-_WIPE_EVENTS: LiteralString = """
-MATCH (n:Event {project_id: $p}) WITH n LIMIT $batch DETACH DELETE n RETURN count(n) AS n
-"""
-_WIPE_REST: LiteralString = """
-MATCH (n {project_id: $p})
-WHERE NOT n:DataKey AND NOT n:KeyTree AND NOT n:TaskTombstone
-DETACH DELETE n RETURN count(n) AS n
-"""
-_DROP_UNMARKED: LiteralString = """
-MATCH (n {project_id: $p, task_key: $key})
-WHERE (n:Event OR n:Step) AND coalesce(n.rebuild, '') <> $mark
-  AND ($upto IS NULL
-       OR (n:Event AND n.seq <= $upto)
-       OR (n:Step AND n.updated_at <= $as_of))
-DETACH DELETE n
-RETURN count(n) AS n
-"""
-WIPE_BATCH = 10_000
-"""Event nodes ``wipe_project`` deletes per statement."""
-
 
 def falkor_error(err: Exception) -> GraphError:
     """The port's error for a client or server error: ``GraphAuthError`` for refused
@@ -324,7 +111,7 @@ def _value(value: Any) -> Any:
     if isinstance(value, Node | Edge):
         props = dict(value.properties)
         return {
-            k: (utc_of(v) if k in TIME_FIELDS and isinstance(v, int) else _value(v))
+            k: (as_datetime(v) if k in cypher.TIME_FIELDS and isinstance(v, int) else _value(v))
             for k, v in props.items()
         }
     if isinstance(value, list):
@@ -332,11 +119,6 @@ def _value(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _value(v) for k, v in value.items()}
     return value
-
-
-def utc_of(micros: int) -> datetime:
-    """The datetime of a stored time (microseconds since the Unix epoch)."""
-    return as_datetime(micros)
 
 
 def _param(value: Any) -> Any:
@@ -486,17 +268,17 @@ class FalkorGraph(GraphReads, GraphRetention):
         await self.ensure_schema()
 
     async def init_schema(self) -> None:
-        """Create the indexes (``SCHEMA``), then the unique constraints (``UNIQUE``);
+        """Create the indexes (``falkor_cypher.SCHEMA``), then the unique constraints;
         idempotent: an index or constraint that exists is taken as done."""
-        for statement in SCHEMA:
+        for statement in cypher.SCHEMA:
             try:
                 await self._run(statement, {}, write=True)
             except GraphDataError as err:
                 if "already indexed" not in str(err):
                     raise
-        for label, prop in UNIQUE:
+        for label, prop in cypher.UNIQUE:
             try:
-                await self._db.connection.execute_command(  # the graph exists: SCHEMA made it
+                await self._db.connection.execute_command(  # the graph exists now
                     "GRAPH.CONSTRAINT",
                     "CREATE",
                     self.graph_name,
@@ -530,7 +312,7 @@ class FalkorGraph(GraphReads, GraphRetention):
         """Store a new key tree of the task ``workflow_id`` (one statement)."""
         await self.ensure_schema()
         await self._write(
-            _PUT_TREE,
+            cypher.PUT_TREE,
             tree=tree_id,
             p=project_id,
             task_key=workflow_id,
@@ -544,7 +326,7 @@ class FalkorGraph(GraphReads, GraphRetention):
         if not key_ids:
             return {}
         lookup = KeyLookup(key_ids)
-        trees = await self._read(_KEY_TREES, trees=lookup.parameters()["trees"], p=project_id)
+        trees = await self._read(cypher.KEY_TREES, trees=lookup.parameters()["trees"], p=project_id)
         return lookup.keys(trees, [])
 
     async def _puncture(self, project_id: str, key: str) -> bool:
@@ -570,7 +352,7 @@ class FalkorGraph(GraphReads, GraphRetention):
             was = rows[0]["nodes"]
             nodes = encode(puncture(decode(was), leaf))
             done = await self._write(
-                _PUNCTURE, id=tree_id, p=project_id, was=was, nodes=nodes, leaf=leaf
+                cypher.PUNCTURE, id=tree_id, p=project_id, was=was, nodes=nodes, leaf=leaf
             )
             if done[0]["n"]:
                 return True
@@ -581,7 +363,9 @@ class FalkorGraph(GraphReads, GraphRetention):
     async def redact(self, project_id: str, location: EventLocation, agent_id: str) -> list[str]:
         """Empty the event's text (a redacted node keeps its redaction from then on), then
         destroy its key tree leaf (``_puncture``); returns the decisions it affects."""
-        rows = await self._write(_REDACT, key=location.task_key, p=project_id, seq=location.seq)
+        rows = await self._write(
+            cypher.REDACT, key=location.task_key, p=project_id, seq=location.seq
+        )
         if not rows:
             return []
         if rows[0]["key_id"] is not None:
@@ -629,33 +413,33 @@ class FalkorGraph(GraphReads, GraphRetention):
         opened = unseal(events, keys)  # GraphIncomplete before anything is written
         props = task_properties(view)
         props |= {"created_at": epoch_us(view.created_at), "updated_at": epoch_us(view.updated_at)}
-        placed = await self._write(_TASK, key=key, t=props, created=props["created_at"])
+        placed = await self._write(cypher.TASK, key=key, t=props, created=props["created_at"])
         if not placed:
-            found = (await self._read(_INCARNATION, key=key))[0]
+            found = (await self._read(cypher.INCARNATION, key=key))[0]
             was = found["was"]
             raise TaskIncarnationError(
                 f"task {key}: "
-                + ("the task was deleted" if found["deleted"] else f"created at {utc_of(was)}")
+                + ("the task was deleted" if found["deleted"] else f"created at {as_datetime(was)}")
                 + f"; this task was created at {utc(view.created_at).isoformat()}. FalkorDB "
                 "keeps the earlier one (its name stays taken) and takes nothing of this one"
             )
         if opened:
             rows = [_event_props(e, stamp) for e in opened]
-            await self._write(_EVENTS, key=key, events=rows)
+            await self._write(cypher.EVENTS, key=key, events=rows)
             pairs = [[f"{key}#{e.seq - 1}", f"{key}#{e.seq}"] for e in opened if e.seq > 1]
-            await self._write(_NEXT, pairs=pairs)
+            await self._write(cypher.NEXT, pairs=pairs)
         if steps:
             step_rows = [
                 step_properties(s) | {"updated_at": epoch_us(s.updated_at)} | stamp for s in steps
             ]
-            await self._write(_STEPS, key=key, steps=step_rows)
+            await self._write(cypher.STEPS, key=key, steps=step_rows)
         decisions = [e for e in opened if e.kind is EventKind.DECISION]
         if decisions:
             await self._decisions(key, decisions)
         parent = None if view.parent is None else task_workflow_id(view.project_id, view.parent)
         branch = view.branched_from
         await self._write(
-            _SHARED,
+            cypher.SHARED,
             key=key,
             parent_key=parent,
             branch_key=None if branch is None else task_workflow_id(view.project_id, branch.task),
@@ -665,7 +449,7 @@ class FalkorGraph(GraphReads, GraphRetention):
 
     async def _decisions(self, key: str, decisions: Sequence[Event]) -> None:
         """The decisions' label and their CITES links to events and steps."""
-        await self._write(_DECISIONS, keys=[f"{key}#{d.seq}" for d in decisions])
+        await self._write(cypher.DECISIONS, keys=[f"{key}#{d.seq}" for d in decisions])
         event_pairs, step_cites = [], []
         for d in decisions:
             cites = d.cites or Citations()
@@ -680,18 +464,19 @@ class FalkorGraph(GraphReads, GraphRetention):
                 for s in cites.steps
             ]
         if event_pairs:
-            await self._write(_CITES_EVENTS, pairs=event_pairs)
+            await self._write(cypher.CITES_EVENTS, pairs=event_pairs)
         if step_cites:
-            await self._write(_CITES_STEPS, cites=step_cites)
+            await self._write(cypher.CITES_STEPS, cites=step_cites)
 
     async def wipe_project(self, project_id: str) -> int:
         """Delete the project's nodes but the key store and the tombstones (events first,
         ``WIPE_BATCH`` per statement); returns nodes deleted."""
-        deleted, batch = 0, WIPE_BATCH
+        deleted, batch = 0, cypher.WIPE_BATCH
         while batch:
-            batch = (await self._write(_WIPE_EVENTS, p=project_id, batch=WIPE_BATCH))[0]["n"]
+            rows = await self._write(cypher.WIPE_EVENTS, p=project_id, batch=cypher.WIPE_BATCH)
+            batch = rows[0]["n"]
             deleted += batch
-        return deleted + int((await self._write(_WIPE_REST, p=project_id))[0]["n"])
+        return deleted + int((await self._write(cypher.WIPE_REST, p=project_id))[0]["n"])
 
     async def drop_unmarked(
         self,
@@ -704,6 +489,11 @@ class FalkorGraph(GraphReads, GraphRetention):
     ) -> int:
         """The end of a rebuild of one task (``taskgraph.port.MirrorStore.drop_unmarked``)."""
         rows = await self._write(
-            _DROP_UNMARKED, p=project_id, key=workflow_id, mark=mark, upto=up_to_seq, as_of=as_of
+            cypher.DROP_UNMARKED,
+            p=project_id,
+            key=workflow_id,
+            mark=mark,
+            upto=up_to_seq,
+            as_of=as_of,
         )
         return int(rows[0]["n"])

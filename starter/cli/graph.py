@@ -1,4 +1,5 @@
-"""``agent-tasks graph ...``: the Neo4j mirror's schema, rebuild and cross-task reads."""
+"""``agent-tasks graph ...``: the graph store's schema, rebuild and cross-task reads (Neo4j or
+FalkorDB: ``AGENT_TASKS_GRAPH``)."""
 
 from __future__ import annotations
 
@@ -25,12 +26,14 @@ from taskgraph.models import EventRow, StepRow, TaskRow, ToolFailures, TreeRow
 from worker import open_graph, open_services
 from workflows.models import EventKind, StepState, TaskStatus
 
-graph_app = typer.Typer(help="The Neo4j mirror: schema, rebuild and cross-task reads.")
+graph_app = typer.Typer(
+    help="The graph store (Neo4j or FalkorDB): schema, rebuild and cross-task reads."
+)
 
 
 @graph_app.command("init")
 def graph_init() -> None:
-    """Create the Neo4j constraints and indexes (idempotent)."""
+    """Create the graph store's constraints and indexes (idempotent)."""
 
     async def go() -> None:
         async with open_graph(Settings(), schema=True):
@@ -78,7 +81,7 @@ def graph_tasks(
     project: ProjectOpt = "default",
     as_json: JsonOpt = False,
 ) -> None:
-    """List tasks from Neo4j."""
+    """List tasks from the graph store."""
 
     async def go() -> list[TaskRow]:
         async with open_history(project, "cli") as history:
@@ -106,7 +109,7 @@ def tree_command(
     project: ProjectOpt = "default",
     as_json: JsonOpt = False,
 ) -> None:
-    """Show a task and its child tasks (from Neo4j)."""
+    """Show a task and its child tasks (from the graph store)."""
 
     async def go() -> list[TreeRow]:
         async with open_history(project, "cli") as history:

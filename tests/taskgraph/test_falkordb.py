@@ -25,7 +25,8 @@ from devstack.redis_server import find_redis_server
 from starter.client import ConversationHistory
 from taskgraph.apikeys import ApiKeyStore
 from taskgraph.errors import GraphAuthError, GraphDataError, GraphUnavailable
-from taskgraph.falkor import UNIQUE, FalkorGraph
+from taskgraph.falkor import FalkorGraph
+from taskgraph.falkor_cypher import UNIQUE
 from taskgraph.keytree import key_id, new_tree_id
 from taskgraph.port import GraphStore
 from taskgraph.seeds import warm_up_page
