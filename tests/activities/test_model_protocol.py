@@ -48,14 +48,13 @@ class Heard:
         return [m for m in self.messages if isinstance(m, TokenMessage)]
 
     def after_end(self) -> list[TokenMessage]:
-        """Tokens that came after the word that the task ended."""
+        """Tokens that came after the word that the task ended (which must have come)."""
         ended = [
             i
             for i, m in enumerate(self.messages)
             if isinstance(m, WrittenMessage) and m.status in {"done", "failed", "cancelled"}
         ]
-        if not ended:
-            return []
+        assert ended, "the channel carried no word that the task ended"
         return [m for m in self.messages[ended[0] :] if isinstance(m, TokenMessage)]
 
 
