@@ -11,8 +11,13 @@ from broker import Broker, RevokedMessage, key_channel
 from config import Settings
 from starter.cli.common import console, run
 from starter.http import GRACEFUL_TIMEOUT_S, serve
+from starter.http.grants import GRANT_CHECK_S
 from taskgraph.apikeys import ApiKey, ApiKeyStore
 from worker import open_graph
+
+REVOKED_WORD_TRIES = 5
+"""Attempts to publish a revocation on the broker (each bounded by
+``broker.PUBLISH_TIMEOUT_S``) before ``keys revoke`` leaves it to the streams' checks."""
 
 keys_app = typer.Typer(help="API keys of the HTTP API, each scoped to one project.")
 
@@ -88,23 +93,31 @@ def keys_list(project: Annotated[str, typer.Option(help="The project.")]) -> Non
 @keys_app.command("revoke")
 def keys_revoke(key_id: Annotated[str, typer.Argument(help="The key's id.")]) -> None:
     """Revoke a key: refused (401) from the next request on, and its open streams end (at
-    once on the broker's word, else within the streams' check interval). Exit 1 when there
-    is no such key."""
+    once on the broker's word, else within the streams' check interval: a warning says so).
+    Exit 1 when there is no such key."""
 
-    async def go() -> ApiKey | None:
+    async def go() -> tuple[ApiKey | None, bool]:
         settings = Settings()
         async with open_graph(settings) as graph:
             record = await ApiKeyStore(graph).revoke(key_id)
-        if record is not None and settings.broker_url:
-            broker = Broker(settings.broker_url)
-            try:
-                await broker.publish([key_channel(key_id)], RevokedMessage(key_id=key_id))
-            finally:
-                await broker.close()
-        return record
+        if record is None or not settings.broker_url:
+            return record, record is not None
+        broker = Broker(settings.broker_url)
+        try:
+            for _ in range(REVOKED_WORD_TRIES):
+                if await broker.publish([key_channel(key_id)], RevokedMessage(key_id=key_id)):
+                    return record, True
+            return record, False
+        finally:
+            await broker.close()
 
-    record = run(go())
+    record, said = run(go())
     if record is None:
         console.print(f"[red]no key {key_id}[/red]")
         raise typer.Exit(1)
+    if not said:
+        console.print(
+            f"[yellow]the broker did not take the word: open streams of the key end within "
+            f"{GRANT_CHECK_S:g} s, before any event written from now on[/yellow]"
+        )
     print(_row(record))

@@ -38,7 +38,7 @@ async def serving(queue: str, port: int) -> AsyncIterator[asyncio.subprocess.Pro
                 except httpx.TransportError:
                     return False
 
-            await eventually(up, within=60)
+            await eventually(up, within=120)
         yield server
     finally:
         if server.returncode is None:
