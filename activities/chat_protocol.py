@@ -23,7 +23,9 @@ is complete (its tool calls run); ``length`` (cut at the output limit) and ``con
 (cut by the provider's filter) end the model call with a non-retryable ``ApplicationError`` of
 type ``ModelOutputTruncated`` and ``ModelContentFiltered`` (nothing of the turn is recorded or
 run: a cut call's arguments are not the call the model meant); ``abort`` and ``error`` (the
-server gave up) are retried; any other reason ends it with ``ModelFinishUnknown``. A stream
+server gave up) are retried; any other reason ends it with ``ModelFinishUnknown``. A turn in
+which the model only refused (``refusal``) ends it with ``ModelRefused`` (``check_refusal``),
+not as an empty answer. A stream
 is complete once it brought a ``finish_reason`` or ``data: [DONE]``; one that ended with
 neither (a proxy or server cut it) is a retryable ``ModelStreamCut`` error, and so is a
 connection lost mid-stream (the model activity maps that).
@@ -144,6 +146,20 @@ def check_finish(reason: str | None) -> None:
     )
 
 
+def check_refusal(refusal: str, turn: ModelTurn) -> None:
+    """Refuse a turn in which the model refused (OpenAI's ``refusal`` field, streamed as
+    ``delta.refusal``) and said nothing else: it is not an answer, and recorded as one the task
+    would end ``done`` with empty text.
+
+    Raises:
+        ApplicationError: non-retryable ``ModelRefused`` with the model's words.
+    """
+    if refusal and not turn.content and not turn.tool_calls:
+        raise ApplicationError(
+            f"the model refused: {refusal[:1_000]}", type="ModelRefused", non_retryable=True
+        )
+
+
 def bounded_call(name: str, arguments: str, call_id: str, fallback_id: str) -> ToolCall:
     """One tool call as the workflow can record it (module docstring, "Bounds").
 
@@ -212,8 +228,8 @@ def completion_turn(body: Mapping[str, Any]) -> ModelTurn:
     by its ``finish_reason`` and bounded (module docstring).
 
     Raises:
-        ApplicationError: ``check_finish``'s and ``bounded_turn``'s errors; a retryable
-            ``ModelApiError`` for a body without a choice.
+        ApplicationError: ``check_finish``'s, ``check_refusal``'s and ``bounded_turn``'s
+            errors; a retryable ``ModelApiError`` for a body without a choice.
     """
     choices = body.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
@@ -241,13 +257,13 @@ def completion_turn(body: Mapping[str, Any]) -> ModelTurn:
                 fallback_call_id(response_id, place),
             )
         )
-    return bounded_turn(
-        ModelTurn(
-            content=_text(message.get("content")),
-            tool_calls=calls,
-            usage=_usage(body) or TokenUsage(),
-        )
+    turn = ModelTurn(
+        content=_text(message.get("content")),
+        tool_calls=calls,
+        usage=_usage(body) or TokenUsage(),
     )
+    check_refusal(_text(message.get("refusal")), turn)
+    return bounded_turn(turn)
 
 
 @dataclass
@@ -267,6 +283,8 @@ class StreamAssembler:
     response_id: str = ""
     """The response's ``id`` (from its first chunk that has one)."""
     content: list[str] = field(default_factory=list)
+    refusal: list[str] = field(default_factory=list)
+    """The model's refusal, as ``delta.refusal`` brought it."""
     finish_reason: str | None = None
     """The last ``finish_reason`` the first choice brought."""
     ended: bool = False
@@ -297,6 +315,8 @@ class StreamAssembler:
             self.finish_reason = _text(choice.get("finish_reason")) or self.finish_reason
             delta = choice.get("delta") or {}
             text += _text(delta.get("content"))
+            if refused := _text(delta.get("refusal")):
+                self.refusal.append(refused)
             for call in delta.get("tool_calls") or []:
                 if isinstance(call, Mapping) and call.get("type", "function") == "function":
                     self._take(call.get("index"), call)
@@ -336,7 +356,8 @@ class StreamAssembler:
 
         Raises:
             ApplicationError: retryable ``ModelStreamCut`` when the stream ended with neither a
-                ``finish_reason`` nor ``[DONE]``; ``check_finish``'s and ``bounded_turn``'s.
+                ``finish_reason`` nor ``[DONE]``; ``check_finish``'s, ``check_refusal``'s and
+                ``bounded_turn``'s.
         """
         if self.finish_reason is None and not self.ended:
             raise ApplicationError(
@@ -354,13 +375,11 @@ class StreamAssembler:
             )
             for place, call in enumerate(self.calls)
         ]
-        return bounded_turn(
-            ModelTurn(
-                content="".join(self.content),
-                tool_calls=calls,
-                usage=self.usage or TokenUsage(),
-            )
+        turn = ModelTurn(
+            content="".join(self.content), tool_calls=calls, usage=self.usage or TokenUsage()
         )
+        check_refusal("".join(self.refusal), turn)
+        return bounded_turn(turn)
 
 
 class SseDecoder:

@@ -250,3 +250,19 @@ def test_content_past_the_payload_bound_is_cut_with_its_length_and_digest() -> N
     assert turn.content_sha256 == hashlib.sha256(text.encode()).hexdigest()
     short = completion_turn(completion("stop", content="short"))
     assert (short.content, short.content_full_length, short.content_sha256) == ("short", None, None)
+
+
+def test_a_turn_the_model_only_refused_is_not_an_empty_answer() -> None:
+    """microsoft/agent-framework-go PR #556, NousResearch/hermes-agent PR #91181: a streamed
+    ``delta.refusal`` was dropped and the turn became a silent empty answer."""
+    streamed = StreamAssembler()
+    for words in ("I can't ", "help with that."):
+        streamed.add({"id": "r", "choices": [{"index": 0, "delta": {"refusal": words}}]})
+    streamed.add(chunk(finish="stop"))
+    body = completion("stop")
+    body["choices"][0]["message"]["refusal"] = "I can't help with that."
+    for refused_by in (streamed.turn, lambda: completion_turn(body)):
+        with pytest.raises(ApplicationError) as raised:
+            refused_by()
+        assert raised.value.type == "ModelRefused" and raised.value.non_retryable
+        assert raised.value.message == "the model refused: I can't help with that."
