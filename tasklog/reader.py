@@ -8,6 +8,18 @@ writes Neo4j lacks still hold theirs (``mirror_backlog``: a closed run answers q
 read never waits for the mirror. Steps the same way: the current run holds its open steps and
 those changed in it, Neo4j the steps closed in earlier runs, the backlog runs what Neo4j lacks.
 A task whose history Temporal deleted (the namespace's retention) is read from Neo4j alone.
+
+A CLOSED task is read without a query, so no worker runs (or replays) its code: every query
+is sent with ``reject_condition=NOT_OPEN``, which the server answers at once for a closed run
+(``WorkflowQueryRejectedError``) without a worker. Its view is then the workflow's result (a
+task that completed returns its final view once mirrored: one read of the close event of its
+history) or, for a task cancelled (a run that closes cancelled has no result, but mirrors
+everything before it closes), the view the graph store keeps; its events and steps come from the
+graph store, which holds all of them (the run closed only once mirrored). Why these and not a
+replay of the history: a replay is what a query costs (the worker's whole last run, with the code
+it has now); the result is one small payload the server already stores, and the graph store is
+the read model built for exactly these reads. A run that ended otherwise (terminated, failed,
+timed out: its mirror may lag), and any read without a graph store, is still a query.
 """
 
 from __future__ import annotations
@@ -17,7 +29,13 @@ from datetime import timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowQueryRejectedError,
+)
+from temporalio.common import QueryRejectCondition
 from temporalio.service import RPCError, RPCStatusCode
 
 from taskgraph.models import NEO4J_INT_MAX
@@ -58,7 +76,10 @@ class Call(Protocol):
 
 
 Source = Literal["temporal", "neo4j"]
-"""Where a task's view came from: its workflow, or Neo4j once Temporal has no history of it."""
+"""Where a task's view came from: its workflow (its query or its result), or the graph store
+(a task cancelled, or one Temporal has no history of)."""
+
+_NOT_OPEN = QueryRejectCondition.NOT_OPEN
 
 
 async def _direct(call: Callable[[], Awaitable[_T]], workflow_id: str | None = None) -> _T:
@@ -98,12 +119,53 @@ class TaskReader:
         """The task's view and where it came from; None when neither Temporal nor Neo4j has
         the task."""
         handle = self.client.get_workflow_handle(workflow_id)
-        found, view = await self._found(lambda: handle.query(TaskWorkflow.view), workflow_id)
+        found, view, closed = await self._ask(
+            workflow_id, lambda when: handle.query(TaskWorkflow.view, reject_condition=when)
+        )
+        if closed is not None:
+            return closed
         if found:
             assert view is not None
             return view, "temporal"
         view = await self.expired(workflow_id)
         return None if view is None else (view, "neo4j")
+
+    async def _ask(
+        self,
+        workflow_id: str,
+        ask: Callable[[QueryRejectCondition | None], Awaitable[_T]],
+        graph_needed: bool = False,
+    ) -> tuple[bool, _T | None, tuple[TaskView, Source] | None]:
+        """``ask``'s query of ``workflow_id`` sent to an open run only: ``(found, answer,
+        None)``, ``found`` False when the workflow does not exist; for a closed task read
+        without a worker (``closed``; with ``graph_needed``, only when a graph store is given)
+        ``(True, None, its view)``; any other closed run is queried (a worker replays it)."""
+        try:
+            found, answer = await self._found(lambda: ask(_NOT_OPEN), workflow_id)
+            return found, answer, None
+        except WorkflowQueryRejectedError as rejected:
+            if self.graph is not None or not graph_needed:
+                closed = await self.closed(workflow_id, rejected.status)
+                if closed is not None:
+                    return True, None, closed
+        found, answer = await self._found(lambda: ask(None), workflow_id)
+        return found, answer, None
+
+    async def closed(
+        self, workflow_id: str, status: WorkflowExecutionStatus | None
+    ) -> tuple[TaskView, Source] | None:
+        """The view of a closed task read without a worker (the module docstring): a task
+        whose latest run ``status`` is COMPLETED from its result ("temporal"), one CANCELED
+        from the graph store ("neo4j"); None when it must be queried (another status, no
+        graph store, or the store lacks the task)."""
+        if status is WorkflowExecutionStatus.COMPLETED:
+            handle = self.client.get_workflow_handle_for(TaskWorkflow.run, workflow_id)
+            view = await self.call(lambda: handle.result(follow_runs=False), workflow_id)
+            return view, "temporal"
+        if status is WorkflowExecutionStatus.CANCELED:
+            found = await self.expired(workflow_id)
+            return None if found is None else (found, "neo4j")
+        return None
 
     async def expired(self, workflow_id: str) -> TaskView | None:
         """The view Neo4j keeps of a task Temporal has no history of (deleted after the
@@ -125,9 +187,23 @@ class TaskReader:
         """
         query = EventsQuery(after_seq=after_seq, limit=limit)
         handle = self.client.get_workflow_handle(workflow_id)
-        _, page = await self._found(lambda: handle.query(TaskWorkflow.events, query), workflow_id)
+        _, page, closed = await self._ask(
+            workflow_id,
+            lambda when: handle.query(TaskWorkflow.events, query, reject_condition=when),
+            graph_needed=True,
+        )
+        if closed is not None:
+            stored = await self._stored_events(workflow_id, closed[0], after_seq, limit)
+            if stored is not None:
+                return stored
+            page = await self.call(partial(handle.query, TaskWorkflow.events, query), workflow_id)
         if page is None:
-            return await self._expired_events(workflow_id, after_seq, limit)
+            view = await self.expired(workflow_id)
+            return (
+                None
+                if view is None
+                else await self._stored_events(workflow_id, view, after_seq, limit)
+            )
         events: list[Event] = []
         if after_seq + 1 < page.run_first_seq:
             up_to = min(page.run_first_seq - 1, after_seq + limit)
@@ -138,17 +214,21 @@ class TaskReader:
         last = events[-1].seq if events else after_seq
         return events, last if last < page.last_seq else None
 
-    async def _expired_events(
-        self, workflow_id: str, after_seq: int, limit: int
+    async def _stored_events(
+        self, workflow_id: str, view: TaskView, after_seq: int, limit: int
     ) -> tuple[list[Event], int | None] | None:
-        """``events`` of a task Temporal has no history of: from Neo4j, when it has the task
-        (``expired``)."""
-        view = await self.expired(workflow_id)
-        if view is None or self.graph is None:
+        """``events`` of a task from the graph store alone, up to ``view.last_seq`` (a closed
+        task's, or one Temporal has no history of: ``expired``), sealed text opened; None
+        without a graph store, or when it lacks one of those seqs (a closed task is then
+        queried)."""
+        if self.graph is None:
             return None
         project = project_of(workflow_id)
         events = await self.graph.events(project, workflow_id, after_seq, view.last_seq, limit)
-        last = events[-1].seq if events else after_seq
+        last = min(view.last_seq, after_seq + limit)
+        if [e.seq for e in events] != list(range(after_seq + 1, last + 1)):
+            return None
+        events = await open_events(self.graph, project, events)
         return events, last if last < view.last_seq else None
 
     async def earlier_events(
@@ -258,11 +338,16 @@ class TaskReader:
         """
         query = StepsQuery(state=state, limit=limit, after_name=after_name)
         handle = self.client.get_workflow_handle(workflow_id)
-        _, page = await self._found(lambda: handle.query(TaskWorkflow.steps, query), workflow_id)
+        _, page, closed = await self._ask(
+            workflow_id,
+            lambda when: handle.query(TaskWorkflow.steps, query, reject_condition=when),
+            graph_needed=True,
+        )
         if page is None:
-            if await self.expired(workflow_id) is None:
+            if closed is None and await self.expired(workflow_id) is None:
                 return None
-            # Neo4j has every step of a task Temporal no longer has: ``older`` is all of them.
+            # The graph store has every step of a task closed (mirrored before it closed) or
+            # that Temporal no longer has: ``older`` is all of them.
         elif not page.earlier and not page.mirror_backlog:
             return page.steps, page.next_after_name
         if self.graph is None:
