@@ -81,6 +81,7 @@ async def test_an_acknowledged_key_and_api_key_survive_kill_9(
         assert await ApiKeyStore(store).check(api_key) == record
     finally:
         await store.close()
+        await again.stop()
 
 
 async def test_every_unique_constraint_is_operational_and_refuses_a_duplicate(
@@ -238,6 +239,7 @@ async def test_a_falkordb_outage_loses_no_acknowledged_write(
         client, project_id=project_id, agent_id="a", task_queue=queue, graph=store
     )
     written = [f"m{n}" for n in range(8)]
+    again = FalkorDBServer(private.data_dir, private.port)  # same folder: its append-only file
     try:
         async with build_worker(client, store, queue):
             assert (await writer.create_task("t", "outage")).recorded
@@ -256,7 +258,6 @@ async def test_a_falkordb_outage_loses_no_acknowledged_write(
                 return view is not None and view.mirror_error is not None
 
             await eventually(waiting, within=60)
-            again = FalkorDBServer(private.data_dir, private.port)
             await again.start()
             await again.wait_ready(30)
             assert await reader.wait_mirrored("t", 90)
@@ -272,3 +273,4 @@ async def test_a_falkordb_outage_loses_no_acknowledged_write(
         assert (counts["Event"], counts["NEXT"], counts["HAS_EVENT"]) == (8, 7, 8)
     finally:
         await store.close()
+        await again.stop()

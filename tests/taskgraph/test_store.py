@@ -48,9 +48,10 @@ def test_a_refusal_does_not_show_the_password() -> None:
     assert "s3cret" not in str(refused.value)
 
 
-def test_the_environment_picks_the_store_when_none_is_given(settings: Settings) -> None:
+async def test_the_environment_picks_the_store_when_none_is_given(settings: Settings) -> None:
     neo4j = build_graph_store(settings=settings.model_copy(update={"graph": "neo4j"}))
     assert neo4j.kind == "neo4j"
+    await neo4j.close()
 
 
 async def test_an_unreachable_neo4j_raises_graph_unavailable(settings: Settings) -> None:
