@@ -5,6 +5,9 @@ driver's."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from pydantic import SecretStr
 
@@ -102,3 +105,29 @@ async def test_the_graph_stores_page_block_runs_on_either_store(
     names = await run_snippet(code, project_id)
     assert names["store"].kind == kind
     assert [(r.name, r.last_seq) for r in names["rows"]] == [("report", 1)]
+
+
+def test_only_the_chosen_stores_driver_is_loaded() -> None:
+    """Nothing outside an adapter imports a driver: importing the worker and the client loads
+    neither; building a FalkorDB store loads FalkorDB's client and not Neo4j's driver, and a
+    Neo4j store the other way round (a fresh interpreter each)."""
+    probe = (
+        "import sys, worker, starter; "
+        "before = ('neo4j' in sys.modules, 'falkordb' in sys.modules); "
+        "worker.build_graph_store({kind!r}, settings=worker.Settings(neo4j_password='x')); "
+        "print(before, ('neo4j' in sys.modules, 'falkordb' in sys.modules))"
+    )
+    seen = {
+        kind: subprocess.run(
+            [sys.executable, "-c", probe.format(kind=kind)],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=ROOT,
+        ).stdout.strip()
+        for kind in ("falkor://127.0.0.1:1", "bolt://127.0.0.1:1")
+    }
+    assert seen == {
+        "falkor://127.0.0.1:1": "(False, False) (False, True)",
+        "bolt://127.0.0.1:1": "(False, False) (True, False)",
+    }
