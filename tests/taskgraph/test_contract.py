@@ -281,3 +281,21 @@ async def test_the_same_page_written_ten_times_at_once_adds_nothing_twice(
     await asyncio.gather(*(store.write_task(view, events, []) for _ in range(10)))
     after = await store.counts(p)
     assert after == {k: v for k, v in before.items() if k not in ("Step", "HAS_STEP", "RESULT")}
+
+
+async def test_deleting_a_task_can_keep_its_decisions_detached(
+    client: Client, store: GraphStore, store_history: ConversationHistory, store_queue: str
+) -> None:
+    view = await _task_with_a_tool_step(store_history, "kept")
+    p = store_history.project_id
+    made = await store_history.record_decision("kept", "keep this", cites_events=[3])
+    assert made.recorded and made.event is not None
+    await mirrored(store_history, "kept")
+    retention = HistoryRetention(client, p, "agent-1", graph=store, task_queue=store_queue)
+    deleted = await retention.delete_task("kept", include_decisions=False)
+    assert deleted.recorded
+    (row,) = await store.decisions(p, decision_id=made.event.id)
+    assert (row.statement, row.detached, row.task_name) == ("keep this", True, "kept")
+    counts = await store.counts(p)
+    assert counts["Decision"] == 1 and "Event" not in counts and "CITES" not in counts
+    assert await store.task_view(p, view.workflow_id) is None
