@@ -10,11 +10,13 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
+import httpx
 import pytest
 from temporalio.client import Client
 
 from activities.rebuild import rebuild
 from starter.client import ConversationHistory
+from starter.http import create_app
 from starter.retention import HistoryRetention
 from taskgraph.apikeys import ApiKeyStore
 from taskgraph.errors import TaskIncarnationError
@@ -22,6 +24,8 @@ from taskgraph.models import EventFilter, StepFilter, TaskFilter
 from taskgraph.pagesessions import PageSessionStore
 from taskgraph.port import GraphStore
 from tests.conftest import mirrored
+from tests.servers import served
+from worker import Services
 from workflows.models import EventInput, EventKind, StepState, TaskStatus, TaskView
 
 
@@ -299,3 +303,28 @@ async def test_deleting_a_task_can_keep_its_decisions_detached(
     counts = await store.counts(p)
     assert counts["Decision"] == 1 and "Event" not in counts and "CITES" not in counts
     assert await store.task_view(p, view.workflow_id) is None
+
+
+async def test_the_http_api_serves_the_store_with_its_keys(
+    client: Client,
+    store: GraphStore,
+    store_history: ConversationHistory,
+    store_queue: str,
+    services: Services,
+) -> None:
+    """The HTTP API on either store: its keys are checked against the store and its task
+    list is read from it; a key of another project sees none of it, a made-up key nothing."""
+    await _task_with_a_tool_step(store_history, "served")
+    p = store_history.project_id
+    settings = services.settings.model_copy(update={"temporal_task_queue": store_queue})
+    app = create_app(Services(settings, client, store, None))
+    _, key = await ApiKeyStore(store).create(p, "contract")
+    _, other = await ApiKeyStore(store).create(f"{p}-other", "contract")
+    async with served(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as http:
+        mine = await http.get("/tasks", headers={"Authorization": f"Bearer {key}"})
+        theirs = await http.get("/tasks", headers={"Authorization": f"Bearer {other}"})
+        nobody = await http.get("/tasks", headers={"Authorization": "Bearer atk_made_up"})
+    assert mine.status_code == 200
+    assert [t["name"] for t in mine.json()["tasks"]] == ["served"]
+    assert theirs.status_code == 200 and theirs.json()["tasks"] == []
+    assert nobody.status_code == 401
