@@ -77,6 +77,38 @@ def with_task(name: str, data: str) -> str:
     return '{"task":' + json.dumps(name) + joiner + rest
 
 
+def start_plan(cursor: Cursor, rows: list[TaskRow], resumed: bool) -> dict[str, int | None]:
+    """The tasks a session stream follows at its start, and after which seq (None: from now
+    on), given the session's newest tasks (``rows``) and its ``cursor`` (updated): a first
+    connection follows the open ones from now and records the closed ones as ended; a
+    reconnect resumes each task of its cursor (an ended one only when it has more now)
+    and follows every task it does not name (created while the client was away, open or
+    ended since) from its first event. An ended task that is not among ``rows`` (the
+    session's newest ``SESSION_TASKS``) leaves the cursor, which so names at most
+    ``CURSOR_TASKS``."""
+    follow: dict[str, int | None] = {}
+    by_name = {row.name: row for row in rows}
+    for name in [n for n in cursor.ended if n not in by_name]:
+        del cursor.seqs[name]  # ended, and older than the session's newest tasks:
+        cursor.ended.discard(name)  # never followed again (the cursor stays bounded)
+    for name, seq in cursor.seqs.items():
+        row = by_name.get(name)
+        more = row is None or row.status not in CLOSED_STATUSES or row.last_seq > seq
+        if name not in cursor.ended or more:
+            follow[name] = seq
+    for row in rows:
+        if row.name in cursor.seqs or row.status is None:
+            continue
+        if resumed:
+            follow[row.name] = 0
+        elif row.status in CLOSED_STATUSES:
+            cursor.seqs[row.name] = row.last_seq
+            cursor.ended.add(row.name)
+        else:
+            follow[row.name] = None
+    return follow
+
+
 class SessionStream:
     """The SSE events of every task of a session (module docstring): one ``Pending`` per
     task, joined as the tasks appear.
@@ -124,31 +156,6 @@ class SessionStream:
             self.new_tasks.append(message.task)
             self.signal.set()
 
-    def _known(self, rows: list[TaskRow]) -> dict[str, int | None]:
-        """The tasks to follow at the start and after which seq (None: from now on): a first
-        connection follows the open ones from now and records the closed ones as ended; a
-        reconnect resumes each task of its cursor (an ended one only when it has more now)
-        and follows every task it does not name (created while the client was away, open or
-        ended since) from its first event."""
-        follow: dict[str, int | None] = {}
-        by_name = {row.name: row for row in rows}
-        for name, seq in self.cursor.seqs.items():
-            row = by_name.get(name)
-            more = row is None or row.status not in CLOSED_STATUSES or row.last_seq > seq
-            if name not in self.cursor.ended or more:
-                follow[name] = seq
-        for row in rows:
-            if row.name in self.cursor.seqs or row.status is None:
-                continue
-            if self.resumed:
-                follow[row.name] = 0
-            elif row.status in CLOSED_STATUSES:
-                self.cursor.seqs[row.name] = row.last_seq
-                self.cursor.ended.add(row.name)
-            else:
-                follow[row.name] = None
-        return follow
-
     def _passed(self, name: str, seq: int) -> None:
         """The stream has passed task ``name``'s events up to ``seq``."""
         if seq > self.cursor.seqs[name]:
@@ -184,7 +191,7 @@ class SessionStream:
                 streams[name] = Pending(feed, listener, self.history, self.filter, self.gate)
                 self.cursor.seqs[name] = listener.after_seq
 
-            for name, seq in self._known(rows).items():
+            for name, seq in start_plan(self.cursor, rows, self.resumed).items():
                 await follow(name, seq)
             yield ServerSentEvent(comment="connected")
             loop = asyncio.get_running_loop()

@@ -14,7 +14,7 @@ import pytest
 
 from starter.http import GRACEFUL_TIMEOUT_S, KEEPALIVE_S
 from starter.http.grants import GRANT_CHECK_S
-from starter.http.sessions import Cursor, cursor_id, parse_cursor
+from starter.http.sessions import Cursor, cursor_id, parse_cursor, start_plan
 from starter.http.streams import (
     FEED_EVENTS,
     SESSION_TASKS,
@@ -23,6 +23,7 @@ from starter.http.streams import (
 )
 from starter.tasks import TaskEmitter, TaskManager
 from taskgraph.graph import TaskGraph
+from taskgraph.models import TaskRow
 from tests.conftest import eventually, mirrored, payload_texts
 from tests.starter.http.conftest import Api, Project, Sse, SseReader
 from tests.stream_agents import TALKER, TURNS
@@ -581,3 +582,25 @@ def test_the_numbers_docs_http_quotes_are_the_codes() -> None:
     assert {sentence: sentence in text and same for sentence, same in quoted.items()} == {
         sentence: True for sentence in quoted
     }
+
+
+def test_a_session_cursor_names_at_most_its_bound_across_resumes() -> None:
+    """A long session whose tasks come and end across many reconnects: each resume's cursor
+    keeps the ended tasks among the session's newest only, so it never grows past what
+    ``parse_cursor`` takes (it would be refused 422 on the next resume)."""
+    cursor: Cursor | None = None
+    made = 0
+    for _ in range(6):  # six reconnects, 40 tasks made and ended between each
+        made += 40
+        rows = [  # the session's newest tasks, as Neo4j's find_tasks returns them
+            TaskRow(key=f"p/t{n}", project_id="p", name=f"t{n}", status=TaskStatus.DONE, last_seq=1)
+            for n in range(max(0, made - SESSION_TASKS), made)
+        ]
+        resumed = cursor is not None
+        cursor = cursor or Cursor()
+        plan = start_plan(cursor, rows, resumed)
+        for name in plan:  # followed: its log and its end sent
+            cursor.seqs[name] = 1
+            cursor.ended.add(name)
+        assert parse_cursor(cursor_id(cursor)) == cursor
+    assert cursor is not None and set(cursor.seqs) == {row.name for row in rows}
