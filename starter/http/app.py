@@ -33,6 +33,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from broker import Subscriber
 from config import Settings
 from starter.http.auth import StreamSlots
+from starter.http.codec import router as codec_router
 from starter.http.errors import (
     ApiError,
     api_error_handler,
@@ -218,6 +219,7 @@ def create_app(
             routes, prefix="/projects/{project_id}", dependencies=[Depends(project_in_path)]
         )
     app.include_router(page_router)
+    app.include_router(codec_router)
     app.mount("/ui/static", static_files(), name="page")
     app.add_middleware(BodyLimit, limit=services.settings.max_body_bytes)
     app.add_middleware(NamesInPath)  # added last: runs first
