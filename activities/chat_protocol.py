@@ -37,13 +37,13 @@ connection lost mid-stream (the model activity maps that).
 over ``MAX_CALL_ID_CHARS`` is replaced by ``fallback_call_id`` (the call runs: its id was the
 server's, not the model's choice); a name over ``MAX_TOOL_NAME_CHARS`` (no tool's name is that
 long) becomes ``{its first 40 characters}__{N}_characters``, so its step fails with "no tool
-... for this agent" naming the length; arguments over ``MAX_PAYLOAD_CHARS`` are cut to one
-character past it, so the workflow refuses the call before any tool runs and the model reads
-that its arguments passed the bound (``workflows.agents.steps``, ``tool-call-bounds``). Empty
-arguments are ``{}``. Content over ``MAX_PAYLOAD_CHARS`` is cut to it here, as the message event
-would cut it, its full length and SHA-256 kept (``ModelTurn.content_full_length``). A turn whose
-JSON still passes ``MAX_PAYLOAD_BYTES`` (dozens of calls at the bound) ends with a
-non-retryable ``ModelAnswerTooLarge`` error.
+... for this agent" naming the length; arguments over ``MAX_PAYLOAD_CHARS`` are refused by the
+workflow before any tool runs, the model told their length (``workflows.agents.steps``,
+``tool-call-bounds``), and cross whole while the turn is within the budget; past it, the longest
+are cut to one character past the bound (still refused; the length told is then the cut's).
+Empty arguments are ``{}``. Content over ``MAX_PAYLOAD_CHARS`` is cut to it here, as the message
+event would cut it, its full length and SHA-256 kept (``ModelTurn.content_full_length``). A turn
+still over the budget (hundreds of calls) ends with a non-retryable ``ModelAnswerTooLarge``.
 """
 
 from __future__ import annotations
@@ -161,7 +161,8 @@ def check_refusal(refusal: str, turn: ModelTurn) -> None:
 
 
 def bounded_call(name: str, arguments: str, call_id: str, fallback_id: str) -> ToolCall:
-    """One tool call as the workflow can record it (module docstring, "Bounds").
+    """One tool call as the workflow can record it (module docstring, "Bounds"): its name and
+    id bounded, empty arguments ``{}``; its arguments' length is ``bounded_turn``'s concern.
 
     Args:
         name: the function's name as the model sent it.
@@ -171,21 +172,23 @@ def bounded_call(name: str, arguments: str, call_id: str, fallback_id: str) -> T
     """
     if len(name) > MAX_TOOL_NAME_CHARS:
         name = f"{name[:40]}__{len(name)}_characters"
-    if len(arguments) > MAX_PAYLOAD_CHARS:
-        arguments = arguments[: MAX_PAYLOAD_CHARS + 1]
     if not call_id or len(call_id) > MAX_CALL_ID_CHARS:
         call_id = fallback_id
     return ToolCall(name=name, arguments=arguments or "{}", call_id=call_id)
 
 
 def bounded_turn(turn: ModelTurn) -> ModelTurn:
-    """``turn`` with its content bounded like an event's payload (``bound_text``: over
-    ``MAX_PAYLOAD_CHARS`` it is cut, its full length and SHA-256 kept in
-    ``content_full_length`` and ``content_sha256``, which the message event records), if its
-    JSON is then within ``MAX_PAYLOAD_BYTES`` (what an activity's result may be).
+    """``turn`` within ``MAX_PAYLOAD_BYTES`` as JSON (what an activity's result may be): its
+    content bounded like an event's payload (``bound_text``: over ``MAX_PAYLOAD_CHARS`` it is
+    cut, its full length and SHA-256 kept in ``content_full_length`` and ``content_sha256``,
+    which the message event records); then, while the turn is over the budget, the longest
+    arguments over ``MAX_PAYLOAD_CHARS`` cut to one character past it (the workflow refuses
+    such a call either way; cut, the length it names is the cut's). Arguments over the bound
+    in a turn within the budget cross whole, so the refusal names their length.
 
     Raises:
-        ApplicationError: non-retryable ``ModelAnswerTooLarge``, naming the size.
+        ApplicationError: non-retryable ``ModelAnswerTooLarge``, naming the size, when the
+            turn is over the budget with every such argument cut.
     """
     if len(turn.content) > MAX_PAYLOAD_CHARS:
         bounded = bound_text(turn.content)
@@ -197,7 +200,17 @@ def bounded_turn(turn: ModelTurn) -> ModelTurn:
                     "content_sha256": bounded.full_sha256,
                 }
             )
+    calls = list(turn.tool_calls)
+    longest = sorted(range(len(calls)), key=lambda i: -len(calls[i].arguments))
     size = len(turn.model_dump_json().encode())
+    for i in longest:
+        if size <= MAX_PAYLOAD_BYTES or len(calls[i].arguments) <= MAX_PAYLOAD_CHARS + 1:
+            break
+        calls[i] = calls[i].model_copy(
+            update={"arguments": calls[i].arguments[: MAX_PAYLOAD_CHARS + 1]}
+        )
+        turn = turn.model_copy(update={"tool_calls": calls})
+        size = len(turn.model_dump_json().encode())
     if size > MAX_PAYLOAD_BYTES:
         raise ApplicationError(
             f"the model's answer is {size:,} bytes as JSON ({len(turn.tool_calls)} tool calls); "

@@ -205,15 +205,28 @@ def test_a_body_without_a_choice_is_retryable() -> None:
 
 def test_bounds_of_a_recorded_call() -> None:
     long_name, long_id = "read_file" * 40, "x" * 300
-    call = bounded_call(long_name, "a" * 3_000_000, long_id, "call_f")
+    call = bounded_call(long_name, "{}", long_id, "call_f")
     assert call.name == f"{long_name[:40]}__{len(long_name)}_characters"
     assert len(call.name) <= 64 and call.call_id == "call_f"
-    assert call.arguments == "a" * (MAX_PAYLOAD_CHARS + 1)  # the workflow refuses it
-    assert bounded_call("a", "", "", "call_g") == ToolCall(
-        name="a", arguments="{}", call_id="call_g"
-    )
+    empty = bounded_call("a", "", "", "call_g")
+    assert empty == ToolCall(name="a", arguments="{}", call_id="call_g")
     kept = bounded_call("a" * 64, "{}", "i" * 128, "call_h")
     assert (kept.name, kept.call_id) == ("a" * 64, "i" * 128)
+
+
+def test_arguments_over_the_bound_cross_whole_unless_the_turn_passes_the_budget() -> None:
+    """Issue 32: arguments over Temporal's payload limit had the model called five times, then
+    the task failed with PayloadsTooLarge."""
+    over = '{"text": "' + "y" * 40_000 + '"}'
+    huge = '{"text": "' + "x" * 3_000_000 + '"}'
+    calls = [
+        {"index": 0, "id": "c1", "function": {"name": "a", "arguments": over}},
+        {"index": 1, "id": "c2", "function": {"name": "a", "arguments": huge}},
+    ]
+    turn = completion_turn(completion("tool_calls", *calls))
+    assert turn.tool_calls[0].arguments == over  # the refusal will name its real length
+    assert turn.tool_calls[1].arguments == huge[: MAX_PAYLOAD_CHARS + 1]
+    assert len(turn.model_dump_json().encode()) <= MAX_PAYLOAD_BYTES
 
 
 def test_a_turn_past_the_payload_budget_is_refused_by_name() -> None:
