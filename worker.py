@@ -325,7 +325,8 @@ class AgentTasksWorkerPlugin(SimplePlugin):
 
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
         """Add the workflow, the runner's passthroughs and the activities, built for the
-        worker's client."""
+        worker's client; send heartbeats at least every ``HEARTBEAT_THROTTLE`` (a worker
+        configured to send them sooner keeps its own)."""
         client = config["client"]
         if not isinstance(client.data_converter.payload_codec, ZlibCodec):
             raise ValueError(
