@@ -190,9 +190,10 @@ def _tool_specs(offered: Sequence[ToolSpec]) -> list[dict[str, Any]]:
 
 
 OPENAI_TIMEOUT_S = 100.0
-"""Seconds one chat completion request may take, and a stream may wait for its next line
-(inside the model activity's 2-minute start-to-close timeout, so a hung server fails the
-attempt, which Temporal then retries)."""
+"""Seconds a chat completion request may wait for the server's next bytes: the whole answer of
+a request that is not streamed, the next line of a stream (well inside the model activity's
+start-to-close timeout, ``workflows.agents.steps.MODEL_LONGEST_CALL``, so a hung server fails
+the attempt, which Temporal then retries). Stream a long answer (``ModelSpec.stream``)."""
 
 
 def openai_client(timeout_s: float) -> Any:

@@ -355,3 +355,24 @@ async def test_an_answer_past_the_payload_budget_is_recorded_cut_with_its_digest
     assert said.payload == text[:MAX_PAYLOAD_CHARS]
     assert said.full_length == len(text)
     assert said.full_sha256 == hashlib.sha256(text.encode()).hexdigest()
+
+
+async def test_the_model_call_is_scheduled_to_hear_a_cancel_and_stream_long(
+    run: Run, services: Services
+) -> None:
+    """pydantic/pydantic-ai#6914: a cancel reaches an activity only through its heartbeats (a
+    heartbeat timeout, so a dead worker is noticed in seconds); dust-tt/dust PR #18578 and
+    achimdehnert/writing-hub#626: a model call's answer may stream for minutes (2 minutes cut a
+    local model's 16,000 tokens). Read from the task's history as Temporal holds it."""
+    await run.start([FINAL])
+    assert (await run.end()).status.value == "done"
+    handle = services.client.get_workflow_handle(run.history.workflow_id("t"))
+    scheduled = [
+        e.activity_task_scheduled_event_attributes
+        async for e in handle.fetch_history_events()
+        if e.HasField("activity_task_scheduled_event_attributes")
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "model_turn"
+    ]
+    assert [
+        (s.heartbeat_timeout.ToSeconds(), s.start_to_close_timeout.ToSeconds()) for s in scheduled
+    ] == [(10, 600)]

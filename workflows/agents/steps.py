@@ -64,20 +64,25 @@ its mirror calls, so while one call was slow (a Neo4j write taking a second, or 
 ``MIRROR_DRAIN_WAIT`` by a stall) a fast agent went on well past the suggestion, and a short task
 could end in its first run, its history hundreds of events past it."""
 MODEL_CALL_CANCEL = "model-call-cancel"
-"""Patch id: the model call is scheduled with a heartbeat timeout (``MODEL_HEARTBEAT``) and the
-workflow waits for it to acknowledge a cancel (``WAIT_CANCELLATION_COMPLETED``) before the task
-goes on to its end. The activity heartbeats every second
-(``activities.heartbeat.CANCEL_BEAT_S``), so a cancel reaches it within about two seconds and
-closes its HTTP request, and the task's ``cancelled`` comes after the last token it published.
-Runs recorded before dropped the call at once (``TRY_CANCEL``): the task ended while the model's
-request ran on to its end, its tokens still published."""
+"""Patch id: the model call is scheduled with a heartbeat timeout (``MODEL_HEARTBEAT``) and a
+longer start-to-close timeout (``MODEL_LONGEST_CALL``), and the workflow waits for it to
+acknowledge a cancel (``WAIT_CANCELLATION_COMPLETED``) before the task goes on to its end. The
+activity heartbeats every second (``activities.heartbeat.CANCEL_BEAT_S``), so a cancel reaches
+it within about two seconds and closes its HTTP request, and the task's ``cancelled`` comes
+after the last token it published. Runs recorded before dropped the call at once
+(``TRY_CANCEL``): the task ended while the model's request ran on to its end, its tokens still
+published."""
 MODEL_HEARTBEAT = timedelta(seconds=10)
 """Heartbeat timeout of the model call: a call whose worker died is retried (or, after a cancel,
-given up) this long after its last heartbeat, not after ``MODEL_START_TO_CLOSE``."""
+given up) this long after its last heartbeat, not after ``MODEL_LONGEST_CALL``."""
 MODEL_ACTIVITY = "model_turn"
 """Activity name of the model call."""
 MODEL_START_TO_CLOSE = timedelta(minutes=2)
-"""Longest model call."""
+"""Longest model call, in runs recorded before ``MODEL_CALL_CANCEL``."""
+MODEL_LONGEST_CALL = timedelta(minutes=10)
+"""Longest attempt of a model call (``MODEL_CALL_CANCEL``): a long answer streams for minutes (a
+local model writing 16,000 tokens at 50 a second takes over 5), and a dead worker is noticed by
+the heartbeat timeout (``MODEL_HEARTBEAT``), not by this."""
 MODEL_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
     maximum_interval=timedelta(seconds=30),
@@ -284,7 +289,7 @@ class StepRunner(Approvals):
                         tools=self.spec.tools,
                     ),
                     result_type=ModelTurn,
-                    start_to_close_timeout=MODEL_START_TO_CLOSE,
+                    start_to_close_timeout=MODEL_LONGEST_CALL if waits else MODEL_START_TO_CLOSE,
                     heartbeat_timeout=MODEL_HEARTBEAT if waits else None,
                     retry_policy=MODEL_RETRY,
                     cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
