@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 from cryptography.exceptions import InvalidTag
@@ -39,10 +39,8 @@ from temporalio.api.common.v1 import Payload, Payloads
 from codec import compress, decompress
 from starter.http.auth import SESSION_COOKIE, authenticate, presented_key
 from starter.http.errors import ApiError, error_response
+from taskgraph.pagesessions import PageSessionStore
 from taskgraph.sealing import open_text
-
-if TYPE_CHECKING:  # app.py includes this router
-    from starter.http.app import ApiState
 
 router = APIRouter(prefix="/codec", tags=["codec"])
 
@@ -77,13 +75,14 @@ async def caller_project(request: Request) -> str:
         ApiError: 401 ``unauthorized`` (no key, one that is not valid, or an ended session),
             403 ``forbidden`` (``X-Namespace`` names another namespace).
     """
-    state: ApiState = request.app.state.api
+    state = request.app.state.api
+    sessions: PageSessionStore = state.sessions
     namespace, served = request.headers.get("x-namespace"), state.settings.temporal.namespace
     if namespace is not None and namespace != served:
         raise ApiError(403, "forbidden", f"this codec server serves namespace {served!r} only")
     session = request.cookies.get(SESSION_COOKIE)
     if presented_key(request) is None and session:
-        record = await state.sessions.check(session)
+        record = await sessions.check(session)
         if record is None:
             raise ApiError(401, "unauthorized", "the session has ended: sign in again")
         return record.project_id
