@@ -1,0 +1,131 @@
+"""Fixtures of the production suite: a Temporal cluster on PostgreSQL started by the project's
+script (``devstack.cluster``) in a data folder of this session, ``agent-tasks setup`` run
+against it (the namespace and the search attributes through the operator API), the local
+stack's Neo4j, and three worker processes on one task queue (``tests.agent_worker``).
+
+Run by ``./run test-production``; the environment names the cluster (``TEMPORAL_ADDRESS``,
+``TEMPORAL_NAMESPACE``) for this process and for every process it starts."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from devstack.cluster import Cluster
+from starter.client import ConversationHistory
+from worker import Services, open_services
+
+ROOT = Path(__file__).resolve().parents[2]
+ENABLED = os.environ.get("AGENT_TASKS_PRODUCTION") == "1"
+"""The suite runs only when asked (``./run test-production`` sets it): it builds and starts a
+cluster of its own, which the main suite (``./run test``) does not."""
+NAMESPACE = "agent-tasks-production"
+WORKERS = 3
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Skip this folder's tests unless ``ENABLED``."""
+    if ENABLED:
+        return
+    skip = pytest.mark.skip(reason="the production suite: ./run test-production")
+    for item in items:
+        if Path(str(item.fspath)).is_relative_to(Path(__file__).parent):
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+async def cluster() -> AsyncIterator[Cluster]:
+    """The cluster, set up; stopped and its folder removed at the end."""
+    folder = Path(tempfile.mkdtemp(prefix="agent-tasks-cluster-", dir="/var/tmp"))
+    port = int(os.environ.get("AGENT_TASKS_CLUSTER_PORT", "7433"))
+    cluster = Cluster(folder, port)
+    try:
+        await cluster.up()
+        os.environ["TEMPORAL_ADDRESS"] = cluster.temporal.address
+        os.environ["TEMPORAL_NAMESPACE"] = NAMESPACE
+        setup = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "starter", "setup", "--wait", "60"],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        )
+        assert setup.returncode == 0, setup.stdout + setup.stderr
+        yield cluster
+    finally:
+        await cluster.down()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+async def services(cluster: Cluster) -> AsyncIterator[Services]:
+    """The project's bootstrap against the cluster (the local stack's Neo4j)."""
+    async with open_services(schema=True) as services:
+        assert services.client.service_client.config.target_host == cluster.temporal.address
+        yield services
+
+
+@dataclass
+class Workers:
+    """Worker processes on one task queue."""
+
+    queue: str
+    processes: list[asyncio.subprocess.Process]
+
+    def by_pid(self, pid: int) -> asyncio.subprocess.Process:
+        """The worker process ``pid``."""
+        (found,) = [p for p in self.processes if p.pid == pid]
+        return found
+
+
+@pytest.fixture
+async def workers(services: Services) -> AsyncIterator[Workers]:
+    """``WORKERS`` worker processes (the agent tests' tools) on a fresh task queue."""
+    queue = f"prod-{uuid.uuid4().hex[:8]}"
+    processes = [
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "tests.agent_worker",
+            queue,
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        for _ in range(WORKERS)
+    ]
+    try:
+        for process in processes:
+            assert process.stdout is not None
+            line = await asyncio.wait_for(process.stdout.readline(), 60)
+            assert line.strip() == b"polling"
+        yield Workers(queue, processes)
+    finally:
+        for process in processes:
+            if process.returncode is None:
+                process.terminate()
+            await process.wait()
+
+
+@pytest.fixture
+def history(services: Services, workers: Workers) -> ConversationHistory:
+    """A client of a fresh project on the workers' task queue."""
+    assert services.graph is not None
+    return ConversationHistory(
+        services.client,
+        f"prod-{uuid.uuid4().hex[:12]}",
+        "tests",
+        task_queue=workers.queue,
+        graph=services.graph,
+    )

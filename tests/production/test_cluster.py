@@ -1,0 +1,125 @@
+"""The production shape: a Temporal cluster on PostgreSQL with SQL visibility
+(``devstack.cluster``), three worker processes on one task queue.
+
+- the README's app flow and an agent task with steps, their values read back;
+- kill -9 of the worker running a step: another worker finishes the task by the step rules;
+- every search-attribute query the CLI and the client make, answered by SQL visibility."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from starter import EventKind, StepState
+from starter.client import ConversationHistory
+from starter.importer import all_events, all_steps
+from starter.replay import task_query
+from tests.agent_tools import answer, calls
+from tests.conftest import eventually
+from tests.production.conftest import Workers
+from tests.workflows.conftest import script, spec
+from workflows.agents.registry import TOOL_ACTIVITY_PREFIX
+from workflows.models import TaskStatus
+
+
+async def test_the_readme_app_flow_and_an_agent_task_on_three_workers(
+    history: ConversationHistory,
+) -> None:
+    assert (await history.create_task("fix-42", "Make the failing test pass")).recorded
+    await history.record_event("fix-42", EventKind.TOOL_CALL, "pytest", name="bash")
+    out = await history.record_event("fix-42", EventKind.TOOL_RESULT, "1 failed", name="bash")
+    assert out.seq == 2
+    await history.set_step("fix-42", "run-tests", StepState.FAILED, result_event_seq=out.seq)
+    page = await history.list_events("fix-42", after_seq=0, limit=50)
+    assert [(e.seq, e.kind, e.payload) for e in page.events] == [
+        (1, EventKind.TOOL_CALL, "pytest"),
+        (2, EventKind.TOOL_RESULT, "1 failed"),
+    ]
+    assert (await history.finish_task("fix-42", "done", result="fixed in abc123")).recorded
+    view = await asyncio.wait_for(history.wait_task("fix-42"), 60)
+    assert view is not None and view.result is not None
+    assert (view.status, view.result.text) == (TaskStatus.DONE, "fixed in abc123")
+    assert view.step_counts[StepState.FAILED] == 1
+
+    goal = script(
+        calls(("echo", {"text": "one"})), calls(("echo", {"text": "two"})), answer("both")
+    )
+    assert (await history.create_task("agent-1", goal, agent=spec())).recorded
+    done = await asyncio.wait_for(history.wait_task("agent-1"), 120)
+    assert done is not None and done.result is not None
+    assert (done.status, done.result.text) == (TaskStatus.DONE, "both")
+    steps = await all_steps(history, "agent-1")
+    assert [s.state for s in steps] == [StepState.COMPLETED, StepState.COMPLETED]
+    results = [
+        e.payload for e in await all_events(history, "agent-1") if e.kind.value == "tool_result"
+    ]
+    assert results == ["one", "two"]
+
+
+async def test_kill_9_of_the_worker_running_a_step_another_finishes(
+    history: ConversationHistory, workers: Workers, tmp_path: Path
+) -> None:
+    """An idempotent step (``sync_data``): the worker running it is killed; another of the
+    three runs it again under the same key after the heartbeat timeout and the task ends."""
+    log = str(tmp_path / "effect.log")
+    goal = script(calls(("sync_data", {"log": log, "seconds": 120})), answer("carried on"))
+    assert (await history.create_task("t", goal, agent=spec())).recorded
+
+    async def started() -> bool:
+        return await asyncio.to_thread(Path(log).exists)
+
+    await eventually(started, within=60)
+    described = await history.client.get_workflow_handle(history.workflow_id("t")).describe()
+    (pending,) = [
+        a
+        for a in described.raw_description.pending_activities
+        if a.activity_type.name == TOOL_ACTIVITY_PREFIX + "sync_data"
+    ]
+    pid = int(pending.last_worker_identity.split("@")[0])
+    killed = workers.by_pid(pid)
+    killed.kill()  # SIGKILL
+    await killed.wait()
+    view = await asyncio.wait_for(history.wait_task("t"), 180)
+    assert view is not None and view.result is not None
+    assert (view.status, view.result.text) == (TaskStatus.DONE, "carried on")
+    (step,) = await all_steps(history, "t")
+    key = f"{history.workflow_id('t')}/{step.step_name}/1"
+    assert (step.state, step.attempt, step.idempotency_key) == (StepState.COMPLETED, 1, key)
+    ran = (await asyncio.to_thread(Path(log).read_text)).splitlines()
+    assert ran == [key] * len(ran) and len(ran) >= 2
+
+
+async def test_every_search_attribute_query_on_sql_visibility(
+    history: ConversationHistory,
+) -> None:
+    since = datetime.now(UTC) - timedelta(seconds=1)
+    for name in ("a", "b", "c"):
+        assert (await history.create_task(name, "g")).recorded
+    assert (await history.create_task("a/child", "g", parent="a")).recorded
+    assert (await history.finish_task("b", "done")).recorded
+    await asyncio.wait_for(history.wait_task("b"), 60)
+    project = history.project_id
+
+    async def listed() -> bool:
+        return sorted(await history.list_tasks()) == ["a", "a/child", "b", "c"] and (
+            await history.list_tasks(status="done")
+        ) == ["b"]
+
+    await eventually(listed)
+    assert sorted(await history.list_tasks(status="open")) == ["a", "a/child", "c"]
+    client = history.client
+    assert (await client.count_workflows(task_query(project))).count == 4
+    assert (await client.count_workflows(task_query(project, "done", since))).count == 1
+    parent = history.workflow_id("a")
+    children = [
+        w.id
+        async for w in client.list_workflows(
+            f"ParentWorkflowId = '{parent}' AND ExecutionStatus = 'Running'"
+        )
+    ]
+    assert children == []  # a recorded child is a workflow of its own, not a child workflow
+    rebuild = f"WorkflowType = 'TaskWorkflow' AND ProjectId = '{project}'"
+    assert len([w async for w in client.list_workflows(rebuild)]) == 4
+    for name in ("a/child", "a", "c"):
+        assert (await history.finish_task(name, "done")).recorded
