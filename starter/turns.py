@@ -18,11 +18,13 @@ from taskgraph.models import Seq
 from workflows.errors import ErrorCode
 from workflows.models import (
     CLOSED_STATUSES,
+    AgentRun,
     BranchPoint,
     StepRetry,
     StepsQuery,
     StepState,
     TaskName,
+    TaskState,
     TaskStatus,
     TaskView,
     TaskWorkflowInput,
@@ -31,10 +33,10 @@ from workflows.search import search_attributes
 from workflows.task import TaskWorkflow
 
 
-def _interrupted(view: TaskView | None) -> bool:
+def _interrupted(run: AgentRun | None) -> bool:
     """True when the task's last turn was interrupted after its tools ran (``AgentRun``'s
     ``turn_committed``: a step of the turn ended in a run that was not rolled back)."""
-    return view is not None and view.agent_run is not None and view.agent_run.turn_committed
+    return run is not None and run.turn_committed
 
 
 class TaskTurns(TaskLifecycle):
@@ -80,7 +82,23 @@ class TaskTurns(TaskLifecycle):
         not answered since (continue it with ``continue_task``); False for a task of this
         project that has none, or no such task."""
         view = (await self.get_task(task)).view
-        return _interrupted(view)
+        if view is None:
+            return False
+        return _interrupted(await self._agent_run(task, view))
+
+    async def _last_state(self, task: str) -> TaskState:
+        """The state the task's last run holds (the ``resume_state`` query, answered by a
+        worker replaying the run when it has closed): what a closed task's view, read from
+        the graph store, lacks (its agent, its agent's run)."""
+        handle = self._handle(task)
+        return await self._call(lambda: handle.query(TaskWorkflow.resume_state), handle.id)
+
+    async def _agent_run(self, task: str, view: TaskView) -> AgentRun | None:
+        """The agent's run of the task: the view's, or for a closed task read without it, the
+        last run's (``_last_state``)."""
+        if view.agent_run is not None or view.status not in CLOSED_STATUSES:
+            return view.agent_run
+        return (await self._last_state(task)).agent_run
 
     async def retry_step(
         self, task: str, step: str, *, reason: str, request_id: str | None = None
@@ -120,7 +138,8 @@ class TaskTurns(TaskLifecycle):
                 ErrorCode.INVALID_TRANSITION,
                 f"step {step!r} is {state.value}: only an unknown or failed step is retried",
             )
-        return await self._run_again(task, continuation=_interrupted(found.view), retry=[ask])
+        interrupted = _interrupted(await self._agent_run(task, found.view))
+        return await self._run_again(task, continuation=interrupted, retry=[ask])
 
     async def _step_state(self, task: str, step: str) -> StepState | None:
         """The state of step ``step`` of a task whose workflow has ended: from its last run
@@ -148,25 +167,28 @@ class TaskTurns(TaskLifecycle):
         handle = self._handle(task)
         description = await self._call(handle.describe)
         resumable = (TaskStatus.FAILED, TaskStatus.CANCELLED)
-        if view.agent is None or description.close_time is None or view.status not in resumable:
+        state = None
+        if description.close_time is not None and view.status in resumable:
+            state = await self._last_state(task)
+        if state is None or state.start.agent is None:
             return refused(
                 ErrorCode.NOT_RESUMABLE,
                 f"task {task!r} is {view.status.value}: only a failed or cancelled agent task "
                 "that has ended runs again",
             )
-        if continuation and not _interrupted(view):
+        interrupted = _interrupted(state.agent_run)
+        if continuation and not interrupted:
             return refused(
                 ErrorCode.NO_INTERRUPTED_TURN,
                 f"task {task!r} has no interrupted turn (none of its tools ran since the model "
                 "last answered, or the run failed and was rolled back): resume it",
             )
-        if not continuation and _interrupted(view):
+        if not continuation and interrupted:
             return refused(
                 ErrorCode.NO_RESUMABLE_TURN,
                 f"task {task!r} was interrupted after its tools ran: continue it "
                 "(continue_task, agent-tasks continue), its calls are never run again",
             )
-        state = await self._call(lambda: handle.query(TaskWorkflow.resume_state), handle.id)
         start = TaskWorkflowInput(
             carried=state, resume=True, continuation=continuation, retry=list(retry)
         )
@@ -226,13 +248,16 @@ class TaskTurns(TaskLifecycle):
                 ErrorCode.EVENT_NOT_FOUND,
                 f"task {source!r} has events 1 to {view.last_seq}: no seq {seq} to branch at",
             )
+        agent = view.agent
+        if agent is None and view.status in CLOSED_STATUSES:  # read without its agent
+            agent = (await self._last_state(source)).start.agent
         created = await self.create_task(
             name,
             view.goal,
             request_id=request_id,
             metadata=view.metadata,
             session_id=view.session_id,
-            agent=view.agent,
+            agent=agent,
             branched_from=point,
         )
         if not created.recorded:
