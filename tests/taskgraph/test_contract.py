@@ -8,7 +8,7 @@ store under test."""
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import timedelta, timezone
 
 import httpx
 import pytest
@@ -328,3 +328,25 @@ async def test_the_http_api_serves_the_store_with_its_keys(
     assert [t["name"] for t in mine.json()["tasks"]] == ["served"]
     assert theirs.status_code == 200 and theirs.json()["tasks"] == []
     assert nobody.status_code == 401
+
+
+async def test_time_bounds_in_any_offset_find_what_was_written_at_that_instant(
+    store: GraphStore, store_history: ConversationHistory
+) -> None:
+    """``since`` is inclusive and ``until`` exclusive, to the microsecond, whatever the offset
+    a bound is given in (Neo4j compares datetimes, FalkorDB microseconds)."""
+    view = await _task_with_a_tool_step(store_history, "when")
+    p = store_history.project_id
+    written = (await store_history.list_events("when")).events
+    first = written[0]
+    at_first = [("when", e.seq) for e in written if e.time == first.time]  # one batch, one time
+    india = timezone(timedelta(hours=5, minutes=30))
+    at = first.time.astimezone(india)
+    tick = timedelta(microseconds=1)
+    found = await store.find_events(p, EventFilter(since=at, until=at + tick))
+    assert [(r.task_name, r.seq) for r in found] == at_first
+    assert await store.find_events(p, EventFilter(since=at + tick, until=at + 2 * tick)) == []
+    created = view.created_at.astimezone(india)
+    tasks = await store.find_tasks(p, TaskFilter(since=created, until=created + tick))
+    assert [r.name for r in tasks] == ["when"]
+    assert await store.find_tasks(p, TaskFilter(until=created)) == []
