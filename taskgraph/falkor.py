@@ -133,7 +133,7 @@ def _param(value: Any) -> Any:
 
 
 def _event_props(event: Event, stamp: dict[str, str]) -> dict[str, Any]:
-    """An event node's properties here: ``taskgraph.writes.event_properties`` but ``time``
+    """An event node's properties here: ``taskgraph.properties.event_properties`` but ``time``
     in microseconds (FalkorDB has no zoned datetime)."""
     return event_properties(event) | {"time": epoch_us(event.time)} | stamp
 
