@@ -11,21 +11,24 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+import redis.exceptions
+from falkordb.asyncio import FalkorDB
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 from temporalio.client import Client
 
+from activities.mirror import mirror_failure
 from config import Settings
 from devstack import free_port
 from devstack.falkordb_server import FalkorDBServer, find_falkordb_module
-from devstack.process import BIND_HOST, port_is_open
+from devstack.process import BIND_HOST, parse_host_port, port_is_open
 from devstack.redis_server import find_redis_server
 from starter.client import ConversationHistory
 from taskgraph.apikeys import ApiKeyStore
 from taskgraph.errors import GraphAuthError, GraphDataError, GraphUnavailable
-from taskgraph.falkor import FalkorGraph
+from taskgraph.falkor import FalkorGraph, falkor_error
 from taskgraph.falkor_cypher import UNIQUE
 from taskgraph.keytree import key_id, new_tree_id
 from taskgraph.port import GraphStore
@@ -33,6 +36,7 @@ from taskgraph.seeds import warm_up_page
 from tests.conftest import eventually
 from tests.taskgraph.test_contract import _task_with_a_tool_step
 from worker import build_graph_store, build_worker
+from workflows.errors import MIRROR_DATA_ERROR, MIRROR_UNAVAILABLE
 
 
 @pytest.fixture
@@ -274,3 +278,26 @@ async def test_a_falkordb_outage_loses_no_acknowledged_write(
     finally:
         await store.close()
         await again.stop()
+
+
+async def test_a_query_falkordb_ends_for_its_timeout_is_retried_by_the_mirror(
+    falkordb_server: FalkorDBServer,
+) -> None:
+    """A query the server ends at its timeout says the server was slow, not that the data is
+    wrong (as Neo4j's ``OUT_OF_TIME_CODES``): ``GraphUnavailable``, which the mirror retries
+    (``MirrorUnavailable``); a statement it cannot parse stays ``MirrorDataError``."""
+    host, port = parse_host_port(falkordb_server.url, 6379)
+    db = FalkorDB(host=host, port=port)
+    graph = db.select_graph("slow")
+    try:
+        await graph.query("CREATE (:Slow)")  # a read of a graph that does not exist fails at once
+        with pytest.raises(redis.exceptions.ResponseError) as ended:
+            await graph.ro_query("UNWIND range(1, 100000000) AS x RETURN count(x)", timeout=1)
+        with pytest.raises(redis.exceptions.ResponseError) as refused:
+            await graph.query("MERGE (n:Task {key: }) RETURN n")
+    finally:
+        await db.aclose()
+    passes = mirror_failure(falkor_error(ended.value), "task t seqs 1..2")
+    assert (passes.type, passes.non_retryable) == (MIRROR_UNAVAILABLE, False)
+    data = mirror_failure(falkor_error(refused.value), "task t seqs 1..2")
+    assert (data.type, data.non_retryable) == (MIRROR_DATA_ERROR, True)
