@@ -213,9 +213,10 @@ def create_schemas(tool: Path, pg_port: int) -> None:
 DYNAMIC_CONFIG: dict[str, list[dict[str, Any]]] = {}
 """The cluster's dynamic config: the server's defaults, as ``docker-compose.production.yml``
 runs it (no file of its own). Not the module's ``development-sql.yaml`` (its
-``limit.maxIDLength`` of 255 refuses the id of a task with a long name: a project id of 64 and a
-name of 200 characters make 275), nor the local stack's ``DEFAULT_DYNAMIC_CONFIG`` (one
-partition per task queue, for a laptop's single worker): a production cluster keeps four."""
+``limit.maxIDLength`` of 255 would refuse the id of a task with a long name: a project id of
+64 and a name of 200 characters make 276, which PostgreSQL's schema refuses anyway), nor the
+local stack's ``DEFAULT_DYNAMIC_CONFIG`` (one partition per task queue, for a laptop's single
+worker): a production cluster keeps four."""
 
 
 def server_config(port: int, pg_port: int, config_dir: Path) -> dict[str, Any]:
