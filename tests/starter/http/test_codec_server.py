@@ -15,6 +15,7 @@ import httpx
 from codec import ENCODING
 from devstack import find_temporal_binary
 from starter.client import ConversationHistory
+from starter.retention import HistoryRetention
 from taskgraph.apikeys import ApiKeyStore
 from tests.conftest import payload_texts
 from tests.starter.http.conftest import Api, Project
@@ -78,6 +79,16 @@ async def test_the_cli_shows_payloads_decoded_sealed_text_only_to_its_project(
     )
     assert "plan the trip" in theirs  # compression is no secret
     assert secret not in theirs  # the sealed text is: another project's key opens nothing
+
+    event = (await history.list_events("trip", after_seq=0, limit=1)).events[0]
+    retention = HistoryRetention(
+        history.client, history.project_id, "admin", graph=history.graph, task_queue=api.queue
+    )
+    assert (await retention.redact_event(event.id)).recorded
+    redacted = await history_shown(
+        api, workflow_id, "--codec-endpoint", endpoint, "--codec-auth", f"Bearer {project.key}"
+    )
+    assert secret not in redacted and '"redacted":true' in redacted  # its key is destroyed
     await history.finish_task("trip", "done")
 
 
