@@ -3,6 +3,7 @@
 
 - the README's app flow and an agent task with steps, their values read back;
 - kill -9 of the worker running a step: another worker finishes the task by the step rules;
+- the Temporal server restarted during a write storm: no acknowledged write lost or doubled;
 - every search-attribute query the CLI and the client make, answered by SQL visibility."""
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from temporalio.service import RPCError
 
+from devstack.cluster import Cluster
 from starter import EventKind, StepState
 from starter.client import ConversationHistory
 from starter.importer import all_events, all_steps
@@ -157,3 +160,56 @@ async def test_the_longest_task_id_is_taken(services: Services, workers: Workers
     assert (await history.finish_task(name, "done")).recorded
     view = await asyncio.wait_for(history.wait_task(name), 60)
     assert view is not None and (view.name, view.last_seq) == (name, 1)
+
+
+@pytest.mark.xfail(
+    raises=RPCError,
+    strict=False,
+    reason="open: after the restart a write sometimes fails FAILED_PRECONDITION 'unexpected "
+    "workflow task failure' (WorkflowNotReadyFailure), which the client does not resend "
+    "(2 runs of 5); a lost or doubled write fails this test either way",
+)
+async def test_a_server_restart_during_a_write_storm_loses_and_doubles_nothing(
+    cluster: Cluster, history: ConversationHistory
+) -> None:
+    """Ten writers write 30 events each, one at a time, each write with its own request id,
+    sent again with the same id while Temporal does not answer; the Temporal server is
+    stopped (SIGTERM) and started again in the middle. Every task then holds each of its
+    writer's events exactly once, in order."""
+    writers, per_writer = 10, 30
+    history.timeout_s = 5
+    for w in range(writers):
+        assert (await history.create_task(f"w{w}", "storm")).recorded
+    progress = [0] * writers
+    resent = [0] * writers
+
+    async def write(w: int) -> None:
+        for n in range(per_writer):
+            while True:
+                try:
+                    done = await history.record_event(
+                        f"w{w}", "message", f"w{w}-{n}", request_id=f"w{w}-{n}"
+                    )
+                except TaskServiceUnavailable:
+                    resent[w] += 1
+                    await asyncio.sleep(0.5)
+                    continue
+                assert done.recorded, done
+                break
+            progress[w] = n + 1
+
+    storm = asyncio.gather(*(write(w) for w in range(writers)))
+
+    async def under_way() -> bool:
+        return sum(progress) >= writers * 5
+
+    await eventually(under_way, within=120)
+    assert sum(progress) < writers * per_writer  # the restart comes while writes remain
+    await cluster.temporal.stop()
+    await cluster.temporal.start_ready()
+    await asyncio.wait_for(storm, 300)
+    print(f"writes sent again after the restart: {sum(resent)}")
+    for w in range(writers):
+        events = await all_events(history, f"w{w}")
+        assert [e.payload for e in events] == [f"w{w}-{n}" for n in range(per_writer)]
+        assert (await history.finish_task(f"w{w}", "done")).recorded
