@@ -14,7 +14,9 @@ is sent with ``reject_condition=NOT_OPEN``, which the server answers at once for
 (``WorkflowQueryRejectedError``) without a worker. Its view is then the workflow's result (a
 task that completed returns its final view once mirrored: one read of the close event of its
 history) or, for a task cancelled (a run that closes cancelled has no result, but mirrors
-everything before it closes), the view the graph store keeps; its events and steps come from the
+everything before it closes), a worker's replay when one answers within ``CANCELLED_VIEW_WAIT``
+(the whole view), else the view the graph store keeps (without the closed input requests and
+the agent run, which it does not hold); its events and steps come from the
 graph store, which holds all of them (the run closed only once mirrored). Why these and not a
 replay of the history: a replay is what a query costs (the worker's whole last run, with the code
 it has now); the result is one small payload the server already stores, and the graph store is
@@ -61,6 +63,11 @@ if TYPE_CHECKING:  # the driver is loaded by whoever makes the graph (the client
 QUERY_TIMEOUT = timedelta(seconds=10)
 """RPC timeout of each query the reader sends to an earlier run or from an activity
 (answered by a worker from its cache, or by a replay of a closed run)."""
+
+CANCELLED_VIEW_WAIT = timedelta(seconds=2)
+"""How long a cancelled task's view waits for a worker's replay (which gives the whole view,
+its closed input requests and agent run included) before the graph store's view is taken (a
+cancelled run has no result, and the store keeps no closed input requests or agent run)."""
 
 _T = TypeVar("_T")
 
@@ -123,12 +130,24 @@ class TaskReader:
             workflow_id, lambda when: handle.query(TaskWorkflow.view, reject_condition=when)
         )
         if closed is not None:
+            if closed[1] == "neo4j":  # cancelled: the store lacks closed_inputs, agent, agent_run
+                replayed = await self._replayed_view(handle)
+                if replayed is not None:
+                    return replayed, "temporal"
             return closed
         if found:
             assert view is not None
             return view, "temporal"
         view = await self.expired(workflow_id)
         return None if view is None else (view, "neo4j")
+
+    async def _replayed_view(self, handle: WorkflowHandle[Any, Any]) -> TaskView | None:
+        """The whole view of a closed run from a worker's replay, when a worker answers within
+        ``CANCELLED_VIEW_WAIT``; None when none does (the caller keeps the store's view)."""
+        try:
+            return await handle.query(TaskWorkflow.view, rpc_timeout=CANCELLED_VIEW_WAIT)
+        except RPCError:
+            return None
 
     async def _ask(
         self,
