@@ -9,16 +9,22 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+import uuid
+from pathlib import Path
 
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 
+from activities.tools import ToolContext, tool
 from devstack import find_temporal_binary
 from starter.client import ConversationHistory
-from starter.importer import all_events
-from tests.conftest import eventually
-from tests.workflows.conftest import cli
-from workflows.models import AgentSpec, EventKind, TaskStatus, TaskView
+from starter.importer import all_events, all_steps
+from taskgraph.graph import TaskGraph
+from tests.agent_tools import SCRIPTS, TOOLS, Effect, answer, calls
+from tests.conftest import eventually, mirrored
+from tests.workflows.conftest import cli, graph_row, script, spec
+from worker import build_worker
+from workflows.models import AgentSpec, EventKind, ModelSpec, StepState, TaskStatus, TaskView
 
 
 async def view_of(history: ConversationHistory, task: str) -> TaskView:
@@ -143,3 +149,83 @@ async def test_a_parent_resumed_after_its_cascade_cancel_gets_its_children_cance
     assert [(await view_of(agents, f"t/c{i}")).status for i in range(2)] == [
         TaskStatus.CANCELLED
     ] * 2
+
+
+async def test_terminating_is_the_unclean_path(
+    agents: ConversationHistory, client: Client, tmp_path: Path
+) -> None:
+    """agent-tasks.md: terminating the workflow (instead of a cancel request) runs none of the
+    cancellation rule: the step that ran stays ``in_progress`` (not settled ``unknown``), no
+    ``status`` note is recorded, and the search attribute and Neo4j keep the task's last
+    status, while Temporal says ``TERMINATED``."""
+    log = tmp_path / "charge.log"
+    goal = script(calls(("charge_card", {"log": str(log), "seconds": 300})), answer("never"))
+    assert (await agents.create_task("t", goal, agent=spec())).recorded
+    await eventually(lambda: asyncio.to_thread(log.exists), within=60)
+    await mirrored(agents, "t")
+    before = await graph_row(agents, "t")
+    handle = client.get_workflow_handle(agents.workflow_id("t"))
+    running = await handle.describe()
+    events_before = await all_events(agents, "t")
+    await handle.terminate(reason="the unclean path")
+    description = await handle.describe()
+    assert description.status is WorkflowExecutionStatus.TERMINATED
+    assert description.search_attributes["TaskStatus"] == running.search_attributes["TaskStatus"]
+    assert running.search_attributes["TaskStatus"] != ["cancelled"]
+    after = await graph_row(agents, "t")
+    assert (after.status, after.last_seq) == (before.status, before.last_seq)
+    assert after.status is not TaskStatus.CANCELLED
+    events = await all_events(agents, "t")
+    assert [e.seq for e in events] == [e.seq for e in events_before]
+    statuses = [e.payload for e in events if e.kind is EventKind.NOTE and e.name == "status"]
+    assert "cancelled" not in statuses
+    (step,) = await all_steps(agents, "t")
+    assert step.state is StepState.IN_PROGRESS
+
+
+@tool("finish_anyway", arguments=Effect, idempotent=False, heartbeat_s=2, start_to_close_s=600)
+async def finish_anyway(args: Effect, context: ToolContext) -> str:
+    """Heartbeats (the tool layer beats for it), hears the cancel, and finishes anyway: writes
+    ``{log}.cancelled`` and returns a result."""
+    await asyncio.to_thread(Path(args.log).write_text, context.idempotency_key)
+    try:
+        await asyncio.sleep(args.seconds)
+    except asyncio.CancelledError:
+        await asyncio.to_thread(Path(args.log + ".cancelled").write_text, "heard")
+        return "finished after the cancel"
+    return "finished"
+
+
+async def test_a_heartbeating_tool_that_finishes_anyway_is_recorded_completed(
+    client: Client, graph: TaskGraph, project_id: str, tmp_path: Path
+) -> None:
+    """agent-tasks.md: a tool that heartbeats sees the cancel; if it finishes anyway, its real
+    result is recorded ``completed``, the agent does not go on, and the task ends
+    ``cancelled``."""
+    queue = f"anyway-{uuid.uuid4().hex[:8]}"
+    history = ConversationHistory(
+        client, project_id=project_id, agent_id="a", task_queue=queue, graph=graph
+    )
+    log = tmp_path / "anyway.log"
+    turns = [
+        calls(("finish_anyway", {"log": str(log), "seconds": 300})),
+        calls(("echo", {"text": "no"})),
+    ]
+    agent = AgentSpec(
+        tools=["finish_anyway", "echo"], model=ModelSpec(provider="scripted", model="from-goal")
+    )
+    async with build_worker(client, graph, queue, tools=[*TOOLS, finish_anyway], scripts=SCRIPTS):
+        assert (
+            await history.create_task("t", script(*turns, answer("never")), agent=agent)
+        ).recorded
+        await eventually(lambda: asyncio.to_thread(log.exists), within=60)
+        assert (await history.cancel_task("t")).recorded
+        assert await ended(history, "t") is TaskStatus.CANCELLED
+        (step,) = await all_steps(history, "t")
+        events = {e.seq: e for e in await all_events(history, "t")}
+    assert (log.parent / (log.name + ".cancelled")).read_text() == "heard"
+    assert step.state is StepState.COMPLETED
+    assert events[step.result_event_seq or 0].payload == "finished after the cancel"
+    assert sum(e.kind is EventKind.TOOL_CALL for e in events.values()) == 1
+    last = events[max(events)]
+    assert (last.kind, last.name, last.payload) == (EventKind.NOTE, "status", "cancelled")
