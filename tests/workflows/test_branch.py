@@ -21,8 +21,16 @@ from starter.importer import all_events, all_steps
 from tests.agent_tools import answer, calls
 from tests.approval_tools import approval_spec, goal
 from tests.conftest import eventually
-from tests.workflows.conftest import script, spec
-from workflows.models import AgentSpec, Event, EventKind, StepState, TaskStatus, TaskView
+from tests.workflows.conftest import cli, script, spec
+from workflows.models import (
+    BRANCH_PAGE_EVENTS,
+    AgentSpec,
+    Event,
+    EventKind,
+    StepState,
+    TaskStatus,
+    TaskView,
+)
 
 
 async def ended(history: ConversationHistory, task: str) -> TaskView:
@@ -243,3 +251,131 @@ async def test_a_branch_after_a_childs_end_reuses_the_child(agents: Conversation
     assert branch.result.text == "c0=done"
     assert (await agents.get_task("b/c0")).view is None
     assert [c.name for c in branch.children.values()] == ["src/c0"]
+
+
+async def test_the_cli_branches_a_task_at_a_seq_under_a_new_name(
+    agents: ConversationHistory,
+) -> None:
+    """``agent-tasks branch TASK SEQ --name NEW`` (docs/agent-tasks.md, the turn rules' table):
+    the new task's log is the source's events 1 to SEQ, it names its branch point, and the
+    source is untouched; a SEQ past the source's end is refused with nothing created."""
+    history = agents
+    assert (await history.create_task("rec", "recorded")).recorded
+    for text in ("one", "two", "three"):
+        assert (await history.record_event("rec", "message", text, role="user")).recorded
+    source = await all_events(history, "rec")
+    point = source[1].seq
+    flags = ["--project", history.project_id, "--json"]
+    queue = {"TEMPORAL_TASK_QUEUE": history.task_queue}  # where this test's worker polls
+    code, out = await cli("branch", "rec", str(point), "--name", "rec-b", *flags, env=queue)
+    assert code == 0 and out["recorded"] is True, out
+    assert out["task"]["name"] == "rec-b"
+    assert out["task"]["branched_from"] == {"task": "rec", "seq": point}
+    branch = await all_events(history, "rec-b")
+    assert [(e.seq, e.payload) for e in branch] == [(e.seq, e.payload) for e in source[:2]]
+    assert await all_events(history, "rec") == source
+    past = str(source[-1].seq + 1)
+    code, out = await cli("branch", "rec", past, "--name", "rec-c", *flags, env=queue)
+    assert code == 1 and out["error"] == "event_not_found", out
+    assert (await history.get_task("rec-c")).view is None
+
+
+async def test_a_branch_takes_the_sources_goal_agent_session_and_metadata(
+    agents: ConversationHistory,
+) -> None:
+    """``branch_from`` creates the branch with the source's goal, agent, session and metadata
+    (docs/agent-tasks.md, "Branch")."""
+    agent = AgentSpec(name="noop", input={"k": 1})
+    created = await agents.create_task(
+        "src", "do nothing", agent=agent, session_id="sess-1", metadata={"team": "ops"}
+    )
+    assert created.recorded
+    assert (await ended(agents, "src")).status is TaskStatus.DONE
+    assert (await agents.branch_from("src", 1, "b")).recorded
+    branch = await ended(agents, "b")
+    assert branch.status is TaskStatus.DONE
+    assert branch.goal == "do nothing"
+    assert branch.session_id == "sess-1"
+    assert branch.metadata == {"team": "ops"}
+    assert branch.agent is not None and branch.agent.name == "noop"
+    assert branch.agent.input == {"k": 1}
+
+
+async def test_a_branch_of_a_recorded_task_carries_no_answers_or_children(
+    agents: ConversationHistory,
+) -> None:
+    """The docs' recorded-task column: a question answered and a child ended before the point
+    are copied as events only; the branch has no answer and no child of its own, so the same
+    input id may be asked again and the same spawn key used again in it."""
+    history = agents
+    assert (await history.create_task("rec", "recorded")).recorded
+    assert (await history.request_input("rec", "q", "Which?")).recorded
+    assert (await history.respond("rec", "this one", input_id="q")).recorded
+    assert (await history.spawn_child("rec", "k", "rec-k", "a child")).recorded
+    assert (await history.finish_task("rec-k", "done", result="built")).recorded
+
+    async def child_ended() -> bool:
+        kinds = [e.kind for e in await all_events(history, "rec")]
+        return EventKind.CHILD_RESULT in kinds
+
+    await eventually(child_ended, within=60)
+    source = await all_events(history, "rec")
+    point = source[-1].seq
+    assert (await history.branch_from("rec", point, "rec-b")).recorded
+    copied = await all_events(history, "rec-b")
+    assert [(e.kind, e.payload) for e in copied] == [(e.kind, e.payload) for e in source]
+    view = (await history.get_task("rec-b")).view
+    assert view is not None
+    assert view.children == {} and view.pending_inputs == [] and view.closed_inputs == {}
+    assert (await history.request_input("rec-b", "q", "Which?")).recorded
+    assert (await history.spawn_child("rec-b", "k", "rec-b-k", "again")).recorded
+
+
+async def test_a_branch_before_a_childs_end_spawns_the_child_again_live(
+    agents: ConversationHistory,
+) -> None:
+    """``fanout`` with one recorded child, branched before the child's ``child_result``: the
+    child ended after the point, so the branch's agent code spawns it again, a child of the
+    branch (``b/c0``), live; the branch waits for that child's end, not the source's."""
+    agent = AgentSpec(name="fanout", input={"children": 1})
+    assert (await agents.create_task("src", "one child", agent=agent)).recorded
+
+    async def spawned(task: str) -> bool:
+        return (await agents.get_task(task)).view is not None
+
+    await eventually(lambda: spawned("src/c0"), within=60)
+    assert (await agents.finish_task("src/c0", "done", result="built")).recorded
+    done = await ended(agents, "src")
+    assert done.result is not None and done.result.text == "c0=done"
+    point = seq_of(await all_events(agents, "src"), EventKind.CHILD_RESULT) - 1
+    assert (await agents.branch_from("src", point, "b")).recorded
+    await eventually(lambda: spawned("b/c0"), within=60)
+    child = (await agents.get_task("b/c0")).view
+    assert child is not None and child.parent == "b"
+    assert (await agents.finish_task("b/c0", "failed", error="broke")).recorded
+    branch = await ended(agents, "b")
+    assert branch.status is TaskStatus.DONE and branch.result is not None
+    assert branch.result.text == "c0=failed"
+    assert [c.name for c in branch.children.values()] == ["b/c0"]
+
+
+async def test_a_branch_copies_a_log_longer_than_a_page_once_and_in_order(
+    agents: ConversationHistory,
+) -> None:
+    """The copy is made in pages of ``BRANCH_PAGE_EVENTS`` (``branch_events``): a source of
+    two pages and a half, branched at its last event, gives a branch whose log is every
+    source event once, in seq order, with the same kinds, roles, authors, text and hashes."""
+    history = agents
+    count = 2 * BRANCH_PAGE_EVENTS + BRANCH_PAGE_EVENTS // 2
+    assert (await history.create_task("long", "recorded")).recorded
+    batch = [{"kind": "message", "role": "user", "payload": f"m{i}"} for i in range(count)]
+    assert (await history.record_events("long", batch)).recorded
+    source = await all_events(history, "long")
+    assert [e.payload for e in source] == [f"m{i}" for i in range(count)]
+    assert (await history.branch_from("long", source[-1].seq, "long-b")).recorded
+    branch = await all_events(history, "long-b")
+
+    def shape(e: Event) -> tuple[object, ...]:
+        return (e.seq, e.kind, e.role, e.author, e.payload, e.full_length, e.full_sha256)
+
+    assert [shape(e) for e in branch] == [shape(e) for e in source]
