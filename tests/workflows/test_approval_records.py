@@ -1,0 +1,193 @@
+"""What an approval leaves in the record (docs/page.md, "Approval before a tool runs"): the log
+keeps the tool's own result while only the model's rendering carries the person's notice, an
+edit is validated again by the tool's own model when it runs (a custom validator's failure
+fails the step), the CLI's ``--accept`` and ``--ignore``, and the activities an approval adds
+to the task's Temporal history."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel, field_validator
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+
+from activities.tools import ToolContext, tool
+from activities.transcript import EDITED
+from starter.client import ConversationHistory
+from taskgraph.graph import TaskGraph
+from tests.approval_tools import APPROVAL_SCRIPTS, _effect, approval_spec, effects, goal
+from tests.workflows.conftest import cli
+from tests.workflows.test_approvals import asked, events_of, mail
+from worker import build_worker
+from workflows.agents.approvals import APPROVAL_ACTIVITY, IGNORED
+from workflows.agents.steps import MODEL_ACTIVITY
+from workflows.models import (
+    MIRROR_ACTIVITY,
+    AgentSpec,
+    EventKind,
+    ModelSpec,
+    StepState,
+    TaskStatus,
+)
+
+
+async def test_the_log_keeps_the_tools_own_result_and_only_the_rendering_has_the_notice(
+    agents: ConversationHistory, tmp_path: Path
+) -> None:
+    """An edited call: the ``tool_result`` event holds what the tool returned, word for word;
+    the model (``call-then-show`` answers with the chat it was shown) reads the notice that a
+    person edited the call, then that same result."""
+    log = tmp_path / "mail.log"
+    await agents.create_task("t", goal(mail(log)), agent=approval_spec("call-then-show"))
+    request = await asked(agents, "t")
+    edited = {"log": str(log), "to": "team@example.com", "subject": "deploy"}
+    assert (await agents.approve("t", request.input_id, "edit", arguments=edited)).recorded
+    final = await agents.wait_task("t")
+    assert final is not None and final.status is TaskStatus.DONE and final.result is not None
+    tool_said = "sent 'deploy' to team@example.com"
+    (result,) = [e for e in await events_of(agents, "t") if e.kind is EventKind.TOOL_RESULT]
+    assert result.payload == tool_said
+    shown = [m["content"] for m in json.loads(final.result.text) if m["role"] == "tool"]
+    assert len(shown) == 1
+    assert shown[0].startswith("A person edited this call before it ran: it ran as send_mail")
+    assert shown[0].endswith(f"(not as you called it). Its result:\n{tool_said}")
+    assert shown[0] != result.payload and EDITED.split(":", 1)[0] not in result.payload
+
+
+class Note(BaseModel):
+    """Arguments of ``send_note``: its validator refuses one address, which no JSON Schema
+    says (so an edit to it passes the check on arrival)."""
+
+    log: str
+    to: str
+
+    @field_validator("to")
+    @classmethod
+    def not_blocked(cls, value: str) -> str:
+        if value == "blocked@example.com":
+            raise ValueError("this address is blocked")
+        return value
+
+
+@tool("send_note", arguments=Note, idempotent=False, description="Send a note.", approval=True)
+async def send_note(args: Note, context: ToolContext) -> str:
+    """Always asks first; writes a line per run to ``args.log``."""
+    _effect(args.log, context, f"note {args.to}")
+    return f"noted {args.to}"
+
+
+@pytest.fixture
+async def notes(
+    client: Client, graph: TaskGraph, project_id: str
+) -> AsyncIterator[ConversationHistory]:
+    """A ``ConversationHistory`` on a worker of its own whose only tool is ``send_note``."""
+    queue = f"notes-{uuid.uuid4().hex[:8]}"
+    async with build_worker(client, graph, queue, tools=[send_note], scripts=APPROVAL_SCRIPTS):
+        yield ConversationHistory(
+            client, project_id=project_id, agent_id="agent-1", task_queue=queue, graph=graph
+        )
+
+
+async def test_an_edit_a_custom_validator_refuses_is_taken_and_fails_the_step(
+    notes: ConversationHistory, tmp_path: Path
+) -> None:
+    """page.md: the tool's model validates the edited arguments again when the call runs. An
+    edit that the answer's JSON Schema takes but the tool's validator refuses is recorded (a
+    decision, a second ``tool_call``); the step then fails with the validator's message, the
+    tool never runs, and the model reads why."""
+    log = tmp_path / "note.log"
+    spec = AgentSpec(
+        tools=["send_note"], model=ModelSpec(provider="scripted", model="call-then-report")
+    )
+    call = ("send_note", {"log": str(log), "to": "ops@example.com"})
+    await notes.create_task("t", goal(call), agent=spec)
+    request = await asked(notes, "t")
+    blocked = {"log": str(log), "to": "blocked@example.com"}
+    assert (await notes.approve("t", request.input_id, "edit", arguments=blocked)).recorded
+    final = await notes.wait_task("t")
+    assert final is not None and final.status is TaskStatus.DONE and final.result is not None
+    assert effects(log) == []
+    (step,) = (await notes.list_steps("t")).steps
+    assert step.state is StepState.FAILED
+    events = await events_of(notes, "t")
+    calls = [json.loads(e.payload)["to"] for e in events if e.kind is EventKind.TOOL_CALL]
+    assert calls == ["ops@example.com", "blocked@example.com"]
+    assert [e.kind for e in events].count(EventKind.DECISION) == 1
+    (result,) = [e for e in events if e.kind is EventKind.TOOL_RESULT]
+    assert "arguments of send_note are invalid:" in result.payload
+    assert "this address is blocked" in result.payload
+    assert "this address is blocked" in final.result.text
+
+
+@pytest.mark.parametrize("choice", ["--accept", "--ignore"])
+async def test_the_cli_accepts_and_ignores_an_approval(
+    agents: ConversationHistory, tmp_path: Path, choice: str
+) -> None:
+    """``agent-tasks approve NAME INPUT_ID --accept`` runs the call (one line, under the key the
+    request named); ``--ignore`` runs nothing and the step fails; each is one decision citing
+    the call, by the CLI's ``--agent``."""
+    log = tmp_path / "mail.log"
+    await agents.create_task("t", goal(mail(log)), agent=approval_spec())
+    request = await asked(agents, "t")
+    assert request.approval is not None
+    flags = ["--project", agents.project_id, "--agent", "ops-cli", "--json-output"]
+    code, out = await cli("approve", "t", request.input_id, choice, *flags)
+    assert code == 0 and out["recorded"] is True, out
+    final = await agents.wait_task("t")
+    assert final is not None and final.result is not None
+    (step,) = (await agents.list_steps("t")).steps
+    key = request.approval.idempotency_key
+    if choice == "--accept":
+        assert final.result.text == "the tools said: sent 'deploy' to ops@example.com"
+        assert effects(log) == [f"{key} mail ops@example.com deploy x1"]
+        assert step.state is StepState.COMPLETED and step.idempotency_key == key
+    else:
+        assert final.result.text == f"the tools said: {IGNORED}"
+        assert effects(log) == [] and step.state is StepState.FAILED
+    (decision,) = [e for e in await events_of(agents, "t") if e.kind is EventKind.DECISION]
+    assert decision.author == "ops-cli"
+    assert decision.cites is not None and decision.cites.events == [request.approval.call_seq]
+
+
+async def activity_types(client: Client, workflow_id: str) -> Counter[str]:
+    """How many times each activity type was scheduled in the workflow's (one run) history."""
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    return Counter(
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    )
+
+
+async def test_an_approval_costs_one_activity_the_check_and_the_wait(
+    agents: ConversationHistory, client: Client, tmp_path: Path
+) -> None:
+    """page.md: the cost of an approval is one activity (the check) and the wait. ``pay`` of
+    500 (asked, accepted) and ``pay`` of 50 (its predicate lets it through unasked) schedule
+    the same activities but the mirror's: the check once each, the tool once, the model
+    twice; asking, answering and the decision schedule none."""
+    log = tmp_path / "pay.log"
+    await agents.create_task("asked", goal(("pay", {"log": str(log), "amount": 500})),
+                             agent=approval_spec())  # fmt: skip
+    request = await asked(agents, "asked")
+    assert (await agents.approve("asked", request.input_id, "accept")).recorded
+    await agents.create_task("unasked", goal(("pay", {"log": str(log), "amount": 50})),
+                             agent=approval_spec())  # fmt: skip
+    for task in ("asked", "unasked"):
+        final = await agents.wait_task(task)
+        assert final is not None and final.status is TaskStatus.DONE
+    assert sorted(line.split()[-1] for line in effects(log)) == ["50", "500"]
+    counted = {}
+    for task in ("asked", "unasked"):
+        types = await activity_types(client, agents.workflow_id(task))
+        counted[task] = {name: n for name, n in types.items() if name != MIRROR_ACTIVITY}
+    assert counted["asked"] == counted["unasked"]
+    assert counted["asked"][APPROVAL_ACTIVITY] == 1
+    assert counted["asked"]["tool.pay"] == 1
+    assert counted["asked"][MODEL_ACTIVITY] == 2
