@@ -10,9 +10,11 @@ import asyncio
 import json
 import subprocess
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from activities.tools import ToolContext, tool
@@ -24,6 +26,7 @@ from tests.agent_tools import SCRIPTS, TOOLS, Effect, answer, calls
 from tests.conftest import eventually, mirrored
 from tests.workflows.conftest import cli, graph_row, script, spec
 from worker import build_worker
+from workflows.agents import AgentContext, agent
 from workflows.models import AgentSpec, EventKind, ModelSpec, StepState, TaskStatus, TaskView
 
 
@@ -229,3 +232,45 @@ async def test_a_heartbeating_tool_that_finishes_anyway_is_recorded_completed(
     assert sum(e.kind is EventKind.TOOL_CALL for e in events.values()) == 1
     last = events[max(events)]
     assert (last.kind, last.name, last.payload) == (EventKind.NOTE, "status", "cancelled")
+
+
+@agent("waits_for_a_slow_child")
+async def waits_for_a_slow_child(ctx: AgentContext) -> str:
+    """Spawns ``slow``, a tool-calling loop whose scripted model is ``input["goal"]`` (a call
+    of ``plain_wait``, which no cancel reaches), and waits for it."""
+    model = ModelSpec(provider="scripted", model="from-goal")
+    child = AgentSpec(tools=["plain_wait"], model=model)
+    await ctx.spawn("slow", str(ctx.input["goal"]), agent=child)
+    (outcome,) = await ctx.wait_children()
+    return outcome.text
+
+
+async def test_a_cascade_waits_for_a_slow_childs_end_bounded_by_one_minute(
+    agents: ConversationHistory, client: Client, tmp_path: Path
+) -> None:
+    """agent-tasks.md and input-and-children.md: the cancelled parent waits for its children's
+    ends, at most 1 minute (``CHILD_CANCEL_WAIT``). The child runs a tool that does not
+    heartbeat (10 s): it ends ``cancelled`` once the tool has; the parent records that end
+    before it ends ``cancelled``, and its history after the cancel request holds the wait's
+    1-minute timer, which never fired."""
+    log = tmp_path / "wait.log"
+    goal = script(calls(("plain_wait", {"log": str(log), "seconds": 10})), answer("never"))
+    parent = AgentSpec(name="waits_for_a_slow_child", input={"goal": goal})
+    assert (await agents.create_task("t", "wait", agent=parent)).recorded
+    await eventually(lambda: asyncio.to_thread(log.exists), within=60)
+    assert (await agents.cancel_task("t")).recorded
+    assert await ended(agents, "t") is TaskStatus.CANCELLED
+    assert await ended(agents, "t/slow") is TaskStatus.CANCELLED
+    assert await child_results(agents, "t") == [("slow", "cancelled")]
+    (step,) = await all_steps(agents, "t/slow")
+    assert step.state is StepState.COMPLETED
+    after, timers, fired = False, [], 0
+    async for event in client.get_workflow_handle(agents.workflow_id("t")).fetch_history_events():
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED:
+            after = True
+        elif after and event.event_type == EventType.EVENT_TYPE_TIMER_STARTED:
+            attributes = event.timer_started_event_attributes
+            timers.append(attributes.start_to_fire_timeout.ToTimedelta())
+        elif after and event.event_type == EventType.EVENT_TYPE_TIMER_FIRED:
+            fired += 1
+    assert (timers, fired) == ([timedelta(minutes=1)], 0)
