@@ -14,6 +14,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from pydantic import JsonValue
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
 
@@ -25,6 +26,7 @@ from taskgraph.graph import TaskGraph
 from tests.agent_tools import SCRIPTS, TOOLS, Effect, answer, calls
 from tests.conftest import eventually, mirrored
 from tests.workflows.conftest import cli, graph_row, script, spec
+from tests.workflows.test_cancel import cancelled_everywhere
 from worker import build_worker
 from workflows.agents import AgentContext, agent
 from workflows.models import AgentSpec, EventKind, ModelSpec, StepState, TaskStatus, TaskView
@@ -274,3 +276,92 @@ async def test_a_cascade_waits_for_a_slow_childs_end_bounded_by_one_minute(
         elif after and event.event_type == EventType.EVENT_TYPE_TIMER_FIRED:
             fired += 1
     assert (timers, fired) == ([timedelta(minutes=1)], 0)
+
+
+@tool("plain_fail", arguments=Effect, idempotent=False, start_to_close_s=60)
+async def plain_fail(args: Effect, context: ToolContext) -> str:
+    """No heartbeats (a cancel cannot reach it): logs its run, waits ``seconds``, then
+    fails."""
+    await asyncio.to_thread(Path(args.log).write_text, context.idempotency_key)
+    await asyncio.sleep(args.seconds)
+    raise RuntimeError(f"failed after {args.seconds:g} s")
+
+
+async def test_a_tool_without_heartbeats_that_fails_after_the_cancel_is_recorded_failed(
+    client: Client, graph: TaskGraph, project_id: str, tmp_path: Path
+) -> None:
+    """agent-tasks.md: a tool that does not heartbeat cannot be told: the task waits for it
+    and records its real result, here ``failed`` with its error; the agent does not go on
+    (the script's next turn would call ``echo``) and the task ends ``cancelled``."""
+    queue = f"plainfail-{uuid.uuid4().hex[:8]}"
+    history = ConversationHistory(
+        client, project_id=project_id, agent_id="a", task_queue=queue, graph=graph
+    )
+    log = tmp_path / "fail.log"
+    turns = [
+        calls(("plain_fail", {"log": str(log), "seconds": 4})),
+        calls(("echo", {"text": "no"})),
+        answer("never"),
+    ]
+    model = ModelSpec(provider="scripted", model="from-goal")
+    agent_spec = AgentSpec(tools=["plain_fail", "echo"], model=model)
+    async with build_worker(client, graph, queue, tools=[*TOOLS, plain_fail], scripts=SCRIPTS):
+        assert (await history.create_task("t", script(*turns), agent=agent_spec)).recorded
+        await eventually(lambda: asyncio.to_thread(log.exists), within=60)
+        assert (await history.cancel_task("t")).recorded
+        await cancelled_everywhere(history, client, graph)
+        (step,) = await all_steps(history, "t")
+        events = {e.seq: e for e in await all_events(history, "t")}
+    assert (step.step_name.endswith(":plain_fail"), step.state) == (True, StepState.FAILED)
+    assert "failed after 4 s" in events[step.result_event_seq or 0].payload
+    assert sum(e.kind is EventKind.TOOL_CALL for e in events.values()) == 1
+
+
+@agent("keeps_going_after_cancel")
+async def keeps_going_after_cancel(ctx: AgentContext) -> str:
+    """Runs ``charge_card`` (``input["log"]``, 300 s), swallows the cancel that ends it, then
+    tries every ``AgentContext`` call that records or starts something."""
+    args: dict[str, JsonValue] = {"log": str(ctx.input["log"]), "seconds": 300}
+    try:
+        await ctx.step("long", "charge_card", args)
+    except asyncio.CancelledError:
+        pass
+    attempts = (
+        lambda: ctx.emit("after the cancel"),
+        lambda: ctx.ask("q", "Still there?"),
+        lambda: ctx.spawn("k", "a child after the cancel", mode="collect"),
+        lambda: ctx.step("again", "echo", {"text": "after the cancel"}),
+        ctx.checkpoint,
+        ctx.model_turn,
+    )
+    for attempt in attempts:
+        try:
+            await attempt()
+        except asyncio.CancelledError:
+            continue
+    return "went on"
+
+
+async def test_after_the_cancel_an_agent_that_swallows_it_starts_and_records_nothing(
+    agents: ConversationHistory, client: Client, graph: TaskGraph, tmp_path: Path
+) -> None:
+    """agent-tasks.md: from the cancel's delivery the agent starts nothing: agent code that
+    catches the ``CancelledError`` and calls ``emit``, ``ask``, ``spawn``, ``step``,
+    ``checkpoint`` and ``model_turn`` records none of them (no note, no input request, no
+    child, no second step, no model call) and the task ends ``cancelled``, not ``done``."""
+    log = tmp_path / "long.log"
+    spec_ = AgentSpec(
+        name="keeps_going_after_cancel", tools=["charge_card", "echo"], input={"log": str(log)}
+    )
+    assert (await agents.create_task("t", "go on", agent=spec_)).recorded
+    await eventually(lambda: asyncio.to_thread(log.exists), within=60)
+    assert (await agents.cancel_task("t")).recorded
+    view = await cancelled_everywhere(agents, client, graph)
+    assert view.result is None and view.children == {}
+    events = await all_events(agents, "t")
+    assert [e for e in events if "after the cancel" in e.payload] == []
+    kinds = {e.kind for e in events}
+    assert not kinds & {EventKind.INPUT_REQUEST, EventKind.CHILD_TASK}
+    assert [(s.step_name, s.state) for s in await all_steps(agents, "t")] == [
+        ("long", StepState.UNKNOWN)
+    ]
