@@ -56,6 +56,15 @@ async def child_results(history: ConversationHistory, task: str) -> list[tuple[s
     )
 
 
+async def after_end_notes(history: ConversationHistory, task: str) -> list[str]:
+    """The payloads of the task's ``cancel_after_end`` notes."""
+    return [
+        e.payload
+        for e in await all_events(history, task)
+        if e.kind is EventKind.NOTE and e.name == "cancel_after_end"
+    ]
+
+
 async def ended(history: ConversationHistory, task: str) -> TaskStatus:
     """The task's status once its workflow has ended."""
     view = await asyncio.wait_for(history.wait_task(task), 120)
@@ -365,3 +374,50 @@ async def test_after_the_cancel_an_agent_that_swallows_it_starts_and_records_not
     assert [(s.step_name, s.state) for s in await all_steps(agents, "t")] == [
         ("long", StepState.UNKNOWN)
     ]
+
+
+async def test_agent_tasks_cancel_no_cascade_of_a_task_that_ended_leaves_its_children(
+    agents: ConversationHistory, client: Client
+) -> None:
+    """agent-tasks.md: ``--no-cascade`` on a task that ended ``done`` while its children run:
+    the ``cancel_after_end`` note is recorded, the children run on and the task still waits
+    for their ends (its workflow open), then completes ``done``."""
+    assert (await agents.create_task("t", "leave two", agent=AgentSpec(name="leave"))).recorded
+
+    async def done() -> bool:
+        return (await view_of(agents, "t")).status is TaskStatus.DONE
+
+    await eventually(done, within=60)
+    flags = ("--no-cascade", "--project", agents.project_id, "--json")
+    code, out = await cli("cancel", "t", *flags)
+    assert (code, out["recorded"]) == (0, True)
+
+    async def noted() -> bool:
+        return bool(await after_end_notes(agents, "t"))
+
+    await eventually(noted)
+    assert await after_end_notes(agents, "t") == ['{"status": "done"}']
+    handle = client.get_workflow_handle(agents.workflow_id("t"))
+    assert (await handle.describe()).status is WorkflowExecutionStatus.RUNNING
+    assert [(await view_of(agents, f"t/{k}")).status for k in "ab"] == [TaskStatus.OPEN] * 2
+    for key in "ab":
+        assert (await agents.finish_task(f"t/{key}", "done")).recorded
+    assert await ended(agents, "t") is TaskStatus.DONE
+    assert (await handle.describe()).status is WorkflowExecutionStatus.COMPLETED
+    assert await child_results(agents, "t") == [("a", "done"), ("b", "done")]
+
+
+async def test_a_cancel_of_a_recorded_task_that_ended_failed_records_its_note(
+    history: ConversationHistory,
+) -> None:
+    """agent-tasks.md: a task ended ``failed`` while its child runs keeps ``failed`` on a
+    cancel, which is recorded as a ``cancel_after_end`` note naming that status; the child is
+    cancelled and its end recorded ``cancelled``."""
+    assert (await history.create_task("p", "parent")).recorded
+    assert (await history.spawn_child("p", "k", "p/k", "child")).recorded
+    assert (await history.finish_task("p", "failed", error="gave up")).recorded
+    assert (await history.cancel_task("p")).recorded
+    assert await ended(history, "p") is TaskStatus.FAILED
+    assert await ended(history, "p/k") is TaskStatus.CANCELLED
+    assert await after_end_notes(history, "p") == ['{"status": "failed"}']
+    assert await child_results(history, "p") == [("k", "cancelled")]
