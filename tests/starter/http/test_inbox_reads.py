@@ -1,0 +1,80 @@
+"""The live inbox's whole reads (docs/page.md, "The inbox"): without a broker the stream reads
+the whole inbox (every ``STREAM_POLL_S``), and with one it reads it every ``INBOX_REFRESH_S``
+too, so a request whose word never came (its worker publishes none) still reaches it."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+from pydantic import JsonValue
+
+from starter.client import ConversationHistory
+from starter.http.app import create_app
+from starter.http.inbox import INBOX_REFRESH_S
+from tests.conftest import mirrored
+from tests.servers import served
+from tests.starter.http.conftest import KEEPALIVE_S, Api, Project, SseReader
+from worker import Services, build_worker
+
+NUMBER: dict[str, JsonValue] = {"type": "integer", "minimum": 1}
+
+
+async def watch_inbox(http: httpx.AsyncClient, history: ConversationHistory, within: float) -> None:
+    """Open ``/inbox/stream`` over one open request ``old``/``q1``; ask ``q2`` in a new task
+    and answer ``q1`` through ``history``: the stream sends ``ask`` for the new one and
+    ``closed`` for the answered one within ``within`` seconds each."""
+    assert (await history.create_task("old", "goal of old")).recorded
+    assert (await history.request_input("old", "q1", "Old question?", NUMBER)).recorded
+    await mirrored(history, "old")
+    async with http.stream("GET", "/inbox/stream") as response:
+        assert response.status_code == 200
+        reader = SseReader(response)
+        await reader.connected()
+        start = await reader.until("ready")
+        assert [e.event for e in start] == ["ask", "ready"]
+        assert '"input_id":"q1"' in start[0].data
+        assert (await history.create_task("new", "goal of new")).recorded
+        assert (await history.request_input("new", "q2", "New question?", NUMBER)).recorded
+        fresh = await reader.until("ask", within=within)
+        assert [e.event for e in fresh] == ["ask"]
+        assert '"task":"new"' in fresh[0].data and '"input_id":"q2"' in fresh[0].data
+        assert (await history.respond("old", 2, input_id="q1")).recorded
+        closed = await reader.until("closed", within=within)
+        assert [e.event for e in closed] == ["closed"]
+        assert closed[0].data == '{"task": "old", "input_id": "q1"}'
+
+
+@pytest.fixture
+async def no_broker(api: Api) -> AsyncIterator[str]:
+    """The API served again, with no broker (its worker, ``api.queue``'s, still has one)."""
+    services = api.services
+    unbrokered = Services(services.settings, services.client, services.graph, None)
+    async with served(create_app(unbrokered, keepalive_s=KEEPALIVE_S)) as url:
+        yield url
+
+
+async def test_without_a_broker_the_inbox_stream_reads_the_whole_inbox(
+    no_broker: str, project: Project
+) -> None:
+    headers = project.headers
+    async with httpx.AsyncClient(base_url=no_broker, headers=headers, timeout=30) as http:
+        await watch_inbox(http, project.history, within=60)
+
+
+async def test_with_a_broker_a_request_whose_word_never_came_is_read_in_the_whole_read(
+    api: Api, http: httpx.AsyncClient, project_id: str
+) -> None:
+    """Tasks on a worker with no broker: their mirror sends no word on the project's channel,
+    so the stream (which has a broker) learns of them only by its whole read, every
+    ``INBOX_REFRESH_S``."""
+    services = api.services
+    assert services.graph is not None
+    queue = f"wordless-{uuid.uuid4().hex[:8]}"
+    async with build_worker(services.client, services.graph, queue):
+        history = ConversationHistory(
+            services.client, project_id, "tests", task_queue=queue, graph=services.graph
+        )
+        await watch_inbox(http, history, within=INBOX_REFRESH_S + 30)
