@@ -28,7 +28,7 @@ from tests.conftest import eventually, mirrored
 from tests.workflows.conftest import cli, graph_row, script, spec
 from tests.workflows.test_cancel import cancelled_everywhere
 from worker import build_worker
-from workflows.agents import AgentContext, agent
+from workflows.agents import AgentContext, ChildFailed, agent
 from workflows.models import AgentSpec, EventKind, ModelSpec, StepState, TaskStatus, TaskView
 
 
@@ -421,3 +421,44 @@ async def test_a_cancel_of_a_recorded_task_that_ended_failed_records_its_note(
     assert await ended(history, "p/k") is TaskStatus.CANCELLED
     assert await after_end_notes(history, "p") == ['{"status": "failed"}']
     assert await child_results(history, "p") == [("k", "cancelled")]
+
+
+@agent("respawn_after_cancel")
+async def respawn_after_cancel(ctx: AgentContext) -> str:
+    """Spawns the recorded child ``k0`` (``mode="propagate"``) and waits for it; when it did
+    not end ``done`` (``ChildFailed``), spawns ``k1`` and waits for that one."""
+    await ctx.spawn("k0", "first", mode="propagate")
+    try:
+        await ctx.wait_children(["k0"])
+    except ChildFailed as failed:
+        await ctx.spawn("k1", "second", mode="collect")
+        (outcome,) = await ctx.wait_children(["k1"])
+        return f"ChildFailed: {failed.outcome.key} {failed.outcome.status.value}; k1 {outcome.text}"
+    return "k0 done"
+
+
+async def test_a_resumed_parent_gets_ChildFailed_for_its_cancelled_child_and_spawns_anew(
+    agents: ConversationHistory,
+) -> None:
+    """input-and-children.md: after its own cascade cancel, a parent resumed gets its child
+    ``cancelled`` (``ChildFailed`` in ``propagate`` mode) and a spawn under a new key starts a
+    new child, whose end it then takes."""
+    spec_ = AgentSpec(name="respawn_after_cancel")
+    assert (await agents.create_task("t", "respawn", agent=spec_)).recorded
+    await waiting_for_children(agents)
+    assert (await agents.cancel_task("t")).recorded
+    assert await ended(agents, "t") is TaskStatus.CANCELLED
+    assert await ended(agents, "t/k0") is TaskStatus.CANCELLED
+    assert (await agents.resume_task("t")).recorded
+
+    async def respawned() -> bool:
+        return "k1" in (await view_of(agents, "t")).children
+
+    await eventually(respawned, within=60)
+    assert (await agents.finish_task("t/k1", "done", result="one")).recorded
+    done = await asyncio.wait_for(agents.wait_task("t", until=TaskStatus.DONE), 120)
+    assert done is not None and done.status is TaskStatus.DONE
+    assert done.result is not None
+    assert done.result.text == "ChildFailed: k0 cancelled; k1 one"
+    assert await child_results(agents, "t") == [("k0", "cancelled"), ("k1", "done")]
+    assert (await view_of(agents, "t/k0")).status is TaskStatus.CANCELLED
