@@ -25,7 +25,8 @@ from starter.importer import all_events, all_steps
 from taskgraph.graph import TaskGraph
 from tests.agent_tools import SCRIPTS, TOOLS, Effect, answer, calls
 from tests.conftest import eventually, mirrored
-from tests.workflows.conftest import cli, graph_row, script, spec
+from tests.model_server import ModelServer, Reply, completion
+from tests.workflows.conftest import cli, graph_row, openai_worker, script, spec
 from tests.workflows.test_cancel import cancelled_everywhere
 from worker import build_worker
 from workflows.agents import AgentContext, ChildFailed, agent
@@ -462,3 +463,42 @@ async def test_a_resumed_parent_gets_ChildFailed_for_its_cancelled_child_and_spa
     assert done.result.text == "ChildFailed: k0 cancelled; k1 one"
     assert await child_results(agents, "t") == [("k0", "cancelled"), ("k1", "done")]
     assert (await view_of(agents, "t/k0")).status is TaskStatus.CANCELLED
+
+
+async def test_a_cancelled_model_call_is_waited_for_and_records_no_error(
+    client: Client, graph: TaskGraph, project_id: str
+) -> None:
+    """agent-tasks.md, during the model call: the server holds the call open; on the cancel
+    the activity closes its HTTP request, the task waits for the activity's cancellation
+    (``ACTIVITY_TASK_CANCELED`` of ``model_turn`` before the workflow's ``CANCELED``), records
+    no ``error`` event and no answer, and ends ``cancelled``."""
+    queue = f"model-{uuid.uuid4().hex[:8]}"
+    history = ConversationHistory(
+        client, project_id=project_id, agent_id="a", task_queue=queue, graph=graph
+    )
+    server = ModelServer([Reply(body=completion("late"), delay_s=60)])
+    with server.running():
+        worker = await openai_worker(queue, server.url)
+        try:
+            model = ModelSpec(provider="openai", model="test-model")
+            assert (await history.create_task("t", "hi", agent=AgentSpec(model=model))).recorded
+            await eventually(lambda: asyncio.sleep(0, bool(server.requests)), within=60)
+            assert (await history.cancel_task("t")).recorded
+            await cancelled_everywhere(history, client, graph)
+            events = await all_events(history, "t")
+            await eventually(lambda: asyncio.sleep(0, server.exchanges[0].closed_early))
+        finally:
+            worker.kill()
+            await worker.wait()
+    assert [e for e in events if e.kind is EventKind.ERROR] == []
+    assert [e.payload for e in events if e.kind is EventKind.MESSAGE] == ["hi"]
+    assert len(server.requests) == 1
+    order = []
+    handle = client.get_workflow_handle(history.workflow_id("t"))
+    async for event in handle.fetch_history_events():
+        if event.event_type in (
+            EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED,
+            EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED,
+        ):
+            order.append(EventType.Name(event.event_type))
+    assert order == ["EVENT_TYPE_ACTIVITY_TASK_CANCELED", "EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED"]
