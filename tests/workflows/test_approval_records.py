@@ -191,3 +191,45 @@ async def test_an_approval_costs_one_activity_the_check_and_the_wait(
     assert counted["asked"][APPROVAL_ACTIVITY] == 1
     assert counted["asked"]["tool.pay"] == 1
     assert counted["asked"][MODEL_ACTIVITY] == 2
+
+
+@pytest.mark.parametrize("choice", ["edit", "answer", "ignore"])
+async def test_each_choice_is_a_decision_citing_the_call_and_the_model_reads_the_docs_words(
+    agents: ConversationHistory, tmp_path: Path, choice: str
+) -> None:
+    """page.md's table: an edit, an answer instead and an ignore with a reason are each one
+    ``decision`` citing the call, by whoever answered; the model reads its call and the
+    notice in the page's words; an answer's ``tool_result`` in the log is the text itself."""
+    log = tmp_path / "mail.log"
+    await agents.create_task("t", goal(mail(log)), agent=approval_spec("call-then-show"))
+    request = await asked(agents, "t")
+    assert request.approval is not None
+    edited = {"log": str(log), "to": "team@example.com", "subject": "deploy"}
+    answer = {
+        "edit": {"arguments": edited},
+        "answer": {"text": "mailed by hand"},
+        "ignore": {"text": "not today"},
+    }[choice]
+    assert (await agents.approve("t", request.input_id, choice, **answer)).recorded  # type: ignore[arg-type]
+    final = await agents.wait_task("t")
+    assert final is not None and final.status is TaskStatus.DONE and final.result is not None
+    messages = json.loads(final.result.text)
+    (assistant,) = [m for m in messages if m["role"] == "assistant" and m.get("tool_calls")]
+    (called,) = assistant["tool_calls"]
+    assert json.loads(called["function"]["arguments"])["to"] == "ops@example.com"
+    (shown,) = [m["content"] for m in messages if m["role"] == "tool"]
+    expected = {
+        "edit": "A person edited this call before it ran: it ran as send_mail with the arguments",
+        "answer": "A person answered this call instead of running it: the tool was not run. "
+        "Their answer:\nmailed by hand",
+        "ignore": "a person chose not to run this call: the tool was not run; their reason: "
+        "not today",
+    }[choice]
+    assert shown.startswith(expected), shown
+    events = await events_of(agents, "t")
+    (decision,) = [e for e in events if e.kind is EventKind.DECISION]
+    assert decision.author == "agent-1"
+    assert decision.cites is not None and decision.cites.events == [request.approval.call_seq]
+    (result,) = [e for e in events if e.kind is EventKind.TOOL_RESULT]
+    if choice == "answer":
+        assert result.payload == "mailed by hand"
