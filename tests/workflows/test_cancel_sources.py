@@ -17,6 +17,7 @@ import pytest
 from pydantic import JsonValue
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.service import RPCError
 
 from activities.tools import ToolContext, tool
 from devstack import find_temporal_binary
@@ -502,3 +503,37 @@ async def test_a_cancelled_model_call_is_waited_for_and_records_no_error(
         ):
             order.append(EventType.Name(event.event_type))
     assert order == ["EVENT_TYPE_ACTIVITY_TASK_CANCELED", "EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED"]
+
+
+async def test_a_cancel_before_the_agent_started_records_nothing_of_the_agent(
+    client: Client, graph: TaskGraph, project_id: str
+) -> None:
+    """agent-tasks.md, before the agent started: the task is created on a queue no worker
+    polls yet, cancelled, then a worker starts; its first workflow task holds the start and
+    the cancel request: nothing of the agent is recorded (no message, no call, no agent run),
+    the one event is the ``status`` note, and the task is ``cancelled`` everywhere."""
+    queue = f"before-{uuid.uuid4().hex[:8]}"
+    history = ConversationHistory(
+        client, project_id=project_id, agent_id="a", task_queue=queue, graph=graph
+    )
+    goal = script(calls(("echo", {"text": "x"})), answer("never"))
+    create = asyncio.create_task(history.create_task("t", goal, agent=spec()))
+    handle = client.get_workflow_handle(history.workflow_id("t"))
+
+    async def started() -> bool:
+        try:
+            await handle.describe()
+        except RPCError:
+            return False
+        return True
+
+    await eventually(started, within=30)
+    assert (await history.cancel_task("t")).recorded
+    async with build_worker(client, graph, queue, tools=TOOLS, scripts=SCRIPTS):
+        assert (await asyncio.wait_for(create, 60)).recorded
+        view = await cancelled_everywhere(history, client, graph)
+        events = await all_events(history, "t")
+    assert view.agent_run is None
+    assert [(e.kind, e.name, e.payload) for e in events] == [
+        (EventKind.NOTE, "status", "cancelled")
+    ]
