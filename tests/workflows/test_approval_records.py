@@ -25,6 +25,7 @@ from tests.approval_tools import APPROVAL_SCRIPTS, _effect, approval_spec, effec
 from tests.workflows.conftest import cli
 from tests.workflows.test_approvals import asked, events_of, mail
 from worker import build_worker
+from workflows.agents import AgentContext, agent
 from workflows.agents.approvals import APPROVAL_ACTIVITY, IGNORED
 from workflows.agents.steps import MODEL_ACTIVITY
 from workflows.models import (
@@ -233,3 +234,31 @@ async def test_each_choice_is_a_decision_citing_the_call_and_the_model_reads_the
     (result,) = [e for e in events if e.kind is EventKind.TOOL_RESULT]
     if choice == "answer":
         assert result.payload == "mailed by hand"
+
+
+@agent("note_step")
+async def note_step(ctx: AgentContext) -> str:
+    """Agent code (not the tool loop) whose one step calls ``send_note``; returns its
+    outcome."""
+    outcome = await ctx.step("note", "send_note", {"log": ctx.input["log"], "to": "a@b.c"})
+    return f"{outcome.state.value}: {outcome.text}"
+
+
+async def test_agent_codes_own_step_of_an_approval_tool_asks_first(
+    notes: ConversationHistory, tmp_path: Path
+) -> None:
+    """page.md: any agent code's ``ctx.step`` of a tool that needs approval asks, not the tool
+    loop's only: nothing runs before the answer, then the accepted call runs under the key the
+    request named."""
+    log = tmp_path / "note.log"
+    spec = AgentSpec(name="note_step", tools=["send_note"], input={"log": str(log)})
+    assert (await notes.create_task("t", "one note", agent=spec)).recorded
+    request = await asked(notes, "t")
+    assert request.approval is not None and request.approval.tool == "send_note"
+    assert request.approval.step_name == "note"
+    assert effects(log) == [] and (await notes.list_steps("t")).steps == []
+    assert (await notes.approve("t", request.input_id, "accept")).recorded
+    final = await notes.wait_task("t")
+    assert final is not None and final.status is TaskStatus.DONE and final.result is not None
+    assert final.result.text == "completed: noted a@b.c"
+    assert effects(log) == [f"{request.approval.idempotency_key} note a@b.c"]
