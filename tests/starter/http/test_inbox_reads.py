@@ -4,8 +4,10 @@ too, so a request whose word never came (its worker publishes none) still reache
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -14,10 +16,12 @@ from pydantic import JsonValue
 from starter.client import ConversationHistory
 from starter.http.app import create_app
 from starter.http.inbox import INBOX_REFRESH_S
+from tests.approval_tools import approval_spec, effects, goal
 from tests.conftest import mirrored
 from tests.servers import served
 from tests.starter.http.conftest import KEEPALIVE_S, Api, Project, SseReader
 from worker import Services, build_worker
+from workflows.models import TaskStatus
 
 NUMBER: dict[str, JsonValue] = {"type": "integer", "minimum": 1}
 
@@ -78,3 +82,31 @@ async def test_with_a_broker_a_request_whose_word_never_came_is_read_in_the_whol
             services.client, project_id, "tests", task_queue=queue, graph=services.graph
         )
         await watch_inbox(http, history, within=INBOX_REFRESH_S + 30)
+
+
+async def test_a_request_closed_by_a_cancel_leaves_the_inbox_and_its_stream(
+    api: Api, http: httpx.AsyncClient, project: Project, tmp_path: Path
+) -> None:
+    """page.md: a closed request (not only an answered one) is gone from the next read, and
+    the live inbox sends ``closed`` for it: an approval whose task is cancelled while it
+    waits."""
+    log = tmp_path / "mail.log"
+    call = ("send_mail", {"log": str(log), "to": "ops@example.com", "subject": "hello"})
+    async with http.stream("GET", "/inbox/stream") as response:
+        reader = SseReader(response)
+        await reader.connected()
+        assert [e.event for e in await reader.until("ready")] == ["ready"]
+        created = await project.history.create_task("mail", goal(call), agent=approval_spec())
+        assert created.recorded
+        (fresh,) = await reader.until("ask", within=60)
+        item = json.loads(fresh.data)
+        assert item["task"] == "mail" and item["approval"]["tool"] == "send_mail"
+        assert (await project.history.cancel_task("mail")).recorded
+        closed = await reader.until("closed", within=60)
+        assert [e.event for e in closed] == ["closed"]
+        assert json.loads(closed[0].data) == {"task": "mail", "input_id": item["input_id"]}
+    final = await project.history.wait_task("mail")
+    assert final is not None and final.status is TaskStatus.CANCELLED
+    assert (await http.get("/inbox")).json()["items"] == []
+    assert (await http.get("/tasks/mail/inputs")).json()["items"] == []
+    assert effects(log) == []
