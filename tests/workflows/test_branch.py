@@ -379,3 +379,17 @@ async def test_a_branch_copies_a_log_longer_than_a_page_once_and_in_order(
         return (e.seq, e.kind, e.role, e.author, e.payload, e.full_length, e.full_sha256)
 
     assert [shape(e) for e in branch] == [shape(e) for e in source]
+
+
+async def test_the_branch_reused_note_counts_the_answers_taken_over(
+    agents: ConversationHistory, tmp_path: Path
+) -> None:
+    """Branched after the answer: the ``branch_reused`` note says one step and one answer were
+    taken over from the source (docs/agent-tasks.md: ``{"steps": n, "answers": m}``)."""
+    source = await asked_source(agents, tmp_path / "prepare.log")
+    point = seq_of(source, EventKind.INPUT_RESPONSE)
+    assert (await agents.branch_from("src", point, "b")).recorded
+    assert (await ended(agents, "b")).status is TaskStatus.DONE
+    after = [e for e in await all_events(agents, "b") if e.seq > point]
+    (reused,) = [e for e in after if e.kind is EventKind.NOTE and e.name == "branch_reused"]
+    assert json.loads(reused.payload) == {"steps": 1, "answers": 1}
