@@ -262,3 +262,37 @@ async def test_agent_codes_own_step_of_an_approval_tool_asks_first(
     assert final is not None and final.status is TaskStatus.DONE and final.result is not None
     assert final.result.text == "completed: noted a@b.c"
     assert effects(log) == [f"{request.approval.idempotency_key} note a@b.c"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="product bug: the approval check's refusal (workflows.agents.approvals, the "
+    "tool_approval activity) records 'arguments of T are invalid: ...' while the tool itself "
+    "fails the same arguments with 'ToolArgumentsInvalid: arguments of T are invalid: ...'",
+)
+async def test_the_check_fails_a_call_with_the_message_the_tool_itself_fails_it_with(
+    notes: ConversationHistory, tmp_path: Path
+) -> None:
+    """page.md, step 2: arguments the tool's model refuses fail the step without asking,
+    "with the message the tool would fail with". The same refused arguments, once as the
+    model's call (refused by the check) and once as a person's edit (refused by the tool when
+    it runs), give the same step result."""
+    log = tmp_path / "note.log"
+    model = ModelSpec(provider="scripted", model="call-then-report")
+    spec = AgentSpec(tools=["send_note"], model=model)
+    blocked = {"log": str(log), "to": "blocked@example.com"}
+    await notes.create_task("checked", goal(("send_note", blocked)), agent=spec)
+    await notes.create_task("edited", goal(("send_note", {**blocked, "to": "a@b.c"})), agent=spec)
+    request = await asked(notes, "edited")
+    assert (await notes.approve("edited", request.input_id, "edit", arguments=blocked)).recorded
+    results = {}
+    for task in ("checked", "edited"):
+        final = await notes.wait_task(task)
+        assert final is not None and final.status is TaskStatus.DONE
+        events = await events_of(notes, task)
+        (result,) = [e.payload for e in events if e.kind is EventKind.TOOL_RESULT]
+        results[task] = result
+        assert [s.state for s in (await notes.list_steps(task)).steps] == [StepState.FAILED]
+    assert "this address is blocked" in results["checked"]
+    assert effects(log) == []
+    assert results["checked"] == results["edited"]
