@@ -32,6 +32,7 @@ from workflows.models import (
     MIRROR_ACTIVITY,
     AgentSpec,
     EventKind,
+    InputRequest,
     ModelSpec,
     StepState,
     TaskStatus,
@@ -296,3 +297,47 @@ async def test_the_check_fails_a_call_with_the_message_the_tool_itself_fails_it_
     assert "this address is blocked" in results["checked"]
     assert effects(log) == []
     assert results["checked"] == results["edited"]
+
+
+async def asked_again(history: ConversationHistory, task: str) -> list[InputRequest]:
+    """The task's open requests as the view (a query, so a replay on the running worker)
+    gives them."""
+    view = (await history.get_task(task)).view
+    assert view is not None
+    return view.pending_inputs
+
+
+@tool("send_note", arguments=Note, idempotent=False, description="Send a note.", approval=False)
+async def send_note_unasked(args: Note, context: ToolContext) -> str:
+    """``send_note`` as a later deploy has it: no approval."""
+    _effect(args.log, context, f"note {args.to}")
+    return f"noted {args.to}"
+
+
+async def test_a_worker_deployed_later_with_another_predicate_decides_the_call_as_decided(
+    client: Client, graph: TaskGraph, project_id: str, tmp_path: Path
+) -> None:
+    """page.md, step 2: the predicate's outcome is the check activity's result in the history,
+    so a worker deployed later whose ``send_note`` needs no approval replays the asked call as
+    asked: the request stays open, the accept is taken and the call runs once, under the key
+    the request named."""
+    queue = f"notes-{uuid.uuid4().hex[:8]}"
+    history = ConversationHistory(
+        client, project_id=project_id, agent_id="agent-1", task_queue=queue, graph=graph
+    )
+    log = tmp_path / "note.log"
+    model = ModelSpec(provider="scripted", model="call-then-report")
+    spec = AgentSpec(tools=["send_note"], model=model)
+    call = ("send_note", {"log": str(log), "to": "ops@example.com"})
+    async with build_worker(client, graph, queue, tools=[send_note], scripts=APPROVAL_SCRIPTS):
+        assert (await history.create_task("t", goal(call), agent=spec)).recorded
+        request = await asked(history, "t")
+    assert request.approval is not None
+    later = [send_note_unasked]
+    async with build_worker(client, graph, queue, tools=later, scripts=APPROVAL_SCRIPTS):
+        assert [r.input_id for r in (await asked_again(history, "t"))] == [request.input_id]
+        assert (await history.approve("t", request.input_id, "accept")).recorded
+        final = await history.wait_task("t")
+    assert final is not None and final.status is TaskStatus.DONE and final.result is not None
+    assert final.result.text == "the tools said: noted ops@example.com"
+    assert effects(log) == [f"{request.approval.idempotency_key} note ops@example.com"]
