@@ -361,3 +361,25 @@ async def test_branch_from_the_page_and_the_link_to_the_temporal_web_ui(ann: Per
     await expect(tab.locator("#events li.event")).to_have_count(2)
     copied = (await ann.history.list_events("src-b")).events
     assert [e.payload for e in copied] == ["one", "two"]
+
+
+async def test_the_edit_form_of_an_approval_is_filled_with_the_models_arguments(
+    ann: Person, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """page.md, the page's inbox: Edit opens the call's form filled with the model's own
+    arguments; sent as it is, the call runs with them."""
+    monkeypatch.chdir(tmp_path)
+    inbox = await ann.sign_in()
+    log = tmp_path / "prefill.log"
+    call = ("send_mail", {"log": log.name, "to": "ops@example.com", "subject": "prefill"})
+    await ann.history.create_task("prefill", goal(call), agent=approval_spec())
+    card = await item(inbox, "prefill")
+    await card.get_by_role("button", name="Edit…").click()
+    await expect(card.get_by_label("to *")).to_have_value("ops@example.com")
+    await expect(card.get_by_label("subject *")).to_have_value("prefill")
+    await expect(card.get_by_label("log *")).to_have_value(log.name)
+    await card.get_by_role("button", name="Run with these arguments").click()
+    view = await ann.history.wait_task("prefill")
+    assert view is not None and view.result is not None
+    assert view.result.text == "the tools said: sent 'prefill' to ops@example.com"
+    assert [line.split(" ", 1)[1] for line in effects(log)] == ["mail ops@example.com prefill x1"]
