@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import AsyncIterator
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -17,11 +18,12 @@ from starter.client import ConversationHistory
 from starter.http.app import create_app
 from starter.http.inbox import INBOX_REFRESH_S
 from tests.approval_tools import approval_spec, effects, goal
-from tests.conftest import mirrored
+from tests.conftest import eventually, mirrored
 from tests.servers import served
 from tests.starter.http.conftest import KEEPALIVE_S, Api, Project, SseReader
+from tests.workflows.test_approvals import asked
 from worker import Services, build_worker
-from workflows.models import TaskStatus
+from workflows.models import AgentSpec, TaskStatus
 
 NUMBER: dict[str, JsonValue] = {"type": "integer", "minimum": 1}
 
@@ -110,3 +112,49 @@ async def test_a_request_closed_by_a_cancel_leaves_the_inbox_and_its_stream(
     assert (await http.get("/inbox")).json()["items"] == []
     assert (await http.get("/tasks/mail/inputs")).json()["items"] == []
     assert effects(log) == []
+
+
+async def test_the_inbox_lists_an_approval_with_its_call_and_a_question_with_its_deadline(
+    api: Api, http: httpx.AsyncClient, project: Project, tmp_path: Path
+) -> None:
+    """page.md: ``GET /inbox`` gives each item's task, the call of an approval (tool,
+    arguments, description as Markdown and as HTML, the key it will run with), when it was
+    asked, its deadline and its answer's JSON Schema, newest first."""
+    log = tmp_path / "mail.log"
+    call = ("send_mail", {"log": str(log), "to": "ops@example.com", "subject": "hello"})
+    history = project.history
+    assert (await history.create_task("mail", goal(call), agent=approval_spec())).recorded
+    await asked(history, "mail")
+    timed = AgentSpec(name="ask_timeout")
+    assert (await history.create_task("timed", "wait a day", agent=timed)).recorded
+
+    async def both() -> bool:
+        return len((await http.get("/inbox")).json()["items"]) == 2
+
+    await eventually(both, within=60)
+    question, approval = (await http.get("/inbox")).json()["items"]
+    assert (question["task"], question["input_id"], question["prompt"]) == (
+        "timed",
+        "wait",
+        "Anyone?",
+    )
+    asked_at = datetime.fromisoformat(question["asked_at"])
+    assert datetime.fromisoformat(question["deadline"]) - asked_at == timedelta(hours=24)
+    assert question["approval"] is None
+    assert approval["task"] == "mail" and approval["deadline"] is None
+    assert datetime.fromisoformat(approval["asked_at"]) <= asked_at
+    item = approval["approval"]
+    assert item["tool"] == "send_mail"
+    assert json.loads(item["arguments"]) == call[1]
+    assert item["description"] == "Sends **hello** to `ops@example.com` (1 copies)."
+    assert "<strong>hello</strong>" in item["description_html"]
+    view = (await history.get_task("mail")).view
+    assert view is not None
+    assert item["idempotency_key"] == f"{view.workflow_id}/{item['step_name']}/1"
+    assert approval["input_id"] == f"approve-{item['call_seq']}"
+    assert set(approval["json_schema"]["properties"]["type"]["enum"]) == {
+        "accept",
+        "edit",
+        "answer",
+        "ignore",
+    }
