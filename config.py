@@ -100,9 +100,9 @@ from pydantic_settings import (
 from temporalio.client import Client
 from temporalio.envconfig import ClientConfigProfile, ClientConnectConfig
 
-import telemetry
-from plugin import AgentTasksPlugin
-from workflows.errors import TaskServiceUnavailable
+from agent_tasks import telemetry
+from agent_tasks.plugin import AgentTasksPlugin
+from agent_tasks.workflows.errors import TaskServiceUnavailable
 
 DEFAULT_TEMPORAL_ADDRESS = "127.0.0.1:7233"
 """Where the local stack's Temporal dev server listens (``agent-tasks dev up``)."""

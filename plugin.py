@@ -25,7 +25,7 @@ from temporalio.plugin import SimplePlugin
 from temporalio.worker import WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-from codec import DATA_CONVERTER
+from agent_tasks.codec import DATA_CONVERTER
 
 PLUGIN_NAME = "durable-agent-tasks"
 """The client plugin's name (``Plugin.name``; the worker plugin's is this + ``.worker``)."""
@@ -37,12 +37,12 @@ PASSTHROUGH_MODULES = (
     # registry maps names to functions, filled when agent modules are imported on the
     # worker, and must be the worker's own to be found). ``workflows/task.py`` imports them
     # passed through too.
-    "workflows.agents",
-    "workflows.decisions",
-    "workflows.errors",
-    "workflows.ledger",
-    "workflows.mirroring",
-    "workflows.models",
+    "agent_tasks.workflows.agents",
+    "agent_tasks.workflows.decisions",
+    "agent_tasks.workflows.errors",
+    "agent_tasks.workflows.ledger",
+    "agent_tasks.workflows.mirroring",
+    "agent_tasks.workflows.models",
     # The workflow's module itself. The sandbox imports a workflow's module again for every
     # run (its global-state isolation): for this one that was 158 KiB of every open task's
     # memory, 2.17x a bare workflow's (``python -m bench --only rss``), and 1.13x passed
@@ -50,7 +50,7 @@ PASSTHROUGH_MODULES = (
     # nothing a run could change: constants, functions and the class, whose state lives in
     # its instances (``tests/test_plugin.py`` checks); determinism is held by the replay of
     # every saved history, as for the helpers above.
-    "workflows.task",
+    "agent_tasks.workflows.task",
     # The answer checks of ``workflows.waits``: jsonschema (pure, its version pinned in the
     # lock) and RE2 (a C++ extension, which the sandbox cannot re-import per run).
     "jsonschema",

@@ -42,22 +42,22 @@ from temporalio.plugin import SimplePlugin
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker, WorkerConfig
 
-import telemetry
-from activities.branch import BranchActivities
-from activities.children import ChildActivities
-from activities.files import file_tools, files_demo
-from activities.mirror import MirrorActivities
-from activities.model import ModelActivities, Script
-from activities.tools import Tool, ToolActivities
-from broker import Broker
-from codec import ZlibCodec
-from config import Settings, connect, release_runtime
-from plugin import PLUGIN_NAME, sandbox_passthrough
-from taskgraph import store
-from taskgraph.errors import GraphError
-from taskgraph.port import GraphStore
-from workflows.search import SEARCH_ATTRIBUTE_KEYS
-from workflows.task import TaskWorkflow
+from agent_tasks import telemetry
+from agent_tasks.activities.branch import BranchActivities
+from agent_tasks.activities.children import ChildActivities
+from agent_tasks.activities.files import file_tools, files_demo
+from agent_tasks.activities.mirror import MirrorActivities
+from agent_tasks.activities.model import ModelActivities, Script
+from agent_tasks.activities.tools import Tool, ToolActivities
+from agent_tasks.broker import Broker
+from agent_tasks.codec import ZlibCodec
+from agent_tasks.config import Settings, connect, release_runtime
+from agent_tasks.plugin import PLUGIN_NAME, sandbox_passthrough
+from agent_tasks.taskgraph import store
+from agent_tasks.taskgraph.errors import GraphError
+from agent_tasks.taskgraph.port import GraphStore
+from agent_tasks.workflows.search import SEARCH_ATTRIBUTE_KEYS
+from agent_tasks.workflows.task import TaskWorkflow
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Tracer
@@ -178,6 +178,8 @@ async def open_services(
         await release_runtime()
 
 
+# Long: one idempotent setup in order: namespace and retention, wait for it, then the search
+# attributes
 async def prepare_namespace(client: Client, retention: timedelta = DEFAULT_RETENTION) -> list[str]:
     """Ready ``client.namespace`` for task workflows; idempotent. Registers the namespace when
     missing, sets its retention when it differs, and adds the custom search attributes of

@@ -11,10 +11,10 @@ from __future__ import annotations
 from temporalio import activity
 from temporalio.client import Client
 
-from taskgraph.port import GraphStore
-from taskgraph.sealing import seal_events
-from tasklog.reader import TaskReader
-from workflows.models import (
+from agent_tasks.taskgraph.port import GraphStore
+from agent_tasks.taskgraph.sealing import seal_events
+from agent_tasks.tasklog.reader import TaskReader
+from agent_tasks.workflows.models import (
     BRANCH_ACTIVITY,
     BRANCH_PAGE_EVENTS,
     BRANCH_REUSE_ACTIVITY,
@@ -33,7 +33,7 @@ from workflows.models import (
     model_size,
     project_of,
 )
-from workflows.task import TaskWorkflow
+from agent_tasks.workflows.task import TaskWorkflow
 
 PAGE_BYTES = MAX_PAYLOAD_BYTES // 2
 """Bytes of JSON of one page at most (half the activity result's budget: the sealed copies

@@ -55,7 +55,7 @@ from typing import Any
 
 from temporalio.exceptions import ApplicationError
 
-from workflows.models import (
+from agent_tasks.workflows.models import (
     MAX_PAYLOAD_BYTES,
     MAX_PAYLOAD_CHARS,
     ModelTurn,

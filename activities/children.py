@@ -10,8 +10,8 @@ from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from workflows.children import child_end
-from workflows.models import (
+from agent_tasks.workflows.children import child_end
+from agent_tasks.workflows.models import (
     CHILD_ENDS_ACTIVITY,
     CLOSED_STATUSES,
     ChildEnds,
@@ -20,7 +20,7 @@ from workflows.models import (
     bound_text,
     task_workflow_id,
 )
-from workflows.task import TaskWorkflow
+from agent_tasks.workflows.task import TaskWorkflow
 
 
 class ChildActivities:

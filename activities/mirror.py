@@ -39,14 +39,14 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.follow import HistoryPoll, follow
-from activities.heartbeat import heartbeating
-from broker import Broker, WrittenMessage, channels, project_channel
-from taskgraph.errors import GraphError, GraphUnavailable
-from taskgraph.port import GraphStore
-from workflows.errors import MIRROR_DATA_ERROR, MIRROR_UNAVAILABLE
-from workflows.mirroring import MIRROR_RETRY
-from workflows.models import (
+from agent_tasks.activities.follow import HistoryPoll, follow
+from agent_tasks.activities.heartbeat import heartbeating
+from agent_tasks.broker import Broker, WrittenMessage, channels, project_channel
+from agent_tasks.taskgraph.errors import GraphError, GraphUnavailable
+from agent_tasks.taskgraph.port import GraphStore
+from agent_tasks.workflows.errors import MIRROR_DATA_ERROR, MIRROR_UNAVAILABLE
+from agent_tasks.workflows.mirroring import MIRROR_RETRY
+from agent_tasks.workflows.models import (
     MAX_PAYLOAD_BYTES,
     MIRROR_ACTIVITY,
     MirrorInput,
@@ -54,7 +54,7 @@ from workflows.models import (
     MirrorPage,
     MirrorQuery,
 )
-from workflows.task import TaskWorkflow
+from agent_tasks.workflows.task import TaskWorkflow
 
 MIRROR_PAGE_EVENTS = 100
 """Events read per query page and written per transaction."""
@@ -147,6 +147,8 @@ class QueriedRun:
             delay = min(delay * 2, 0.5)
 
 
+# Long: one run's copy to the graph, page by page; the first page's view decides what the loop
+# copies
 async def copy_run(
     source: RunSource,
     graph: GraphStore,

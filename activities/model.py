@@ -46,15 +46,15 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
-from activities.chat_protocol import SseDecoder, StreamAssembler, completion_turn
-from activities.heartbeat import CANCEL_BEAT_S, heartbeating
-from activities.tokens import TokenPublisher, TokenStream, split_tokens
-from activities.transcript import chat_messages, shown
-from broker import Broker
-from tasklog.reader import TaskReader
-from workflows.agents.registry import ToolSpec
-from workflows.agents.steps import MODEL_ACTIVITY
-from workflows.models import (
+from agent_tasks.activities.chat_protocol import SseDecoder, StreamAssembler, completion_turn
+from agent_tasks.activities.heartbeat import CANCEL_BEAT_S, heartbeating
+from agent_tasks.activities.tokens import TokenPublisher, TokenStream, split_tokens
+from agent_tasks.activities.transcript import chat_messages, shown
+from agent_tasks.broker import Broker
+from agent_tasks.tasklog.reader import TaskReader
+from agent_tasks.workflows.agents.registry import ToolSpec
+from agent_tasks.workflows.agents.steps import MODEL_ACTIVITY
+from agent_tasks.workflows.models import (
     Event,
     EventKind,
     ModelInput,
@@ -64,7 +64,7 @@ from workflows.models import (
 )
 
 if TYPE_CHECKING:  # the driver is loaded by whoever makes the graph (an app's scripts import this)
-    from taskgraph.port import GraphStore
+    from agent_tasks.taskgraph.port import GraphStore
 
 RETRYABLE_HTTP = frozenset({408, 409, 429, 500, 502, 503, 504})
 """HTTP statuses of a model API that trying again can help."""

@@ -32,17 +32,17 @@ from temporalio.worker import (
     WorkflowInterceptorClassInput,
 )
 
-from activities.mirror import copy_run
-from taskgraph.port import GraphStore
-from workflows.ledger import Ledger
-from workflows.models import (
+from agent_tasks.activities.mirror import copy_run
+from agent_tasks.taskgraph.port import GraphStore
+from agent_tasks.workflows.ledger import Ledger
+from agent_tasks.workflows.models import (
     MirrorPage,
     MirrorQuery,
     ProjectId,
     TaskView,
     task_workflow_id,
 )
-from workflows.task import TaskWorkflow
+from agent_tasks.workflows.task import TaskWorkflow
 
 
 class ReplayedRun:

@@ -25,8 +25,8 @@ from types import TracebackType
 
 from temporalio.client import Client
 
-from broker import Broker, TokenMessage, channels
-from workflows.task import TaskWorkflow
+from agent_tasks.broker import Broker, TokenMessage, channels
+from agent_tasks.workflows.task import TaskWorkflow
 
 FLUSH_TIMEOUT_S = 2.0
 """How long a model call that ended waits for its queued tokens to reach the broker."""

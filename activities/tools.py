@@ -31,22 +31,22 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
-from activities.heartbeat import CANCEL_BEAT_S, heartbeating
-from tasklog.reader import QUERY_TIMEOUT, TaskReader
-from workflows.agents.approvals import APPROVAL_ACTIVITY, ApprovalCheck
-from workflows.agents.registry import (
+from agent_tasks.activities.heartbeat import CANCEL_BEAT_S, heartbeating
+from agent_tasks.tasklog.reader import QUERY_TIMEOUT, TaskReader
+from agent_tasks.workflows.agents.approvals import APPROVAL_ACTIVITY, ApprovalCheck
+from agent_tasks.workflows.agents.registry import (
     TOOL_ACTIVITY_PREFIX,
     TOOL_ARGUMENTS_INVALID,
     TOOL_SPECS_ACTIVITY,
     ToolSpec,
     ToolSpecs,
 )
-from workflows.agents.runner import READ_EVENT_ACTIVITY
-from workflows.models import Event, StepsQuery, ToolInput, ToolOutput, bound_text
-from workflows.task import TaskWorkflow
+from agent_tasks.workflows.agents.runner import READ_EVENT_ACTIVITY
+from agent_tasks.workflows.models import Event, StepsQuery, ToolInput, ToolOutput, bound_text
+from agent_tasks.workflows.task import TaskWorkflow
 
 if TYPE_CHECKING:  # the driver is loaded by whoever makes the graph (agent code imports tool)
-    from taskgraph.port import GraphStore
+    from agent_tasks.taskgraph.port import GraphStore
 
 TOOL_RESULT_INVALID = "ToolResultInvalid"
 """ApplicationError type of a tool result that cannot be serialized (not retried)."""

@@ -17,10 +17,10 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 
-from starter.client import ConversationHistory
-from worker import build_worker, open_services
-from workflows.models import EventInput, EventsQuery
-from workflows.task import TaskWorkflow
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.worker import build_worker, open_services
+from agent_tasks.workflows.models import EventInput, EventsQuery
+from agent_tasks.workflows.task import TaskWorkflow
 
 
 async def main(reads: int, events: int) -> None:

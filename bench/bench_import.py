@@ -30,12 +30,12 @@ from pathlib import Path
 
 from temporalio.client import Client
 
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.starter.importer import import_tasks, mirror_caught_up
+from agent_tasks.starter.planning import EXAMPLES, plan_import
+from agent_tasks.taskgraph.port import GraphStore
+from agent_tasks.worker import build_worker, open_services
 from bench.corpus import build_corpus
-from starter.client import ConversationHistory
-from starter.importer import import_tasks, mirror_caught_up
-from starter.planning import EXAMPLES, plan_import
-from taskgraph.port import GraphStore
-from worker import build_worker, open_services
 
 Round = tuple[float, float, float, int]
 """events/s acknowledged, events/s in Neo4j, catch-up seconds, events."""

@@ -39,15 +39,15 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
+from agent_tasks.config import Settings, connect
+from agent_tasks.devstack import free_port
+from agent_tasks.devstack.neo4j_server import Neo4jServer
+from agent_tasks.devstack.temporal import TemporalDevServer
+from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.worker import open_services
 from bench.bare import BareWorkflow, bare_worker
 from bench.designs import DESIGN_MIRROR, Cadence, Follower, MirrorCall, Page, PerWrite
 from bench.harness import cpu_seconds, event_json, transcript
-from config import Settings, connect
-from devstack import free_port
-from devstack.neo4j_server import Neo4jServer
-from devstack.temporal import TemporalDevServer
-from taskgraph.graph import TaskGraph
-from worker import open_services
 
 DESIGNS: dict[str, type[Any]] = {
     "per-write": PerWrite,

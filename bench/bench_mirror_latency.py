@@ -18,9 +18,9 @@ import uuid
 
 from temporalio.client import Client
 
-from starter.client import ConversationHistory
-from taskgraph.port import GraphStore
-from worker import build_worker, open_services
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.taskgraph.port import GraphStore
+from agent_tasks.worker import build_worker, open_services
 
 
 async def measure(

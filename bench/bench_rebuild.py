@@ -24,15 +24,15 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from activities.mirror import QueriedRun, copy_run
-from activities.rebuild import rebuild
-from config import connect
-from devstack import free_port
-from devstack.temporal import TemporalDevServer
-from starter.client import ConversationHistory
-from starter.importer import mirror_caught_up
-from taskgraph.port import GraphStore
-from worker import build_worker, open_services
+from agent_tasks.activities.mirror import QueriedRun, copy_run
+from agent_tasks.activities.rebuild import rebuild
+from agent_tasks.config import connect
+from agent_tasks.devstack import free_port
+from agent_tasks.devstack.temporal import TemporalDevServer
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.starter.importer import mirror_caught_up
+from agent_tasks.taskgraph.port import GraphStore
+from agent_tasks.worker import build_worker, open_services
 
 
 async def old_rebuild(client: Client, graph: GraphStore, workflow_id: str) -> int:

@@ -24,9 +24,9 @@ from collections.abc import Awaitable
 
 from temporalio.client import Client
 
-from starter.client import ConversationHistory
-from taskgraph.port import GraphStore
-from worker import build_worker, open_services
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.taskgraph.port import GraphStore
+from agent_tasks.worker import build_worker, open_services
 
 TEXT = "a tool result of a few hundred characters: " + "output line\n" * 30
 

@@ -28,13 +28,13 @@ from pydantic import BaseModel
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities.tools import ToolContext, tool
+from agent_tasks.activities.tools import ToolContext, tool
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.taskgraph.port import GraphStore
+from agent_tasks.worker import build_worker, open_services
+from agent_tasks.workflows.agents import AgentContext, agent
+from agent_tasks.workflows.models import AgentSpec
 from bench.bare import BareSteps, bare_tool
-from starter.client import ConversationHistory
-from taskgraph.port import GraphStore
-from worker import build_worker, open_services
-from workflows.agents import AgentContext, agent
-from workflows.models import AgentSpec
 
 
 class Text(BaseModel):

@@ -32,14 +32,14 @@ from typing import Any
 
 import httpx
 
+from agent_tasks.devstack import free_port
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.starter.tasks import TaskEmitter, TaskManager
+from agent_tasks.taskgraph.apikeys import ApiKeyStore
+from agent_tasks.worker import Services, build_worker, open_services
+from agent_tasks.workflows.agents import AgentContext, agent
+from agent_tasks.workflows.models import AgentSpec, EventInput, EventKind
 from bench.bench_step import bench_echo, per_step
-from devstack import free_port
-from starter.client import ConversationHistory
-from starter.tasks import TaskEmitter, TaskManager
-from taskgraph.apikeys import ApiKeyStore
-from worker import Services, build_worker, open_services
-from workflows.agents import AgentContext, agent
-from workflows.models import AgentSpec, EventInput, EventKind
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -93,7 +93,7 @@ async def start_server(queue: str, streams: int) -> tuple[asyncio.subprocess.Pro
         "AGENT_TASKS_STREAMS_PER_KEY": str(streams),
     }
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "starter.http", cwd=ROOT, env=env,
+        sys.executable, "-m", "agent_tasks.starter.http", cwd=ROOT, env=env,
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"

@@ -17,10 +17,10 @@ import statistics
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from agent_tasks.config import Settings, connect
+from agent_tasks.devstack import free_port
+from agent_tasks.worker import open_graph
 from bench.bench_mirror_latency import measure
-from config import Settings, connect
-from devstack import free_port
-from worker import open_graph
 
 
 class _Drop(BaseHTTPRequestHandler):

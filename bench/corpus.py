@@ -17,8 +17,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from starter.planning import EXAMPLES, trajectory_files
-from trajectories import detect_format
+from agent_tasks.starter.planning import EXAMPLES, trajectory_files
+from agent_tasks.trajectories import detect_format
 
 
 def altered(data: dict[str, Any], suffix: str) -> dict[str, Any]:

@@ -31,12 +31,12 @@ from typing import Any
 
 from temporalio import activity
 
-import activities.follow as following
-import activities.mirror as mirror
+import agent_tasks.activities.follow as following
+import agent_tasks.activities.mirror as mirror
+from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.workflows.mirroring import MIRROR_FOLLOW_MAX
+from agent_tasks.workflows.models import MirrorOutcome
 from bench.harness import Bench
-from taskgraph.graph import TaskGraph
-from workflows.mirroring import MIRROR_FOLLOW_MAX
-from workflows.models import MirrorOutcome
 
 VARIANTS = ("full", "query", "poll", "none")
 

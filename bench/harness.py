@@ -19,16 +19,16 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 
-from bench.bare import start_bare
-from config import Settings
-from devstack.neo4j_server import Neo4jServer
-from starter.client import ConversationHistory
-from starter.planning import EXAMPLES, plan_import, trajectory_files
-from taskgraph.graph import TaskGraph
-from workflows.models import (
+from agent_tasks.config import Settings
+from agent_tasks.devstack.neo4j_server import Neo4jServer
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.starter.planning import EXAMPLES, plan_import, trajectory_files
+from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.workflows.models import (
     AgentSpec,
     EventInput,
 )
+from bench.bare import start_bare
 
 
 @dataclass(frozen=True)

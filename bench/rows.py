@@ -17,6 +17,18 @@ from typing import Any, LiteralString
 from neo4j import AsyncManagedTransaction
 from temporalio.client import WorkflowHistory
 
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.starter.replay import replay_histories
+from agent_tasks.starter.writes import split_events
+from agent_tasks.taskgraph.models import TaskFilter
+from agent_tasks.taskgraph.properties import task_properties
+from agent_tasks.taskgraph.seeds import seed_view
+from agent_tasks.workflows.models import (
+    AgentSpec,
+    EventInput,
+    TaskStatus,
+)
+from agent_tasks.workflows.task import TaskWorkflow
 from bench.bare import BareSteps, BareWorkflow
 from bench.bench_step import per_step
 from bench.harness import (
@@ -33,18 +45,6 @@ from bench.harness import (
     timed,
     transcript,
 )
-from starter.client import ConversationHistory
-from starter.replay import replay_histories
-from starter.writes import split_events
-from taskgraph.models import TaskFilter
-from taskgraph.properties import task_properties
-from taskgraph.seeds import seed_view
-from workflows.models import (
-    AgentSpec,
-    EventInput,
-    TaskStatus,
-)
-from workflows.task import TaskWorkflow
 
 
 async def single_writes(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: str) -> None:

@@ -15,8 +15,8 @@ import sys
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from agent_tasks.worker import build_worker, open_services
 from bench.bare import bare_worker
-from worker import build_worker, open_services
 
 
 async def main(kind: str, queue: str) -> None:

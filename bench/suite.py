@@ -50,6 +50,11 @@ from typing import Any
 
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 
+from agent_tasks.config import Settings, connect
+from agent_tasks.devstack import free_port
+from agent_tasks.devstack.temporal import TemporalDevServer
+from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.worker import build_worker, open_services
 from bench.bare import bare_worker
 from bench.bench_step import bench_echo
 from bench.harness import Bench, Row, Sizes
@@ -65,11 +70,6 @@ from bench.rows import (
     workers_apart,
     writers,
 )
-from config import Settings, connect
-from devstack import free_port
-from devstack.temporal import TemporalDevServer
-from taskgraph.graph import TaskGraph
-from worker import build_worker, open_services
 
 FULL = Sizes()
 """The sizes of the issue's rows."""
@@ -134,6 +134,8 @@ replay), ``writers``, ``apart`` (the batch import and the writers with workers a
 ``ledger`` (the transcript and its floor), then one group per row."""
 
 
+# Long: the bench's whole run: its own server and workers, the rounds of each group, then the
+# summaries
 async def run_bench(
     sizes: Sizes,
     settings: Settings | None = None,

@@ -50,7 +50,7 @@ interpreter while it finalizes (a known temporalio issue); :func:`main` therefor
 ``os._exit`` after flushing its output.
 """
 
-from devstack.neo4j_server import (
+from agent_tasks.devstack.neo4j_server import (
     LAUNCHER_DIR,
     NEO4J_MIN_PASSWORD_LENGTH,
     Neo4jServer,
@@ -58,7 +58,7 @@ from devstack.neo4j_server import (
     ensure_password_file,
     probe_neo4j,
 )
-from devstack.process import (
+from agent_tasks.devstack.process import (
     BIND_HOST,
     DevStackError,
     ServiceStatus,
@@ -66,8 +66,8 @@ from devstack.process import (
     parse_host_port,
     port_is_open,
 )
-from devstack.stack import down, format_status, main, status, up
-from devstack.temporal import (
+from agent_tasks.devstack.stack import down, format_status, main, status, up
+from agent_tasks.devstack.temporal import (
     DEFAULT_DYNAMIC_CONFIG,
     SEARCH_ATTRIBUTES,
     TemporalDevServer,

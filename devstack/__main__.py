@@ -2,6 +2,6 @@
 
 import sys
 
-from devstack import main
+from agent_tasks.devstack import main
 
 sys.exit(main())

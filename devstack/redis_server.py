@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar
 
-from devstack.process import (
+from agent_tasks.devstack.process import (
     BIND_HOST,
     DevStackError,
     ManagedProcess,

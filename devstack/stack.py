@@ -9,13 +9,13 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from config import Settings
-from devstack.falkordb_server import FalkorDBServer
-from devstack.neo4j_server import (
+from agent_tasks.config import Settings
+from agent_tasks.devstack.falkordb_server import FalkorDBServer
+from agent_tasks.devstack.neo4j_server import (
     Neo4jServer,
     probe_neo4j,
 )
-from devstack.process import (
+from agent_tasks.devstack.process import (
     DevStackError,
     ManagedProcess,
     Probe,
@@ -24,8 +24,8 @@ from devstack.process import (
     parse_host_port,
     port_is_open,
 )
-from devstack.redis_server import RedisServer, probe_redis
-from devstack.temporal import (
+from agent_tasks.devstack.redis_server import RedisServer, probe_redis
+from agent_tasks.devstack.temporal import (
     TemporalDevServer,
     probe_temporal,
 )
@@ -115,6 +115,8 @@ async def status(
     return out
 
 
+# Long: plan every service, then start them at once; the bring-ups share the started list to stop
+# all on failure
 async def up(
     settings: Settings | None = None,
     *,

@@ -35,13 +35,13 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from activities.model import Script, ScriptedModel
-from activities.tools import Tool, ToolContext, tool
-from codec import DATA_CONVERTER
-from config import Neo4jPasswordMissing, Settings, connect
-from plugin import AgentTasksPlugin
-from starter.client import ConversationHistory
-from starter.results import (
+from agent_tasks.activities.model import Script, ScriptedModel
+from agent_tasks.activities.tools import Tool, ToolContext, tool
+from agent_tasks.codec import DATA_CONVERTER
+from agent_tasks.config import Neo4jPasswordMissing, Settings, connect
+from agent_tasks.plugin import AgentTasksPlugin
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.starter.results import (
     DecisionsResult,
     DeleteResult,
     EventsResult,
@@ -50,10 +50,22 @@ from starter.results import (
     StepsResult,
     WriteResult,
 )
-from starter.retention import HistoryRetention
-from taskgraph.errors import GraphAuthError, GraphDataError, GraphError, GraphUnavailable
-from taskgraph.models import DecisionRow, EventRow, StepRow, TaskRow, ToolFailures, TreeRow
-from workflows.agents import (
+from agent_tasks.starter.retention import HistoryRetention
+from agent_tasks.taskgraph.errors import (
+    GraphAuthError,
+    GraphDataError,
+    GraphError,
+    GraphUnavailable,
+)
+from agent_tasks.taskgraph.models import (
+    DecisionRow,
+    EventRow,
+    StepRow,
+    TaskRow,
+    ToolFailures,
+    TreeRow,
+)
+from agent_tasks.workflows.agents import (
     AgentContext,
     BudgetExceeded,
     ChildFailed,
@@ -63,13 +75,13 @@ from workflows.agents import (
     StepOutcome,
     agent,
 )
-from workflows.errors import (
+from agent_tasks.workflows.errors import (
     ErrorCode,
     GraphIncomplete,
     GraphNotConfigured,
     TaskServiceUnavailable,
 )
-from workflows.models import (
+from agent_tasks.workflows.models import (
     AgentSpec,
     Budgets,
     Event,
@@ -90,7 +102,7 @@ from workflows.models import (
 )
 
 if TYPE_CHECKING:
-    from worker import (
+    from agent_tasks.worker import (
         AgentTasksWorkerPlugin,
         build_graph_store,
         build_worker,
@@ -107,7 +119,7 @@ _WORKER_NAMES = frozenset(
 def __getattr__(name: str) -> Any:
     """``starter.build_worker`` and the other names of ``_WORKER_NAMES``, from ``worker``."""
     if name in _WORKER_NAMES:
-        return getattr(importlib.import_module("worker"), name)
+        return getattr(importlib.import_module("agent_tasks.worker"), name)
     raise AttributeError(f"module 'starter' has no attribute {name!r}")
 
 

@@ -1,5 +1,5 @@
 """``python -m starter``: the same as the ``agent-tasks`` command."""
 
-from starter.cli import main
+from agent_tasks.starter.cli import main
 
 main()

@@ -34,17 +34,17 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from starter.client import ConversationHistory
-from starter.planning import ImportReport, PlannedTask, plan_import
-from starter.results import WriteResult
-from taskgraph.models import MAX_TREE_DEPTH
-from trajectories import (
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.starter.planning import ImportReport, PlannedTask, plan_import
+from agent_tasks.starter.results import WriteResult
+from agent_tasks.taskgraph.models import MAX_TREE_DEPTH
+from agent_tasks.trajectories import (
     ParsedTrajectory,
     export_atif,
     short_text,
 )
-from workflows.errors import ErrorCode
-from workflows.models import (
+from agent_tasks.workflows.errors import ErrorCode
+from agent_tasks.workflows.models import (
     MAX_STEPS_PER_TASK,
     PAGE_LIMIT_MAX,
     STEPS_PAGE_MAX,
@@ -99,6 +99,7 @@ async def import_task(history: ConversationHistory, task: PlannedTask) -> Import
         report.ms = (time.perf_counter() - started) * 1000
 
 
+# Long: one planned task's writes in order: create, each segment's events and steps, the finish
 async def _write(
     history: ConversationHistory, task: PlannedTask, report: ImportReport
 ) -> ImportReport:

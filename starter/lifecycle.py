@@ -19,12 +19,17 @@ from temporalio.common import TypedSearchAttributes, WorkflowIDConflictPolicy, W
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from starter.arguments import checked
-from starter.results import WriteResult, from_outcome, refused
-from starter.transport import from_update_failure, lane, request_id_or_new, retrieve_start
-from starter.writes import TaskWrites
-from workflows.errors import ErrorCode
-from workflows.models import (
+from agent_tasks.starter.arguments import checked
+from agent_tasks.starter.results import WriteResult, from_outcome, refused
+from agent_tasks.starter.transport import (
+    from_update_failure,
+    lane,
+    request_id_or_new,
+    retrieve_start,
+)
+from agent_tasks.starter.writes import TaskWrites
+from agent_tasks.workflows.errors import ErrorCode
+from agent_tasks.workflows.models import (
     CLOSED_STATUSES,
     MAX_CHILDREN,
     MAX_DEPTH,
@@ -40,10 +45,10 @@ from workflows.models import (
     TaskWorkflowInput,
     valid_request_id,
 )
-from workflows.models.lifecycle import AskInput, SetStatusInput, SpawnInput
-from workflows.search import search_attributes
-from workflows.task import TaskWorkflow
-from workflows.waits import answer_error
+from agent_tasks.workflows.models.lifecycle import AskInput, SetStatusInput, SpawnInput
+from agent_tasks.workflows.search import search_attributes
+from agent_tasks.workflows.task import TaskWorkflow
+from agent_tasks.workflows.waits import answer_error
 
 if TYPE_CHECKING:  # the driver is loaded only by whoever makes the graph
     pass
@@ -64,10 +69,14 @@ Answer = Annotated[JsonValue, AfterValidator(_any_request_may_take)]
 an empty schema: at most ``MAX_ANSWER_CHARS`` characters, no NaN or infinity)."""
 
 
+# Long: ConversationHistory's lifecycle layer; the input-answering methods could become a layer of
+# their own later
 class TaskLifecycle(TaskWrites):
     """Creating, cancelling, resuming and waiting for tasks, and answering their input
     requests (``ConversationHistory``'s published methods of those)."""
 
+    # Long: one published call: validate, refuse a taken name, update-with-start in the name's lane;
+    # mostly docstring
     async def create_task(
         self,
         name: str,

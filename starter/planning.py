@@ -28,7 +28,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from trajectories import (
+from agent_tasks.trajectories import (
     ParsedTrajectory,
     SubagentRef,
     TrajectoryFormatError,
@@ -216,6 +216,8 @@ class _Planner:
         return (target.path, tops[0]) if target and len(tops) == 1 else None
 
 
+# Long: three passes (read files, link parents and continuations, chain into tasks); to split when
+# linking grows
 def plan_import(
     paths: Iterable[Path], format: str | None = None
 ) -> tuple[list[PlannedTask], list[ImportReport]]:

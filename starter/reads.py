@@ -8,10 +8,10 @@ import asyncio
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from starter.arguments import checked
-from starter.results import DecisionsResult, EventsResult, GetTaskResult, StepsResult
-from starter.transport import Transport
-from taskgraph.models import (
+from agent_tasks.starter.arguments import checked
+from agent_tasks.starter.results import DecisionsResult, EventsResult, GetTaskResult, StepsResult
+from agent_tasks.starter.transport import Transport
+from agent_tasks.taskgraph.models import (
     DecisionRow,
     DecisionsRead,
     EventFilter,
@@ -28,9 +28,9 @@ from taskgraph.models import (
     TreeRead,
     TreeRow,
 )
-from tasklog.reader import TaskReader
-from workflows.errors import GraphNotConfigured
-from workflows.models import (
+from agent_tasks.tasklog.reader import TaskReader
+from agent_tasks.workflows.errors import GraphNotConfigured
+from agent_tasks.workflows.models import (
     PAGE_LIMIT_MAX,
     EventKind,
     ShortText,
@@ -40,7 +40,7 @@ from workflows.models import (
 )
 
 if TYPE_CHECKING:  # the driver is loaded only by whoever makes the graph
-    from taskgraph.port import GraphStore
+    from agent_tasks.taskgraph.port import GraphStore
 
 MIRRORED_POLL_S = 0.02
 """How often ``wait_mirrored`` reads the task node (seconds)."""

@@ -29,11 +29,11 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
-from codec import DATA_CONVERTER
-from plugin import AgentTasksPlugin
-from workflows.agents.registry import agent_function
-from workflows.models import ProjectId, TaskStatus, TaskWorkflowInput
-from workflows.task import TaskWorkflow
+from agent_tasks.codec import DATA_CONVERTER
+from agent_tasks.plugin import AgentTasksPlugin
+from agent_tasks.workflows.agents.registry import agent_function
+from agent_tasks.workflows.models import ProjectId, TaskStatus, TaskWorkflowInput
+from agent_tasks.workflows.task import TaskWorkflow
 
 ReplayStatus = Literal["ok", "nondeterministic", "error"]
 """``ok``: the code replays the history; ``nondeterministic``: it issues other commands than

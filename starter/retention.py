@@ -34,18 +34,24 @@ from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from starter.arguments import checked
-from starter.client import ConversationHistory
-from starter.results import DeleteResult, RedactResult
-from taskgraph.models import TaskRead
-from taskgraph.retention import EventLocation
-from workflows.children import child_end
-from workflows.errors import ErrorCode
-from workflows.models import CLOSED_STATUSES, ShortText, TaskStatus, TaskView, bound_text
-from workflows.task import TaskWorkflow
+from agent_tasks.starter.arguments import checked
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.starter.results import DeleteResult, RedactResult
+from agent_tasks.taskgraph.models import TaskRead
+from agent_tasks.taskgraph.retention import EventLocation
+from agent_tasks.workflows.children import child_end
+from agent_tasks.workflows.errors import ErrorCode
+from agent_tasks.workflows.models import (
+    CLOSED_STATUSES,
+    ShortText,
+    TaskStatus,
+    TaskView,
+    bound_text,
+)
+from agent_tasks.workflows.task import TaskWorkflow
 
 if TYPE_CHECKING:  # the driver is loaded only by whoever makes the graph
-    from taskgraph.port import GraphStore
+    from agent_tasks.taskgraph.port import GraphStore
 
 FIND_WAIT_S = 5.0
 """How long ``redact_event`` waits for Neo4j to have an event id it does not find yet

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 from pydantic import JsonValue
 
-from starter.task_records import TaskUpdate, UpdateType
+from agent_tasks.starter.task_records import TaskUpdate, UpdateType
 
 log = logging.getLogger(__name__)
 

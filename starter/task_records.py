@@ -12,9 +12,9 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field, JsonValue
 
-from starter.results import WriteResult
-from workflows.errors import ErrorCode
-from workflows.models import (
+from agent_tasks.starter.results import WriteResult
+from agent_tasks.workflows.errors import ErrorCode
+from agent_tasks.workflows.models import (
     Event,
     EventKind,
     InputRequest,

@@ -49,12 +49,12 @@ from collections.abc import Mapping, Sequence
 
 from pydantic import JsonValue
 
-from broker import Broker, TokenMessage, channels
-from starter.arguments import checked, invalid
-from starter.client import ConversationHistory
-from starter.retention import HistoryRetention
-from starter.task_emitter import TaskEmitter
-from starter.task_records import (
+from agent_tasks.broker import Broker, TokenMessage, channels
+from agent_tasks.starter.arguments import checked, invalid
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.starter.retention import HistoryRetention
+from agent_tasks.starter.task_emitter import TaskEmitter
+from agent_tasks.starter.task_records import (
     LIST_READS_AT_ONCE,
     UPDATE_NOTE,
     UPDATES_READ,
@@ -67,8 +67,8 @@ from starter.task_records import (
     task_update,
     written_or_raise,
 )
-from workflows.errors import ErrorCode
-from workflows.models import (
+from agent_tasks.workflows.errors import ErrorCode
+from agent_tasks.workflows.models import (
     CLOSED_STATUSES,
     MAX_DEPTH,
     PAGE_LIMIT_MAX,
@@ -77,7 +77,7 @@ from workflows.models import (
     TaskStatus,
     TaskView,
 )
-from workflows.models.lifecycle import SETTABLE_STATUSES
+from agent_tasks.workflows.models.lifecycle import SETTABLE_STATUSES
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +93,7 @@ __all__ = [
 ]
 
 
+# Long: the published Tasks API's facade: its method set is the published API's
 class TaskManager:
     """The published API's task manager over a project's tasks.
 

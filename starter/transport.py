@@ -28,19 +28,19 @@ from temporalio.client import (
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from starter.arguments import checked
-from starter.results import WriteResult, from_outcome, refused
-from workflows.errors import (
+from agent_tasks.starter.arguments import checked
+from agent_tasks.starter.results import WriteResult, from_outcome, refused
+from agent_tasks.workflows.errors import (
     CONTINUING_AS_NEW,
     DUPLICATE,
     ErrorCode,
     TaskServiceUnavailable,
     error_code,
 )
-from workflows.models import TaskName, WriteOutcome, task_workflow_id, valid_request_id
+from agent_tasks.workflows.models import TaskName, WriteOutcome, task_workflow_id, valid_request_id
 
 if TYPE_CHECKING:  # the driver is loaded only by whoever makes the graph
-    from taskgraph.port import GraphStore
+    from agent_tasks.taskgraph.port import GraphStore
 
 _BUSY_BACKOFF_S = (0.02, 1.0)
 """Pause before resending a call the server turned away as busy (``_busy``): from 20 ms,

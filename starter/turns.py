@@ -10,13 +10,13 @@ from collections.abc import Sequence
 
 from temporalio.common import TypedSearchAttributes, WorkflowIDReusePolicy
 
-from starter.arguments import checked
-from starter.lifecycle import TaskLifecycle
-from starter.results import WriteResult, refused
-from starter.transport import request_id_or_new
-from taskgraph.models import Seq
-from workflows.errors import ErrorCode
-from workflows.models import (
+from agent_tasks.starter.arguments import checked
+from agent_tasks.starter.lifecycle import TaskLifecycle
+from agent_tasks.starter.results import WriteResult, refused
+from agent_tasks.starter.transport import request_id_or_new
+from agent_tasks.taskgraph.models import Seq
+from agent_tasks.workflows.errors import ErrorCode
+from agent_tasks.workflows.models import (
     CLOSED_STATUSES,
     AgentRun,
     BranchPoint,
@@ -29,8 +29,8 @@ from workflows.models import (
     TaskView,
     TaskWorkflowInput,
 )
-from workflows.search import search_attributes
-from workflows.task import TaskWorkflow
+from agent_tasks.workflows.search import search_attributes
+from agent_tasks.workflows.task import TaskWorkflow
 
 
 def _interrupted(run: AgentRun | None) -> bool:
@@ -206,6 +206,8 @@ class TaskTurns(TaskLifecycle):
         )
         return WriteResult(recorded=True)
 
+    # Long: one published call: check the point, create the branch, wait for its copy; mostly
+    # docstring
     async def branch_from(
         self, source: str, seq: int, name: str, *, request_id: str | None = None
     ) -> WriteResult:

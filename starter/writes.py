@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING, Any
 from pydantic import StrictInt, StrictStr
 from temporalio.service import RPCError, RPCStatusCode
 
-from starter.arguments import checked
-from starter.reads import TaskReads
-from starter.results import WriteResult, from_outcome, refused
-from starter.transport import lane, request_id_or_new
-from taskgraph.sealing import KeyStoreUnavailable, seal_events
-from workflows.errors import ErrorCode
-from workflows.models import (
+from agent_tasks.starter.arguments import checked
+from agent_tasks.starter.reads import TaskReads
+from agent_tasks.starter.results import WriteResult, from_outcome, refused
+from agent_tasks.starter.transport import lane, request_id_or_new
+from agent_tasks.taskgraph.sealing import KeyStoreUnavailable, seal_events
+from agent_tasks.workflows.errors import ErrorCode
+from agent_tasks.workflows.models import (
     MAX_EVENTS_PER_UPDATE,
     MAX_PAYLOAD_BYTES,
     MAX_STEPS_PER_TASK,
@@ -41,7 +41,7 @@ from workflows.models import (
     model_size,
     valid_request_id,
 )
-from workflows.task import TaskWorkflow
+from agent_tasks.workflows.task import TaskWorkflow
 
 if TYPE_CHECKING:  # the driver is loaded only by whoever makes the graph
     pass
@@ -73,6 +73,7 @@ def split_events(events: Sequence[EventInput]) -> Iterator[list[EventInput]]:
         yield chunk
 
 
+# Long: ConversationHistory's write layer: the log's published write methods over one update path
 class TaskWrites(TaskReads):
     """The writes of ``ConversationHistory`` to a task's log (its published write methods)."""
 

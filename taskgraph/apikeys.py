@@ -28,8 +28,8 @@ from typing import Any, LiteralString
 
 from pydantic import BaseModel
 
-from taskgraph.models import as_datetime, epoch_us
-from taskgraph.port import GraphStore, Statement
+from agent_tasks.taskgraph.models import as_datetime, epoch_us
+from agent_tasks.taskgraph.port import GraphStore, Statement
 
 KEY_PREFIX = "atk_"
 """How every key starts (so a leaked one is recognised by secret scanners and people)."""

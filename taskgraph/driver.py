@@ -28,9 +28,14 @@ from neo4j import (
 )
 from neo4j.exceptions import AuthError, DriverError, Neo4jError
 
-from taskgraph.dialect import GraphKind, Statement, spelled
-from taskgraph.errors import GraphAuthError, GraphDataError, GraphError, GraphUnavailable
-from taskgraph.runner import StatementRunner
+from agent_tasks.taskgraph.dialect import GraphKind, Statement, spelled
+from agent_tasks.taskgraph.errors import (
+    GraphAuthError,
+    GraphDataError,
+    GraphError,
+    GraphUnavailable,
+)
+from agent_tasks.taskgraph.runner import StatementRunner
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Tracer

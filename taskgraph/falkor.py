@@ -51,25 +51,32 @@ from falkordb.edge import Edge
 from falkordb.exceptions import SchemaVersionMismatchException
 from falkordb.node import Node
 
-from taskgraph import falkor_cypher as cypher
-from taskgraph.dialect import GraphKind, Statement, spelled
-from taskgraph.errors import (
+from agent_tasks.taskgraph import falkor_cypher as cypher
+from agent_tasks.taskgraph.dialect import GraphKind, Statement, spelled
+from agent_tasks.taskgraph.errors import (
     GraphAuthError,
     GraphDataError,
     GraphError,
     GraphUnavailable,
     TaskIncarnationError,
 )
-from taskgraph.keys import KeyLookup
-from taskgraph.keytree import Node as TreeNode
-from taskgraph.keytree import decode, encode, parse_key_id, puncture
-from taskgraph.models import as_datetime, epoch_us, utc
-from taskgraph.properties import event_properties, step_properties, task_properties
-from taskgraph.reads import GraphReads
-from taskgraph.retention import EventLocation, GraphRetention
-from taskgraph.sealing import unseal
-from taskgraph.tracing import write_span
-from workflows.models import Citations, Event, EventKind, StepView, TaskView, task_workflow_id
+from agent_tasks.taskgraph.keys import KeyLookup
+from agent_tasks.taskgraph.keytree import Node as TreeNode
+from agent_tasks.taskgraph.keytree import decode, encode, parse_key_id, puncture
+from agent_tasks.taskgraph.models import as_datetime, epoch_us, utc
+from agent_tasks.taskgraph.properties import event_properties, step_properties, task_properties
+from agent_tasks.taskgraph.reads import GraphReads
+from agent_tasks.taskgraph.retention import EventLocation, GraphRetention
+from agent_tasks.taskgraph.sealing import unseal
+from agent_tasks.taskgraph.tracing import write_span
+from agent_tasks.workflows.models import (
+    Citations,
+    Event,
+    EventKind,
+    StepView,
+    TaskView,
+    task_workflow_id,
+)
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Tracer
@@ -138,6 +145,8 @@ def _event_props(event: Event, stamp: dict[str, str]) -> dict[str, Any]:
     return event_properties(event) | {"time": epoch_us(event.time)} | stamp
 
 
+# Long: the FalkorDB adapter of the GraphStore port; reads and retention are mixins, the rest shares
+# one client
 class FalkorGraph(GraphReads, GraphRetention):
     """The task graph in one FalkorDB graph (``taskgraph.port.GraphStore``).
 

@@ -38,15 +38,15 @@ from typing import Any
 from neo4j import AsyncManagedTransaction
 from neo4j.exceptions import DriverError, Neo4jError
 
-from taskgraph.dialect import Statement, spelled
-from taskgraph.driver import bounded, graph_error
-from taskgraph.errors import GraphUnavailable
-from taskgraph.keys import fetch_keys, store_tree
-from taskgraph.models import plain
-from taskgraph.neo4j_retention import Neo4jRedaction
-from taskgraph.reads import GraphReads
-from taskgraph.retention import GraphRetention
-from taskgraph.writes import MirrorWrites
+from agent_tasks.taskgraph.dialect import Statement, spelled
+from agent_tasks.taskgraph.driver import bounded, graph_error
+from agent_tasks.taskgraph.errors import GraphUnavailable
+from agent_tasks.taskgraph.keys import fetch_keys, store_tree
+from agent_tasks.taskgraph.models import plain
+from agent_tasks.taskgraph.neo4j_retention import Neo4jRedaction
+from agent_tasks.taskgraph.reads import GraphReads
+from agent_tasks.taskgraph.retention import GraphRetention
+from agent_tasks.taskgraph.writes import MirrorWrites
 
 
 class TaskGraph(MirrorWrites, Neo4jRedaction, GraphReads, GraphRetention):

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, LiteralString, Protocol
 
-from taskgraph.keytree import Node, decode, encode, leaf_keys, parse_key_id, puncture
+from agent_tasks.taskgraph.keytree import Node, decode, encode, leaf_keys, parse_key_id, puncture
 
 if TYPE_CHECKING:  # the client imports this module (sealing): no driver import at run time
     from neo4j import AsyncManagedTransaction, AsyncTransaction

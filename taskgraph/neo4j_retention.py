@@ -12,9 +12,9 @@ from typing import LiteralString
 
 from neo4j import AsyncManagedTransaction
 
-from taskgraph.driver import GraphSession
-from taskgraph.keys import destroy_leaf
-from taskgraph.retention import EventLocation
+from agent_tasks.taskgraph.driver import GraphSession
+from agent_tasks.taskgraph.keys import destroy_leaf
+from agent_tasks.taskgraph.retention import EventLocation
 
 _REDACT: LiteralString = """
 MATCH (t:Task {key: $key, project_id: $p})

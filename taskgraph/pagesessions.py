@@ -24,8 +24,8 @@ import secrets
 from datetime import timedelta
 from typing import LiteralString
 
-from taskgraph.apikeys import ApiKey, Records, digest, record_of
-from taskgraph.dialect import Statement
+from agent_tasks.taskgraph.apikeys import ApiKey, Records, digest, record_of
+from agent_tasks.taskgraph.dialect import Statement
 
 SESSION_PREFIX = "ats_"
 """How every session token starts."""

@@ -32,9 +32,9 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
-from taskgraph.dialect import GraphKind, Statement, spelled
-from taskgraph.keys import KeyStore
-from taskgraph.models import (
+from agent_tasks.taskgraph.dialect import GraphKind, Statement, spelled
+from agent_tasks.taskgraph.keys import KeyStore
+from agent_tasks.taskgraph.models import (
     DecisionRow,
     EventFilter,
     EventRow,
@@ -46,8 +46,8 @@ from taskgraph.models import (
     TreeRead,
     TreeRow,
 )
-from taskgraph.retention import EventLocation, GraphDeletion, NameState
-from workflows.models import Event, StepState, StepView, TaskView
+from agent_tasks.taskgraph.retention import EventLocation, GraphDeletion, NameState
+from agent_tasks.workflows.models import Event, StepState, StepView, TaskView
 
 __all__ = [
     "GraphKind",

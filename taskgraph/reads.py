@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any, LiteralString
 
-from taskgraph.dialect import Statement
-from taskgraph.models import (
+from agent_tasks.taskgraph.dialect import Statement
+from agent_tasks.taskgraph.models import (
     DecisionRow,
     EventFilter,
     EventRow,
@@ -21,8 +21,8 @@ from taskgraph.models import (
     TreeRow,
     plain,
 )
-from taskgraph.runner import StatementRunner
-from workflows.models import (
+from agent_tasks.taskgraph.runner import StatementRunner
+from agent_tasks.workflows.models import (
     PAGE_LIMIT_MAX,
     BoundedText,
     Event,

@@ -23,9 +23,9 @@ from typing import Any, LiteralString
 
 from pydantic import BaseModel
 
-from taskgraph.dialect import Statement
-from taskgraph.models import epoch_us
-from taskgraph.runner import StatementRunner
+from agent_tasks.taskgraph.dialect import Statement
+from agent_tasks.taskgraph.models import epoch_us
+from agent_tasks.taskgraph.runner import StatementRunner
 
 DELETE_BATCH = 5_000
 """Nodes deleted per transaction (or per statement, in a store without transactions)."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from taskgraph.dialect import GraphKind, Statement
+from agent_tasks.taskgraph.dialect import GraphKind, Statement
 
 
 class StatementRunner:

@@ -7,9 +7,9 @@ from typing import LiteralString
 
 from neo4j.exceptions import ClientError
 
-from taskgraph import apikeys, pagesessions
-from taskgraph.driver import GraphSession
-from taskgraph.keys import KEY_SCHEMA
+from agent_tasks.taskgraph import apikeys, pagesessions
+from agent_tasks.taskgraph.driver import GraphSession
+from agent_tasks.taskgraph.keys import KEY_SCHEMA
 
 SCHEMA: tuple[LiteralString, ...] = (
     "CREATE CONSTRAINT project_key IF NOT EXISTS FOR (n:Project) REQUIRE n.project_id IS UNIQUE",

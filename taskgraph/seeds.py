@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from workflows.models import (
+from agent_tasks.workflows.models import (
     Event,
     EventKind,
     StepState,

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from pydantic import SecretStr
 
-from taskgraph.port import GraphKind, GraphStore
+from agent_tasks.taskgraph.port import GraphKind, GraphStore
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Tracer
@@ -89,12 +89,12 @@ def build_graph_store(
     kind = graph_kind(settings.graph if kind_or_uri is None else kind_or_uri)
     uri = kind_or_uri if kind_or_uri and "://" in kind_or_uri else None
     if kind == "neo4j":
-        from taskgraph.driver import open_driver
-        from taskgraph.graph import TaskGraph
+        from agent_tasks.taskgraph.driver import open_driver
+        from agent_tasks.taskgraph.graph import TaskGraph
 
         driver = open_driver(uri or settings.neo4j_uri, settings.neo4j_auth())
         return TaskGraph(driver, settings.neo4j_database, tracer, settings.neo4j_max_writes)
-    from taskgraph.falkor import FalkorGraph
+    from agent_tasks.taskgraph.falkor import FalkorGraph
 
     url = uri or settings.falkordb_url.get_secret_value()
     return FalkorGraph(

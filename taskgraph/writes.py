@@ -17,16 +17,16 @@ from typing import LiteralString
 
 from neo4j import AsyncManagedTransaction, AsyncTransaction
 
-from taskgraph.driver import bounded
-from taskgraph.errors import TaskIncarnationError
-from taskgraph.keys import KEY_READS, KeyLookup
-from taskgraph.models import utc
-from taskgraph.properties import event_properties, step_properties, task_properties
-from taskgraph.schema import GraphSchema
-from taskgraph.sealing import unseal
-from taskgraph.seeds import warm_up_page
-from taskgraph.tracing import write_span
-from workflows.models import (
+from agent_tasks.taskgraph.driver import bounded
+from agent_tasks.taskgraph.errors import TaskIncarnationError
+from agent_tasks.taskgraph.keys import KEY_READS, KeyLookup
+from agent_tasks.taskgraph.models import utc
+from agent_tasks.taskgraph.properties import event_properties, step_properties, task_properties
+from agent_tasks.taskgraph.schema import GraphSchema
+from agent_tasks.taskgraph.sealing import unseal
+from agent_tasks.taskgraph.seeds import warm_up_page
+from agent_tasks.taskgraph.tracing import write_span
+from agent_tasks.workflows.models import (
     Citations,
     Event,
     EventKind,

@@ -40,10 +40,10 @@ from temporalio.client import (
 from temporalio.common import QueryRejectCondition
 from temporalio.service import RPCError, RPCStatusCode
 
-from taskgraph.models import NEO4J_INT_MAX
-from taskgraph.sealing import open_events
-from workflows.errors import GraphIncomplete, GraphNotConfigured
-from workflows.models import (
+from agent_tasks.taskgraph.models import NEO4J_INT_MAX
+from agent_tasks.taskgraph.sealing import open_events
+from agent_tasks.workflows.errors import GraphIncomplete, GraphNotConfigured
+from agent_tasks.workflows.models import (
     PAGE_LIMIT_MAX,
     STEPS_PAGE_MAX,
     Event,
@@ -55,10 +55,10 @@ from workflows.models import (
     TaskView,
     project_of,
 )
-from workflows.task import TaskWorkflow
+from agent_tasks.workflows.task import TaskWorkflow
 
 if TYPE_CHECKING:  # the driver is loaded by whoever makes the graph (the client loads none)
-    from taskgraph.port import GraphStore
+    from agent_tasks.taskgraph.port import GraphStore
 
 QUERY_TIMEOUT = timedelta(seconds=10)
 """RPC timeout of each query the reader sends to an earlier run or from an activity
@@ -93,6 +93,8 @@ async def _direct(call: Callable[[], Awaitable[_T]], workflow_id: str | None = N
     return await call()
 
 
+# Long: one task's reads across its runs; view, events and steps share the rule of where each part
+# lives
 class TaskReader:
     """Reads one task's view, events and steps across its runs.
 

@@ -14,10 +14,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from activities.model import Script, ScriptedModel, tool_call
-from activities.tools import Tool, ToolContext, tool
-from workflows.agents import AgentContext, SpawnRefused, agent
-from workflows.models import AgentSpec, ModelTurn, StepState, TokenUsage, ToolCall
+from agent_tasks.activities.model import Script, ScriptedModel, tool_call
+from agent_tasks.activities.tools import Tool, ToolContext, tool
+from agent_tasks.workflows.agents import AgentContext, SpawnRefused, agent
+from agent_tasks.workflows.models import AgentSpec, ModelTurn, StepState, TokenUsage, ToolCall
 
 
 class Effect(BaseModel):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import sys
 
+from agent_tasks.worker import build_worker, open_services
 from tests.agent_tools import SCRIPTS, TOOLS
-from worker import build_worker, open_services
 
 
 async def main(queue: str) -> None:

@@ -11,11 +11,11 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from activities.model import Script
-from activities.tools import Tool, ToolContext, tool
-from activities.transcript import chat_messages
+from agent_tasks.activities.model import Script
+from agent_tasks.activities.tools import Tool, ToolContext, tool
+from agent_tasks.activities.transcript import chat_messages
+from agent_tasks.workflows.models import AgentSpec, ModelSpec, ModelTurn
 from tests.agent_tools import answer, calls
-from workflows.models import AgentSpec, ModelSpec, ModelTurn
 
 
 class Mail(BaseModel):

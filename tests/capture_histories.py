@@ -46,20 +46,20 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
 
-from codec import DATA_CONVERTER
-from config import Settings, connect
-from devstack import find_temporal_binary
-from devstack.process import parse_host_port
-from starter.client import ConversationHistory
-from starter.importer import import_paths
-from starter.results import WriteResult
-from taskgraph.driver import open_driver
-from taskgraph.graph import TaskGraph
+from agent_tasks.codec import DATA_CONVERTER
+from agent_tasks.config import Settings, connect
+from agent_tasks.devstack import find_temporal_binary
+from agent_tasks.devstack.process import parse_host_port
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.starter.importer import import_paths
+from agent_tasks.starter.results import WriteResult
+from agent_tasks.taskgraph.driver import open_driver
+from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.worker import build_worker
+from agent_tasks.workflows.errors import ErrorCode
+from agent_tasks.workflows.models import EventInput, StepState, StepWrite, TaskStatus, TaskView
+from agent_tasks.workflows.search import SEARCH_ATTRIBUTE_KEYS
 from tests.conftest import eventually, payload_texts
-from worker import build_worker
-from workflows.errors import ErrorCode
-from workflows.models import EventInput, StepState, StepWrite, TaskStatus, TaskView
-from workflows.search import SEARCH_ATTRIBUTE_KEYS
 
 ROOT = Path(__file__).resolve().parents[1]
 HISTORIES = Path(__file__).resolve().parent / "histories"
@@ -587,8 +587,8 @@ async def agent_scenarios(stack: Stack) -> Captured:
       recorded results (read by an activity) and the failed one runs again."""
     import tempfile
 
+    from agent_tasks.workflows.models import AgentSpec, ModelSpec
     from tests.agent_tools import SCRIPTS, TOOL_NAMES, TOOLS, answer, calls
-    from workflows.models import AgentSpec, ModelSpec
 
     queue = f"capture-agents-{uuid.uuid4().hex[:8]}"
     history = stack.history("agents")
@@ -636,8 +636,8 @@ async def steps_at_once_scenario(stack: Stack) -> Captured:
     come, the mirror following the run throughout (one call), the task ``done``."""
     import tempfile
 
+    from agent_tasks.workflows.models import AgentSpec
     from tests.agent_tools import SCRIPTS, TOOLS
-    from workflows.models import AgentSpec
 
     queue = f"capture-fanout-{uuid.uuid4().hex[:8]}"
     history = stack.history("steps_at_once")
@@ -682,8 +682,8 @@ async def human_scenarios(stack: Stack) -> Captured:
 
     from pydantic import JsonValue
 
+    from agent_tasks.workflows.models import AgentSpec
     from tests.agent_tools import SCRIPTS, TOOLS
-    from workflows.models import AgentSpec
 
     queue = f"capture-human-{uuid.uuid4().hex[:8]}"
     history = stack.history("human")
@@ -774,8 +774,8 @@ async def lifecycle_scenarios(stack: Stack) -> Captured:
       cascade while a child ended: the ``child_ends`` activity finds that child's end first."""
     import tempfile
 
+    from agent_tasks.workflows.models import AgentSpec, ModelSpec
     from tests.agent_tools import SCRIPTS, TOOL_NAMES, TOOLS, answer, calls
-    from workflows.models import AgentSpec, ModelSpec
 
     queue = f"capture-lifecycle-{uuid.uuid4().hex[:8]}"
     history = stack.history("lifecycle")
@@ -873,8 +873,8 @@ async def turn_scenarios(stack: Stack) -> Captured:
       the copy in pages, then the agent's continuation."""
     import tempfile
 
+    from agent_tasks.workflows.models import AgentSpec, Budgets, ModelSpec, ModelTurn
     from tests.agent_tools import SCRIPTS, TOOL_NAMES, TOOLS, answer, calls
-    from workflows.models import AgentSpec, Budgets, ModelSpec, ModelTurn
 
     queue = f"capture-turns-{uuid.uuid4().hex[:8]}"
     history = stack.history("turns")
@@ -946,8 +946,8 @@ async def branch_reuse_scenario(stack: Stack) -> Captured:
     last step run."""
     import tempfile
 
+    from agent_tasks.workflows.models import AgentSpec
     from tests.agent_tools import SCRIPTS, TOOLS
-    from workflows.models import AgentSpec
 
     queue = f"capture-branch-{uuid.uuid4().hex[:8]}"
     history = stack.history("branch")
@@ -976,8 +976,8 @@ async def branch_child_scenario(stack: Stack) -> Captured:
     recorded child finished from outside, then branched after the child's ``child_result``
     (``branch_reused_child``): the ``branch_reuse`` activity's result carries the child, the
     agent's ``spawn`` starts no child workflow and its wait reads the recorded end."""
+    from agent_tasks.workflows.models import AgentSpec
     from tests.agent_tools import SCRIPTS, TOOLS
-    from workflows.models import AgentSpec
 
     queue = f"capture-branch-child-{uuid.uuid4().hex[:8]}"
     history = stack.history("branch_child")
@@ -1009,8 +1009,8 @@ async def cancel_after_end_scenario(stack: Stack) -> Captured:
     ``cancel_after_end`` note, ``RequestCancelExternalWorkflowExecution`` per child, their
     ``cancelled`` ends by signal, the last mirror and the workflow completing (not cancelled)
     with the task ``done``."""
+    from agent_tasks.workflows.models import AgentSpec
     from tests.agent_tools import SCRIPTS, TOOLS
-    from workflows.models import AgentSpec
 
     queue = f"capture-after-end-{uuid.uuid4().hex[:8]}"
     history = stack.history("after_end")
@@ -1041,8 +1041,8 @@ async def cancel_after_end_kept_scenario(stack: Stack) -> Captured:
     (``cancel_after_end_kept``): the ``keep_children`` signal, the cancel request, the
     patch's marker and the ``cancel_after_end`` note, then the task waiting for its children
     as before: both finished from outside, their ends by signal, the workflow completing."""
+    from agent_tasks.workflows.models import AgentSpec
     from tests.agent_tools import SCRIPTS, TOOLS
-    from workflows.models import AgentSpec
 
     queue = f"capture-kept-{uuid.uuid4().hex[:8]}"
     history = stack.history("kept")
@@ -1209,10 +1209,10 @@ async def parked_scenario(stack: Stack) -> Captured:
     connection through), so the run loop sits in its first mirror call; the agent parks at its
     first checkpoint past the suggestion all the same; once Neo4j answers, the next run goes on
     from its state. Captures the first run and the run it continued as."""
+    from agent_tasks.worker import open_graph
+    from agent_tasks.workflows.models import AgentSpec
     from tests.agent_tools import SCRIPTS, TOOLS
     from tests.tcp_proxy import TcpProxy
-    from worker import open_graph
-    from workflows.models import AgentSpec
 
     host, port = parse_host_port(stack.settings.neo4j_uri, 7687)
     async with (
@@ -1307,9 +1307,9 @@ async def model_cancel_scenario(stack: Stack) -> Captured:
     the workflow's end."""
     import os
 
+    from agent_tasks.workflows.models import AgentSpec, ModelSpec
     from tests.agent_tools import TOOLS
     from tests.model_server import ModelServer, Reply, chunk
-    from workflows.models import AgentSpec, ModelSpec
 
     queue = f"capture-model-cancel-{uuid.uuid4().hex[:8]}"
     history = stack.history("model_cancel")

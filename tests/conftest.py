@@ -16,14 +16,14 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from codec import DATA_CONVERTER
-from config import Settings
-from devstack import DEFAULT_DYNAMIC_CONFIG, find_temporal_binary, free_port
-from devstack.falkordb_server import FalkorDBServer
-from starter.client import ConversationHistory
-from taskgraph.graph import TaskGraph
-from taskgraph.port import GraphStore
-from worker import Services, build_graph_store, build_worker, open_services
+from agent_tasks.codec import DATA_CONVERTER
+from agent_tasks.config import Settings
+from agent_tasks.devstack import DEFAULT_DYNAMIC_CONFIG, find_temporal_binary, free_port
+from agent_tasks.devstack.falkordb_server import FalkorDBServer
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.taskgraph.port import GraphStore
+from agent_tasks.worker import Services, build_graph_store, build_worker, open_services
 
 
 @pytest.fixture(scope="session")
@@ -167,7 +167,7 @@ async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
     task search attributes and the pydantic data converter. Every workflow started through
     ``env.client`` skips to its next timer whenever it waits on one; ``env.fast_forward(handle,
     duration)`` moves one workflow's clock (``env.sleep`` is not supported by V2)."""
-    from workflows.search import SEARCH_ATTRIBUTE_KEYS
+    from agent_tasks.workflows.search import SEARCH_ATTRIBUTE_KEYS
 
     env = await private_dev_server(
         lambda: WorkflowEnvironment.start_time_skipping_v2(

@@ -4,10 +4,10 @@ turns stream as several tokens each."""
 
 from __future__ import annotations
 
-from activities.model import ScriptedModel, tool_call
+from agent_tasks.activities.model import ScriptedModel, tool_call
+from agent_tasks.workflows.agents import AgentContext, agent, tool_loop
+from agent_tasks.workflows.models import AgentSpec, ModelSpec, ModelTurn
 from tests.agent_tools import answer
-from workflows.agents import AgentContext, agent, tool_loop
-from workflows.models import AgentSpec, ModelSpec, ModelTurn
 
 TURNS = [
     ModelTurn(

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from broker import (
+from agent_tasks.broker import (
     Broker,
     Subscriber,
     TokenMessage,
@@ -17,12 +17,12 @@ from broker import (
     session_channel,
     task_channel,
 )
-from devstack import free_port
-from starter.client import ConversationHistory
+from agent_tasks.devstack import free_port
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.worker import Services, build_worker
+from agent_tasks.workflows.models import AgentSpec, ModelSpec
 from tests.conftest import eventually
 from tests.stream_agents import SCRIPTS
-from worker import Services, build_worker
-from workflows.models import AgentSpec, ModelSpec
 
 
 def test_channels_of_a_task_with_and_without_a_session() -> None:

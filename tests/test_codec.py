@@ -10,14 +10,14 @@ import zlib
 import pytest
 from temporalio.api.common.v1 import Payload
 
-from codec import (
+from agent_tasks.codec import (
     COMPRESS_MIN_BYTES,
     DATA_CONVERTER,
     ENCODING,
     MAX_DECODED_BYTES,
     ZlibCodec,
 )
-from workflows.models import EventInput, RecordEventsInput
+from agent_tasks.workflows.models import EventInput, RecordEventsInput
 
 
 def json_payload(text: str) -> Payload:

@@ -19,20 +19,23 @@ import pytest
 from pydantic import TypeAdapter, ValidationError
 from temporalio.client import Client
 
-from activities.files import file_tools
-from config import DEFAULT_TEMPORAL_ADDRESS, DEFAULT_TEMPORAL_NAMESPACE, Settings, default_data_dir
-from starter import ConversationHistory
-from starter.http import create_app
-from starter.tasks import TaskManager
-from starter.tasks import TaskStatus as SeedStatus
-from taskgraph.apikeys import ApiKeyStore
-from taskgraph.graph import TaskGraph
-from tests.approval_tools import call_then_report, goal
-from tests.servers import served
-from worker import DEFAULT_RETENTION, Services, build_worker
-from workflows.errors import ErrorCode
-from workflows.mirroring import MIRROR_LONG_OUTAGE_FAILURES, mirror_pause
-from workflows.models import (
+from agent_tasks.activities.files import file_tools
+from agent_tasks.config import (
+    DEFAULT_TEMPORAL_ADDRESS,
+    DEFAULT_TEMPORAL_NAMESPACE,
+    Settings,
+    default_data_dir,
+)
+from agent_tasks.starter import ConversationHistory
+from agent_tasks.starter.http import create_app
+from agent_tasks.starter.tasks import TaskManager
+from agent_tasks.starter.tasks import TaskStatus as SeedStatus
+from agent_tasks.taskgraph.apikeys import ApiKeyStore
+from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.worker import DEFAULT_RETENTION, Services, build_worker
+from agent_tasks.workflows.errors import ErrorCode
+from agent_tasks.workflows.mirroring import MIRROR_LONG_OUTAGE_FAILURES, mirror_pause
+from agent_tasks.workflows.models import (
     AgentSpec,
     EventKind,
     ModelSpec,
@@ -40,6 +43,8 @@ from workflows.models import (
     TaskStatus,
     valid_request_id,
 )
+from tests.approval_tools import call_then_report, goal
+from tests.servers import served
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -53,32 +58,32 @@ README_MAX_LINES = 250
 """The README is an entrance: what it is, the two commands, an app and an agent, where next."""
 
 CONSTANT_MODULES = (
-    "workflows.models",
-    "workflows.models.human",
-    "workflows.models.limits",
-    "workflows.models.mirror",
-    "workflows.mirroring",
-    "workflows.mirror_calls",
-    "workflows.spawning",
-    "workflows.task",
-    "workflows.waits",
-    "workflows.errors",
-    "codec",
-    "config",
-    "worker",
-    "activities.mirror",
-    "activities.model",
-    "taskgraph.driver",
-    "taskgraph.models",
-    "taskgraph.retention",
-    "taskgraph.sealing",
-    "taskgraph.writes",
-    "starter.importer",
-    "starter.lifecycle",
-    "starter.retention",
-    "starter.transport",
-    "starter.http.inbox",
-    "trajectories.base",
+    "agent_tasks.workflows.models",
+    "agent_tasks.workflows.models.human",
+    "agent_tasks.workflows.models.limits",
+    "agent_tasks.workflows.models.mirror",
+    "agent_tasks.workflows.mirroring",
+    "agent_tasks.workflows.mirror_calls",
+    "agent_tasks.workflows.spawning",
+    "agent_tasks.workflows.task",
+    "agent_tasks.workflows.waits",
+    "agent_tasks.workflows.errors",
+    "agent_tasks.codec",
+    "agent_tasks.config",
+    "agent_tasks.worker",
+    "agent_tasks.activities.mirror",
+    "agent_tasks.activities.model",
+    "agent_tasks.taskgraph.driver",
+    "agent_tasks.taskgraph.models",
+    "agent_tasks.taskgraph.retention",
+    "agent_tasks.taskgraph.sealing",
+    "agent_tasks.taskgraph.writes",
+    "agent_tasks.starter.importer",
+    "agent_tasks.starter.lifecycle",
+    "agent_tasks.starter.retention",
+    "agent_tasks.starter.transport",
+    "agent_tasks.starter.http.inbox",
+    "agent_tasks.trajectories.base",
 )
 """Where the constants the docs name are defined."""
 
@@ -200,7 +205,7 @@ def test_the_configuration_defaults_are_the_codes() -> None:
         (str(f.validation_alias) if f.validation_alias else name.upper()): f.default
         for name, f in Settings.model_fields.items()
     }
-    from telemetry import SERVICE_NAME
+    from agent_tasks.telemetry import SERVICE_NAME
 
     expected = {
         **{var: str(default) for var, default in fields.items() if default is not None},

@@ -1,14 +1,18 @@
-"""``examples/hello_agent`` end to end, as its README runs it: its own worker (a process with
-the plugins, on its own task queue), its starter answering from the notes and, when the notes
-do not answer, asking a person; ``agent-tasks run`` starting the same agent with a worker in
-its own process; and ``run demo --path`` answering about its folder while another worker polls
-the task queue."""
+"""``examples/hello_agent`` end to end, as its README runs it, from a copy of the folder outside
+the repository that holds an app's own ``config.py``, ``workflows.py`` and ``activities.py``
+beside its ``worker.py`` and ``starter.py`` (each of the app's files that ours could be
+confused with; ours import only ``agent_tasks.*``): its own worker (a process with the plugins,
+on its own task queue), its starter answering from the notes and, when the notes do not answer,
+asking a person; ``agent-tasks run`` starting the same agent with a worker in its own process;
+and ``run demo --path`` answering about its folder while another worker polls the task
+queue."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 import uuid
@@ -18,28 +22,56 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from activities.files import file_tools
-from starter import ConversationHistory, EventKind, TaskStatus
-from taskgraph.graph import TaskGraph
+from agent_tasks.activities.files import file_tools
+from agent_tasks.starter import ConversationHistory, EventKind, TaskStatus
+from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.worker import build_worker
 from tests.conftest import eventually
-from worker import build_worker
 
 ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "hello_agent"
+
+THE_APPS_OWN = ("config", "workflows", "activities")
+"""Modules an app may have beside its ``worker.py`` and ``starter.py``; in the copy, each
+fails loudly when imported."""
 
 
-async def python(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """``python ARGS`` from the repository's root, as the README runs it."""
+@pytest.fixture(scope="module")
+def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``examples/hello_agent`` copied out of the repository, with the app's own modules."""
+    folder = tmp_path_factory.mktemp("apps") / "my_agent"
+    shutil.copytree(EXAMPLE, folder, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in THE_APPS_OWN:
+        text = f"raise ImportError('the app's own {name}.py was imported')\n"
+        (folder / f"{name}.py").write_text(text, encoding="utf-8")
+    return folder
+
+
+def test_the_copy_holds_the_apps_own_modules(copy: Path) -> None:
+    """The copy is a folder of its own, and its decoys fail when imported."""
+    assert not copy.is_relative_to(ROOT)
+    assert {p.stem for p in copy.glob("*.py")} >= {"worker", "starter", *THE_APPS_OWN}
+    done = subprocess.run(
+        [sys.executable, "-c", "import config"], cwd=copy, capture_output=True, text=True
+    )
+    assert "the app's own config.py was imported" in done.stderr
+
+
+async def python(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python ARGS`` from ``cwd``, as the README runs it."""
     return await asyncio.to_thread(
-        subprocess.run, [sys.executable, *args], capture_output=True, text=True, cwd=ROOT,
+        subprocess.run, [sys.executable, *args], capture_output=True, text=True, cwd=cwd,
         env={**os.environ, "COLUMNS": "400", **(env or {})}, timeout=300,
     )  # fmt: skip
 
 
 @pytest.fixture
-async def example_worker() -> AsyncIterator[None]:
-    """``python -m examples.hello_agent.worker``, until the test ends."""
+async def example_worker(copy: Path) -> AsyncIterator[None]:
+    """``python worker.py`` in the copy, until the test ends."""
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "examples.hello_agent.worker", cwd=ROOT,
+        sys.executable, "worker.py", cwd=copy,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )  # fmt: skip
     assert process.stdout is not None
@@ -53,19 +85,17 @@ async def example_worker() -> AsyncIterator[None]:
 
 
 async def test_the_example_answers_from_its_notes_and_from_a_person(
-    example_worker: None, client: Client
+    example_worker: None, client: Client, copy: Path
 ) -> None:
     task = f"hello-{uuid.uuid4().hex[:8]}"
-    noted = await python(
-        "-m", "examples.hello_agent.starter", "What does Temporal keep?", "--task", task
-    )
+    noted = await python("starter.py", "What does Temporal keep?", "--task", task, cwd=copy)
     assert noted.returncode == 0, noted.stdout + noted.stderr
     expected = "From the notes: Temporal keeps every task's history: a crash loses nothing."
     assert noted.stdout.splitlines()[-1] == expected
 
     asked = f"{task}-asked"
     person = await python(
-        "-m", "examples.hello_agent.starter", "Who wrote this?", "--answer", "Ada", "--task", asked
+        "starter.py", "Who wrote this?", "--answer", "Ada", "--task", asked, cwd=copy
     )
     assert person.returncode == 0, person.stdout + person.stderr
     assert "The notes do not say. Who wrote this?\n> Ada" in person.stdout
@@ -80,17 +110,17 @@ async def test_the_example_answers_from_its_notes_and_from_a_person(
 
 
 async def test_run_starts_a_registered_agent_with_a_worker_of_its_own(
-    client: Client, project_id: str
+    client: Client, project_id: str, copy: Path
 ) -> None:
-    """`agent-tasks run hello_agent ... --import examples.hello_agent.worker --with-worker`:
+    """`agent-tasks run hello_agent ... --import worker --with-worker` in the app's folder:
     the agent found by its module, its tools by the module's names, the question answered by
     a person through `agent-tasks input`'s update."""
     task = "cli-hello"
     history = ConversationHistory(client, project_id, "test")
     question = json.dumps({"question": "Who wrote this?"})
     args = ["run", "hello_agent", "Who wrote this?", "--input", question, "--name", task]
-    args += ["--import", "examples.hello_agent.worker", "--with-worker", "--project", project_id]
-    running = asyncio.create_task(python("-m", "starter", *args, "--json"))
+    args += ["--import", "worker", "--with-worker", "--project", project_id]
+    running = asyncio.create_task(python("-m", "agent_tasks.starter", *args, "--json", cwd=copy))
 
     async def asking() -> bool:
         view = (await history.get_task(task)).view
@@ -105,7 +135,7 @@ async def test_run_starts_a_registered_agent_with_a_worker_of_its_own(
     assert [s["step_name"] for s in out["steps"]] == ["search"]
 
     missing = await python(
-        "-m", "starter", "run", "nobody", "x", "--import", "examples.hello_agent.agent"
+        "-m", "agent_tasks.starter", "run", "nobody", "x", "--import", "agent", cwd=copy
     )
     assert missing.returncode == 2
     assert "agent 'nobody' is not registered: pass --import MODULE" in missing.stderr
@@ -124,8 +154,9 @@ async def test_run_demo_with_a_path_answers_about_that_folder(
     queue = f"tests-demo-{uuid.uuid4().hex[:8]}"
     async with build_worker(client, graph, queue, tools=file_tools(elsewhere)):
         done = await python(
-            "-m", "starter", "run", "demo", 'Which files mention "needle"?', "--path", str(here),
-            "--project", project_id, "--json", env={"TEMPORAL_TASK_QUEUE": queue},
+            "-m", "agent_tasks.starter", "run", "demo", 'Which files mention "needle"?',
+            "--path", str(here),
+            "--project", project_id, "--json", cwd=ROOT, env={"TEMPORAL_TASK_QUEUE": queue},
         )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     answer = json.loads(done.stdout)["view"]["result"]["text"]

@@ -19,8 +19,8 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from plugin import PASSTHROUGH_MODULES
-from starter import (
+from agent_tasks.plugin import PASSTHROUGH_MODULES
+from agent_tasks.starter import (
     AgentContext,
     AgentSpec,
     AgentTasksPlugin,
@@ -33,10 +33,10 @@ from starter import (
     agent,
     tool,
 )
-from taskgraph.graph import TaskGraph
-from workflows.models import RecordEventsInput
-from workflows.spawning import CHILD_ENDED, TASK_WORKFLOW
-from workflows.task import TaskWorkflow
+from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.workflows.models import RecordEventsInput
+from agent_tasks.workflows.spawning import CHILD_ENDED, TASK_WORKFLOW
+from agent_tasks.workflows.task import TaskWorkflow
 
 
 class Text(BaseModel):
@@ -127,11 +127,11 @@ functions and classes: values a run cannot change for the next."""
 
 
 SHARED_WORKFLOW_MODULES = (
-    "workflows.task",
-    "workflows.mirror_calls",
-    "workflows.runs",
-    "workflows.search",
-    "workflows.spawning",
+    "agent_tasks.workflows.task",
+    "agent_tasks.workflows.mirror_calls",
+    "agent_tasks.workflows.runs",
+    "agent_tasks.workflows.search",
+    "agent_tasks.workflows.spawning",
 )
 """The workflow's module and the rooms only it imports: shared by every run, since the
 workflow's module is passed through and imports them outside the sandbox."""
@@ -143,7 +143,7 @@ def test_the_passed_through_workflow_modules_hold_no_state_a_run_could_change(na
     run shares it and what it imports: each may hold constants, functions and classes only,
     and their classes only methods (a run's state lives in its instances)."""
     module = importlib.import_module(name)
-    assert "workflows.task" in PASSTHROUGH_MODULES
+    assert "agent_tasks.workflows.task" in PASSTHROUGH_MODULES
     kinds = (types.ModuleType, types.FunctionType, type, typing._SpecialForm)
     shared = {
         key: value

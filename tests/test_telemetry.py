@@ -25,14 +25,14 @@ from pydantic import ValidationError
 from temporalio.client import Client
 from temporalio.contrib.opentelemetry import TracingInterceptor
 
-import telemetry
-from codec import DATA_CONVERTER
-from config import Settings, connect
-from devstack import free_port
-from starter.client import ConversationHistory
-from taskgraph.graph import TaskGraph
+from agent_tasks import telemetry
+from agent_tasks.codec import DATA_CONVERTER
+from agent_tasks.config import Settings, connect
+from agent_tasks.devstack import free_port
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.worker import build_worker, open_graph
 from tests.conftest import eventually, mirrored
-from worker import build_worker, open_graph
 
 # ------------------------------------------------------------------ in-memory exporter
 

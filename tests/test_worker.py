@@ -21,9 +21,9 @@ from temporalio.api.operatorservice.v1 import (
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
 
-from devstack import TemporalDevServer, free_port
-from worker import prepare_namespace
-from workflows.search import SEARCH_ATTRIBUTE_KEYS
+from agent_tasks.devstack import TemporalDevServer, free_port
+from agent_tasks.worker import prepare_namespace
+from agent_tasks.workflows.search import SEARCH_ATTRIBUTE_KEYS
 
 ROOT = Path(__file__).resolve().parents[1]
 TASK_ATTRIBUTES = {key.name for key in SEARCH_ATTRIBUTE_KEYS}
@@ -63,7 +63,7 @@ async def test_setup_command_registers_the_namespace_then_changes_nothing_twice(
     }
     done = await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, "-m", "starter", "setup"],
+        [sys.executable, "-m", "agent_tasks.starter", "setup"],
         cwd=ROOT,
         env=env,
         capture_output=True,

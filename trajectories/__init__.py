@@ -7,7 +7,7 @@ trajectory, a JSON array, JSON Lines); ``export`` writes a task as ATIF v1.7 and
 export back.
 """
 
-from trajectories.base import (
+from agent_tasks.trajectories.base import (
     ParsedStep,
     ParsedTrajectory,
     SubagentRef,
@@ -16,14 +16,14 @@ from trajectories.base import (
     step_name,
     task_name,
 )
-from trajectories.export import (
+from agent_tasks.trajectories.export import (
     ATIF_VERSION,
     EXPORTED_BY,
     check_atif,
     export_atif,
 )
-from trajectories.files import FORMATS, detect_format, read_file, read_trajectory
-from trajectories.swe_agent import FAILURE_SIGNALS
+from agent_tasks.trajectories.files import FORMATS, detect_format, read_file, read_trajectory
+from agent_tasks.trajectories.swe_agent import FAILURE_SIGNALS
 
 __all__ = [
     "ATIF_VERSION",

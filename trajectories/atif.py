@@ -64,7 +64,7 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
-from trajectories.base import (
+from agent_tasks.trajectories.base import (
     EventLog,
     ParsedTrajectory,
     SubagentRef,
@@ -72,7 +72,7 @@ from trajectories.base import (
     payload_text,
     short_text,
 )
-from workflows.models import EventKind, Role
+from agent_tasks.workflows.models import EventKind, Role
 
 
 class _Model(BaseModel):

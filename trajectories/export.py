@@ -45,7 +45,7 @@ from typing import Any, cast, get_args
 
 from jsonschema import Draft202012Validator
 
-from trajectories.base import (
+from agent_tasks.trajectories.base import (
     EventLog,
     Format,
     ParsedStep,
@@ -53,7 +53,7 @@ from trajectories.base import (
     dig,
     run_digest,
 )
-from workflows.models import Event, EventInput, EventKind, Role, StepState, StepView
+from agent_tasks.workflows.models import Event, EventInput, EventKind, Role, StepState, StepView
 
 EXPORTED_BY = "durable-agent-tasks"
 """``agent.extra.exported_by`` of an ``export_atif`` trajectory."""
@@ -144,6 +144,8 @@ def _subagent_ref(payload: str, children: Sequence[dict[str, Any]]) -> dict[str,
     return ref if isinstance(ref.get("trajectory_path"), str) else None
 
 
+# Long: three parts (events into ATIF steps, step records, header); to split the step grouping when
+# ATIF changes
 def export_atif(
     *,
     name: str,
@@ -297,6 +299,8 @@ def is_export(data: object) -> bool:
     return dig(data, "agent", "extra", "exported_by") == EXPORTED_BY
 
 
+# Long: the inverse of export_atif in one pass: events from steps, step records, the run, then its
+# children
 def read_export(
     data: dict[str, Any], source: str, embedded_in: str | None = None
 ) -> list[ParsedTrajectory]:

@@ -16,9 +16,9 @@ from typing import Any, cast, get_args
 
 from pydantic import BaseModel, ValidationError
 
-from trajectories import atif, mini_swe_agent, swe_agent
-from trajectories.base import Format, ParsedTrajectory, TrajectoryFormatError
-from trajectories.export import is_export, read_export
+from agent_tasks.trajectories import atif, mini_swe_agent, swe_agent
+from agent_tasks.trajectories.base import Format, ParsedTrajectory, TrajectoryFormatError
+from agent_tasks.trajectories.export import is_export, read_export
 
 FORMATS: tuple[str, ...] = get_args(Format)
 JSON_LINES_SUFFIXES = (".jsonl", ".ndjson")

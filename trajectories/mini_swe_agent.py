@@ -47,8 +47,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from trajectories.base import EventLog, ParsedTrajectory, assemble, dig, payload_text, short_text
-from workflows.models import EventKind, Role
+from agent_tasks.trajectories.base import (
+    EventLog,
+    ParsedTrajectory,
+    assemble,
+    dig,
+    payload_text,
+    short_text,
+)
+from agent_tasks.workflows.models import EventKind, Role
 
 _BASH_BLOCK = re.compile(r"```bash\s*\n(.*?)\n```", re.DOTALL)
 """mini-swe-agent 1.x's action regex (``DefaultAgent.parse_action``)."""
@@ -125,6 +132,7 @@ def _text(content: str | list[dict[str, Any]] | None) -> str:
     return payload_text(content)
 
 
+# Long: one trajectory's messages mapped to events by role, then its run; one role table
 def read(data: Trajectory, source: str) -> list[ParsedTrajectory]:
     """The one run of a mini-swe-agent trajectory, mapped as the module docstring says."""
     log = EventLog()

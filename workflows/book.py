@@ -11,8 +11,8 @@ from typing import Protocol
 
 from pydantic import BaseModel
 
-from workflows.models import Event, EventInput, StepRecord, TaskState, WriteOutcome
-from workflows.steps import ClosedStep
+from agent_tasks.workflows.models import Event, EventInput, StepRecord, TaskState, WriteOutcome
+from agent_tasks.workflows.steps import ClosedStep
 
 
 class Book(Protocol):

@@ -9,8 +9,8 @@ from datetime import datetime
 
 from temporalio.exceptions import ApplicationError
 
-from workflows.book import Book
-from workflows.models import (
+from agent_tasks.workflows.book import Book
+from agent_tasks.workflows.models import (
     CHILD_RESULT_PREVIEW_CHARS,
     BoundedText,
     ChildEnd,

@@ -13,8 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from workflows.errors import ErrorCode, refusal
-from workflows.models import Citations, CitesInput, RecordEventsInput, StepCitation, StepRecord
+from agent_tasks.workflows.errors import ErrorCode, refusal
+from agent_tasks.workflows.models import (
+    Citations,
+    CitesInput,
+    RecordEventsInput,
+    StepCitation,
+    StepRecord,
+)
 
 StepLookup = Callable[[str], StepRecord | None]
 """The ledger's step record by name (``Ledger.step``), None for a step the task lacks."""

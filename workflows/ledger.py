@@ -23,11 +23,11 @@ from datetime import datetime
 
 from pydantic import BaseModel, JsonValue
 
-from workflows import children, inbox, mirroring, pages, retries
-from workflows.decisions import cite
-from workflows.errors import ErrorCode, duplicate, refusal
-from workflows.mirroring import MirrorTarget
-from workflows.models import (
+from agent_tasks.workflows import children, inbox, mirroring, pages, retries
+from agent_tasks.workflows.decisions import cite
+from agent_tasks.workflows.errors import ErrorCode, duplicate, refusal
+from agent_tasks.workflows.mirroring import MirrorTarget
+from agent_tasks.workflows.models import (
     CLOSED_STATUSES,
     REQUEST_WINDOW,
     AgentRun,
@@ -68,7 +68,7 @@ from workflows.models import (
     request_key,
     valid_request_id,
 )
-from workflows.steps import (
+from agent_tasks.workflows.steps import (
     OPEN_STATES,
     ClosedStep,
     next_steps,
@@ -78,6 +78,8 @@ from workflows.steps import (
 )
 
 
+# Long: the task's one write path: check/apply pairs over one state; its other jobs already live in
+# rooms
 class Ledger:
     """One task's ledger: the carried ``state`` and this run's events (``run_events``).
 

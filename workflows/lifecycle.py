@@ -18,9 +18,9 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-from workflows.errors import ErrorCode, refusal
-from workflows.ledger import Ledger
-from workflows.models import (
+from agent_tasks.workflows.errors import ErrorCode, refusal
+from agent_tasks.workflows.ledger import Ledger
+from agent_tasks.workflows.models import (
     CLOSED_STATUSES,
     MAX_CHILDREN,
     MAX_DEPTH,
@@ -36,8 +36,8 @@ from workflows.models import (
     args_digest,
     model_size,
 )
-from workflows.models.lifecycle import AskInput, SetStatusInput, SpawnInput
-from workflows.waits import check_schema
+from agent_tasks.workflows.models.lifecycle import AskInput, SetStatusInput, SpawnInput
+from agent_tasks.workflows.waits import check_schema
 
 
 def _remember(

@@ -16,8 +16,8 @@ from datetime import timedelta
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, CancelledError
 
-from workflows.ledger import Ledger
-from workflows.mirroring import (
+from agent_tasks.workflows.ledger import Ledger
+from agent_tasks.workflows.mirroring import (
     MIRROR_FOLLOW_MAX,
     MIRROR_FOLLOWS_RUN,
     MIRROR_HEARTBEAT,
@@ -25,7 +25,7 @@ from workflows.mirroring import (
     MIRROR_START_TO_CLOSE,
     mirror_pause,
 )
-from workflows.models import MIRROR_ACTIVITY, MIRROR_MAX_EVENTS, MirrorOutcome
+from agent_tasks.workflows.models import MIRROR_ACTIVITY, MIRROR_MAX_EVENTS, MirrorOutcome
 
 CONTINUE_WITHOUT_MIRROR = "continue-as-new-without-mirror"
 """Patch id: a run continues-as-new when Temporal suggests it without waiting for the mirror;

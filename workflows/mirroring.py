@@ -22,8 +22,8 @@ from typing import NamedTuple
 
 from temporalio.common import RetryPolicy
 
-from workflows.errors import MIRROR_DATA_ERROR
-from workflows.models import MIRROR_ERROR_CHARS, MirrorInput, MirrorOutcome, TaskState
+from agent_tasks.workflows.errors import MIRROR_DATA_ERROR
+from agent_tasks.workflows.models import MIRROR_ERROR_CHARS, MirrorInput, MirrorOutcome, TaskState
 
 
 class MirrorTarget(NamedTuple):

@@ -11,8 +11,8 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
-from workflows.book import Book
-from workflows.models import (
+from agent_tasks.workflows.book import Book
+from agent_tasks.workflows.models import (
     MAX_PAYLOAD_BYTES,
     STEPS_PAGE_MAX,
     Event,
@@ -28,7 +28,7 @@ from workflows.models import (
     TaskView,
     model_size,
 )
-from workflows.steps import idempotency_key, result_validity
+from agent_tasks.workflows.steps import idempotency_key, result_validity
 
 _Item = TypeVar("_Item", bound=BaseModel)
 

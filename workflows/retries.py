@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from workflows.book import Book
-from workflows.errors import ErrorCode, refusal
-from workflows.models import (
+from agent_tasks.workflows.book import Book
+from agent_tasks.workflows.errors import ErrorCode, refusal
+from agent_tasks.workflows.models import (
     CitesInput,
     EventInput,
     EventKind,
@@ -18,7 +18,7 @@ from workflows.models import (
     WriteOutcome,
     args_digest,
 )
-from workflows.steps import step_key
+from agent_tasks.workflows.steps import step_key
 
 
 def check_retry(book: Book, retry: StepRetry) -> StepRecord:

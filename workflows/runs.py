@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-from workflows.ledger import Ledger
-from workflows.models import (
+from agent_tasks.workflows.ledger import Ledger
+from agent_tasks.workflows.models import (
     ROLLED_BACK,
     EventInput,
     EventKind,

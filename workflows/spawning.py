@@ -21,9 +21,9 @@ from temporalio.common import TypedSearchAttributes, WorkflowIDReusePolicy
 from temporalio.exceptions import FailureError, WorkflowAlreadyStartedError
 from temporalio.workflow import ParentClosePolicy
 
-from workflows.children import child_end
-from workflows.ledger import Ledger
-from workflows.models import (
+from agent_tasks.workflows.children import child_end
+from agent_tasks.workflows.ledger import Ledger
+from agent_tasks.workflows.models import (
     BRANCH_ACTIVITY,
     BRANCH_REUSE_ACTIVITY,
     CHILD_ENDS_ACTIVITY,
@@ -46,7 +46,7 @@ from workflows.models import (
     internal_request_id,
     task_workflow_id,
 )
-from workflows.search import search_attributes
+from agent_tasks.workflows.search import search_attributes
 
 BRANCH_REUSE = "branch-reuses-before-point"
 """Patch id: an agent task's branch, once its log is copied, takes over what its source settled

@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import NamedTuple
 
-from workflows.errors import ErrorCode, refusal
-from workflows.models import (
+from agent_tasks.workflows.errors import ErrorCode, refusal
+from agent_tasks.workflows.models import (
     MAX_OPEN_STEPS,
     MAX_STEP_ATTEMPTS,
     MAX_STEPS_PER_TASK,
@@ -128,6 +128,8 @@ def next_attempt(current: StepRecord | None) -> int:
     return (0 if current is None else current.attempt) + (not _retries_unknown(current))
 
 
+# Long: one all-or-nothing check of step writes: the per-write transition rules, then the task's
+# step limits
 def next_steps(
     lookup: Callable[[str], StepRecord | None],
     writes: Sequence[StepWrite],

@@ -34,19 +34,23 @@ from temporalio.exceptions import (
 with workflow.unsafe.imports_passed_through():
     # Pass-through is safe: these modules are deterministic (stdlib, pydantic, temporalio) and
     # hold no state between workflow runs; sharing them avoids re-importing pydantic models.
-    from workflows import lifecycle
-    from workflows.agents.context import AgentContext
-    from workflows.agents.registry import agent_function, agent_tools
-    from workflows.agents.runner import CANCEL_RULE, AgentParked
-    from workflows.children import child_end
-    from workflows.decisions import check_citations
-    from workflows.errors import CONTINUING_AS_NEW, ErrorCode, failure_text, refusal
-    from workflows.ledger import Ledger
-    from workflows.mirror_calls import CONTINUE_WITHOUT_MIRROR, MirrorCalls, continue_suggested
-    from workflows.mirroring import (
+    from agent_tasks.workflows import lifecycle
+    from agent_tasks.workflows.agents.context import AgentContext
+    from agent_tasks.workflows.agents.registry import agent_function, agent_tools
+    from agent_tasks.workflows.agents.runner import CANCEL_RULE, AgentParked
+    from agent_tasks.workflows.children import child_end
+    from agent_tasks.workflows.decisions import check_citations
+    from agent_tasks.workflows.errors import CONTINUING_AS_NEW, ErrorCode, failure_text, refusal
+    from agent_tasks.workflows.ledger import Ledger
+    from agent_tasks.workflows.mirror_calls import (
+        CONTINUE_WITHOUT_MIRROR,
+        MirrorCalls,
+        continue_suggested,
+    )
+    from agent_tasks.workflows.mirroring import (
         MIRROR_WITHOUT_DEBOUNCE,
     )
-    from workflows.models import (
+    from agent_tasks.workflows.models import (
         CLOSED_STATUSES,
         HISTORY_BACKPRESSURE_EVENTS,
         MIRROR_BATCH_EVENTS,
@@ -81,10 +85,10 @@ with workflow.unsafe.imports_passed_through():
         internal_request_id,
         task_workflow_id,
     )
-    from workflows.models.lifecycle import AskInput, SetStatusInput, SpawnInput
-    from workflows.runs import TURN_RULES, begin_run, close, end_run
-    from workflows.search import TASK_STATUS
-    from workflows.spawning import (
+    from agent_tasks.workflows.models.lifecycle import AskInput, SetStatusInput, SpawnInput
+    from agent_tasks.workflows.runs import TURN_RULES, begin_run, close, end_run
+    from agent_tasks.workflows.search import TASK_STATUS
+    from agent_tasks.workflows.spawning import (
         BRANCH_REUSE,
         children_running,
         copy_branch,
@@ -115,6 +119,7 @@ CHILD_CANCEL_WAIT = timedelta(minutes=1)
 """How long a cancelled parent waits for its cancelled children to report their end."""
 
 
+# Long: the @workflow.defn class: Temporal's handlers must be its methods
 @workflow.defn
 class TaskWorkflow:
     """One task: its ledger, kept in Neo4j by the mirror, continued-as-new when suggested."""
@@ -166,6 +171,8 @@ class TaskWorkflow:
             await self._cancelled()
             raise
 
+    # Long: TaskWorkflow's run loop: mirror, continue-as-new, finish; its patched branches must keep
+    # their order
     async def _run(self) -> TaskView:
         ledger = self.ledger
         if copying(ledger):

@@ -7,7 +7,7 @@ all workflow code: no I/O, no clock, no randomness here; those belong in tools.
 
 from __future__ import annotations
 
-from starter import AgentContext, AgentSpec, agent
+from agent_tasks.starter import AgentContext, AgentSpec, agent
 
 TASK_QUEUE = "hello-agent"
 """The task queue of this project's worker: its tasks run only where ``worker.py`` polls."""

@@ -1,8 +1,8 @@
 """The starter: starts a task of the agent, answers its question to a person from the
 keyboard (or ``--answer``), and prints the task's result.
 
-    python -m examples.hello_agent.starter "What does Temporal keep?"
-    python -m examples.hello_agent.starter "Who wrote this?" --answer "A person"
+    python starter.py "What does Temporal keep?"
+    python starter.py "Who wrote this?" --answer "A person"
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import uuid
 
 from temporalio.client import Client
 
-from examples.hello_agent import agent
-from starter import AgentTasksPlugin, ConversationHistory, Settings, TaskStatus
+import agent
+from agent_tasks.starter import AgentTasksPlugin, ConversationHistory, Settings, TaskStatus
 
 
 async def main(question: str, answer: str | None, task: str) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from starter import ToolContext, tool
+from agent_tasks.starter import ToolContext, tool
 
 NOTES = {
     "temporal": "Temporal keeps every task's history: a crash loses nothing.",

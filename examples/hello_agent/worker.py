@@ -12,9 +12,9 @@ import asyncio
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from examples.hello_agent import agent
-from examples.hello_agent.tools import search_notes
-from starter import AgentTasksPlugin, AgentTasksWorkerPlugin, Settings, open_graph
+import agent
+from agent_tasks.starter import AgentTasksPlugin, AgentTasksWorkerPlugin, Settings, open_graph
+from tools import search_notes
 
 
 async def main() -> None:

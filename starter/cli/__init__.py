@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import typer
 
-import telemetry
-from starter.cli.agents import (
+from agent_tasks import telemetry
+from agent_tasks.starter.cli.agents import (
     approve_command,
     branch_command,
     cancel_command,
@@ -24,14 +24,14 @@ from starter.cli.agents import (
     run_command,
     step_app,
 )
-from starter.cli.common import main_of
-from starter.cli.dev import dev_app, setup_command, worker_command
-from starter.cli.graph import graph_app, tree_command
-from starter.cli.replay import replay_command
-from starter.cli.retention import decisions_command, delete_command, redact_command
-from starter.cli.serve import keys_app, page_command, serve_command
-from starter.cli.task import task_app
-from starter.cli.transfer import export_command, import_command
+from agent_tasks.starter.cli.common import main_of
+from agent_tasks.starter.cli.dev import dev_app, setup_command, worker_command
+from agent_tasks.starter.cli.graph import graph_app, tree_command
+from agent_tasks.starter.cli.replay import replay_command
+from agent_tasks.starter.cli.retention import decisions_command, delete_command, redact_command
+from agent_tasks.starter.cli.serve import keys_app, page_command, serve_command
+from agent_tasks.starter.cli.task import task_app
+from agent_tasks.starter.cli.transfer import export_command, import_command
 
 app = typer.Typer(
     help="Durable tasks for AI agents, on Temporal with a Neo4j mirror.",

@@ -13,9 +13,9 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 
-from activities.files import file_tools
-from activities.tools import Tool
-from starter.cli.common import (
+from agent_tasks.activities.files import file_tools
+from agent_tasks.activities.tools import Tool
+from agent_tasks.starter.cli.common import (
     AgentOpt,
     ImportOpt,
     JsonOpt,
@@ -29,12 +29,12 @@ from starter.cli.common import (
     table,
     write_outcome,
 )
-from starter.importer import all_steps
-from starter.results import WriteResult
-from worker import build_worker
-from workflows.agents.registry import agent_function
-from workflows.models import AgentSpec, ApprovalType, ModelSpec, StepView, TaskView
-from workflows.waits import answer_error
+from agent_tasks.starter.importer import all_steps
+from agent_tasks.starter.results import WriteResult
+from agent_tasks.worker import build_worker
+from agent_tasks.workflows.agents.registry import agent_function
+from agent_tasks.workflows.models import AgentSpec, ApprovalType, ModelSpec, StepView, TaskView
+from agent_tasks.workflows.waits import answer_error
 
 DEMO_TOOLS = ["list_files", "read_file", "search_text"]
 """The demo agent's tools (``activities.files``)."""
@@ -56,6 +56,8 @@ def module_tools(modules: list[ModuleType]) -> list[Tool]:
     return list(found.values())
 
 
+# Long: one CLI command's flow: options, the agent spec, the run with an optional worker, the result
+# and exit code
 def run_command(
     agent: Annotated[
         str, typer.Argument(help="The agent to run: demo, or any agent registered by name.")

@@ -8,9 +8,9 @@ from typing import Annotated
 import typer
 from pydantic import AwareDatetime, TypeAdapter
 
-from activities.rebuild import RebuildReport, rebuild
-from config import Settings
-from starter.cli.common import (
+from agent_tasks.activities.rebuild import RebuildReport, rebuild
+from agent_tasks.config import Settings
+from agent_tasks.starter.cli.common import (
     JsonOpt,
     LimitOpt,
     ProjectOpt,
@@ -22,9 +22,9 @@ from starter.cli.common import (
     run,
     table,
 )
-from taskgraph.models import EventRow, StepRow, TaskRow, ToolFailures, TreeRow
-from worker import open_graph, open_services
-from workflows.models import EventKind, StepState, TaskStatus
+from agent_tasks.taskgraph.models import EventRow, StepRow, TaskRow, ToolFailures, TreeRow
+from agent_tasks.worker import open_graph, open_services
+from agent_tasks.workflows.models import EventKind, StepState, TaskStatus
 
 graph_app = typer.Typer(
     help="The graph store (Neo4j or FalkorDB): schema, rebuild and cross-task reads."

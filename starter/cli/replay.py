@@ -7,9 +7,18 @@ from typing import Annotated
 
 import typer
 
-from config import Settings, connect
-from starter.cli.common import ImportOpt, JsonOpt, console, emit, import_modules, run, table, within
-from starter.replay import (
+from agent_tasks.config import Settings, connect
+from agent_tasks.starter.cli.common import (
+    ImportOpt,
+    JsonOpt,
+    console,
+    emit,
+    import_modules,
+    run,
+    table,
+    within,
+)
+from agent_tasks.starter.replay import (
     ReplayResult,
     all_ok,
     count_runs,
@@ -17,9 +26,10 @@ from starter.replay import (
     replay_dir,
     replay_server,
 )
-from workflows.models import TaskStatus
+from agent_tasks.workflows.models import TaskStatus
 
 
+# Long: one CLI command's flow: options, the replay, the table and its notes, the exit code
 def replay_command(
     folder: Annotated[
         Path | None,

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from starter.cli.common import (
+from agent_tasks.starter.cli.common import (
     AgentOpt,
     JsonOpt,
     LimitOpt,
@@ -22,8 +22,8 @@ from starter.cli.common import (
     table,
     within,
 )
-from starter.results import DecisionsResult, DeleteResult, RedactResult
-from starter.retention import HistoryRetention
+from agent_tasks.starter.results import DecisionsResult, DeleteResult, RedactResult
+from agent_tasks.starter.retention import HistoryRetention
 
 
 @asynccontextmanager

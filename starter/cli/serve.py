@@ -7,13 +7,13 @@ from typing import Annotated
 
 import typer
 
-from broker import Broker, RevokedMessage, key_channel
-from config import Settings
-from starter.cli.common import console, run
-from starter.http import GRACEFUL_TIMEOUT_S, serve
-from starter.http.grants import GRANT_CHECK_S
-from taskgraph.apikeys import ApiKey, ApiKeyStore
-from worker import open_graph
+from agent_tasks.broker import Broker, RevokedMessage, key_channel
+from agent_tasks.config import Settings
+from agent_tasks.starter.cli.common import console, run
+from agent_tasks.starter.http import GRACEFUL_TIMEOUT_S, serve
+from agent_tasks.starter.http.grants import GRANT_CHECK_S
+from agent_tasks.taskgraph.apikeys import ApiKey, ApiKeyStore
+from agent_tasks.worker import open_graph
 
 REVOKED_WORD_TRIES = 5
 """Attempts to publish a revocation on the broker (each bounded by

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from starter.cli.common import (
+from agent_tasks.starter.cli.common import (
     AgentOpt,
     JsonOpt,
     LimitOpt,
@@ -22,8 +22,8 @@ from starter.cli.common import (
     within,
     write_outcome,
 )
-from starter.results import WriteResult
-from workflows.models import EventKind, Role, StepKind, StepState, TaskStatus
+from agent_tasks.starter.results import WriteResult
+from agent_tasks.workflows.models import EventKind, Role, StepKind, StepState, TaskStatus
 
 task_app = typer.Typer(help="Create, write and read tasks.")
 

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import typer
 from rich.progress import Progress
 
-from starter.cli.common import (
+from agent_tasks.starter.cli.common import (
     AgentOpt,
     JsonOpt,
     ProjectOpt,
@@ -23,13 +23,20 @@ from starter.cli.common import (
     table,
     within,
 )
-from starter.importer import CONCURRENCY, export_task, import_tasks, mirror_caught_up, verify_task
-from starter.planning import EXAMPLES, TRAJECTORY_SUFFIXES, ImportReport, plan_import
-from trajectories import check_atif
-from worker import build_worker
-from workflows.models import MAX_PAYLOAD_CHARS
+from agent_tasks.starter.importer import (
+    CONCURRENCY,
+    export_task,
+    import_tasks,
+    mirror_caught_up,
+    verify_task,
+)
+from agent_tasks.starter.planning import EXAMPLES, TRAJECTORY_SUFFIXES, ImportReport, plan_import
+from agent_tasks.trajectories import check_atif
+from agent_tasks.worker import build_worker
+from agent_tasks.workflows.models import MAX_PAYLOAD_CHARS
 
 
+# Long: one CLI command's flow: options, the import, the verification table, the exit code
 def import_command(
     paths: Annotated[
         list[Path] | None, typer.Argument(help="Files or folders (walked recursively).")
@@ -157,12 +164,12 @@ def import_command(
             if not problems and not cut:
                 console.print(
                     "[green]verified:[/green] every event matches its source, in the "
-                    "workflow and in Neo4j"
+                    "workflow and in the graph store"
                 )
             elif not problems:
                 console.print(
                     "[yellow]verified, but not whole:[/yellow] every event matches its source "
-                    "in the workflow and in Neo4j; the cut ones by their first "
+                    "in the workflow and in the graph store; the cut ones by their first "
                     f"{MAX_PAYLOAD_CHARS:,} characters, full length and SHA-256 only"
                 )
     if problems or any(r.status == "refused" for r in reports):

@@ -11,9 +11,9 @@ import asyncio
 
 import uvicorn
 
-from config import Settings
-from starter.http.app import KEEPALIVE_S, ApiServer, create_app
-from worker import build_worker, open_services
+from agent_tasks.config import Settings
+from agent_tasks.starter.http.app import KEEPALIVE_S, ApiServer, create_app
+from agent_tasks.worker import build_worker, open_services
 
 __all__ = ["GRACEFUL_TIMEOUT_S", "KEEPALIVE_S", "create_app", "serve"]
 

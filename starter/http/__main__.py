@@ -3,7 +3,7 @@
 import os
 import sys
 
-from starter.http import main
+from agent_tasks.starter.http import main
 
 main()
 sys.stdout.flush()

@@ -30,28 +30,28 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from broker import Subscriber
-from config import Settings
-from starter.http.auth import StreamSlots
-from starter.http.codec import router as codec_router
-from starter.http.errors import (
+from agent_tasks.broker import Subscriber
+from agent_tasks.config import Settings
+from agent_tasks.starter.http.auth import StreamSlots
+from agent_tasks.starter.http.codec import router as codec_router
+from agent_tasks.starter.http.errors import (
     ApiError,
     api_error_handler,
     error_response,
     model_error_handler,
     validation_error_handler,
 )
-from starter.http.grants import GRANT_CHECK_S, GrantChecks
-from starter.http.inbox_routes import router as inbox_router
-from starter.http.page import router as page_router
-from starter.http.page import static_files
-from starter.http.routes import API_DESCRIPTION, router, service_error_handler
-from starter.http.stream_routes import router as stream_router
-from starter.http.streams import STREAM_POLL_S, FeedRegistry
-from taskgraph.apikeys import ApiKeyStore
-from taskgraph.pagesessions import PageSessionStore
-from worker import Services
-from workflows.errors import GraphIncomplete, TaskServiceUnavailable
+from agent_tasks.starter.http.grants import GRANT_CHECK_S, GrantChecks
+from agent_tasks.starter.http.inbox_routes import router as inbox_router
+from agent_tasks.starter.http.page import router as page_router
+from agent_tasks.starter.http.page import static_files
+from agent_tasks.starter.http.routes import API_DESCRIPTION, router, service_error_handler
+from agent_tasks.starter.http.stream_routes import router as stream_router
+from agent_tasks.starter.http.streams import STREAM_POLL_S, FeedRegistry
+from agent_tasks.taskgraph.apikeys import ApiKeyStore
+from agent_tasks.taskgraph.pagesessions import PageSessionStore
+from agent_tasks.worker import Services
+from agent_tasks.workflows.errors import GraphIncomplete, TaskServiceUnavailable
 
 KEEPALIVE_S = 15.0
 """Seconds between keep-alive comments on an idle stream (proxies often close idle
@@ -148,6 +148,8 @@ class BodyLimit:
         await error_response(error)(scope, receive, send)
 
 
+# Long: the app factory: lifespan, error handlers, routers, middleware; the lifespan closes over its
+# arguments
 def create_app(
     services: Services,
     *,

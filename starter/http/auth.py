@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 
 from fastapi import Request
 
-from starter.http.errors import ApiError
-from taskgraph.apikeys import ApiKey, ApiKeyStore
-from taskgraph.pagesessions import PageSessionStore, csrf_token
+from agent_tasks.starter.http.errors import ApiError
+from agent_tasks.taskgraph.apikeys import ApiKey, ApiKeyStore
+from agent_tasks.taskgraph.pagesessions import PageSessionStore, csrf_token
 
 BEARER = "bearer "
 

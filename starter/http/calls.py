@@ -8,12 +8,12 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
-from starter.client import ConversationHistory
-from starter.http.auth import authenticate
-from starter.http.errors import ErrorResponse
-from starter.http.grants import Grant
-from starter.tasks import TaskManager
-from taskgraph.apikeys import ApiKey
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.starter.http.auth import authenticate
+from agent_tasks.starter.http.errors import ErrorResponse
+from agent_tasks.starter.http.grants import Grant
+from agent_tasks.starter.tasks import TaskManager
+from agent_tasks.taskgraph.apikeys import ApiKey
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorResponse, "description": about}

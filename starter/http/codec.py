@@ -36,11 +36,11 @@ from fastapi import APIRouter, Request, Response
 from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload, Payloads
 
-from codec import compress, decompress
-from starter.http.auth import SESSION_COOKIE, authenticate, presented_key
-from starter.http.errors import ApiError, error_response
-from taskgraph.pagesessions import PageSessionStore
-from taskgraph.sealing import open_text
+from agent_tasks.codec import compress, decompress
+from agent_tasks.starter.http.auth import SESSION_COOKIE, authenticate, presented_key
+from agent_tasks.starter.http.errors import ApiError, error_response
+from agent_tasks.taskgraph.pagesessions import PageSessionStore
+from agent_tasks.taskgraph.sealing import open_text
 
 router = APIRouter(prefix="/codec", tags=["codec"])
 

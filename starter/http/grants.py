@@ -35,10 +35,10 @@ from dataclasses import dataclass
 from fastapi import Request
 from fastapi.sse import ServerSentEvent
 
-from broker import Message, RevokedMessage, Subscriber, key_channel
-from starter.http.auth import SESSION_COOKIE, presented_key
-from taskgraph.apikeys import ApiKey, ApiKeyStore, digest
-from taskgraph.pagesessions import PageSessionStore
+from agent_tasks.broker import Message, RevokedMessage, Subscriber, key_channel
+from agent_tasks.starter.http.auth import SESSION_COOKIE, presented_key
+from agent_tasks.taskgraph.apikeys import ApiKey, ApiKeyStore, digest
+from agent_tasks.taskgraph.pagesessions import PageSessionStore
 
 GRANT_CHECK_S = 10.0
 """How often a stream with nothing to send checks its key or session (seconds): the bound of

@@ -32,10 +32,10 @@ from fastapi.sse import ServerSentEvent
 from markdown_it import MarkdownIt
 from pydantic import BaseModel, JsonValue
 
-from broker import Message, Subscriber, WrittenMessage, project_channel
-from starter.client import ConversationHistory
-from starter.http.grants import Gate
-from workflows.models import InputRequest, TaskStatus
+from agent_tasks.broker import Message, Subscriber, WrittenMessage, project_channel
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.starter.http.grants import Gate
+from agent_tasks.workflows.models import InputRequest, TaskStatus
 
 INBOX_TASKS = 200
 """Tasks with open requests one inbox read covers (the most recently named by Neo4j)."""

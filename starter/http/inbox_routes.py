@@ -6,9 +6,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 from pydantic import BaseModel
 
-from starter.http.calls import ERRORS, Call, TaskName, name_of
-from starter.http.inbox import Inbox, InboxStream, inbox_items, task_items
-from starter.http.stream_routes import STREAM_DOC, sse
+from agent_tasks.starter.http.calls import ERRORS, Call, TaskName, name_of
+from agent_tasks.starter.http.inbox import Inbox, InboxStream, inbox_items, task_items
+from agent_tasks.starter.http.stream_routes import STREAM_DOC, sse
 
 router = APIRouter()
 

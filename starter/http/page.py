@@ -28,11 +28,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from broker import RevokedMessage, key_channel
-from starter.http.auth import CSRF_COOKIE, SESSION_COOKIE, authenticate
-from starter.http.errors import ApiError
-from taskgraph.apikeys import digest
-from taskgraph.pagesessions import csrf_token
+from agent_tasks.broker import RevokedMessage, key_channel
+from agent_tasks.starter.http.auth import CSRF_COOKIE, SESSION_COOKIE, authenticate
+from agent_tasks.starter.http.errors import ApiError
+from agent_tasks.taskgraph.apikeys import digest
+from agent_tasks.taskgraph.pagesessions import csrf_token
 
 PAGE_FILES = Path(__file__).resolve().parent / "page"
 """The page's HTML, CSS and scripts."""

@@ -10,9 +10,9 @@ from fastapi import APIRouter, Body, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import AwareDatetime, BaseModel, Field, JsonValue
 
-from starter.http.calls import ERRORS, Call, TaskName, name_of
-from starter.http.errors import ApiError, error_response
-from starter.results import (
+from agent_tasks.starter.http.calls import ERRORS, Call, TaskName, name_of
+from agent_tasks.starter.http.errors import ApiError, error_response
+from agent_tasks.starter.results import (
     DecisionsResult,
     DeleteResult,
     EventsResult,
@@ -20,10 +20,10 @@ from starter.results import (
     StepsResult,
     WriteResult,
 )
-from starter.retention import HistoryRetention
-from starter.tasks import Task, TaskRefused, UpdateType, new_task_id
-from taskgraph.models import TaskRow, TreeRow
-from workflows.models import (
+from agent_tasks.starter.retention import HistoryRetention
+from agent_tasks.starter.tasks import Task, TaskRefused, UpdateType, new_task_id
+from agent_tasks.taskgraph.models import TaskRow, TreeRow
+from agent_tasks.workflows.models import (
     PAGE_LIMIT_MAX,
     AgentSpec,
     EventInput,

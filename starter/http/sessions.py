@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 
 from fastapi.sse import ServerSentEvent
 
-from broker import Message, RevokedMessage, Subscriber, session_channel
-from starter.client import ConversationHistory
-from starter.http.grants import Gate
-from starter.http.streams import (
+from agent_tasks.broker import Message, RevokedMessage, Subscriber, session_channel
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.starter.http.grants import Gate
+from agent_tasks.starter.http.streams import (
     SESSION_TASKS,
     FeedRegistry,
     Pending,
@@ -25,8 +25,8 @@ from starter.http.streams import (
     keep_alive,
     next_items,
 )
-from taskgraph.models import TaskRow
-from workflows.models import CLOSED_STATUSES
+from agent_tasks.taskgraph.models import TaskRow
+from agent_tasks.workflows.models import CLOSED_STATUSES
 
 CURSOR_TASKS = 2 * SESSION_TASKS
 """Tasks one cursor names at most: those followed, and those closed when it first connected."""
@@ -162,6 +162,7 @@ class SessionStream:
             self.cursor.seqs[name] = seq
             self.cursor.ended.discard(name)  # resumed: more, then a new end
 
+    # Long: one session's stream: follow its tasks, merge their events under one cursor, keep-alives
     async def events(self) -> AsyncGenerator[ServerSentEvent, None]:
         """The stream (it ends only when the client leaves).
 

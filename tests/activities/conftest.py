@@ -10,9 +10,9 @@ import pytest
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 
+from agent_tasks.worker import Services, build_worker
 from tests.agent_tools import TOOLS
 from tests.conftest import eventually
-from worker import Services, build_worker
 
 
 @pytest.fixture(scope="module")

@@ -18,18 +18,18 @@ import pytest
 from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.client import Client, WorkflowHistory
 
-from config import Settings
-from devstack import free_port
-from starter.client import ConversationHistory
-from taskgraph.driver import NEO4J_CALL_TIMEOUT_S, open_driver
-from taskgraph.errors import GraphUnavailable
-from taskgraph.graph import TaskGraph
-from taskgraph.models import TaskFilter
+from agent_tasks.config import Settings
+from agent_tasks.devstack import free_port
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.taskgraph.driver import NEO4J_CALL_TIMEOUT_S, open_driver
+from agent_tasks.taskgraph.errors import GraphUnavailable
+from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.taskgraph.models import TaskFilter
+from agent_tasks.worker import build_worker
+from agent_tasks.workflows.errors import MIRROR_UNAVAILABLE
+from agent_tasks.workflows.mirroring import MIRROR_HEARTBEAT, MIRROR_START_TO_CLOSE
+from agent_tasks.workflows.models import MIRROR_ACTIVITY
 from tests.conftest import eventually, mirrored
-from worker import build_worker
-from workflows.errors import MIRROR_UNAVAILABLE
-from workflows.mirroring import MIRROR_HEARTBEAT, MIRROR_START_TO_CLOSE
-from workflows.models import MIRROR_ACTIVITY
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,15 +11,15 @@ from typing import Any
 import pytest
 from temporalio.exceptions import ApplicationError
 
-from activities.chat_protocol import (
+from agent_tasks.activities.chat_protocol import (
     SseDecoder,
     StreamAssembler,
     bounded_call,
     completion_turn,
     fallback_call_id,
 )
+from agent_tasks.workflows.models import MAX_PAYLOAD_BYTES, MAX_PAYLOAD_CHARS, ToolCall
 from tests.model_server import chunk
-from workflows.models import MAX_PAYLOAD_BYTES, MAX_PAYLOAD_CHARS, ToolCall
 
 
 def assembled(*chunks: dict[str, Any], done: bool = True) -> StreamAssembler:

@@ -15,14 +15,14 @@ from temporalio.client import Client
 from temporalio.testing import ActivityEnvironment
 from temporalio.worker import Worker
 
-from activities.follow import HistoryPoll
-from activities.mirror import MirrorActivities
-from starter.client import ConversationHistory
-from taskgraph.graph import TaskGraph
+from agent_tasks.activities.follow import HistoryPoll
+from agent_tasks.activities.mirror import MirrorActivities
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.worker import AgentTasksWorkerPlugin, build_worker
+from agent_tasks.workflows.mirroring import MIRROR_FOLLOW_IDLE
+from agent_tasks.workflows.models import MirrorInput
 from tests.conftest import eventually, mirrored
-from worker import AgentTasksWorkerPlugin, build_worker
-from workflows.mirroring import MIRROR_FOLLOW_IDLE
-from workflows.models import MirrorInput
 
 SCHEDULED = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
 

@@ -15,16 +15,23 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationErrorCategory
 from temporalio.testing import ActivityEnvironment
 
-from activities.mirror import MirrorActivities, mirror_failure
-from activities.rebuild import RebuildReport, rebuild
-from starter.client import ConversationHistory
-from taskgraph.driver import NEO4J_TRANSACTION_TIMEOUT_S, OUT_OF_TIME_CODES
-from taskgraph.errors import GraphDataError, GraphUnavailable
-from taskgraph.graph import TaskGraph
-from taskgraph.models import StepFilter, TaskFilter, ToolFailures
+from agent_tasks.activities.mirror import MirrorActivities, mirror_failure
+from agent_tasks.activities.rebuild import RebuildReport, rebuild
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.taskgraph.driver import NEO4J_TRANSACTION_TIMEOUT_S, OUT_OF_TIME_CODES
+from agent_tasks.taskgraph.errors import GraphDataError, GraphUnavailable
+from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.taskgraph.models import StepFilter, TaskFilter, ToolFailures
+from agent_tasks.workflows.errors import MIRROR_DATA_ERROR, MIRROR_UNAVAILABLE
+from agent_tasks.workflows.models import (
+    Event,
+    EventInput,
+    MirrorInput,
+    StepState,
+    StepView,
+    StepWrite,
+)
 from tests.conftest import eventually, mirrored
-from workflows.errors import MIRROR_DATA_ERROR, MIRROR_UNAVAILABLE
-from workflows.models import Event, EventInput, MirrorInput, StepState, StepView, StepWrite
 
 
 async def mixed_writes(history: ConversationHistory, task: str) -> None:

@@ -11,17 +11,17 @@ import asyncio
 
 from temporalio.client import Client
 
-from activities.mirror import QueriedRun, copy_run
-from config import Settings
-from devstack.process import parse_host_port
-from starter.client import ConversationHistory
-from taskgraph.falkor import FalkorGraph
-from taskgraph.port import GraphStore
+from agent_tasks.activities.mirror import QueriedRun, copy_run
+from agent_tasks.config import Settings
+from agent_tasks.devstack.process import parse_host_port
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.taskgraph.falkor import FalkorGraph
+from agent_tasks.taskgraph.port import GraphStore
+from agent_tasks.worker import build_graph_store
+from agent_tasks.workflows.models import StepState, TaskStatus
 from tests.conftest import eventually, mirrored
 from tests.tcp_proxy import TcpProxy
 from tests.workflows.conftest import graph_row
-from worker import build_graph_store
-from workflows.models import StepState, TaskStatus
 
 
 def _through(store: GraphStore, port: int, settings: Settings) -> GraphStore:

@@ -17,13 +17,11 @@ from typing import Any
 
 import pytest
 
-from activities.chat_protocol import fallback_call_id
-from broker import Subscriber, TokenMessage, WrittenMessage, task_channel
-from starter.client import ConversationHistory
-from tests.conftest import eventually
-from tests.model_server import ModelServer, Reply, chunk, completion
-from worker import Services
-from workflows.models import (
+from agent_tasks.activities.chat_protocol import fallback_call_id
+from agent_tasks.broker import Subscriber, TokenMessage, WrittenMessage, task_channel
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.worker import Services
+from agent_tasks.workflows.models import (
     MAX_PAYLOAD_CHARS,
     AgentSpec,
     Event,
@@ -32,6 +30,8 @@ from workflows.models import (
     Role,
     TaskView,
 )
+from tests.conftest import eventually
+from tests.model_server import ModelServer, Reply, chunk, completion
 
 ANSWER = "All good"
 ECHO_HI = '{"text": "hi"}'

@@ -13,12 +13,12 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from activities.tokens import split_tokens
-from broker import Subscriber, TokenMessage, task_channel
-from starter.client import ConversationHistory
+from agent_tasks.activities.tokens import split_tokens
+from agent_tasks.broker import Subscriber, TokenMessage, task_channel
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.worker import Services
+from agent_tasks.workflows.models import AgentSpec, EventKind, ModelSpec, Role
 from tests.servers import served
-from worker import Services
-from workflows.models import AgentSpec, EventKind, ModelSpec, Role
 
 DELTAS = ["Check", "ing the ", "repo"]
 ANSWER = "All good"

@@ -14,12 +14,19 @@ from typing import Any
 import pytest
 from temporalio.exceptions import ApplicationError
 
-from activities.model import openai_streamed_turn, openai_turn
-from activities.tokens import TokenStream
-from activities.transcript import chat_messages
+from agent_tasks.activities.model import openai_streamed_turn, openai_turn
+from agent_tasks.activities.tokens import TokenStream
+from agent_tasks.activities.transcript import chat_messages
+from agent_tasks.workflows.agents import ToolSpec
+from agent_tasks.workflows.models import (
+    Event,
+    EventInput,
+    ModelInput,
+    ModelSpec,
+    ModelTurn,
+    ToolCall,
+)
 from tests.model_server import ModelServer, Reply, chunk, error
-from workflows.agents import ToolSpec
-from workflows.models import Event, EventInput, ModelInput, ModelSpec, ModelTurn, ToolCall
 
 CASSETTES = Path(__file__).resolve().parents[1] / "cassettes"
 TRANSCRIPT = [

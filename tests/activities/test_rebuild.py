@@ -14,16 +14,16 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from activities.mirror import copy_run
-from activities.rebuild import RebuildReport, ReplayedRun, rebuild, replay_run
-from devstack import free_port
-from starter.client import ConversationHistory
-from taskgraph.graph import TaskGraph
-from taskgraph.models import StepFilter
+from agent_tasks.activities.mirror import copy_run
+from agent_tasks.activities.rebuild import RebuildReport, ReplayedRun, rebuild, replay_run
+from agent_tasks.devstack import free_port
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.taskgraph.models import StepFilter
+from agent_tasks.worker import build_worker
+from agent_tasks.workflows.models import Event, StepView
 from tests.conftest import mirrored
 from tests.workflows.test_durability import dev_server
-from worker import build_worker
-from workflows.models import Event, StepView
 
 
 @pytest.fixture

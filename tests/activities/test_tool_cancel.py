@@ -14,13 +14,13 @@ import httpx
 import pytest
 from pydantic import BaseModel
 
-from activities.tools import ToolContext, tool
-from starter.client import ConversationHistory
+from agent_tasks.activities.tools import ToolContext, tool
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.worker import Services, build_worker
+from agent_tasks.workflows.models import AgentSpec, EventKind, ModelSpec, StepState
 from tests.agent_tools import SCRIPTS, answer, calls
 from tests.conftest import eventually
 from tests.model_server import ModelServer, Reply, completion
-from worker import Services, build_worker
-from workflows.models import AgentSpec, EventKind, ModelSpec, StepState
 
 
 class Address(BaseModel):

@@ -7,9 +7,9 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from activities.transcript import ANSWERED, EDITED, NO_RESULT, chat_messages
-from workflows.agents.approvals import IGNORED
-from workflows.models import Event, EventInput
+from agent_tasks.activities.transcript import ANSWERED, EDITED, NO_RESULT, chat_messages
+from agent_tasks.workflows.agents.approvals import IGNORED
+from agent_tasks.workflows.models import Event, EventInput
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -10,7 +10,12 @@ from pathlib import Path
 
 import yaml
 
-from devstack.cluster import DATABASES, DYNAMIC_CONFIG, TEMPORAL_SERVER_VERSION, schema_steps
+from agent_tasks.devstack.cluster import (
+    DATABASES,
+    DYNAMIC_CONFIG,
+    TEMPORAL_SERVER_VERSION,
+    schema_steps,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 

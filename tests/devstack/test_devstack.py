@@ -30,9 +30,9 @@ from temporalio.api.workflowservice.v1 import (
 )
 from temporalio.client import Client, WorkflowExecutionStatus
 
-import devstack
-from config import Settings, TemporalProfile
-from devstack import (
+from agent_tasks import devstack
+from agent_tasks.config import Settings, TemporalProfile
+from agent_tasks.devstack import (
     BIND_HOST,
     SEARCH_ATTRIBUTES,
     DevStackError,
@@ -43,7 +43,7 @@ from devstack import (
     probe_neo4j,
     probe_temporal,
 )
-from starter.cli.dev import up
+from agent_tasks.starter.cli.dev import up
 
 
 def _cmdline(pid: int) -> list[str]:
@@ -237,7 +237,7 @@ async def test_dev_up_sets_the_retention_of_the_local_temporal(
 
 APP = """
 import asyncio
-import starter
+from agent_tasks import starter
 
 async def main() -> None:
     client = await starter.connect()
@@ -253,7 +253,7 @@ asyncio.run(main())
 
 def _cli(here: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "starter", *args],
+        [sys.executable, "-m", "agent_tasks.starter", *args],
         cwd=here, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
 

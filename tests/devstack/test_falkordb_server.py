@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-import devstack
-from config import Settings
-from devstack import BIND_HOST, free_port, port_is_open
-from worker import build_graph_store
+from agent_tasks import devstack
+from agent_tasks.config import Settings
+from agent_tasks.devstack import BIND_HOST, free_port, port_is_open
+from agent_tasks.worker import build_graph_store
 
 
 async def test_dev_up_starts_falkordb_when_it_is_the_graph_store(

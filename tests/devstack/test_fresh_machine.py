@@ -20,11 +20,17 @@ from pathlib import Path
 
 import pytest
 
-import devstack
-from config import Settings, TemporalProfile
-from devstack import BIND_HOST, DevStackError, TemporalDevServer, free_port, port_is_open
-from devstack.process import ManagedProcess
-from devstack.redis_server import RedisServer
+from agent_tasks import devstack
+from agent_tasks.config import Settings, TemporalProfile
+from agent_tasks.devstack import (
+    BIND_HOST,
+    DevStackError,
+    TemporalDevServer,
+    free_port,
+    port_is_open,
+)
+from agent_tasks.devstack.process import ManagedProcess
+from agent_tasks.devstack.redis_server import RedisServer
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
@@ -58,7 +64,7 @@ def _env(data_dir: Path, path: str, **more: str) -> dict[str, str]:
 
 def _dev(here: Path, env: dict[str, str], command: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "starter", "dev", command],
+        [sys.executable, "-m", "agent_tasks.starter", "dev", command],
         cwd=here, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
 
@@ -155,7 +161,7 @@ async def test_a_failed_start_stops_what_it_started_and_says_so(tmp_path: Path) 
 
 
 AGENT = """
-from starter import AgentContext, agent
+from agent_tasks.starter import AgentContext, agent
 
 
 @agent("shout-back")

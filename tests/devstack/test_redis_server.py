@@ -8,10 +8,10 @@ from pathlib import Path
 
 from pydantic import SecretStr
 
-import devstack
-from config import Settings
-from devstack import BIND_HOST, free_port, port_is_open
-from devstack.redis_server import RedisServer, probe_redis
+from agent_tasks import devstack
+from agent_tasks.config import Settings
+from agent_tasks.devstack import BIND_HOST, free_port, port_is_open
+from agent_tasks.devstack.redis_server import RedisServer, probe_redis
 
 
 async def test_a_redis_server_starts_answers_and_stops(tmp_path: Path) -> None:

@@ -19,14 +19,14 @@ from pathlib import Path
 import pytest
 from playwright.async_api import Browser, BrowserContext, Page, async_playwright
 
-from starter.client import ConversationHistory
-from starter.http import create_app
-from taskgraph.apikeys import ApiKeyStore
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.starter.http import create_app
+from agent_tasks.taskgraph.apikeys import ApiKeyStore
+from agent_tasks.worker import Services, build_worker
 from tests.agent_tools import SCRIPTS, TOOLS
 from tests.approval_tools import APPROVAL_SCRIPTS, APPROVAL_TOOLS
 from tests.servers import served
 from tests.stream_agents import SCRIPTS as STREAM_SCRIPTS
-from worker import Services, build_worker
 
 CHROMIUM_INSTALL = "apt-get update && apt-get install -y --no-install-recommends chromium"
 """How Debian's Chromium is installed (``./run test`` runs it, as root or with sudo, when no

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from devstack.cluster import Cluster
-from starter.client import ConversationHistory
-from worker import Services, open_services
+from agent_tasks.devstack.cluster import Cluster
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.worker import Services, open_services
 
 ROOT = Path(__file__).resolve().parents[2]
 ENABLED = os.environ.get("AGENT_TASKS_PRODUCTION") == "1"
@@ -55,7 +55,7 @@ async def cluster() -> AsyncIterator[Cluster]:
         os.environ["TEMPORAL_NAMESPACE"] = NAMESPACE
         setup = await asyncio.to_thread(
             subprocess.run,
-            [sys.executable, "-m", "starter", "setup", "--wait", "60"],
+            [sys.executable, "-m", "agent_tasks.starter", "setup", "--wait", "60"],
             capture_output=True,
             text=True,
             cwd=ROOT,

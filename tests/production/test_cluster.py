@@ -16,19 +16,19 @@ from pathlib import Path
 import pytest
 from temporalio.service import RPCError
 
-from devstack.cluster import Cluster
-from starter import EventKind, StepState
-from starter.client import ConversationHistory
-from starter.importer import all_events, all_steps
-from starter.replay import task_query
+from agent_tasks.devstack.cluster import Cluster
+from agent_tasks.starter import EventKind, StepState
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.starter.importer import all_events, all_steps
+from agent_tasks.starter.replay import task_query
+from agent_tasks.worker import Services
+from agent_tasks.workflows.agents.registry import TOOL_ACTIVITY_PREFIX
+from agent_tasks.workflows.errors import TaskServiceUnavailable
+from agent_tasks.workflows.models import TaskStatus
 from tests.agent_tools import answer, calls
 from tests.conftest import eventually
 from tests.production.conftest import Workers
 from tests.workflows.conftest import script, spec
-from worker import Services
-from workflows.agents.registry import TOOL_ACTIVITY_PREFIX
-from workflows.errors import TaskServiceUnavailable
-from workflows.models import TaskStatus
 
 
 async def test_the_readme_app_flow_and_an_agent_task_on_three_workers(

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from starter import ConversationHistory
+from agent_tasks.starter import ConversationHistory
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = (
@@ -28,7 +28,7 @@ async def cli(*args: str, queue: str | None = None, **env: str) -> subprocess.Co
     """``python -m starter ARGS``, wide enough that no message is wrapped."""
     extra = {"COLUMNS": "400", **({"TEMPORAL_TASK_QUEUE": queue} if queue else {}), **env}
     return await asyncio.to_thread(
-        subprocess.run, [sys.executable, "-m", "starter", *args], capture_output=True,
+        subprocess.run, [sys.executable, "-m", "agent_tasks.starter", *args], capture_output=True,
         text=True, cwd=ROOT, env={**os.environ, **extra}, timeout=300,
     )  # fmt: skip
 

@@ -12,14 +12,13 @@ import pytest
 from pydantic import ValidationError
 from temporalio.client import Client
 
-from config import connect
-from devstack import free_port
-from starter.client import ConversationHistory
-from taskgraph.graph import TaskGraph
-from tests.conftest import mirrored
-from worker import build_worker
-from workflows.errors import ErrorCode, TaskServiceUnavailable
-from workflows.models import (
+from agent_tasks.config import connect
+from agent_tasks.devstack import free_port
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.worker import build_worker
+from agent_tasks.workflows.errors import ErrorCode, TaskServiceUnavailable
+from agent_tasks.workflows.models import (
     MAX_STEPS_PER_TASK,
     EventInput,
     StepState,
@@ -27,6 +26,7 @@ from workflows.models import (
     TaskStatus,
     TaskView,
 )
+from tests.conftest import mirrored
 
 
 async def history_length(client: Client, history: ConversationHistory, task: str) -> int:

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 APP = """
 import asyncio, sys
-import starter
+from agent_tasks import starter
 
 async def main() -> None:
     project, queue, timeout_s, name = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]

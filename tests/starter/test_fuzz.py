@@ -22,14 +22,14 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from starter.arguments import TITLE
-from starter.client import ConversationHistory
-from starter.results import WriteResult
-from starter.retention import HistoryRetention
-from starter.tasks import TaskManager, TaskRefused
+from agent_tasks.starter.arguments import TITLE
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.starter.results import WriteResult
+from agent_tasks.starter.retention import HistoryRetention
+from agent_tasks.starter.tasks import TaskManager, TaskRefused
+from agent_tasks.workflows.errors import ErrorCode
+from agent_tasks.workflows.models import MAX_PAYLOAD_CHARS, EventKind, bound_text
 from tests.conftest import mirrored
-from workflows.errors import ErrorCode
-from workflows.models import MAX_PAYLOAD_CHARS, EventKind, bound_text
 
 SEED = 25
 CALLS = 2_000

@@ -8,7 +8,7 @@ import uuid
 
 from temporalio.client import Client
 
-from starter import (
+from agent_tasks.starter import (
     ConversationHistory,
     ErrorCode,
     EventKind,
@@ -19,7 +19,7 @@ from starter import (
     StepState,
     TaskStatus,
 )
-from taskgraph.graph import TaskGraph
+from agent_tasks.taskgraph.graph import TaskGraph
 from tests.conftest import mirrored
 
 

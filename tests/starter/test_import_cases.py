@@ -9,13 +9,13 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from starter.client import ConversationHistory
-from starter.importer import import_paths, mirror_caught_up
-from taskgraph.graph import TaskGraph
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.starter.importer import import_paths, mirror_caught_up
+from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.trajectories import read_file
+from agent_tasks.workflows.models import StepState, TaskStatus
 from tests.starter.test_plan import _atif, _write
 from tests.trajectories.test_trajectories import CASES, one_run
-from trajectories import read_file
-from workflows.models import StepState, TaskStatus
 
 
 def _fresh(history: ConversationHistory, suffix: str) -> ConversationHistory:

@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.starter.importer import export_task, import_paths, mirror_caught_up, verify_task
+from agent_tasks.starter.planning import plan_import
+from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.trajectories import check_atif, read_file
 from bench.corpus import build_corpus
-from starter.client import ConversationHistory
-from starter.importer import export_task, import_paths, mirror_caught_up, verify_task
-from starter.planning import plan_import
-from taskgraph.graph import TaskGraph
 from tests.starter.test_client import history_length
 from tests.trajectories.test_trajectories import CASES, COUNTERS, FILES, one_run
-from trajectories import check_atif, read_file
 
 ROOT = Path(__file__).resolve().parents[2]
 X8251X = ROOT / "examples/trajectories/atif/openagents__orchestrator__x8251x.atif.json"

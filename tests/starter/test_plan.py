@@ -7,9 +7,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from starter.planning import plan_import
+from agent_tasks.starter.planning import plan_import
+from agent_tasks.trajectories import read_file
 from tests.trajectories.test_trajectories import CASES
-from trajectories import read_file
 
 
 def _copy(tmp_path: Path, *names: str) -> list[Path]:

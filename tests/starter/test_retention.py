@@ -21,14 +21,14 @@ from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from devstack import free_port
-from starter import ConversationHistory, ErrorCode, HistoryRetention
-from taskgraph.graph import TaskGraph
-from taskgraph.sealing import open_text
+from agent_tasks.devstack import free_port
+from agent_tasks.starter import ConversationHistory, ErrorCode, HistoryRetention
+from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.taskgraph.sealing import open_text
+from agent_tasks.worker import build_worker
+from agent_tasks.workflows.models import StepState, sha256_hex
 from tests.conftest import eventually, mirrored, payload_texts
 from tests.workflows.test_durability import dev_server
-from worker import build_worker
-from workflows.models import StepState, sha256_hex
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -387,7 +387,7 @@ async def test_a_task_past_retention_reads_from_neo4j_and_keeps_its_name(
 async def cli(queue: str, *args: str) -> subprocess.CompletedProcess[str]:
     """``python -m starter task ARGS`` with the test session's task queue."""
     env = {**os.environ, "TEMPORAL_TASK_QUEUE": queue}
-    command = [sys.executable, "-m", "starter", "task", *args]
+    command = [sys.executable, "-m", "agent_tasks.starter", "task", *args]
     return await asyncio.to_thread(
         subprocess.run, command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=120
     )

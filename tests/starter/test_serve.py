@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from devstack import free_port
+from agent_tasks.devstack import free_port
 from tests.conftest import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 async def cli(*args: str) -> tuple[int, str]:
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "starter", *args, cwd=ROOT,
+        sys.executable, "-m", "agent_tasks.starter", *args, cwd=ROOT,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )  # fmt: skip
     out, _ = await process.communicate()
@@ -38,7 +38,7 @@ async def test_keys_create_list_revoke_and_serve(project_id: str) -> None:
 
     port = free_port()
     server = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "starter", "serve", "--port", str(port), cwd=ROOT,
+        sys.executable, "-m", "agent_tasks.starter", "serve", "--port", str(port), cwd=ROOT,
         env={**os.environ}, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )  # fmt: skip
     try:

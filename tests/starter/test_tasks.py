@@ -13,14 +13,14 @@ from collections.abc import AsyncIterator
 import pytest
 from pydantic import JsonValue, ValidationError
 
-from broker import Broker, Subscriber, TokenMessage, task_channel
-from starter.client import ConversationHistory
-from starter.tasks import TaskEmitter, TaskManager, TaskRefused, TaskStatus, new_task_id
+from agent_tasks.broker import Broker, Subscriber, TokenMessage, task_channel
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.starter.tasks import TaskEmitter, TaskManager, TaskRefused, TaskStatus, new_task_id
+from agent_tasks.worker import Services
+from agent_tasks.workflows.errors import ErrorCode
+from agent_tasks.workflows.models import EventKind, task_workflow_id
 from tests.conftest import eventually, mirrored
 from tests.stream_agents import TALKER
-from worker import Services
-from workflows.errors import ErrorCode
-from workflows.models import EventKind, task_workflow_id
 
 ULID = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")
 

@@ -14,19 +14,19 @@ import httpx
 import pytest
 from temporalio.client import Client
 
-from activities.rebuild import rebuild
-from starter.client import ConversationHistory
-from starter.http import create_app
-from starter.retention import HistoryRetention
-from taskgraph.apikeys import ApiKeyStore
-from taskgraph.errors import TaskIncarnationError
-from taskgraph.models import EventFilter, StepFilter, TaskFilter
-from taskgraph.pagesessions import PageSessionStore
-from taskgraph.port import GraphStore
+from agent_tasks.activities.rebuild import rebuild
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.starter.http import create_app
+from agent_tasks.starter.retention import HistoryRetention
+from agent_tasks.taskgraph.apikeys import ApiKeyStore
+from agent_tasks.taskgraph.errors import TaskIncarnationError
+from agent_tasks.taskgraph.models import EventFilter, StepFilter, TaskFilter
+from agent_tasks.taskgraph.pagesessions import PageSessionStore
+from agent_tasks.taskgraph.port import GraphStore
+from agent_tasks.worker import Services
+from agent_tasks.workflows.models import EventInput, EventKind, StepState, TaskStatus, TaskView
 from tests.conftest import mirrored
 from tests.servers import served
-from worker import Services
-from workflows.models import EventInput, EventKind, StepState, TaskStatus, TaskView
 
 
 async def _task_with_a_tool_step(history: ConversationHistory, name: str) -> TaskView:

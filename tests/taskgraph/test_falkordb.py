@@ -19,24 +19,24 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 from temporalio.client import Client
 
-from activities.mirror import mirror_failure
-from config import Settings
-from devstack import free_port
-from devstack.falkordb_server import FalkorDBServer, find_falkordb_module
-from devstack.process import BIND_HOST, parse_host_port, port_is_open
-from devstack.redis_server import find_redis_server
-from starter.client import ConversationHistory
-from taskgraph.apikeys import ApiKeyStore
-from taskgraph.errors import GraphAuthError, GraphDataError, GraphUnavailable
-from taskgraph.falkor import FalkorGraph, falkor_error
-from taskgraph.falkor_cypher import UNIQUE
-from taskgraph.keytree import key_id, new_tree_id
-from taskgraph.port import GraphStore
-from taskgraph.seeds import warm_up_page
+from agent_tasks.activities.mirror import mirror_failure
+from agent_tasks.config import Settings
+from agent_tasks.devstack import free_port
+from agent_tasks.devstack.falkordb_server import FalkorDBServer, find_falkordb_module
+from agent_tasks.devstack.process import BIND_HOST, parse_host_port, port_is_open
+from agent_tasks.devstack.redis_server import find_redis_server
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.taskgraph.apikeys import ApiKeyStore
+from agent_tasks.taskgraph.errors import GraphAuthError, GraphDataError, GraphUnavailable
+from agent_tasks.taskgraph.falkor import FalkorGraph, falkor_error
+from agent_tasks.taskgraph.falkor_cypher import UNIQUE
+from agent_tasks.taskgraph.keytree import key_id, new_tree_id
+from agent_tasks.taskgraph.port import GraphStore
+from agent_tasks.taskgraph.seeds import warm_up_page
+from agent_tasks.worker import build_graph_store, build_worker
+from agent_tasks.workflows.errors import MIRROR_DATA_ERROR, MIRROR_UNAVAILABLE
 from tests.conftest import eventually
 from tests.taskgraph.test_contract import _task_with_a_tool_step
-from worker import build_graph_store, build_worker
-from workflows.errors import MIRROR_DATA_ERROR, MIRROR_UNAVAILABLE
 
 
 @pytest.fixture

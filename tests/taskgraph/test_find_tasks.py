@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from taskgraph.graph import TaskGraph
-from taskgraph.models import TaskFilter
-from taskgraph.reads import tasks_statement
+from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.taskgraph.models import TaskFilter
+from agent_tasks.taskgraph.reads import tasks_statement
 
 STATUSES = ("open", "done", "failed")
 

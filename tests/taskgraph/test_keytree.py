@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from taskgraph.keytree import (
+from agent_tasks.taskgraph.keytree import (
     DEPTH,
     Frontier,
     Node,

@@ -17,11 +17,11 @@ from zoneinfo import ZoneInfo
 import pytest
 from pydantic import ValidationError
 
-from starter.client import ConversationHistory
-from taskgraph.graph import TaskGraph
-from taskgraph.models import EventFilter, utc
-from taskgraph.properties import event_properties
-from taskgraph.reads import event_fields
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.taskgraph.models import EventFilter, utc
+from agent_tasks.taskgraph.properties import event_properties
+from agent_tasks.taskgraph.reads import event_fields
 from tests.conftest import mirrored
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,7 +58,7 @@ from datetime import datetime
 from zoneinfo import ZoneInfo
 from neo4j._codec.hydration.bolt.v2 import HydrationHandler
 from neo4j._codec.packstream.v1 import PackableBuffer, Packer
-from taskgraph.models import utc
+from agent_tasks.taskgraph.models import utc
 hooks = HydrationHandler().new_hydration_scope().dehydration_hooks
 buffer = PackableBuffer()
 packer = Packer(buffer)
@@ -75,7 +75,7 @@ print("encoded")
 
 
 def test_event_properties_hold_the_utc_instant_as_epoch_numbers() -> None:
-    from workflows.models import Event, EventKind
+    from agent_tasks.workflows.models import Event, EventKind
 
     event = Event(
         id="e",
@@ -98,7 +98,7 @@ def test_event_properties_hold_the_utc_instant_as_epoch_numbers() -> None:
 
 def test_token_usage_round_trips_through_node_properties() -> None:
     """A property cannot hold a map: a message's usage is stored as two numbers and read back."""
-    from workflows.models import Event, EventKind, Role, TokenUsage, event_id
+    from agent_tasks.workflows.models import Event, EventKind, Role, TokenUsage, event_id
 
     event = Event(
         id=event_id("p/t", 3),
@@ -122,7 +122,16 @@ def test_token_usage_round_trips_through_node_properties() -> None:
 
 
 async def graph_events_cli(project: str, *args: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "starter", "graph", "events", "--project", project, *args]
+    command = [
+        sys.executable,
+        "-m",
+        "agent_tasks.starter",
+        "graph",
+        "events",
+        "--project",
+        project,
+        *args,
+    ]
     return await asyncio.to_thread(
         subprocess.run,
         command,
@@ -223,7 +232,7 @@ async def test_good_read_arguments_at_their_bounds(
 
 
 async def test_cli_reads_refuse_bad_arguments_with_exit_2(history: ConversationHistory) -> None:
-    command = [sys.executable, "-m", "starter", "task", "events", "x" * 201]
+    command = [sys.executable, "-m", "agent_tasks.starter", "task", "events", "x" * 201]
     done = await asyncio.to_thread(
         subprocess.run, command, capture_output=True, text=True, cwd=ROOT, timeout=120
     )

@@ -10,8 +10,8 @@ import pytest
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from taskgraph.keys import KeyLookup
-from taskgraph.keytree import (
+from agent_tasks.taskgraph.keys import KeyLookup
+from agent_tasks.taskgraph.keytree import (
     Frontier,
     Node,
     encode,
@@ -21,9 +21,9 @@ from taskgraph.keytree import (
     new_tree_id,
     puncture,
 )
-from taskgraph.sealing import KEY_BYTES, NONCE_BYTES, open_text, seal, unseal
-from workflows.errors import GraphIncomplete
-from workflows.models import (
+from agent_tasks.taskgraph.sealing import KEY_BYTES, NONCE_BYTES, open_text, seal, unseal
+from agent_tasks.workflows.errors import GraphIncomplete
+from agent_tasks.workflows.models import (
     MAX_PAYLOAD_BYTES,
     MAX_PAYLOAD_CHARS,
     MAX_SEALED_CHARS,

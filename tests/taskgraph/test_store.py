@@ -11,13 +11,13 @@ import sys
 import pytest
 from pydantic import SecretStr
 
-from config import Settings
-from devstack import free_port
-from devstack.falkordb_server import FalkorDBServer
-from taskgraph.errors import GraphAuthError, GraphError, GraphUnavailable
-from taskgraph.store import graph_kind
+from agent_tasks.config import Settings
+from agent_tasks.devstack import free_port
+from agent_tasks.devstack.falkordb_server import FalkorDBServer
+from agent_tasks.taskgraph.errors import GraphAuthError, GraphError, GraphUnavailable
+from agent_tasks.taskgraph.store import graph_kind
+from agent_tasks.worker import build_graph_store
 from tests.test_docs import ROOT, python_blocks, run_snippet
-from worker import build_graph_store
 
 
 @pytest.mark.parametrize(

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from agent_tasks.trajectories import TrajectoryFormatError, check_atif, read_file, task_name
+from agent_tasks.workflows.models import EventKind, Role
 from tests.trajectories.test_trajectories import CASES, ROOT, _export, _ledger, one_run
-from trajectories import TrajectoryFormatError, check_atif, read_file, task_name
-from workflows.models import EventKind, Role
 
 
 def _load(name: str) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from trajectories import (
+from agent_tasks.trajectories import (
     ParsedTrajectory,
     TrajectoryFormatError,
     check_atif,
@@ -25,7 +25,7 @@ from trajectories import (
     export_atif,
     read_file,
 )
-from workflows.models import (
+from agent_tasks.workflows.models import (
     MAX_PAYLOAD_CHARS,
     Event,
     EventKind,
@@ -33,7 +33,7 @@ from workflows.models import (
     StepState,
     StepView,
 )
-from workflows.steps import result_validity
+from agent_tasks.workflows.steps import result_validity
 
 ROOT = Path(__file__).resolve().parents[2] / "examples" / "trajectories"
 CASES = Path(__file__).resolve().parent / "cases"

@@ -16,17 +16,17 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from codec import DATA_CONVERTER
-from devstack import find_temporal_binary, free_port
-from starter.client import ConversationHistory
-from taskgraph.graph import TaskGraph
-from taskgraph.models import TaskRow
+from agent_tasks.codec import DATA_CONVERTER
+from agent_tasks.devstack import find_temporal_binary, free_port
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.taskgraph.models import TaskRow
+from agent_tasks.worker import build_worker
+from agent_tasks.workflows.models import AgentSpec, Budgets, ModelSpec
+from agent_tasks.workflows.search import SEARCH_ATTRIBUTE_KEYS
 from tests.agent_tools import SCRIPTS, TOOL_NAMES, TOOLS
 from tests.approval_tools import APPROVAL_SCRIPTS, APPROVAL_TOOLS
 from tests.conftest import private_dev_server
-from worker import build_worker
-from workflows.models import AgentSpec, Budgets, ModelSpec
-from workflows.search import SEARCH_ATTRIBUTE_KEYS
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTINUE_AS_NEW_AT = "limit.historyCount.suggestContinueAsNew=60"

@@ -17,15 +17,12 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from starter.client import ConversationHistory
-from starter.importer import all_events, all_steps
-from taskgraph.graph import TaskGraph
-from tests.agent_tools import SCRIPTS, TOOL_NAMES, TOOLS, answer, calls
-from tests.conftest import eventually, mirrored
-from tests.workflows.conftest import ROOT, cli, script, spec
-from worker import build_worker
-from workflows.errors import ErrorCode
-from workflows.models import (
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.starter.importer import all_events, all_steps
+from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.worker import build_worker
+from agent_tasks.workflows.errors import ErrorCode
+from agent_tasks.workflows.models import (
     AgentSpec,
     EventKind,
     ModelSpec,
@@ -35,6 +32,9 @@ from workflows.models import (
     TaskView,
     TokenUsage,
 )
+from tests.agent_tools import SCRIPTS, TOOL_NAMES, TOOLS, answer, calls
+from tests.conftest import eventually, mirrored
+from tests.workflows.conftest import ROOT, cli, script, spec
 
 
 async def run_agent(history: ConversationHistory, goal: str, **budgets: Any) -> TaskView:
@@ -208,7 +208,7 @@ async def test_cancel_during_a_heartbeating_step(
 
 async def test_temporal_cancel_from_the_cli(agents: ConversationHistory, tmp_path: Path) -> None:
     """``temporal workflow cancel`` (what the Web UI sends too) ends the task the same way."""
-    from devstack import find_temporal_binary
+    from agent_tasks.devstack import find_temporal_binary
 
     log = str(tmp_path / "sync.log")
     goal = script(calls(("sync_data", {"log": log, "seconds": 300})), answer("never"))
@@ -406,8 +406,8 @@ async def test_the_demo_agent_from_python(
 ) -> None:
     """The README's dozen lines: a worker whose file tools read a folder, the demo agent
     (the tool-calling loop with the scripted model), its answer and steps."""
-    from activities.files import file_tools
-    from starter.cli.agents import demo_spec
+    from agent_tasks.activities.files import file_tools
+    from agent_tasks.starter.cli.agents import demo_spec
 
     await asyncio.to_thread(_files, tmp_path)
     queue = f"demo-{uuid.uuid4().hex[:6]}"

@@ -14,15 +14,15 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from starter.client import ConversationHistory
-from starter.importer import all_events
-from taskgraph.graph import TaskGraph
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.starter.importer import all_events
+from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.worker import build_worker
+from agent_tasks.workflows.errors import ErrorCode
+from agent_tasks.workflows.models import AgentSpec, Event, EventKind, TaskStatus, TaskView
 from tests.agent_tools import SCRIPTS, TOOLS
 from tests.conftest import eventually, mirrored
 from tests.workflows.conftest import graph_row
-from worker import build_worker
-from workflows.errors import ErrorCode
-from workflows.models import AgentSpec, Event, EventKind, TaskStatus, TaskView
 
 
 async def view_of(history: ConversationHistory, task: str = "t") -> TaskView:

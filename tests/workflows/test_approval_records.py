@@ -17,18 +17,15 @@ from pydantic import BaseModel, field_validator
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from activities.tools import ToolContext, tool
-from activities.transcript import EDITED
-from starter.client import ConversationHistory
-from taskgraph.graph import TaskGraph
-from tests.approval_tools import APPROVAL_SCRIPTS, _effect, approval_spec, effects, goal
-from tests.workflows.conftest import cli
-from tests.workflows.test_approvals import asked, events_of, mail
-from worker import build_worker
-from workflows.agents import AgentContext, agent
-from workflows.agents.approvals import APPROVAL_ACTIVITY, IGNORED
-from workflows.agents.steps import MODEL_ACTIVITY
-from workflows.models import (
+from agent_tasks.activities.tools import ToolContext, tool
+from agent_tasks.activities.transcript import EDITED
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.worker import build_worker
+from agent_tasks.workflows.agents import AgentContext, agent
+from agent_tasks.workflows.agents.approvals import APPROVAL_ACTIVITY, IGNORED
+from agent_tasks.workflows.agents.steps import MODEL_ACTIVITY
+from agent_tasks.workflows.models import (
     MIRROR_ACTIVITY,
     AgentSpec,
     EventKind,
@@ -37,6 +34,9 @@ from workflows.models import (
     StepState,
     TaskStatus,
 )
+from tests.approval_tools import APPROVAL_SCRIPTS, _effect, approval_spec, effects, goal
+from tests.workflows.conftest import cli
+from tests.workflows.test_approvals import asked, events_of, mail
 
 
 async def test_the_log_keeps_the_tools_own_result_and_only_the_rendering_has_the_notice(

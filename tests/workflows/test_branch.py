@@ -15,14 +15,10 @@ import asyncio
 import json
 from pathlib import Path
 
-from activities.transcript import NO_RESULT
-from starter.client import ConversationHistory
-from starter.importer import all_events, all_steps
-from tests.agent_tools import answer, calls
-from tests.approval_tools import approval_spec, goal
-from tests.conftest import eventually
-from tests.workflows.conftest import cli, script, spec
-from workflows.models import (
+from agent_tasks.activities.transcript import NO_RESULT
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.starter.importer import all_events, all_steps
+from agent_tasks.workflows.models import (
     BRANCH_PAGE_EVENTS,
     AgentSpec,
     Event,
@@ -31,6 +27,10 @@ from workflows.models import (
     TaskStatus,
     TaskView,
 )
+from tests.agent_tools import answer, calls
+from tests.approval_tools import approval_spec, goal
+from tests.conftest import eventually
+from tests.workflows.conftest import cli, script, spec
 
 
 async def ended(history: ConversationHistory, task: str) -> TaskView:

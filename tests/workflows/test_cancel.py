@@ -21,16 +21,23 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
-from starter.client import ConversationHistory
-from starter.importer import all_events, all_steps
-from taskgraph.graph import TaskGraph
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.starter.importer import all_events, all_steps
+from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.worker import build_worker
+from agent_tasks.workflows.errors import ErrorCode
+from agent_tasks.workflows.models import (
+    AgentSpec,
+    EventKind,
+    ModelSpec,
+    StepState,
+    TaskStatus,
+    TaskView,
+)
 from tests.agent_tools import SCRIPTS, TOOLS, answer, calls
 from tests.conftest import eventually, mirrored
 from tests.model_server import ModelServer, Reply, completion
 from tests.workflows.conftest import ROOT, graph_row, openai_worker, script, spec
-from worker import build_worker
-from workflows.errors import ErrorCode
-from workflows.models import AgentSpec, EventKind, ModelSpec, StepState, TaskStatus, TaskView
 
 AGENT_ACTIVITIES = ("model_turn", "read_event")
 """Activity types that only a running agent schedules (besides its tools, ``tool.*``)."""

@@ -19,19 +19,26 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
-from activities.tools import ToolContext, tool
-from devstack import find_temporal_binary
-from starter.client import ConversationHistory
-from starter.importer import all_events, all_steps
-from taskgraph.graph import TaskGraph
+from agent_tasks.activities.tools import ToolContext, tool
+from agent_tasks.devstack import find_temporal_binary
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.starter.importer import all_events, all_steps
+from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.worker import build_worker
+from agent_tasks.workflows.agents import AgentContext, ChildFailed, agent
+from agent_tasks.workflows.models import (
+    AgentSpec,
+    EventKind,
+    ModelSpec,
+    StepState,
+    TaskStatus,
+    TaskView,
+)
 from tests.agent_tools import SCRIPTS, TOOLS, Effect, answer, calls
 from tests.conftest import eventually, mirrored
 from tests.model_server import ModelServer, Reply, completion
 from tests.workflows.conftest import cli, graph_row, openai_worker, script, spec
 from tests.workflows.test_cancel import cancelled_everywhere
-from worker import build_worker
-from workflows.agents import AgentContext, ChildFailed, agent
-from workflows.models import AgentSpec, EventKind, ModelSpec, StepState, TaskStatus, TaskView
 
 
 async def view_of(history: ConversationHistory, task: str) -> TaskView:

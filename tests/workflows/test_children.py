@@ -12,15 +12,15 @@ import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
-from starter.client import ConversationHistory
-from starter.importer import all_events
-from taskgraph.graph import TaskGraph
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.starter.importer import all_events
+from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.worker import build_worker
+from agent_tasks.workflows.errors import ErrorCode
+from agent_tasks.workflows.models import AgentSpec, EventKind, TaskStatus, TaskView
 from tests.agent_tools import SCRIPTS, TOOLS
 from tests.conftest import eventually, mirrored
 from tests.workflows.conftest import cli
-from worker import build_worker
-from workflows.errors import ErrorCode
-from workflows.models import AgentSpec, EventKind, TaskStatus, TaskView
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,10 +8,9 @@ from datetime import timedelta
 
 import pytest
 
-from tests.workflows.test_ledger import T0, events, new_ledger, refused, steps
-from workflows.decisions import check_citations
-from workflows.errors import ErrorCode
-from workflows.models import (
+from agent_tasks.workflows.decisions import check_citations
+from agent_tasks.workflows.errors import ErrorCode
+from agent_tasks.workflows.models import (
     Citations,
     CitesInput,
     EventInput,
@@ -22,6 +21,7 @@ from workflows.models import (
     StepState,
     event_id,
 )
+from tests.workflows.test_ledger import T0, events, new_ledger, refused, steps
 
 
 def decision(statement: str, *, cites_events: list[int], cites_steps: list[str]) -> EventInput:

@@ -16,16 +16,16 @@ from contextlib import asynccontextmanager
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from config import Settings
-from devstack.process import parse_host_port
-from starter.client import ConversationHistory
-from starter.importer import all_steps
-from starter.results import WriteResult
+from agent_tasks.config import Settings
+from agent_tasks.devstack.process import parse_host_port
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.starter.importer import all_steps
+from agent_tasks.starter.results import WriteResult
+from agent_tasks.worker import build_worker, open_graph
+from agent_tasks.workflows.models import AgentSpec, StepState, TaskStatus
 from tests.agent_tools import SCRIPTS, TOOLS
 from tests.conftest import eventually, mirrored
 from tests.tcp_proxy import TcpProxy
-from worker import build_worker, open_graph
-from workflows.models import AgentSpec, StepState, TaskStatus
 
 
 @asynccontextmanager

@@ -13,14 +13,14 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from codec import DATA_CONVERTER
-from devstack import Neo4jServer, find_temporal_binary, free_port
-from starter.client import ConversationHistory
-from taskgraph.driver import open_driver
-from taskgraph.graph import TaskGraph
+from agent_tasks.codec import DATA_CONVERTER
+from agent_tasks.devstack import Neo4jServer, find_temporal_binary, free_port
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.taskgraph.driver import open_driver
+from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.worker import build_worker
+from agent_tasks.workflows.search import SEARCH_ATTRIBUTE_KEYS
 from tests.conftest import mirrored
-from worker import build_worker
-from workflows.search import SEARCH_ATTRIBUTE_KEYS
 
 
 async def dev_server(port: int, db: Path, *extra: str) -> WorkflowEnvironment:

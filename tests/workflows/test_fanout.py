@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from starter.client import ConversationHistory
-from taskgraph.graph import TaskGraph
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.worker import build_worker
+from agent_tasks.workflows.models import AgentSpec, StepState, TaskStatus
 from tests.agent_tools import SCRIPTS, TOOLS
-from worker import build_worker
-from workflows.models import AgentSpec, StepState, TaskStatus
 
 STEPS = 480
 

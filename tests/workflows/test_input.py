@@ -12,15 +12,22 @@ from pathlib import Path
 from pydantic import JsonValue
 from temporalio.client import Client
 
-from starter.client import ConversationHistory
-from starter.importer import all_events, all_steps
-from taskgraph.graph import TaskGraph
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.starter.importer import all_events, all_steps
+from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.worker import build_worker
+from agent_tasks.workflows.errors import ErrorCode, TaskServiceUnavailable
+from agent_tasks.workflows.models import (
+    AgentSpec,
+    Event,
+    EventKind,
+    StepState,
+    TaskStatus,
+    TaskView,
+)
 from tests.agent_tools import SCRIPTS, TOOLS, Approval
 from tests.conftest import eventually, mirrored
 from tests.workflows.conftest import cli
-from worker import build_worker
-from workflows.errors import ErrorCode, TaskServiceUnavailable
-from workflows.models import AgentSpec, Event, EventKind, StepState, TaskStatus, TaskView
 
 ROOT = Path(__file__).resolve().parents[2]
 POSITIVE = {"type": "integer", "minimum": 1}

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from temporalio.exceptions import ApplicationError
 
-from workflows.errors import DUPLICATE, ErrorCode
-from workflows.ledger import Ledger
-from workflows.models import (
+from agent_tasks.workflows.errors import DUPLICATE, ErrorCode
+from agent_tasks.workflows.ledger import Ledger
+from agent_tasks.workflows.models import (
     MIRROR_ERROR_CHARS,
     REQUEST_WINDOW,
     EventInput,

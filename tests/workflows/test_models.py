@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from workflows.models import (
+from agent_tasks.workflows.models import (
     MAX_PAYLOAD_CHARS,
     EventInput,
     FinishTaskInput,
@@ -21,7 +21,7 @@ from workflows.models import (
     task_workflow_id,
     valid_request_id,
 )
-from workflows.steps import STEP_TRANSITIONS, result_validity
+from agent_tasks.workflows.steps import STEP_TRANSITIONS, result_validity
 
 EMOJI = "\U0001f600"  # 4 bytes in UTF-8
 CJK = "\u6f22"  # 3 bytes in UTF-8
@@ -175,7 +175,7 @@ def fill_inputs_and_children(ledger: Any, now: Any) -> None:
     their bytes reject one more, and every child ended with a result of 32,000 characters."""
     from temporalio.exceptions import ApplicationError
 
-    from workflows.models import (
+    from agent_tasks.workflows.models import (
         MAX_CHILDREN,
         MAX_INPUTS_PER_TASK,
         MAX_PENDING_INPUTS,
@@ -224,8 +224,8 @@ def test_carried_state_stays_within_the_payload_budget_at_every_limit() -> None:
     closed steps under 272 KiB; closed steps cost 10 bytes each (base64: 13.3)."""
     from datetime import UTC, datetime
 
-    from workflows.ledger import Ledger
-    from workflows.models import (
+    from agent_tasks.workflows.ledger import Ledger
+    from agent_tasks.workflows.models import (
         MAX_GOAL_CHARS,
         MAX_METADATA_ENTRIES,
         MAX_METADATA_VALUE_CHARS,
@@ -282,8 +282,8 @@ def test_carried_state_stays_within_the_payload_budget_at_every_limit() -> None:
 
 
 def test_the_closed_step_table_round_trips() -> None:
-    from workflows.models import StepKind, StepState
-    from workflows.steps import ClosedStep, pack_closed, step_key, unpack_closed
+    from agent_tasks.workflows.models import StepKind, StepState
+    from agent_tasks.workflows.steps import ClosedStep, pack_closed, step_key, unpack_closed
 
     table = {
         step_key(f"s{i}"): ClosedStep(
@@ -318,6 +318,6 @@ def test_the_mirror_pause_doubles_to_30_s_then_5_min_and_never_overflows(
 ) -> None:
     from datetime import timedelta
 
-    from workflows.mirroring import mirror_pause
+    from agent_tasks.workflows.mirroring import mirror_pause
 
     assert mirror_pause(failures) == timedelta(seconds=seconds)

@@ -27,14 +27,14 @@ from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
 import tests.agent_tools  # noqa: F401  (registers the agent code of the saved agent histories)
-from codec import DATA_CONVERTER
-from starter.client import ConversationHistory
-from starter.replay import replay_dir, replay_histories, replay_server
+from agent_tasks.codec import DATA_CONVERTER
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.starter.replay import replay_dir, replay_histories, replay_server
+from agent_tasks.workflows.agents.registry import agent_function
+from agent_tasks.workflows.models import TaskWorkflowInput
+from agent_tasks.workflows.task import TaskWorkflow
 from tests.capture_histories import SCENARIOS
 from tests.conftest import eventually, mirrored
-from workflows.agents.registry import agent_function
-from workflows.models import TaskWorkflowInput
-from workflows.task import TaskWorkflow
 
 ROOT = Path(__file__).resolve().parents[2]
 HISTORIES = ROOT / "tests" / "histories"
@@ -148,7 +148,7 @@ def changed_workflow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, insert: st
     assert calls.count(ANCHOR) == 1, "the mirror's start_activity moved: update ANCHOR"
     assert "\nfrom datetime import timedelta\n" in calls
     task = (ROOT / "workflows" / "task.py").read_text(encoding="utf-8")
-    imported = "    from workflows.mirror_calls import "
+    imported = "    from agent_tasks.workflows.mirror_calls import "
     assert task.count(imported) == 1
     suffix = uuid.uuid4().hex[:12]
     (tmp_path / f"mirror_calls_changed_{suffix}.py").write_text(
@@ -258,7 +258,7 @@ async def test_live_tasks_of_a_project_pass_the_check(
 async def cli(*args: str) -> subprocess.CompletedProcess[str]:
     """``python -m starter replay ARGS`` in a subprocess (the installed entry point's code)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-m", "starter", "replay", *args]
+    command = [sys.executable, "-m", "agent_tasks.starter", "replay", *args]
     return await asyncio.to_thread(
         subprocess.run, command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=120
     )

@@ -17,12 +17,12 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.testing import WorkflowEnvironment
 
-from starter.client import ConversationHistory
-from taskgraph.graph import TaskGraph
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.worker import build_worker
+from agent_tasks.workflows.errors import TaskServiceUnavailable
+from agent_tasks.workflows.models import TaskStatus
 from tests.conftest import eventually, mirrored
-from worker import build_worker
-from workflows.errors import TaskServiceUnavailable
-from workflows.models import TaskStatus
 
 PAUSES = [timedelta(seconds=n) for n in (2, 4, 8, 16, 30, 30)]
 """The pauses after failed mirror calls as README.md states them: 2 s doubling to 30 s."""

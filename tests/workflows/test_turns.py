@@ -20,17 +20,13 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from activities.chat_protocol import fallback_call_id
-from starter.client import ConversationHistory
-from starter.importer import all_events, all_steps
-from taskgraph.graph import TaskGraph
-from tests.agent_tools import SCRIPTS, TOOLS, answer, calls
-from tests.conftest import eventually
-from tests.model_server import ModelServer, Reply, completion, error
-from tests.workflows.conftest import ROOT, openai_worker, script, spec
-from worker import build_worker
-from workflows.errors import ErrorCode
-from workflows.models import (
+from agent_tasks.activities.chat_protocol import fallback_call_id
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.starter.importer import all_events, all_steps
+from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.worker import build_worker
+from agent_tasks.workflows.errors import ErrorCode
+from agent_tasks.workflows.models import (
     AgentSpec,
     Event,
     EventKind,
@@ -39,6 +35,10 @@ from workflows.models import (
     StepState,
     TaskStatus,
 )
+from tests.agent_tools import SCRIPTS, TOOLS, answer, calls
+from tests.conftest import eventually
+from tests.model_server import ModelServer, Reply, completion, error
+from tests.workflows.conftest import ROOT, openai_worker, script, spec
 
 OPENAI = AgentSpec(tools=["echo"], model=ModelSpec(provider="openai", model="test-model"))
 

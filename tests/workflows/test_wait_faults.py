@@ -12,15 +12,12 @@ import json
 import pytest
 from temporalio.client import Client
 
-from starter.client import ConversationHistory
-from starter.importer import all_events
-from starter.retention import HistoryRetention
-from taskgraph.graph import TaskGraph
-from tests.conftest import eventually, mirrored
-from tests.workflows.test_children import child_results, spawned, view_of
-from tests.workflows.test_input import awaiting, history_length
-from workflows.errors import ErrorCode
-from workflows.models import (
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.starter.importer import all_events
+from agent_tasks.starter.retention import HistoryRetention
+from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.workflows.errors import ErrorCode
+from agent_tasks.workflows.models import (
     CHILD_RESULT_PREVIEW_CHARS,
     MAX_EARLY_ANSWER_BYTES,
     MAX_EARLY_ANSWERS,
@@ -29,7 +26,10 @@ from workflows.models import (
     InputAnswer,
     TaskStatus,
 )
-from workflows.task import TaskWorkflow
+from agent_tasks.workflows.task import TaskWorkflow
+from tests.conftest import eventually, mirrored
+from tests.workflows.test_children import child_results, spawned, view_of
+from tests.workflows.test_input import awaiting, history_length
 
 
 async def rejections(history: ConversationHistory, task: str = "t") -> list[dict[str, str]]:

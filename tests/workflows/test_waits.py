@@ -9,8 +9,8 @@ import re
 import pytest
 from pydantic import JsonValue
 
-from workflows.models import MAX_PAYLOAD_CHARS, json_within
-from workflows.waits import MAX_ANSWER_CHARS, answer_error, check_schema
+from agent_tasks.workflows.models import MAX_PAYLOAD_CHARS, json_within
+from agent_tasks.workflows.waits import MAX_ANSWER_CHARS, answer_error, check_schema
 
 
 def test_a_backtracking_pattern_is_matched_in_linear_time() -> None:

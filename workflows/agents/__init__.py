@@ -14,16 +14,16 @@ tool-calling loop, registered as ``tool_loop``). The names agent code uses are h
 ``starter``).
 """
 
-from workflows.agents.context import (
+from agent_tasks.workflows.agents.context import (
     AgentContext,
     ChildFailed,
     ChildOutcome,
     InputTimeout,
     SpawnRefused,
 )
-from workflows.agents.loop import tool_loop
-from workflows.agents.registry import AgentFunction, ToolSpec, agent
-from workflows.agents.runner import AgentParked, BudgetExceeded, StepOutcome
+from agent_tasks.workflows.agents.loop import tool_loop
+from agent_tasks.workflows.agents.registry import AgentFunction, ToolSpec, agent
+from agent_tasks.workflows.agents.runner import AgentParked, BudgetExceeded, StepOutcome
 
 __all__ = [
     "AgentContext",

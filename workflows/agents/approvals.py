@@ -49,9 +49,9 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, CancelledError
 
-from workflows.agents.registry import ToolSpec
-from workflows.agents.runner import Runner
-from workflows.models import (
+from agent_tasks.workflows.agents.registry import ToolSpec
+from agent_tasks.workflows.agents.runner import Runner
+from agent_tasks.workflows.models import (
     APPROVAL_DESCRIPTION_CHARS,
     MAX_PAYLOAD_CHARS,
     ApprovalAsk,
@@ -66,7 +66,7 @@ from workflows.models import (
     ToolInput,
     internal_request_id,
 )
-from workflows.steps import idempotency_key, next_attempt
+from agent_tasks.workflows.steps import idempotency_key, next_attempt
 
 TOOL_APPROVAL = "tool-approval"
 """Patch id: a call of a tool that needs approval is checked by the worker and asked about
@@ -168,6 +168,8 @@ class Approvals(Runner):
         found = (r for r in self.ledger.state.inputs if r.approval and r.approval.step_name == name)
         return next(found, None)
 
+    # Long: one approval in workflow order: the worker's check, the request, the wait, the decision,
+    # the choice
     async def _approved(
         self,
         name: str,

@@ -18,11 +18,15 @@ from typing import Any
 from pydantic import BaseModel, JsonValue
 from temporalio import workflow
 
-from workflows.agents.registry import ToolSpec
-from workflows.agents.runner import AgentHost, AgentParked
-from workflows.agents.steps import PARK_ON_SUGGESTION, PROGRESS_BEFORE_PARKING, StepRunner
-from workflows.ledger import Ledger
-from workflows.models import (
+from agent_tasks.workflows.agents.registry import ToolSpec
+from agent_tasks.workflows.agents.runner import AgentHost, AgentParked
+from agent_tasks.workflows.agents.steps import (
+    PARK_ON_SUGGESTION,
+    PROGRESS_BEFORE_PARKING,
+    StepRunner,
+)
+from agent_tasks.workflows.ledger import Ledger
+from agent_tasks.workflows.models import (
     CLOSED_STATUSES,
     MAX_CHILDREN,
     MAX_DEPTH,
@@ -39,7 +43,7 @@ from workflows.models import (
     internal_request_id,
     valid_step_name,
 )
-from workflows.waits import answer_error, answer_text, check_schema
+from agent_tasks.workflows.waits import answer_error, answer_text, check_schema
 
 
 class InputTimeout(Exception):
@@ -144,6 +148,8 @@ class AgentContext(StepRunner):
         seq: int = self._append(EventInput(kind=kind, name=name, payload=text), "emit").first_seq
         return seq
 
+    # Long: one input request in workflow order: open it, wait with its timeout, take the answer;
+    # mostly docstring
     async def ask(
         self,
         input_id: str,
@@ -207,6 +213,8 @@ class AgentContext(StepRunner):
         answer: JsonValue = json.loads(await self._payload(input_id, state.answered[input_id]))
         return answer
 
+    # Long: one child spawn in workflow order: memo, limits, record, start, a refused start; mostly
+    # docstring
     async def spawn(
         self,
         key: str,

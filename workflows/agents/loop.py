@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from workflows.agents.context import AgentContext
-from workflows.agents.registry import agent
+from agent_tasks.workflows.agents.context import AgentContext
+from agent_tasks.workflows.agents.registry import agent
 
 
 def step_name(round_: int, index: int, tool: str) -> str:

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 
-from workflows.models import AgentName, AgentSpec
+from agent_tasks.workflows.models import AgentName, AgentSpec
 
 TOOL_ACTIVITY_PREFIX = "tool."
 """A tool ``name`` runs as the activity ``tool.{name}``."""

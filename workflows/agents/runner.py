@@ -14,9 +14,9 @@ from typing import Any, Protocol, TypeVar
 from pydantic import BaseModel
 from temporalio import workflow
 
-from workflows.agents.registry import ToolSpec
-from workflows.ledger import Ledger
-from workflows.models import (
+from agent_tasks.workflows.agents.registry import ToolSpec
+from agent_tasks.workflows.ledger import Ledger
+from agent_tasks.workflows.models import (
     AgentRun,
     AgentSpec,
     EventInput,

@@ -23,11 +23,11 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError
 from temporalio.workflow import ActivityCancellationType
 
-from workflows.agents.approvals import TOOL_APPROVAL, Approvals
-from workflows.agents.registry import TOOL_ACTIVITY_PREFIX
-from workflows.agents.runner import BudgetExceeded, StepOutcome
-from workflows.errors import failure_text
-from workflows.models import (
+from agent_tasks.workflows.agents.approvals import TOOL_APPROVAL, Approvals
+from agent_tasks.workflows.agents.registry import TOOL_ACTIVITY_PREFIX
+from agent_tasks.workflows.agents.runner import BudgetExceeded, StepOutcome
+from agent_tasks.workflows.errors import failure_text
+from agent_tasks.workflows.models import (
     MAX_PAYLOAD_CHARS,
     EventInput,
     EventKind,
@@ -41,7 +41,7 @@ from workflows.models import (
     ToolOutput,
     internal_request_id,
 )
-from workflows.steps import idempotency_key
+from agent_tasks.workflows.steps import idempotency_key
 
 UNKNOWN_STAYS_UNKNOWN = "unknown-stays-unknown"
 """Patch id: a step that ended ``unknown`` and is reached again returns its ``unknown``
@@ -125,6 +125,8 @@ class StepRunner(Approvals):
         self.ledger.retry_step(retry, workflow.now())
         return await self.step(name, tool, arguments, call_id=call_id)
 
+    # Long: one tool step in workflow order: memo, call event, approval, the activity, its end;
+    # patch gates tie it
     async def step(
         self,
         name: str,

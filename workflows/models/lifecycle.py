@@ -13,10 +13,10 @@ from typing import Annotated
 
 from pydantic import Field, JsonValue, StrictStr, field_validator
 
-from workflows.models.inputs import _Input
-from workflows.models.kinds import TaskStatus
-from workflows.models.limits import MAX_GOAL_CHARS
-from workflows.models.text import Name, ShortText, StepName, check_name
+from agent_tasks.workflows.models.inputs import _Input
+from agent_tasks.workflows.models.kinds import TaskStatus
+from agent_tasks.workflows.models.limits import MAX_GOAL_CHARS
+from agent_tasks.workflows.models.text import Name, ShortText, StepName, check_name
 
 SETTABLE_STATUSES = frozenset(
     {TaskStatus.QUEUED, TaskStatus.IN_PROGRESS, TaskStatus.AWAITING_CHILDREN}

@@ -6,13 +6,20 @@ from datetime import datetime
 
 from pydantic import AwareDatetime, BaseModel, Field
 
-from workflows.models.agent import AgentSpec, TokenUsage
-from workflows.models.decisions import Citations
-from workflows.models.human import ChildRecord, InputRequest
-from workflows.models.inputs import BranchPoint, EventInput
-from workflows.models.kinds import EventKind, ResultValidity, Role, StepKind, StepState, TaskStatus
-from workflows.models.state import AgentRun, RunRange
-from workflows.models.text import BoundedText, event_id
+from agent_tasks.workflows.models.agent import AgentSpec, TokenUsage
+from agent_tasks.workflows.models.decisions import Citations
+from agent_tasks.workflows.models.human import ChildRecord, InputRequest
+from agent_tasks.workflows.models.inputs import BranchPoint, EventInput
+from agent_tasks.workflows.models.kinds import (
+    EventKind,
+    ResultValidity,
+    Role,
+    StepKind,
+    StepState,
+    TaskStatus,
+)
+from agent_tasks.workflows.models.state import AgentRun, RunRange
+from agent_tasks.workflows.models.text import BoundedText, event_id
 
 
 class Event(BaseModel):

@@ -12,14 +12,14 @@ from dataclasses import dataclass, field
 import httpx
 import pytest
 
-from starter.client import ConversationHistory
-from starter.http import create_app
-from taskgraph.apikeys import ApiKeyStore
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.starter.http import create_app
+from agent_tasks.taskgraph.apikeys import ApiKeyStore
+from agent_tasks.worker import Services, build_worker
 from tests.agent_tools import SCRIPTS, TOOLS
 from tests.approval_tools import APPROVAL_SCRIPTS, APPROVAL_TOOLS
 from tests.servers import served
 from tests.stream_agents import SCRIPTS as STREAM_SCRIPTS
-from worker import Services, build_worker
 
 STREAMS_PER_KEY = 4
 """The test server's bound on open streams per key."""

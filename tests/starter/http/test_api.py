@@ -12,8 +12,8 @@ import httpx
 import pytest
 from openapi_spec_validator import validate
 
-from starter.client import ConversationHistory
-from taskgraph.apikeys import ApiKeyStore
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.taskgraph.apikeys import ApiKeyStore
 from tests.conftest import eventually, mirrored
 from tests.starter.http.conftest import Api, Project
 from tests.stream_agents import TALKER

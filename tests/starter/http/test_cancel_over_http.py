@@ -10,10 +10,10 @@ import json
 import httpx
 import pytest
 
-from starter.importer import all_events
+from agent_tasks.starter.importer import all_events
+from agent_tasks.workflows.models import AgentSpec, EventKind, TaskStatus
 from tests.conftest import eventually
 from tests.starter.http.conftest import Project
-from workflows.models import AgentSpec, EventKind, TaskStatus
 
 
 @pytest.mark.parametrize("cascade", [True, False], ids=["cascade", "no-cascade"])

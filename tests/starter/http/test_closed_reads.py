@@ -11,10 +11,10 @@ import uuid
 
 import httpx
 
-from starter.client import ConversationHistory
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.worker import build_worker
+from agent_tasks.workflows.models import StepState, TaskStatus
 from tests.starter.http.conftest import Api, Project
-from worker import build_worker
-from workflows.models import StepState, TaskStatus
 
 EVENTS = [
     {"kind": "message", "role": "user", "payload": "find the cheapest flight"},

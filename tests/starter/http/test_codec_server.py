@@ -12,11 +12,11 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from codec import ENCODING
-from devstack import find_temporal_binary
-from starter.client import ConversationHistory
-from starter.retention import HistoryRetention
-from taskgraph.apikeys import ApiKeyStore
+from agent_tasks.codec import ENCODING
+from agent_tasks.devstack import find_temporal_binary
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.starter.retention import HistoryRetention
+from agent_tasks.taskgraph.apikeys import ApiKeyStore
 from tests.conftest import payload_texts
 from tests.starter.http.conftest import Api, Project
 

@@ -14,16 +14,16 @@ import httpx
 import pytest
 from pydantic import JsonValue
 
-from starter.client import ConversationHistory
-from starter.http.app import create_app
-from starter.http.inbox import INBOX_REFRESH_S
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.starter.http.app import create_app
+from agent_tasks.starter.http.inbox import INBOX_REFRESH_S
+from agent_tasks.worker import Services, build_worker
+from agent_tasks.workflows.models import AgentSpec, TaskStatus
 from tests.approval_tools import approval_spec, effects, goal
 from tests.conftest import eventually, mirrored
 from tests.servers import served
 from tests.starter.http.conftest import KEEPALIVE_S, Api, Project, SseReader
 from tests.workflows.test_approvals import asked
-from worker import Services, build_worker
-from workflows.models import AgentSpec, TaskStatus
 
 NUMBER: dict[str, JsonValue] = {"type": "integer", "minimum": 1}
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import httpx
 
-from starter.client import ConversationHistory
-from starter.http.page import PAGE_FILES
-from taskgraph.apikeys import ApiKeyStore
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.starter.http.page import PAGE_FILES
+from agent_tasks.taskgraph.apikeys import ApiKeyStore
 from tests.approval_tools import approval_spec, effects, goal
 from tests.conftest import eventually, mirrored
 from tests.starter.http.conftest import Api, Project, SseReader

@@ -17,21 +17,21 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from broker import key_channel, project_channel, session_channel, task_channel
-from devstack import parse_host_port
-from starter.http import create_app
-from starter.http.grants import Grant, GrantChecks
-from starter.tasks import TaskEmitter, TaskManager
-from taskgraph.apikeys import ApiKey, ApiKeyStore
-from taskgraph.pagesessions import PageSessionStore
+from agent_tasks.broker import key_channel, project_channel, session_channel, task_channel
+from agent_tasks.devstack import parse_host_port
+from agent_tasks.starter.http import create_app
+from agent_tasks.starter.http.grants import Grant, GrantChecks
+from agent_tasks.starter.tasks import TaskEmitter, TaskManager
+from agent_tasks.taskgraph.apikeys import ApiKey, ApiKeyStore
+from agent_tasks.taskgraph.pagesessions import PageSessionStore
+from agent_tasks.worker import Services, open_graph
+from agent_tasks.workflows.models import Event
 from tests.conftest import eventually
 from tests.servers import served
 from tests.starter.http.conftest import STREAMS_PER_KEY, Api, Project, Sse, SseReader
 from tests.starter.http.test_people import _sign_in
 from tests.starter.test_serve import cli
 from tests.tcp_proxy import TcpProxy
-from worker import Services, open_graph
-from workflows.models import Event
 
 LATE = "written-after-the-revocation"
 """An event's payload written after the stream's right ended: it must never reach it."""

@@ -12,12 +12,12 @@ from contextlib import asynccontextmanager
 
 import httpx
 
-from devstack import free_port
-from starter.http.sessions import parse_cursor
+from agent_tasks.devstack import free_port
+from agent_tasks.starter.http.sessions import parse_cursor
+from agent_tasks.workflows.models import Event
 from tests.conftest import eventually
 from tests.starter.http.conftest import Api, Project, Sse, SseReader
 from tests.starter.test_serve import ROOT
-from workflows.models import Event
 
 
 @asynccontextmanager
@@ -26,7 +26,8 @@ async def serving(queue: str, port: int) -> AsyncIterator[asyncio.subprocess.Pro
     tests' process, so writes go on while no server runs), until the block ends."""
     env = {**os.environ, "TEMPORAL_TASK_QUEUE": queue}
     server = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "starter", "serve", "--port", str(port), "--graceful-timeout", "30",
+        sys.executable, "-m", "agent_tasks.starter", "serve", "--port", str(port),
+        "--graceful-timeout", "30",
         cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )  # fmt: skip
     try:

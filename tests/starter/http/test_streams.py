@@ -12,24 +12,24 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from starter.http import GRACEFUL_TIMEOUT_S, KEEPALIVE_S
-from starter.http.grants import GRANT_CHECK_S
-from starter.http.sessions import Cursor, cursor_id, parse_cursor, start_plan
-from starter.http.streams import (
+from agent_tasks.starter.http import GRACEFUL_TIMEOUT_S, KEEPALIVE_S
+from agent_tasks.starter.http.grants import GRANT_CHECK_S
+from agent_tasks.starter.http.sessions import Cursor, cursor_id, parse_cursor, start_plan
+from agent_tasks.starter.http.streams import (
     FEED_EVENTS,
     SESSION_TASKS,
     STREAM_POLL_S,
     TOKENS_QUEUED,
 )
-from starter.tasks import TaskEmitter, TaskManager
-from taskgraph.graph import TaskGraph
-from taskgraph.models import TaskRow
+from agent_tasks.starter.tasks import TaskEmitter, TaskManager
+from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.taskgraph.models import TaskRow
+from agent_tasks.workflows.models import Event, EventKind, TaskStatus
 from tests.conftest import eventually, mirrored, payload_texts
 from tests.starter.http.conftest import Api, Project, Sse, SseReader
 from tests.stream_agents import TALKER, TURNS
 from tests.tcp_proxy import TcpProxy
 from tests.test_docs import ROOT, python_blocks
-from workflows.models import Event, EventKind, TaskStatus
 
 MARK = "ephemeral-token-7f3a9c"
 """A token no turn holds: sent to the stream, it must be found nowhere else."""

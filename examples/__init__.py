@@ -1,1 +1,0 @@
-"""Examples: shipped trajectories (``trajectories/``), a small agent project (``hello_agent/``)."""
