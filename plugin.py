@@ -42,6 +42,7 @@ PASSTHROUGH_MODULES = (
     "agent_tasks.workflows.errors",
     "agent_tasks.workflows.ledger",
     "agent_tasks.workflows.mirroring",
+    "agent_tasks.workflows.patches",
     "agent_tasks.workflows.models",
     # The workflow's module itself. The sandbox imports a workflow's module again for every
     # run (its global-state isolation): for this one that was 158 KiB of every open task's

@@ -10,7 +10,8 @@ import importlib
 import types
 import typing
 import uuid
-from datetime import timedelta
+from datetime import date, timedelta
+from types import MappingProxyType
 
 import pytest
 from pydantic import BaseModel
@@ -121,7 +122,19 @@ async def test_the_worker_plugin_refuses_a_client_without_the_codec(
         Worker(plain, task_queue="never-polled", plugins=[AgentTasksWorkerPlugin(graph)])
 
 
-IMMUTABLE = (str, int, float, bool, bytes, tuple, frozenset, timedelta, type(None))
+IMMUTABLE = (
+    str,
+    int,
+    float,
+    bool,
+    bytes,
+    tuple,
+    frozenset,
+    timedelta,
+    date,
+    MappingProxyType,
+    type(None),
+)
 """What a module-level value of a passed-through workflow module may be, besides modules,
 functions and classes: values a run cannot change for the next."""
 
@@ -132,6 +145,7 @@ SHARED_WORKFLOW_MODULES = (
     "agent_tasks.workflows.runs",
     "agent_tasks.workflows.search",
     "agent_tasks.workflows.spawning",
+    "agent_tasks.workflows.patches",
 )
 """The workflow's module and the rooms only it imports: shared by every run, since the
 workflow's module is passed through and imports them outside the sandbox."""

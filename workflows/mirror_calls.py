@@ -19,25 +19,22 @@ from temporalio.exceptions import ActivityError, CancelledError
 from agent_tasks.workflows.ledger import Ledger
 from agent_tasks.workflows.mirroring import (
     MIRROR_FOLLOW_MAX,
-    MIRROR_FOLLOWS_RUN,
     MIRROR_HEARTBEAT,
     MIRROR_RETRY,
     MIRROR_START_TO_CLOSE,
     mirror_pause,
 )
 from agent_tasks.workflows.models import MIRROR_ACTIVITY, MIRROR_MAX_EVENTS, MirrorOutcome
+from agent_tasks.workflows.patches import (
+    CONTINUE_WITHOUT_MIRROR,
+    MIRROR_DRAIN_BOUND,
+    MIRROR_FOLLOWS_RUN,
+)
 
-CONTINUE_WITHOUT_MIRROR = "continue-as-new-without-mirror"
-"""Patch id: a run continues-as-new when Temporal suggests it without waiting for the mirror;
-what Neo4j lacks goes to the next run's ``mirror_backlog``. Before it, a run waited for the
-mirror, so a long Neo4j outage grew its history towards Temporal's hard limit."""
 MIRROR_DRAIN_WAIT = timedelta(seconds=10)
 """The longest a mirror call in flight may hold up continue-as-new once it is suggested: past
 it the call is cancelled and the run continues as new anyway, its unmirrored writes carried
 to the next run's backlog (``MirrorCalls._bound``)."""
-MIRROR_DRAIN_BOUND = "mirror-drain-bound"
-"""Patch id: ``MIRROR_DRAIN_WAIT`` bounds a mirror call in flight when continue-as-new is
-suggested."""
 
 
 def continue_suggested() -> bool:

@@ -111,15 +111,9 @@ MIRROR_RETRY = RetryPolicy(
     non_retryable_error_types=[MIRROR_DATA_ERROR],
 )
 """One mirror call: three attempts, 1 s then 2 s apart; a data error fails at once."""
-MIRROR_WITHOUT_DEBOUNCE = "mirror-without-debounce-timer"
-"""Patch id: the mirror starts as soon as a write waits, without the 200 ms debounce timer
-(whose firing the dev server rounds to about a second, which made the mirror lag ~1 s)."""
 MIRROR_START_TO_CLOSE = timedelta(seconds=60)
 """Longest one mirror attempt may run (at most ``MIRROR_MAX_EVENTS`` events, in pages of one
 query and one bounded Neo4j transaction each); a follower's is ``MIRROR_FOLLOW_MAX`` longer."""
-MIRROR_FOLLOWS_RUN = "mirror-follows-run"
-"""Patch id: the current run is mirrored by a call that follows it (``MirrorInput.follow``)
-instead of a call per waiting write; runs recorded before it call once per batch."""
 MIRROR_FOLLOW_IDLE = timedelta(seconds=5)
 """A follower ends once its run has had no new workflow task for this long: long enough to
 cover a writer's pauses (a model's turn, a person's typing), short enough that idle tasks

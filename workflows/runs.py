@@ -20,11 +20,6 @@ from agent_tasks.workflows.models import (
     internal_request_id,
 )
 
-TURN_RULES = "turn-rules"
-"""Patch id: each run of an agent is marked in the log (``run_started``, ``run_finished``,
-``run_failed``) and a failed run is rolled back (``rolled_back``), the runtime's turn rules
-(docs/agent-tasks.md). Runs recorded before it have no run notes."""
-
 
 def begin_run(ledger: Ledger, start: str, now: datetime) -> None:
     """Start a run of the agent: a ``run_started`` note (``{"run": n, "start": "turn" |

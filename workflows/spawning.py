@@ -48,11 +48,6 @@ from agent_tasks.workflows.models import (
 )
 from agent_tasks.workflows.search import search_attributes
 
-BRANCH_REUSE = "branch-reuses-before-point"
-"""Patch id: an agent task's branch, once its log is copied, takes over what its source settled
-before the branch point (``reuse_before_point``): agent code run again from the top reads those
-steps' recorded results and those questions' answers instead of running and asking them again.
-Branches recorded before it started with no steps and no answers."""
 TASK_WORKFLOW = "TaskWorkflow"
 """The task workflow's registered name (``workflows.task.TaskWorkflow``): its children's type."""
 CHILD_ENDED = "child_ended"

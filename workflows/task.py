@@ -37,19 +37,12 @@ with workflow.unsafe.imports_passed_through():
     from agent_tasks.workflows import lifecycle
     from agent_tasks.workflows.agents.context import AgentContext
     from agent_tasks.workflows.agents.registry import agent_function, agent_tools
-    from agent_tasks.workflows.agents.runner import CANCEL_RULE, AgentParked
+    from agent_tasks.workflows.agents.runner import AgentParked
     from agent_tasks.workflows.children import child_end
     from agent_tasks.workflows.decisions import check_citations
     from agent_tasks.workflows.errors import CONTINUING_AS_NEW, ErrorCode, failure_text, refusal
     from agent_tasks.workflows.ledger import Ledger
-    from agent_tasks.workflows.mirror_calls import (
-        CONTINUE_WITHOUT_MIRROR,
-        MirrorCalls,
-        continue_suggested,
-    )
-    from agent_tasks.workflows.mirroring import (
-        MIRROR_WITHOUT_DEBOUNCE,
-    )
+    from agent_tasks.workflows.mirror_calls import MirrorCalls, continue_suggested
     from agent_tasks.workflows.models import (
         CLOSED_STATUSES,
         HISTORY_BACKPRESSURE_EVENTS,
@@ -86,10 +79,19 @@ with workflow.unsafe.imports_passed_through():
         task_workflow_id,
     )
     from agent_tasks.workflows.models.lifecycle import AskInput, SetStatusInput, SpawnInput
-    from agent_tasks.workflows.runs import TURN_RULES, begin_run, close, end_run
+    from agent_tasks.workflows.patches import (
+        ANSWERS_BOUND,
+        APP_LIFECYCLE,
+        BRANCH_REUSE,
+        CANCEL_AFTER_END,
+        CANCEL_RULE,
+        CONTINUE_WITHOUT_MIRROR,
+        MIRROR_WITHOUT_DEBOUNCE,
+        TURN_RULES,
+    )
+    from agent_tasks.workflows.runs import begin_run, close, end_run
     from agent_tasks.workflows.search import TASK_STATUS
     from agent_tasks.workflows.spawning import (
-        BRANCH_REUSE,
         children_running,
         copy_branch,
         copying,
@@ -98,22 +100,6 @@ with workflow.unsafe.imports_passed_through():
         start_child,
         tell_parent,
     )
-
-APP_LIFECYCLE = "app-lifecycle"
-"""Patch id: a recorded task that waits for input or children and has nothing left to wait for
-goes back to ``queued`` after an answer or a child's end (``workflows.lifecycle``). Runs
-recorded before it never had those statuses, so they never reach it."""
-ANSWERS_BOUND = "answers-bound-to-requests"
-"""Patch id: an answer by signal is bound to one request (``Ledger.take_answer``: without an
-input id only to a request open when it arrives; a late one is recorded as late), one early
-answer kept per request, up to ``MAX_EARLY_ANSWERS``."""
-
-CANCEL_AFTER_END = "cancel-after-end"
-"""Patch id: a cancel request that reaches a task already ended ``done`` or ``failed`` (its
-workflow still open while its children run) is recorded without changing its status
-(``_cancelled_after_end``): the view, the search attribute, Neo4j and Temporal (``COMPLETED``)
-keep saying how it ended. Runs recorded before it closed such a workflow as cancelled while the
-task said ``done``."""
 
 CHILD_CANCEL_WAIT = timedelta(minutes=1)
 """How long a cancelled parent waits for its cancelled children to report their end."""

@@ -66,12 +66,9 @@ from agent_tasks.workflows.models import (
     ToolInput,
     internal_request_id,
 )
+from agent_tasks.workflows.patches import IGNORE_REASON
 from agent_tasks.workflows.steps import idempotency_key, next_attempt
 
-TOOL_APPROVAL = "tool-approval"
-"""Patch id: a call of a tool that needs approval is checked by the worker and asked about
-before it runs. Runs recorded before it had no such tools (``ToolSpec.approval`` is new), so
-they never reach it."""
 APPROVAL_ACTIVITY = "tool_approval"
 """Activity: the worker's check of a call of a tool that needs approval (``ApprovalCheck``)."""
 APPROVAL_CHECK_TIMEOUT = timedelta(seconds=30)
@@ -81,11 +78,6 @@ APPROVAL_CHECK_RETRY = RetryPolicy(maximum_attempts=5)
 is the check's answer, not a retry: the step fails with it)."""
 IGNORED = "a person chose not to run this call: the tool was not run"
 """The result of an ignored call (the model reads it)."""
-IGNORE_REASON = "ignore-with-reason"
-"""Patch id: an ignore that gives a reason (``ApprovalChoice.text``) ends the step with
-``IGNORED`` and the reason (``ignored_result``), so the model reads why (the fix of
-openai-agents-python#2658 and #3359: a rejection reason dropped before the model saw it).
-Runs recorded before it ended every ignored call with ``IGNORED`` alone."""
 
 
 class ApprovalCheck(BaseModel):

@@ -20,11 +20,7 @@ from temporalio import workflow
 
 from agent_tasks.workflows.agents.registry import ToolSpec
 from agent_tasks.workflows.agents.runner import AgentHost, AgentParked
-from agent_tasks.workflows.agents.steps import (
-    PARK_ON_SUGGESTION,
-    PROGRESS_BEFORE_PARKING,
-    StepRunner,
-)
+from agent_tasks.workflows.agents.steps import StepRunner
 from agent_tasks.workflows.ledger import Ledger
 from agent_tasks.workflows.models import (
     CLOSED_STATUSES,
@@ -43,6 +39,7 @@ from agent_tasks.workflows.models import (
     internal_request_id,
     valid_step_name,
 )
+from agent_tasks.workflows.patches import PARK_ON_SUGGESTION, PROGRESS_BEFORE_PARKING
 from agent_tasks.workflows.waits import answer_error, answer_text, check_schema
 
 

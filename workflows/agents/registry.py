@@ -20,6 +20,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 from agent_tasks.workflows.models import AgentName, AgentSpec
+from agent_tasks.workflows.patches import TOOL_SPECS_BY_ACTIVITY
 
 TOOL_ACTIVITY_PREFIX = "tool."
 """A tool ``name`` runs as the activity ``tool.{name}``."""
@@ -73,12 +74,6 @@ _Agent = TypeVar("_Agent", bound=AgentFunction)
 
 _AGENTS: dict[str, AgentFunction] = {}
 
-TOOL_SPECS_BY_ACTIVITY = "tool-specs-by-activity"
-"""Patch id: the lookup of an agent's tools is an activity, no longer a local activity. A local
-activity's result can reach the workflow in the next workflow task when it is first run but in
-the same one on replay (seen with continue-as-new under load: the commands after it moved to
-another workflow task, and a query of the run then failed replay); an activity's result is an
-event of its own, delivered the same way both times."""
 TOOL_SPECS_ACTIVITY = "tool_specs"
 """Activity: the worker's specs of the tools an agent may call (``ToolSpecs``)."""
 

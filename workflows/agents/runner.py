@@ -31,11 +31,8 @@ from agent_tasks.workflows.models import (
     WriteOutcome,
     bound_text,
 )
+from agent_tasks.workflows.patches import CANCEL_RULE
 
-CANCEL_RULE = "one-cancellation-rule"
-"""Patch id: after a cancel request no step, model call or wait of the agent starts or goes on
-(``AgentContext.cancelled``); the workflow cancels what runs and waits for it to end
-(``TaskWorkflow._cancelled``). Runs recorded before it cancelled the agent's asyncio task."""
 READ_EVENT_ACTIVITY = "read_event"
 """Activity name of the read of one event's payload (a memoized step's result of an earlier
 run)."""

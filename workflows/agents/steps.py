@@ -23,7 +23,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError
 from temporalio.workflow import ActivityCancellationType
 
-from agent_tasks.workflows.agents.approvals import TOOL_APPROVAL, Approvals
+from agent_tasks.workflows.agents.approvals import Approvals
 from agent_tasks.workflows.agents.registry import TOOL_ACTIVITY_PREFIX
 from agent_tasks.workflows.agents.runner import BudgetExceeded, StepOutcome
 from agent_tasks.workflows.errors import failure_text
@@ -41,37 +41,14 @@ from agent_tasks.workflows.models import (
     ToolOutput,
     internal_request_id,
 )
+from agent_tasks.workflows.patches import (
+    MODEL_CALL_CANCEL,
+    TOOL_APPROVAL,
+    TOOL_CALL_BOUNDS,
+    UNKNOWN_STAYS_UNKNOWN,
+)
 from agent_tasks.workflows.steps import idempotency_key
 
-UNKNOWN_STAYS_UNKNOWN = "unknown-stays-unknown"
-"""Patch id: a step that ended ``unknown`` and is reached again returns its ``unknown``
-outcome; it runs again only when someone asked (``AgentContext.retry``, ``retry_step``). Runs
-recorded before it ran such a step again under its old key."""
-TOOL_CALL_BOUNDS = "tool-call-bounds"
-"""Patch id: a call that names no tool, or whose arguments pass the payload bound, fails its
-step without running (the model hears why); runs recorded before it failed the task on an
-empty name and passed cut arguments to the tool."""
-PROGRESS_BEFORE_PARKING = "progress-before-parking"
-"""Patch id: ``checkpoint()`` parks the agent for continue-as-new only after it did new work in
-the run. Agent code memoized by step name starts over from the top in each run, reading each
-memoized result (an activity apiece); when those reads alone passed the history length at
-which Temporal suggests continue-as-new, every run parked before any new step and the task
-continued as new for ever without progress."""
-PARK_ON_SUGGESTION = "park-on-suggestion"
-"""Patch id: ``checkpoint()`` parks once Temporal suggests continue-as-new, read from the run's
-own info, not only once the run loop has set ``checkpoint_due``. The loop sets the flag between
-its mirror calls, so while one call was slow (a Neo4j write taking a second, or held up to
-``MIRROR_DRAIN_WAIT`` by a stall) a fast agent went on well past the suggestion, and a short task
-could end in its first run, its history hundreds of events past it."""
-MODEL_CALL_CANCEL = "model-call-cancel"
-"""Patch id: the model call is scheduled with a heartbeat timeout (``MODEL_HEARTBEAT``) and a
-longer start-to-close timeout (``MODEL_LONGEST_CALL``), and the workflow waits for it to
-acknowledge a cancel (``WAIT_CANCELLATION_COMPLETED``) before the task goes on to its end. The
-activity heartbeats every second (``activities.heartbeat.CANCEL_BEAT_S``), so a cancel reaches
-it within about two seconds and closes its HTTP request, and the task's ``cancelled`` comes
-after the last token it published. Runs recorded before dropped the call at once
-(``TRY_CANCEL``): the task ended while the model's request ran on to its end, its tokens still
-published."""
 MODEL_HEARTBEAT = timedelta(seconds=10)
 """Heartbeat timeout of the model call: a call whose worker died is retried (or, after a cancel,
 given up) this long after its last heartbeat, not after ``MODEL_LONGEST_CALL``."""
