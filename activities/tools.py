@@ -42,6 +42,7 @@ from agent_tasks.workflows.agents.registry import (
     ToolSpecs,
 )
 from agent_tasks.workflows.agents.runner import READ_EVENT_ACTIVITY
+from agent_tasks.workflows.errors import failure_text
 from agent_tasks.workflows.models import Event, StepsQuery, ToolInput, ToolOutput, bound_text
 from agent_tasks.workflows.task import TaskWorkflow
 
@@ -50,6 +51,17 @@ if TYPE_CHECKING:  # the driver is loaded by whoever makes the graph (agent code
 
 TOOL_RESULT_INVALID = "ToolResultInvalid"
 """ApplicationError type of a tool result that cannot be serialized (not retried)."""
+
+
+def invalid_arguments(tool_name: str, err: ValidationError) -> ApplicationError:
+    """The failure of arguments a tool's model refuses (``ToolArgumentsInvalid``, never
+    retried): raised by the tool's activity, and, as ``failure_text`` renders it, the approval
+    check's refusal of the same arguments, so the model reads one text either way."""
+    return ApplicationError(
+        f"arguments of {tool_name} are invalid: {err}",
+        type=TOOL_ARGUMENTS_INVALID,
+        non_retryable=True,
+    )
 
 
 @dataclass(frozen=True)
@@ -98,7 +110,7 @@ class Tool:
         try:
             arguments = self.arguments.model_validate_json(text or "{}")
         except ValidationError as err:
-            return ApprovalCheck(error=f"arguments of {self.spec.name} are invalid: {err}")
+            return ApprovalCheck(error=failure_text(invalid_arguments(self.spec.name, err)))
         try:
             needed = self.approval if isinstance(self.approval, bool) else self.approval(arguments)
             description = self.description
@@ -220,11 +232,7 @@ class ToolActivities:
             try:
                 arguments = tool.arguments.model_validate_json(text or "{}")
             except ValidationError as err:
-                raise ApplicationError(
-                    f"arguments of {tool.spec.name} are invalid: {err}",
-                    type=TOOL_ARGUMENTS_INVALID,
-                    non_retryable=True,
-                ) from err
+                raise invalid_arguments(tool.spec.name, err) from err
             context = ToolContext(input.workflow_id, input.step_name, input.idempotency_key)
             return output(await tool.function(arguments, context))
 

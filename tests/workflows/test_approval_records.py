@@ -265,12 +265,6 @@ async def test_agent_codes_own_step_of_an_approval_tool_asks_first(
     assert effects(log) == [f"{request.approval.idempotency_key} note a@b.c"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="product bug: the approval check's refusal (workflows.agents.approvals, the "
-    "tool_approval activity) records 'arguments of T are invalid: ...' while the tool itself "
-    "fails the same arguments with 'ToolArgumentsInvalid: arguments of T are invalid: ...'",
-)
 async def test_the_check_fails_a_call_with_the_message_the_tool_itself_fails_it_with(
     notes: ConversationHistory, tmp_path: Path
 ) -> None:

@@ -188,7 +188,8 @@ async def test_a_call_the_check_refuses_fails_without_asking(
     final = await agents.wait_task("t")
     assert final is not None and final.result is not None
     first, second = final.result.text.removeprefix("the tools said: ").split(" | ")
-    assert first.startswith("arguments of send_mail are invalid:") and "subject" in first
+    assert first.startswith("ToolArgumentsInvalid: arguments of send_mail are invalid:")
+    assert "subject" in first
     assert second == (
         "the approval check of pay_broken failed: RuntimeError: the predicate is broken"
     )
