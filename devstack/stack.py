@@ -78,27 +78,27 @@ def _neo4j_auth_or_none(settings: Settings) -> tuple[str, str] | None:
 async def status(
     settings: Settings | None = None, *, timeout_s: float = 3.0
 ) -> list[ServiceStatus]:
-    """Report Temporal and Neo4j: address, answering, started by ``up`` (pid) or external.
+    """Report the stack's services: address, answering, started by ``up`` (pid) or external.
 
     Args:
         settings: default ``Settings()`` (the environment).
         timeout_s: seconds per probe.
 
     Returns:
-        ``[temporal, neo4j]`` and, when ``AGENT_TASKS_BROKER_URL`` names one, ``broker``, as
-        :class:`ServiceStatus`. Never starts or stops anything.
+        ``[temporal, neo4j]`` (``neo4j`` only when it is the graph store), then ``broker``
+        when ``AGENT_TASKS_BROKER_URL`` names one and ``falkordb`` when it is the graph store,
+        as :class:`ServiceStatus`. Never starts or stops anything.
     """
     s = settings or Settings()
     temporal = TemporalDevServer(s.data_dir, parse_host_port(s.temporal.address, 7233)[1])
-    neo = Neo4jServer(s.data_dir, parse_host_port(s.neo4j_uri, 7687)[1])
-    t_probe, n_probe = await asyncio.gather(
-        probe_temporal(s.temporal, namespace=s.temporal.namespace, timeout_s=timeout_s),
-        probe_neo4j(s.neo4j_uri, _neo4j_auth_or_none(s), timeout_s=timeout_s),
-    )
     checks: list[tuple[str, str, ManagedProcess, Probe]] = [
-        ("temporal", s.temporal.address, temporal, t_probe),
-        ("neo4j", s.neo4j_uri, neo, n_probe),
-    ]
+        ("temporal", s.temporal.address, temporal,
+         await probe_temporal(s.temporal, namespace=s.temporal.namespace, timeout_s=timeout_s)),
+    ]  # fmt: skip
+    if s.graph == "neo4j":
+        neo = Neo4jServer(s.data_dir, parse_host_port(s.neo4j_uri, 7687)[1])
+        n_probe = await probe_neo4j(s.neo4j_uri, _neo4j_auth_or_none(s), timeout_s=timeout_s)
+        checks.append(("neo4j", s.neo4j_uri, neo, n_probe))
     for name, url, redis in _redis_servers(s):
         checks.append((name, _shown(url), redis, await probe_redis(url, timeout_s=timeout_s)))
     out = []
@@ -126,8 +126,9 @@ async def up(
     broker_timeout_s: float = 20.0,
     probe_timeout_s: float = 3.0,
 ) -> list[ServiceStatus]:
-    """Make Temporal, Neo4j, the broker and FalkorDB (``AGENT_TASKS_GRAPH=falkordb``) answer:
-    start local servers where nothing answers.
+    """Make Temporal, the graph store (Neo4j, or FalkorDB with ``AGENT_TASKS_GRAPH=falkordb``)
+    and the broker answer: start local servers where nothing answers. Neo4j is left alone
+    (neither probed nor started, Java not needed) when FalkorDB is the graph store.
 
     For each service: a process that ``up`` started earlier and still runs is reported (and
     waited for); an address that answers is used as it is (external); a local address that
@@ -146,8 +147,9 @@ async def up(
         probe_timeout_s: seconds for the first "does it answer?" check of each address.
 
     Returns:
-        ``[temporal, neo4j]`` (and ``broker`` when ``AGENT_TASKS_BROKER_URL`` names one,
-        ``falkordb`` when it is the graph store) as :class:`ServiceStatus`; ``detail`` says
+        ``[temporal, neo4j]`` (``neo4j`` only when it is the graph store; then ``broker`` when
+        ``AGENT_TASKS_BROKER_URL`` names one, ``falkordb`` when it is the graph store) as
+        :class:`ServiceStatus`; ``detail`` says
         what was done and, for a started server, how long it took to answer.
 
     Raises:
@@ -168,9 +170,10 @@ async def up(
         t_probe = await probe_temporal(s.temporal, timeout_s=probe_timeout_s)
     n_port = parse_host_port(s.neo4j_uri, 7687)[1]
     neo = Neo4jServer(s.data_dir, n_port, s.neo4j_password_file)
-    n_pid = neo.running_pid()
+    with_neo4j = s.graph == "neo4j"  # FalkorDB as the graph store needs no Neo4j (nor Java)
+    n_pid = neo.running_pid() if with_neo4j else None
     n_probe = Probe(False, "")
-    if n_pid is None:
+    if with_neo4j and n_pid is None:
         n_probe = await probe_neo4j(s.neo4j_uri, _neo4j_auth_or_none(s), timeout_s=probe_timeout_s)
     errors = []
     to_prepare: list[ManagedProcess] = []
@@ -182,7 +185,7 @@ async def up(
                 f"TEMPORAL_ADDRESS={s.temporal.address} is not on this host and does not answer "
                 f"({t_probe.detail})"
             )
-    if n_pid is None and not n_probe.answering:
+    if with_neo4j and n_pid is None and not n_probe.answering:
         if not is_local_host(n_host):
             errors.append(
                 f"NEO4J_URI={s.neo4j_uri} is not on this host and does not answer "
@@ -270,7 +273,7 @@ async def up(
         took_s = f"started in {took:.1f} s"
         return ServiceStatus(name, _shown(url), True, started_pid, False, took_s)
 
-    bring_ups = [bring_up_temporal(), bring_up_neo4j()]
+    bring_ups = [bring_up_temporal()] + ([bring_up_neo4j()] if with_neo4j else [])
     bring_ups += [bring_up_redis(*plan) for plan in redis_plans]
     tasks = [asyncio.ensure_future(b) for b in bring_ups]
     await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
