@@ -8,13 +8,14 @@ import sys
 
 from agent_tasks.worker import build_worker, open_services
 from tests.agent_tools import SCRIPTS, TOOLS
+from tests.http_tools import HTTP_TOOLS
 
 
 async def main(queue: str) -> None:
     async with open_services() as services:
         assert services.graph is not None
         async with build_worker(
-            services.client, services.graph, queue, tools=TOOLS, scripts=SCRIPTS
+            services.client, services.graph, queue, tools=[*TOOLS, *HTTP_TOOLS], scripts=SCRIPTS
         ):
             print("polling", flush=True)
             await asyncio.Event().wait()

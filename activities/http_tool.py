@@ -1,0 +1,176 @@
+"""An HTTP call that makes its effect once: the helper a tool calls an HTTP API with
+(``http_call``), over ``httpx`` (installed with the package, as the MCP client needs it).
+
+Every request carries the step's idempotency key (``ToolContext.idempotency_key``) as the
+``Idempotency-Key`` header (the name of the IETF draft "The Idempotency-Key HTTP Header Field"):
+the same key on every retry of the attempt, on a ``resume`` or ``continue`` of the task, and on
+a person's ``retry`` of a step that ended ``unknown`` (``workflows.agents.steps``), so a server
+that deduplicates by the key performs the effect once however often the call is sent. A new
+attempt (a retry of a step that ended ``failed``) has a new key.
+
+The answer is mapped to the activity's outcome at the activity edge (``http_failure``):
+
+====================  ==============================================================
+status                the activity
+====================  ==============================================================
+2xx, 3xx              returns the response
+429, 503              retryable, after the server's ``Retry-After`` (seconds or an HTTP
+                      date) as the next retry's delay (``next_retry_delay``); without
+                      one, the retry policy's own backoff
+other 4xx             not retryable: the step fails with the status and at most
+                      ``ERROR_BODY_CHARS`` characters of the body
+5xx                   retryable (the retry policy's backoff)
+no answer             retryable (a lost connection, a timeout): the server may have
+                      taken the request, and the retry sends the same key
+====================  ==============================================================
+
+Whether a retryable failure is retried is the tool's declaration: an ``idempotent=True`` tool
+is retried by its retry policy (``max_attempts``), one declared ``idempotent=False`` runs once
+and its step fails (or, when its worker died during the call, ends ``unknown``: a person's
+``retry`` then sends the same key). A tool that sends the key may declare itself idempotent
+when the API deduplicates by it.
+"""
+
+from __future__ import annotations
+
+import email.utils
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import httpx
+from pydantic import JsonValue
+from temporalio.exceptions import ApplicationError
+
+from agent_tasks.activities.tools import ToolContext
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+"""The request header that carries the step's idempotency key."""
+ERROR_BODY_CHARS = 1_000
+"""Characters of a failed answer's body kept in the error (the step's result, which the model
+reads: enough for an API's error message, bounded so a page of HTML does not fill it)."""
+HTTP_TOOL_ERROR = "HttpToolError"
+"""ApplicationError type of a failed HTTP call (its details: the status, 0 for no answer)."""
+RETRY_AFTER_STATUS = frozenset({429, 503})
+"""Statuses whose ``Retry-After`` sets the next retry's delay."""
+HTTP_TIMEOUT_S = 30.0
+"""Seconds a request waits for the server by default (keep it under the tool's
+``start_to_close_s``)."""
+
+
+@dataclass(frozen=True)
+class RetryDecision:
+    """What an HTTP answer means for the activity (``retry_decision``)."""
+
+    ok: bool
+    """The call succeeded (2xx or 3xx)."""
+    retryable: bool
+    """A failure a retry may cure (429, 5xx); False for a success and for other 4xx."""
+    delay: timedelta | None = None
+    """The server's ``Retry-After`` for 429 and 503 (None: the retry policy's backoff)."""
+
+
+def retry_after(value: str | None, now: datetime) -> timedelta | None:
+    """The wait a ``Retry-After`` header value asks for, at ``now`` (aware): seconds (a
+    non-negative integer) or an HTTP date (a date in the past is no wait); None for no value
+    or one that is neither."""
+    if value is None:
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return timedelta(seconds=int(text))
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:  # "-0000": the RFC's UTC
+        when = when.replace(tzinfo=UTC)
+    return max(when - now, timedelta(0))
+
+
+def retry_decision(status: int, headers: Mapping[str, str], now: datetime) -> RetryDecision:
+    """The activity's decision for an answer with ``status`` and ``headers`` (the module's
+    table; ``now``, aware, dates a ``Retry-After`` given as an HTTP date)."""
+    if status < 400:
+        return RetryDecision(ok=True, retryable=False)
+    if status in RETRY_AFTER_STATUS:
+        lower = {k.lower(): v for k, v in headers.items()}
+        return RetryDecision(False, True, retry_after(lower.get("retry-after"), now))
+    return RetryDecision(ok=False, retryable=status >= 500)
+
+
+def http_failure(
+    method: str, url: str, status: int, headers: Mapping[str, str], body: str, now: datetime
+) -> ApplicationError | None:
+    """The activity's error for an answer (``retry_decision``), or None for a success: its
+    message names the call and the status and holds at most ``ERROR_BODY_CHARS`` of
+    ``body``; its details the status."""
+    decision = retry_decision(status, headers, now)
+    if decision.ok:
+        return None
+    shown = body if len(body) <= ERROR_BODY_CHARS else body[:ERROR_BODY_CHARS] + "…"
+    return ApplicationError(
+        f"{method} {url} answered HTTP {status}: {shown}",
+        status,
+        type=HTTP_TOOL_ERROR,
+        non_retryable=not decision.retryable,
+        next_retry_delay=decision.delay,
+    )
+
+
+async def http_call(
+    context: ToolContext,
+    method: str,
+    url: str,
+    *,
+    json: JsonValue = None,
+    headers: Mapping[str, str] | None = None,
+    timeout_s: float = HTTP_TIMEOUT_S,
+    client: httpx.AsyncClient | None = None,
+) -> httpx.Response:
+    """Send one request with the step's idempotency key (``Idempotency-Key``) and map its
+    answer at the activity edge (the module's table).
+
+    Args:
+        context: the tool's context (its ``idempotency_key`` is sent).
+        method: ``GET``, ``POST``...
+        url: the full URL.
+        json: the body, sent as JSON (None: no body).
+        headers: more headers (an ``Idempotency-Key`` among them is replaced by the step's).
+        timeout_s: seconds the request waits for the server.
+        client: an ``httpx.AsyncClient`` of the worker's (its base URL, auth); None: one for
+            this call.
+
+    Returns:
+        The response of a 2xx or 3xx answer.
+
+    Raises:
+        ApplicationError: ``HttpToolError``: not retryable for a 4xx other than 429 (status
+            and bounded body in the message); retryable for 429, 5xx and no answer, with the
+            server's ``Retry-After`` as ``next_retry_delay`` for 429 and 503.
+    """
+    sent = {k: v for k, v in (headers or {}).items() if k.lower() != IDEMPOTENCY_HEADER.lower()}
+    sent[IDEMPOTENCY_HEADER] = context.idempotency_key
+    own = client is None
+    session = httpx.AsyncClient() if client is None else client
+    try:
+        response = await session.request(
+            method,
+            url,
+            json=json,
+            headers=sent,
+            timeout=timeout_s,
+        )
+    except httpx.TransportError as err:  # no answer: the request may have been taken
+        raise ApplicationError(
+            f"{method} {url} got no answer: {type(err).__name__}: {err}", 0, type=HTTP_TOOL_ERROR
+        ) from err
+    finally:
+        if own:
+            await session.aclose()
+    failure = http_failure(
+        method, url, response.status_code, response.headers, response.text, datetime.now(UTC)
+    )
+    if failure is not None:
+        raise failure
+    return response

@@ -1,0 +1,94 @@
+"""The HTTP tool tests' parts, in a module of their own so that a worker in a subprocess
+(``python -m tests.agent_worker``, whose tools include ``HTTP_TOOLS``) runs the same ones: tools
+that call an API with ``activities.http_tool.http_call``, an agent that runs one such call as a
+step, and the API itself (``EffectServer``): a real HTTP server that counts, by idempotency key,
+the requests it got and the effects it performed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import Literal
+
+from pydantic import BaseModel, JsonValue
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from agent_tasks.activities.http_tool import IDEMPOTENCY_HEADER, http_call
+from agent_tasks.activities.tools import Tool, ToolContext, tool
+from agent_tasks.workflows.agents import AgentContext, agent
+
+Mode = Literal["plain", "hold", "busy_once", "reject"]
+"""How the server answers a key's first request: at once; after performing the effect, only
+when released (the worker is killed meanwhile); 503 with ``Retry-After: 1`` and no effect;
+422 with a 5,000-character body."""
+
+
+class Charge(BaseModel):
+    """Arguments of the HTTP tools: the API's URL, the amount, how the server answers."""
+
+    url: str
+    amount: int
+    mode: Mode = "plain"
+
+
+async def _charge(args: Charge, context: ToolContext) -> str:
+    body: dict[str, JsonValue] = {"amount": args.amount, "mode": args.mode}
+    return (await http_call(context, "POST", args.url, json=body, timeout_s=300)).text
+
+
+@tool("http_charge", arguments=Charge, idempotent=False, heartbeat_s=2, start_to_close_s=600)
+async def http_charge(args: Charge, context: ToolContext) -> str:
+    """Not idempotent: one attempt; a worker that dies during it leaves the step unknown."""
+    return await _charge(args, context)
+
+
+@tool("http_charge_retried", arguments=Charge, idempotent=True, max_attempts=3)
+async def http_charge_retried(args: Charge, context: ToolContext) -> str:
+    """Idempotent (the API deduplicates by key): retried by its retry policy."""
+    return await _charge(args, context)
+
+
+HTTP_TOOLS: list[Tool] = [http_charge, http_charge_retried]
+
+
+@agent("http_once")
+async def http_once(ctx: AgentContext) -> str:
+    """One step ``charge`` of the tool ``input["tool"]`` with ``input["args"]``; fails unless
+    it completed, else returns the API's answer."""
+    tool_name, args = ctx.input["tool"], ctx.input["args"]
+    assert isinstance(tool_name, str) and isinstance(args, dict)
+    charged = await ctx.step("charge", tool_name, args)
+    if not charged.ok:
+        raise RuntimeError(f"the charge is {charged.state.value}: {charged.text}")
+    return charged.text
+
+
+class EffectServer:
+    """An API that performs a charge once per ``Idempotency-Key``: a repeated key gets the
+    first answer back without a second effect. ``requests`` and ``effects`` count by key."""
+
+    def __init__(self) -> None:
+        self.requests: Counter[str] = Counter()
+        self.effects: Counter[str] = Counter()
+        self.answers: dict[str, dict[str, object]] = {}
+        self.released = asyncio.Event()
+        self.app = Starlette(routes=[Route("/charge", self.charge, methods=["POST"])])
+
+    async def charge(self, request: Request) -> Response:
+        key = request.headers.get(IDEMPOTENCY_HEADER, "")
+        self.requests[key] += 1
+        if key in self.answers:
+            return JSONResponse(self.answers[key])
+        body = await request.json()
+        if body["mode"] == "busy_once" and self.requests[key] == 1:
+            return Response("busy", status_code=503, headers={"Retry-After": "1"})
+        if body["mode"] == "reject":
+            return Response("x" * 5_000, status_code=422)
+        self.effects[key] += 1
+        self.answers[key] = {"charged": body["amount"], "key": key}
+        if body["mode"] == "hold":  # the effect happened; the answer waits (bounded)
+            await asyncio.wait_for(self.released.wait(), 600)
+        return JSONResponse(self.answers[key])
