@@ -10,6 +10,7 @@ WORKDIR /src
 COPY requirements-runtime.lock ./
 RUN /opt/agent-tasks/bin/pip install --require-hashes --no-deps -r requirements-runtime.lock
 COPY pyproject.toml README.md config.py worker.py telemetry.py codec.py plugin.py broker.py ./
+COPY contract contract
 COPY workflows workflows
 COPY activities activities
 COPY taskgraph taskgraph

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
-from agent_tasks.workflows.models import project_of
+from agent_tasks.contract import project_of
 
 if TYPE_CHECKING:  # imported when a broker is used: the package loads OpenTelemetry's API
     from redis.asyncio import Redis

@@ -16,7 +16,7 @@ payload they send and receive, queries included):
   histories written before the codec (and every payload the codec left alone) still decode,
   and a worker with the codec replays them (``tests/histories``).
 
-The payload budget (``workflows.models.MAX_PAYLOAD_BYTES``) stays measured on the JSON before
+The payload budget (``contract.MAX_PAYLOAD_BYTES``) stays measured on the JSON before
 compression: a payload the codec could not compress still fits. Search attributes and the
 codec's own metadata are not compressed (the server reads them). A worker or client without
 this codec cannot read compressed payloads: every process of a deployment, and every

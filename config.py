@@ -101,8 +101,8 @@ from temporalio.client import Client
 from temporalio.envconfig import ClientConfigProfile, ClientConnectConfig
 
 from agent_tasks import telemetry
+from agent_tasks.contract.errors import TaskServiceUnavailable
 from agent_tasks.plugin import AgentTasksPlugin
-from agent_tasks.workflows.errors import TaskServiceUnavailable
 
 DEFAULT_TEMPORAL_ADDRESS = "127.0.0.1:7233"
 """Where the local stack's Temporal dev server listens (``agent-tasks dev up``)."""

@@ -31,19 +31,19 @@ PLUGIN_NAME = "durable-agent-tasks"
 """The client plugin's name (``Plugin.name``; the worker plugin's is this + ``.worker``)."""
 
 PASSTHROUGH_MODULES = (
-    # The task workflow's helpers (the ledger and its rooms, the agent registry and context,
-    # the mirror policy, the models, the decision and error rules): deterministic code over
-    # pydantic and temporalio that holds no state of a run at module level (the agent
-    # registry maps names to functions, filled when agent modules are imported on the
-    # worker, and must be the worker's own to be found). ``workflows/task.py`` imports them
-    # passed through too.
+    # The contract the task workflow shares with its callers (the models, the error
+    # vocabulary, the search attributes, the answer checks) and the workflow's helpers (the
+    # ledger and its rooms, the agent registry and context, the mirror policy, the decision
+    # rules): deterministic code over pydantic and temporalio that holds no state of a run at
+    # module level (the agent registry maps names to functions, filled when agent modules are
+    # imported on the worker, and must be the worker's own to be found).
+    # ``workflows/task.py`` imports them passed through too.
+    "agent_tasks.contract",
     "agent_tasks.workflows.agents",
     "agent_tasks.workflows.decisions",
-    "agent_tasks.workflows.errors",
     "agent_tasks.workflows.ledger",
     "agent_tasks.workflows.mirroring",
     "agent_tasks.workflows.patches",
-    "agent_tasks.workflows.models",
     # The workflow's module itself. The sandbox imports a workflow's module again for every
     # run (its global-state isolation): for this one that was 158 KiB of every open task's
     # memory, 2.17x a bare workflow's (``python -m bench --only rss``), and 1.13x passed
@@ -52,7 +52,7 @@ PASSTHROUGH_MODULES = (
     # its instances (``tests/test_plugin.py`` checks); determinism is held by the replay of
     # every saved history, as for the helpers above.
     "agent_tasks.workflows.task",
-    # The answer checks of ``workflows.waits``: jsonschema (pure, its version pinned in the
+    # The answer checks of ``contract.waits``: jsonschema (pure, its version pinned in the
     # lock) and RE2 (a C++ extension, which the sandbox cannot re-import per run).
     "jsonschema",
     "re2",

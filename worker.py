@@ -52,11 +52,11 @@ from agent_tasks.activities.tools import Tool, ToolActivities
 from agent_tasks.broker import Broker
 from agent_tasks.codec import ZlibCodec
 from agent_tasks.config import Settings, connect, release_runtime
+from agent_tasks.contract.search import SEARCH_ATTRIBUTE_KEYS
 from agent_tasks.plugin import PLUGIN_NAME, sandbox_passthrough
 from agent_tasks.taskgraph import store
 from agent_tasks.taskgraph.errors import GraphError
 from agent_tasks.taskgraph.port import GraphStore
-from agent_tasks.workflows.search import SEARCH_ATTRIBUTE_KEYS
 from agent_tasks.workflows.task import TaskWorkflow
 
 if TYPE_CHECKING:

@@ -11,10 +11,7 @@ from __future__ import annotations
 from temporalio import activity
 from temporalio.client import Client
 
-from agent_tasks.taskgraph.port import GraphStore
-from agent_tasks.taskgraph.sealing import seal_events
-from agent_tasks.tasklog.reader import TaskReader
-from agent_tasks.workflows.models import (
+from agent_tasks.contract import (
     BRANCH_ACTIVITY,
     BRANCH_PAGE_EVENTS,
     BRANCH_REUSE_ACTIVITY,
@@ -33,6 +30,9 @@ from agent_tasks.workflows.models import (
     model_size,
     project_of,
 )
+from agent_tasks.taskgraph.port import GraphStore
+from agent_tasks.taskgraph.sealing import seal_events
+from agent_tasks.tasklog.reader import TaskReader
 from agent_tasks.workflows.task import TaskWorkflow
 
 PAGE_BYTES = MAX_PAYLOAD_BYTES // 2

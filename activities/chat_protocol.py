@@ -55,7 +55,7 @@ from typing import Any
 
 from temporalio.exceptions import ApplicationError
 
-from agent_tasks.workflows.models import (
+from agent_tasks.contract import (
     MAX_PAYLOAD_BYTES,
     MAX_PAYLOAD_CHARS,
     ModelTurn,

@@ -10,8 +10,7 @@ from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from agent_tasks.workflows.children import child_end
-from agent_tasks.workflows.models import (
+from agent_tasks.contract import (
     CHILD_ENDS_ACTIVITY,
     CLOSED_STATUSES,
     ChildEnds,
@@ -20,6 +19,7 @@ from agent_tasks.workflows.models import (
     bound_text,
     task_workflow_id,
 )
+from agent_tasks.workflows.children import child_end
 from agent_tasks.workflows.task import TaskWorkflow
 
 

@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 
 from agent_tasks.activities.model import ScriptedModel, tool_call
 from agent_tasks.activities.tools import Tool, ToolContext, tool
-from agent_tasks.workflows.models import Event, EventKind, ModelTurn, Role
+from agent_tasks.contract import Event, EventKind, ModelTurn, Role
 
 MAX_FILES = 200
 """Most files a listing or a search returns."""

@@ -34,13 +34,13 @@ from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryRequest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
+from agent_tasks.contract import MirrorOutcome
 from agent_tasks.workflows.mirroring import (
     MIRROR_FOLLOW_AGE,
     MIRROR_FOLLOW_BYTES,
     MIRROR_FOLLOW_IDLE,
     MIRROR_FOLLOW_MAX,
 )
-from agent_tasks.workflows.models import MirrorOutcome
 
 POLL_LONGEST = timedelta(seconds=20)
 """One long poll of the history at most (the server answers empty when nothing came)."""

@@ -42,11 +42,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from agent_tasks.activities.follow import HistoryPoll, follow
 from agent_tasks.activities.heartbeat import heartbeating
 from agent_tasks.broker import Broker, WrittenMessage, channels, project_channel
-from agent_tasks.taskgraph.errors import GraphError, GraphUnavailable
-from agent_tasks.taskgraph.port import GraphStore
-from agent_tasks.workflows.errors import MIRROR_DATA_ERROR, MIRROR_UNAVAILABLE
-from agent_tasks.workflows.mirroring import MIRROR_RETRY
-from agent_tasks.workflows.models import (
+from agent_tasks.contract import (
     MAX_PAYLOAD_BYTES,
     MIRROR_ACTIVITY,
     MirrorInput,
@@ -54,6 +50,10 @@ from agent_tasks.workflows.models import (
     MirrorPage,
     MirrorQuery,
 )
+from agent_tasks.contract.errors import MIRROR_DATA_ERROR, MIRROR_UNAVAILABLE
+from agent_tasks.taskgraph.errors import GraphError, GraphUnavailable
+from agent_tasks.taskgraph.port import GraphStore
+from agent_tasks.workflows.mirroring import MIRROR_RETRY
 from agent_tasks.workflows.task import TaskWorkflow
 
 MIRROR_PAGE_EVENTS = 100

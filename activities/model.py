@@ -51,10 +51,7 @@ from agent_tasks.activities.heartbeat import CANCEL_BEAT_S, heartbeating
 from agent_tasks.activities.tokens import TokenPublisher, TokenStream, split_tokens
 from agent_tasks.activities.transcript import chat_messages, shown
 from agent_tasks.broker import Broker
-from agent_tasks.tasklog.reader import TaskReader
-from agent_tasks.workflows.agents.registry import ToolSpec
-from agent_tasks.workflows.agents.steps import MODEL_ACTIVITY
-from agent_tasks.workflows.models import (
+from agent_tasks.contract import (
     Event,
     EventKind,
     ModelInput,
@@ -62,6 +59,9 @@ from agent_tasks.workflows.models import (
     Role,
     ToolCall,
 )
+from agent_tasks.tasklog.reader import TaskReader
+from agent_tasks.workflows.agents.registry import ToolSpec
+from agent_tasks.workflows.agents.steps import MODEL_ACTIVITY
 
 if TYPE_CHECKING:  # the driver is loaded by whoever makes the graph (an app's scripts import this)
     from agent_tasks.taskgraph.port import GraphStore

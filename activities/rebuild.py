@@ -33,15 +33,15 @@ from temporalio.worker import (
 )
 
 from agent_tasks.activities.mirror import copy_run
-from agent_tasks.taskgraph.port import GraphStore
-from agent_tasks.workflows.ledger import Ledger
-from agent_tasks.workflows.models import (
+from agent_tasks.contract import (
     MirrorPage,
     MirrorQuery,
     ProjectId,
     TaskView,
     task_workflow_id,
 )
+from agent_tasks.taskgraph.port import GraphStore
+from agent_tasks.workflows.ledger import Ledger
 from agent_tasks.workflows.task import TaskWorkflow
 
 

@@ -32,6 +32,8 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
 from agent_tasks.activities.heartbeat import CANCEL_BEAT_S, heartbeating
+from agent_tasks.contract import Event, StepsQuery, ToolInput, ToolOutput, bound_text
+from agent_tasks.contract.errors import failure_text
 from agent_tasks.tasklog.reader import QUERY_TIMEOUT, TaskReader
 from agent_tasks.workflows.agents.approvals import APPROVAL_ACTIVITY, ApprovalCheck
 from agent_tasks.workflows.agents.registry import (
@@ -42,8 +44,6 @@ from agent_tasks.workflows.agents.registry import (
     ToolSpecs,
 )
 from agent_tasks.workflows.agents.runner import READ_EVENT_ACTIVITY
-from agent_tasks.workflows.errors import failure_text
-from agent_tasks.workflows.models import Event, StepsQuery, ToolInput, ToolOutput, bound_text
 from agent_tasks.workflows.task import TaskWorkflow
 
 if TYPE_CHECKING:  # the driver is loaded by whoever makes the graph (agent code imports tool)

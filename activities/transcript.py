@@ -38,7 +38,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from agent_tasks.workflows.models import ROLLED_BACK, Event, EventKind, Role
+from agent_tasks.contract import ROLLED_BACK, Event, EventKind, Role
 
 NO_RESULT = "no result was recorded for this call"
 """The ``tool`` message of a call whose result the log lacks (so every call is answered)."""

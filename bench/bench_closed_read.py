@@ -17,9 +17,9 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 
+from agent_tasks.contract import EventInput, EventsQuery
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.worker import build_worker, open_services
-from agent_tasks.workflows.models import EventInput, EventsQuery
 from agent_tasks.workflows.task import TaskWorkflow
 
 

@@ -27,13 +27,13 @@ from pathlib import Path
 from temporalio.client import Client
 
 from agent_tasks.config import Settings, connect
+from agent_tasks.contract import TaskStatus
 from agent_tasks.devstack import free_port
 from agent_tasks.devstack.falkordb_server import FalkorDBServer
 from agent_tasks.taskgraph.models import TaskFilter
 from agent_tasks.taskgraph.port import GraphStore
 from agent_tasks.taskgraph.seeds import seed_view
 from agent_tasks.worker import build_graph_store
-from agent_tasks.workflows.models import TaskStatus
 from bench.bench_graph_write import write
 from bench.bench_mirror_latency import measure
 

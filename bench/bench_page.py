@@ -31,11 +31,11 @@ from typing import Any
 import uvicorn
 from playwright.async_api import Page, async_playwright
 
+from agent_tasks.contract import EventInput, EventKind
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.starter.http import create_app
 from agent_tasks.taskgraph.apikeys import ApiKeyStore
 from agent_tasks.worker import Services, build_worker, open_services
-from agent_tasks.workflows.models import EventInput, EventKind
 
 CHROMIUM = "/usr/bin/chromium"
 """Debian's Chromium; ``CHROMIUM`` names another, else ``chromium`` on ``PATH`` is used."""

@@ -29,11 +29,11 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from agent_tasks.activities.tools import ToolContext, tool
+from agent_tasks.contract import AgentSpec
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.taskgraph.port import GraphStore
 from agent_tasks.worker import build_worker, open_services
 from agent_tasks.workflows.agents import AgentContext, agent
-from agent_tasks.workflows.models import AgentSpec
 from bench.bare import BareSteps, bare_tool
 
 

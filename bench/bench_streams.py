@@ -32,13 +32,13 @@ from typing import Any
 
 import httpx
 
+from agent_tasks.contract import AgentSpec, EventInput, EventKind
 from agent_tasks.devstack import free_port
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.starter.tasks import TaskEmitter, TaskManager
 from agent_tasks.taskgraph.apikeys import ApiKeyStore
 from agent_tasks.worker import Services, build_worker, open_services
 from agent_tasks.workflows.agents import AgentContext, agent
-from agent_tasks.workflows.models import AgentSpec, EventInput, EventKind
 from bench.bench_step import bench_echo, per_step
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -33,9 +33,9 @@ from temporalio import activity
 
 import agent_tasks.activities.follow as following
 import agent_tasks.activities.mirror as mirror
+from agent_tasks.contract import MirrorOutcome
 from agent_tasks.taskgraph.graph import TaskGraph
 from agent_tasks.workflows.mirroring import MIRROR_FOLLOW_MAX
-from agent_tasks.workflows.models import MirrorOutcome
 from bench.harness import Bench
 
 VARIANTS = ("full", "query", "poll", "none")

@@ -20,14 +20,14 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 
 from agent_tasks.config import Settings
+from agent_tasks.contract import (
+    AgentSpec,
+    EventInput,
+)
 from agent_tasks.devstack.neo4j_server import Neo4jServer
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.starter.planning import EXAMPLES, plan_import, trajectory_files
 from agent_tasks.taskgraph.graph import TaskGraph
-from agent_tasks.workflows.models import (
-    AgentSpec,
-    EventInput,
-)
 from bench.bare import start_bare
 
 

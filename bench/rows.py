@@ -17,17 +17,17 @@ from typing import Any, LiteralString
 from neo4j import AsyncManagedTransaction
 from temporalio.client import WorkflowHistory
 
+from agent_tasks.contract import (
+    AgentSpec,
+    EventInput,
+    TaskStatus,
+)
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.starter.replay import replay_histories
 from agent_tasks.starter.writes import split_events
 from agent_tasks.taskgraph.models import TaskFilter
 from agent_tasks.taskgraph.properties import task_properties
 from agent_tasks.taskgraph.seeds import seed_view
-from agent_tasks.workflows.models import (
-    AgentSpec,
-    EventInput,
-    TaskStatus,
-)
 from agent_tasks.workflows.task import TaskWorkflow
 from bench.bare import BareSteps, BareWorkflow
 from bench.bench_step import per_step

@@ -16,6 +16,7 @@ from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
 
 from agent_tasks.config import Settings, TemporalProfile
+from agent_tasks.contract.search import SEARCH_ATTRIBUTE_KEYS
 from agent_tasks.devstack.process import (
     BIND_HOST,
     DevStackError,
@@ -24,7 +25,6 @@ from agent_tasks.devstack.process import (
     parse_host_port,
     short_error,
 )
-from agent_tasks.workflows.search import SEARCH_ATTRIBUTE_KEYS
 
 SEARCH_ATTRIBUTES: Mapping[str, str] = {key.name: "Keyword" for key in SEARCH_ATTRIBUTE_KEYS}
 """Custom search attributes registered at Temporal start: name -> type (TaskWorkflow's)."""

@@ -39,6 +39,31 @@ from agent_tasks.activities.model import Script, ScriptedModel
 from agent_tasks.activities.tools import Tool, ToolContext, tool
 from agent_tasks.codec import DATA_CONVERTER
 from agent_tasks.config import Neo4jPasswordMissing, Settings, connect
+from agent_tasks.contract import (
+    AgentSpec,
+    Budgets,
+    Event,
+    EventInput,
+    EventKind,
+    ModelSpec,
+    ModelTurn,
+    ResultValidity,
+    Role,
+    StepKind,
+    StepState,
+    StepView,
+    StepWrite,
+    TaskStatus,
+    TaskView,
+    TokenUsage,
+    ToolCall,
+)
+from agent_tasks.contract.errors import (
+    ErrorCode,
+    GraphIncomplete,
+    GraphNotConfigured,
+    TaskServiceUnavailable,
+)
 from agent_tasks.plugin import AgentTasksPlugin
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.starter.results import (
@@ -74,31 +99,6 @@ from agent_tasks.workflows.agents import (
     SpawnRefused,
     StepOutcome,
     agent,
-)
-from agent_tasks.workflows.errors import (
-    ErrorCode,
-    GraphIncomplete,
-    GraphNotConfigured,
-    TaskServiceUnavailable,
-)
-from agent_tasks.workflows.models import (
-    AgentSpec,
-    Budgets,
-    Event,
-    EventInput,
-    EventKind,
-    ModelSpec,
-    ModelTurn,
-    ResultValidity,
-    Role,
-    StepKind,
-    StepState,
-    StepView,
-    StepWrite,
-    TaskStatus,
-    TaskView,
-    TokenUsage,
-    ToolCall,
 )
 
 if TYPE_CHECKING:

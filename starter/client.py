@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING
 from temporalio.client import Client
 
 from agent_tasks.config import release_runtime
+from agent_tasks.contract import ProjectId, ShortText
 from agent_tasks.starter.arguments import checked
 from agent_tasks.starter.turns import TaskTurns
-from agent_tasks.workflows.models import ProjectId, ShortText
 
 if TYPE_CHECKING:  # the driver is loaded only by whoever makes the graph
     from agent_tasks.taskgraph.port import GraphStore

@@ -34,17 +34,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.starter.planning import ImportReport, PlannedTask, plan_import
-from agent_tasks.starter.results import WriteResult
-from agent_tasks.taskgraph.models import MAX_TREE_DEPTH
-from agent_tasks.trajectories import (
-    ParsedTrajectory,
-    export_atif,
-    short_text,
-)
-from agent_tasks.workflows.errors import ErrorCode
-from agent_tasks.workflows.models import (
+from agent_tasks.contract import (
     MAX_STEPS_PER_TASK,
     PAGE_LIMIT_MAX,
     STEPS_PAGE_MAX,
@@ -54,6 +44,16 @@ from agent_tasks.workflows.models import (
     StepView,
     StepWrite,
     TaskStatus,
+)
+from agent_tasks.contract.errors import ErrorCode
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.starter.planning import ImportReport, PlannedTask, plan_import
+from agent_tasks.starter.results import WriteResult
+from agent_tasks.taskgraph.models import MAX_TREE_DEPTH
+from agent_tasks.trajectories import (
+    ParsedTrajectory,
+    export_atif,
+    short_text,
 )
 
 CONCURRENCY = 16

@@ -19,17 +19,7 @@ from temporalio.common import TypedSearchAttributes, WorkflowIDConflictPolicy, W
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from agent_tasks.starter.arguments import checked
-from agent_tasks.starter.results import WriteResult, from_outcome, refused
-from agent_tasks.starter.transport import (
-    from_update_failure,
-    lane,
-    request_id_or_new,
-    retrieve_start,
-)
-from agent_tasks.starter.writes import TaskWrites
-from agent_tasks.workflows.errors import ErrorCode
-from agent_tasks.workflows.models import (
+from agent_tasks.contract import (
     CLOSED_STATUSES,
     MAX_CHILDREN,
     MAX_DEPTH,
@@ -45,10 +35,20 @@ from agent_tasks.workflows.models import (
     TaskWorkflowInput,
     valid_request_id,
 )
-from agent_tasks.workflows.models.lifecycle import AskInput, SetStatusInput, SpawnInput
-from agent_tasks.workflows.search import search_attributes
+from agent_tasks.contract.errors import ErrorCode
+from agent_tasks.contract.lifecycle import AskInput, SetStatusInput, SpawnInput
+from agent_tasks.contract.search import search_attributes
+from agent_tasks.contract.waits import answer_error
+from agent_tasks.starter.arguments import checked
+from agent_tasks.starter.results import WriteResult, from_outcome, refused
+from agent_tasks.starter.transport import (
+    from_update_failure,
+    lane,
+    request_id_or_new,
+    retrieve_start,
+)
+from agent_tasks.starter.writes import TaskWrites
 from agent_tasks.workflows.task import TaskWorkflow
-from agent_tasks.workflows.waits import answer_error
 
 if TYPE_CHECKING:  # the driver is loaded only by whoever makes the graph
     pass
@@ -344,7 +344,7 @@ class TaskLifecycle(TaskWrites):
         self, answer: JsonValue, input_id: str | None, request_id: str | None
     ) -> InputAnswer:
         """The answer as sent, checked first against the rules every answer meets whatever
-        its schema (``workflows.waits.answer_error`` with an empty schema).
+        its schema (``contract.waits.answer_error`` with an empty schema).
 
         Raises:
             pydantic.ValidationError: an argument of the wrong shape, naming the field, or an

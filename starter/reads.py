@@ -8,6 +8,15 @@ import asyncio
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from agent_tasks.contract import (
+    PAGE_LIMIT_MAX,
+    EventKind,
+    ShortText,
+    StepState,
+    TaskStatus,
+    task_workflow_id,
+)
+from agent_tasks.contract.errors import GraphNotConfigured
 from agent_tasks.starter.arguments import checked
 from agent_tasks.starter.results import DecisionsResult, EventsResult, GetTaskResult, StepsResult
 from agent_tasks.starter.transport import Transport
@@ -29,15 +38,6 @@ from agent_tasks.taskgraph.models import (
     TreeRow,
 )
 from agent_tasks.tasklog.reader import TaskReader
-from agent_tasks.workflows.errors import GraphNotConfigured
-from agent_tasks.workflows.models import (
-    PAGE_LIMIT_MAX,
-    EventKind,
-    ShortText,
-    StepState,
-    TaskStatus,
-    task_workflow_id,
-)
 
 if TYPE_CHECKING:  # the driver is loaded only by whoever makes the graph
     from agent_tasks.taskgraph.port import GraphStore

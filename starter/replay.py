@@ -30,9 +30,9 @@ from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
 from agent_tasks.codec import DATA_CONVERTER
+from agent_tasks.contract import ProjectId, TaskStatus, TaskWorkflowInput
 from agent_tasks.plugin import AgentTasksPlugin
 from agent_tasks.workflows.agents.registry import agent_function
-from agent_tasks.workflows.models import ProjectId, TaskStatus, TaskWorkflowInput
 from agent_tasks.workflows.task import TaskWorkflow
 
 ReplayStatus = Literal["ok", "nondeterministic", "error"]

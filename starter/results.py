@@ -10,9 +10,9 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from agent_tasks.contract import Event, StepView, TaskView, WriteOutcome
+from agent_tasks.contract.errors import ErrorCode
 from agent_tasks.taskgraph.models import DecisionRow
-from agent_tasks.workflows.errors import ErrorCode
-from agent_tasks.workflows.models import Event, StepView, TaskView, WriteOutcome
 
 
 class WriteResult(BaseModel):

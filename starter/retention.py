@@ -34,20 +34,20 @@ from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from agent_tasks.starter.arguments import checked
-from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.starter.results import DeleteResult, RedactResult
-from agent_tasks.taskgraph.models import TaskRead
-from agent_tasks.taskgraph.retention import EventLocation
-from agent_tasks.workflows.children import child_end
-from agent_tasks.workflows.errors import ErrorCode
-from agent_tasks.workflows.models import (
+from agent_tasks.contract import (
     CLOSED_STATUSES,
     ShortText,
     TaskStatus,
     TaskView,
     bound_text,
 )
+from agent_tasks.contract.errors import ErrorCode
+from agent_tasks.starter.arguments import checked
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.starter.results import DeleteResult, RedactResult
+from agent_tasks.taskgraph.models import TaskRead
+from agent_tasks.taskgraph.retention import EventLocation
+from agent_tasks.workflows.children import child_end
 from agent_tasks.workflows.task import TaskWorkflow
 
 if TYPE_CHECKING:  # the driver is loaded only by whoever makes the graph

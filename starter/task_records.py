@@ -12,14 +12,14 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field, JsonValue
 
-from agent_tasks.starter.results import WriteResult
-from agent_tasks.workflows.errors import ErrorCode
-from agent_tasks.workflows.models import (
+from agent_tasks.contract import (
     Event,
     EventKind,
     InputRequest,
     TaskStatus,
 )
+from agent_tasks.contract.errors import ErrorCode
+from agent_tasks.starter.results import WriteResult
 
 UPDATES_READ = 200
 """Events ``get_task`` reads into ``updates`` (the newest; older ones: ``list_events``)."""

@@ -50,6 +50,17 @@ from collections.abc import Mapping, Sequence
 from pydantic import JsonValue
 
 from agent_tasks.broker import Broker, TokenMessage, channels
+from agent_tasks.contract import (
+    CLOSED_STATUSES,
+    MAX_DEPTH,
+    PAGE_LIMIT_MAX,
+    AgentSpec,
+    EventKind,
+    TaskStatus,
+    TaskView,
+)
+from agent_tasks.contract.errors import ErrorCode
+from agent_tasks.contract.lifecycle import SETTABLE_STATUSES
 from agent_tasks.starter.arguments import checked, invalid
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.starter.retention import HistoryRetention
@@ -67,17 +78,6 @@ from agent_tasks.starter.task_records import (
     task_update,
     written_or_raise,
 )
-from agent_tasks.workflows.errors import ErrorCode
-from agent_tasks.workflows.models import (
-    CLOSED_STATUSES,
-    MAX_DEPTH,
-    PAGE_LIMIT_MAX,
-    AgentSpec,
-    EventKind,
-    TaskStatus,
-    TaskView,
-)
-from agent_tasks.workflows.models.lifecycle import SETTABLE_STATUSES
 
 log = logging.getLogger(__name__)
 

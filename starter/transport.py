@@ -28,16 +28,16 @@ from temporalio.client import (
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from agent_tasks.starter.arguments import checked
-from agent_tasks.starter.results import WriteResult, from_outcome, refused
-from agent_tasks.workflows.errors import (
+from agent_tasks.contract import TaskName, WriteOutcome, task_workflow_id, valid_request_id
+from agent_tasks.contract.errors import (
     CONTINUING_AS_NEW,
     DUPLICATE,
     ErrorCode,
     TaskServiceUnavailable,
     error_code,
 )
-from agent_tasks.workflows.models import TaskName, WriteOutcome, task_workflow_id, valid_request_id
+from agent_tasks.starter.arguments import checked
+from agent_tasks.starter.results import WriteResult, from_outcome, refused
 
 if TYPE_CHECKING:  # the driver is loaded only by whoever makes the graph
     from agent_tasks.taskgraph.port import GraphStore

@@ -10,13 +10,7 @@ from collections.abc import Sequence
 
 from temporalio.common import TypedSearchAttributes, WorkflowIDReusePolicy
 
-from agent_tasks.starter.arguments import checked
-from agent_tasks.starter.lifecycle import TaskLifecycle
-from agent_tasks.starter.results import WriteResult, refused
-from agent_tasks.starter.transport import request_id_or_new
-from agent_tasks.taskgraph.models import Seq
-from agent_tasks.workflows.errors import ErrorCode
-from agent_tasks.workflows.models import (
+from agent_tasks.contract import (
     CLOSED_STATUSES,
     AgentRun,
     BranchPoint,
@@ -29,7 +23,13 @@ from agent_tasks.workflows.models import (
     TaskView,
     TaskWorkflowInput,
 )
-from agent_tasks.workflows.search import search_attributes
+from agent_tasks.contract.errors import ErrorCode
+from agent_tasks.contract.search import search_attributes
+from agent_tasks.starter.arguments import checked
+from agent_tasks.starter.lifecycle import TaskLifecycle
+from agent_tasks.starter.results import WriteResult, refused
+from agent_tasks.starter.transport import request_id_or_new
+from agent_tasks.taskgraph.models import Seq
 from agent_tasks.workflows.task import TaskWorkflow
 
 

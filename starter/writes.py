@@ -11,13 +11,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import StrictInt, StrictStr
 from temporalio.service import RPCError, RPCStatusCode
 
-from agent_tasks.starter.arguments import checked
-from agent_tasks.starter.reads import TaskReads
-from agent_tasks.starter.results import WriteResult, from_outcome, refused
-from agent_tasks.starter.transport import lane, request_id_or_new
-from agent_tasks.taskgraph.sealing import KeyStoreUnavailable, seal_events
-from agent_tasks.workflows.errors import ErrorCode
-from agent_tasks.workflows.models import (
+from agent_tasks.contract import (
     MAX_EVENTS_PER_UPDATE,
     MAX_PAYLOAD_BYTES,
     MAX_STEPS_PER_TASK,
@@ -41,6 +35,12 @@ from agent_tasks.workflows.models import (
     model_size,
     valid_request_id,
 )
+from agent_tasks.contract.errors import ErrorCode
+from agent_tasks.starter.arguments import checked
+from agent_tasks.starter.reads import TaskReads
+from agent_tasks.starter.results import WriteResult, from_outcome, refused
+from agent_tasks.starter.transport import lane, request_id_or_new
+from agent_tasks.taskgraph.sealing import KeyStoreUnavailable, seal_events
 from agent_tasks.workflows.task import TaskWorkflow
 
 if TYPE_CHECKING:  # the driver is loaded only by whoever makes the graph

@@ -51,6 +51,14 @@ from falkordb.edge import Edge
 from falkordb.exceptions import SchemaVersionMismatchException
 from falkordb.node import Node
 
+from agent_tasks.contract import (
+    Citations,
+    Event,
+    EventKind,
+    StepView,
+    TaskView,
+    task_workflow_id,
+)
 from agent_tasks.taskgraph import falkor_cypher as cypher
 from agent_tasks.taskgraph.dialect import GraphKind, Statement, spelled
 from agent_tasks.taskgraph.errors import (
@@ -69,14 +77,6 @@ from agent_tasks.taskgraph.reads import GraphReads
 from agent_tasks.taskgraph.retention import EventLocation, GraphRetention
 from agent_tasks.taskgraph.sealing import unseal
 from agent_tasks.taskgraph.tracing import write_span
-from agent_tasks.workflows.models import (
-    Citations,
-    Event,
-    EventKind,
-    StepView,
-    TaskView,
-    task_workflow_id,
-)
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Tracer

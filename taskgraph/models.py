@@ -34,7 +34,7 @@ from pydantic import (
     field_validator,
 )
 
-from agent_tasks.workflows.models import (
+from agent_tasks.contract import (
     PAGE_LIMIT_MAX,
     STEPS_PAGE_MAX,
     Citations,

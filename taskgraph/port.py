@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
+from agent_tasks.contract import Event, StepState, StepView, TaskView
 from agent_tasks.taskgraph.dialect import GraphKind, Statement, spelled
 from agent_tasks.taskgraph.keys import KeyStore
 from agent_tasks.taskgraph.models import (
@@ -47,7 +48,6 @@ from agent_tasks.taskgraph.models import (
     TreeRow,
 )
 from agent_tasks.taskgraph.retention import EventLocation, GraphDeletion, NameState
-from agent_tasks.workflows.models import Event, StepState, StepView, TaskView
 
 __all__ = [
     "GraphKind",

@@ -8,8 +8,8 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+from agent_tasks.contract import BoundedText, Event, StepView, TaskView
 from agent_tasks.taskgraph.models import utc
-from agent_tasks.workflows.models import BoundedText, Event, StepView, TaskView
 
 
 def task_properties(view: TaskView) -> dict[str, Any]:

@@ -7,6 +7,17 @@ from __future__ import annotations
 import json
 from typing import Any, LiteralString
 
+from agent_tasks.contract import (
+    PAGE_LIMIT_MAX,
+    BoundedText,
+    Event,
+    StepState,
+    StepView,
+    TaskView,
+    bound_text,
+    event_id,
+    task_workflow_id,
+)
 from agent_tasks.taskgraph.dialect import Statement
 from agent_tasks.taskgraph.models import (
     DecisionRow,
@@ -22,17 +33,6 @@ from agent_tasks.taskgraph.models import (
     plain,
 )
 from agent_tasks.taskgraph.runner import StatementRunner
-from agent_tasks.workflows.models import (
-    PAGE_LIMIT_MAX,
-    BoundedText,
-    Event,
-    StepState,
-    StepView,
-    TaskView,
-    bound_text,
-    event_id,
-    task_workflow_id,
-)
 
 
 def tasks_statement(where: TaskFilter) -> LiteralString:

@@ -33,10 +33,10 @@ from collections.abc import Mapping, Sequence
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from agent_tasks.contract import Event, EventInput
+from agent_tasks.contract.errors import GraphIncomplete, GraphNotConfigured
 from agent_tasks.taskgraph.keys import KeyStore
 from agent_tasks.taskgraph.keytree import SECRET_BYTES, Frontier, key_id, new_root, new_tree_id
-from agent_tasks.workflows.errors import GraphIncomplete, GraphNotConfigured
-from agent_tasks.workflows.models import Event, EventInput
 
 KEY_BYTES = SECRET_BYTES
 """AES-256: a 32-byte key per event (a key tree's leaf)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from agent_tasks.workflows.models import (
+from agent_tasks.contract import (
     Event,
     EventKind,
     StepState,

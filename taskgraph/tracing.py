@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING
 
+from agent_tasks.contract import TaskView
 from agent_tasks.taskgraph.dialect import GraphKind
-from agent_tasks.workflows.models import TaskView
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Tracer

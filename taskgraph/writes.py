@@ -17,6 +17,14 @@ from typing import LiteralString
 
 from neo4j import AsyncManagedTransaction, AsyncTransaction
 
+from agent_tasks.contract import (
+    Citations,
+    Event,
+    EventKind,
+    StepView,
+    TaskView,
+    task_workflow_id,
+)
 from agent_tasks.taskgraph.driver import bounded
 from agent_tasks.taskgraph.errors import TaskIncarnationError
 from agent_tasks.taskgraph.keys import KEY_READS, KeyLookup
@@ -26,14 +34,6 @@ from agent_tasks.taskgraph.schema import GraphSchema
 from agent_tasks.taskgraph.sealing import unseal
 from agent_tasks.taskgraph.seeds import warm_up_page
 from agent_tasks.taskgraph.tracing import write_span
-from agent_tasks.workflows.models import (
-    Citations,
-    Event,
-    EventKind,
-    StepView,
-    TaskView,
-    task_workflow_id,
-)
 
 WIPE_BATCH = 10_000
 """Event nodes ``wipe_project`` deletes per transaction."""

@@ -40,10 +40,7 @@ from temporalio.client import (
 from temporalio.common import QueryRejectCondition
 from temporalio.service import RPCError, RPCStatusCode
 
-from agent_tasks.taskgraph.models import NEO4J_INT_MAX
-from agent_tasks.taskgraph.sealing import open_events
-from agent_tasks.workflows.errors import GraphIncomplete, GraphNotConfigured
-from agent_tasks.workflows.models import (
+from agent_tasks.contract import (
     PAGE_LIMIT_MAX,
     STEPS_PAGE_MAX,
     Event,
@@ -55,6 +52,9 @@ from agent_tasks.workflows.models import (
     TaskView,
     project_of,
 )
+from agent_tasks.contract.errors import GraphIncomplete, GraphNotConfigured
+from agent_tasks.taskgraph.models import NEO4J_INT_MAX
+from agent_tasks.taskgraph.sealing import open_events
 from agent_tasks.workflows.task import TaskWorkflow
 
 if TYPE_CHECKING:  # the driver is loaded by whoever makes the graph (the client loads none)

@@ -16,8 +16,8 @@ from pydantic import BaseModel, ConfigDict
 
 from agent_tasks.activities.model import Script, ScriptedModel, tool_call
 from agent_tasks.activities.tools import Tool, ToolContext, tool
+from agent_tasks.contract import AgentSpec, ModelTurn, StepState, TokenUsage, ToolCall
 from agent_tasks.workflows.agents import AgentContext, SpawnRefused, agent
-from agent_tasks.workflows.models import AgentSpec, ModelTurn, StepState, TokenUsage, ToolCall
 
 
 class Effect(BaseModel):

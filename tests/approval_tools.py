@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 from agent_tasks.activities.model import Script
 from agent_tasks.activities.tools import Tool, ToolContext, tool
 from agent_tasks.activities.transcript import chat_messages
-from agent_tasks.workflows.models import AgentSpec, ModelSpec, ModelTurn
+from agent_tasks.contract import AgentSpec, ModelSpec, ModelTurn
 from tests.agent_tools import answer, calls
 
 

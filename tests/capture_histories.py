@@ -48,6 +48,9 @@ from temporalio.testing import WorkflowEnvironment
 
 from agent_tasks.codec import DATA_CONVERTER
 from agent_tasks.config import Settings, connect
+from agent_tasks.contract import EventInput, StepState, StepWrite, TaskStatus, TaskView
+from agent_tasks.contract.errors import ErrorCode
+from agent_tasks.contract.search import SEARCH_ATTRIBUTE_KEYS
 from agent_tasks.devstack import find_temporal_binary
 from agent_tasks.devstack.process import parse_host_port
 from agent_tasks.starter.client import ConversationHistory
@@ -56,9 +59,6 @@ from agent_tasks.starter.results import WriteResult
 from agent_tasks.taskgraph.driver import open_driver
 from agent_tasks.taskgraph.graph import TaskGraph
 from agent_tasks.worker import build_worker
-from agent_tasks.workflows.errors import ErrorCode
-from agent_tasks.workflows.models import EventInput, StepState, StepWrite, TaskStatus, TaskView
-from agent_tasks.workflows.search import SEARCH_ATTRIBUTE_KEYS
 from tests.conftest import eventually, payload_texts
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -587,7 +587,7 @@ async def agent_scenarios(stack: Stack) -> Captured:
       recorded results (read by an activity) and the failed one runs again."""
     import tempfile
 
-    from agent_tasks.workflows.models import AgentSpec, ModelSpec
+    from agent_tasks.contract import AgentSpec, ModelSpec
     from tests.agent_tools import SCRIPTS, TOOL_NAMES, TOOLS, answer, calls
 
     queue = f"capture-agents-{uuid.uuid4().hex[:8]}"
@@ -636,7 +636,7 @@ async def steps_at_once_scenario(stack: Stack) -> Captured:
     come, the mirror following the run throughout (one call), the task ``done``."""
     import tempfile
 
-    from agent_tasks.workflows.models import AgentSpec
+    from agent_tasks.contract import AgentSpec
     from tests.agent_tools import SCRIPTS, TOOLS
 
     queue = f"capture-fanout-{uuid.uuid4().hex[:8]}"
@@ -682,7 +682,7 @@ async def human_scenarios(stack: Stack) -> Captured:
 
     from pydantic import JsonValue
 
-    from agent_tasks.workflows.models import AgentSpec
+    from agent_tasks.contract import AgentSpec
     from tests.agent_tools import SCRIPTS, TOOLS
 
     queue = f"capture-human-{uuid.uuid4().hex[:8]}"
@@ -774,7 +774,7 @@ async def lifecycle_scenarios(stack: Stack) -> Captured:
       cascade while a child ended: the ``child_ends`` activity finds that child's end first."""
     import tempfile
 
-    from agent_tasks.workflows.models import AgentSpec, ModelSpec
+    from agent_tasks.contract import AgentSpec, ModelSpec
     from tests.agent_tools import SCRIPTS, TOOL_NAMES, TOOLS, answer, calls
 
     queue = f"capture-lifecycle-{uuid.uuid4().hex[:8]}"
@@ -873,7 +873,7 @@ async def turn_scenarios(stack: Stack) -> Captured:
       the copy in pages, then the agent's continuation."""
     import tempfile
 
-    from agent_tasks.workflows.models import AgentSpec, Budgets, ModelSpec, ModelTurn
+    from agent_tasks.contract import AgentSpec, Budgets, ModelSpec, ModelTurn
     from tests.agent_tools import SCRIPTS, TOOL_NAMES, TOOLS, answer, calls
 
     queue = f"capture-turns-{uuid.uuid4().hex[:8]}"
@@ -946,7 +946,7 @@ async def branch_reuse_scenario(stack: Stack) -> Captured:
     last step run."""
     import tempfile
 
-    from agent_tasks.workflows.models import AgentSpec
+    from agent_tasks.contract import AgentSpec
     from tests.agent_tools import SCRIPTS, TOOLS
 
     queue = f"capture-branch-{uuid.uuid4().hex[:8]}"
@@ -976,7 +976,7 @@ async def branch_child_scenario(stack: Stack) -> Captured:
     recorded child finished from outside, then branched after the child's ``child_result``
     (``branch_reused_child``): the ``branch_reuse`` activity's result carries the child, the
     agent's ``spawn`` starts no child workflow and its wait reads the recorded end."""
-    from agent_tasks.workflows.models import AgentSpec
+    from agent_tasks.contract import AgentSpec
     from tests.agent_tools import SCRIPTS, TOOLS
 
     queue = f"capture-branch-child-{uuid.uuid4().hex[:8]}"
@@ -1009,7 +1009,7 @@ async def cancel_after_end_scenario(stack: Stack) -> Captured:
     ``cancel_after_end`` note, ``RequestCancelExternalWorkflowExecution`` per child, their
     ``cancelled`` ends by signal, the last mirror and the workflow completing (not cancelled)
     with the task ``done``."""
-    from agent_tasks.workflows.models import AgentSpec
+    from agent_tasks.contract import AgentSpec
     from tests.agent_tools import SCRIPTS, TOOLS
 
     queue = f"capture-after-end-{uuid.uuid4().hex[:8]}"
@@ -1041,7 +1041,7 @@ async def cancel_after_end_kept_scenario(stack: Stack) -> Captured:
     (``cancel_after_end_kept``): the ``keep_children`` signal, the cancel request, the
     patch's marker and the ``cancel_after_end`` note, then the task waiting for its children
     as before: both finished from outside, their ends by signal, the workflow completing."""
-    from agent_tasks.workflows.models import AgentSpec
+    from agent_tasks.contract import AgentSpec
     from tests.agent_tools import SCRIPTS, TOOLS
 
     queue = f"capture-kept-{uuid.uuid4().hex[:8]}"
@@ -1209,8 +1209,8 @@ async def parked_scenario(stack: Stack) -> Captured:
     connection through), so the run loop sits in its first mirror call; the agent parks at its
     first checkpoint past the suggestion all the same; once Neo4j answers, the next run goes on
     from its state. Captures the first run and the run it continued as."""
+    from agent_tasks.contract import AgentSpec
     from agent_tasks.worker import open_graph
-    from agent_tasks.workflows.models import AgentSpec
     from tests.agent_tools import SCRIPTS, TOOLS
     from tests.tcp_proxy import TcpProxy
 
@@ -1307,7 +1307,7 @@ async def model_cancel_scenario(stack: Stack) -> Captured:
     the workflow's end."""
     import os
 
-    from agent_tasks.workflows.models import AgentSpec, ModelSpec
+    from agent_tasks.contract import AgentSpec, ModelSpec
     from tests.agent_tools import TOOLS
     from tests.model_server import ModelServer, Reply, chunk
 

@@ -167,7 +167,7 @@ async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
     task search attributes and the pydantic data converter. Every workflow started through
     ``env.client`` skips to its next timer whenever it waits on one; ``env.fast_forward(handle,
     duration)`` moves one workflow's clock (``env.sleep`` is not supported by V2)."""
-    from agent_tasks.workflows.search import SEARCH_ATTRIBUTE_KEYS
+    from agent_tasks.contract.search import SEARCH_ATTRIBUTE_KEYS
 
     env = await private_dev_server(
         lambda: WorkflowEnvironment.start_time_skipping_v2(

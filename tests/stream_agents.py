@@ -5,8 +5,8 @@ turns stream as several tokens each."""
 from __future__ import annotations
 
 from agent_tasks.activities.model import ScriptedModel, tool_call
+from agent_tasks.contract import AgentSpec, ModelSpec, ModelTurn
 from agent_tasks.workflows.agents import AgentContext, agent, tool_loop
-from agent_tasks.workflows.models import AgentSpec, ModelSpec, ModelTurn
 from tests.agent_tools import answer
 
 TURNS = [

@@ -17,10 +17,10 @@ from agent_tasks.broker import (
     session_channel,
     task_channel,
 )
+from agent_tasks.contract import AgentSpec, ModelSpec
 from agent_tasks.devstack import free_port
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.worker import Services, build_worker
-from agent_tasks.workflows.models import AgentSpec, ModelSpec
 from tests.conftest import eventually
 from tests.stream_agents import SCRIPTS
 

@@ -17,7 +17,7 @@ from agent_tasks.codec import (
     MAX_DECODED_BYTES,
     ZlibCodec,
 )
-from agent_tasks.workflows.models import EventInput, RecordEventsInput
+from agent_tasks.contract import EventInput, RecordEventsInput
 
 
 def json_payload(text: str) -> Payload:

@@ -36,10 +36,10 @@ from agent_tasks.config import (
     connect,
     default_data_dir,
 )
+from agent_tasks.contract.errors import TaskServiceUnavailable
 from agent_tasks.devstack import free_port
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.taskgraph.graph import TaskGraph
-from agent_tasks.workflows.errors import TaskServiceUnavailable
 from tests.conftest import mirrored
 
 ROOT = Path(__file__).resolve().parents[1]

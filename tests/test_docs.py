@@ -26,16 +26,7 @@ from agent_tasks.config import (
     Settings,
     default_data_dir,
 )
-from agent_tasks.starter import ConversationHistory
-from agent_tasks.starter.http import create_app
-from agent_tasks.starter.tasks import TaskManager
-from agent_tasks.starter.tasks import TaskStatus as SeedStatus
-from agent_tasks.taskgraph.apikeys import ApiKeyStore
-from agent_tasks.taskgraph.graph import TaskGraph
-from agent_tasks.worker import DEFAULT_RETENTION, Services, build_worker
-from agent_tasks.workflows.errors import ErrorCode
-from agent_tasks.workflows.mirroring import MIRROR_LONG_OUTAGE_FAILURES, mirror_pause
-from agent_tasks.workflows.models import (
+from agent_tasks.contract import (
     AgentSpec,
     EventKind,
     ModelSpec,
@@ -43,6 +34,15 @@ from agent_tasks.workflows.models import (
     TaskStatus,
     valid_request_id,
 )
+from agent_tasks.contract.errors import ErrorCode
+from agent_tasks.starter import ConversationHistory
+from agent_tasks.starter.http import create_app
+from agent_tasks.starter.tasks import TaskManager
+from agent_tasks.starter.tasks import TaskStatus as SeedStatus
+from agent_tasks.taskgraph.apikeys import ApiKeyStore
+from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.worker import DEFAULT_RETENTION, Services, build_worker
+from agent_tasks.workflows.mirroring import MIRROR_LONG_OUTAGE_FAILURES, mirror_pause
 from tests.approval_tools import call_then_report, goal
 from tests.servers import served
 
@@ -58,16 +58,16 @@ README_MAX_LINES = 250
 """The README is an entrance: what it is, the two commands, an app and an agent, where next."""
 
 CONSTANT_MODULES = (
-    "agent_tasks.workflows.models",
-    "agent_tasks.workflows.models.human",
-    "agent_tasks.workflows.models.limits",
-    "agent_tasks.workflows.models.mirror",
+    "agent_tasks.contract",
+    "agent_tasks.contract.human",
+    "agent_tasks.contract.limits",
+    "agent_tasks.contract.mirror",
     "agent_tasks.workflows.mirroring",
     "agent_tasks.workflows.mirror_calls",
     "agent_tasks.workflows.spawning",
     "agent_tasks.workflows.task",
-    "agent_tasks.workflows.waits",
-    "agent_tasks.workflows.errors",
+    "agent_tasks.contract.waits",
+    "agent_tasks.contract.errors",
     "agent_tasks.codec",
     "agent_tasks.config",
     "agent_tasks.worker",

@@ -1,12 +1,13 @@
 """The layout's rules: arrows point one way, and importing a package loads only what it needs.
 
-The allowed arrows (docs/concepts.md, "Layout"): workflows <- activities <- worker <- starter and
-the CLI; taskgraph is used by tasklog, activities, worker and starter; tasklog (the cross-run
-reader) by activities and starter; trajectories is pure; devstack serves the CLI and tests;
-config is read by worker, starter and devstack; telemetry (OpenTelemetry, loaded only when
-configured) is used by config and worker; codec (the payload codec) and plugin (the client
-plugin) by config, worker and starter; broker (the pub/sub of tokens and of a log's growth) by
-activities, worker and starter; bench measures it all and nothing imports it but its
+The allowed arrows (docs/concepts.md, "Layout"): contract (the models, error vocabulary, search
+attributes and answer checks the workflow shares with its callers) <- workflows <- activities <-
+worker <- starter and the CLI; taskgraph is used by tasklog, activities, worker and starter;
+tasklog (the cross-run reader) by activities and starter; trajectories is pure; devstack serves
+the CLI and tests; config is read by worker, starter and devstack; telemetry (OpenTelemetry,
+loaded only when configured) is used by config and worker; codec (the payload codec) and plugin
+(the client plugin) by config, worker and starter; broker (the pub/sub of tokens and of a log's
+growth) by activities, worker and starter; bench measures it all and nothing imports it but its
 own tests. Nothing imports up, no import (of a part or of a module, ``TYPE_CHECKING`` ones
 included) runs in a circle, and the wheel ships the runtime parts only.
 
@@ -30,17 +31,19 @@ PACKAGE = "agent_tasks"
 """The one import root: the repository's top, installed as this package."""
 
 ALLOWED: dict[str, set[str]] = {
-    "workflows": set(),
-    "trajectories": {"workflows"},
-    "taskgraph": {"workflows"},
-    "tasklog": {"workflows", "taskgraph"},
-    "activities": {"workflows", "taskgraph", "tasklog", "broker"},
+    "contract": set(),
+    "workflows": {"contract"},
+    "trajectories": {"contract"},
+    "taskgraph": {"contract"},
+    "tasklog": {"contract", "workflows", "taskgraph"},
+    "activities": {"contract", "workflows", "taskgraph", "tasklog", "broker"},
     "telemetry": set(),
     "codec": set(),
     "plugin": {"codec"},
-    "broker": {"workflows"},
-    "config": {"workflows", "telemetry", "codec", "plugin"},
+    "broker": {"contract"},
+    "config": {"contract", "telemetry", "codec", "plugin"},
     "worker": {
+        "contract",
         "workflows",
         "taskgraph",
         "activities",
@@ -50,8 +53,9 @@ ALLOWED: dict[str, set[str]] = {
         "plugin",
         "broker",
     },
-    "devstack": {"workflows", "config"},
+    "devstack": {"contract", "config"},
     "starter": {
+        "contract",
         "workflows",
         "taskgraph",
         "tasklog",
@@ -66,6 +70,7 @@ ALLOWED: dict[str, set[str]] = {
         "broker",
     },
     "bench": {
+        "contract",
         "workflows",
         "taskgraph",
         "activities",
@@ -171,8 +176,7 @@ def test_import_starter_loads_no_neo4j_driver() -> None:
 
 def test_workflows_load_no_neo4j_no_settings_no_starter() -> None:
     loaded = loaded_top_level(
-        "import agent_tasks.workflows.task, agent_tasks.workflows.ledger, "
-        "agent_tasks.workflows.models"
+        "import agent_tasks.workflows.task, agent_tasks.workflows.ledger, agent_tasks.contract"
     )
     assert not loaded & {"neo4j", "starter", "activities", "config", "pydantic_settings"}
 
@@ -278,9 +282,10 @@ def test_no_part_imports_in_a_circle_and_the_allowed_arrows_have_none() -> None:
 
 
 def test_no_arrow_runs_back_up_the_house() -> None:
-    """workflows <- activities <- worker <- starter and the CLI: the part graph, computed
-    from the code, against the order of the house (each part imports only parts before it)."""
-    order = ["workflows", "taskgraph", "tasklog", "activities", "worker", "starter"]
+    """contract <- workflows <- activities <- worker <- starter and the CLI: the part graph,
+    computed from the code, against the order of the house (each part imports only parts
+    before it)."""
+    order = ["contract", "workflows", "taskgraph", "tasklog", "activities", "worker", "starter"]
     graph = part_graph()
     for rank, part in enumerate(order):
         assert not graph[part] & set(order[rank:]), (part, graph[part])

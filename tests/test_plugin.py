@@ -20,6 +20,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from agent_tasks.contract import RecordEventsInput
 from agent_tasks.plugin import PASSTHROUGH_MODULES
 from agent_tasks.starter import (
     AgentContext,
@@ -35,7 +36,6 @@ from agent_tasks.starter import (
     tool,
 )
 from agent_tasks.taskgraph.graph import TaskGraph
-from agent_tasks.workflows.models import RecordEventsInput
 from agent_tasks.workflows.spawning import CHILD_ENDED, TASK_WORKFLOW
 from agent_tasks.workflows.task import TaskWorkflow
 
@@ -143,7 +143,7 @@ SHARED_WORKFLOW_MODULES = (
     "agent_tasks.workflows.task",
     "agent_tasks.workflows.mirror_calls",
     "agent_tasks.workflows.runs",
-    "agent_tasks.workflows.search",
+    "agent_tasks.contract.search",
     "agent_tasks.workflows.spawning",
     "agent_tasks.workflows.patches",
 )

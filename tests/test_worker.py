@@ -21,9 +21,9 @@ from temporalio.api.operatorservice.v1 import (
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
 
+from agent_tasks.contract.search import SEARCH_ATTRIBUTE_KEYS
 from agent_tasks.devstack import TemporalDevServer, free_port
 from agent_tasks.worker import prepare_namespace
-from agent_tasks.workflows.search import SEARCH_ATTRIBUTE_KEYS
 
 ROOT = Path(__file__).resolve().parents[1]
 TASK_ATTRIBUTES = {key.name for key in SEARCH_ATTRIBUTE_KEYS}

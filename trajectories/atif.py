@@ -64,6 +64,7 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
+from agent_tasks.contract import EventKind, Role
 from agent_tasks.trajectories.base import (
     EventLog,
     ParsedTrajectory,
@@ -72,7 +73,6 @@ from agent_tasks.trajectories.base import (
     payload_text,
     short_text,
 )
-from agent_tasks.workflows.models import EventKind, Role
 
 
 class _Model(BaseModel):

@@ -55,7 +55,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent_tasks.workflows.models import (
+from agent_tasks.contract import (
     MAX_GOAL_CHARS,
     MAX_METADATA_ENTRIES,
     MAX_METADATA_VALUE_CHARS,

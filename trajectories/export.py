@@ -45,6 +45,7 @@ from typing import Any, cast, get_args
 
 from jsonschema import Draft202012Validator
 
+from agent_tasks.contract import Event, EventInput, EventKind, Role, StepState, StepView
 from agent_tasks.trajectories.base import (
     EventLog,
     Format,
@@ -53,7 +54,6 @@ from agent_tasks.trajectories.base import (
     dig,
     run_digest,
 )
-from agent_tasks.workflows.models import Event, EventInput, EventKind, Role, StepState, StepView
 
 EXPORTED_BY = "durable-agent-tasks"
 """``agent.extra.exported_by`` of an ``export_atif`` trajectory."""

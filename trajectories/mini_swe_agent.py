@@ -47,6 +47,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from agent_tasks.contract import EventKind, Role
 from agent_tasks.trajectories.base import (
     EventLog,
     ParsedTrajectory,
@@ -55,7 +56,6 @@ from agent_tasks.trajectories.base import (
     payload_text,
     short_text,
 )
-from agent_tasks.workflows.models import EventKind, Role
 
 _BASH_BLOCK = re.compile(r"```bash\s*\n(.*?)\n```", re.DOTALL)
 """mini-swe-agent 1.x's action regex (``DefaultAgent.parse_action``)."""

@@ -29,8 +29,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from agent_tasks.contract import EventKind, Role
 from agent_tasks.trajectories.base import EventLog, ParsedTrajectory, assemble, dig, payload_text
-from agent_tasks.workflows.models import EventKind, Role
 
 FAILURE_SIGNALS = (
     "traceback (most recent call last)",

@@ -11,7 +11,7 @@ from typing import Protocol
 
 from pydantic import BaseModel
 
-from agent_tasks.workflows.models import Event, EventInput, StepRecord, TaskState, WriteOutcome
+from agent_tasks.contract import Event, EventInput, StepRecord, TaskState, WriteOutcome
 from agent_tasks.workflows.steps import ClosedStep
 
 

@@ -9,8 +9,7 @@ from datetime import datetime
 
 from temporalio.exceptions import ApplicationError
 
-from agent_tasks.workflows.book import Book
-from agent_tasks.workflows.models import (
+from agent_tasks.contract import (
     CHILD_RESULT_PREVIEW_CHARS,
     BoundedText,
     ChildEnd,
@@ -22,6 +21,7 @@ from agent_tasks.workflows.models import (
     internal_request_id,
     json_within,
 )
+from agent_tasks.workflows.book import Book
 
 
 def add_child(book: Book, key: str, record: ChildRecord, now: datetime) -> None:

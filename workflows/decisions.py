@@ -13,14 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from agent_tasks.workflows.errors import ErrorCode, refusal
-from agent_tasks.workflows.models import (
+from agent_tasks.contract import (
     Citations,
     CitesInput,
     RecordEventsInput,
     StepCitation,
     StepRecord,
 )
+from agent_tasks.contract.errors import ErrorCode, refusal
 
 StepLookup = Callable[[str], StepRecord | None]
 """The ledger's step record by name (``Ledger.step``), None for a step the task lacks."""

@@ -19,9 +19,7 @@ from datetime import datetime
 from pydantic import JsonValue
 from temporalio.exceptions import ApplicationError
 
-from agent_tasks.workflows.book import Book
-from agent_tasks.workflows.errors import ErrorCode, refusal
-from agent_tasks.workflows.models import (
+from agent_tasks.contract import (
     LEGACY_EARLY_ANSWERS,
     MAX_EARLY_ANSWER_BYTES,
     MAX_EARLY_ANSWERS,
@@ -41,7 +39,9 @@ from agent_tasks.workflows.models import (
     request_key,
     valid_request_id,
 )
-from agent_tasks.workflows.waits import answer_error, answer_text
+from agent_tasks.contract.errors import ErrorCode, refusal
+from agent_tasks.contract.waits import answer_error, answer_text
+from agent_tasks.workflows.book import Book
 
 
 def _request_for(book: Book, answer: InputAnswer) -> InputRequest | None:

@@ -23,11 +23,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, JsonValue
 
-from agent_tasks.workflows import children, inbox, mirroring, pages, retries
-from agent_tasks.workflows.decisions import cite
-from agent_tasks.workflows.errors import ErrorCode, duplicate, refusal
-from agent_tasks.workflows.mirroring import MirrorTarget
-from agent_tasks.workflows.models import (
+from agent_tasks.contract import (
     CLOSED_STATUSES,
     REQUEST_WINDOW,
     AgentRun,
@@ -68,6 +64,10 @@ from agent_tasks.workflows.models import (
     request_key,
     valid_request_id,
 )
+from agent_tasks.contract.errors import ErrorCode, duplicate, refusal
+from agent_tasks.workflows import children, inbox, mirroring, pages, retries
+from agent_tasks.workflows.decisions import cite
+from agent_tasks.workflows.mirroring import MirrorTarget
 from agent_tasks.workflows.steps import (
     OPEN_STATES,
     ClosedStep,

@@ -18,9 +18,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-from agent_tasks.workflows.errors import ErrorCode, refusal
-from agent_tasks.workflows.ledger import Ledger
-from agent_tasks.workflows.models import (
+from agent_tasks.contract import (
     CLOSED_STATUSES,
     MAX_CHILDREN,
     MAX_DEPTH,
@@ -36,8 +34,10 @@ from agent_tasks.workflows.models import (
     args_digest,
     model_size,
 )
-from agent_tasks.workflows.models.lifecycle import AskInput, SetStatusInput, SpawnInput
-from agent_tasks.workflows.waits import check_schema
+from agent_tasks.contract.errors import ErrorCode, refusal
+from agent_tasks.contract.lifecycle import AskInput, SetStatusInput, SpawnInput
+from agent_tasks.contract.waits import check_schema
+from agent_tasks.workflows.ledger import Ledger
 
 
 def _remember(

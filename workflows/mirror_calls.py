@@ -16,6 +16,7 @@ from datetime import timedelta
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, CancelledError
 
+from agent_tasks.contract import MIRROR_ACTIVITY, MIRROR_MAX_EVENTS, MirrorOutcome
 from agent_tasks.workflows.ledger import Ledger
 from agent_tasks.workflows.mirroring import (
     MIRROR_FOLLOW_MAX,
@@ -24,7 +25,6 @@ from agent_tasks.workflows.mirroring import (
     MIRROR_START_TO_CLOSE,
     mirror_pause,
 )
-from agent_tasks.workflows.models import MIRROR_ACTIVITY, MIRROR_MAX_EVENTS, MirrorOutcome
 from agent_tasks.workflows.patches import (
     CONTINUE_WITHOUT_MIRROR,
     MIRROR_DRAIN_BOUND,

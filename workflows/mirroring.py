@@ -22,8 +22,8 @@ from typing import NamedTuple
 
 from temporalio.common import RetryPolicy
 
-from agent_tasks.workflows.errors import MIRROR_DATA_ERROR
-from agent_tasks.workflows.models import MIRROR_ERROR_CHARS, MirrorInput, MirrorOutcome, TaskState
+from agent_tasks.contract import MIRROR_ERROR_CHARS, MirrorInput, MirrorOutcome, TaskState
+from agent_tasks.contract.errors import MIRROR_DATA_ERROR
 
 
 class MirrorTarget(NamedTuple):

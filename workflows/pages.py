@@ -11,8 +11,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
-from agent_tasks.workflows.book import Book
-from agent_tasks.workflows.models import (
+from agent_tasks.contract import (
     MAX_PAYLOAD_BYTES,
     STEPS_PAGE_MAX,
     Event,
@@ -28,6 +27,7 @@ from agent_tasks.workflows.models import (
     TaskView,
     model_size,
 )
+from agent_tasks.workflows.book import Book
 from agent_tasks.workflows.steps import idempotency_key, result_validity
 
 _Item = TypeVar("_Item", bound=BaseModel)

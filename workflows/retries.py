@@ -6,9 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from agent_tasks.workflows.book import Book
-from agent_tasks.workflows.errors import ErrorCode, refusal
-from agent_tasks.workflows.models import (
+from agent_tasks.contract import (
     CitesInput,
     EventInput,
     EventKind,
@@ -18,6 +16,8 @@ from agent_tasks.workflows.models import (
     WriteOutcome,
     args_digest,
 )
+from agent_tasks.contract.errors import ErrorCode, refusal
+from agent_tasks.workflows.book import Book
 from agent_tasks.workflows.steps import step_key
 
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-from agent_tasks.workflows.ledger import Ledger
-from agent_tasks.workflows.models import (
+from agent_tasks.contract import (
     ROLLED_BACK,
     EventInput,
     EventKind,
@@ -19,6 +18,7 @@ from agent_tasks.workflows.models import (
     TaskStatus,
     internal_request_id,
 )
+from agent_tasks.workflows.ledger import Ledger
 
 
 def begin_run(ledger: Ledger, start: str, now: datetime) -> None:

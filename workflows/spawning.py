@@ -21,9 +21,7 @@ from temporalio.common import TypedSearchAttributes, WorkflowIDReusePolicy
 from temporalio.exceptions import FailureError, WorkflowAlreadyStartedError
 from temporalio.workflow import ParentClosePolicy
 
-from agent_tasks.workflows.children import child_end
-from agent_tasks.workflows.ledger import Ledger
-from agent_tasks.workflows.models import (
+from agent_tasks.contract import (
     BRANCH_ACTIVITY,
     BRANCH_REUSE_ACTIVITY,
     CHILD_ENDS_ACTIVITY,
@@ -46,7 +44,9 @@ from agent_tasks.workflows.models import (
     internal_request_id,
     task_workflow_id,
 )
-from agent_tasks.workflows.search import search_attributes
+from agent_tasks.contract.search import search_attributes
+from agent_tasks.workflows.children import child_end
+from agent_tasks.workflows.ledger import Ledger
 
 TASK_WORKFLOW = "TaskWorkflow"
 """The task workflow's registered name (``workflows.task.TaskWorkflow``): its children's type."""

@@ -13,8 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import NamedTuple
 
-from agent_tasks.workflows.errors import ErrorCode, refusal
-from agent_tasks.workflows.models import (
+from agent_tasks.contract import (
     MAX_OPEN_STEPS,
     MAX_STEP_ATTEMPTS,
     MAX_STEPS_PER_TASK,
@@ -24,6 +23,7 @@ from agent_tasks.workflows.models import (
     StepState,
     StepWrite,
 )
+from agent_tasks.contract.errors import ErrorCode, refusal
 
 STEP_TRANSITIONS: dict[StepState, frozenset[StepState]] = {
     StepState.NOT_STARTED: frozenset(

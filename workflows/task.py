@@ -34,16 +34,7 @@ from temporalio.exceptions import (
 with workflow.unsafe.imports_passed_through():
     # Pass-through is safe: these modules are deterministic (stdlib, pydantic, temporalio) and
     # hold no state between workflow runs; sharing them avoids re-importing pydantic models.
-    from agent_tasks.workflows import lifecycle
-    from agent_tasks.workflows.agents.context import AgentContext
-    from agent_tasks.workflows.agents.registry import agent_function, agent_tools
-    from agent_tasks.workflows.agents.runner import AgentParked
-    from agent_tasks.workflows.children import child_end
-    from agent_tasks.workflows.decisions import check_citations
-    from agent_tasks.workflows.errors import CONTINUING_AS_NEW, ErrorCode, failure_text, refusal
-    from agent_tasks.workflows.ledger import Ledger
-    from agent_tasks.workflows.mirror_calls import MirrorCalls, continue_suggested
-    from agent_tasks.workflows.models import (
+    from agent_tasks.contract import (
         CLOSED_STATUSES,
         HISTORY_BACKPRESSURE_EVENTS,
         MIRROR_BATCH_EVENTS,
@@ -78,7 +69,17 @@ with workflow.unsafe.imports_passed_through():
         internal_request_id,
         task_workflow_id,
     )
-    from agent_tasks.workflows.models.lifecycle import AskInput, SetStatusInput, SpawnInput
+    from agent_tasks.contract.errors import CONTINUING_AS_NEW, ErrorCode, failure_text, refusal
+    from agent_tasks.contract.lifecycle import AskInput, SetStatusInput, SpawnInput
+    from agent_tasks.contract.search import TASK_STATUS
+    from agent_tasks.workflows import lifecycle
+    from agent_tasks.workflows.agents.context import AgentContext
+    from agent_tasks.workflows.agents.registry import agent_function, agent_tools
+    from agent_tasks.workflows.agents.runner import AgentParked
+    from agent_tasks.workflows.children import child_end
+    from agent_tasks.workflows.decisions import check_citations
+    from agent_tasks.workflows.ledger import Ledger
+    from agent_tasks.workflows.mirror_calls import MirrorCalls, continue_suggested
     from agent_tasks.workflows.patches import (
         ANSWERS_BOUND,
         APP_LIFECYCLE,
@@ -90,7 +91,6 @@ with workflow.unsafe.imports_passed_through():
         TURN_RULES,
     )
     from agent_tasks.workflows.runs import begin_run, close, end_run
-    from agent_tasks.workflows.search import TASK_STATUS
     from agent_tasks.workflows.spawning import (
         children_running,
         copy_branch,

@@ -15,6 +15,8 @@ from pydantic import ValidationError
 
 from agent_tasks.activities.files import file_tools
 from agent_tasks.activities.tools import Tool
+from agent_tasks.contract import AgentSpec, ApprovalType, ModelSpec, StepView, TaskView
+from agent_tasks.contract.waits import answer_error
 from agent_tasks.starter.cli.common import (
     AgentOpt,
     ImportOpt,
@@ -33,8 +35,6 @@ from agent_tasks.starter.importer import all_steps
 from agent_tasks.starter.results import WriteResult
 from agent_tasks.worker import build_worker
 from agent_tasks.workflows.agents.registry import agent_function
-from agent_tasks.workflows.models import AgentSpec, ApprovalType, ModelSpec, StepView, TaskView
-from agent_tasks.workflows.waits import answer_error
 
 DEMO_TOOLS = ["list_files", "read_file", "search_text"]
 """The demo agent's tools (``activities.files``)."""

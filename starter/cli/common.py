@@ -26,12 +26,12 @@ from rich.table import Table
 
 from agent_tasks import telemetry
 from agent_tasks.config import Neo4jPasswordMissing, Settings
+from agent_tasks.contract import ProjectId
+from agent_tasks.contract.errors import TaskServiceUnavailable
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.starter.results import WriteResult
 from agent_tasks.taskgraph.errors import GraphAuthError, GraphUnavailable
 from agent_tasks.worker import open_services
-from agent_tasks.workflows.errors import TaskServiceUnavailable
-from agent_tasks.workflows.models import ProjectId
 
 console = Console(width=None if sys.stdout.isatty() else 160)
 """Where commands print (160 columns when not a terminal, so piped output keeps its rows)."""

@@ -14,9 +14,9 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from agent_tasks import devstack
 from agent_tasks.config import Settings, connect
+from agent_tasks.contract.errors import TaskServiceUnavailable
 from agent_tasks.starter.cli.common import console, run, within
 from agent_tasks.worker import DEFAULT_RETENTION, open_graph, prepare_namespace, run_worker
-from agent_tasks.workflows.errors import TaskServiceUnavailable
 
 dev_app = typer.Typer(help="The local stack: Temporal dev server, Neo4j and the broker.")
 

@@ -10,6 +10,7 @@ from pydantic import AwareDatetime, TypeAdapter
 
 from agent_tasks.activities.rebuild import RebuildReport, rebuild
 from agent_tasks.config import Settings
+from agent_tasks.contract import EventKind, StepState, TaskStatus
 from agent_tasks.starter.cli.common import (
     JsonOpt,
     LimitOpt,
@@ -24,7 +25,6 @@ from agent_tasks.starter.cli.common import (
 )
 from agent_tasks.taskgraph.models import EventRow, StepRow, TaskRow, ToolFailures, TreeRow
 from agent_tasks.worker import open_graph, open_services
-from agent_tasks.workflows.models import EventKind, StepState, TaskStatus
 
 graph_app = typer.Typer(
     help="The graph store (Neo4j or FalkorDB): schema, rebuild and cross-task reads."

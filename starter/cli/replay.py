@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from agent_tasks.config import Settings, connect
+from agent_tasks.contract import TaskStatus
 from agent_tasks.starter.cli.common import (
     ImportOpt,
     JsonOpt,
@@ -26,7 +27,6 @@ from agent_tasks.starter.replay import (
     replay_dir,
     replay_server,
 )
-from agent_tasks.workflows.models import TaskStatus
 
 
 # Long: one CLI command's flow: options, the replay, the table and its notes, the exit code

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
+from agent_tasks.contract import EventKind, Role, StepKind, StepState, TaskStatus
 from agent_tasks.starter.cli.common import (
     AgentOpt,
     JsonOpt,
@@ -23,7 +24,6 @@ from agent_tasks.starter.cli.common import (
     write_outcome,
 )
 from agent_tasks.starter.results import WriteResult
-from agent_tasks.workflows.models import EventKind, Role, StepKind, StepState, TaskStatus
 
 task_app = typer.Typer(help="Create, write and read tasks.")
 

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 import typer
 from rich.progress import Progress
 
+from agent_tasks.contract import MAX_PAYLOAD_CHARS
 from agent_tasks.starter.cli.common import (
     AgentOpt,
     JsonOpt,
@@ -33,7 +34,6 @@ from agent_tasks.starter.importer import (
 from agent_tasks.starter.planning import EXAMPLES, TRAJECTORY_SUFFIXES, ImportReport, plan_import
 from agent_tasks.trajectories import check_atif
 from agent_tasks.worker import build_worker
-from agent_tasks.workflows.models import MAX_PAYLOAD_CHARS
 
 
 # Long: one CLI command's flow: options, the import, the verification table, the exit code

@@ -32,6 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agent_tasks.broker import Subscriber
 from agent_tasks.config import Settings
+from agent_tasks.contract.errors import GraphIncomplete, TaskServiceUnavailable
 from agent_tasks.starter.http.auth import StreamSlots
 from agent_tasks.starter.http.codec import router as codec_router
 from agent_tasks.starter.http.errors import (
@@ -51,7 +52,6 @@ from agent_tasks.starter.http.streams import STREAM_POLL_S, FeedRegistry
 from agent_tasks.taskgraph.apikeys import ApiKeyStore
 from agent_tasks.taskgraph.pagesessions import PageSessionStore
 from agent_tasks.worker import Services
-from agent_tasks.workflows.errors import GraphIncomplete, TaskServiceUnavailable
 
 KEEPALIVE_S = 15.0
 """Seconds between keep-alive comments on an idle stream (proxies often close idle

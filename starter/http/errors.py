@@ -29,7 +29,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 
-from agent_tasks.workflows.errors import ErrorCode
+from agent_tasks.contract.errors import ErrorCode
 
 STATUS: dict[str, int] = {
     ErrorCode.TASK_NOT_FOUND: 404,

@@ -33,9 +33,9 @@ from markdown_it import MarkdownIt
 from pydantic import BaseModel, JsonValue
 
 from agent_tasks.broker import Message, Subscriber, WrittenMessage, project_channel
+from agent_tasks.contract import InputRequest, TaskStatus
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.starter.http.grants import Gate
-from agent_tasks.workflows.models import InputRequest, TaskStatus
 
 INBOX_TASKS = 200
 """Tasks with open requests one inbox read covers (the most recently named by Neo4j)."""

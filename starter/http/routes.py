@@ -10,6 +10,13 @@ from fastapi import APIRouter, Body, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import AwareDatetime, BaseModel, Field, JsonValue
 
+from agent_tasks.contract import (
+    PAGE_LIMIT_MAX,
+    AgentSpec,
+    EventInput,
+    StepState,
+    TaskStatus,
+)
 from agent_tasks.starter.http.calls import ERRORS, Call, TaskName, name_of
 from agent_tasks.starter.http.errors import ApiError, error_response
 from agent_tasks.starter.results import (
@@ -23,13 +30,6 @@ from agent_tasks.starter.results import (
 from agent_tasks.starter.retention import HistoryRetention
 from agent_tasks.starter.tasks import Task, TaskRefused, UpdateType, new_task_id
 from agent_tasks.taskgraph.models import TaskRow, TreeRow
-from agent_tasks.workflows.models import (
-    PAGE_LIMIT_MAX,
-    AgentSpec,
-    EventInput,
-    StepState,
-    TaskStatus,
-)
 
 API_DESCRIPTION = """Durable tasks for AI agents: every task a Temporal workflow, mirrored to
 Neo4j. Authenticate with `Authorization: Bearer <key>` (`agent-tasks keys create --project P`).

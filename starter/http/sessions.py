@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from fastapi.sse import ServerSentEvent
 
 from agent_tasks.broker import Message, RevokedMessage, Subscriber, session_channel
+from agent_tasks.contract import CLOSED_STATUSES
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.starter.http.grants import Gate
 from agent_tasks.starter.http.streams import (
@@ -26,7 +27,6 @@ from agent_tasks.starter.http.streams import (
     next_items,
 )
 from agent_tasks.taskgraph.models import TaskRow
-from agent_tasks.workflows.models import CLOSED_STATUSES
 
 CURSOR_TASKS = 2 * SESSION_TASKS
 """Tasks one cursor names at most: those followed, and those closed when it first connected."""

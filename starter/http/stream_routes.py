@@ -12,12 +12,12 @@ from fastapi import APIRouter, Depends, Header, Query, Response
 from fastapi.sse import EventSourceResponse, ServerSentEvent, format_sse_event
 from starlette.background import BackgroundTask
 
+from agent_tasks.contract import EventKind
 from agent_tasks.starter.http.calls import ERRORS, Call, Caller, TaskName, name_of
 from agent_tasks.starter.http.errors import ApiError
 from agent_tasks.starter.http.grants import Gate, guarded
 from agent_tasks.starter.http.sessions import SessionStream, parse_cursor
 from agent_tasks.starter.http.streams import StreamFilter, task_stream
-from agent_tasks.workflows.models import EventKind
 
 router = APIRouter()
 

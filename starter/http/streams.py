@@ -44,9 +44,9 @@ from dataclasses import dataclass
 from fastapi.sse import ServerSentEvent
 
 from agent_tasks.broker import Message, Subscriber, TokenMessage, WrittenMessage, task_channel
+from agent_tasks.contract import CLOSED_STATUSES, PAGE_LIMIT_MAX, Event, EventKind, TaskView
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.starter.http.grants import Gate
-from agent_tasks.workflows.models import CLOSED_STATUSES, PAGE_LIMIT_MAX, Event, EventKind, TaskView
 
 STREAM_POLL_S = 2.0
 """How often a feed reads its task without a word from the broker (seconds)."""

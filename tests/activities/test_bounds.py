@@ -19,6 +19,8 @@ from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.client import Client, WorkflowHistory
 
 from agent_tasks.config import Settings
+from agent_tasks.contract import MIRROR_ACTIVITY
+from agent_tasks.contract.errors import MIRROR_UNAVAILABLE
 from agent_tasks.devstack import free_port
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.taskgraph.driver import NEO4J_CALL_TIMEOUT_S, open_driver
@@ -26,9 +28,7 @@ from agent_tasks.taskgraph.errors import GraphUnavailable
 from agent_tasks.taskgraph.graph import TaskGraph
 from agent_tasks.taskgraph.models import TaskFilter
 from agent_tasks.worker import build_worker
-from agent_tasks.workflows.errors import MIRROR_UNAVAILABLE
 from agent_tasks.workflows.mirroring import MIRROR_HEARTBEAT, MIRROR_START_TO_CLOSE
-from agent_tasks.workflows.models import MIRROR_ACTIVITY
 from tests.conftest import eventually, mirrored
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,7 +18,7 @@ from agent_tasks.activities.chat_protocol import (
     completion_turn,
     fallback_call_id,
 )
-from agent_tasks.workflows.models import MAX_PAYLOAD_BYTES, MAX_PAYLOAD_CHARS, ToolCall
+from agent_tasks.contract import MAX_PAYLOAD_BYTES, MAX_PAYLOAD_CHARS, ToolCall
 from tests.model_server import chunk
 
 

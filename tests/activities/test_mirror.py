@@ -17,13 +17,7 @@ from temporalio.testing import ActivityEnvironment
 
 from agent_tasks.activities.mirror import MirrorActivities, mirror_failure
 from agent_tasks.activities.rebuild import RebuildReport, rebuild
-from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.taskgraph.driver import NEO4J_TRANSACTION_TIMEOUT_S, OUT_OF_TIME_CODES
-from agent_tasks.taskgraph.errors import GraphDataError, GraphUnavailable
-from agent_tasks.taskgraph.graph import TaskGraph
-from agent_tasks.taskgraph.models import StepFilter, TaskFilter, ToolFailures
-from agent_tasks.workflows.errors import MIRROR_DATA_ERROR, MIRROR_UNAVAILABLE
-from agent_tasks.workflows.models import (
+from agent_tasks.contract import (
     Event,
     EventInput,
     MirrorInput,
@@ -31,6 +25,12 @@ from agent_tasks.workflows.models import (
     StepView,
     StepWrite,
 )
+from agent_tasks.contract.errors import MIRROR_DATA_ERROR, MIRROR_UNAVAILABLE
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.taskgraph.driver import NEO4J_TRANSACTION_TIMEOUT_S, OUT_OF_TIME_CODES
+from agent_tasks.taskgraph.errors import GraphDataError, GraphUnavailable
+from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.taskgraph.models import StepFilter, TaskFilter, ToolFailures
 from tests.conftest import eventually, mirrored
 
 

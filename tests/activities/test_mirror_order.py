@@ -13,12 +13,12 @@ from temporalio.client import Client
 
 from agent_tasks.activities.mirror import QueriedRun, copy_run
 from agent_tasks.config import Settings
+from agent_tasks.contract import StepState, TaskStatus
 from agent_tasks.devstack.process import parse_host_port
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.taskgraph.falkor import FalkorGraph
 from agent_tasks.taskgraph.port import GraphStore
 from agent_tasks.worker import build_graph_store
-from agent_tasks.workflows.models import StepState, TaskStatus
 from tests.conftest import eventually, mirrored
 from tests.tcp_proxy import TcpProxy
 from tests.workflows.conftest import graph_row

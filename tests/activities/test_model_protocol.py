@@ -19,9 +19,7 @@ import pytest
 
 from agent_tasks.activities.chat_protocol import fallback_call_id
 from agent_tasks.broker import Subscriber, TokenMessage, WrittenMessage, task_channel
-from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.worker import Services
-from agent_tasks.workflows.models import (
+from agent_tasks.contract import (
     MAX_PAYLOAD_CHARS,
     AgentSpec,
     Event,
@@ -30,6 +28,8 @@ from agent_tasks.workflows.models import (
     Role,
     TaskView,
 )
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.worker import Services
 from tests.conftest import eventually
 from tests.model_server import ModelServer, Reply, chunk, completion
 

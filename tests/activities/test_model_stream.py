@@ -15,9 +15,9 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from agent_tasks.activities.tokens import split_tokens
 from agent_tasks.broker import Subscriber, TokenMessage, task_channel
+from agent_tasks.contract import AgentSpec, EventKind, ModelSpec, Role
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.worker import Services
-from agent_tasks.workflows.models import AgentSpec, EventKind, ModelSpec, Role
 from tests.servers import served
 
 DELTAS = ["Check", "ing the ", "repo"]

@@ -17,8 +17,7 @@ from temporalio.exceptions import ApplicationError
 from agent_tasks.activities.model import openai_streamed_turn, openai_turn
 from agent_tasks.activities.tokens import TokenStream
 from agent_tasks.activities.transcript import chat_messages
-from agent_tasks.workflows.agents import ToolSpec
-from agent_tasks.workflows.models import (
+from agent_tasks.contract import (
     Event,
     EventInput,
     ModelInput,
@@ -26,6 +25,7 @@ from agent_tasks.workflows.models import (
     ModelTurn,
     ToolCall,
 )
+from agent_tasks.workflows.agents import ToolSpec
 from tests.model_server import ModelServer, Reply, chunk, error
 
 CASSETTES = Path(__file__).resolve().parents[1] / "cassettes"

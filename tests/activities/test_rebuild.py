@@ -16,12 +16,12 @@ from temporalio.testing import WorkflowEnvironment
 
 from agent_tasks.activities.mirror import copy_run
 from agent_tasks.activities.rebuild import RebuildReport, ReplayedRun, rebuild, replay_run
+from agent_tasks.contract import Event, StepView
 from agent_tasks.devstack import free_port
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.taskgraph.graph import TaskGraph
 from agent_tasks.taskgraph.models import StepFilter
 from agent_tasks.worker import build_worker
-from agent_tasks.workflows.models import Event, StepView
 from tests.conftest import mirrored
 from tests.workflows.test_durability import dev_server
 

@@ -15,9 +15,9 @@ import pytest
 from pydantic import BaseModel
 
 from agent_tasks.activities.tools import ToolContext, tool
+from agent_tasks.contract import AgentSpec, EventKind, ModelSpec, StepState
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.worker import Services, build_worker
-from agent_tasks.workflows.models import AgentSpec, EventKind, ModelSpec, StepState
 from tests.agent_tools import SCRIPTS, answer, calls
 from tests.conftest import eventually
 from tests.model_server import ModelServer, Reply, completion

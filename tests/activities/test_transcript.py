@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from agent_tasks.activities.transcript import ANSWERED, EDITED, NO_RESULT, chat_messages
+from agent_tasks.contract import Event, EventInput
 from agent_tasks.workflows.agents.approvals import IGNORED
-from agent_tasks.workflows.models import Event, EventInput
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -14,10 +14,10 @@ from urllib.parse import quote
 import pytest
 from playwright.async_api import Locator, Page, expect
 
+from agent_tasks.contract import AgentSpec, TaskStatus
+from agent_tasks.contract.search import TASK_STATUS
 from agent_tasks.taskgraph.models import TaskRow
 from agent_tasks.workflows.agents.approvals import IGNORED
-from agent_tasks.workflows.models import AgentSpec, TaskStatus
-from agent_tasks.workflows.search import TASK_STATUS
 from tests.approval_tools import approval_spec, effects, goal
 from tests.conftest import eventually
 from tests.page.conftest import Person

@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from temporalio.service import RPCError
 
+from agent_tasks.contract import TaskStatus
+from agent_tasks.contract.errors import TaskServiceUnavailable
 from agent_tasks.devstack.cluster import Cluster
 from agent_tasks.starter import EventKind, StepState
 from agent_tasks.starter.client import ConversationHistory
@@ -23,8 +25,6 @@ from agent_tasks.starter.importer import all_events, all_steps
 from agent_tasks.starter.replay import task_query
 from agent_tasks.worker import Services
 from agent_tasks.workflows.agents.registry import TOOL_ACTIVITY_PREFIX
-from agent_tasks.workflows.errors import TaskServiceUnavailable
-from agent_tasks.workflows.models import TaskStatus
 from tests.agent_tools import answer, calls
 from tests.conftest import eventually
 from tests.production.conftest import Workers

@@ -13,12 +13,7 @@ from pydantic import ValidationError
 from temporalio.client import Client
 
 from agent_tasks.config import connect
-from agent_tasks.devstack import free_port
-from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.taskgraph.graph import TaskGraph
-from agent_tasks.worker import build_worker
-from agent_tasks.workflows.errors import ErrorCode, TaskServiceUnavailable
-from agent_tasks.workflows.models import (
+from agent_tasks.contract import (
     MAX_STEPS_PER_TASK,
     EventInput,
     StepState,
@@ -26,6 +21,11 @@ from agent_tasks.workflows.models import (
     TaskStatus,
     TaskView,
 )
+from agent_tasks.contract.errors import ErrorCode, TaskServiceUnavailable
+from agent_tasks.devstack import free_port
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.worker import build_worker
 from tests.conftest import mirrored
 
 

@@ -22,13 +22,13 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from agent_tasks.contract import MAX_PAYLOAD_CHARS, EventKind, bound_text
+from agent_tasks.contract.errors import ErrorCode
 from agent_tasks.starter.arguments import TITLE
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.starter.results import WriteResult
 from agent_tasks.starter.retention import HistoryRetention
 from agent_tasks.starter.tasks import TaskManager, TaskRefused
-from agent_tasks.workflows.errors import ErrorCode
-from agent_tasks.workflows.models import MAX_PAYLOAD_CHARS, EventKind, bound_text
 from tests.conftest import mirrored
 
 SEED = 25

@@ -9,11 +9,11 @@ from pathlib import Path
 
 from temporalio.client import Client
 
+from agent_tasks.contract import StepState, TaskStatus
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.starter.importer import import_paths, mirror_caught_up
 from agent_tasks.taskgraph.graph import TaskGraph
 from agent_tasks.trajectories import read_file
-from agent_tasks.workflows.models import StepState, TaskStatus
 from tests.starter.test_plan import _atif, _write
 from tests.trajectories.test_trajectories import CASES, one_run
 

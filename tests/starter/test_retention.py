@@ -21,12 +21,12 @@ from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
+from agent_tasks.contract import StepState, sha256_hex
 from agent_tasks.devstack import free_port
 from agent_tasks.starter import ConversationHistory, ErrorCode, HistoryRetention
 from agent_tasks.taskgraph.graph import TaskGraph
 from agent_tasks.taskgraph.sealing import open_text
 from agent_tasks.worker import build_worker
-from agent_tasks.workflows.models import StepState, sha256_hex
 from tests.conftest import eventually, mirrored, payload_texts
 from tests.workflows.test_durability import dev_server
 

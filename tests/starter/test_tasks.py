@@ -14,11 +14,11 @@ import pytest
 from pydantic import JsonValue, ValidationError
 
 from agent_tasks.broker import Broker, Subscriber, TokenMessage, task_channel
+from agent_tasks.contract import EventKind, task_workflow_id
+from agent_tasks.contract.errors import ErrorCode
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.starter.tasks import TaskEmitter, TaskManager, TaskRefused, TaskStatus, new_task_id
 from agent_tasks.worker import Services
-from agent_tasks.workflows.errors import ErrorCode
-from agent_tasks.workflows.models import EventKind, task_workflow_id
 from tests.conftest import eventually, mirrored
 from tests.stream_agents import TALKER
 

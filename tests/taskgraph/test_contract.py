@@ -15,6 +15,7 @@ import pytest
 from temporalio.client import Client
 
 from agent_tasks.activities.rebuild import rebuild
+from agent_tasks.contract import EventInput, EventKind, StepState, TaskStatus, TaskView
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.starter.http import create_app
 from agent_tasks.starter.retention import HistoryRetention
@@ -24,7 +25,6 @@ from agent_tasks.taskgraph.models import EventFilter, StepFilter, TaskFilter
 from agent_tasks.taskgraph.pagesessions import PageSessionStore
 from agent_tasks.taskgraph.port import GraphStore
 from agent_tasks.worker import Services
-from agent_tasks.workflows.models import EventInput, EventKind, StepState, TaskStatus, TaskView
 from tests.conftest import mirrored
 from tests.servers import served
 

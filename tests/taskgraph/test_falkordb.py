@@ -21,6 +21,7 @@ from temporalio.client import Client
 
 from agent_tasks.activities.mirror import mirror_failure
 from agent_tasks.config import Settings
+from agent_tasks.contract.errors import MIRROR_DATA_ERROR, MIRROR_UNAVAILABLE
 from agent_tasks.devstack import free_port
 from agent_tasks.devstack.falkordb_server import FalkorDBServer, find_falkordb_module
 from agent_tasks.devstack.process import BIND_HOST, parse_host_port, port_is_open
@@ -34,7 +35,6 @@ from agent_tasks.taskgraph.keytree import key_id, new_tree_id
 from agent_tasks.taskgraph.port import GraphStore
 from agent_tasks.taskgraph.seeds import warm_up_page
 from agent_tasks.worker import build_graph_store, build_worker
-from agent_tasks.workflows.errors import MIRROR_DATA_ERROR, MIRROR_UNAVAILABLE
 from tests.conftest import eventually
 from tests.taskgraph.test_contract import _task_with_a_tool_step
 

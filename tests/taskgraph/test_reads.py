@@ -75,7 +75,7 @@ print("encoded")
 
 
 def test_event_properties_hold_the_utc_instant_as_epoch_numbers() -> None:
-    from agent_tasks.workflows.models import Event, EventKind
+    from agent_tasks.contract import Event, EventKind
 
     event = Event(
         id="e",
@@ -98,7 +98,7 @@ def test_event_properties_hold_the_utc_instant_as_epoch_numbers() -> None:
 
 def test_token_usage_round_trips_through_node_properties() -> None:
     """A property cannot hold a map: a message's usage is stored as two numbers and read back."""
-    from agent_tasks.workflows.models import Event, EventKind, Role, TokenUsage, event_id
+    from agent_tasks.contract import Event, EventKind, Role, TokenUsage, event_id
 
     event = Event(
         id=event_id("p/t", 3),

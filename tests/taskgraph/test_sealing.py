@@ -10,6 +10,19 @@ import pytest
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from agent_tasks.contract import (
+    MAX_PAYLOAD_BYTES,
+    MAX_PAYLOAD_CHARS,
+    MAX_SEALED_CHARS,
+    Event,
+    EventInput,
+    EventKind,
+    RecordEventsInput,
+    args_digest,
+    model_size,
+    sha256_hex,
+)
+from agent_tasks.contract.errors import GraphIncomplete
 from agent_tasks.taskgraph.keys import KeyLookup
 from agent_tasks.taskgraph.keytree import (
     Frontier,
@@ -22,19 +35,6 @@ from agent_tasks.taskgraph.keytree import (
     puncture,
 )
 from agent_tasks.taskgraph.sealing import KEY_BYTES, NONCE_BYTES, open_text, seal, unseal
-from agent_tasks.workflows.errors import GraphIncomplete
-from agent_tasks.workflows.models import (
-    MAX_PAYLOAD_BYTES,
-    MAX_PAYLOAD_CHARS,
-    MAX_SEALED_CHARS,
-    Event,
-    EventInput,
-    EventKind,
-    RecordEventsInput,
-    args_digest,
-    model_size,
-    sha256_hex,
-)
 
 
 def event_of(sealed: EventInput, seq: int = 1) -> Event:

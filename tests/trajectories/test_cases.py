@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from agent_tasks.contract import EventKind, Role
 from agent_tasks.trajectories import TrajectoryFormatError, check_atif, read_file, task_name
-from agent_tasks.workflows.models import EventKind, Role
 from tests.trajectories.test_trajectories import CASES, ROOT, _export, _ledger, one_run
 
 

@@ -17,6 +17,14 @@ from typing import Any
 
 import pytest
 
+from agent_tasks.contract import (
+    MAX_PAYLOAD_CHARS,
+    Event,
+    EventKind,
+    StepKind,
+    StepState,
+    StepView,
+)
 from agent_tasks.trajectories import (
     ParsedTrajectory,
     TrajectoryFormatError,
@@ -24,14 +32,6 @@ from agent_tasks.trajectories import (
     detect_format,
     export_atif,
     read_file,
-)
-from agent_tasks.workflows.models import (
-    MAX_PAYLOAD_CHARS,
-    Event,
-    EventKind,
-    StepKind,
-    StepState,
-    StepView,
 )
 from agent_tasks.workflows.steps import result_validity
 

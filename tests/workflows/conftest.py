@@ -17,13 +17,13 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from agent_tasks.codec import DATA_CONVERTER
+from agent_tasks.contract import AgentSpec, Budgets, ModelSpec
+from agent_tasks.contract.search import SEARCH_ATTRIBUTE_KEYS
 from agent_tasks.devstack import find_temporal_binary, free_port
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.taskgraph.graph import TaskGraph
 from agent_tasks.taskgraph.models import TaskRow
 from agent_tasks.worker import build_worker
-from agent_tasks.workflows.models import AgentSpec, Budgets, ModelSpec
-from agent_tasks.workflows.search import SEARCH_ATTRIBUTE_KEYS
 from tests.agent_tools import SCRIPTS, TOOL_NAMES, TOOLS
 from tests.approval_tools import APPROVAL_SCRIPTS, APPROVAL_TOOLS
 from tests.conftest import private_dev_server

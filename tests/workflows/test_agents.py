@@ -17,12 +17,7 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.starter.importer import all_events, all_steps
-from agent_tasks.taskgraph.graph import TaskGraph
-from agent_tasks.worker import build_worker
-from agent_tasks.workflows.errors import ErrorCode
-from agent_tasks.workflows.models import (
+from agent_tasks.contract import (
     AgentSpec,
     EventKind,
     ModelSpec,
@@ -32,6 +27,11 @@ from agent_tasks.workflows.models import (
     TaskView,
     TokenUsage,
 )
+from agent_tasks.contract.errors import ErrorCode
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.starter.importer import all_events, all_steps
+from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.worker import build_worker
 from tests.agent_tools import SCRIPTS, TOOL_NAMES, TOOLS, answer, calls
 from tests.conftest import eventually, mirrored
 from tests.workflows.conftest import ROOT, cli, script, spec

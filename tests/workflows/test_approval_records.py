@@ -19,13 +19,7 @@ from temporalio.client import Client
 
 from agent_tasks.activities.tools import ToolContext, tool
 from agent_tasks.activities.transcript import EDITED
-from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.taskgraph.graph import TaskGraph
-from agent_tasks.worker import build_worker
-from agent_tasks.workflows.agents import AgentContext, agent
-from agent_tasks.workflows.agents.approvals import APPROVAL_ACTIVITY, IGNORED
-from agent_tasks.workflows.agents.steps import MODEL_ACTIVITY
-from agent_tasks.workflows.models import (
+from agent_tasks.contract import (
     MIRROR_ACTIVITY,
     AgentSpec,
     EventKind,
@@ -34,6 +28,12 @@ from agent_tasks.workflows.models import (
     StepState,
     TaskStatus,
 )
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.worker import build_worker
+from agent_tasks.workflows.agents import AgentContext, agent
+from agent_tasks.workflows.agents.approvals import APPROVAL_ACTIVITY, IGNORED
+from agent_tasks.workflows.agents.steps import MODEL_ACTIVITY
 from tests.approval_tools import APPROVAL_SCRIPTS, _effect, approval_spec, effects, goal
 from tests.workflows.conftest import cli
 from tests.workflows.test_approvals import asked, events_of, mail

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from pydantic import JsonValue
 
+from agent_tasks.contract import Event, EventKind, InputRequest, StepState, TaskStatus
+from agent_tasks.contract.errors import ErrorCode
+from agent_tasks.contract.waits import answer_error, check_schema
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.workflows.agents.approvals import IGNORED, approval_schema, ignored_result
-from agent_tasks.workflows.errors import ErrorCode
-from agent_tasks.workflows.models import Event, EventKind, InputRequest, StepState, TaskStatus
-from agent_tasks.workflows.waits import answer_error, check_schema
 from tests.approval_tools import approval_spec, effects, goal
 from tests.conftest import eventually, mirrored
 from tests.workflows.conftest import cli

@@ -16,9 +16,7 @@ import json
 from pathlib import Path
 
 from agent_tasks.activities.transcript import NO_RESULT
-from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.starter.importer import all_events, all_steps
-from agent_tasks.workflows.models import (
+from agent_tasks.contract import (
     BRANCH_PAGE_EVENTS,
     AgentSpec,
     Event,
@@ -27,6 +25,8 @@ from agent_tasks.workflows.models import (
     TaskStatus,
     TaskView,
 )
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.starter.importer import all_events, all_steps
 from tests.agent_tools import answer, calls
 from tests.approval_tools import approval_spec, goal
 from tests.conftest import eventually

@@ -8,9 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from agent_tasks.workflows.decisions import check_citations
-from agent_tasks.workflows.errors import ErrorCode
-from agent_tasks.workflows.models import (
+from agent_tasks.contract import (
     Citations,
     CitesInput,
     EventInput,
@@ -21,6 +19,8 @@ from agent_tasks.workflows.models import (
     StepState,
     event_id,
 )
+from agent_tasks.contract.errors import ErrorCode
+from agent_tasks.workflows.decisions import check_citations
 from tests.workflows.test_ledger import T0, events, new_ledger, refused, steps
 
 

@@ -14,12 +14,12 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from agent_tasks.codec import DATA_CONVERTER
+from agent_tasks.contract.search import SEARCH_ATTRIBUTE_KEYS
 from agent_tasks.devstack import Neo4jServer, find_temporal_binary, free_port
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.taskgraph.driver import open_driver
 from agent_tasks.taskgraph.graph import TaskGraph
 from agent_tasks.worker import build_worker
-from agent_tasks.workflows.search import SEARCH_ATTRIBUTE_KEYS
 from tests.conftest import mirrored
 
 

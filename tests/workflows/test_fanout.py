@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
+from agent_tasks.contract import AgentSpec, StepState, TaskStatus
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.taskgraph.graph import TaskGraph
 from agent_tasks.worker import build_worker
-from agent_tasks.workflows.models import AgentSpec, StepState, TaskStatus
 from tests.agent_tools import SCRIPTS, TOOLS
 
 STEPS = 480

@@ -12,12 +12,7 @@ from pathlib import Path
 from pydantic import JsonValue
 from temporalio.client import Client
 
-from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.starter.importer import all_events, all_steps
-from agent_tasks.taskgraph.graph import TaskGraph
-from agent_tasks.worker import build_worker
-from agent_tasks.workflows.errors import ErrorCode, TaskServiceUnavailable
-from agent_tasks.workflows.models import (
+from agent_tasks.contract import (
     AgentSpec,
     Event,
     EventKind,
@@ -25,6 +20,11 @@ from agent_tasks.workflows.models import (
     TaskStatus,
     TaskView,
 )
+from agent_tasks.contract.errors import ErrorCode, TaskServiceUnavailable
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.starter.importer import all_events, all_steps
+from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.worker import build_worker
 from tests.agent_tools import SCRIPTS, TOOLS, Approval
 from tests.conftest import eventually, mirrored
 from tests.workflows.conftest import cli

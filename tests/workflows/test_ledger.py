@@ -9,9 +9,7 @@ from typing import Any
 import pytest
 from temporalio.exceptions import ApplicationError
 
-from agent_tasks.workflows.errors import DUPLICATE, ErrorCode
-from agent_tasks.workflows.ledger import Ledger
-from agent_tasks.workflows.models import (
+from agent_tasks.contract import (
     MIRROR_ERROR_CHARS,
     REQUEST_WINDOW,
     EventInput,
@@ -31,6 +29,8 @@ from agent_tasks.workflows.models import (
     args_digest,
     model_size,
 )
+from agent_tasks.contract.errors import DUPLICATE, ErrorCode
+from agent_tasks.workflows.ledger import Ledger
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 DONE = MirrorOutcome(events=0, steps=0)

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from agent_tasks.workflows.models import (
+from agent_tasks.contract import (
     MAX_PAYLOAD_CHARS,
     EventInput,
     FinishTaskInput,
@@ -175,7 +175,7 @@ def fill_inputs_and_children(ledger: Any, now: Any) -> None:
     their bytes reject one more, and every child ended with a result of 32,000 characters."""
     from temporalio.exceptions import ApplicationError
 
-    from agent_tasks.workflows.models import (
+    from agent_tasks.contract import (
         MAX_CHILDREN,
         MAX_INPUTS_PER_TASK,
         MAX_PENDING_INPUTS,
@@ -224,8 +224,7 @@ def test_carried_state_stays_within_the_payload_budget_at_every_limit() -> None:
     closed steps under 272 KiB; closed steps cost 10 bytes each (base64: 13.3)."""
     from datetime import UTC, datetime
 
-    from agent_tasks.workflows.ledger import Ledger
-    from agent_tasks.workflows.models import (
+    from agent_tasks.contract import (
         MAX_GOAL_CHARS,
         MAX_METADATA_ENTRIES,
         MAX_METADATA_VALUE_CHARS,
@@ -239,6 +238,7 @@ def test_carried_state_stays_within_the_payload_budget_at_every_limit() -> None:
         TaskWorkflowInput,
         model_size,
     )
+    from agent_tasks.workflows.ledger import Ledger
 
     now = datetime.now(UTC)
     start = TaskStart(
@@ -282,7 +282,7 @@ def test_carried_state_stays_within_the_payload_budget_at_every_limit() -> None:
 
 
 def test_the_closed_step_table_round_trips() -> None:
-    from agent_tasks.workflows.models import StepKind, StepState
+    from agent_tasks.contract import StepKind, StepState
     from agent_tasks.workflows.steps import ClosedStep, pack_closed, step_key, unpack_closed
 
     table = {

@@ -28,10 +28,10 @@ from temporalio.workflow import NondeterminismError
 
 import tests.agent_tools  # noqa: F401  (registers the agent code of the saved agent histories)
 from agent_tasks.codec import DATA_CONVERTER
+from agent_tasks.contract import TaskWorkflowInput
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.starter.replay import replay_dir, replay_histories, replay_server
 from agent_tasks.workflows.agents.registry import agent_function
-from agent_tasks.workflows.models import TaskWorkflowInput
 from agent_tasks.workflows.task import TaskWorkflow
 from tests.capture_histories import SCENARIOS
 from tests.conftest import eventually, mirrored

@@ -17,11 +17,11 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.testing import WorkflowEnvironment
 
+from agent_tasks.contract import TaskStatus
+from agent_tasks.contract.errors import TaskServiceUnavailable
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.taskgraph.graph import TaskGraph
 from agent_tasks.worker import build_worker
-from agent_tasks.workflows.errors import TaskServiceUnavailable
-from agent_tasks.workflows.models import TaskStatus
 from tests.conftest import eventually, mirrored
 
 PAUSES = [timedelta(seconds=n) for n in (2, 4, 8, 16, 30, 30)]

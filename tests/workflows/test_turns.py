@@ -21,12 +21,7 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from agent_tasks.activities.chat_protocol import fallback_call_id
-from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.starter.importer import all_events, all_steps
-from agent_tasks.taskgraph.graph import TaskGraph
-from agent_tasks.worker import build_worker
-from agent_tasks.workflows.errors import ErrorCode
-from agent_tasks.workflows.models import (
+from agent_tasks.contract import (
     AgentSpec,
     Event,
     EventKind,
@@ -35,6 +30,11 @@ from agent_tasks.workflows.models import (
     StepState,
     TaskStatus,
 )
+from agent_tasks.contract.errors import ErrorCode
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.starter.importer import all_events, all_steps
+from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.worker import build_worker
 from tests.agent_tools import SCRIPTS, TOOLS, answer, calls
 from tests.conftest import eventually
 from tests.model_server import ModelServer, Reply, completion, error

@@ -1,4 +1,4 @@
-"""The answer rules of input requests (``workflows.waits``) and the JSON payloads of the ledger
+"""The answer rules of input requests (``contract.waits``) and the JSON payloads of the ledger
 (``json_within``): pure functions, no server."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import re
 import pytest
 from pydantic import JsonValue
 
-from agent_tasks.workflows.models import MAX_PAYLOAD_CHARS, json_within
-from agent_tasks.workflows.waits import MAX_ANSWER_CHARS, answer_error, check_schema
+from agent_tasks.contract import MAX_PAYLOAD_CHARS, json_within
+from agent_tasks.contract.waits import MAX_ANSWER_CHARS, answer_error, check_schema
 
 
 def test_a_backtracking_pattern_is_matched_in_linear_time() -> None:

@@ -49,9 +49,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, CancelledError
 
-from agent_tasks.workflows.agents.registry import ToolSpec
-from agent_tasks.workflows.agents.runner import Runner
-from agent_tasks.workflows.models import (
+from agent_tasks.contract import (
     APPROVAL_DESCRIPTION_CHARS,
     MAX_PAYLOAD_CHARS,
     ApprovalAsk,
@@ -66,6 +64,8 @@ from agent_tasks.workflows.models import (
     ToolInput,
     internal_request_id,
 )
+from agent_tasks.workflows.agents.registry import ToolSpec
+from agent_tasks.workflows.agents.runner import Runner
 from agent_tasks.workflows.patches import IGNORE_REASON
 from agent_tasks.workflows.steps import idempotency_key, next_attempt
 

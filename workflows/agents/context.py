@@ -18,11 +18,7 @@ from typing import Any
 from pydantic import BaseModel, JsonValue
 from temporalio import workflow
 
-from agent_tasks.workflows.agents.registry import ToolSpec
-from agent_tasks.workflows.agents.runner import AgentHost, AgentParked
-from agent_tasks.workflows.agents.steps import StepRunner
-from agent_tasks.workflows.ledger import Ledger
-from agent_tasks.workflows.models import (
+from agent_tasks.contract import (
     CLOSED_STATUSES,
     MAX_CHILDREN,
     MAX_DEPTH,
@@ -39,8 +35,12 @@ from agent_tasks.workflows.models import (
     internal_request_id,
     valid_step_name,
 )
+from agent_tasks.contract.waits import answer_error, answer_text, check_schema
+from agent_tasks.workflows.agents.registry import ToolSpec
+from agent_tasks.workflows.agents.runner import AgentHost, AgentParked
+from agent_tasks.workflows.agents.steps import StepRunner
+from agent_tasks.workflows.ledger import Ledger
 from agent_tasks.workflows.patches import PARK_ON_SUGGESTION, PROGRESS_BEFORE_PARKING
-from agent_tasks.workflows.waits import answer_error, answer_text, check_schema
 
 
 class InputTimeout(Exception):

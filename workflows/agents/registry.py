@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 
-from agent_tasks.workflows.models import AgentName, AgentSpec
+from agent_tasks.contract import AgentName, AgentSpec
 from agent_tasks.workflows.patches import TOOL_SPECS_BY_ACTIVITY
 
 TOOL_ACTIVITY_PREFIX = "tool."

@@ -14,9 +14,7 @@ from typing import Any, Protocol, TypeVar
 from pydantic import BaseModel
 from temporalio import workflow
 
-from agent_tasks.workflows.agents.registry import ToolSpec
-from agent_tasks.workflows.ledger import Ledger
-from agent_tasks.workflows.models import (
+from agent_tasks.contract import (
     AgentRun,
     AgentSpec,
     EventInput,
@@ -31,6 +29,8 @@ from agent_tasks.workflows.models import (
     WriteOutcome,
     bound_text,
 )
+from agent_tasks.workflows.agents.registry import ToolSpec
+from agent_tasks.workflows.ledger import Ledger
 from agent_tasks.workflows.patches import CANCEL_RULE
 
 READ_EVENT_ACTIVITY = "read_event"

@@ -23,11 +23,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError
 from temporalio.workflow import ActivityCancellationType
 
-from agent_tasks.workflows.agents.approvals import Approvals
-from agent_tasks.workflows.agents.registry import TOOL_ACTIVITY_PREFIX
-from agent_tasks.workflows.agents.runner import BudgetExceeded, StepOutcome
-from agent_tasks.workflows.errors import failure_text
-from agent_tasks.workflows.models import (
+from agent_tasks.contract import (
     MAX_PAYLOAD_CHARS,
     EventInput,
     EventKind,
@@ -41,6 +37,10 @@ from agent_tasks.workflows.models import (
     ToolOutput,
     internal_request_id,
 )
+from agent_tasks.contract.errors import failure_text
+from agent_tasks.workflows.agents.approvals import Approvals
+from agent_tasks.workflows.agents.registry import TOOL_ACTIVITY_PREFIX
+from agent_tasks.workflows.agents.runner import BudgetExceeded, StepOutcome
 from agent_tasks.workflows.patches import (
     MODEL_CALL_CANCEL,
     TOOL_APPROVAL,

@@ -10,8 +10,8 @@ import json
 import httpx
 import pytest
 
+from agent_tasks.contract import AgentSpec, EventKind, TaskStatus
 from agent_tasks.starter.importer import all_events
-from agent_tasks.workflows.models import AgentSpec, EventKind, TaskStatus
 from tests.conftest import eventually
 from tests.starter.http.conftest import Project
 

@@ -11,9 +11,9 @@ import uuid
 
 import httpx
 
+from agent_tasks.contract import StepState, TaskStatus
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.worker import build_worker
-from agent_tasks.workflows.models import StepState, TaskStatus
 from tests.starter.http.conftest import Api, Project
 
 EVENTS = [

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from agent_tasks.contract.errors import ErrorCode
 from agent_tasks.starter.http.errors import ApiError
-from agent_tasks.workflows.errors import ErrorCode
 
 
 @pytest.mark.parametrize("code", [ErrorCode.TASK_BUSY, ErrorCode.KEY_STORE_UNAVAILABLE])

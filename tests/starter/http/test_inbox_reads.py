@@ -14,11 +14,11 @@ import httpx
 import pytest
 from pydantic import JsonValue
 
+from agent_tasks.contract import AgentSpec, TaskStatus
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.starter.http.app import create_app
 from agent_tasks.starter.http.inbox import INBOX_REFRESH_S
 from agent_tasks.worker import Services, build_worker
-from agent_tasks.workflows.models import AgentSpec, TaskStatus
 from tests.approval_tools import approval_spec, effects, goal
 from tests.conftest import eventually, mirrored
 from tests.servers import served

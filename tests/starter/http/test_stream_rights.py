@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from agent_tasks.broker import key_channel, project_channel, session_channel, task_channel
+from agent_tasks.contract import Event
 from agent_tasks.devstack import parse_host_port
 from agent_tasks.starter.http import create_app
 from agent_tasks.starter.http.grants import Grant, GrantChecks
@@ -25,7 +26,6 @@ from agent_tasks.starter.tasks import TaskEmitter, TaskManager
 from agent_tasks.taskgraph.apikeys import ApiKey, ApiKeyStore
 from agent_tasks.taskgraph.pagesessions import PageSessionStore
 from agent_tasks.worker import Services, open_graph
-from agent_tasks.workflows.models import Event
 from tests.conftest import eventually
 from tests.servers import served
 from tests.starter.http.conftest import STREAMS_PER_KEY, Api, Project, Sse, SseReader

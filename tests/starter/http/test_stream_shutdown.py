@@ -12,9 +12,9 @@ from contextlib import asynccontextmanager
 
 import httpx
 
+from agent_tasks.contract import Event
 from agent_tasks.devstack import free_port
 from agent_tasks.starter.http.sessions import parse_cursor
-from agent_tasks.workflows.models import Event
 from tests.conftest import eventually
 from tests.starter.http.conftest import Api, Project, Sse, SseReader
 from tests.starter.test_serve import ROOT

@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from agent_tasks.contract import Event, EventKind, TaskStatus
 from agent_tasks.starter.http import GRACEFUL_TIMEOUT_S, KEEPALIVE_S
 from agent_tasks.starter.http.grants import GRANT_CHECK_S
 from agent_tasks.starter.http.sessions import Cursor, cursor_id, parse_cursor, start_plan
@@ -24,7 +25,6 @@ from agent_tasks.starter.http.streams import (
 from agent_tasks.starter.tasks import TaskEmitter, TaskManager
 from agent_tasks.taskgraph.graph import TaskGraph
 from agent_tasks.taskgraph.models import TaskRow
-from agent_tasks.workflows.models import Event, EventKind, TaskStatus
 from tests.conftest import eventually, mirrored, payload_texts
 from tests.starter.http.conftest import Api, Project, Sse, SseReader
 from tests.stream_agents import TALKER, TURNS

@@ -14,8 +14,8 @@ from typing import Annotated, Literal
 
 from pydantic import AwareDatetime, BaseModel, Field, JsonValue, StrictStr
 
-from agent_tasks.workflows.models.kinds import TaskStatus
-from agent_tasks.workflows.models.text import BoundedText, ShortText, StepName
+from agent_tasks.contract.kinds import TaskStatus
+from agent_tasks.contract.text import BoundedText, ShortText, StepName
 
 MAX_PENDING_INPUTS = 16
 """Input requests a task may have open at once."""

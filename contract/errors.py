@@ -98,7 +98,7 @@ class ErrorCode(StrEnum):
     INPUT_EXISTS = "input_exists"
     """``ask`` from outside: the task asked an input request of that id before."""
     SCHEMA_INVALID = "schema_invalid"
-    """``ask`` from outside: the JSON Schema breaks the rules of ``workflows.waits.check_schema``
+    """``ask`` from outside: the JSON Schema breaks the rules of ``contract.waits.check_schema``
     (the message says which)."""
     INPUT_LIMIT_REACHED = "input_limit_reached"
     """``ask`` from outside: the task has as many open requests, or asked as many questions,

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from agent_tasks.workflows.models.human import ChildRecord
-from agent_tasks.workflows.models.inputs import EventInput
-from agent_tasks.workflows.models.kinds import StepKind, StepState
-from agent_tasks.workflows.models.text import ShortText
+from agent_tasks.contract.human import ChildRecord
+from agent_tasks.contract.inputs import EventInput
+from agent_tasks.contract.kinds import StepKind, StepState
+from agent_tasks.contract.text import ShortText
 
 BRANCH_ACTIVITY = "branch_events"
 """Activity name of the read of one page of a branch's source events."""

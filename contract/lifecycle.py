@@ -13,10 +13,10 @@ from typing import Annotated
 
 from pydantic import Field, JsonValue, StrictStr, field_validator
 
-from agent_tasks.workflows.models.inputs import _Input
-from agent_tasks.workflows.models.kinds import TaskStatus
-from agent_tasks.workflows.models.limits import MAX_GOAL_CHARS
-from agent_tasks.workflows.models.text import Name, ShortText, StepName, check_name
+from agent_tasks.contract.inputs import _Input
+from agent_tasks.contract.kinds import TaskStatus
+from agent_tasks.contract.limits import MAX_GOAL_CHARS
+from agent_tasks.contract.text import Name, ShortText, StepName, check_name
 
 SETTABLE_STATUSES = frozenset(
     {TaskStatus.QUEUED, TaskStatus.IN_PROGRESS, TaskStatus.AWAITING_CHILDREN}
@@ -60,7 +60,7 @@ class AskInput(_Input):
     """What is asked."""
     json_schema: dict[str, JsonValue] = Field(default_factory=dict)
     """JSON Schema the answer must satisfy (empty: any JSON value); the rules of
-    ``workflows.waits.check_schema``."""
+    ``contract.waits.check_schema``."""
     request_id: StrictStr
     """Request id (1 to 64 characters)."""
 

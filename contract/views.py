@@ -6,11 +6,11 @@ from datetime import datetime
 
 from pydantic import AwareDatetime, BaseModel, Field
 
-from agent_tasks.workflows.models.agent import AgentSpec, TokenUsage
-from agent_tasks.workflows.models.decisions import Citations
-from agent_tasks.workflows.models.human import ChildRecord, InputRequest
-from agent_tasks.workflows.models.inputs import BranchPoint, EventInput
-from agent_tasks.workflows.models.kinds import (
+from agent_tasks.contract.agent import AgentSpec, TokenUsage
+from agent_tasks.contract.decisions import Citations
+from agent_tasks.contract.human import ChildRecord, InputRequest
+from agent_tasks.contract.inputs import BranchPoint, EventInput
+from agent_tasks.contract.kinds import (
     EventKind,
     ResultValidity,
     Role,
@@ -18,8 +18,8 @@ from agent_tasks.workflows.models.kinds import (
     StepState,
     TaskStatus,
 )
-from agent_tasks.workflows.models.state import AgentRun, RunRange
-from agent_tasks.workflows.models.text import BoundedText, event_id
+from agent_tasks.contract.state import AgentRun, RunRange
+from agent_tasks.contract.text import BoundedText, event_id
 
 
 class Event(BaseModel):

@@ -33,7 +33,7 @@ from pydantic import JsonValue
 from referencing import Registry
 from referencing.exceptions import Unresolvable
 
-from agent_tasks.workflows.models import MAX_PAYLOAD_CHARS
+from agent_tasks.contract import MAX_PAYLOAD_CHARS
 
 MAX_ANSWER_CHARS = MAX_PAYLOAD_CHARS
 """Characters of an answer's JSON text (``answer_text``): the event payload's cut, so the

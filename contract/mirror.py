@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from agent_tasks.workflows.models.limits import MAX_PAYLOAD_BYTES, PAGE_LIMIT_MAX
-from agent_tasks.workflows.models.views import Event, StepView, TaskView
+from agent_tasks.contract.limits import MAX_PAYLOAD_BYTES, PAGE_LIMIT_MAX
+from agent_tasks.contract.views import Event, StepView, TaskView
 
 MIRROR_ACTIVITY = "mirror_task"
 """Activity name of the Neo4j mirror."""

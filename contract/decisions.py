@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
-from agent_tasks.workflows.models.kinds import StepState
-from agent_tasks.workflows.models.limits import MAX_CITATIONS
-from agent_tasks.workflows.models.text import StepName
+from agent_tasks.contract.kinds import StepState
+from agent_tasks.contract.limits import MAX_CITATIONS
+from agent_tasks.contract.text import StepName
 
 
 class CitesInput(BaseModel):

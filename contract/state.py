@@ -10,10 +10,10 @@ from typing import NamedTuple
 
 from pydantic import AwareDatetime, BaseModel, Field, JsonValue
 
-from agent_tasks.workflows.models.human import ChildRecord, InputAnswer, InputRequest
-from agent_tasks.workflows.models.inputs import StepRetry, TaskStart
-from agent_tasks.workflows.models.kinds import StepKind, StepState, TaskStatus
-from agent_tasks.workflows.models.text import BoundedText
+from agent_tasks.contract.human import ChildRecord, InputAnswer, InputRequest
+from agent_tasks.contract.inputs import StepRetry, TaskStart
+from agent_tasks.contract.kinds import StepKind, StepState, TaskStatus
+from agent_tasks.contract.text import BoundedText
 
 
 class StepRecord(BaseModel):

@@ -20,9 +20,9 @@ from pydantic import (
     model_validator,
 )
 
-from agent_tasks.workflows.models.agent import AgentSpec, TokenUsage
-from agent_tasks.workflows.models.decisions import CitesInput
-from agent_tasks.workflows.models.kinds import (
+from agent_tasks.contract.agent import AgentSpec, TokenUsage
+from agent_tasks.contract.decisions import CitesInput
+from agent_tasks.contract.kinds import (
     CLOSED_STATUSES,
     EventKind,
     Role,
@@ -30,7 +30,7 @@ from agent_tasks.workflows.models.kinds import (
     StepState,
     TaskStatus,
 )
-from agent_tasks.workflows.models.limits import (
+from agent_tasks.contract.limits import (
     MAX_EVENTS_PER_UPDATE,
     MAX_FULL_LENGTH,
     MAX_GOAL_CHARS,
@@ -43,7 +43,7 @@ from agent_tasks.workflows.models.limits import (
     PAGE_LIMIT_MAX,
     STEPS_PAGE_MAX,
 )
-from agent_tasks.workflows.models.text import (
+from agent_tasks.contract.text import (
     BoundedText,
     Name,
     ProjectId,

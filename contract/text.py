@@ -17,7 +17,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, StrictStr
 
-from agent_tasks.workflows.models.limits import MAX_PAYLOAD_CHARS
+from agent_tasks.contract.limits import MAX_PAYLOAD_CHARS
 
 _PROJECT_ID = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")

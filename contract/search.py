@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from temporalio.common import SearchAttributeKey, SearchAttributePair
 
-from agent_tasks.workflows.models import TaskStart, TaskStatus
+from agent_tasks.contract import TaskStart, TaskStatus
 
 PROJECT_ID = SearchAttributeKey.for_keyword("ProjectId")
 AGENT_ID = SearchAttributeKey.for_keyword("AgentId")

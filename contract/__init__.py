@@ -6,7 +6,7 @@ client in ``starter``, so both sides validate, bound and hash the same way. Ever
 Temporal through ``temporalio.contrib.pydantic.pydantic_data_converter``.
 """
 
-from agent_tasks.workflows.models.agent import (
+from agent_tasks.contract.agent import (
     AgentName,
     AgentSpec,
     Budgets,
@@ -18,7 +18,7 @@ from agent_tasks.workflows.models.agent import (
     ToolInput,
     ToolOutput,
 )
-from agent_tasks.workflows.models.branch import (
+from agent_tasks.contract.branch import (
     BRANCH_ACTIVITY,
     BRANCH_PAGE_EVENTS,
     BRANCH_REUSE_ACTIVITY,
@@ -30,8 +30,8 @@ from agent_tasks.workflows.models.branch import (
     BranchReuseQuery,
     ReusedStep,
 )
-from agent_tasks.workflows.models.decisions import Citations, CitesInput, StepCitation
-from agent_tasks.workflows.models.human import (
+from agent_tasks.contract.decisions import Citations, CitesInput, StepCitation
+from agent_tasks.contract.human import (
     APPROVAL_DESCRIPTION_CHARS,
     CHILD_ENDS_ACTIVITY,
     CHILD_RESULT_PREVIEW_CHARS,
@@ -54,7 +54,7 @@ from agent_tasks.workflows.models.human import (
     InputAnswer,
     InputRequest,
 )
-from agent_tasks.workflows.models.inputs import (
+from agent_tasks.contract.inputs import (
     BranchPoint,
     EventInput,
     EventsQuery,
@@ -68,7 +68,7 @@ from agent_tasks.workflows.models.inputs import (
     TaskStart,
     WriteOutcome,
 )
-from agent_tasks.workflows.models.kinds import (
+from agent_tasks.contract.kinds import (
     CLOSED_STATUSES,
     ROLLED_BACK,
     EventKind,
@@ -78,7 +78,7 @@ from agent_tasks.workflows.models.kinds import (
     StepState,
     TaskStatus,
 )
-from agent_tasks.workflows.models.limits import (
+from agent_tasks.contract.limits import (
     HISTORY_BACKPRESSURE_EVENTS,
     MAX_CITATIONS,
     MAX_EVENTS_PER_UPDATE,
@@ -98,7 +98,7 @@ from agent_tasks.workflows.models.limits import (
     REQUEST_WINDOW,
     STEPS_PAGE_MAX,
 )
-from agent_tasks.workflows.models.mirror import (
+from agent_tasks.contract.mirror import (
     MIRROR_ACTIVITY,
     MIRROR_BATCH_EVENTS,
     MIRROR_DEBOUNCE_MS,
@@ -108,7 +108,7 @@ from agent_tasks.workflows.models.mirror import (
     MirrorPage,
     MirrorQuery,
 )
-from agent_tasks.workflows.models.state import (
+from agent_tasks.contract.state import (
     AgentRun,
     RunRange,
     StepRecord,
@@ -116,7 +116,7 @@ from agent_tasks.workflows.models.state import (
     TaskState,
     TaskWorkflowInput,
 )
-from agent_tasks.workflows.models.text import (
+from agent_tasks.contract.text import (
     BoundedText,
     Name,
     ProjectId,
@@ -138,7 +138,7 @@ from agent_tasks.workflows.models.text import (
     valid_request_id,
     valid_step_name,
 )
-from agent_tasks.workflows.models.views import Event, EventsPage, StepsPage, StepView, TaskView
+from agent_tasks.contract.views import Event, EventsPage, StepsPage, StepView, TaskView
 
 __all__ = [
     "APPROVAL_DESCRIPTION_CHARS",

@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, StrictStr
 
-from agent_tasks.workflows.models.text import ShortText
+from agent_tasks.contract.text import ShortText
 
 AgentName = Annotated[StrictStr, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")]
 """A registered agent's or tool's name: 1 to 64 of ``[A-Za-z0-9_.-]``."""
