@@ -4,10 +4,11 @@ as the run is written to (``MirrorInput.follow``; the policy and its numbers are
 
 It copies what waits, then waits for the run's next workflow task by a long poll of the run's
 own history (``GetWorkflowExecutionHistory`` with ``wait_new_event``: the server answers when
-the history grows, which is when a workflow task that took a write completes, the moment the
-``mirror_page`` query can see the write), and copies again, one query and one Neo4j
-transaction per page for everything that came: at once when the last copy began
-``MIRROR_FOLLOW_AGE`` ago or more (a lone write is in Neo4j a query and a transaction after
+the history grows, which is when a workflow task that took a write completes), and copies
+again what the new history events wrote, one Neo4j transaction per page: the page built from
+those events where they carry it (``activities.history_page``: the ``record_events`` updates'
+inputs and results), else read by the ``mirror_page`` query. It copies at once when the last
+copy began ``MIRROR_FOLLOW_AGE`` ago or more (a lone write is in Neo4j a transaction after
 its acknowledgement) or the history grew by ``MIRROR_FOLLOW_BYTES``, else once that age is
 reached (writes back to back share a copy per ``MIRROR_FOLLOW_AGE``). It ends when the run
 has been idle for ``MIRROR_FOLLOW_IDLE``, when it has followed for ``MIRROR_FOLLOW_MAX``, when
@@ -25,11 +26,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 
 from temporalio import activity
 from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryRequest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
@@ -48,8 +50,9 @@ POLL_MARGIN = timedelta(seconds=1)
 """The RPC timeout of a long poll is its wait plus this: the server answers a little before
 the caller's deadline."""
 
-Copy = Callable[[int, int], Awaitable[MirrorOutcome]]
-"""Copies what the run holds after a seq and a write counter (``copy_run``)."""
+Copy = Callable[[int, int, Sequence[HistoryEvent] | None], Awaitable[MirrorOutcome]]
+"""Copies what the run holds after a seq and a write counter, given the history events that
+came since the last copy (None: unknown; ``activities.history_page``)."""
 
 
 class HistoryPoll:
@@ -66,6 +69,9 @@ class HistoryPoll:
         self.client = client
         self.execution = WorkflowExecution(workflow_id=workflow_id, run_id=run_id)
         self.token = base64.b64decode(token) if token else b""
+        self.events: list[HistoryEvent] | None = []
+        """The history events the last ``grew`` brought, in order (None: the position was
+        reset, what came is unknown)."""
 
     @property
     def position(self) -> str:
@@ -74,8 +80,9 @@ class HistoryPoll:
 
     async def grew(self, wait: timedelta) -> int:
         """Wait up to ``wait`` for the history to grow past the position; returns the bytes
-        of the events added (0: none came) and moves the position past them. A position the
-        server refuses (another server version's token) starts again from the first event.
+        of the events added (0: none came), keeps them (``events``) and moves the position
+        past them. A position the server refuses (another server version's token) starts
+        again from the first event (returns 1, ``events`` None).
 
         Raises:
             temporalio.service.RPCError: the server failed otherwise.
@@ -95,10 +102,12 @@ class HistoryPoll:
             if err.status != RPCStatusCode.INVALID_ARGUMENT or not self.token:
                 raise
             self.token = b""
+            self.events = None
             return 1
         if response.next_page_token:
             self.token = response.next_page_token
-        return response.history.ByteSize() if response.history.events else 0
+        self.events = list(response.history.events)
+        return response.history.ByteSize() if self.events else 0
 
 
 class _Followed:
@@ -164,4 +173,4 @@ async def _follow(copy: Copy, poll: HistoryPoll, followed: _Followed) -> None:
             await asyncio.sleep(copied_at + MIRROR_FOLLOW_AGE.total_seconds() - loop.time())
         copied_at = loop.time()
         last = followed.last
-        followed.add(await copy(last.up_to_seq or 0, last.up_to_write or 0))
+        followed.add(await copy(last.up_to_seq or 0, last.up_to_write or 0, poll.events))

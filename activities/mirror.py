@@ -31,24 +31,30 @@ the seq range.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from typing import Protocol
 
 from temporalio import activity
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from temporalio.service import RPCError, RPCStatusCode
 
 from agent_tasks.activities.follow import HistoryPoll, follow
 from agent_tasks.activities.heartbeat import heartbeating
+from agent_tasks.activities.history_page import history_page
 from agent_tasks.broker import Broker, WrittenMessage, channels, project_channel
 from agent_tasks.contract import (
     MAX_PAYLOAD_BYTES,
     MIRROR_ACTIVITY,
+    Event,
     MirrorInput,
     MirrorOutcome,
     MirrorPage,
     MirrorQuery,
+    TaskView,
+    model_size,
 )
 from agent_tasks.contract.errors import MIRROR_DATA_ERROR, MIRROR_UNAVAILABLE
 from agent_tasks.taskgraph.errors import GraphError, GraphUnavailable
@@ -94,26 +100,32 @@ class RunSource(Protocol):
         ...
 
 
-class AnnouncedRun:
-    """A ``RunSource`` that publishes a ``WrittenMessage`` when it reads a page with the
-    task's view (the first page of each mirror call), on the task's channels and its
-    project's: streams and inboxes wake and read the task (the word carries no event)."""
+async def announce(broker: Broker, view: TaskView) -> None:
+    """Publish a ``WrittenMessage`` of ``view`` on the task's channels and its project's:
+    streams and inboxes wake and read the task (the word carries no event)."""
+    message = WrittenMessage(task=view.name, seq=view.last_seq, status=view.status.value)
+    targets = [*channels(view.workflow_id, view.session_id), project_channel(view.project_id)]
+    await broker.publish(targets, message)
 
-    def __init__(self, source: RunSource, broker: Broker) -> None:
+
+class AnnouncedRun:
+    """A ``RunSource`` that announces (``announce``) each page it reads with the task's view
+    (the first page of each copy) and keeps the last such view (``view``: where a follower's
+    page built from the history starts, ``activities.history_page``)."""
+
+    def __init__(self, source: RunSource, broker: Broker | None) -> None:
         self.source = source
         self.broker = broker
+        self.view: TaskView | None = None
+        """The view of the last page read that held one."""
 
     async def mirror_page(self, query: MirrorQuery) -> MirrorPage:
-        """The source's page, announced when it holds the view."""
+        """The source's page, announced and kept when it holds the view."""
         page = await self.source.mirror_page(query)
-        view = page.view
-        if view is not None:
-            message = WrittenMessage(task=view.name, seq=view.last_seq, status=view.status.value)
-            targets = [
-                *channels(view.workflow_id, view.session_id),
-                project_channel(view.project_id),
-            ]
-            await self.broker.publish(targets, message)
+        if page.view is not None:
+            self.view = page.view
+            if self.broker is not None:
+                await announce(self.broker, page.view)
         return page
 
 
@@ -273,9 +285,7 @@ class MirrorActivities:
             raise failure from err
 
     async def _mirror(self, input: MirrorInput) -> MirrorOutcome:
-        source: RunSource = QueriedRun(self.client, input.workflow_id, input.run_id)
-        if self.broker is not None:
-            source = AnnouncedRun(source, self.broker)
+        source = AnnouncedRun(QueriedRun(self.client, input.workflow_id, input.run_id), self.broker)
         run = f"task {input.workflow_id} run {input.run_id}"
 
         async def copy(after_seq: int, after_write: int, up_to_seq: int | None) -> MirrorOutcome:
@@ -290,6 +300,18 @@ class MirrorActivities:
                 after_write=after_write,
             )
 
+        async def follow_copy(
+            after_seq: int, after_write: int, history: Sequence[HistoryEvent] | None
+        ) -> MirrorOutcome:
+            """A follower's copy: built from ``history`` where it can be, else queried."""
+            built = None
+            if source.view is not None:
+                built = await history_page(self.client.data_converter, source.view, history)
+            if built is None:
+                return await copy(after_seq, after_write, None)
+            source.view, events = built
+            return await self._write_history_page(source.view, events)
+
         if not input.follow:
             return await copy(input.after_seq, input.after_write, input.up_to_seq)
         first = await copy(input.after_seq, input.after_write, None)
@@ -298,6 +320,37 @@ class MirrorActivities:
         self.following += 1
         try:
             poll = HistoryPoll(self.client, input.workflow_id, input.run_id, input.history_token)
-            return await follow(lambda seq, write: copy(seq, write, None), poll, first)
+            return await follow(follow_copy, poll, first)
         finally:
             self.following -= 1
+
+    async def _write_history_page(self, view: TaskView, events: list[Event]) -> MirrorOutcome:
+        """Write ``view`` and its new ``events`` (``history_page``) in pages of
+        ``copy_run``'s bounds, the last one raising the node's ``mirrored_write``, announced
+        first as ``copy_run``'s are; returns what was written and how far Neo4j holds the
+        run."""
+        if events and self.broker is not None:
+            await announce(self.broker, view)
+        pages = list(_bounded(events, MIRROR_PAGE_BYTES - model_size(view)))
+        for number, page in enumerate(pages, 1):
+            written = view.writes if number == len(pages) else None
+            await self.graph.write_task(view, page, [], mirrored_write=written)
+        return MirrorOutcome(
+            events=len(events), steps=0, up_to_seq=view.last_seq, up_to_write=view.writes
+        )
+
+
+def _bounded(events: Sequence[Event], max_bytes: int) -> Iterator[list[Event]]:
+    """``events`` in pages of at most ``MIRROR_PAGE_EVENTS`` and ``max_bytes`` of JSON (one
+    event at least), in order."""
+    page: list[Event] = []
+    used = 0
+    for event in events:
+        size = model_size(event)
+        if page and (len(page) == MIRROR_PAGE_EVENTS or used + size > max_bytes):
+            yield page
+            page, used = [], 0
+        page.append(event)
+        used += size
+    if page:
+        yield page
