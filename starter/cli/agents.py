@@ -229,18 +229,27 @@ def approve_command(
         str | None, typer.Option("--answer", help="Do not run it: this is its result.")
     ] = None,
     ignore: Annotated[bool, typer.Option("--ignore", help="Do not run it.")] = False,
+    reason: Annotated[
+        str | None,
+        typer.Option("--reason", help="With --ignore: why, for the model (its tool result)."),
+    ] = None,
     request_id: RequestOpt = None,
     project: ProjectOpt = "default",
     agent: AgentOpt = "cli",
     as_json: Annotated[bool, typer.Option("--json-output", help="Print JSON.")] = False,
 ) -> None:
     """Answer a tool call's approval request with one of --accept, --edit, --answer, --ignore
-    (recorded as a decision by --agent); refused with the reason (an edit's arguments are
-    checked against the tool's argument model)."""
+    (recorded as a decision by --agent; --ignore --reason TEXT: the model reads that a person
+    ignored the call and TEXT); refused with the reason (an edit's arguments are checked
+    against the tool's argument model)."""
     chosen = [c for c, on in [("accept", accept), ("edit", edit is not None),
               ("answer", answer is not None), ("ignore", ignore)] if on]  # fmt: skip
     if len(chosen) != 1:
         raise typer.BadParameter("give one of --accept, --edit, --answer, --ignore")
+    if reason is not None and not ignore:
+        raise typer.BadParameter("a reason goes with --ignore", param_hint="--reason")
+    if reason is not None and not reason.strip():
+        raise typer.BadParameter("an empty reason: leave --reason out", param_hint="--reason")
     arguments = None
     if edit is not None:
         try:
@@ -254,7 +263,12 @@ def approve_command(
     async def go() -> WriteResult:
         async with open_history(project, agent, with_graph=False) as history:
             return await history.approve(
-                name, input_id, choice, arguments=arguments, text=answer, request_id=request_id
+                name,
+                input_id,
+                choice,
+                arguments=arguments,
+                text=answer if reason is None else reason,
+                request_id=request_id,
             )
 
     write_outcome(run(go()), as_json)

@@ -182,7 +182,10 @@ async def test_approvals_accepted_edited_answered_and_ignored_from_the_page(
     await cards["answer"].get_by_label("The tool's result, for the model *").fill("done by hand")
     await cards["answer"].get_by_role("button", name="Send instead of running").click()
 
-    await cards["ignore"].get_by_role("button", name="Ignore").click()
+    await cards["ignore"].get_by_role("button", name="Ignore…").click()
+    reason = cards["ignore"].get_by_label("Why not run it (optional, for the model)")
+    await reason.fill("  the list is frozen today ")
+    await cards["ignore"].get_by_role("button", name="Ignore the call").click()
 
     await expect(inbox.locator("li.item")).to_have_count(0)
     results = {}
@@ -194,7 +197,7 @@ async def test_approvals_accepted_edited_answered_and_ignored_from_the_page(
         "accept": "the tools said: sent 'accept' to ops@example.com",
         "edit": "the tools said: sent 'edit' to team@example.com",
         "answer": "the tools said: done by hand",
-        "ignore": f"the tools said: {IGNORED}",
+        "ignore": f"the tools said: {IGNORED}; their reason: the list is frozen today",
     }
     accept_key = effects(logs["accept"])[0].split()[0]
     assert effects(logs["accept"]) == [f"{accept_key} mail ops@example.com accept x1"]

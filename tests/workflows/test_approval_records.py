@@ -16,6 +16,7 @@ import pytest
 from pydantic import BaseModel, field_validator
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
+from typer.testing import CliRunner
 
 from agent_tasks.activities.tools import ToolContext, tool
 from agent_tasks.activities.transcript import EDITED
@@ -28,6 +29,7 @@ from agent_tasks.contract import (
     StepState,
     TaskStatus,
 )
+from agent_tasks.starter.cli import app
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.taskgraph.graph import TaskGraph
 from agent_tasks.worker import build_worker
@@ -127,34 +129,62 @@ async def test_an_edit_a_custom_validator_refuses_is_taken_and_fails_the_step(
     assert "this address is blocked" in final.result.text
 
 
-@pytest.mark.parametrize("choice", ["--accept", "--ignore"])
+@pytest.mark.parametrize(
+    "choice", [["--accept"], ["--ignore"], ["--ignore", "--reason", "the list is frozen"]]
+)
 async def test_the_cli_accepts_and_ignores_an_approval(
-    agents: ConversationHistory, tmp_path: Path, choice: str
+    agents: ConversationHistory, tmp_path: Path, choice: list[str]
 ) -> None:
     """``agent-tasks approve NAME INPUT_ID --accept`` runs the call (one line, under the key the
-    request named); ``--ignore`` runs nothing and the step fails; each is one decision citing
-    the call, by the CLI's ``--agent``."""
+    request named); ``--ignore`` runs nothing and the step fails, and ``--reason`` with it is
+    what the model reads after the ignore notice; each is one decision citing the call, by the
+    CLI's ``--agent``."""
     log = tmp_path / "mail.log"
     await agents.create_task("t", goal(mail(log)), agent=approval_spec())
     request = await asked(agents, "t")
     assert request.approval is not None
     flags = ["--project", agents.project_id, "--agent", "ops-cli", "--json-output"]
-    code, out = await cli("approve", "t", request.input_id, choice, *flags)
+    code, out = await cli("approve", "t", request.input_id, *choice, *flags)
     assert code == 0 and out["recorded"] is True, out
     final = await agents.wait_task("t")
     assert final is not None and final.result is not None
     (step,) = (await agents.list_steps("t")).steps
     key = request.approval.idempotency_key
-    if choice == "--accept":
+    if choice == ["--accept"]:
         assert final.result.text == "the tools said: sent 'deploy' to ops@example.com"
         assert effects(log) == [f"{key} mail ops@example.com deploy x1"]
         assert step.state is StepState.COMPLETED and step.idempotency_key == key
     else:
-        assert final.result.text == f"the tools said: {IGNORED}"
+        said = IGNORED if len(choice) == 1 else f"{IGNORED}; their reason: the list is frozen"
+        assert final.result.text == f"the tools said: {said}"
         assert effects(log) == [] and step.state is StepState.FAILED
     (decision,) = [e for e in await events_of(agents, "t") if e.kind is EventKind.DECISION]
     assert decision.author == "ops-cli"
     assert decision.cites is not None and decision.cites.events == [request.approval.call_seq]
+
+
+@pytest.mark.parametrize(
+    ("flags", "refusal"),
+    [
+        (["--accept", "--reason", "why"], "a reason goes with --ignore"),
+        (["--ignore", "--reason", "  "], "an empty reason"),
+    ],
+)
+async def test_the_cli_refuses_a_reason_without_ignore_or_empty(
+    agents: ConversationHistory, tmp_path: Path, flags: list[str], refusal: str
+) -> None:
+    """``--reason`` goes with ``--ignore`` only, and not empty: refused by the CLI (exit 2, the
+    reason named), nothing sent: the request stays open and nothing ran."""
+    log = tmp_path / "mail.log"
+    await agents.create_task("t", goal(mail(log)), agent=approval_spec())
+    request = await asked(agents, "t")
+    args = ["approve", "t", request.input_id, *flags, "--project", agents.project_id]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and refusal in result.output, result.output
+    view = (await agents.get_task("t")).view
+    assert view is not None and [r.input_id for r in view.pending_inputs] == [request.input_id]
+    assert effects(log) == []
+    assert [e for e in await events_of(agents, "t") if e.kind is EventKind.DECISION] == []
 
 
 async def activity_types(client: Client, workflow_id: str) -> Counter[str]:

@@ -68,6 +68,16 @@ export function inboxItem(item, { withTask = true } = {}) {
     item, status, (value) => ({ type: "edit", arguments: value }), "arguments/"));
   const instead = () => show(answerForm({ type: "string", minLength: 1, title: "The tool's result, for the model" },
     schema, undefined, "Result", "Send instead of running", item, status, (text) => ({ type: "answer", text }), "text"));
+  const ignore = () => {
+    // the reason is optional: sent, the model reads it after "the tool was not run"
+    const reason = el("textarea", { name: "reason", rows: 2 });
+    show(el("form", { class: "answer", onsubmit: async (e) => {
+      e.preventDefault();
+      const text = reason.value.trim();
+      await send(item, text ? { type: "ignore", text } : { type: "ignore" }, () => {}, status);
+    } }, el("label", {}, "Why not run it (optional, for the model)", reason),
+    el("button", { type: "submit", class: "primary" }, "Ignore the call")));
+  };
   li.append(header, description,
     el("p", {}, "Arguments:"), el("pre", {}, typeof args === "string" ? args : JSON.stringify(args, null, 2)),
     el("p", { class: "muted" }, `step ${call.step_name} · runs under `, el("code", {}, call.idempotency_key)),
@@ -75,7 +85,7 @@ export function inboxItem(item, { withTask = true } = {}) {
       el("button", { type: "button", class: "primary", onclick: () => choose("accept") }, "Accept"),
       el("button", { type: "button", onclick: edit }, "Edit…"),
       el("button", { type: "button", onclick: instead }, "Answer instead…"),
-      el("button", { type: "button", onclick: () => choose("ignore") }, "Ignore")),
+      el("button", { type: "button", onclick: ignore }, "Ignore…")),
     panel, status);
   return li;
 }
