@@ -216,12 +216,22 @@ class FalkorGraph(GraphReads, GraphRetention):
             GraphUnavailable: FalkorDB cannot be reached.
             GraphAuthError: it refused the credentials.
         """
+        await self.ping()
+        await self.ensure_schema()
+
+    async def ping(self) -> None:
+        """Check that FalkorDB answers (``PING``, bounded by ``FALKOR_CONNECT_TIMEOUT_S`` and
+        ``FALKOR_SOCKET_TIMEOUT_S``).
+
+        Raises:
+            GraphUnavailable: FalkorDB cannot be reached.
+            GraphAuthError: it refused the credentials.
+        """
         await self._client()
         try:
             await self._db.connection.ping()
         except (redis.exceptions.RedisError, OSError) as err:
             raise falkor_error(err) from err
-        await self.ensure_schema()
 
     async def close(self) -> None:
         """Close the connections."""

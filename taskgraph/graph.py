@@ -69,13 +69,23 @@ class TaskGraph(MirrorWrites, Neo4jRedaction, GraphReads, GraphRetention):
             GraphUnavailable: Neo4j cannot be reached.
             GraphAuthError: it refused the credentials.
         """
+        await self.ping()
+        await self.ensure_schema()
+
+    async def ping(self) -> None:
+        """Check that Neo4j answers (the driver's ``verify_connectivity``: one connection,
+        no transaction retries).
+
+        Raises:
+            GraphUnavailable: Neo4j cannot be reached.
+            GraphAuthError: it refused the credentials.
+        """
         try:
             await self.driver.verify_connectivity()
         except (Neo4jError, DriverError) as err:
             raise graph_error(err) from err
         except OSError as err:
             raise GraphUnavailable(f"Neo4j unavailable: {err}") from err
-        await self.ensure_schema()
 
     async def close(self) -> None:
         """Close the driver."""

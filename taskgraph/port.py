@@ -240,6 +240,16 @@ class GraphStore(MirrorStore, TaskReads, KeyStore, RetentionStore, RecordStore, 
         """
         ...
 
+    async def ping(self) -> None:
+        """Check that the store answers: one connection, no retries, no schema (a command
+        that fails fast on an unreachable store calls it first).
+
+        Raises:
+            GraphUnavailable: the store cannot be reached.
+            GraphAuthError: it refused the credentials.
+        """
+        ...
+
     async def close(self) -> None:
         """Close the store's connections (the object cannot be used after)."""
         ...
