@@ -288,11 +288,18 @@ class ToolFailures(BaseModel):
     """Failed tool calls of one tool across a project's tasks."""
 
     tool: str
-    """The tool name (``?`` when the result event has none)."""
+    """The tool name, lower-cased (``?`` when the result event has none)."""
+    spellings: list[str] = []
+    """The names as the model spelled them (``["Bash", "bash"]``), sorted."""
     failed: int
     """Failed tool steps."""
     tasks: int
     """Tasks with at least one of them."""
+
+    @field_validator("spellings")
+    @classmethod
+    def _sorted(cls, value: list[str]) -> list[str]:
+        return sorted(value)
 
 
 def plain(node: Any) -> dict[str, Any]:

@@ -342,14 +342,15 @@ class GraphReads(StatementRunner):
         return [StepRow.model_validate(plain(row["s"])) for row in rows]
 
     async def failed_tool_calls(self, project_id: str) -> list[ToolFailures]:
-        """Failed tool calls across the project's tasks, counted by tool name (steps of kind
-        ``tool`` in state ``failed``, by the name of their result event), most failures
-        first."""
+        """Failed tool calls across the project's tasks, counted by tool name case-folded
+        (steps of kind ``tool`` in state ``failed``, by the name of their result event:
+        ``bash`` and ``Bash`` are one tool, its ``spellings`` both), most failures first."""
         rows = await self._read(
             """
             MATCH (s:Step {project_id: $p, state: 'failed', kind: 'tool'})-[:RESULT]->(e:Event)
-            RETURN coalesce(e.name, '?') AS tool, count(s) AS failed,
-                   count(DISTINCT s.task_key) AS tasks
+            WITH s, coalesce(e.name, '?') AS spelled
+            RETURN toLower(spelled) AS tool, collect(DISTINCT spelled) AS spellings,
+                   count(s) AS failed, count(DISTINCT s.task_key) AS tasks
             ORDER BY failed DESC, tool
             """,
             p=project_id,

@@ -184,13 +184,21 @@ def graph_steps(
 
 @graph_app.command("failed-tools")
 def graph_failed_tools(project: ProjectOpt = "default", as_json: JsonOpt = False) -> None:
-    """Failed tool calls across the project's tasks, by tool name."""
+    """Failed tool calls across the project's tasks, by tool name case-folded (bash and
+    Bash are one row; spellings shows the names as the model wrote them), most first."""
 
     async def go() -> list[ToolFailures]:
         async with open_history(project, "cli") as history:
             return await history.failed_tool_calls()
 
-    emit(run(go()), as_json, lambda rows: table(rows, ["tool", "failed", "tasks"]))
+    emit(
+        run(go()),
+        as_json,
+        lambda rows: table(
+            [{**r.model_dump(), "spellings": ", ".join(r.spellings)} for r in rows],
+            ["tool", "spellings", "failed", "tasks"],
+        ),
+    )
 
 
 graph_app.command("tree")(tree_command)

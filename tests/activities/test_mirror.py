@@ -217,7 +217,9 @@ async def test_cross_task_reads(graph: TaskGraph, history: ConversationHistory) 
 
     failed = await history.find_events(kind="tool_result", failed_only=True)
     assert sorted(e.task_name for e in failed) == ["kid-1", "root"]
-    assert await history.failed_tool_calls() == [ToolFailures(tool="bash", failed=2, tasks=2)]
+    assert await history.failed_tool_calls() == [
+        ToolFailures(tool="bash", spellings=["bash"], failed=2, tasks=2)
+    ]
     now = datetime.now(UTC)
     assert await history.find_events(since=now + timedelta(hours=1)) == []
     assert len(await history.find_events(until=now + timedelta(hours=1))) == 3
