@@ -23,7 +23,12 @@ is complete (its tool calls run); ``length`` (cut at the output limit) and ``con
 (cut by the provider's filter) end the model call with a non-retryable ``ApplicationError`` of
 type ``ModelOutputTruncated`` and ``ModelContentFiltered`` (nothing of the turn is recorded or
 run: a cut call's arguments are not the call the model meant); ``abort`` and ``error`` (the
-server gave up) are retried; any other reason ends it with ``ModelFinishUnknown``. A turn in
+server gave up) are retried; any other reason (a name this client does not know) ends a
+complete turn, as ``stop`` would: the peers do the same
+(LiteLLM's ``map_finish_reason`` takes an unknown reason as ``stop`` with a warning, BerriAI/
+litellm#22138; the Vercel AI SDK reports it as ``unknown``/``other`` and finishes the step,
+vercel/ai#1832), and what such a turn holds still goes through every check a call meets (a
+cut call's broken arguments fail its step with a result the model reads). A turn in
 which the model only refused (``refusal``) ends it with ``ModelRefused`` (``check_refusal``),
 not as an empty answer. A stream
 is complete once it brought a ``finish_reason`` or ``data: [DONE]``; one that ended with
@@ -43,7 +48,11 @@ workflow before any tool runs, the model told their length (``workflows.agents.s
 are cut to one character past the bound (still refused; the length told is then the cut's).
 Empty arguments are ``{}``. Content over ``MAX_PAYLOAD_CHARS`` is cut to it here, as the message
 event would cut it, its full length and SHA-256 kept (``ModelTurn.content_full_length``). A turn
-still over the budget (hundreds of calls) ends with a non-retryable ``ModelAnswerTooLarge``.
+still over the budget (hundreds of calls) is not run: its calls are dropped and
+``ModelTurn.mistake`` says why (``too_large``); the workflow records its text and shows the model
+that mistake as a user message, then calls it again (``workflows.agents.steps``), so the model
+can act on it; a model that keeps doing it ends the task after ``MAX_MODEL_MISTAKES`` such
+turns in a row with ``ModelAnswerTooLarge``.
 """
 
 from __future__ import annotations
@@ -116,7 +125,8 @@ def fallback_call_id(response_id: str, place: int) -> str:
 
 
 def check_finish(reason: str | None) -> None:
-    """Refuse a turn that its ``finish_reason`` says is not complete (module docstring).
+    """Refuse a turn that its ``finish_reason`` says is not complete (module docstring); a
+    reason not named here ends a complete turn (as ``stop``: the peers' rule).
 
     Args:
         reason: the choice's ``finish_reason``; None for a stream that ended with ``[DONE]``
@@ -124,8 +134,8 @@ def check_finish(reason: str | None) -> None:
 
     Raises:
         ApplicationError: non-retryable, ``ModelOutputTruncated`` (``length``),
-            ``ModelContentFiltered`` (``content_filter``), ``ModelFinishUnknown`` (any reason
-            not named here); retryable ``ModelStreamCut`` (``RETRIED_FINISH``).
+            ``ModelContentFiltered`` (``content_filter``); retryable ``ModelStreamCut``
+            (``RETRIED_FINISH``).
     """
     if reason is None or reason in COMPLETE_FINISH:
         return
@@ -138,11 +148,16 @@ def check_finish(reason: str | None) -> None:
     if refused is not None:
         kind, message = refused
         raise ApplicationError(message, type=kind, non_retryable=True)
-    raise ApplicationError(
-        f"the model's answer ended with finish_reason {reason[:64]!r}, which this client does "
-        "not know: nothing of it was recorded and no tool of it ran",
-        type="ModelFinishUnknown",
-        non_retryable=True,
+
+
+def too_large(size: int, calls: int) -> str:
+    """What the model reads after an answer of ``size`` bytes as JSON with ``calls`` tool calls
+    that is over ``MAX_PAYLOAD_BYTES`` with its longest arguments cut (``bounded_turn``)."""
+    return (
+        f"Your last answer was {size:,} bytes as JSON with {calls} tool calls; an answer may "
+        f"be at most {MAX_PAYLOAD_BYTES:,} bytes (a call's arguments at most "
+        f"{MAX_PAYLOAD_CHARS:,} characters): none of its tool calls was run. Answer again with "
+        "fewer or smaller tool calls."
     )
 
 
@@ -186,9 +201,9 @@ def bounded_turn(turn: ModelTurn) -> ModelTurn:
     such a call either way; cut, the length it names is the cut's). Arguments over the bound
     in a turn within the budget cross whole, so the refusal names their length.
 
-    Raises:
-        ApplicationError: non-retryable ``ModelAnswerTooLarge``, naming the size, when the
-            turn is over the budget with every such argument cut.
+    Returns:
+        the turn; when it is over the budget with every such argument cut, the turn without
+        its tool calls, ``mistake`` saying why (``too_large``: its size and call count).
     """
     if len(turn.content) > MAX_PAYLOAD_CHARS:
         bounded = bound_text(turn.content)
@@ -212,11 +227,8 @@ def bounded_turn(turn: ModelTurn) -> ModelTurn:
         turn = turn.model_copy(update={"tool_calls": calls})
         size = len(turn.model_dump_json().encode())
     if size > MAX_PAYLOAD_BYTES:
-        raise ApplicationError(
-            f"the model's answer is {size:,} bytes as JSON ({len(turn.tool_calls)} tool calls); "
-            f"a turn may be {MAX_PAYLOAD_BYTES:,}",
-            type="ModelAnswerTooLarge",
-            non_retryable=True,
+        return turn.model_copy(
+            update={"tool_calls": [], "mistake": too_large(size, len(turn.tool_calls))}
         )
     return turn
 
@@ -241,8 +253,8 @@ def completion_turn(body: Mapping[str, Any]) -> ModelTurn:
     by its ``finish_reason`` and bounded (module docstring).
 
     Raises:
-        ApplicationError: ``check_finish``'s, ``check_refusal``'s and ``bounded_turn``'s
-            errors; a retryable ``ModelApiError`` for a body without a choice.
+        ApplicationError: ``check_finish``'s and ``check_refusal``'s errors; a retryable
+            ``ModelApiError`` for a body without a choice.
     """
     choices = body.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
@@ -369,8 +381,7 @@ class StreamAssembler:
 
         Raises:
             ApplicationError: retryable ``ModelStreamCut`` when the stream ended with neither a
-                ``finish_reason`` nor ``[DONE]``; ``check_finish``'s, ``check_refusal``'s and
-                ``bounded_turn``'s.
+                ``finish_reason`` nor ``[DONE]``; ``check_finish``'s and ``check_refusal``'s.
         """
         if self.finish_reason is None and not self.ended:
             raise ApplicationError(

@@ -106,6 +106,11 @@ class ModelTurn(BaseModel):
         default=None, pattern=r"^[0-9a-f]{64}$", exclude_if=lambda value: value is None
     )
     """With ``content_full_length``: the SHA-256 hex of the full text (``full_sha256``)."""
+    mistake: str | None = Field(default=None, exclude_if=lambda value: value is None)
+    """Set when the model call could not take the answer as the model sent it
+    (``activities.chat_protocol.too_large``): its tool calls were dropped, and this is what the
+    model reads next (the workflow records it as a user message and calls the model again).
+    Added later: left out of the JSON while unset."""
 
 
 class ModelInput(BaseModel):

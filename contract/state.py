@@ -96,6 +96,9 @@ class AgentRun(BaseModel):
     round_base: int = 0
     """Model calls of the earlier runs (the tool loop names steps by the round across runs, so
     a resumed run's steps never take an earlier run's names)."""
+    mistakes: int = 0
+    """Model answers in a row the model call could not take (``ModelTurn.mistake``); 0 after
+    one it took. At ``MAX_MODEL_MISTAKES`` the agent fails."""
 
 
 class TaskState(BaseModel):

@@ -136,7 +136,6 @@ def test_a_stream_without_finish_reason_or_done_is_cut_and_retryable() -> None:
         ("length", "ModelOutputTruncated"),
         ("content_filter", "ModelContentFiltered"),
         ("max_tokens", "ModelOutputTruncated"),
-        ("something_new", "ModelFinishUnknown"),
     ],
 )
 def test_finish_reasons_that_are_not_a_complete_turn(reason: str, kind: str) -> None:
@@ -229,15 +228,30 @@ def test_arguments_over_the_bound_cross_whole_unless_the_turn_passes_the_budget(
     assert len(turn.model_dump_json().encode()) <= MAX_PAYLOAD_BYTES
 
 
-def test_a_turn_past_the_payload_budget_is_refused_by_name() -> None:
+def test_a_turn_past_the_payload_budget_keeps_no_call_and_says_why() -> None:
+    """Issue 32: such a turn failed the task (``ModelAnswerTooLarge``); now it crosses without
+    its calls, ``mistake`` the text the model reads, naming the sizes."""
     calls = [
         {"index": i, "id": f"c{i}", "function": {"name": "a", "arguments": "\x01" * 40_000}}
         for i in range(4)
     ]
-    with pytest.raises(ApplicationError) as raised:
-        completion_turn(completion("tool_calls", *calls))
-    assert raised.value.type == "ModelAnswerTooLarge" and raised.value.non_retryable
-    assert f"{MAX_PAYLOAD_BYTES:,}" in raised.value.message
+    turn = completion_turn(completion("tool_calls", *calls, content="Here:"))
+    assert turn.tool_calls == [] and turn.content == "Here:"
+    assert turn.mistake is not None and "with 4 tool calls" in turn.mistake
+    assert f"at most {MAX_PAYLOAD_BYTES:,} bytes" in turn.mistake
+    assert len(turn.model_dump_json().encode()) <= MAX_PAYLOAD_BYTES
+
+
+@pytest.mark.parametrize("reason", ["something_new", "eos", "STOP"])
+def test_an_unknown_finish_reason_is_a_complete_turn(reason: str) -> None:
+    """BerriAI/litellm PR #22138, vercel/ai PR #1832: peers take a reason they do not know as
+    the end of a complete turn; it failed the task here (``ModelFinishUnknown``)."""
+    call = {"index": 0, "id": "c1", "function": {"name": "echo", "arguments": "{}"}}
+    for turn in (
+        assembled(chunk(call), chunk(finish=reason)).turn(),
+        completion_turn(completion(reason, call)),
+    ):
+        assert [c.name for c in turn.tool_calls] == ["echo"] and turn.mistake is None
 
 
 def test_sse_lines_decoded() -> None:

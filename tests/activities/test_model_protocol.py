@@ -376,3 +376,82 @@ async def test_the_model_call_is_scheduled_to_hear_a_cancel_and_stream_long(
     assert [
         (s.heartbeat_timeout.ToSeconds(), s.start_to_close_timeout.ToSeconds()) for s in scheduled
     ] == [(10, 600)]
+
+
+def too_large_turn() -> Reply:
+    """A turn of four ``echo`` calls of 40,000 control characters each: over the payload budget
+    as JSON (each escaped to six bytes) even with every one cut to the argument bound."""
+    calls = [
+        {
+            "id": f"c{i}",
+            "type": "function",
+            "function": {"name": "echo", "arguments": "\x01" * 40_000},
+        }
+        for i in range(4)
+    ]
+    return Reply(body=completion(tool_calls=calls))
+
+
+async def test_an_answer_too_large_is_shown_to_the_model_and_it_answers_again(run: Run) -> None:
+    """Issue 32 ("anything the model sends ends in a step result the model can read"): an
+    answer still over the payload budget with its longest arguments cut failed the task with
+    ``ModelAnswerTooLarge``. Now none of its calls runs, the model reads why as a user message
+    and answers again; the task ends ``done`` with that answer."""
+    server = await run.start([too_large_turn(), FINAL_JSON], stream=False)
+    final = await run.end()
+    assert final.status.value == "done" and final.result is not None
+    assert final.result.text == ANSWER
+    events = await run.events()
+    assert kinds(events, EventKind.TOOL_CALL) == [] and kinds(events, EventKind.ERROR) == []
+    messages = [(e.role, e.payload) for e in kinds(events, EventKind.MESSAGE)]
+    size = len(json.dumps("\x01" * (MAX_PAYLOAD_CHARS + 1)))  # one cut call's arguments
+    assert messages[0] == (Role.USER, "check it") and messages[-1] == (Role.ASSISTANT, ANSWER)
+    (told,) = [text for role, text in messages[1:-1] if role is Role.USER]
+    assert told.startswith("Your last answer was ") and "with 4 tool calls" in told
+    # the turn's size as JSON with every call cut: the four arguments and a little more
+    assert 4 * size < int(told.split()[4].replace(",", "")) < 4 * size + 1_000
+    assert "none of its tool calls was run" in told
+    assert len(server.requests) == 2
+    shown = [m for m in server.requests[1]["messages"] if m["role"] == "user"]
+    assert [m["content"] for m in shown] == ["check it", told]
+
+
+async def test_a_model_that_keeps_answering_too_large_fails_after_three_naming_it(
+    run: Run,
+) -> None:
+    """A model told three times in a row that its answer was too large, and doing it again,
+    ends the task ``failed`` with ``ModelAnswerTooLarge`` counting them; no tool ran, and the
+    model was not called a fourth time."""
+    server = await run.start([too_large_turn()] * 3 + [FINAL_JSON], stream=False)
+    final = await run.end()
+    assert final.status.value == "failed"
+    events = await run.events()
+    assert kinds(events, EventKind.TOOL_CALL) == []
+    (error,) = kinds(events, EventKind.ERROR)
+    assert "ModelAnswerTooLarge" in error.payload and "3 times in a row" in error.payload
+    told = [e for e in kinds(events, EventKind.MESSAGE) if e.role is Role.USER][1:]
+    assert len(told) == 2  # after the first two; the third ends the task
+    assert len(server.requests) == 3
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_an_unknown_finish_reason_ends_a_complete_turn_as_stop(
+    run: Run, stream: bool
+) -> None:
+    """BerriAI/litellm PR #22138 (an unmapped reason taken as ``stop``, with a warning) and
+    vercel/ai PR #1832 (``unknown``, the step finished): a reason this client did not know
+    failed the task with ``ModelFinishUnknown``. Now its calls run as a complete turn's."""
+    call = {"index": 0, "id": "c1", "type": "function"}
+    echo = {**call, "function": {"name": "echo", "arguments": ECHO_HI}}
+    if stream:
+        reply = Reply(chunks=[chunk(echo), chunk(finish="eos_then_tool")])
+    else:
+        body = completion(tool_calls=[echo])
+        body["choices"][0]["finish_reason"] = "eos_then_tool"
+        reply = Reply(body=body)
+    await run.start([reply, FINAL if stream else FINAL_JSON], stream=stream)
+    final = await run.end()
+    assert final.status.value == "done" and final.result is not None
+    assert final.result.text == ANSWER
+    events = await run.events()
+    assert [r.payload for r in kinds(events, EventKind.TOOL_RESULT)] == ["hi"]

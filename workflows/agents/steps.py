@@ -66,6 +66,10 @@ MODEL_RETRY = RetryPolicy(
     maximum_attempts=5,
 )
 """Model calls retry transient errors (HTTP 408/409/429/5xx, with the server's retry-after)."""
+MAX_MODEL_MISTAKES = 3
+"""Model answers in a row that the model call could not take (``ModelTurn.mistake``: an answer
+over the payload budget) after which the agent fails (``ModelAnswerTooLarge``): the model was
+told each time and did it again, so a fourth call would most likely cost the same for nothing."""
 
 
 class StepRunner(Approvals):
@@ -234,12 +238,20 @@ class StepRunner(Approvals):
             step_name=name, state=StepState.COMPLETED, text=output.text, result_event_seq=seq
         )
 
+    # Long: one model call in workflow order: budgets, the activity, its cancel, the answer's
+    # record, and a mistake shown to the model; mostly docstring
     async def model_turn(self) -> ModelTurn:
         """Call the model with the task's events so far (by reference: the activity reads them)
-        and record its answer as an assistant ``message`` with the token usage.
+        and record its answer as an assistant ``message`` with the token usage. An answer the
+        call could not take (``ModelTurn.mistake``: over the payload budget, its tool calls
+        dropped) is recorded, then what the model did wrong as a user message, and the model is
+        called again with it; each call counts against the budgets. (No patch guards this: a
+        run recorded before it never got such a turn, the model call failed instead.)
 
         Raises:
             BudgetExceeded: ``max_rounds``, ``max_tokens`` or ``max_seconds`` is spent.
+            ApplicationError: non-retryable ``ModelAnswerTooLarge`` after
+                ``MAX_MODEL_MISTAKES`` such answers in a row.
             asyncio.CancelledError: the task was cancelled (before the call, or during it: the
                 call is cancelled, its HTTP request closed, and nothing of it is recorded;
                 ``MODEL_CALL_CANCEL``).
@@ -293,7 +305,20 @@ class StepRunner(Approvals):
             full_sha256=turn.content_sha256,
         )
         self._append(message, f"round/{self.run.rounds}")
-        return turn
+        if turn.mistake is None:
+            self.run.mistakes = 0
+            return turn
+        self.run.mistakes += 1
+        if self.run.mistakes >= MAX_MODEL_MISTAKES:
+            raise ApplicationError(
+                f"the model's answer could not be taken {self.run.mistakes} times in a row; "
+                f"the last time: {turn.mistake}",
+                type="ModelAnswerTooLarge",
+                non_retryable=True,
+            )
+        shown = EventInput(kind=EventKind.MESSAGE, role=Role.USER, payload=turn.mistake)
+        self._append(shown, f"round/{self.run.rounds}/mistake")
+        return await self.model_turn()
 
 
 def _refused_call(tool: str, arguments: str) -> str | None:
