@@ -19,7 +19,7 @@ from agent_tasks.contract import (
     bound_text,
     task_workflow_id,
 )
-from agent_tasks.workflows.children import child_end
+from agent_tasks.contract.human import child_end
 from agent_tasks.workflows.task import TaskWorkflow
 
 

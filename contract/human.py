@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 from pydantic import AwareDatetime, BaseModel, Field, JsonValue, StrictStr
 
 from agent_tasks.contract.kinds import TaskStatus
-from agent_tasks.contract.text import BoundedText, ShortText, StepName
+from agent_tasks.contract.text import BoundedText, ShortText, StepName, internal_request_id
 
 MAX_PENDING_INPUTS = 16
 """Input requests a task may have open at once."""
@@ -151,6 +151,26 @@ class ChildEnd(BaseModel):
     """Its error text."""
     request_id: StrictStr
     """``internal_request_id("child-end/{the child's workflow id}")``: a repeat is ignored."""
+
+
+def child_end(
+    name: str,
+    workflow_id: str,
+    status: TaskStatus,
+    result: BoundedText | None = None,
+    error: BoundedText | None = None,
+) -> ChildEnd:
+    """The end of the child task ``name`` (workflow id ``workflow_id``) as its parent records
+    it, under the request id the child's own ``child_ended`` signal carries
+    (``child-end/{workflow id}``), so the same end from several paths (the child's signal, a
+    resumed parent's look, a deletion) counts once."""
+    return ChildEnd(
+        child=name,
+        status=status,
+        result=result,
+        error=error,
+        request_id=internal_request_id(f"child-end/{workflow_id}"),
+    )
 
 
 class ChildEndsInput(BaseModel):

@@ -22,12 +22,13 @@
   ``GraphUnavailable``, ``GraphAuthError``, ``GraphDataError``); in agent code
   ``BudgetExceeded``, ``InputTimeout``, ``SpawnRefused``, ``ChildFailed``.
 
-Importing ``starter`` does not load the Neo4j driver: the names of the worker's bootstrap
+Importing ``starter`` (or ``starter.client``) loads the client SDK alone: no workflow,
+activity, worker, server or graph driver module. The agent API (``agent``, ``AgentContext`` and
+the agent code's errors), the tools and scripted models, and the worker's bootstrap
 (``build_worker``, ``build_graph_store``, ``open_graph``, ``open_services``,
-``AgentTasksWorkerPlugin``) load
-``worker`` (and the driver) when first used, and the reads that need the graph store take a
-``taskgraph.port.GraphStore`` (``build_graph_store`` or ``open_graph`` makes one, loading its
-store's driver then).
+``AgentTasksWorkerPlugin``, which load the driver) are served from their own modules when first
+used (``_SERVED``); the reads that need the graph store take a ``taskgraph.port.GraphStore``
+(``build_graph_store`` or ``open_graph`` makes one, loading its store's driver then).
 """
 
 from __future__ import annotations
@@ -35,8 +36,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from agent_tasks.activities.model import Script, ScriptedModel
-from agent_tasks.activities.tools import Tool, ToolContext, tool
 from agent_tasks.codec import DATA_CONVERTER
 from agent_tasks.config import Neo4jPasswordMissing, Settings, connect
 from agent_tasks.contract import (
@@ -90,18 +89,10 @@ from agent_tasks.taskgraph.models import (
     ToolFailures,
     TreeRow,
 )
-from agent_tasks.workflows.agents import (
-    AgentContext,
-    BudgetExceeded,
-    ChildFailed,
-    ChildOutcome,
-    InputTimeout,
-    SpawnRefused,
-    StepOutcome,
-    agent,
-)
 
 if TYPE_CHECKING:
+    from agent_tasks.activities.model import Script, ScriptedModel
+    from agent_tasks.activities.tools import Tool, ToolContext, tool
     from agent_tasks.worker import (
         AgentTasksWorkerPlugin,
         build_graph_store,
@@ -109,17 +100,59 @@ if TYPE_CHECKING:
         open_graph,
         open_services,
     )
+    from agent_tasks.workflows.agents import (
+        AgentContext,
+        BudgetExceeded,
+        ChildFailed,
+        ChildOutcome,
+        InputTimeout,
+        SpawnRefused,
+        StepOutcome,
+        agent,
+    )
 
-_WORKER_NAMES = frozenset(
-    {"AgentTasksWorkerPlugin", "build_graph_store", "build_worker", "open_graph", "open_services"}
-)
-"""Names served from ``worker`` when first used (it loads the Neo4j driver)."""
+_SERVED: dict[str, str] = {
+    **dict.fromkeys(("Script", "ScriptedModel"), "agent_tasks.activities.model"),
+    **dict.fromkeys(("Tool", "ToolContext", "tool"), "agent_tasks.activities.tools"),
+    **dict.fromkeys(
+        (
+            "AgentContext",
+            "BudgetExceeded",
+            "ChildFailed",
+            "ChildOutcome",
+            "InputTimeout",
+            "SpawnRefused",
+            "StepOutcome",
+            "agent",
+        ),
+        "agent_tasks.workflows.agents",
+    ),
+    **dict.fromkeys(
+        (
+            "AgentTasksWorkerPlugin",
+            "build_graph_store",
+            "build_worker",
+            "open_graph",
+            "open_services",
+        ),
+        "agent_tasks.worker",
+    ),
+}
+"""The faces served when first used, by name -> the module that defines it: the agent API
+(``workflows.agents``), tools and scripted models (``activities``) and the worker's bootstrap
+(``worker``, which loads the graph store's driver). An app that uses the client SDK alone
+loads none of them."""
 
 
 def __getattr__(name: str) -> Any:
-    """``starter.build_worker`` and the other names of ``_WORKER_NAMES``, from ``worker``."""
-    if name in _WORKER_NAMES:
-        return getattr(importlib.import_module("agent_tasks.worker"), name)
+    """``starter.AgentContext``, ``starter.build_worker`` and the other names of ``_SERVED``,
+    from the module that defines them (imported then).
+
+    Raises:
+        AttributeError: a name ``starter`` does not have.
+    """
+    if name in _SERVED:
+        return getattr(importlib.import_module(_SERVED[name]), name)
     raise AttributeError(f"module 'starter' has no attribute {name!r}")
 
 

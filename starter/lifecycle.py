@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import AfterValidator, JsonValue
 from temporalio.client import (
@@ -33,9 +33,11 @@ from agent_tasks.contract import (
     TaskStatus,
     TaskView,
     TaskWorkflowInput,
+    WriteOutcome,
     valid_request_id,
 )
 from agent_tasks.contract.errors import ErrorCode
+from agent_tasks.contract.handlers import WORKFLOW_TYPE, Signal, Update
 from agent_tasks.contract.lifecycle import AskInput, SetStatusInput, SpawnInput
 from agent_tasks.contract.search import search_attributes
 from agent_tasks.contract.waits import answer_error
@@ -48,7 +50,6 @@ from agent_tasks.starter.transport import (
     retrieve_start,
 )
 from agent_tasks.starter.writes import TaskWrites
-from agent_tasks.workflows.task import TaskWorkflow
 
 if TYPE_CHECKING:  # the driver is loaded only by whoever makes the graph
     pass
@@ -147,9 +148,10 @@ class TaskLifecycle(TaskWrites):
             taken = await self._name_taken(name)
             if taken is not None:
                 return refused(ErrorCode.TASK_EXISTS, taken)
-            operation = WithStartWorkflowOperation(
-                TaskWorkflow.run,
+            operation: WithStartWorkflowOperation[Any, TaskView] = WithStartWorkflowOperation(
+                WORKFLOW_TYPE,
                 TaskWorkflowInput(start=start),
+                result_type=TaskView,
                 id=self.workflow_id(name),
                 task_queue=self.task_queue,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
@@ -159,9 +161,10 @@ class TaskLifecycle(TaskWrites):
             try:
                 outcome = await self._call(
                     lambda: self.client.execute_update_with_start_workflow(
-                        TaskWorkflow.create_task,
+                        Update.CREATE_TASK,
                         start,
                         start_workflow_operation=operation,
+                        result_type=WriteOutcome,
                     )
                 )
                 result = from_outcome(outcome)
@@ -212,7 +215,8 @@ class TaskLifecycle(TaskWrites):
         spawned still run (its workflow open for their ends) keeps its status: the cancel is
         recorded (a ``cancel_after_end`` note), its running children are cancelled, and the
         view, the search attribute, Neo4j and Temporal (``COMPLETED``) keep saying how it
-        ended (``TaskWorkflow._cancelled_after_end`` says why it is recorded, not refused).
+        ended (``workflows.task.TaskWorkflow._cancelled_after_end`` says why it is recorded,
+        not refused).
 
         Returns:
             ``recorded`` True once requested (``wait_task`` waits for the end);
@@ -230,7 +234,7 @@ class TaskLifecycle(TaskWrites):
         if description.close_time is not None:
             return refused(ErrorCode.TASK_CLOSED, f"task {task!r} has ended")
         if not cascade:
-            await self._call(lambda: handle.signal(TaskWorkflow.keep_children))
+            await self._call(lambda: handle.signal(Signal.KEEP_CHILDREN))
         await self._call(handle.cancel)
         if cascade:
             await self._cancel_children(handle.id)
@@ -284,7 +288,7 @@ class TaskLifecycle(TaskWrites):
         handle = self._handle(task)
         try:
             async with lane(self.client, self.workflow_id(task)):
-                await self._call(lambda: handle.signal(TaskWorkflow.submit_input, signal))
+                await self._call(lambda: handle.signal(Signal.SUBMIT_INPUT, signal))
         except RPCError as err:
             if err.status != RPCStatusCode.NOT_FOUND:
                 raise
@@ -313,7 +317,7 @@ class TaskLifecycle(TaskWrites):
                 an answer no request may take (``_input_answer``); nothing is sent.
         """
         update = self._input_answer(answer, input_id, request_id)
-        return await self._update(task, TaskWorkflow.respond, update)
+        return await self._update(task, Update.RESPOND, update)
 
     async def approve(
         self,
@@ -379,7 +383,7 @@ class TaskLifecycle(TaskWrites):
                 "request_id": request_id_or_new(request_id),
             }
         )
-        return await self._update(task, TaskWorkflow.update_status, write)
+        return await self._update(task, Update.UPDATE_STATUS, write)
 
     async def request_input(
         self,
@@ -408,7 +412,7 @@ class TaskLifecycle(TaskWrites):
                 "request_id": request_id_or_new(request_id),
             }
         )
-        return await self._update(task, TaskWorkflow.ask, write)
+        return await self._update(task, Update.ASK, write)
 
     async def spawn_child(
         self,
@@ -438,7 +442,7 @@ class TaskLifecycle(TaskWrites):
             session_id=session_id,
             request_id=request_id_or_new(request_id),
         )
-        return await self._update(parent, TaskWorkflow.spawn, write)
+        return await self._update(parent, Update.SPAWN, write)
 
     async def wait_task(
         self, task: str, *, until: TaskStatus | str | None = None

@@ -42,13 +42,13 @@ from agent_tasks.contract import (
     bound_text,
 )
 from agent_tasks.contract.errors import ErrorCode
+from agent_tasks.contract.handlers import Signal
+from agent_tasks.contract.human import child_end
 from agent_tasks.starter.arguments import checked
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.starter.results import DeleteResult, RedactResult
 from agent_tasks.taskgraph.models import TaskRead
 from agent_tasks.taskgraph.retention import EventLocation
-from agent_tasks.workflows.children import child_end
-from agent_tasks.workflows.task import TaskWorkflow
 
 if TYPE_CHECKING:  # the driver is loaded only by whoever makes the graph
     from agent_tasks.taskgraph.port import GraphStore
@@ -226,7 +226,7 @@ class HistoryRetention:
         end = child_end(name, self.tasks.workflow_id(name), TaskStatus.CANCELLED, error=deleted)
         handle = self.tasks.client.get_workflow_handle(self.tasks.workflow_id(parent))
         try:
-            await self.tasks._call(lambda: handle.signal(TaskWorkflow.child_ended, end))
+            await self.tasks._call(lambda: handle.signal(Signal.CHILD_ENDED, end))
         except RPCError as err:
             if err.status != RPCStatusCode.NOT_FOUND:
                 raise

@@ -24,13 +24,13 @@ from agent_tasks.contract import (
     TaskWorkflowInput,
 )
 from agent_tasks.contract.errors import ErrorCode
+from agent_tasks.contract.handlers import RESUME_STATE, STEPS, WORKFLOW_TYPE, Update
 from agent_tasks.contract.search import search_attributes
 from agent_tasks.starter.arguments import checked
 from agent_tasks.starter.lifecycle import TaskLifecycle
 from agent_tasks.starter.results import WriteResult, refused
 from agent_tasks.starter.transport import request_id_or_new
 from agent_tasks.taskgraph.models import Seq
-from agent_tasks.workflows.task import TaskWorkflow
 
 
 def _interrupted(run: AgentRun | None) -> bool:
@@ -91,7 +91,7 @@ class TaskTurns(TaskLifecycle):
         worker replaying the run when it has closed): what a closed task's view, read from
         the graph store, lacks (its agent, its agent's run)."""
         handle = self._handle(task)
-        return await self._call(lambda: handle.query(TaskWorkflow.resume_state), handle.id)
+        return await self._call(lambda: RESUME_STATE.on(handle), handle.id)
 
     async def _agent_run(self, task: str, view: TaskView) -> AgentRun | None:
         """The agent's run of the task: the view's, or for a closed task read without it, the
@@ -129,7 +129,7 @@ class TaskTurns(TaskLifecycle):
         if found.view is None:
             return refused(ErrorCode.TASK_NOT_FOUND, f"no task {task!r} in this project")
         if found.view.status not in CLOSED_STATUSES:
-            return await self._update(task, TaskWorkflow.retry_step, ask)
+            return await self._update(task, Update.RETRY_STEP, ask)
         state = await self._step_state(task, step)
         if state is None:
             return refused(ErrorCode.STEP_NOT_FOUND, f"the task has no step {step!r}")
@@ -147,7 +147,7 @@ class TaskTurns(TaskLifecycle):
         an earlier run); None when the task has no such step."""
         query = StepsQuery(step_name=step, limit=1)
         handle = self._handle(task)
-        page = await self._call(lambda: handle.query(TaskWorkflow.steps, query), handle.id)
+        page = await self._call(lambda: STEPS.on(handle, query), handle.id)
         if page.steps:
             return page.steps[0].state
         if self.graph is None:
@@ -194,8 +194,9 @@ class TaskTurns(TaskLifecycle):
         )
         await self._call(
             lambda: self.client.start_workflow(
-                TaskWorkflow.run,
+                WORKFLOW_TYPE,
                 start,
+                result_type=TaskView,
                 id=self.workflow_id(task),
                 task_queue=self.task_queue,
                 id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,

@@ -36,12 +36,12 @@ from agent_tasks.contract import (
     valid_request_id,
 )
 from agent_tasks.contract.errors import ErrorCode
+from agent_tasks.contract.handlers import REQUEST_OUTCOME, Update
 from agent_tasks.starter.arguments import checked
 from agent_tasks.starter.reads import TaskReads
 from agent_tasks.starter.results import WriteResult, from_outcome, refused
 from agent_tasks.starter.transport import lane, request_id_or_new
 from agent_tasks.taskgraph.sealing import KeyStoreUnavailable, seal_events
-from agent_tasks.workflows.task import TaskWorkflow
 
 if TYPE_CHECKING:  # the driver is loaded only by whoever makes the graph
     pass
@@ -112,9 +112,7 @@ class TaskWrites(TaskReads):
                 ErrorCode.TASK_NOT_FOUND, f"no task {task!r} in project {self.project_id!r}"
             )
         stored = await self._call(
-            lambda: handle.query(
-                TaskWorkflow.request_outcome, RequestLookup(request_id=request_id, digest=digest)
-            )
+            lambda: REQUEST_OUTCOME.on(handle, RequestLookup(request_id=request_id, digest=digest))
         )
         if stored is not None:
             return from_outcome(stored)
@@ -212,7 +210,7 @@ class TaskWrites(TaskReads):
             for index, chunk in enumerate(split_events(sent)):
                 result = await self._send(
                     task,
-                    TaskWorkflow.record_events,
+                    Update.RECORD_EVENTS,
                     RecordEventsInput(
                         agent_id=self.agent_id,
                         events=chunk,
@@ -282,7 +280,7 @@ class TaskWrites(TaskReads):
         for index in range(0, max(len(steps), 1), MAX_STEPS_PER_UPDATE):
             result = await self._update(
                 task,
-                TaskWorkflow.set_steps,
+                Update.SET_STEPS,
                 SetStepsInput(
                     agent_id=self.agent_id,
                     steps=list(steps[index : index + MAX_STEPS_PER_UPDATE]),
@@ -307,7 +305,7 @@ class TaskWrites(TaskReads):
         the same request id after the close still returns the stored result."""
         return await self._update(
             task,
-            TaskWorkflow.finish_task,
+            Update.FINISH_TASK,
             FinishTaskInput.model_validate(
                 {
                     "agent_id": self.agent_id,

@@ -53,9 +53,9 @@ from agent_tasks.contract import (
     project_of,
 )
 from agent_tasks.contract.errors import GraphIncomplete, GraphNotConfigured
+from agent_tasks.contract.handlers import EVENTS, STEPS, VIEW
 from agent_tasks.taskgraph.models import NEO4J_INT_MAX
 from agent_tasks.taskgraph.sealing import open_events
-from agent_tasks.workflows.task import TaskWorkflow
 
 if TYPE_CHECKING:  # the driver is loaded by whoever makes the graph (the client loads none)
     from agent_tasks.taskgraph.port import GraphStore
@@ -129,7 +129,7 @@ class TaskReader:
         the task."""
         handle = self.client.get_workflow_handle(workflow_id)
         found, view, closed = await self._ask(
-            workflow_id, lambda when: handle.query(TaskWorkflow.view, reject_condition=when)
+            workflow_id, lambda when: VIEW.on(handle, reject_condition=when)
         )
         if closed is not None:
             if closed[1] == "neo4j":  # cancelled: the store lacks closed_inputs, agent, agent_run
@@ -147,7 +147,7 @@ class TaskReader:
         """The whole view of a closed run from a worker's replay, when a worker answers within
         ``CANCELLED_VIEW_WAIT``; None when none does (the caller keeps the store's view)."""
         try:
-            return await handle.query(TaskWorkflow.view, rpc_timeout=CANCELLED_VIEW_WAIT)
+            return await VIEW.on(handle, rpc_timeout=CANCELLED_VIEW_WAIT)
         except RPCError:
             return None
 
@@ -180,7 +180,7 @@ class TaskReader:
         from the graph store ("neo4j"); None when it must be queried (another status, no
         graph store, or the store lacks the task)."""
         if status is WorkflowExecutionStatus.COMPLETED:
-            handle = self.client.get_workflow_handle_for(TaskWorkflow.run, workflow_id)
+            handle = self.client.get_workflow_handle(workflow_id, result_type=TaskView)
             view = await self.call(lambda: handle.result(follow_runs=False), workflow_id)
             return view, "temporal"
         if status is WorkflowExecutionStatus.CANCELED:
@@ -210,14 +210,14 @@ class TaskReader:
         handle = self.client.get_workflow_handle(workflow_id)
         _, page, closed = await self._ask(
             workflow_id,
-            lambda when: handle.query(TaskWorkflow.events, query, reject_condition=when),
+            lambda when: EVENTS.on(handle, query, reject_condition=when),
             graph_needed=True,
         )
         if closed is not None:
             stored = await self._stored_events(workflow_id, closed[0], after_seq, limit)
             if stored is not None:
                 return stored
-            page = await self.call(partial(handle.query, TaskWorkflow.events, query), workflow_id)
+            page = await self.call(partial(EVENTS.on, handle, query), workflow_id)
         if page is None:
             view = await self.expired(workflow_id)
             return (
@@ -295,7 +295,7 @@ class TaskReader:
             earlier = self.client.get_workflow_handle(workflow_id, run_id=run.run_id)
             query = EventsQuery(after_seq=after_seq, up_to_seq=stop, limit=stop - after_seq)
             got = await call(
-                partial(earlier.query, TaskWorkflow.events, query, rpc_timeout=QUERY_TIMEOUT),
+                partial(EVENTS.on, earlier, query, rpc_timeout=QUERY_TIMEOUT),
                 workflow_id,
             )
             events += got.events
@@ -323,8 +323,8 @@ class TaskReader:
         events: list[Event] = []
         while after_seq < up_to_seq:
             stop = min(up_to_seq, after_seq + PAGE_LIMIT_MAX)
-            page = await handle.query(
-                TaskWorkflow.events,
+            page = await EVENTS.on(
+                handle,
                 EventsQuery(after_seq=after_seq, up_to_seq=stop, limit=stop - after_seq),
                 rpc_timeout=QUERY_TIMEOUT,
             )
@@ -361,7 +361,7 @@ class TaskReader:
         handle = self.client.get_workflow_handle(workflow_id)
         _, page, closed = await self._ask(
             workflow_id,
-            lambda when: handle.query(TaskWorkflow.steps, query, reject_condition=when),
+            lambda when: STEPS.on(handle, query, reject_condition=when),
             graph_needed=True,
         )
         if page is None:
@@ -413,7 +413,7 @@ class TaskReader:
             query = StepsQuery(
                 changed_after_write=after_write, after_name=after_name, limit=STEPS_PAGE_MAX
             )
-            page = await self.call(partial(run.query, TaskWorkflow.steps, query), run.id)
+            page = await self.call(partial(STEPS.on, run, query), run.id)
             held |= {s.step_name: s for s in page.steps if upper is None or s.step_name <= upper}
             after_name = page.next_after_name
             if after_name is None or (upper is not None and after_name >= upper):

@@ -19,6 +19,7 @@ Every part is imported through the one import root, ``agent_tasks`` (``agent_tas
 from __future__ import annotations
 
 import ast
+import json
 import os
 import subprocess
 import sys
@@ -168,10 +169,79 @@ def test_loaded_top_level_names_parts_by_the_root() -> None:
     assert "agent_tasks" in loaded  # the root package itself, loaded first
 
 
-def test_import_starter_loads_no_neo4j_driver() -> None:
-    loaded = loaded_top_level("import agent_tasks.starter")
-    assert "neo4j" not in loaded
-    assert {"starter", "workflows", "taskgraph", "temporalio"} <= loaded
+CLIENT_NEVER_LOADS = (
+    "agent_tasks.workflows",
+    "agent_tasks.activities",
+    "agent_tasks.worker",
+    "agent_tasks.broker",
+    "agent_tasks.starter.http",
+    "agent_tasks.starter.cli",
+    "agent_tasks.taskgraph.driver",
+    "agent_tasks.taskgraph.graph",
+    "agent_tasks.taskgraph.falkor",
+    "neo4j",
+    "falkordb",
+    "redis",
+    "fastapi",
+    "uvicorn",
+)
+"""What importing the client SDK (``agent_tasks.starter.client``, and ``agent_tasks.starter``)
+must not load: workflow, activity, worker and server code, and no graph store's driver."""
+
+
+def loaded_modules(statement: str) -> tuple[int, list[str]]:
+    """How many modules a fresh interpreter holds before ``statement``, and the names it holds
+    after it."""
+    code = (
+        "import sys, json; before = len(sys.modules); "
+        f"{statement}; print(json.dumps([before, sorted(sys.modules)]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    )
+    before, after = json.loads(done.stdout)
+    return before, after
+
+
+def never_loaded(names: list[str]) -> list[str]:
+    """The names of ``names`` that are, or are below, one of ``CLIENT_NEVER_LOADS``."""
+    return [n for n in names if any(n == p or n.startswith(f"{p}.") for p in CLIENT_NEVER_LOADS)]
+
+
+def test_never_loaded_finds_a_module_below_a_refused_package() -> None:
+    names = [
+        "agent_tasks.workflows.task",
+        "agent_tasks.workflowsx",
+        "neo4j",
+        "agent_tasks.contract",
+    ]
+    assert never_loaded(names) == ["agent_tasks.workflows.task", "neo4j"]
+
+
+@pytest.mark.parametrize("module", ["agent_tasks.starter.client", "agent_tasks.starter"])
+def test_the_client_sdk_loads_no_workflow_activity_server_or_driver(module: str) -> None:
+    """An app imports the client SDK (tasks, events, steps, input, reads, retention) alone: the
+    workflow's contract (``agent_tasks.contract``) and the graph store's rows, none of the
+    workflow's, the activities', the worker's or the servers' code and no driver."""
+    before, after = loaded_modules(f"import {module}")
+    assert not never_loaded(after)
+    ours = [name for name in after if name.startswith(f"{PACKAGE}.")]
+    assert {f"{PACKAGE}.starter.client", f"{PACKAGE}.contract.handlers"} <= set(ours)
+    print(f"import {module}: {before} -> {len(after)} modules, {len(ours)} of ours")
+
+
+def test_the_agent_api_and_the_bootstrap_are_served_when_first_used() -> None:
+    """``starter``'s agent, tool and worker names are the defining modules' own, imported
+    when first named."""
+    statement = (
+        "import agent_tasks.starter as s; a = s.AgentContext; t = s.tool; w = s.build_worker; "
+        "from agent_tasks.workflows.agents import AgentContext; "
+        "from agent_tasks.activities.tools import tool; "
+        "from agent_tasks.worker import build_worker; "
+        "assert (a, t, w) == (AgentContext, tool, build_worker)"
+    )
+    _, after = loaded_modules(statement)
+    assert {"agent_tasks.workflows.agents", "agent_tasks.worker"} <= set(after)
 
 
 def test_workflows_load_no_neo4j_no_settings_no_starter() -> None:

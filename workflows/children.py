@@ -16,9 +16,7 @@ from agent_tasks.contract import (
     ChildRecord,
     EventInput,
     EventKind,
-    TaskStatus,
     args_digest,
-    internal_request_id,
     json_within,
 )
 from agent_tasks.workflows.book import Book
@@ -52,23 +50,3 @@ def child_ended(book: Book, end: ChildEnd, now: datetime) -> None:
     record = book.state.children[key]
     record.status, record.result_seq = end.status, outcome.first_seq
     record.result = text.text[:CHILD_RESULT_PREVIEW_CHARS]
-
-
-def child_end(
-    name: str,
-    workflow_id: str,
-    status: TaskStatus,
-    result: BoundedText | None = None,
-    error: BoundedText | None = None,
-) -> ChildEnd:
-    """The end of the child task ``name`` (workflow id ``workflow_id``) as its parent records
-    it, under the request id the child's own ``child_ended`` signal carries
-    (``child-end/{workflow id}``), so the same end from several paths (the child's signal, a
-    resumed parent's look, a deletion) counts once."""
-    return ChildEnd(
-        child=name,
-        status=status,
-        result=result,
-        error=error,
-        request_id=internal_request_id(f"child-end/{workflow_id}"),
-    )

@@ -44,8 +44,8 @@ from agent_tasks.contract import (
     internal_request_id,
     task_workflow_id,
 )
+from agent_tasks.contract.human import child_end
 from agent_tasks.contract.search import search_attributes
-from agent_tasks.workflows.children import child_end
 from agent_tasks.workflows.ledger import Ledger
 
 TASK_WORKFLOW = "TaskWorkflow"

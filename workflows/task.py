@@ -70,13 +70,13 @@ with workflow.unsafe.imports_passed_through():
         task_workflow_id,
     )
     from agent_tasks.contract.errors import CONTINUING_AS_NEW, ErrorCode, failure_text, refusal
+    from agent_tasks.contract.human import child_end
     from agent_tasks.contract.lifecycle import AskInput, SetStatusInput, SpawnInput
     from agent_tasks.contract.search import TASK_STATUS
     from agent_tasks.workflows import lifecycle
     from agent_tasks.workflows.agents.context import AgentContext
     from agent_tasks.workflows.agents.registry import agent_function, agent_tools
     from agent_tasks.workflows.agents.runner import AgentParked
-    from agent_tasks.workflows.children import child_end
     from agent_tasks.workflows.decisions import check_citations
     from agent_tasks.workflows.ledger import Ledger
     from agent_tasks.workflows.mirror_calls import MirrorCalls, continue_suggested
