@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import uuid
@@ -17,6 +18,7 @@ from agent_tasks.activities.files import file_tools
 from agent_tasks.activities.tools import Tool
 from agent_tasks.contract import AgentSpec, ApprovalType, ModelSpec, StepView, TaskView
 from agent_tasks.contract.waits import answer_error
+from agent_tasks.starter.cli.asking import print_questions
 from agent_tasks.starter.cli.common import (
     AgentOpt,
     ImportOpt,
@@ -97,8 +99,9 @@ def run_command(
     answers. Any other agent is agent code registered by name (``@agent``): the worker polling
     TEMPORAL_TASK_QUEUE runs it, or, with --with-worker, a worker in this process with the
     --import modules' agents and tools. A worker in this process polls a task queue of its
-    own, so a worker already polling TEMPORAL_TASK_QUEUE never takes its tasks. Exit 1 when
-    the task does not end done."""
+    own, so a worker already polling TEMPORAL_TASK_QUEUE never takes its tasks. Each question
+    or approval the task asks is printed as it is asked, with the command that answers it.
+    Exit 1 when the task does not end done."""
     imported = import_modules(modules)
     try:
         given = json.loads(input_json) if input_json is not None else {}
@@ -145,12 +148,14 @@ def run_command(
             created = await history.create_task(task, goal, agent=spec)
             if not created.recorded:
                 write_outcome(created, as_json)
-            if not as_json:
-                console.print(
-                    f"task {task!r} started on task queue {history.task_queue!r}; when it asks "
-                    f"for input: agent-tasks input {task} --json VALUE --project {project}"
-                )
-            view = await history.wait_task(task)
+            if as_json:
+                return await history.wait_task(task), await all_steps(history, task)
+            console.print(f"task {task!r} started on task queue {history.task_queue!r}")
+            asking = asyncio.create_task(print_questions(history, task, project))
+            try:
+                view = await history.wait_task(task)
+            finally:
+                asking.cancel()
             return view, await all_steps(history, task)
 
     view, steps = run(go())

@@ -17,6 +17,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from types import ModuleType
 from typing import Annotated, Any, TypeVar
+from urllib.parse import urlsplit
 
 import typer
 from pydantic import AwareDatetime, BaseModel, TypeAdapter, ValidationError
@@ -167,6 +168,8 @@ def run(coro: Coroutine[Any, Any, _T]) -> _T:
         if isinstance(err, TaskServiceUnavailable) and "task queue" not in message:
             queue = Settings().temporal_task_queue
             message += f" (the tasks' task queue: {queue!r}, TEMPORAL_TASK_QUEUE)"
+        if isinstance(err, GraphUnavailable):
+            message += f" ({graph_address(Settings())})"
         console.print(f"[red]unavailable:[/red] {message}")
         raise typer.Exit(3) from err
     except ValidationError as err:
@@ -175,6 +178,17 @@ def run(coro: Coroutine[Any, Any, _T]) -> _T:
     except ValueError as err:
         console.print(f"[red]invalid arguments:[/red] {err}")
         raise typer.Exit(2) from err
+
+
+def graph_address(settings: Settings) -> str:
+    """Which graph store the settings name, where, and the setting that says so:
+    ``the graph store: Neo4j at bolt://127.0.0.1:7687, NEO4J_URI`` (FalkorDB's URL may carry
+    a password: only its host and port are named)."""
+    if settings.graph == "falkordb":
+        parts = urlsplit(settings.falkordb_url.get_secret_value())
+        where = f"{parts.hostname or '127.0.0.1'}:{parts.port or 6379}"
+        return f"the graph store: FalkorDB at {where}, AGENT_TASKS_FALKORDB_URL"
+    return f"the graph store: Neo4j at {settings.neo4j_uri}, NEO4J_URI"
 
 
 def emit(value: Any, as_json: bool, render: Callable[[Any], None] | None = None) -> None:
@@ -188,16 +202,23 @@ def emit(value: Any, as_json: bool, render: Callable[[Any], None] | None = None)
         render(value)
 
 
+WHOLE_COLUMNS = ("name", "task")
+"""The columns a person copies from (``agent-tasks show NAME``): ``table`` never cuts them."""
+
+
 def table(
     rows: Sequence[BaseModel | dict[str, Any]], columns: list[str], title: str | None = None
 ) -> None:
-    """Print ``rows`` (models or dicts) as a rich table of ``columns``."""
+    """Print ``rows`` (models or dicts) as a rich table of ``columns``. No cell is cut with
+    an ellipsis: a long one wraps, and a column of ``WHOLE_COLUMNS`` is not narrowed (the
+    others wrap first), so a name is shown whole on one line where it fits."""
+    dumped = [row.model_dump(mode="json") if isinstance(row, BaseModel) else row for row in rows]
+    cells = [["" if d.get(c) is None else str(d.get(c)) for c in columns] for d in dumped]
     out = Table(title=title)
     for column in columns:
-        out.add_column(column)
-    for row in rows:
-        data = row.model_dump(mode="json") if isinstance(row, BaseModel) else row
-        out.add_row(*("" if data.get(c) is None else str(data.get(c)) for c in columns))
+        out.add_column(column, overflow="fold", no_wrap=column in WHOLE_COLUMNS)
+    for cell in cells:
+        out.add_row(*cell)
     console.print(out)
 
 
@@ -207,8 +228,11 @@ async def open_history(
 ) -> AsyncIterator[ConversationHistory]:
     """An async context giving a ``ConversationHistory`` from the environment's settings,
     with the Neo4j task graph attached when ``with_graph``, on ``task_queue`` (default
-    TEMPORAL_TASK_QUEUE)."""
+    TEMPORAL_TASK_QUEUE). The graph store is pinged first: an unreachable one fails at once
+    (``GraphUnavailable``), not after the driver's retries."""
     async with open_services(with_graph=with_graph) as services:
+        if services.graph is not None:
+            await services.graph.ping()  # fails at once, not after the driver's retries
         yield ConversationHistory(
             services.client,
             project_id=project,
@@ -252,12 +276,27 @@ def not_found(name: str, project: str, as_json: bool) -> None:
     raise typer.Exit(1)
 
 
+def plain_flags(command: Any) -> Any:
+    """``command`` (a click command of typer's, and its subcommands) with its flags shown in
+    ``--help`` as flags: ``--json``, not ``--json <bool>`` (typer shows every option's type;
+    a flag takes no value, so it has none to show). Returns ``command``."""
+    for param in command.params:
+        if getattr(param, "is_flag", False):
+            param.metavar = ""
+    shown = command.get_help_option(typer.Context(command))
+    if shown is not None:
+        shown.metavar = ""
+    for sub in getattr(command, "commands", {}).values():
+        plain_flags(sub)
+    return command
+
+
 def main_of(app: typer.Typer) -> None:
-    """Run ``app`` as a process's command: flush the output, and leave with ``os._exit``,
-    because the temporalio client's Rust runtime can crash the interpreter while it finalizes
-    (exit 139 after a successful command)."""
+    """Run ``app`` as a process's command (``plain_flags``): flush the output, and leave with
+    ``os._exit``, because the temporalio client's Rust runtime can crash the interpreter while
+    it finalizes (exit 139 after a successful command)."""
     try:
-        app()
+        plain_flags(typer.main.get_command(app))()
     except SystemExit as done:
         code = done.code
     else:

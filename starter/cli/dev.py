@@ -47,6 +47,10 @@ RetentionDays = Annotated[
 """The ``--retention-days`` option of ``dev up`` and ``setup``."""
 
 
+RETENTION_MEANS = "how long Temporal keeps a closed task's history; --retention-days"
+"""What the retention on ``dev up``'s Temporal line means (a newcomer reads it there)."""
+
+
 async def up(settings: Settings, retention: timedelta) -> list[devstack.ServiceStatus]:
     """``devstack.up``, then, on a Temporal dev server of the local stack (not an external
     one), the namespace's retention (``prepare_namespace``: the dev server makes every
@@ -56,6 +60,7 @@ async def up(settings: Settings, retention: timedelta) -> list[devstack.ServiceS
     if not temporal.external:
         changed = await prepare_namespace(await connect(settings), retention)
         note = "; ".join(changed) or f"retention {retention.days} days"
+        note += f" ({RETENTION_MEANS})"
         services[0] = replace(temporal, detail=f"{temporal.detail}; {note}".lstrip("; "))
     return services
 

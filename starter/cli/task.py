@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+from datetime import UTC
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -24,6 +26,7 @@ from agent_tasks.starter.cli.common import (
     write_outcome,
 )
 from agent_tasks.starter.results import WriteResult
+from agent_tasks.taskgraph.models import TaskRow
 
 task_app = typer.Typer(help="Create, write and read tasks.")
 
@@ -215,15 +218,35 @@ def task_steps(
 @task_app.command("list")
 def task_list(
     status: Annotated[TaskStatus | None, typer.Option(help="Only tasks in this status.")] = None,
+    after: Annotated[
+        str | None, typer.Option(help="Names after this one: the next page (printed under it).")
+    ] = None,
     limit: LimitOpt = 50,
     project: ProjectOpt = "default",
     as_json: JsonOpt = False,
 ) -> None:
-    """List the project's tasks from Temporal visibility (no Neo4j needed)."""
+    """List the project's tasks in name order (A before B before a; --after NAME for the next
+    page): a table of status, agent, created (UTC) and the full name, read from the graph
+    store. --json prints each task's row (goal, session, parent, counts and times too)."""
 
-    async def go() -> list[str]:
-        async with open_history(project, "cli", with_graph=False) as history:
-            return await history.list_tasks(status=status, limit=limit)
+    async def go() -> list[TaskRow]:
+        async with open_history(project, "cli") as history:
+            return await history.find_tasks(status=status, after_name=after, limit=limit)
 
-    names = run(go())
-    emit(names, as_json, lambda n: table([{"task": x} for x in n], ["task"]))
+    def render(rows: list[TaskRow]) -> None:
+        shown = [
+            {
+                "status": "" if r.status is None else r.status.value,
+                "agent": r.agent_id,
+                "created": r.created_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+                if r.created_at
+                else "",
+                "name": r.name,
+            }
+            for r in rows
+        ]
+        table(shown, ["status", "agent", "created", "name"])
+        if len(rows) == limit:
+            console.print(f"more: --after {shlex.quote(rows[-1].name)}", markup=False)
+
+    emit(run(go()), as_json, render)

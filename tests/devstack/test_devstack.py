@@ -229,7 +229,9 @@ async def test_dev_up_sets_the_retention_of_the_local_temporal(
         )
         assert described.config.workflow_execution_retention_ttl.ToTimedelta() == timedelta(days=45)
         again, _ = await up(local, timedelta(days=45))  # already running: nothing to change
-        assert again.pid == temporal.pid and again.detail.endswith("retention 45 days")
+        assert again.pid == temporal.pid and again.detail.endswith(
+            "retention 45 days (how long Temporal keeps a closed task's history; --retention-days)"
+        )
     finally:
         stopped = await devstack.down(local)
     assert [s.name for s in stopped if s.pid is not None] == ["temporal"]

@@ -1,0 +1,170 @@
+"""What a person sees at the terminal: ``run`` prints each question as it is asked with the
+command that answers it (and no such hint for an agent that never asks); ``task list`` is a
+table of status, agent, created and the whole name in name order, said in its help, with
+``--json``; names to copy are never cut; failed tools count ``bash`` and ``Bash`` as one;
+``--help`` shows flags without a type; an unreachable graph store fails at once naming its
+address and the setting."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shlex
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from agent_tasks.starter import ConversationHistory
+from tests.conftest import eventually
+from tests.starter.test_cli_errors import EXAMPLE, ROOT, cli
+
+
+def closed_port() -> int:
+    """A port nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def said(done: subprocess.CompletedProcess[str]) -> str:
+    """A command's whole output with its wrapping undone (one space between words)."""
+    return " ".join(f"{done.stdout}\n{done.stderr}".split())
+
+
+async def test_run_prints_the_question_as_asked_and_the_printed_command_answers_it(
+    project_id: str,
+) -> None:
+    schema = json.dumps({"schema": {"type": "boolean"}})
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "agent_tasks.starter", "run", "ask_schema", "deploy it",
+        "--name", "asks", "--import", "tests.agent_tools", "--with-worker", "--input", schema,
+        "--project", project_id, cwd=ROOT, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env={**os.environ, "COLUMNS": "400"},
+    )  # fmt: skip
+    assert process.stdout is not None
+    seen: list[str] = []
+    async with asyncio.timeout(120):
+        while (
+            not (line := (await process.stdout.readline()).decode()).lstrip().startswith("answer:")
+        ):
+            assert line, f"ended before asking: {''.join(seen)}"
+            seen.append(line)
+    assert "question 'q': Answer?" in "".join(seen)  # the question, before any answer
+    assert 'the answer\'s JSON Schema: {"type": "boolean"}' in "".join(seen)
+    command = shlex.split(line.split("answer:", 1)[1])
+    assert command[:2] == ["agent-tasks", "input"] and "VALUE" in command
+    answered = await cli(*[("true" if word == "VALUE" else word) for word in command[1:]])
+    assert answered.returncode == 0, said(answered)
+    async with asyncio.timeout(120):
+        rest, errors = await process.communicate()
+    assert process.returncode == 0, rest.decode() + errors.decode()
+    assert f"task 'asks' in project '{project_id}': done" in rest.decode()
+
+
+async def test_run_of_an_agent_that_never_asks_prints_no_answer_hint(project_id: str) -> None:
+    done = await cli(
+        "run", "counter", "count", "--input", '{"rounds": 1}', "--import", "tests.agent_tools",
+        "--with-worker", "--project", project_id,
+    )  # fmt: skip
+    assert done.returncode == 0, said(done)
+    assert "agent-tasks input" not in done.stdout and "question" not in done.stdout
+    assert ": done" in done.stdout
+
+
+async def test_task_list_is_a_table_in_name_order_with_whole_names_and_json(
+    history: ConversationHistory, task_queue: str
+) -> None:
+    project = history.project_id
+    long = "a-" + "very-long-name-" * 8 + "end"
+    for name, agent in (("b-task", "bot-b"), ("A-task", "bot-a"), (long, "bot-l")):
+        history.agent_id = agent
+        assert (await history.create_task(name, f"goal of {name}")).recorded
+
+    async def listed() -> bool:
+        return len(await history.find_tasks(limit=10)) == 3
+
+    await eventually(listed)
+    plain = await cli("task", "list", "--project", project, queue=task_queue)
+    assert plain.returncode == 0, said(plain)
+    lines = plain.stdout.splitlines()
+    header = next(line for line in lines if "status" in line)
+    assert re.findall(r"\w+", header) == ["status", "agent", "created", "name"]
+    rows = [line for line in lines if "task" in line or "end" in line]
+    order = ["A-task", long, "b-task"]  # code point order: capitals first
+    assert [next(n for n in order if n in row) for row in rows] == order  # each name whole
+    assert all("open" in row for row in rows) and "bot-l" in rows[1]
+    assert "…" not in plain.stdout and "..." not in plain.stdout
+    as_json = await cli("task", "list", "--json", "--limit", "2", "--project", project)
+    assert [row["name"] for row in json.loads(as_json.stdout)] == order[:2]
+    more = await cli("task", "list", "--limit", "2", "--project", project)
+    assert f"more: --after {long}" in more.stdout  # the next page's option, to copy
+    helped = await cli("task", "list", "--help")
+    assert "in name order" in said(helped)
+
+
+async def test_the_import_table_shows_each_task_name_whole(
+    project_id: str, task_queue: str, tmp_path: Path
+) -> None:
+    folder = tmp_path / "long"
+    folder.mkdir()
+    (folder / f"{'a-long-trajectory-name-' * 5}end.traj.json").write_bytes(EXAMPLE.read_bytes())
+    imported = await cli("import", str(folder), "--project", project_id, queue=task_queue)
+    assert imported.returncode == 0, said(imported)
+    listed = await cli("task", "list", "--json", "--project", project_id, queue=task_queue)
+    (task,) = [row["name"] for row in json.loads(listed.stdout)]
+    assert len(task) > 40 and task in imported.stdout  # whole, on one line
+    assert "…" not in imported.stdout
+
+
+async def test_failed_tools_count_the_spellings_of_one_tool_as_one_row(
+    history: ConversationHistory, task_queue: str
+) -> None:
+    for task, tool in (("t1", "bash"), ("t2", "Bash"), ("t3", "bash")):
+        assert (await history.create_task(task, "g")).recorded
+        result = await history.record_event(task, "tool_result", "exit 1", name=tool)
+        assert result.recorded and result.first_seq is not None
+        failed = await history.set_step(task, "s1", "failed", kind="tool",
+            result_event_seq=result.first_seq)  # fmt: skip
+        assert failed.recorded
+
+    async def counted() -> bool:
+        return sum(r.failed for r in await history.failed_tool_calls()) == 3
+
+    await eventually(counted)
+    done = await cli("graph", "failed-tools", "--project", history.project_id, queue=task_queue)
+    assert done.returncode == 0, said(done)
+    (row,) = [line for line in done.stdout.splitlines() if "bash" in line.lower()]
+    assert re.findall(r"[\w,]+", row) == ["bash", "Bash,", "bash", "3", "3"]
+    as_json = await cli("graph", "failed-tools", "--json", "--project", history.project_id)
+    assert json.loads(as_json.stdout) == [
+        {"tool": "bash", "spellings": ["Bash", "bash"], "failed": 3, "tasks": 3}
+    ]
+
+
+async def test_help_shows_flags_as_flags() -> None:
+    for args in (["run", "--help"], ["task", "list", "--help"], ["--help"]):
+        done = await cli(*args)
+        assert done.returncode == 0
+        assert "<bool>" not in done.stdout, done.stdout
+        assert "--help" in done.stdout
+    assert "--with-worker " in (await cli("run", "--help")).stdout
+
+
+async def test_an_unreachable_graph_store_fails_at_once_naming_its_address_and_setting(
+    task_queue: str,
+) -> None:
+    port = closed_port()
+    neo4j = await cli("task", "list", queue=task_queue, NEO4J_URI=f"bolt://127.0.0.1:{port}")
+    assert neo4j.returncode == 3, said(neo4j)
+    assert said(neo4j).startswith("unavailable: Neo4j unavailable:")
+    assert f"(the graph store: Neo4j at bolt://127.0.0.1:{port}, NEO4J_URI)" in said(neo4j)
+    assert "retried" not in said(neo4j)  # no retry of the driver's, no lines of it
+    falkor = await cli("task", "list", queue=task_queue, AGENT_TASKS_GRAPH="falkordb",
+        AGENT_TASKS_FALKORDB_URL=f"falkor://user:secret@127.0.0.1:{port}")  # fmt: skip
+    assert falkor.returncode == 3, said(falkor)
+    assert f"FalkorDB at 127.0.0.1:{port}, AGENT_TASKS_FALKORDB_URL" in said(falkor)
+    assert "secret" not in said(falkor)
