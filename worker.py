@@ -46,6 +46,7 @@ from agent_tasks import telemetry
 from agent_tasks.activities.branch import BranchActivities
 from agent_tasks.activities.children import ChildActivities
 from agent_tasks.activities.files import file_tools, files_demo
+from agent_tasks.activities.mcp import McpActivities
 from agent_tasks.activities.mirror import MirrorActivities
 from agent_tasks.activities.model import ModelActivities, Script
 from agent_tasks.activities.tools import Tool, ToolActivities
@@ -293,6 +294,8 @@ class AgentTasksWorkerPlugin(SimplePlugin):
         activities: run the activities (poll activity tasks).
         broker: where model tokens and the mirror's word of new events go (``broker``; None:
             nowhere, and streams find new events by reading the tasks).
+        mcp_headers: HTTP header sets by name for MCP servers (``McpServer.headers``: an
+            agent's spec names a set, never its values).
 
     Raises:
         ValueError: neither ``workflows`` nor ``activities``.
@@ -311,6 +314,7 @@ class AgentTasksWorkerPlugin(SimplePlugin):
         workflows: bool = True,
         activities: bool = True,
         broker: Broker | None = None,
+        mcp_headers: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
         if not (workflows or activities):
             raise ValueError("a worker polls workflows, activities or both")
@@ -324,6 +328,7 @@ class AgentTasksWorkerPlugin(SimplePlugin):
         self.broker = broker
         self.tools = file_tools(Path.cwd()) if tools is None else list(tools)
         self.scripts = {**DEMO_SCRIPTS, **(scripts or {})}
+        self.mcp_headers = mcp_headers
 
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
         """Add the workflow, the runner's passthroughs and the activities, built for the
@@ -351,6 +356,7 @@ class AgentTasksWorkerPlugin(SimplePlugin):
             mine: list[Callable[..., Any]] = [mirror.mirror_task, model.model_turn]
             mine += [children.child_ends, branch.branch_events, branch.branch_reuse]
             mine += steps.activities()
+            mine += McpActivities(steps.arguments, self.mcp_headers).activities()
             config["activities"] = [*config.get("activities", ()), *mine]
         return super().configure_worker(config)
 
@@ -371,6 +377,7 @@ def build_worker(
     workflows: bool = True,
     activities: bool = True,
     broker: Broker | None = None,
+    mcp_headers: Mapping[str, Mapping[str, str]] | None = None,
 ) -> Worker:
     """A worker for ``TaskWorkflow`` and its activities on ``task_queue``
     (``AgentTasksWorkerPlugin`` with ``graph``, ``tools``, ``scripts``, ``workflows`` and
@@ -379,7 +386,8 @@ def build_worker(
 
     Args:
         client: a connected client with the product's data converter (``config.connect``).
-        graph, tools, scripts, workflows, activities: as ``AgentTasksWorkerPlugin``.
+        graph, tools, scripts, workflows, activities, mcp_headers: as
+            ``AgentTasksWorkerPlugin``.
         task_queue: the task queue to poll.
         broker: where model tokens and the mirror's word of new events go (``broker``; None:
             nowhere, and streams find new events by reading the tasks).
@@ -391,6 +399,7 @@ def build_worker(
         workflows=workflows,
         activities=activities,
         broker=broker,
+        mcp_headers=mcp_headers,
     )
     return Worker(
         client,

@@ -137,6 +137,7 @@ class ModelActivities:
                     tokens.send(token)
                 return turn
             offered = [self.tools[name] for name in input.tools if name in self.tools]
+            offered += [ToolSpec(**o.model_dump()) for o in input.mcp_tools]
             if input.model.stream:
                 return await openai_streamed_turn(input, transcript, offered, tokens)
             return await openai_turn(input, transcript, offered)

@@ -208,7 +208,7 @@ class ToolActivities:
         own: list[Callable[..., Any]] = [self.read_event, self.tool_specs, self.tool_approval]
         return [self._activity(t) for t in self.tools] + own
 
-    async def _arguments(self, input: ToolInput) -> str:
+    async def arguments(self, input: ToolInput) -> str:
         """The call's arguments: from the input (``ToolInput.arguments``), or read back by
         seq for an input recorded before it carried them."""
         return await self._event_text(input) if input.arguments is None else input.arguments
@@ -228,7 +228,7 @@ class ToolActivities:
 
     def _activity(self, tool: Tool) -> Callable[[ToolInput], Awaitable[ToolOutput]]:
         async def call(input: ToolInput) -> ToolOutput:
-            text = await self._arguments(input)
+            text = await self.arguments(input)
             try:
                 arguments = tool.arguments.model_validate_json(text or "{}")
             except ValidationError as err:
@@ -272,6 +272,10 @@ class ToolActivities:
         ``step_name`` (a memoized step of an earlier run, whose run carried no result seq):
         found in the earlier runs that Neo4j lacks, else in Neo4j."""
         if not input.call_seq:
+        if input.mcp is not None:  # an MCP server's tool: its server's rule asked for this
+            server = input.mcp.server
+            description = f"`{input.mcp.tool}` of the MCP server `{server.name}`"
+            return ApprovalCheck(needed=True, description=description)
             seq = await self._result_seq(input.workflow_id, input.run_id, input.step_name)
             input = input.model_copy(update={"call_seq": seq})
         return output(await self._event_text(input))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, StrictStr, model_validator
 
 from agent_tasks.contract.text import ShortText
 
@@ -54,6 +54,81 @@ class ModelSpec(_Spec):
     False, so an old task's argument digest is unchanged."""
 
 
+class McpServer(_Spec):
+    """An MCP server whose tools an agent may call (``AgentSpec.mcp_servers``;
+    ``activities.mcp``): a command the worker runs over stdio, or a streamable HTTP URL. Its
+    tools reach the model as ``{name}_{tool}``. Everything here is in the task's history: a
+    secret never is (HTTP headers are named, ``headers``, and taken from the worker's
+    configuration)."""
+
+    name: Annotated[StrictStr, Field(min_length=1, max_length=32, pattern=r"^[A-Za-z0-9\-]+$")]
+    """The server's name in this spec: the prefix of its tools' names (``{name}_{tool}``)."""
+    command: Annotated[StrictStr, Field(min_length=1, max_length=1_000)] | None = None
+    """stdio: the program the worker starts for each call (one session per call)."""
+    args: list[Annotated[StrictStr, Field(max_length=1_000)]] = Field(
+        default_factory=list, max_length=64
+    )
+    """stdio: the program's arguments."""
+    env: dict[str, Annotated[StrictStr, Field(max_length=1_000)]] = Field(
+        default_factory=dict, max_length=64
+    )
+    """stdio: environment variables over the worker's own (no secrets: they are in the
+    history; the program inherits the worker's environment)."""
+    url: Annotated[StrictStr, Field(pattern=r"^https?://", max_length=2_000)] | None = None
+    """Streamable HTTP: the server's endpoint."""
+    headers: AgentName | None = None
+    """Streamable HTTP: the name of a set of headers in the worker's configuration
+    (``build_worker(mcp_headers=...)``); a worker without it fails the call, not retried."""
+    approval: bool | list[AgentName] = False
+    """A person approves each call before it runs: ``True`` for every tool of the server, or
+    the names (the server's, without the prefix) of the tools that need it."""
+    idempotent: bool | list[AgentName] = False
+    """Tools that may run again (retried with the same idempotency key): ``True`` for all, or
+    names; a tool the server marks ``idempotentHint`` or ``readOnlyHint`` is too. The others
+    run at most once: a worker or connection lost during the call leaves the step
+    ``unknown``."""
+    tools: list[AgentName] | None = None
+    """Only these of the server's tools (None: all it lists)."""
+    start_to_close_s: float = Field(default=60.0, gt=0)
+    """Longest attempt of one call (seconds)."""
+    heartbeat_s: float = Field(default=10.0, gt=0)
+    """Heartbeat timeout of a call (seconds): a dead worker is noticed this soon, and a cancel
+    reaches the call (and the server, as ``notifications/cancelled``) within about a second."""
+    max_attempts: int = Field(default=3, ge=1)
+    """Attempts of an idempotent tool's call."""
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServer:
+        if (self.command is None) == (self.url is None):
+            raise ValueError(f"MCP server {self.name!r}: give one of command (stdio) or url")
+        if self.url is None and self.headers is not None:
+            raise ValueError(f"MCP server {self.name!r}: headers are for a url")
+        return self
+
+    def named(self, rule: bool | list[str], tool: str) -> bool:
+        """Whether a per-server rule (``approval``, ``idempotent``) covers ``tool``."""
+        return rule if isinstance(rule, bool) else tool in rule
+
+
+class McpCall(BaseModel):
+    """Which MCP server and tool a tool spec runs (``ToolSpec.mcp``, ``ToolInput.mcp``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    server: McpServer
+    """The server, as the agent's spec names it."""
+    tool: str
+    """The tool's name on the server."""
+
+
+class ToolOffer(BaseModel):
+    """A tool as the model is offered it (name, description, JSON Schema of the arguments)."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, JsonValue] = Field(default_factory=dict)
+
+
 class AgentSpec(_Spec):
     """What runs an agent task (``TaskStart.agent``)."""
 
@@ -68,6 +143,12 @@ class AgentSpec(_Spec):
     """Limits of the run."""
     input: dict[str, JsonValue] = Field(default_factory=dict)
     """Free input for agent code (small: it is carried with the task)."""
+    mcp_servers: list[McpServer] = Field(
+        default_factory=list, max_length=8, exclude_if=lambda value: not value
+    )
+    """MCP servers whose tools the agent may call besides ``tools`` (``activities.mcp``).
+    Added later: left out of the JSON while empty, so an old task's argument digest is
+    unchanged."""
 
 
 class TokenUsage(BaseModel):
@@ -126,6 +207,9 @@ class ModelInput(BaseModel):
     """Which model."""
     tools: list[str]
     """The tools offered to the model."""
+    mcp_tools: list[ToolOffer] = Field(default_factory=list, exclude_if=lambda value: not value)
+    """The MCP servers' tools offered besides ``tools`` (as the run listed them; a worker
+    registers no spec of theirs). Added later: empty in older inputs."""
 
 
 class ToolInput(BaseModel):
@@ -147,6 +231,9 @@ class ToolInput(BaseModel):
     a query per step filled the server's query buffer of the task ("consistent query buffer is
     full") once hundreds of steps ran at once. None in inputs recorded before (added later):
     the activity reads them by ``call_seq``."""
+    mcp: McpCall | None = Field(default=None, exclude_if=lambda value: value is None)
+    """An MCP server's tool: the server and the tool's name there (``activities.mcp``).
+    Added later: None for the worker's own tools."""
 
 
 class ToolOutput(BaseModel):

@@ -263,3 +263,4 @@ class Approvals(Runner):
                 return call_seq, (StepState.FAILED, ignored_result(choice.text))
             return call_seq, (StepState.FAILED, IGNORED)
         return call_seq, None
+                            mcp=spec.mcp,

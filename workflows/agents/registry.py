@@ -11,7 +11,7 @@ every step as it was decided.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import timedelta
 from typing import TypeVar
 
@@ -19,11 +19,19 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 
-from agent_tasks.contract import AgentName, AgentSpec
+from agent_tasks.contract import AgentName, AgentSpec, McpCall, ToolOffer
 from agent_tasks.workflows.patches import TOOL_SPECS_BY_ACTIVITY
 
 TOOL_ACTIVITY_PREFIX = "tool."
 """A tool ``name`` runs as the activity ``tool.{name}``."""
+MCP_CALL_ACTIVITY = "mcp_call_tool"
+"""Activity: a call of an MCP server's tool (``activities.mcp``)."""
+MCP_LIST_ACTIVITY = "mcp_list_tools"
+"""Activity: the tools an MCP server lists, as specs (``ToolSpecs``), once per agent run."""
+MCP_LIST_TIMEOUT = timedelta(seconds=60)
+"""Longest listing attempt (it starts a stdio server or opens an HTTP session)."""
+MCP_LIST_RETRY = RetryPolicy(maximum_attempts=3, non_retryable_error_types=["McpServerRefused"])
+"""A listing is read-only: retried (an unreachable server fails the run's start of agent)."""
 
 
 class ToolSpec(BaseModel):
@@ -52,6 +60,13 @@ class ToolSpec(BaseModel):
     """True: a person may have to approve each call before it runs (always, or as the tool's
     predicate on the call's arguments says: the worker's ``tool_approval`` check decides;
     ``workflows.agents.approvals``). Added later: old specs decode without it."""
+    mcp: McpCall | None = Field(default=None, exclude_if=lambda value: value is None)
+    """An MCP server's tool (``AgentSpec.mcp_servers``): run by the ``mcp_call_tool``
+    activity, not ``tool.{name}``. Added later: None for the worker's own tools."""
+
+    def activity(self) -> str:
+        """The activity that runs a call: ``tool.{name}``, or ``MCP_CALL_ACTIVITY``."""
+        return TOOL_ACTIVITY_PREFIX + self.name if self.mcp is None else MCP_CALL_ACTIVITY
 
     def retry_policy(self) -> RetryPolicy:
         """The activity's retry policy: ``max_attempts`` if idempotent, else one attempt.
@@ -70,6 +85,10 @@ TOOL_ARGUMENTS_INVALID = "ToolArgumentsInvalid"
 AgentFunction = Callable[..., Awaitable[str]]
 """Agent code: gets its ``AgentContext``, returns the final answer (the task ends ``done``
 with it)."""
+OUTCOME_UNKNOWN = "ToolOutcomeUnknown"
+"""ApplicationError type of a call whose effect is unknown (its connection was lost after the
+call was sent, ``activities.mcp``): retried under the same key by an idempotent tool's policy;
+the last attempt's ends the step ``unknown``, as a dead worker leaves it."""
 _Agent = TypeVar("_Agent", bound=AgentFunction)
 
 _AGENTS: dict[str, AgentFunction] = {}
@@ -103,9 +122,21 @@ async def agent_tools(spec: AgentSpec) -> dict[str, ToolSpec]:
     """The worker's specs of the agent's tools, by an activity (recorded in the history: a
     replay, or a worker deployed later with other tools, gets the same answer; runs recorded
     before ``TOOL_SPECS_BY_ACTIVITY`` used a local activity). A tool the worker lacks is
-    missing (its steps fail with that as their result)."""
+    missing (its steps fail with that as their result). Each MCP server of the spec is
+    listed by an activity too (``MCP_LIST_ACTIVITY``): its tools for this run, as the history
+    records them."""
     timeout = timedelta(seconds=10)
     answer: ToolSpecs
+def mcp_offers(tools: Mapping[str, ToolSpec]) -> list[ToolOffer]:
+    """The MCP servers' tools among ``tools``, as the model is offered them
+    (``ModelInput.mcp_tools``: no worker registers their specs)."""
+    return [
+        ToolOffer(name=t.name, description=t.description, parameters=t.parameters)
+        for t in tools.values()
+        if t.mcp is not None
+    ]
+
+
     if workflow.patched(TOOL_SPECS_BY_ACTIVITY):
         answer = await workflow.execute_activity(
             TOOL_SPECS_ACTIVITY, spec.tools, result_type=ToolSpecs, start_to_close_timeout=timeout
@@ -114,4 +145,14 @@ async def agent_tools(spec: AgentSpec) -> dict[str, ToolSpec]:
         answer = await workflow.execute_local_activity(
             TOOL_SPECS_ACTIVITY, spec.tools, result_type=ToolSpecs, start_to_close_timeout=timeout
         )
-    return answer.specs
+    specs = dict(answer.specs)
+    for server in spec.mcp_servers:  # runs recorded before mcp_servers have none
+        listed: ToolSpecs = await workflow.execute_activity(
+            MCP_LIST_ACTIVITY,
+            server,
+            result_type=ToolSpecs,
+            start_to_close_timeout=MCP_LIST_TIMEOUT,
+            retry_policy=MCP_LIST_RETRY,
+        )
+        specs.update(listed.specs)
+    return specs

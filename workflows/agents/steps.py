@@ -39,7 +39,7 @@ from agent_tasks.contract import (
 )
 from agent_tasks.contract.errors import failure_text
 from agent_tasks.workflows.agents.approvals import Approvals
-from agent_tasks.workflows.agents.registry import TOOL_ACTIVITY_PREFIX
+from agent_tasks.workflows.agents.registry import OUTCOME_UNKNOWN, mcp_offers
 from agent_tasks.workflows.agents.runner import BudgetExceeded, StepOutcome
 from agent_tasks.workflows.patches import (
     MODEL_CALL_CANCEL,
@@ -184,7 +184,7 @@ class StepRunner(Approvals):
         try:
             output = await self._activity(
                 workflow.start_activity(
-                    TOOL_ACTIVITY_PREFIX + tool,
+                    spec.activity(),
                     ToolInput(
                         workflow_id=info.workflow_id,
                         run_id=info.run_id,
@@ -192,6 +192,7 @@ class StepRunner(Approvals):
                         step_name=name,
                         idempotency_key=idempotency_key(info.workflow_id, name, record.attempt),
                         arguments=sent,
+                        mcp=spec.mcp,
                     ),
                     result_type=ToolOutput,
                     start_to_close_timeout=timedelta(seconds=spec.start_to_close_s),
@@ -212,14 +213,15 @@ class StepRunner(Approvals):
                     "cancelled while the tool ran: its effect is unknown",
                 )
                 raise asyncio.CancelledError from err
-            if isinstance(err.cause, TimeoutError) and not spec.idempotent:
+            lost = isinstance(err.cause, ApplicationError) and err.cause.type == OUTCOME_UNKNOWN
+            if (isinstance(err.cause, TimeoutError) and not spec.idempotent) or lost:
                 return self._end(
                     name,
                     tool,
                     call_id,
                     StepState.UNKNOWN,
-                    f"the tool's worker stopped during the call ({err.cause}): its effect is "
-                    "unknown, and it was not run again",
+                    f"the tool's worker or connection stopped during the call ({err.cause}): "
+                    "its effect is unknown, and it was not run again",
                 )
             return self._end(name, tool, call_id, StepState.FAILED, failure_text(err))
         result = EventInput(
@@ -278,6 +280,7 @@ class StepRunner(Approvals):
                         up_to_seq=self.ledger.state.last_seq,
                         model=self.spec.model,
                         tools=self.spec.tools,
+                        mcp_tools=mcp_offers(self.tools),
                     ),
                     result_type=ModelTurn,
                     start_to_close_timeout=MODEL_LONGEST_CALL if waits else MODEL_START_TO_CLOSE,

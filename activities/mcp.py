@@ -1,0 +1,276 @@
+"""MCP servers as an agent's tool sources: the listing of a server's tools and the call of one,
+each an activity (``AgentSpec.mcp_servers``; docs/mcp.md).
+
+- **Listing** (``MCP_LIST_ACTIVITY``, once per agent run, ``workflows.agents.registry``): the
+  server's tools as ``ToolSpec`` s named ``{server}_{tool}``, their input JSON Schemas as the
+  model's parameters, recorded in the history, so a replay (or a worker deployed later) decides
+  every step as it was decided and the model is offered what the run listed. A tool whose
+  prefixed name is not a tool name (``AgentName``) is left out; so are tools past
+  ``MAX_LISTED_CHARS`` of specs.
+- **Call** (``MCP_CALL_ACTIVITY``): a step like any tool's (``workflows.agents.steps``), with the
+  step's idempotency key sent in the request's ``_meta`` as ``IDEMPOTENCY_META`` and, over
+  HTTP, as the ``Idempotency-Key`` header: the same on every retry of the step's attempt, so a
+  server can deduplicate. The result is the server's text content, bounded like any tool's
+  (``activities.tools.output``). A result the server marks ``isError`` fails the step with its
+  text (``McpToolError``, not retried): the model reads it and goes on.
+- **Failures**: a server that cannot be reached before the call is sent is retried by the tool's
+  retry policy (idempotent tools only); a connection lost after the call was sent is
+  ``ToolOutcomeUnknown`` (``registry.OUTCOME_UNKNOWN``): retried under the same key for an
+  idempotent tool, else the step ends ``unknown`` and runs again only by an explicit
+  ``retry``, under the same key.
+- **Cancel**: the call heartbeats every ``CANCEL_BEAT_S``; Temporal's cancel arrives as
+  ``asyncio.CancelledError``, which cancels the SDK's request, and the SDK sends the server
+  ``notifications/cancelled`` for it before the session closes.
+
+Sessions are stateless: one per call (a stdio server is started for each call and stopped after
+it; an HTTP session is opened and deleted). A stateful session held by one worker for a run is
+not built.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, cast
+
+from pydantic import ValidationError
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from agent_tasks.activities.heartbeat import CANCEL_BEAT_S, heartbeating
+from agent_tasks.activities.tools import output
+from agent_tasks.contract import McpCall, McpServer, ToolInput, ToolOutput, bound_text
+from agent_tasks.workflows.agents.registry import (
+    MCP_CALL_ACTIVITY,
+    MCP_LIST_ACTIVITY,
+    OUTCOME_UNKNOWN,
+    TOOL_ARGUMENTS_INVALID,
+    ToolSpec,
+    ToolSpecs,
+)
+
+if TYPE_CHECKING:  # the SDK (and the OpenTelemetry it loads) is imported by the calls only
+    from mcp import Client
+    from mcp.types import CallToolResult, RequestParamsMeta, Tool
+
+IDEMPOTENCY_META = "idempotency_key"
+"""The key of a call's ``_meta`` that carries the step's idempotency key
+(``{workflow id}/{step}/{attempt}``): ``{"_meta": {"idempotency_key": "..."}}``."""
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+"""The HTTP header that carries it too over streamable HTTP (the IETF draft's name)."""
+MCP_TOOL_ERROR = "McpToolError"
+"""ApplicationError type of a call the server answered as an error (``isError`` or a JSON-RPC
+error): not retried; the model reads the text."""
+MCP_SERVER_REFUSED = "McpServerRefused"
+"""ApplicationError type of a server this worker cannot use as named (its header set is not in
+the worker's configuration): not retried."""
+MAX_LISTED_CHARS = 64_000
+"""Characters of one server's listed specs (JSON) a run keeps: the listing is recorded in the
+history and each model call's input carries the offers; the tools past it are left out."""
+
+
+def tool_spec(server: McpServer, tool: Tool) -> ToolSpec:
+    """The spec of a server's tool as the workflow runs it: named ``{server}_{tool}``, idempotent
+    by the server's rule or the tool's ``idempotentHint``/``readOnlyHint``, asked about by the
+    server's ``approval`` rule.
+
+    Raises:
+        ValidationError: the prefixed name is not a tool name.
+    """
+    hints = tool.annotations
+    hinted = hints is not None and bool(hints.idempotent_hint or hints.read_only_hint)
+    return ToolSpec(
+        name=f"{server.name}_{tool.name}",
+        description=tool.description or "",
+        parameters=tool.input_schema,
+        idempotent=server.named(server.idempotent, tool.name) or hinted,
+        start_to_close_s=server.start_to_close_s,
+        heartbeat_s=server.heartbeat_s,
+        max_attempts=server.max_attempts,
+        approval=server.named(server.approval, tool.name),
+        mcp=McpCall(server=server, tool=tool.name),
+    )
+
+
+def result_text(result: CallToolResult) -> str:
+    """A call's result as text: its text blocks, a line each; other blocks by their type (and
+    a resource by its URI); with no content, its structured content as JSON."""
+    parts: list[str] = []
+    for block in result.content:
+        if block.type == "text":
+            parts.append(block.text)
+        elif block.type == "resource_link":
+            parts.append(f"[resource {getattr(block, 'uri', '')}]")
+        else:
+            parts.append(f"[{block.type}]")
+    if not parts and result.structured_content is not None:
+        parts.append(json.dumps(result.structured_content))
+    return "\n".join(parts)
+
+
+def _unknown(name: str, err: Exception) -> ApplicationError:
+    return ApplicationError(
+        f"the connection to {name} was lost after the call was sent ({err!r})",
+        type=OUTCOME_UNKNOWN,
+    )
+
+
+class McpActivities:
+    """The activities of MCP servers' tools: the listing and the call.
+
+    Args:
+        arguments: reads a call's arguments (``ToolActivities.arguments``: from the input, or
+            back from the task by seq for an edited approval).
+        headers: the worker's header sets by name (``McpServer.headers``), e.g.
+            ``{"billing": {"Authorization": "Bearer ..."}}``; never in a history.
+    """
+
+    def __init__(
+        self,
+        arguments: Callable[[ToolInput], Awaitable[str]],
+        headers: Mapping[str, Mapping[str, str]] | None = None,
+    ) -> None:
+        self.arguments = arguments
+        self.headers = {name: dict(values) for name, values in (headers or {}).items()}
+
+    def activities(self) -> list[Callable[..., Any]]:
+        """The activity functions to register on the worker."""
+        return [self.list_tools, self.call_tool]
+
+    @asynccontextmanager
+    async def session(self, server: McpServer, key: str | None) -> AsyncIterator[Client]:
+        """A connected client of ``server`` (one session): a started stdio program, or an HTTP
+        session whose requests carry the named header set and ``key`` as ``Idempotency-Key``.
+
+        Raises:
+            ApplicationError: ``McpServerRefused``: the header set is not configured here.
+        """
+        from mcp import Client, StdioServerParameters
+        from mcp.client.streamable_http import streamable_http_client
+        from mcp.shared._httpx_utils import create_mcp_http_client
+
+        if server.command is not None:
+            params = StdioServerParameters(
+                command=server.command, args=server.args, env=server.env or None
+            )
+            async with Client(params, cache=None) as client:
+                yield client
+            return
+        assert server.url is not None  # the spec's validator: one of command and url
+        headers: dict[str, str] = {}
+        if server.headers is not None:
+            if server.headers not in self.headers:
+                raise ApplicationError(
+                    f"MCP server {server.name!r}: no header set {server.headers!r} in this "
+                    "worker's configuration",
+                    type=MCP_SERVER_REFUSED,
+                    non_retryable=True,
+                )
+            headers.update(self.headers[server.headers])
+        if key is not None:
+            headers[IDEMPOTENCY_HEADER] = key
+        async with (
+            create_mcp_http_client(headers=headers) as http,
+            Client(streamable_http_client(server.url, http_client=http), cache=None) as client,
+        ):
+            yield client
+
+    @activity.defn(name=MCP_LIST_ACTIVITY)
+    async def list_tools(self, server: McpServer) -> ToolSpecs:
+        """The specs of the tools ``server`` lists (all pages; only ``server.tools`` when it
+        names some), named ``{server}_{tool}`` (``tool_spec``)."""
+        listed: list[Tool] = []
+        async with self.session(server, None) as client:
+            cursor: str | None = None
+            while True:
+                page = await client.list_tools(cursor=cursor)
+                listed += page.tools
+                cursor = page.next_cursor
+                if not cursor:
+                    break
+        specs: dict[str, ToolSpec] = {}
+        size = 0
+        for tool in listed:
+            if server.tools is not None and tool.name not in server.tools:
+                continue
+            try:
+                spec = tool_spec(server, tool)
+            except ValidationError as err:
+                activity.logger.warning("MCP tool %r left out: %s", tool.name, err)
+                continue
+            size += len(spec.model_dump_json())
+            if size > MAX_LISTED_CHARS:
+                activity.logger.warning(
+                    "MCP server %r: tools from %r on left out (over %d characters)",
+                    server.name,
+                    tool.name,
+                    MAX_LISTED_CHARS,
+                )
+                break
+            specs[spec.name] = spec
+        return ToolSpecs(specs=specs)
+
+    @activity.defn(name=MCP_CALL_ACTIVITY)
+    async def call_tool(self, input: ToolInput) -> ToolOutput:
+        """Call the MCP tool ``input.mcp`` with the call's arguments and the step's
+        idempotency key (module docstring), heartbeating every ``CANCEL_BEAT_S`` so a cancel
+        reaches the call (and the server) soon.
+
+        Raises:
+            ApplicationError: ``ToolArgumentsInvalid`` (not a JSON object), ``McpToolError``,
+                ``McpServerRefused`` (not retried); ``ToolOutcomeUnknown`` (the connection was
+                lost after the call was sent).
+        """
+        beat = CANCEL_BEAT_S if activity.info().heartbeat_timeout else None
+        return await heartbeating(self._call(input), every_s=beat)
+
+    async def _call(self, input: ToolInput) -> ToolOutput:
+        call = input.mcp
+        if call is None:
+            raise ApplicationError("the input names no MCP tool", non_retryable=True)
+        text = await self.arguments(input)
+        try:
+            arguments = json.loads(text or "{}")
+        except ValueError as err:
+            arguments = err
+        if not isinstance(arguments, dict):
+            raise ApplicationError(
+                f"arguments of {call.server.name}_{call.tool} are invalid: not a JSON object",
+                type=TOOL_ARGUMENTS_INVALID,
+                non_retryable=True,
+            )
+        from mcp import MCPError
+        from mcp.types import CONNECTION_CLOSED
+
+        name = f"{call.tool!r} of MCP server {call.server.name!r}"
+        sent = False
+        try:
+            async with self.session(call.server, input.idempotency_key) as client:
+                sent = True
+                result = await client.call_tool(
+                    call.tool,
+                    arguments,
+                    meta=cast("RequestParamsMeta", {IDEMPOTENCY_META: input.idempotency_key}),
+                )
+        except ApplicationError:
+            raise
+        except MCPError as err:  # the server answered with a JSON-RPC error (or was lost)
+            if err.error.code == CONNECTION_CLOSED and sent:
+                raise _unknown(name, err) from err
+            raise ApplicationError(
+                f"{name} refused the call: {bound_text(str(err)).text}",
+                type=MCP_TOOL_ERROR,
+                non_retryable=True,
+            ) from err
+        except Exception as err:
+            if not sent:
+                raise  # the server was not reached: the retry policy decides
+            raise _unknown(name, err) from err
+        if result.is_error:
+            raise ApplicationError(
+                f"{name} answered with an error: {bound_text(result_text(result)).text}",
+                type=MCP_TOOL_ERROR,
+                non_retryable=True,
+            )
+        return output(result_text(result))

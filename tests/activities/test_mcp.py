@@ -1,0 +1,257 @@
+"""MCP servers as an agent's tool sources (``activities.mcp``) against a real MCP server of the
+tests' own (``tests.mcp_server``: the ``mcp`` SDK's server, a program started over stdio for
+each call, or served over streamable HTTP by uvicorn), real Temporal and Neo4j: the server
+counts requests and effects by the ``_meta`` idempotency key the step sends."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_tasks.contract import (
+    AgentSpec,
+    EventKind,
+    McpServer,
+    ModelSpec,
+    StepState,
+    task_workflow_id,
+)
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.worker import Services, build_worker
+from tests.agent_tools import SCRIPTS, answer, calls
+from tests.conftest import eventually
+from tests.mcp_server import ledger
+
+HEADER_SET = {"billing": {"X-Billing-Tenant": "tests"}}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def ledger_path(tmp_path: Path) -> Path:
+    return tmp_path / "ledger.jsonl"
+
+
+@pytest.fixture
+def http_server(ledger_path: Path) -> Iterator[str]:
+    """The test server over streamable HTTP (uvicorn in a subprocess): its endpoint URL."""
+    port = _free_port()
+    args = [sys.executable, "-m", "tests.mcp_server", str(ledger_path), "http", str(port)]
+    process = subprocess.Popen(args)
+    try:
+        for _ in range(300):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+                break
+            except OSError:
+                if process.poll() is not None:
+                    raise AssertionError("the MCP test server exited") from None
+                subprocess.run(["sleep", "0.1"], check=True)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+@pytest.fixture(params=["stdio", "http"])
+def billing(request: pytest.FixtureRequest, ledger_path: Path) -> McpServer:
+    """The test server as an agent's spec names it, over each transport."""
+    if request.param == "stdio":
+        args = ["-m", "tests.mcp_server", str(ledger_path), "stdio"]
+        return McpServer(name="bill", command=sys.executable, args=args)
+    url = request.getfixturevalue("http_server")
+    return McpServer(name="bill", url=url, headers="billing")
+
+
+@pytest.fixture
+async def queue(services: Services) -> AsyncIterator[str]:
+    assert services.graph is not None
+    name = f"mcp-{uuid.uuid4().hex[:8]}"
+    async with build_worker(
+        services.client, services.graph, name, scripts=SCRIPTS, mcp_headers=HEADER_SET
+    ):
+        yield name
+
+
+async def _run(
+    services: Services,
+    project_id: str,
+    queue: str,
+    server: McpServer,
+    turns: list[Any],
+    tools: list[str],
+) -> ConversationHistory:
+    """Start task ``t`` of an agent with the scripted ``turns`` and the MCP server."""
+    assert services.graph is not None
+    history = ConversationHistory(
+        services.client, project_id, "agent-1", task_queue=queue, graph=services.graph
+    )
+    goal = json.dumps([t.model_dump(mode="json") for t in turns])
+    spec = AgentSpec(
+        tools=tools,
+        mcp_servers=[server],
+        model=ModelSpec(provider="scripted", model="from-goal"),
+    )
+    assert (await history.create_task("t", goal, agent=spec)).recorded
+    return history
+
+
+async def test_a_call_is_a_step_carrying_its_key(
+    services: Services, project_id: str, queue: str, billing: McpServer, ledger_path: Path
+) -> None:
+    """One call of the server's ``charge``: one step, completed with the server's text, and the
+    server saw one request whose ``_meta`` key is the step's ``{workflow}/{step}/1`` (and, over
+    HTTP, the same ``Idempotency-Key`` header)."""
+    turns = [calls(("bill_charge", {"account": "acme", "cents": 250})), answer("done")]
+    history = await _run(services, project_id, queue, billing, turns, [])
+    final = await history.wait_task("t")
+    assert final is not None and final.status.value == "done"
+    (step,) = (await history.list_steps("t")).steps
+    assert step.state is StepState.COMPLETED
+    events = (await history.list_events("t", limit=100)).events
+    (result,) = [e for e in events if e.kind is EventKind.TOOL_RESULT]
+    assert result.payload == "charged acme 250 cents"
+    key = f"{task_workflow_id(project_id, 't')}/{step.name}/1"
+    seen = ledger(ledger_path)
+    assert [(e["event"], e["key"]) for e in seen] == [("request", key), ("effect", key)]
+    header = key if billing.url else None
+    assert {e["header"] for e in seen} == {header}
+
+
+async def test_the_listing_is_the_models_offer(services: Services, queue: str) -> None:
+    """The listing activity names the server's tools ``{server}_{tool}`` with their input JSON
+    Schemas, marks read-only tools idempotent and applies the server's approval rule."""
+    from temporalio.testing import ActivityEnvironment
+
+    from agent_tasks.activities.mcp import McpActivities
+
+    async def no_arguments(_: object) -> str:
+        raise AssertionError("a listing reads no call")
+
+    server = McpServer(
+        name="bill",
+        command=sys.executable,
+        args=["-m", "tests.mcp_server", "/dev/null", "stdio"],
+        approval=["charge"],
+    )
+    specs = (await ActivityEnvironment().run(McpActivities(no_arguments).list_tools, server)).specs
+    assert set(specs) == {
+        "bill_charge",
+        "bill_charge_crashing",
+        "bill_slow",
+        "bill_refuse",
+        "bill_balance",
+    }
+    charge = specs["bill_charge"]
+    assert charge.parameters["required"] == ["account", "cents"]
+    assert charge.approval and not charge.idempotent
+    assert specs["bill_balance"].idempotent and not specs["bill_balance"].approval
+    assert charge.mcp is not None and charge.mcp.tool == "charge"
+
+
+async def test_a_retried_call_carries_the_same_key(
+    services: Services, project_id: str, queue: str, ledger_path: Path
+) -> None:
+    """The server dies after it took the first request (its connection is lost after the call
+    was sent): an idempotent tool's retry sends the same key, and the effect happens once."""
+    args = ["-m", "tests.mcp_server", str(ledger_path), "stdio"]
+    server = McpServer(
+        name="bill", command=sys.executable, args=args, idempotent=["charge_crashing"]
+    )
+    turns = [calls(("bill_charge_crashing", {"account": "acme"})), answer("done")]
+    history = await _run(services, project_id, queue, server, turns, [])
+    final = await history.wait_task("t")
+    assert final is not None and final.status.value == "done"
+    (step,) = (await history.list_steps("t")).steps
+    assert step.state is StepState.COMPLETED
+    key = f"{task_workflow_id(project_id, 't')}/{step.name}/1"
+    events = [(e["event"], e["key"]) for e in ledger(ledger_path)]
+    assert events == [("request", key), ("request", key), ("effect", key)]
+
+
+async def test_a_lost_connection_leaves_a_non_idempotent_call_unknown(
+    services: Services, project_id: str, queue: str, ledger_path: Path
+) -> None:
+    """Not idempotent, the same lost connection ends the step ``unknown`` and nothing runs it
+    again: the server saw one request and performed no effect."""
+    args = ["-m", "tests.mcp_server", str(ledger_path), "stdio"]
+    server = McpServer(name="bill", command=sys.executable, args=args)
+    turns = [calls(("bill_charge_crashing", {"account": "acme"})), answer("done")]
+    history = await _run(services, project_id, queue, server, turns, [])
+    final = await history.wait_task("t")
+    assert final is not None and final.status.value == "done"
+    (step,) = (await history.list_steps("t")).steps
+    assert step.state is StepState.UNKNOWN
+    events = (await history.list_events("t", limit=100)).events
+    (result,) = [e for e in events if e.kind is EventKind.TOOL_RESULT]
+    assert "its effect is unknown" in result.payload
+    assert [e["event"] for e in ledger(ledger_path)] == ["request"]
+
+
+async def test_a_server_error_is_a_result_the_model_reads(
+    services: Services, project_id: str, queue: str, billing: McpServer, ledger_path: Path
+) -> None:
+    """A tool error from the server fails the step with its text; the model reads it in its next
+    turn and the task ends ``done``, not failed."""
+    turns = [calls(("bill_refuse", {"reason": "card declined"})), answer("told the user")]
+    history = await _run(services, project_id, queue, billing, turns, [])
+    final = await history.wait_task("t")
+    assert final is not None and final.status.value == "done"
+    (step,) = (await history.list_steps("t")).steps
+    assert step.state is StepState.FAILED
+    events = (await history.list_events("t", limit=100)).events
+    (result,) = [e for e in events if e.kind is EventKind.TOOL_RESULT]
+    assert result.payload.startswith("McpToolError: ")
+    assert "card declined" in result.payload
+
+
+async def test_a_cancel_reaches_the_server(
+    services: Services, project_id: str, queue: str, billing: McpServer, ledger_path: Path
+) -> None:
+    """A cancel of the task during a slow MCP tool reaches the server as
+    ``notifications/cancelled``: the server's tool is cancelled (it writes so) and the step
+    ends ``unknown``."""
+    turns = [calls(("bill_slow", {"seconds": 120})), answer("never")]
+    history = await _run(services, project_id, queue, billing, turns, [])
+
+    async def started() -> bool:
+        return any(e["event"] == "started" for e in ledger(ledger_path))
+
+    await eventually(started)
+    await history.cancel_task("t")
+
+    async def cancelled() -> bool:
+        return any(e["event"] == "cancelled" for e in ledger(ledger_path))
+
+    await eventually(cancelled, within=5.0)
+    final = await history.wait_task("t")
+    assert final is not None and final.status.value == "cancelled"
+    (step,) = (await history.list_steps("t")).steps
+    assert step.state is StepState.UNKNOWN
+    key = f"{task_workflow_id(project_id, 't')}/{step.name}/1"
+    assert {e["key"] for e in ledger(ledger_path)} == {key}
+
+
+def test_a_spec_names_one_transport() -> None:
+    """An MCP server with both a command and a URL, or neither, or headers over stdio, is refused
+    with its name in the error (nothing is started)."""
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="give one of command"):
+        McpServer(name="x", command="prog", url="http://127.0.0.1:1/mcp")
+    with pytest.raises(ValidationError, match="give one of command"):
+        McpServer(name="x")
+    with pytest.raises(ValidationError, match="headers are for a url"):
+        McpServer(name="x", command="prog", headers="billing")

@@ -1,0 +1,110 @@
+"""The tests' own MCP server (the ``mcp`` SDK's ``MCPServer``, formerly FastMCP), run as a
+program over stdio or streamable HTTP: ``python -m tests.mcp_server LEDGER stdio`` or
+``python -m tests.mcp_server LEDGER http PORT``.
+
+Every request and every effect is a JSON line appended to the file LEDGER (a stdio server is a
+new process per call, so the count lives in the file): ``{"event": "request" | "effect" |
+"started" | "cancelled", "tool", "key" (the call's ``_meta`` idempotency key), "header" (its
+``Idempotency-Key`` header over HTTP)}``. ``charge`` performs its effect once per key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+
+LEDGER = Path(sys.argv[1]) if __name__ == "__main__" else Path(os.devnull)
+
+server = MCPServer("test-billing")
+
+
+def ledger(path: Path) -> list[dict[str, Any]]:
+    """The lines the server appended to ``path`` (none when it has not written)."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
+def _write(event: str, tool: str, ctx: Context) -> str | None:
+    meta: Any = ctx.request_context.meta or {}
+    key = meta.get("idempotency_key")
+    header = (ctx.headers or {}).get("idempotency-key")
+    line = {"event": event, "tool": tool, "key": key, "header": header}
+    with LEDGER.open("a") as out:
+        out.write(json.dumps(line) + "\n")
+    return key if isinstance(key, str) else None
+
+
+def _charged(key: str | None) -> bool:
+    return any(e["event"] == "effect" and e["key"] == key for e in ledger(LEDGER))
+
+
+@server.tool(description="Charge an account, once per idempotency key.")
+async def charge(account: str, cents: int, ctx: Context) -> str:
+    """Charge ``cents`` to ``account``: one effect per ``_meta`` idempotency key."""
+    key = _write("request", "charge", ctx)
+    if not _charged(key):
+        _write("effect", "charge", ctx)
+    return f"charged {account} {cents} cents"
+
+
+@server.tool(description="Charge, but the first request of a key kills the server.")
+async def charge_crashing(account: str, ctx: Context) -> str:
+    """The first request of a key ends the server's process before it answers (the client
+    loses its connection after the call was sent); later ones charge once per key."""
+    key = _write("request", "charge_crashing", ctx)
+    if sum(e["event"] == "request" and e["key"] == key for e in ledger(LEDGER)) == 1:
+        os._exit(3)
+    if not _charged(key):
+        _write("effect", "charge_crashing", ctx)
+    return f"charged {account}"
+
+
+@server.tool(description="Wait a while.", annotations=ToolAnnotations(readOnlyHint=True))
+async def slow(seconds: float, ctx: Context) -> str:
+    """Sleep ``seconds``, writing ``started`` and, when the client cancels, ``cancelled``."""
+    _write("started", "slow", ctx)
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        _write("cancelled", "slow", ctx)
+        raise
+    return "slept"
+
+
+@server.tool(description="Refuse, always.")
+async def refuse(reason: str) -> str:
+    """Fail with ``reason``: the client gets a result marked ``isError``."""
+    raise ToolError(f"refused: {reason}")
+
+
+@server.tool(
+    description="Look an account's balance up.", annotations=ToolAnnotations(readOnlyHint=True)
+)
+async def balance(account: str) -> str:
+    """A read-only answer."""
+    return f"{account}: 1200 cents"
+
+
+def main() -> None:
+    """Run the server on the transport the command line names."""
+    if sys.argv[2] == "stdio":
+        server.run("stdio")
+    else:
+        import uvicorn
+
+        uvicorn.run(
+            server.streamable_http_app(), host="127.0.0.1", port=int(sys.argv[3]), log_level="error"
+        )
+
+
+if __name__ == "__main__":
+    main()
