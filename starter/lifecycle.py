@@ -90,6 +90,7 @@ class TaskLifecycle(TaskWrites):
         session_id: str | None = None,
         agent: AgentSpec | None = None,
         branched_from: BranchPoint | None = None,
+        task_queue: str | None = None,
     ) -> WriteResult:
         """Create a task, or return the existing one of that name and goal.
 
@@ -117,6 +118,8 @@ class TaskLifecycle(TaskWrites):
                 ``in_progress`` once its agent starts); None: a recorded task (``open``).
             branched_from: the task's log starts as a copy of this task's events up to this
                 seq (``branch_from`` is the way to ask for it).
+            task_queue: the task queue its workflow runs on (its agent, tools and model
+                calls); None: this object's ``task_queue``.
 
         Raises:
             pydantic.ValidationError: an argument of the wrong shape (``TaskStart``), naming
@@ -153,7 +156,7 @@ class TaskLifecycle(TaskWrites):
                 TaskWorkflowInput(start=start),
                 result_type=TaskView,
                 id=self.workflow_id(name),
-                task_queue=self.task_queue,
+                task_queue=task_queue or self.task_queue,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 search_attributes=TypedSearchAttributes(search_attributes(start, status)),

@@ -210,7 +210,13 @@ class TaskTurns(TaskLifecycle):
     # Long: one published call: check the point, create the branch, wait for its copy; mostly
     # docstring
     async def branch_from(
-        self, source: str, seq: int, name: str, *, request_id: str | None = None
+        self,
+        source: str,
+        seq: int,
+        name: str,
+        *,
+        request_id: str | None = None,
+        task_queue: str | None = None,
     ) -> WriteResult:
         """Start a new line from a point of a task's log: a new task ``name`` (same goal,
         agent, session and metadata) whose log is a copy of ``source``'s events 1 to ``seq``
@@ -224,6 +230,12 @@ class TaskTurns(TaskLifecycle):
         live from the point on, the model asked with the copied transcript and no new user
         message (docs/agent-tasks.md, "Branch"); a recorded one takes writes once the copy is
         done (this call returns then).
+
+        The branch runs on the task queue its source's workflow runs on (where its agent's
+        code, tools and model are: the source's workers), whatever this object's
+        ``task_queue`` is; ``task_queue`` names another (say, workers with a newer model). A
+        source whose task queue Temporal no longer knows (its history passed the namespace's
+        retention) branches onto this object's.
 
         Unlike Temporal's reset, which rewinds a workflow's own history to a workflow task and
         runs it again under the same workflow id (its later events gone from the new run), a
@@ -262,6 +274,7 @@ class TaskTurns(TaskLifecycle):
             session_id=view.session_id,
             agent=agent,
             branched_from=point,
+            task_queue=task_queue or await self._task_queue_of(self.workflow_id(source)),
         )
         if not created.recorded:
             return created

@@ -307,6 +307,10 @@ def branch_command(
     source: str,
     seq: Annotated[int, typer.Argument(help="The last event of SOURCE the branch copies.")],
     name: Annotated[str, typer.Option(help="The branch's task name.")],
+    task_queue: Annotated[
+        str | None,
+        typer.Option(help="The task queue the branch runs on (default: SOURCE's)."),
+    ] = None,
     project: ProjectOpt = "default",
     agent: AgentOpt = "cli",
     request_id: RequestOpt = None,
@@ -314,11 +318,13 @@ def branch_command(
 ) -> None:
     """Start a new task from a point of SOURCE's log: its events 1 to SEQ copied (sealed text
     under new keys), linked in Neo4j by BRANCHED_FROM; an agent task's branch goes on from
-    there. SOURCE is untouched."""
+    there, on SOURCE's task queue unless --task-queue names another. SOURCE is untouched."""
 
     async def go() -> WriteResult:
         async with open_history(project, agent) as history:
-            return await history.branch_from(source, seq, name, request_id=request_id)
+            return await history.branch_from(
+                source, seq, name, request_id=request_id, task_queue=task_queue
+            )
 
     write_outcome(run(go()), as_json)
 

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from pathlib import Path
+
+from temporalio.client import Client
 
 from agent_tasks.activities.transcript import NO_RESULT
 from agent_tasks.contract import (
@@ -27,7 +30,9 @@ from agent_tasks.contract import (
 )
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.starter.importer import all_events, all_steps
-from tests.agent_tools import answer, calls
+from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.worker import build_worker
+from tests.agent_tools import SCRIPTS, TOOLS, answer, calls
 from tests.approval_tools import approval_spec, goal
 from tests.conftest import eventually
 from tests.workflows.conftest import cli, script, spec
@@ -393,3 +398,36 @@ async def test_the_branch_reused_note_counts_the_answers_taken_over(
     after = [e for e in await all_events(agents, "b") if e.seq > point]
     (reused,) = [e for e in after if e.kind is EventKind.NOTE and e.name == "branch_reused"]
     assert json.loads(reused.payload) == {"steps": 1, "answers": 1}
+
+
+async def test_a_branch_runs_on_its_sources_task_queue_unless_told_another(
+    agents: ConversationHistory, client: Client, graph: TaskGraph
+) -> None:
+    """Issue 32: ``agent-tasks branch`` started the branch on the CLI's own task queue
+    (TEMPORAL_TASK_QUEUE), where no worker of the source's agent may poll, so an agent task's
+    branch sat ``queued``. Its source runs on a second worker's queue; the CLI's queue is one
+    nobody polls: the branch runs on the source's queue and ends ``done``, and
+    ``--task-queue`` puts another on the one it names."""
+    elsewhere = f"agents-{uuid.uuid4().hex[:8]}"
+    source = ConversationHistory(
+        client, agents.project_id, "agent-1", task_queue=elsewhere, graph=graph
+    )
+    nobody = {"TEMPORAL_TASK_QUEUE": f"nobody-{uuid.uuid4().hex[:8]}"}
+    flags = ["--project", agents.project_id, "--json"]
+    async with build_worker(client, graph, elsewhere, tools=TOOLS, scripts=SCRIPTS):
+        assert (await source.create_task("src", "noop", agent=AgentSpec(name="noop"))).recorded
+        assert (await ended(source, "src")).status is TaskStatus.DONE
+        code, out = await cli("branch", "src", "1", "--name", "b", *flags, env=nobody)
+        assert code == 0 and out["recorded"] is True, out
+        code, out = await cli(
+            "branch", "src", "1", "--name", "c", "--task-queue", agents.task_queue, *flags,
+            env=nobody,
+        )  # fmt: skip
+        assert code == 0 and out["recorded"] is True, out
+        for task in ("b", "c"):
+            assert (await ended(agents, task)).status is TaskStatus.DONE
+    queues = {}
+    for task in ("src", "b", "c"):
+        handle = client.get_workflow_handle(agents.workflow_id(task))
+        queues[task] = (await handle.describe()).task_queue
+    assert queues == {"src": elsewhere, "b": elsewhere, "c": agents.task_queue}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import httpx
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.starter.http.page import PAGE_FILES
 from agent_tasks.taskgraph.apikeys import ApiKeyStore
+from agent_tasks.worker import build_worker
 from tests.approval_tools import approval_spec, effects, goal
 from tests.conftest import eventually, mirrored
 from tests.starter.http.conftest import Api, Project, SseReader
@@ -118,8 +120,18 @@ async def test_an_approval_answered_over_http_is_a_decision_citing_the_call(
     )
     assert refused.status_code == 422 and refused.json()["error"]["code"] == "input_invalid"
     assert "to" in refused.json()["error"]["message"]
-    accepted = await http.post(
+    unbound = await http.post(
         "/tasks/mail/input", json={"input_id": item["input_id"], "answer": {"type": "accept"}}
+    )
+    assert unbound.status_code == 422 and "'digest' is a required property" in unbound.text
+    stale = {"type": "accept", "digest": "0" * 64}
+    refused = await http.post(
+        "/tasks/mail/input", json={"input_id": item["input_id"], "answer": stale}
+    )
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "approval_stale"
+    shown = {"type": "accept", "digest": approval["digest"]}
+    accepted = await http.post(
+        "/tasks/mail/input", json={"input_id": item["input_id"], "answer": shown}
     )
     assert accepted.status_code == 200, accepted.text
 
@@ -250,3 +262,40 @@ def test_every_asset_of_the_page_is_the_products_own() -> None:
         assert not re.search(r"(https?:)?//[a-z0-9.-]+\.[a-z]{2,}", text, re.I), path
         if path.suffix == ".html":
             assert not re.search(r"<script(?![^>]*\bsrc=)", text), path
+
+
+async def test_a_branch_over_http_runs_on_the_tasks_own_task_queue_unless_named(
+    http: httpx.AsyncClient, project: Project, api: Api
+) -> None:
+    """Issue 32: a branch started on the caller's task queue (the API's), not where its source
+    ran. A task created on a second worker's queue branches onto that queue; ``task_queue`` in
+    the body names another (here the API's); an empty one is refused (422), nothing created."""
+    assert api.services.graph is not None
+    elsewhere = f"other-{uuid.uuid4().hex[:8]}"
+    source = ConversationHistory(
+        api.services.client,
+        project.project_id,
+        "tests",
+        task_queue=elsewhere,
+        graph=api.services.graph,
+    )
+    async with build_worker(api.services.client, api.services.graph, elsewhere):
+        assert (await source.create_task("src", "g")).recorded
+        assert (await source.record_event("src", "message", "one", role="user")).recorded
+        kept = await http.post("/tasks/src/branch", json={"seq": 1, "name": "src-b"})
+        named = await http.post(
+            "/tasks/src/branch", json={"seq": 1, "name": "src-c", "task_queue": api.queue}
+        )
+        empty = await http.post(
+            "/tasks/src/branch", json={"seq": 1, "name": "src-d", "task_queue": ""}
+        )
+    assert kept.status_code == named.status_code == 201, (kept.text, named.text)
+    assert empty.status_code == 422, empty.text
+    queues = {}
+    for task in ("src", "src-b", "src-c"):
+        handle = api.services.client.get_workflow_handle(project.history.workflow_id(task))
+        queues[task] = (await handle.describe()).task_queue
+    assert queues == {"src": elsewhere, "src-b": elsewhere, "src-c": api.queue}
+    copied = (await http.get("/tasks/src-c/events")).json()["events"]
+    assert [e["payload"] for e in copied] == ["one"]
+    assert (await project.history.get_task("src-d")).view is None
