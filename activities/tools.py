@@ -261,6 +261,10 @@ class ToolActivities:
         tool this worker runs; the history records the answer, so the workflow's decision
         replays as it was made."""
         call = await self._event(input)
+        if input.mcp is not None:  # an MCP server's tool: its server's rule asked for this
+            server = input.mcp.server
+            description = f"`{input.mcp.tool}` of the MCP server `{server.name}`"
+            return ApprovalCheck(needed=True, description=description)
         found = next((t for t in self.tools if t.spec.name == call.name), None)
         if found is None:
             return ApprovalCheck(error=f"no tool {call.name!r} on this worker")
@@ -272,10 +276,6 @@ class ToolActivities:
         ``step_name`` (a memoized step of an earlier run, whose run carried no result seq):
         found in the earlier runs that Neo4j lacks, else in Neo4j."""
         if not input.call_seq:
-        if input.mcp is not None:  # an MCP server's tool: its server's rule asked for this
-            server = input.mcp.server
-            description = f"`{input.mcp.tool}` of the MCP server `{server.name}`"
-            return ApprovalCheck(needed=True, description=description)
             seq = await self._result_seq(input.workflow_id, input.run_id, input.step_name)
             input = input.model_copy(update={"call_seq": seq})
         return output(await self._event_text(input))

@@ -195,6 +195,7 @@ class Approvals(Runner):
                             call_seq=call_seq,
                             step_name=name,
                             idempotency_key=key,
+                            mcp=spec.mcp,
                         ),
                         result_type=ApprovalCheck,
                         start_to_close_timeout=APPROVAL_CHECK_TIMEOUT,
@@ -263,4 +264,3 @@ class Approvals(Runner):
                 return call_seq, (StepState.FAILED, ignored_result(choice.text))
             return call_seq, (StepState.FAILED, IGNORED)
         return call_seq, None
-                            mcp=spec.mcp,

@@ -78,6 +78,10 @@ class ToolSpec(BaseModel):
         )
 
 
+OUTCOME_UNKNOWN = "ToolOutcomeUnknown"
+"""ApplicationError type of a call whose effect is unknown (its connection was lost after the
+call was sent, ``activities.mcp``): retried under the same key by an idempotent tool's policy;
+the last attempt's ends the step ``unknown``, as a dead worker leaves it."""
 TOOL_ARGUMENTS_INVALID = "ToolArgumentsInvalid"
 """ApplicationError type of a tool call whose arguments fail the tool's model."""
 
@@ -85,10 +89,6 @@ TOOL_ARGUMENTS_INVALID = "ToolArgumentsInvalid"
 AgentFunction = Callable[..., Awaitable[str]]
 """Agent code: gets its ``AgentContext``, returns the final answer (the task ends ``done``
 with it)."""
-OUTCOME_UNKNOWN = "ToolOutcomeUnknown"
-"""ApplicationError type of a call whose effect is unknown (its connection was lost after the
-call was sent, ``activities.mcp``): retried under the same key by an idempotent tool's policy;
-the last attempt's ends the step ``unknown``, as a dead worker leaves it."""
 _Agent = TypeVar("_Agent", bound=AgentFunction)
 
 _AGENTS: dict[str, AgentFunction] = {}
@@ -118,15 +118,6 @@ def agent_function(name: str) -> AgentFunction | None:
     return _AGENTS.get(name)
 
 
-async def agent_tools(spec: AgentSpec) -> dict[str, ToolSpec]:
-    """The worker's specs of the agent's tools, by an activity (recorded in the history: a
-    replay, or a worker deployed later with other tools, gets the same answer; runs recorded
-    before ``TOOL_SPECS_BY_ACTIVITY`` used a local activity). A tool the worker lacks is
-    missing (its steps fail with that as their result). Each MCP server of the spec is
-    listed by an activity too (``MCP_LIST_ACTIVITY``): its tools for this run, as the history
-    records them."""
-    timeout = timedelta(seconds=10)
-    answer: ToolSpecs
 def mcp_offers(tools: Mapping[str, ToolSpec]) -> list[ToolOffer]:
     """The MCP servers' tools among ``tools``, as the model is offered them
     (``ModelInput.mcp_tools``: no worker registers their specs)."""
@@ -137,6 +128,15 @@ def mcp_offers(tools: Mapping[str, ToolSpec]) -> list[ToolOffer]:
     ]
 
 
+async def agent_tools(spec: AgentSpec) -> dict[str, ToolSpec]:
+    """The worker's specs of the agent's tools, by an activity (recorded in the history: a
+    replay, or a worker deployed later with other tools, gets the same answer; runs recorded
+    before ``TOOL_SPECS_BY_ACTIVITY`` used a local activity). A tool the worker lacks is
+    missing (its steps fail with that as their result). Each MCP server of the spec is
+    listed by an activity too (``MCP_LIST_ACTIVITY``): its tools for this run, as the history
+    records them."""
+    timeout = timedelta(seconds=10)
+    answer: ToolSpecs
     if workflow.patched(TOOL_SPECS_BY_ACTIVITY):
         answer = await workflow.execute_activity(
             TOOL_SPECS_ACTIVITY, spec.tools, result_type=ToolSpecs, start_to_close_timeout=timeout
