@@ -18,3 +18,28 @@ Statement = LiteralString | Mapping[GraphKind, LiteralString]
 def spelled(statement: Statement, kind: GraphKind) -> LiteralString:
     """The text of ``statement`` in the dialect of ``kind``."""
     return statement if isinstance(statement, str) else statement[kind]
+
+
+SHARED_NODES: LiteralString = """
+MERGE (p:Project {project_id: t.project_id})
+MERGE (p)-[:HAS_TASK]->(t)
+MERGE (a:Agent {key: t.project_id + '/' + t.agent_id})
+  ON CREATE SET a.project_id = t.project_id, a.agent_id = t.agent_id
+MERGE (t)-[:CREATED_BY]->(a)
+FOREACH (s IN CASE WHEN t.session_id IS NULL THEN [] ELSE [t.session_id] END |
+  MERGE (se:Session {key: t.project_id + '/' + s})
+    ON CREATE SET se.project_id = t.project_id, se.session_id = s
+  MERGE (t)-[:IN_SESSION]->(se))
+FOREACH (pk IN CASE WHEN pg.parent_key IS NULL THEN [] ELSE [pg.parent_key] END |
+  MERGE (pt:Task {key: pk}) ON CREATE SET pt.project_id = t.project_id, pt.name = t.parent
+  MERGE (t)-[:CHILD_OF]->(pt))
+FOREACH (bk IN CASE WHEN pg.branch_key IS NULL THEN [] ELSE [pg.branch_key] END |
+  MERGE (src:Task {key: bk}) ON CREATE SET src.project_id = t.project_id
+  MERGE (t)-[b:BRANCHED_FROM]->(src) SET b.seq = t.branched_at_seq)
+"""
+"""The nodes every task of a project shares, merged with a mirror page in both stores (Neo4j's
+``taskgraph.writes._PAGE``, FalkorDB's ``taskgraph.falkor_cypher.SHARED``): the task's
+project, its agent, its session, its parent and the task it was branched from, each with the
+task's relationship to it. A clause over ``t`` (the task's node) and ``pg`` (the page's row:
+``parent_key`` and ``branch_key``, the workflow ids of the parent and of the branch's
+source, or null)."""

@@ -12,12 +12,13 @@ suite, ``tests/taskgraph``):
   (``taskgraph.models.epoch_us``), so order and equality are exact; reads give datetimes back
   (``falkor_cypher.TIME_FIELDS``) and datetime parameters are sent as microseconds.
 - **Multi-statement transactions.** One ``GRAPH.QUERY`` is atomic (FalkorDB runs a graph's
-  writes one at a time), but a mirror page is several statements (``_page``), each idempotent
-  (MERGE on keys, the "only if newer" guards in the statement that writes the node); the task's
-  watermarks (``mirrored_seq``, ``mirrored_write``) are written by the LAST statement, so a
-  page cut short (a crash, a lost connection) is never reported as held, and its retry writes
-  the same nodes again. The task's incarnation check (a tombstone, another ``created_at``) is a
-  guard of the statement that merges the task node: a refused page writes nothing.
+  writes one at a time), but a batch of mirror pages is several statements (``write_pages``:
+  each over every page of the batch), each idempotent (MERGE on keys, the "only if newer"
+  guards in the statement that writes the node); the tasks' watermarks (``mirrored_seq``,
+  ``mirrored_write``) are written by the LAST statement, so a batch cut short (a crash, a lost
+  connection) is never reported as held, and its retry writes the same nodes again. The
+  task's incarnation check (a tombstone, another ``created_at``) is a guard of the statement
+  that merges the task node: a refused page writes nothing.
 - **Locks.** Neo4j's mirror locks the task node before it reads the keys of sealed text, so a
   redaction cannot interleave. Here a redaction can land between a page's key read and its
   event write; instead an event node marked ``redacted`` keeps its redaction (the page's event
@@ -72,6 +73,7 @@ from agent_tasks.taskgraph.keys import KeyLookup
 from agent_tasks.taskgraph.keytree import Node as TreeNode
 from agent_tasks.taskgraph.keytree import decode, encode, parse_key_id, puncture
 from agent_tasks.taskgraph.models import as_datetime, epoch_us, utc
+from agent_tasks.taskgraph.page_batches import PageBatches, PageWrite, check_batch
 from agent_tasks.taskgraph.properties import event_properties, step_properties, task_properties
 from agent_tasks.taskgraph.reads import GraphReads
 from agent_tasks.taskgraph.retention import EventLocation, GraphRetention
@@ -143,6 +145,22 @@ def _event_props(event: Event, stamp: dict[str, str]) -> dict[str, Any]:
     """An event node's properties here: ``taskgraph.properties.event_properties`` but ``time``
     in microseconds (FalkorDB has no zoned datetime)."""
     return event_properties(event) | {"time": epoch_us(event.time)} | stamp
+
+
+def _shared_row(page: PageWrite) -> dict[str, Any]:
+    """A page's row of ``SHARED``: its task, its parent's and branch source's workflow ids,
+    its watermarks."""
+    view = page.view
+    branch = view.branched_from
+    return {
+        "key": view.workflow_id,
+        "parent_key": None
+        if view.parent is None
+        else task_workflow_id(view.project_id, view.parent),
+        "branch_key": None if branch is None else task_workflow_id(view.project_id, branch.task),
+        "watermark": max((e.seq for e in page.events), default=0),
+        "mirrored_write": page.mirrored_write,
+    }
 
 
 # Long: the FalkorDB adapter of the GraphStore port; reads and retention are mixins, the rest shares
@@ -402,8 +420,10 @@ class FalkorGraph(GraphReads, GraphRetention):
         mark: str | None = None,
         mirrored_write: int | None = None,
     ) -> None:
-        """One mirror page (``taskgraph.port.MirrorStore.write_task``) in the statements of
-        ``_page``, at most ``max_writes`` pages at once.
+        """One mirror page (``taskgraph.port.MirrorStore.write_task``), written with the pages
+        of other tasks of the project that wait meanwhile (``taskgraph.page_batches``) in the
+        statements of ``write_pages``; a batch that fails is written again page by page, so this
+        page's error is its own.
 
         Raises:
             TaskIncarnationError: the node belongs to another task of this workflow id, or the
@@ -411,66 +431,88 @@ class FalkorGraph(GraphReads, GraphRetention):
             GraphIncomplete: a sealed event's key is not in the key store.
         """
         await self.ensure_ready()
+        if self._batches is None:
+            self._batches = PageBatches(self.write_pages)
         seqs = [e.seq for e in events]
-        async with self._writes:
-            with write_span(self.tracer, self.kind, self.graph_name, view, seqs, len(steps)):
-                await self._page(view, events, steps, mark=mark, mirrored_write=mirrored_write)
+        with write_span(self.tracer, self.kind, self.graph_name, view, seqs, len(steps)):
+            await self._batches.write(PageWrite(view, events, steps, mark, mirrored_write))
 
-    async def _page(
-        self,
-        view: TaskView,
-        events: Sequence[Event],
-        steps: Sequence[StepView],
-        *,
-        mark: str | None,
-        mirrored_write: int | None,
-    ) -> None:
+    _batches: PageBatches | None = None
+    """The line of this object's mirror pages (made at the first write, in its event loop)."""
+
+    # Long: a batch of mirror pages in FalkorDB's statements, each over every page of the batch
+    async def write_pages(self, pages: Sequence[PageWrite]) -> None:
+        """Write a batch of pages (one project, a page per task) in one run of statements,
+        each over all of them: the tasks' nodes (``TASK``, guarded), their events with their
+        NEXT links, their steps, the decisions' links, then the shared nodes and the
+        watermarks (``SHARED``). FalkorDB has no transaction of several statements: each
+        statement is atomic, and a batch cut short is written again (every statement is
+        idempotent; the watermarks come last).
+
+        Raises:
+            TaskIncarnationError: a page's task node belongs to another task of its workflow
+                id, or the id was deleted (nothing is written of that page).
+            GraphIncomplete: a sealed event's key is not in the key store (nothing written).
+            ValueError: pages of two projects, or two pages of one task (nothing written).
+        """
+        check_batch(pages)
+        project = pages[0].view.project_id
+        sealed = [e.key_id for p in pages for e in p.events if e.sealed and e.key_id]
+        keys = await self.get_keys(project, sealed) if sealed else {}
+        opened = [unseal(p.events, keys) for p in pages]  # GraphIncomplete before any write
+        tasks = []
+        for page in pages:
+            props = task_properties(page.view)
+            props["created_at"] = epoch_us(page.view.created_at)
+            props["updated_at"] = epoch_us(page.view.updated_at)
+            tasks.append(props)
+        async with self._writes:
+            placed = {row["key"] for row in await self._write(cypher.TASK, tasks=tasks)}
+            for page in pages:
+                if page.view.workflow_id not in placed:
+                    raise await self._incarnation(page.view)
+            events, pairs, steps, decisions = [], [], [], []
+            for page, page_events in zip(pages, opened, strict=True):
+                key = page.view.workflow_id
+                stamp = {} if page.mark is None else {"rebuild": page.mark}
+                events += [_event_props(e, stamp) | {"task_key": key} for e in page_events]
+                pairs += [
+                    [f"{key}#{e.seq - 1}", f"{key}#{e.seq}"] for e in page_events if e.seq > 1
+                ]
+                steps += [
+                    step_properties(s)
+                    | {"updated_at": epoch_us(s.updated_at), "task_key": key}
+                    | stamp
+                    for s in page.steps
+                ]
+                decisions += [(key, e) for e in page_events if e.kind is EventKind.DECISION]
+            if events:
+                await self._write(cypher.EVENTS, events=events)
+                await self._write(cypher.NEXT, pairs=pairs)
+            if steps:
+                await self._write(cypher.STEPS, steps=steps)
+            if decisions:
+                await self._decisions(decisions)
+            await self._write(cypher.SHARED, pages=[_shared_row(page) for page in pages])
+
+    async def _incarnation(self, view: TaskView) -> TaskIncarnationError:
+        """Why the task node of ``view`` was not written: deleted, or another incarnation."""
         key = view.workflow_id
-        stamp = {} if mark is None else {"rebuild": mark}
-        sealed = [e.key_id for e in events if e.sealed is not None and e.key_id is not None]
-        keys = await self.get_keys(view.project_id, sealed) if sealed else {}
-        opened = unseal(events, keys)  # GraphIncomplete before anything is written
-        props = task_properties(view)
-        props |= {"created_at": epoch_us(view.created_at), "updated_at": epoch_us(view.updated_at)}
-        placed = await self._write(cypher.TASK, key=key, t=props, created=props["created_at"])
-        if not placed:
-            found = (await self._read(cypher.INCARNATION, key=key))[0]
-            was = found["was"]
-            raise TaskIncarnationError(
-                f"task {key}: "
-                + ("the task was deleted" if found["deleted"] else f"created at {as_datetime(was)}")
-                + f"; this task was created at {utc(view.created_at).isoformat()}. FalkorDB "
-                "keeps the earlier one (its name stays taken) and takes nothing of this one"
-            )
-        if opened:
-            rows = [_event_props(e, stamp) for e in opened]
-            await self._write(cypher.EVENTS, key=key, events=rows)
-            pairs = [[f"{key}#{e.seq - 1}", f"{key}#{e.seq}"] for e in opened if e.seq > 1]
-            await self._write(cypher.NEXT, pairs=pairs)
-        if steps:
-            step_rows = [
-                step_properties(s) | {"updated_at": epoch_us(s.updated_at)} | stamp for s in steps
-            ]
-            await self._write(cypher.STEPS, key=key, steps=step_rows)
-        decisions = [e for e in opened if e.kind is EventKind.DECISION]
-        if decisions:
-            await self._decisions(key, decisions)
-        parent = None if view.parent is None else task_workflow_id(view.project_id, view.parent)
-        branch = view.branched_from
-        await self._write(
-            cypher.SHARED,
-            key=key,
-            parent_key=parent,
-            branch_key=None if branch is None else task_workflow_id(view.project_id, branch.task),
-            watermark=max((e.seq for e in events), default=0),
-            mirrored_write=mirrored_write,
+        found = (await self._read(cypher.INCARNATION, key=key))[0]
+        was = found["was"]
+        return TaskIncarnationError(
+            f"task {key}: "
+            + ("the task was deleted" if found["deleted"] else f"created at {as_datetime(was)}")
+            + f"; this task was created at {utc(view.created_at).isoformat()}. FalkorDB "
+            "keeps the earlier one (its name stays taken) and takes nothing of this one"
         )
 
-    async def _decisions(self, key: str, decisions: Sequence[Event]) -> None:
-        """The decisions' label and their CITES links to events and steps."""
-        await self._write(cypher.DECISIONS, keys=[f"{key}#{d.seq}" for d in decisions])
+    async def _decisions(self, decisions: Sequence[tuple[str, Event]]) -> None:
+        """The decisions' label and their CITES links to events and steps (each with its
+        task's key)."""
+        await self._write(cypher.DECISIONS, keys=[f"{key}#{d.seq}" for key, d in decisions])
         event_pairs, step_cites = [], []
-        for d in decisions:
+        for key, d in decisions:
             cites = d.cites or Citations()
             event_pairs += [[f"{key}#{d.seq}", f"{key}#{s}"] for s in cites.events]
             step_cites += [

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import LiteralString
 
+from agent_tasks.taskgraph.dialect import SHARED_NODES
+
 TIME_FIELDS = frozenset(
     {
         "time",
@@ -89,17 +91,19 @@ RETURN count(k) AS n
 """A key tree's puncture, written only if its nodes are still ``$was`` (compare-and-set)."""
 
 TASK: LiteralString = """
-OPTIONAL MATCH (gone:TaskTombstone {key: $key})
-OPTIONAL MATCH (old:Task {key: $key})
-WITH gone, old
-WHERE gone IS NULL AND (old IS NULL OR old.created_at IS NULL OR old.created_at = $created)
-MERGE (t:Task {key: $key})
-WITH t, coalesce(t.writes, -1) <= $t.writes AS newer
-FOREACH (_ IN CASE WHEN newer THEN [1] ELSE [] END | SET t += $t)
+UNWIND $tasks AS tk
+OPTIONAL MATCH (gone:TaskTombstone {key: tk.key})
+OPTIONAL MATCH (old:Task {key: tk.key})
+WITH tk, gone, old
+WHERE gone IS NULL AND (old IS NULL OR old.created_at IS NULL OR old.created_at = tk.created_at)
+MERGE (t:Task {key: tk.key})
+WITH t, tk, coalesce(t.writes, -1) <= tk.writes AS newer
+FOREACH (_ IN CASE WHEN newer THEN [1] ELSE [] END | SET t += tk)
 RETURN t.key AS key
 """
-"""A page's first statement: the task node, guarded (no tombstone, no other incarnation: no
-row back and nothing written), its properties set only when the view is not older."""
+"""A batch's first statement (``taskgraph.page_batches``: a page per task): each task node,
+guarded (no tombstone, no other incarnation: no row back for it and nothing written), its
+properties set only when the view is not older."""
 
 INCARNATION: LiteralString = """
 OPTIONAL MATCH (gone:TaskTombstone {key: $key})
@@ -108,9 +112,9 @@ RETURN gone IS NOT NULL AS deleted, old.created_at AS was
 """
 
 EVENTS: LiteralString = """
-MATCH (t:Task {key: $key})
 UNWIND $events AS ev
-MERGE (e:Event {key: $key + '#' + toString(ev.seq)})
+MATCH (t:Task {key: ev.task_key})
+MERGE (e:Event {key: t.key + '#' + toString(ev.seq)})
 WITH t, e, ev, e.kind IS NULL AS fresh, coalesce(e.redacted, false) AS kept
 FOREACH (_ IN CASE WHEN kept THEN [] ELSE [1] END | SET e += ev)
 SET e.task_key = t.key, e.project_id = t.project_id, e.task_name = t.name
@@ -119,8 +123,9 @@ MERGE (a:Agent {key: t.project_id + '/' + ev.author})
   ON CREATE SET a.project_id = t.project_id, a.agent_id = ev.author
 FOREACH (_ IN CASE WHEN fresh THEN [1] ELSE [] END | CREATE (e)-[:AUTHORED_BY]->(a))
 """
-"""The page's events (a redacted node keeps its redaction: module docstring), each linked
-to its author once, when its node is new or was a step result's placeholder."""
+"""The batch's events, each row naming its task (``task_key``; a redacted node keeps its
+redaction: module docstring), each linked to its author once, when its node is new or was a
+step result's placeholder."""
 
 NEXT: LiteralString = """
 UNWIND $pairs AS pair
@@ -130,9 +135,9 @@ MERGE (a)-[:NEXT]->(b)
 """
 
 STEPS: LiteralString = """
-MATCH (t:Task {key: $key})
 UNWIND $steps AS st
-MERGE (s:Step {key: $key + '/' + st.step_name})
+MATCH (t:Task {key: st.task_key})
+MERGE (s:Step {key: t.key + '/' + st.step_name})
 WITH t, s, st WHERE coalesce(s.changed_write, -1) <= st.changed_write
 SET s += st, s.task_key = t.key, s.project_id = t.project_id, s.task_name = t.name
 MERGE (t)-[:HAS_STEP]->(s)
@@ -141,12 +146,13 @@ OPTIONAL MATCH (s)-[old:RESULT]->(previous:Event)
   WHERE previous.seq <> st.result_event_seq OR st.result_event_seq IS NULL
 DELETE old
 WITH DISTINCT t, s, st WHERE st.result_event_seq IS NOT NULL
-MERGE (e:Event {key: $key + '#' + toString(st.result_event_seq)})
+MERGE (e:Event {key: t.key + '#' + toString(st.result_event_seq)})
   ON CREATE SET e.project_id = t.project_id, e.task_key = t.key,
                 e.task_name = t.name, e.seq = st.result_event_seq
 MERGE (s)-[:RESULT]->(e)
 """
-"""The page's steps, each only when not older than its node (``changed_write``)."""
+"""The batch's steps, each row naming its task (``task_key``), each only when not older than
+its node (``changed_write``)."""
 
 DECISIONS: LiteralString = """
 UNWIND $keys AS key
@@ -167,30 +173,22 @@ MERGE (d)-[r:CITES]->(x)
 SET r.state = c.state, r.attempt = c.attempt
 """
 
-SHARED: LiteralString = """
-MATCH (t:Task {key: $key})
-MERGE (p:Project {project_id: t.project_id})
-MERGE (p)-[:HAS_TASK]->(t)
-MERGE (a:Agent {key: t.project_id + '/' + t.agent_id})
-  ON CREATE SET a.project_id = t.project_id, a.agent_id = t.agent_id
-MERGE (t)-[:CREATED_BY]->(a)
-FOREACH (s IN CASE WHEN t.session_id IS NULL THEN [] ELSE [t.session_id] END |
-  MERGE (se:Session {key: t.project_id + '/' + s})
-    ON CREATE SET se.project_id = t.project_id, se.session_id = s
-  MERGE (t)-[:IN_SESSION]->(se))
-FOREACH (pk IN CASE WHEN $parent_key IS NULL THEN [] ELSE [$parent_key] END |
-  MERGE (pt:Task {key: pk}) ON CREATE SET pt.project_id = t.project_id, pt.name = t.parent
-  MERGE (t)-[:CHILD_OF]->(pt))
-FOREACH (bk IN CASE WHEN $branch_key IS NULL THEN [] ELSE [$branch_key] END |
-  MERGE (src:Task {key: bk}) ON CREATE SET src.project_id = t.project_id
-  MERGE (t)-[b:BRANCHED_FROM]->(src) SET b.seq = t.branched_at_seq)
-SET t.mirrored_seq = CASE WHEN coalesce(t.mirrored_seq, 0) < $watermark THEN $watermark
-                          ELSE t.mirrored_seq END,
-    t.mirrored_write = CASE WHEN coalesce(t.mirrored_write, 0) < coalesce($mirrored_write, 0)
-                            THEN $mirrored_write ELSE t.mirrored_write END
+SHARED: LiteralString = (
+    """
+UNWIND $pages AS pg
+MATCH (t:Task {key: pg.key})
 """
-"""The page's last statement: the nodes the project's tasks share, then the task's
-watermarks (never lowered), so a page cut short is never reported as held."""
+    + SHARED_NODES
+    + """
+SET t.mirrored_seq = CASE WHEN coalesce(t.mirrored_seq, 0) < pg.watermark THEN pg.watermark
+                          ELSE t.mirrored_seq END,
+    t.mirrored_write = CASE WHEN coalesce(t.mirrored_write, 0) < coalesce(pg.mirrored_write, 0)
+                            THEN pg.mirrored_write ELSE t.mirrored_write END
+"""
+)
+"""The batch's last statement, per page (a row of ``$pages``): the nodes the project's tasks
+share (``SHARED_NODES``, as Neo4j's), then the task's watermarks (never lowered), so a page cut
+short is never reported as held."""
 
 REDACT: LiteralString = """
 MATCH (t:Task {key: $key, project_id: $p})

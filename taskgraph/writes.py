@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
-from typing import LiteralString
+from typing import Any, LiteralString
 
 from neo4j import AsyncManagedTransaction, AsyncTransaction
 
@@ -25,10 +25,12 @@ from agent_tasks.contract import (
     TaskView,
     task_workflow_id,
 )
+from agent_tasks.taskgraph.dialect import SHARED_NODES
 from agent_tasks.taskgraph.driver import bounded
 from agent_tasks.taskgraph.errors import TaskIncarnationError
 from agent_tasks.taskgraph.keys import KEY_READS, KeyLookup
 from agent_tasks.taskgraph.models import utc
+from agent_tasks.taskgraph.page_batches import PageBatches, PageWrite, check_batch
 from agent_tasks.taskgraph.properties import event_properties, step_properties, task_properties
 from agent_tasks.taskgraph.schema import GraphSchema
 from agent_tasks.taskgraph.sealing import unseal
@@ -40,31 +42,36 @@ WIPE_BATCH = 10_000
 
 _TASK: LiteralString = (
     """
-MERGE (t:Task {key: $t.key})
-WITH t, t.created_at AS was, coalesce(t.writes, -1) <= $t.writes AS newer
-SET t.writes = CASE WHEN newer THEN $t.writes ELSE t.writes END
-FOREACH (_ IN CASE WHEN newer THEN [1] ELSE [] END | SET t += $t)
-WITH was
-OPTIONAL MATCH (gone:TaskTombstone {key: $t.key})
-WITH was, gone IS NOT NULL AS deleted
+UNWIND $tasks AS tk
+MERGE (t:Task {key: tk.key})
+WITH tk, t, t.created_at AS was, coalesce(t.writes, -1) <= tk.writes AS newer
+SET t.writes = CASE WHEN newer THEN tk.writes ELSE t.writes END
+FOREACH (_ IN CASE WHEN newer THEN [1] ELSE [] END | SET t += tk)
+WITH tk, was
+OPTIONAL MATCH (gone:TaskTombstone {key: tk.key})
+WITH collect({key: tk.key, was: was, deleted: gone IS NOT NULL}) AS placed
 """
     + KEY_READS
-    + "RETURN was, deleted, trees, singles"
+    + "RETURN placed, trees, singles"
 )
-"""The first statement of a mirror write: the task node, locked by its first SET (and
-nothing shared: see ``_PAGE``), its properties set only when the view is not older than the
-node (``writes``, the view's write counter, is its version: a late, retried or cancelled
-mirror attempt never undoes a newer one); returns the ``created_at`` the node had before
-(``was``, null for a new node) and whether the task's id has a tombstone (``deleted``), so
-the write can refuse a node that is not its task's before anything else is written; and, the
-node locked, the keys of the page's sealed events (``KEY_READS``: one round trip for both,
-where a separate read of the keys was a third statement: a one-event sealed page 9.0 -> 7.2 ms
-p50, ``bench/RESULTS-issue-22.md``)."""
+"""The first statement of a batch of mirror pages (``taskgraph.page_batches``: one project,
+a page per task, in key order so that two batches lock their tasks in one order): each task
+node, locked by its first SET (and nothing shared: see ``_PAGE``), its properties set only
+when the view is not older than the node (``writes``, the view's write counter, is its
+version: a late, retried or cancelled mirror attempt never undoes a newer one); returns for
+each task (``placed``) the ``created_at`` its node had before (``was``, null for a new node)
+and whether the task's id has a tombstone (``deleted``), so the write can refuse a node that
+is not its task's before anything else is written; and, the nodes locked, the keys of the
+pages' sealed events (``KEY_READS``: one round trip for both, where a separate read of the
+keys was a third statement: a one-event sealed page 9.0 -> 7.2 ms p50,
+``bench/RESULTS-issue-22.md``)."""
 
-_PAGE: LiteralString = """
-MATCH (t:Task {key: $key})
-CALL (t) {
-  UNWIND $events AS ev
+_PAGE: LiteralString = (
+    """
+UNWIND $pages AS pg
+MATCH (t:Task {key: pg.key})
+CALL (t, pg) {
+  UNWIND pg.events AS ev
   MERGE (e:Event {key: t.key + '#' + toString(ev.seq)})
   WITH t, e, ev, e.kind IS NULL AS fresh
   SET e += ev, e.time = datetime({epochSeconds: ev.time[0], nanosecond: ev.time[1]}),
@@ -72,19 +79,19 @@ CALL (t) {
   MERGE (t)-[:HAS_EVENT]->(e)
   RETURN collect(CASE WHEN fresh THEN ev.seq END) AS fresh
 }
-CALL (t) {
-  UNWIND $events AS ev
+CALL (t, pg) {
+  UNWIND pg.events AS ev
   MATCH (a:Event {key: t.key + '#' + toString(ev.seq - 1)})
   MATCH (b:Event {key: t.key + '#' + toString(ev.seq)})
   MERGE (a)-[:NEXT]->(b)
 }
-SET t.mirrored_seq = CASE WHEN coalesce(t.mirrored_seq, 0) < $watermark THEN $watermark
+SET t.mirrored_seq = CASE WHEN coalesce(t.mirrored_seq, 0) < pg.watermark THEN pg.watermark
                           ELSE t.mirrored_seq END,
-    t.mirrored_write = CASE WHEN coalesce(t.mirrored_write, 0) < coalesce($mirrored_write, 0)
-                            THEN $mirrored_write ELSE t.mirrored_write END
-WITH t, fresh
-CALL (t) {
-  UNWIND $steps AS st
+    t.mirrored_write = CASE WHEN coalesce(t.mirrored_write, 0) < coalesce(pg.mirrored_write, 0)
+                            THEN pg.mirrored_write ELSE t.mirrored_write END
+WITH t, pg, fresh
+CALL (t, pg) {
+  UNWIND pg.steps AS st
   MERGE (s:Step {key: t.key + '/' + st.step_name})
   WITH t, s, st WHERE coalesce(s.changed_write, -1) <= st.changed_write
   SET s += st,
@@ -101,8 +108,8 @@ CALL (t) {
                   e.task_name = t.name, e.seq = st.result_event_seq
   MERGE (s)-[:RESULT]->(e)
 }
-CALL (t) {
-  UNWIND $decisions AS d
+CALL (t, pg) {
+  UNWIND pg.decisions AS d
   MATCH (e:Event {key: t.key + '#' + toString(d.seq)})
   SET e:Decision
   WITH t, e, d
@@ -118,25 +125,11 @@ CALL (t) {
     SET r.state = st.state, r.attempt = st.attempt
   }
 }
-CALL (t) {
-  MERGE (p:Project {project_id: t.project_id})
-  MERGE (p)-[:HAS_TASK]->(t)
-  MERGE (a:Agent {key: t.project_id + '/' + t.agent_id})
-    ON CREATE SET a.project_id = t.project_id, a.agent_id = t.agent_id
-  MERGE (t)-[:CREATED_BY]->(a)
-  FOREACH (s IN CASE WHEN t.session_id IS NULL THEN [] ELSE [t.session_id] END |
-    MERGE (se:Session {key: t.project_id + '/' + s})
-      ON CREATE SET se.project_id = t.project_id, se.session_id = s
-    MERGE (t)-[:IN_SESSION]->(se))
-  FOREACH (pk IN CASE WHEN $parent_key IS NULL THEN [] ELSE [$parent_key] END |
-    MERGE (pt:Task {key: pk}) ON CREATE SET pt.project_id = t.project_id, pt.name = t.parent
-    MERGE (t)-[:CHILD_OF]->(pt))
-  FOREACH (bk IN CASE WHEN $branch_key IS NULL THEN [] ELSE [$branch_key] END |
-    MERGE (src:Task {key: bk}) ON CREATE SET src.project_id = t.project_id
-    MERGE (t)-[b:BRANCHED_FROM]->(src) SET b.seq = t.branched_at_seq)
-}
-CALL (t, fresh) {
-  UNWIND $events AS ev
+CALL (t, pg) {"""
+    + SHARED_NODES
+    + """}
+CALL (t, pg, fresh) {
+  UNWIND pg.events AS ev
   WITH t, ev WHERE ev.seq IN fresh
   MATCH (e:Event {key: t.key + '#' + toString(ev.seq)})
   MERGE (a:Agent {key: t.project_id + '/' + ev.author})
@@ -144,84 +137,90 @@ CALL (t, fresh) {
   CREATE (e)-[:AUTHORED_BY]->(a)
 }
 """
-"""The rest of a mirror page in one statement (one round trip): the events with their NEXT
-links; the task's mirror watermarks (``mirrored_seq``, and on a copy's last page
-``mirrored_write``, the write counter up to which Neo4j holds every write; never lowered); the
-steps with their
-RESULT links, each only when not older than its node (``changed_write``, the write that last
-changed the step, is its version); the decisions' labels and CITES links; then the nodes every
-task of a project shares (its project, its agents, a session, a parent) with the task's and
-the events' relationships to them. Each part is a unit subquery over the one task row, run in
-this order, so the NEXT links see the events merged before them, a step's result event is
-merged (as a placeholder) when not written yet, and a decision cites the steps as merged. The
-shared nodes come last because a new relationship locks both its nodes until the transaction
-commits: taken first, the project's and agent's locks were held through the whole page, and
-the mirrors of 16 tasks importing at once on a loaded machine queued on them past the
-transaction timeout (6 of 16 first pages at load 7). An event's ``AUTHORED_BY`` link to its
-agent, the node every event of an agent shares, is created (``CREATE``) only with the event's
-node (one that had no ``kind``: new, or a step result's placeholder), where a ``MERGE`` that
-finds no link locks both nodes to make one: creating a relationship does not lock a dense
-node exclusively (Neo4j's locks for dense nodes), so the pages of concurrent tasks no longer
-queue on their agent (``python -m bench.bench_graph_write --writers 16``, in
-``bench/RESULTS-issue-22.md``: the slowest page 1.1-1.7 s with MERGE, 0.55-1.1 s with CREATE). Event
-and step times arrive as ``epoch`` pairs and are set as datetimes in the same SET."""
+)
+"""The rest of a batch of mirror pages in one statement (one round trip), for each page (a row
+of ``$pages``, its task's node matched): the events with their NEXT links; the task's mirror
+watermarks (``mirrored_seq``, and on a copy's last page ``mirrored_write``, the write counter
+up to which Neo4j holds every write; never lowered); the steps with their RESULT links, each
+only when not older than its node (``changed_write``, the write that last changed the step,
+is its version); the decisions' labels and CITES links; then the nodes every task of a
+project shares (``SHARED_NODES``: its project, its agents, a session, a parent) with the
+task's and the events' relationships to them. Each part is a unit subquery over the page's
+row, run in this order, so the NEXT links see the events merged before them, a step's result
+event is merged (as a placeholder) when not written yet, and a decision cites the steps as
+merged. The shared nodes come last because a new relationship locks both its nodes until the
+transaction commits: taken first, the project's and agent's locks were held through the
+whole page, and the mirrors of 16 tasks importing at once on a loaded machine queued on them
+past the transaction timeout (6 of 16 first pages at load 7). An event's ``AUTHORED_BY`` link
+to its agent, the node every event of an agent shares, is created (``CREATE``) only with the
+event's node (one that had no ``kind``: new, or a step result's placeholder), where a
+``MERGE`` that finds no link locks both nodes to make one: creating a relationship does not
+lock a dense node exclusively (Neo4j's locks for dense nodes), so the pages of concurrent
+tasks no longer queue on their agent (``python -m bench.bench_graph_write --writers 16``, in
+``bench/RESULTS-issue-22.md``: the slowest page 1.1-1.7 s with MERGE, 0.55-1.1 s with
+CREATE). Event and step times arrive as ``epoch`` pairs and are set as datetimes in the same
+SET."""
 
 
 Transaction = AsyncManagedTransaction | AsyncTransaction
 
 
-def _page_writer(
-    view: TaskView,
-    events: Sequence[Event],
-    steps: Sequence[StepView],
-    *,
-    mark: str | None,
-    mirrored_write: int | None,
-) -> Callable[[Transaction], Awaitable[None]]:
-    """The transaction function of one mirror page (``MirrorWrites.write_task``)."""
-    props = task_properties(view)
+def _page_row(page: PageWrite) -> dict[str, Any]:
+    """A page's row of ``_PAGE`` but its events (opened with their keys in the transaction)."""
+    view = page.view
     parent_key = None
     if view.parent is not None:
         parent_key = task_workflow_id(view.project_id, view.parent)
     branch_key = None
     if view.branched_from is not None:
         branch_key = task_workflow_id(view.project_id, view.branched_from.task)
-    stamp = {} if mark is None else {"rebuild": mark}
-    seqs = [e.seq for e in events]
-    step_rows = [step_properties(s) | stamp for s in steps]
-    decisions = [
-        {"seq": e.seq, **(e.cites or Citations()).model_dump(mode="json")}
-        for e in events
-        if e.kind is EventKind.DECISION
-    ]
-    watermark = max(seqs, default=0)
-    lookup = KeyLookup(e.key_id for e in events if e.sealed is not None and e.key_id is not None)
+    stamp = {} if page.mark is None else {"rebuild": page.mark}
+    return {
+        "key": view.workflow_id,
+        "parent_key": parent_key,
+        "branch_key": branch_key,
+        "watermark": max((e.seq for e in page.events), default=0),
+        "mirrored_write": page.mirrored_write,
+        "steps": [step_properties(s) | stamp for s in page.steps],
+        "decisions": [
+            {"seq": e.seq, **(e.cites or Citations()).model_dump(mode="json")}
+            for e in page.events
+            if e.kind is EventKind.DECISION
+        ],
+    }
+
+
+def _batch_writer(batch: Sequence[PageWrite]) -> Callable[[Transaction], Awaitable[None]]:
+    """The transaction function of a batch of mirror pages (``MirrorWrites.write_task``; one
+    project, a page per task: ``taskgraph.page_batches``)."""
+    pages = sorted(batch, key=lambda page: page.view.workflow_id)
+    project = pages[0].view.project_id
+    tasks = [task_properties(page.view) for page in pages]
+    rows = [_page_row(page) for page in pages]
+    lookup = KeyLookup(
+        e.key_id
+        for page in pages
+        for e in page.events
+        if e.sealed is not None and e.key_id is not None
+    )
 
     async def work(tx: Transaction) -> None:
-        result = await tx.run(_TASK, lookup.parameters(), t=props, p=view.project_id)
+        result = await tx.run(_TASK, lookup.parameters(), tasks=tasks, p=project)
         record = await result.single(strict=True)
-        was = record["was"]
-        if record["deleted"] or (was is not None and was.to_native() != props["created_at"]):
-            raise TaskIncarnationError(
-                f"task {view.workflow_id}: "
-                + ("the task was deleted" if record["deleted"] else f"created at {was}")
-                + f"; this task was created at {view.created_at.isoformat()}. Neo4j keeps "
-                "the earlier one (its name stays taken) and takes nothing of this one"
-            )
+        for page, props, placed in zip(pages, tasks, record["placed"], strict=True):
+            was = placed["was"]
+            if placed["deleted"] or (was is not None and was.to_native() != props["created_at"]):
+                raise TaskIncarnationError(
+                    f"task {page.view.workflow_id}: "
+                    + ("the task was deleted" if placed["deleted"] else f"created at {was}")
+                    + f"; this task was created at {page.view.created_at.isoformat()}. Neo4j "
+                    "keeps the earlier one (its name stays taken) and takes nothing of this one"
+                )
         keys = lookup.keys(record["trees"], record["singles"])
-        await (
-            await tx.run(
-                _PAGE,
-                key=view.workflow_id,
-                parent_key=parent_key,
-                branch_key=branch_key,
-                events=[event_properties(e) | stamp for e in unseal(events, keys)],
-                watermark=watermark,
-                mirrored_write=mirrored_write,
-                steps=step_rows,
-                decisions=decisions,
-            )
-        ).consume()
+        for page, row in zip(pages, rows, strict=True):
+            stamp = {} if page.mark is None else {"rebuild": page.mark}
+            row["events"] = [event_properties(e) | stamp for e in unseal(page.events, keys)]
+        await (await tx.run(_PAGE, pages=rows)).consume()
 
     return work
 
@@ -313,9 +312,11 @@ class MirrorWrites(GraphSchema):
         mirrored_write: int | None = None,
     ) -> None:
         """Merge the task node, ``events`` (with their NEXT links, decisions with their
-        citations) and ``steps`` in one transaction of two statements (``_TASK``, which
-        also reads the keys of sealed events, then ``_PAGE``), at most
-        ``max_writes`` of them at once per graph object. Idempotent: repeating it changes
+        citations) and ``steps``, in one transaction of two statements (``_TASK``, which
+        also reads the keys of sealed events, then ``_PAGE``) with the pages of other tasks
+        of the project that wait meanwhile (``taskgraph.page_batches``; a batch that fails
+        is written again page by page, so this page's error is its own), at most
+        ``max_writes`` transactions at once per graph object. Idempotent: repeating it changes
         nothing.
         ``mark`` (a rebuild's id) is stamped on the event and step nodes as property
         ``rebuild`` (``drop_unmarked``). ``mirrored_write`` (the last page of a copy that
@@ -331,13 +332,31 @@ class MirrorWrites(GraphSchema):
                 workflow id, or the id was deleted (nothing is written).
             GraphIncomplete: a sealed event's key is not in the key store.
         """
-        work = _page_writer(view, events, steps, mark=mark, mirrored_write=mirrored_write)
         await self.ensure_ready()
-        async with self._writes:
-            seqs = [e.seq for e in events]
-            with write_span(self.tracer, self.kind, self.database, view, seqs, len(steps)):
-                async with self._session() as session:
-                    await session.execute_write(bounded(work))
+        if self._batches is None:
+            self._batches = PageBatches(self.write_pages)
+        page = PageWrite(view, events, steps, mark, mirrored_write)
+        seqs = [e.seq for e in events]
+        with write_span(self.tracer, self.kind, self.database, view, seqs, len(steps)):
+            await self._batches.write(page)
+
+    _batches: PageBatches | None = None
+    """The line of this object's mirror pages (made at the first write, in its event loop)."""
+
+    async def write_pages(self, pages: Sequence[PageWrite]) -> None:
+        """Write ``pages`` (of one project, a page per task: ``taskgraph.page_batches``) in
+        one managed transaction (``_TASK``, then ``_PAGE``), all or nothing; ``write_task``
+        sends its pages through here.
+
+        Raises:
+            TaskIncarnationError: a page's task node belongs to another task of its workflow
+                id, or the id was deleted (nothing of the batch is written).
+            GraphIncomplete: a sealed event's key is not in the key store.
+            ValueError: pages of two projects, or two pages of one task.
+        """
+        check_batch(pages)
+        async with self._writes, self._session() as session:
+            await session.execute_write(bounded(_batch_writer(pages)))
 
     async def ensure_ready(self) -> None:
         """Ready this graph object for the mirror's writes, once, however many first writes
@@ -358,7 +377,7 @@ class MirrorWrites(GraphSchema):
             if self._warm:
                 return
             view, events = warm_up_page()
-            work = _page_writer(view, events, [], mark=None, mirrored_write=None)
+            work = _batch_writer([PageWrite(view, events, [])])
             async with self._session() as session, await session.begin_transaction() as tx:
                 await work(tx)
                 await tx.rollback()
