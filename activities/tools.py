@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
@@ -35,7 +36,7 @@ from agent_tasks.activities.heartbeat import CANCEL_BEAT_S, heartbeating
 from agent_tasks.contract import Event, StepsQuery, ToolInput, ToolOutput, bound_text
 from agent_tasks.contract.errors import failure_text
 from agent_tasks.tasklog.reader import QUERY_TIMEOUT, TaskReader
-from agent_tasks.workflows.agents.approvals import APPROVAL_ACTIVITY, ApprovalCheck
+from agent_tasks.workflows.agents.approvals import APPROVAL_ACTIVITY, ApprovalCheck, call_digest
 from agent_tasks.workflows.agents.registry import (
     TOOL_ACTIVITY_PREFIX,
     TOOL_ARGUMENTS_INVALID,
@@ -133,6 +134,8 @@ def tool(
     max_attempts: int = 3,
     approval: Approval = False,
     approval_description: Description = "",
+    approval_expires_after: timedelta | None = None,
+    approvers: int = 1,
 ) -> Callable[[ToolFunction], Tool]:
     """Make a function a tool (decorator); pass it to ``build_worker(tools=...)``.
 
@@ -150,6 +153,10 @@ def tool(
             history: ``workflows.agents.approvals``).
         approval_description: Markdown the person reads (default: ``description``), or a
             function of the arguments that makes it.
+        approval_expires_after: how long an approval request stays open; then it closes
+            ``expired``, the call does not run and the model reads why. None: no expiry.
+        approvers: distinct people who accept a call before it runs (1 to 10); each accept
+            is a decision by its author.
     """
 
     def make(function: ToolFunction) -> Tool:
@@ -162,6 +169,10 @@ def tool(
             heartbeat_s=heartbeat_s,
             max_attempts=max_attempts,
             approval=approval is not False,
+            approval_expires_s=None
+            if approval_expires_after is None
+            else approval_expires_after.total_seconds(),
+            approvers=approvers,
         )
         return Tool(spec, arguments, function, approval, approval_description)
 
@@ -258,17 +269,21 @@ class ToolActivities:
     @activity.defn(name=APPROVAL_ACTIVITY)
     async def tool_approval(self, input: ToolInput) -> ApprovalCheck:
         """The approval check of the call recorded as ``call_seq`` (``Tool.check``), for a
-        tool this worker runs; the history records the answer, so the workflow's decision
-        replays as it was made."""
+        tool this worker runs, with the call's digest (``call_digest``); the history records
+        the answer, so the workflow's decision replays as it was made."""
         call = await self._event(input)
         if input.mcp is not None:  # an MCP server's tool: its server's rule asked for this
             server = input.mcp.server
             description = f"`{input.mcp.tool}` of the MCP server `{server.name}`"
-            return ApprovalCheck(needed=True, description=description)
-        found = next((t for t in self.tools if t.spec.name == call.name), None)
-        if found is None:
-            return ApprovalCheck(error=f"no tool {call.name!r} on this worker")
-        return found.check(call.payload)
+            check = ApprovalCheck(needed=True, description=description)
+        else:
+            found = next((t for t in self.tools if t.spec.name == call.name), None)
+            if found is None:
+                return ApprovalCheck(error=f"no tool {call.name!r} on this worker")
+            check = found.check(call.payload)
+        # the call a person is shown, bound to its key (workflows.agents.approvals.call_digest)
+        check.digest = call_digest(call.name or "", call.payload, input.idempotency_key)
+        return check
 
     @activity.defn(name=READ_EVENT_ACTIVITY)
     async def read_event(self, input: ToolInput) -> ToolOutput:

@@ -71,6 +71,12 @@ class ErrorCode(StrEnum):
     INPUT_CLOSED = "input_closed"
     """``respond``: the request named was closed without an answer it can take (it timed out,
     or its task ended); the message says which."""
+    APPROVAL_STALE = "approval_stale"
+    """``respond``: the answer approves a call other than the one the request asks about (its
+    ``digest`` is not the request's: the call changed since the person was shown it)."""
+    APPROVER_REPEATED = "approver_repeated"
+    """``respond``: the answer's author accepted this call already; a call that needs more
+    than one approver runs after that many distinct people accepted it."""
     PARENT_NOT_FOUND = "parent_not_found"
     """``create_task``: the parent named does not exist in this project."""
     NOT_RESUMABLE = "not_resumable"

@@ -70,6 +70,15 @@ class ApprovalAsk(BaseModel):
     next attempt); an edited call runs with it too."""
     description: Annotated[StrictStr, Field(max_length=APPROVAL_DESCRIPTION_CHARS)] = ""
     """Markdown for the person (the tool's ``approval_description``, or its description)."""
+    digest: str | None = Field(default=None, exclude_if=lambda value: value is None)
+    """SHA-256 hex of the exact call asked about (``workflows.agents.approvals.call_digest``:
+    the tool, the arguments and the key as canonical JSON): an answer that names another is
+    refused ``approval_stale``. None in requests asked before it (added later)."""
+    approvers: int = Field(default=1, ge=1, exclude_if=lambda value: value == 1)
+    """How many distinct people accept the call before it runs (the tool's ``approvers``)."""
+    approved_by: list[ShortText] = Field(default_factory=list, exclude_if=lambda value: not value)
+    """Who accepted it so far (the authors of earlier requests' accepts): none of them may
+    accept again (``approver_repeated``)."""
 
 
 ApprovalType = Literal["accept", "edit", "answer", "ignore"]
@@ -88,6 +97,9 @@ class ApprovalChoice(BaseModel):
     text: StrictStr | None = None
     """``answer``: the tool's result for the model; ``ignore``: why it was not run (optional,
     for the model)."""
+    digest: str | None = Field(default=None, exclude_if=lambda value: value is None)
+    """The digest of the call the person was shown (``ApprovalAsk.digest``): the task refuses
+    the answer (``approval_stale``) when it is not the request's."""
 
 
 class InputRequest(BaseModel):

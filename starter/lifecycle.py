@@ -330,19 +330,39 @@ class TaskLifecycle(TaskWrites):
         *,
         arguments: Mapping[str, JsonValue] | None = None,
         text: str | None = None,
+        digest: str | None = None,
         request_id: str | None = None,
     ) -> WriteResult:
         """Answer the approval request ``input_id`` of a tool call (``respond`` with an
         ``ApprovalChoice``; ``workflows.agents.approvals`` says what each choice does):
         ``accept``, ``edit`` with ``arguments`` (checked against the tool's argument model's
         JSON Schema on arrival: ``input_invalid`` names the field), ``answer`` with ``text``
-        (the tool's result for the model) or ``ignore``.
+        (the tool's result for the model) or ``ignore``. The decision's author is this
+        client's ``agent_id``.
+
+        ``digest`` is the digest of the call the person was shown (``ApprovalAsk.digest``, in
+        full or its first 12 or more characters): the task refuses the answer
+        (``approval_stale``) when the request now asks about another call. None: the digest of
+        the call the request asks about when this reads it (for code that decides on what it
+        reads itself).
 
         Raises:
             pydantic.ValidationError: a choice of the wrong shape; nothing is sent.
         """
+        request = None
+        found = (await self.get_task(task)).view
+        if found is not None:
+            request = next((r for r in found.pending_inputs if r.input_id == input_id), None)
+        asked = None if request is None or request.approval is None else request.approval.digest
+        if asked is not None and (
+            digest is None or (len(digest) >= 12 and asked.startswith(digest))
+        ):
+            digest = asked  # the call shown is the call asked about
         answer = ApprovalChoice(
-            type=choice, arguments=None if arguments is None else dict(arguments), text=text
+            type=choice,
+            arguments=None if arguments is None else dict(arguments),
+            text=text,
+            digest=digest,
         )
         dumped: JsonValue = answer.model_dump(mode="json", exclude_none=True)
         return await self.respond(task, dumped, input_id=input_id, request_id=request_id)

@@ -6,6 +6,7 @@ sees from outside what ran, under which key, with which arguments."""
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +85,36 @@ async def pay_broken(args: Payment, context: ToolContext) -> str:
     return "never"
 
 
-APPROVAL_TOOLS: list[Tool] = [send_mail, pay, pay_broken]
+@tool(
+    "wire",
+    arguments=Payment,
+    idempotent=False,
+    description="Wire an amount.",
+    approval=True,
+    approvers=2,
+    approval_expires_after=timedelta(hours=1),
+)
+async def wire(args: Payment, context: ToolContext) -> str:
+    """Runs once two distinct people accepted it, within an hour."""
+    _effect(args.log, context, f"wire {args.amount}")
+    return f"wired {args.amount}"
+
+
+@tool(
+    "page_oncall",
+    arguments=Mail,
+    idempotent=False,
+    description="Page the on-call person.",
+    approval=True,
+    approval_expires_after=timedelta(seconds=2),
+)
+async def page_oncall(args: Mail, context: ToolContext) -> str:
+    """Asks first; the request expires after 2 s."""
+    _effect(args.log, context, f"page {args.to}")
+    return f"paged {args.to}"
+
+
+APPROVAL_TOOLS: list[Tool] = [send_mail, pay, pay_broken, wire, page_oncall]
 
 
 def call_then_report(transcript: Any) -> ModelTurn:

@@ -40,6 +40,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequen
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import temporalio
 from temporalio.api.enums.v1 import EventType
@@ -1191,6 +1192,70 @@ async def ignore_reason_scenario(stack: Stack) -> Captured:
     return {"approval_ignore_reason": await fetch(history, "ignored")}
 
 
+async def approval_bound_scenario(stack: Stack) -> Captured:
+    """The ``approval-bound-to-call`` patch: one model turn of two calls, run one after the
+    other: a ``wire`` (two approvers, an hour's expiry) accepted by ann, a stale accept by bob
+    refused (nothing in the history), then bob's accept with the digest; then a
+    ``page_oncall`` whose request expires after 2 s unanswered; then the model's answer."""
+    import tempfile
+
+    from tests.approval_tools import (
+        APPROVAL_SCRIPTS,
+        APPROVAL_TOOLS,
+        approval_spec,
+        effects,
+        goal,
+    )
+
+    queue = f"capture-bound-{uuid.uuid4().hex[:8]}"
+    history = stack.history("bound")
+    history.task_queue = queue
+
+    def person(name: str) -> ConversationHistory:
+        return ConversationHistory(
+            stack.client,
+            project_id=history.project_id,
+            agent_id=name,
+            task_queue=queue,
+            graph=stack.graph,
+        )
+
+    with tempfile.TemporaryDirectory() as folder:
+        log = str(Path(folder) / "effects.log")
+        page = {"log": log, "to": "oncall@example.com", "subject": "disk full"}
+        calls: list[tuple[str, dict[str, Any]]] = [
+            ("wire", {"log": log, "amount": 500}),
+            ("page_oncall", page),
+        ]
+        async with build_worker(
+            stack.client, stack.graph, queue, tools=APPROVAL_TOOLS, scripts=APPROVAL_SCRIPTS
+        ):
+            expect(await history.create_task("bound", goal(*calls), agent=approval_spec()))
+            await quiet_until_asked(history, "bound")
+            view = (await history.get_task("bound")).view
+            assert view is not None
+            (first,) = view.pending_inputs
+            expect(await person("ann").approve("bound", first.input_id, "accept"))
+            second = f"{first.input_id}-2"
+
+            async def asked_again() -> bool:
+                found = (await history.get_task("bound")).view
+                return found is not None and any(r.input_id == second for r in found.pending_inputs)
+
+            await quiet(
+                history.client.get_workflow_handle(history.workflow_id("bound")), asked_again
+            )
+            stale = await person("bob").approve("bound", second, "accept", digest="0" * 64)
+            expect(stale, error=ErrorCode.APPROVAL_STALE)
+            expect(await person("bob").approve("bound", second, "accept"))
+            final = await history.wait_task("bound")
+            if final is None or final.result is None or "expired" not in final.result.text:
+                raise CaptureError(f"the page call should have expired: {final!r}")
+            if sum(" wire 500" in line for line in effects(Path(log))) != 1:
+                raise CaptureError("the wire should have run once")
+    return {"approval_bound": await fetch(history, "bound")}
+
+
 async def quiet_until_asked(history: ConversationHistory, task: str) -> None:
     """Wait until ``task`` has an open approval request and its workflow is quiet."""
     handle = history.client.get_workflow_handle(history.workflow_id(task))
@@ -1445,6 +1510,11 @@ SCENARIOS: dict[str, Scenario] = {
         approvals_scenario,
         ("approval_choices",),
         "approval before a tool runs: accept, edit, unasked by predicate, answer, ignore",
+    ),
+    "approval_bound": Scenario(
+        approval_bound_scenario,
+        ("approval_bound",),
+        "an approval bound to its call: two approvers, a stale accept, an expiry",
     ),
     "ignore_reason": Scenario(
         ignore_reason_scenario,

@@ -100,14 +100,17 @@ def open_input(
     return request
 
 
-def close_input(book: Book, input_id: str, default_json: str | None, now: datetime) -> None:
+def close_input(
+    book: Book, input_id: str, default_json: str | None, now: datetime, reason: str = "timed out"
+) -> None:
     """Close an open request whose deadline passed: an ``error`` event named
     ``input_timeout``; with a default (``default_json``, the default as JSON text) also the
     request's ``input_response`` event holding it, so the request counts as answered (an
     ``ask`` repeated after a checkpoint returns the default without waiting again). An
-    answer to it that comes later is late (``take_answer``, ``check_respond``)."""
+    answer to it that comes later is late (``take_answer``, ``check_respond``), its refusal
+    saying ``reason`` (``expired`` for an approval's expiry)."""
     book.state.inputs = [r for r in book.state.inputs if r.input_id != input_id]
-    book.state.closed_inputs[input_id] = "timed out"
+    book.state.closed_inputs[input_id] = reason
     events = [EventInput(kind=EventKind.ERROR, name="input_timeout", payload=input_id)]
     if default_json is not None:
         events.append(
@@ -216,6 +219,9 @@ def check_respond(book: Book, answer: InputAnswer) -> InputRequest:
     error = answer_error(request.json_schema, answer.answer)
     if error is not None:
         raise refusal(ErrorCode.INPUT_INVALID, error)
+    bound = approval_error(request, answer)
+    if bound is not None:
+        raise refusal(*bound)
     return request
 
 
@@ -225,8 +231,35 @@ def respond(book: Book, answer: InputAnswer, now: datetime) -> WriteOutcome:
     return _answer(book, answer, request, now)
 
 
+def approval_error(request: InputRequest, answer: InputAnswer) -> tuple[ErrorCode, str] | None:
+    """Why an answer that satisfies its request's schema cannot decide an approval request,
+    or None: it names a digest other than the request's call's (``approval_stale``: the call
+    changed since the person was shown it), or its author accepted this call already
+    (``approver_repeated``). Requests asked before digests (no ``digest``) take any."""
+    ask = request.approval
+    if ask is None or ask.digest is None or not isinstance(answer.answer, dict):
+        return None
+    digest = answer.answer.get("digest")
+    if digest != ask.digest:
+        return (
+            ErrorCode.APPROVAL_STALE,
+            f"the answer approves the call {str(digest)[:12]}, but {request.input_id!r} asks "
+            f"about the call {ask.digest[:12]} ({ask.tool}): the call changed since it was "
+            "shown; read the request again",
+        )
+    if answer.answer.get("type") == "accept" and answer.agent_id in ask.approved_by:
+        return (
+            ErrorCode.APPROVER_REPEATED,
+            f"{answer.agent_id!r} accepted this call already; it needs {ask.approvers} "
+            f"distinct approvers (so far: {', '.join(ask.approved_by)})",
+        )
+    return None
+
+
 def _decide(book: Book, answer: InputAnswer, request: InputRequest, now: datetime) -> None:
     error = answer_error(request.json_schema, answer.answer)
+    if error is None and (bound := approval_error(request, answer)) is not None:
+        error = f"{bound[0].value}: {bound[1]}"
     if error is None:
         _answer(book, answer, request, now)
     else:

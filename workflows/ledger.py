@@ -384,9 +384,11 @@ class Ledger:
         """Open an input request (``workflows.inbox.open_input``)."""
         return inbox.open_input(self, input_id, prompt, schema, deadline, now, approval=approval)
 
-    def close_input(self, input_id: str, default_json: str | None, now: datetime) -> None:
+    def close_input(
+        self, input_id: str, default_json: str | None, now: datetime, reason: str = "timed out"
+    ) -> None:
         """Close a request whose deadline passed (``workflows.inbox.close_input``)."""
-        inbox.close_input(self, input_id, default_json, now)
+        inbox.close_input(self, input_id, default_json, now, reason)
 
     def take_answer(self, answer: InputAnswer, now: datetime, *, bound: bool = True) -> None:
         """An answer by signal, never refused (``workflows.inbox.take_answer``)."""

@@ -156,6 +156,13 @@ steps' recorded results and those questions' answers instead of running and aski
 Branches recorded before it started with no steps and no answers."""
 
 
+APPROVAL_BOUND = "approval-bound-to-call"
+"""Patch id: an approval request names the digest of the exact call (``ApprovalAsk.digest``;
+an answer naming another is refused ``approval_stale``), closes as ``expired`` when the
+tool's ``approval_expires_s`` passes first (a workflow timer; the step fails and the model
+reads it), and a tool with ``approvers`` over 1 asks again until that many distinct people
+accepted. Requests asked before it carry none of these and are decided by one answer."""
+
 PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
     {
         MIRROR_WITHOUT_DEBOUNCE: Patch(
@@ -168,6 +175,7 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
                 "answers_bound.json",
                 "app_lifecycle.json",
                 "app_lifecycle_child.json",
+                "approval_bound.json",
                 "approval_choices.json",
                 "approval_ignore_reason.json",
                 "backlog_run1.json",
@@ -225,6 +233,7 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
             since=date(2026, 12, 1),
             pinned_by=(
                 "answers_bound.json",
+                "approval_bound.json",
                 "approval_choices.json",
                 "approval_ignore_reason.json",
                 "branch_continued.json",
@@ -258,6 +267,7 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
         TURN_RULES: Patch(
             since=date(2026, 12, 1),
             pinned_by=(
+                "approval_bound.json",
                 "approval_choices.json",
                 "approval_ignore_reason.json",
                 "branch_continued.json",
@@ -289,11 +299,16 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
         ),
         TOOL_APPROVAL: Patch(
             since=date(2026, 12, 2),
-            pinned_by=("approval_choices.json", "approval_ignore_reason.json"),
+            pinned_by=(
+                "approval_bound.json",
+                "approval_choices.json",
+                "approval_ignore_reason.json",
+            ),
         ),
         MIRROR_FOLLOWS_RUN: Patch(
             since=date(2026, 12, 2),
             pinned_by=(
+                "approval_bound.json",
                 "approval_ignore_reason.json",
                 "branch_reused.json",
                 "branch_reused_child.json",
@@ -306,7 +321,11 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
         ),
         MODEL_CALL_CANCEL: Patch(
             since=date(2026, 12, 4),
-            pinned_by=("approval_ignore_reason.json", "model_cancel.json"),
+            pinned_by=(
+                "approval_bound.json",
+                "approval_ignore_reason.json",
+                "model_cancel.json",
+            ),
         ),
         IGNORE_REASON: Patch(
             since=date(2026, 12, 4),
@@ -319,6 +338,10 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
         BRANCH_REUSE: Patch(
             since=date(2026, 12, 4),
             pinned_by=("branch_reused.json", "branch_reused_child.json"),
+        ),
+        APPROVAL_BOUND: Patch(
+            since=date(2026, 12, 4),
+            pinned_by=("approval_bound.json",),
         ),
     }
 )

@@ -238,6 +238,15 @@ def approve_command(
         str | None,
         typer.Option("--reason", help="With --ignore: why, for the model (its tool result)."),
     ] = None,
+    digest: Annotated[
+        str | None,
+        typer.Option(
+            "--digest",
+            help="The digest of the call you read (`task show`: the request's approval.digest, "
+            "12 characters or more): refused approval_stale if the request asks about another "
+            "call. Left out: the call the request asks about now.",
+        ),
+    ] = None,
     request_id: RequestOpt = None,
     project: ProjectOpt = "default",
     agent: AgentOpt = "cli",
@@ -245,8 +254,10 @@ def approve_command(
 ) -> None:
     """Answer a tool call's approval request with one of --accept, --edit, --answer, --ignore
     (recorded as a decision by --agent; --ignore --reason TEXT: the model reads that a person
-    ignored the call and TEXT); refused with the reason (an edit's arguments are checked
-    against the tool's argument model)."""
+    ignored the call and TEXT; --digest: the call you read, refused approval_stale when the
+    request asks about another); refused with the reason (an edit's arguments are checked
+    against the tool's argument model, a second accept by the same --agent of a call that
+    needs several approvers is approver_repeated)."""
     chosen = [c for c, on in [("accept", accept), ("edit", edit is not None),
               ("answer", answer is not None), ("ignore", ignore)] if on]  # fmt: skip
     if len(chosen) != 1:
@@ -273,6 +284,7 @@ def approve_command(
                 choice,
                 arguments=arguments,
                 text=answer if reason is None else reason,
+                digest=digest,
                 request_id=request_id,
             )
 

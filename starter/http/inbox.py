@@ -60,6 +60,14 @@ class ApprovalItem(BaseModel):
     """Markdown."""
     description_html: str
     """The description rendered (raw HTML escaped)."""
+    digest: str | None = None
+    """The call's digest (``ApprovalAsk.digest``): the page sends it back with the decision,
+    so a decision about a call that changed since it was shown is refused ``approval_stale``.
+    None for requests asked before digests."""
+    approvers: int = 1
+    """Distinct people who accept the call before it runs."""
+    approved_by: list[str] = []
+    """Who accepted it so far."""
 
 
 class InboxItem(BaseModel):
@@ -114,6 +122,9 @@ async def _item(history: ConversationHistory, name: str, request: InputRequest) 
             arguments=by_seq[ask.call_seq].payload,
             description=ask.description,
             description_html=_MARKDOWN.render(ask.description),
+            digest=ask.digest,
+            approvers=ask.approvers,
+            approved_by=list(ask.approved_by),
         )
     return InboxItem(
         task=name,

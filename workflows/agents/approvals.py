@@ -40,8 +40,9 @@ Workflow code: deterministic.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel, JsonValue
@@ -55,6 +56,7 @@ from agent_tasks.contract import (
     ApprovalAsk,
     ApprovalChoice,
     CitesInput,
+    Event,
     EventInput,
     EventKind,
     InputRequest,
@@ -66,7 +68,7 @@ from agent_tasks.contract import (
 )
 from agent_tasks.workflows.agents.registry import ToolSpec
 from agent_tasks.workflows.agents.runner import Runner
-from agent_tasks.workflows.patches import IGNORE_REASON
+from agent_tasks.workflows.patches import APPROVAL_BOUND, IGNORE_REASON
 from agent_tasks.workflows.steps import idempotency_key, next_attempt
 
 APPROVAL_ACTIVITY = "tool_approval"
@@ -80,6 +82,11 @@ IGNORED = "a person chose not to run this call: the tool was not run"
 """The result of an ignored call (the model reads it)."""
 
 
+APPROVAL_EXPIRED = "expired"
+"""Why an approval request closed when its expiry passed unanswered (the request's entry in
+``closed_inputs``: a later answer is refused ``input_closed`` saying so)."""
+
+
 class ApprovalCheck(BaseModel):
     """The worker's check of a call before it is asked about (``APPROVAL_ACTIVITY``)."""
 
@@ -89,6 +96,39 @@ class ApprovalCheck(BaseModel):
     """Markdown for the person."""
     error: str | None = None
     """The arguments fail the tool's model: the step fails with this, nobody is asked."""
+    digest: str | None = None
+    """The call's digest (``call_digest``); None from workers deployed before it."""
+
+
+class ApprovalExpired(Exception):
+    """The expiry of an approval request passed before enough decisions came."""
+
+
+def call_digest(tool: str, arguments: str, key: str) -> str:
+    """The digest a person approves a call by: SHA-256 hex of ``{"arguments": ...,
+    "idempotency_key": key, "tool": tool}`` as canonical JSON (keys sorted, no spaces, UTF-8
+    unescaped), the arguments parsed from their JSON text ``arguments`` (text that is not JSON
+    counts as a string). The same call under another key (a new attempt) has another digest."""
+    try:
+        parsed: JsonValue = json.loads(arguments or "{}")
+    except ValueError:
+        parsed = arguments
+    canonical = json.dumps(
+        {"arguments": parsed, "idempotency_key": key, "tool": tool},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def expired_result(deadline: datetime) -> str:
+    """The result of a call whose approval request expired at ``deadline`` (the model reads
+    it)."""
+    return (
+        f"the approval request expired at {deadline.isoformat()} without the decisions it "
+        "needed: the tool was not run"
+    )
 
 
 def ignored_result(reason: str) -> str:
@@ -106,18 +146,25 @@ def approval_prompt(tool: str) -> str:
     return f"Run the tool {tool!r}?"
 
 
-def approval_schema(parameters: dict[str, JsonValue]) -> dict[str, Any]:
+def approval_schema(
+    parameters: dict[str, JsonValue], ask: ApprovalAsk | None = None
+) -> dict[str, Any]:
     """The JSON Schema of an approval's answer (``ApprovalChoice``) for a tool whose arguments
     have the JSON Schema ``parameters`` (its argument model's): ``type`` one of ``accept``,
     ``edit`` (with ``arguments``, which must satisfy ``parameters``), ``answer`` (with
     ``text``) and ``ignore``. The tool's ``$defs`` move to the root, so the references a
-    pydantic model's schema holds (``#/$defs/...``) resolve in the answer's schema."""
+    pydantic model's schema holds (``#/$defs/...``) resolve in the answer's schema. For a
+    request ``ask`` that names its call's digest, the answer must carry a ``digest`` (which
+    must be that one: ``approval_stale``); one that needs more than one approver takes no
+    ``edit`` (the edited call would need approvals of its own)."""
     arguments = {k: v for k, v in parameters.items() if k != "$defs"} or {"type": "object"}
+    several = ask is not None and ask.approvers > 1
+    choices = ["accept", "answer", "ignore"] if several else ["accept", "edit", "answer", "ignore"]
     schema: dict[str, Any] = {
         "type": "object",
         "properties": {
             "type": {
-                "enum": ["accept", "edit", "answer", "ignore"],
+                "enum": choices,
                 "description": "accept: run it; edit: run it with these arguments; answer: "
                 "this text is its result, it does not run; ignore: it does not run",
             },
@@ -134,6 +181,12 @@ def approval_schema(parameters: dict[str, JsonValue]) -> dict[str, Any]:
             for wanted, field in (("edit", "arguments"), ("answer", "text"))
         ],
     }
+    if ask is not None and ask.digest is not None:
+        schema["properties"]["digest"] = {
+            "type": "string",
+            "description": "the digest of the call the person was shown",
+        }
+        schema["required"] = ["type", "digest"]
     if "$defs" in parameters:
         schema["$defs"] = parameters["$defs"]
     return schema
@@ -142,6 +195,11 @@ def approval_schema(parameters: dict[str, JsonValue]) -> dict[str, Any]:
 def decision_statement(choice: ApprovalChoice, ask: ApprovalAsk) -> str:
     """The decision's text for ``choice`` about the call ``ask`` describes."""
     call = f"the call of {ask.tool!r} (seq {ask.call_seq}, step {ask.step_name!r})"
+    if choice.type == "accept" and len(ask.approved_by) + 1 < ask.approvers:
+        return (
+            f"approved {call} ({len(ask.approved_by) + 1} of {ask.approvers} approvals): it "
+            f"runs once {ask.approvers} people approved it"
+        )
     if choice.type == "accept":
         return f"approved {call}: it runs under {ask.idempotency_key}"
     if choice.type == "edit":
@@ -160,6 +218,44 @@ class Approvals(Runner):
         found = (r for r in self.ledger.state.inputs if r.approval and r.approval.step_name == name)
         return next(found, None)
 
+    def _ask_approval(
+        self, input_id: str, spec: ToolSpec, ask: ApprovalAsk, deadline: datetime | None
+    ) -> InputRequest:
+        """Open the approval request ``input_id`` about ``ask``'s call (``awaiting_input``)."""
+        self.host.set_status(TaskStatus.AWAITING_INPUT)
+        return self.ledger.open_input(
+            input_id,
+            approval_prompt(spec.name),
+            approval_schema(spec.parameters, ask),
+            deadline,
+            workflow.now(),
+            approval=ask,
+        )
+
+    async def _approval_answer(self, asked: InputRequest) -> Event:
+        """Wait for the answer to the approval request ``asked`` (until its deadline, if it
+        has one) and return its ``input_response`` event (taken in this run: the wait ends in
+        the workflow task that takes the answer, before any continue-as-new).
+
+        Raises:
+            ApprovalExpired: the deadline passed first (the request is closed ``expired``).
+            AgentParked: the task is to continue-as-new (the request stays open).
+            asyncio.CancelledError: the task was cancelled.
+        """
+        remaining = None
+        if asked.deadline is not None:
+            remaining = max(asked.deadline - workflow.now(), timedelta(0))
+
+        def expire() -> None:
+            self.ledger.close_input(asked.input_id, None, workflow.now(), reason=APPROVAL_EXPIRED)
+            self._back_in_progress()
+            raise ApprovalExpired(asked.input_id)
+
+        await self._wait_answer(asked.input_id, remaining, expire)
+        self._back_in_progress()
+        answer_seq = self.ledger.state.answered[asked.input_id]
+        return next(e for e in self.ledger.run_events if e.seq == answer_seq)
+
     # Long: one approval in workflow order: the worker's check, the request, the wait, the decision,
     # the choice
     async def _approved(
@@ -175,6 +271,12 @@ class Approvals(Runner):
         check first, the request, the decision). Returns the seq of the call to run (the
         edited one's for ``edit``) and, when it does not run, the state and result the step
         ends with.
+
+        A request that names an expiry (the tool's ``approval_expires_s``) is closed
+        ``expired`` when it passes unanswered (a workflow timer): the step fails and the model
+        reads why (``expired_result``). A tool with ``approvers`` over 1 is asked again, each
+        request naming who accepted so far, until that many distinct people accepted; an
+        ``answer`` or ``ignore`` by any of them decides at once.
 
         Raises:
             AgentParked: the task is to continue-as-new (the request stays open).
@@ -211,6 +313,7 @@ class Approvals(Runner):
                 return call_seq, (StepState.FAILED, check.error)
             if not check.needed:
                 return call_seq, None
+            bound = workflow.patched(APPROVAL_BOUND)
             ask = ApprovalAsk(
                 tool=spec.name,
                 step_name=name,
@@ -218,37 +321,42 @@ class Approvals(Runner):
                 call_id=call_id,
                 idempotency_key=key,
                 description=check.description[:APPROVAL_DESCRIPTION_CHARS],
+                digest=check.digest if bound else None,
+                approvers=spec.approvers if bound else 1,
             )
-            self.host.set_status(TaskStatus.AWAITING_INPUT)
-            asked = self.ledger.open_input(
-                approval_input_id(call_seq),
-                approval_prompt(spec.name),
-                approval_schema(spec.parameters),
-                None,
+            expires = spec.approval_expires_s if bound else None
+            deadline = None if expires is None else workflow.now() + timedelta(seconds=expires)
+            asked = self._ask_approval(approval_input_id(call_seq), spec, ask, deadline)
+        while True:
+            try:
+                answer = await self._approval_answer(asked)
+            except ApprovalExpired:
+                assert asked.deadline is not None
+                return call_seq, (StepState.FAILED, expired_result(asked.deadline))
+            choice = ApprovalChoice.model_validate_json(answer.payload)
+            shown = asked.approval
+            assert shown is not None
+            decision = EventInput(
+                kind=EventKind.DECISION,
+                payload=decision_statement(choice, shown),
+                cites=CitesInput(events=[call_seq]),
+            )
+            self.ledger.record_events(
+                RecordEventsInput(
+                    agent_id=answer.author,
+                    events=[decision],
+                    # approval/{call seq} for the first request (as before), then .../{n}
+                    request_id=internal_request_id(
+                        f"approval/{asked.input_id.removeprefix('approve-')}"
+                    ),
+                ),
                 workflow.now(),
-                approval=ask,
             )
-        await self._wait_answer(asked.input_id)
-        self._back_in_progress()
-        answer_seq = self.ledger.state.answered[asked.input_id]
-        # taken in this run: the wait ends in the workflow task that takes the answer, before
-        # any continue-as-new (a request closed without an answer is asked anew)
-        answer = next(e for e in self.ledger.run_events if e.seq == answer_seq)
-        choice = ApprovalChoice.model_validate_json(answer.payload)
-        assert asked.approval is not None
-        decision = EventInput(
-            kind=EventKind.DECISION,
-            payload=decision_statement(choice, asked.approval),
-            cites=CitesInput(events=[call_seq]),
-        )
-        self.ledger.record_events(
-            RecordEventsInput(
-                agent_id=answer.author,
-                events=[decision],
-                request_id=internal_request_id(f"approval/{call_seq}"),
-            ),
-            workflow.now(),
-        )
+            if choice.type != "accept" or len(shown.approved_by) + 1 >= shown.approvers:
+                break
+            more = shown.model_copy(update={"approved_by": [*shown.approved_by, answer.author]})
+            next_id = f"{approval_input_id(call_seq)}-{len(more.approved_by) + 1}"
+            asked = self._ask_approval(next_id, spec, more, asked.deadline)
         if choice.type == "edit":
             edited = EventInput(
                 kind=EventKind.TOOL_CALL,

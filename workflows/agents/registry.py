@@ -60,6 +60,13 @@ class ToolSpec(BaseModel):
     """True: a person may have to approve each call before it runs (always, or as the tool's
     predicate on the call's arguments says: the worker's ``tool_approval`` check decides;
     ``workflows.agents.approvals``). Added later: old specs decode without it."""
+    approval_expires_s: float | None = Field(
+        default=None, gt=0, exclude_if=lambda value: value is None
+    )
+    """Seconds an approval request stays open (a workflow timer); then it closes
+    ``expired`` and the call does not run. None: it waits for ever. Added later."""
+    approvers: int = Field(default=1, ge=1, le=10, exclude_if=lambda value: value == 1)
+    """Distinct people who accept a call before it runs. Added later."""
     mcp: McpCall | None = Field(default=None, exclude_if=lambda value: value is None)
     """An MCP server's tool (``AgentSpec.mcp_servers``): run by the ``mcp_call_tool``
     activity, not ``tool.{name}``. Added later: None for the worker's own tools."""

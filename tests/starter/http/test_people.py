@@ -114,14 +114,25 @@ async def test_an_approval_answered_over_http_is_a_decision_citing_the_call(
     assert item["input_id"] == f"approve-{approval['call_seq']}"
     assert approval["tool"] == "send_mail" and '"ops@example.com"' in approval["arguments"]
     assert "<strong>hello</strong>" in approval["description_html"]
-    edit = {"type": "edit", "arguments": {"log": str(log), "to": "nobody", "subject": "x"}}
+    bad = {"log": str(log), "to": "nobody", "subject": "x"}
+    edit = {"type": "edit", "arguments": bad, "digest": approval["digest"]}
     refused = await http.post(
         "/tasks/mail/input", json={"input_id": item["input_id"], "answer": edit}
     )
     assert refused.status_code == 422 and refused.json()["error"]["code"] == "input_invalid"
     assert "to" in refused.json()["error"]["message"]
-    accepted = await http.post(
+    unbound = await http.post(
         "/tasks/mail/input", json={"input_id": item["input_id"], "answer": {"type": "accept"}}
+    )
+    assert unbound.status_code == 422 and "'digest' is a required property" in unbound.text
+    stale = {"type": "accept", "digest": "0" * 64}
+    refused = await http.post(
+        "/tasks/mail/input", json={"input_id": item["input_id"], "answer": stale}
+    )
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "approval_stale"
+    shown = {"type": "accept", "digest": approval["digest"]}
+    accepted = await http.post(
+        "/tasks/mail/input", json={"input_id": item["input_id"], "answer": shown}
     )
     assert accepted.status_code == 200, accepted.text
 

@@ -42,7 +42,7 @@ function answerForm(schema, root, initial, label, submitText, item, status, wrap
 export function inboxItem(item, { withTask = true } = {}) {
   const status = el("p", { role: "status", class: "muted" });
   const asked = el("span", { class: "when" }, `asked ${when(item.asked_at)}`,
-    item.deadline ? ` · answer by ${when(item.deadline)}` : "");
+    item.deadline ? ` · ${item.approval ? "expires" : "answer by"} ${when(item.deadline)}` : "");
   const task = withTask ? el("a", { href: taskPage(item.task) }, item.task) : null;
   const li = el("li", { class: "item", "data-task": item.task, "data-input": item.input_id });
   if (!item.approval) {
@@ -62,28 +62,35 @@ export function inboxItem(item, { withTask = true } = {}) {
   const panel = el("div", { class: "choice-panel" });
   const schema = item.json_schema;
   const argumentsSchema = (schema.properties && schema.properties.arguments) || {};
-  const choose = (type) => send(item, { type }, () => {}, status);
+  // every decision names the call it was shown (its digest): a call changed since is refused
+  const bound = (answer) => (call.digest ? { ...answer, digest: call.digest } : answer);
+  const choose = (type) => send(item, bound({ type }), () => {}, status);
   const show = (node) => { panel.replaceChildren(node); panel.querySelector("input, textarea, select")?.focus(); };
   const edit = () => show(answerForm(argumentsSchema, schema, args, "Arguments", "Run with these arguments",
-    item, status, (value) => ({ type: "edit", arguments: value }), "arguments/"));
+    item, status, (value) => bound({ type: "edit", arguments: value }), "arguments/"));
   const instead = () => show(answerForm({ type: "string", minLength: 1, title: "The tool's result, for the model" },
-    schema, undefined, "Result", "Send instead of running", item, status, (text) => ({ type: "answer", text }), "text"));
+    schema, undefined, "Result", "Send instead of running", item, status, (text) => bound({ type: "answer", text }), "text"));
   const ignore = () => {
     // the reason is optional: sent, the model reads it after "the tool was not run"
     const reason = el("textarea", { name: "reason", rows: 2 });
     show(el("form", { class: "answer", onsubmit: async (e) => {
       e.preventDefault();
       const text = reason.value.trim();
-      await send(item, text ? { type: "ignore", text } : { type: "ignore" }, () => {}, status);
+      await send(item, bound(text ? { type: "ignore", text } : { type: "ignore" }), () => {}, status);
     } }, el("label", {}, "Why not run it (optional, for the model)", reason),
     el("button", { type: "submit", class: "primary" }, "Ignore the call")));
   };
   li.append(header, description,
     el("p", {}, "Arguments:"), el("pre", {}, typeof args === "string" ? args : JSON.stringify(args, null, 2)),
-    el("p", { class: "muted" }, `step ${call.step_name} · runs under `, el("code", {}, call.idempotency_key)),
+    el("p", { class: "muted" }, `step ${call.step_name} · runs under `, el("code", {}, call.idempotency_key),
+      call.digest ? el("span", { class: "digest" }, " · call ", el("code", { title: call.digest }, call.digest.slice(0, 12))) : "",
+      call.approvers > 1
+        ? el("span", { class: "approvals" }, ` · approvals ${call.approved_by.length} of ${call.approvers}`,
+          call.approved_by.length ? ` (${call.approved_by.join(", ")})` : "")
+        : ""),
     el("div", { class: "choices", role: "group", "aria-label": `What to do with the call of ${call.tool}` },
       el("button", { type: "button", class: "primary", onclick: () => choose("accept") }, "Accept"),
-      el("button", { type: "button", onclick: edit }, "Edit…"),
+      call.approvers > 1 ? "" : el("button", { type: "button", onclick: edit }, "Edit…"),
       el("button", { type: "button", onclick: instead }, "Answer instead…"),
       el("button", { type: "button", onclick: ignore }, "Ignore…")),
     panel, status);

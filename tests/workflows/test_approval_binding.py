@@ -1,0 +1,196 @@
+"""Approvals bound to what they approve (``workflows.agents.approvals``, the
+``approval-bound-to-call`` patch): the request names the digest of the exact call and a
+decision naming another is refused ``approval_stale``; a request that expires closes
+``expired`` and the model reads it; a tool that needs two approvers runs after two distinct
+people accepted, each decision by its author. Against the local stack, on the agent tests'
+worker (``tests.approval_tools``)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from agent_tasks.contract import EventKind, InputRequest, StepState, TaskStatus
+from agent_tasks.contract.errors import ErrorCode
+from agent_tasks.starter.client import ConversationHistory
+from tests.approval_tools import approval_spec, effects, goal
+from tests.conftest import eventually
+from tests.workflows.conftest import cli
+
+
+def expected_digest(tool: str, arguments: dict[str, Any], key: str) -> str:
+    """The digest as the docs define it, computed here: SHA-256 of the canonical JSON of the
+    tool, the arguments and the key."""
+    canonical = json.dumps(
+        {"tool": tool, "idempotency_key": key, "arguments": arguments},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+async def open_request(
+    history: ConversationHistory, task: str, input_id: str | None = None
+) -> InputRequest:
+    """The task's open approval request (``input_id``: that one), once it is asked."""
+    found: list[InputRequest] = []
+
+    async def waiting() -> bool:
+        view = (await history.get_task(task)).view
+        assert view is not None
+        found[:] = [
+            r
+            for r in view.pending_inputs
+            if r.approval is not None and input_id in (None, r.input_id)
+        ]
+        return bool(found)
+
+    await eventually(waiting)
+    return found[0]
+
+
+def person(history: ConversationHistory, name: str) -> ConversationHistory:
+    """The same project's client as the person ``name`` (the decision's author)."""
+    return ConversationHistory(
+        history.client,
+        project_id=history.project_id,
+        agent_id=name,
+        task_queue=history.task_queue,
+        graph=history.graph,
+    )
+
+
+async def event_count(history: ConversationHistory, task: str) -> int:
+    return len((await history.list_events(task, limit=200)).events)
+
+
+async def test_the_request_names_the_calls_digest_and_a_stale_decision_is_refused(
+    agents: ConversationHistory, tmp_path: Path
+) -> None:
+    """The request's digest is the call's (computed here from the call's tool, arguments and
+    key); an answer without one, or naming another call's, is refused with nothing recorded
+    (``input_invalid``, ``approval_stale``); by signal the stale one is recorded rejected and
+    the request stays open; the right digest runs the call once."""
+    log = tmp_path / "mail.log"
+    arguments = {"log": str(log), "to": "ops@example.com", "subject": "deploy"}
+    await agents.create_task("t", goal(("send_mail", arguments)), agent=approval_spec())
+    request = await open_request(agents, "t")
+    ask = request.approval
+    assert ask is not None and ask.approvers == 1 and request.deadline is None
+    assert ask.digest == expected_digest("send_mail", arguments, ask.idempotency_key)
+    other = expected_digest(
+        "send_mail", {**arguments, "to": "all@example.com"}, ask.idempotency_key
+    )
+    before = await event_count(agents, "t")
+    unbound = await agents.respond("t", {"type": "accept"}, input_id=request.input_id)
+    assert unbound.error is ErrorCode.INPUT_INVALID and "'digest'" in (unbound.message or "")
+    stale = await agents.approve("t", request.input_id, "accept", digest=other)
+    assert (stale.recorded, stale.error) == (False, ErrorCode.APPROVAL_STALE)
+    assert other[:12] in (stale.message or "") and ask.digest[:12] in (stale.message or "")
+    assert await event_count(agents, "t") == before  # refused in the validator: nothing
+    signalled = await agents.submit_input(
+        "t", {"type": "accept", "digest": other}, input_id=request.input_id
+    )
+    assert signalled.recorded
+
+    async def rejected() -> bool:
+        events = (await agents.list_events("t", limit=200)).events
+        return any(e.kind is EventKind.INPUT_RESPONSE and e.name == "rejected" for e in events)
+
+    await eventually(rejected)
+    assert (await open_request(agents, "t")).input_id == request.input_id  # still open
+    assert effects(log) == []
+    shown = await agents.approve("t", request.input_id, "accept", digest=ask.digest[:12])
+    assert shown.recorded, shown
+    final = await agents.wait_task("t")
+    assert final is not None and final.status is TaskStatus.DONE
+    assert effects(log) == [f"{ask.idempotency_key} mail ops@example.com deploy x1"]
+
+
+async def test_an_expired_request_closes_and_the_model_reads_it(
+    agents: ConversationHistory, tmp_path: Path
+) -> None:
+    """``page_oncall`` expires its requests after 2 s (a workflow timer): unanswered, the
+    request closes (its ``input_timeout``), the call does not run, no decision is recorded, the
+    step fails and the model reads that the request expired; an answer after it runs nothing."""
+    log = tmp_path / "page.log"
+    arguments = {"log": str(log), "to": "oncall@example.com", "subject": "disk full"}
+    await agents.create_task("t", goal(("page_oncall", arguments)), agent=approval_spec())
+    request = await open_request(agents, "t")
+    assert request.deadline is not None and request.approval is not None
+    final = await agents.wait_task("t")
+    assert final is not None and final.status is TaskStatus.DONE and final.result is not None
+    assert "the approval request expired at" in final.result.text
+    assert "the tool was not run" in final.result.text
+    (step,) = (await agents.list_steps("t")).steps
+    assert step.state is StepState.FAILED
+    events = (await agents.list_events("t", limit=200)).events
+    closed = [e.payload for e in events if e.kind is EventKind.ERROR and e.name == "input_timeout"]
+    assert closed == [request.input_id]
+    assert not [e for e in events if e.kind is EventKind.DECISION]
+    late = await agents.approve("t", request.input_id, "accept")
+    assert (late.recorded, late.error) == (False, ErrorCode.TASK_CLOSED)
+    assert effects(log) == []
+
+
+async def test_a_call_that_needs_two_approvers_runs_after_two_distinct_people_accepted(
+    agents: ConversationHistory, tmp_path: Path
+) -> None:
+    """``wire`` needs two approvers: ann's accept is a decision by ann and a second request
+    naming her (nothing runs yet); her second accept is refused ``approver_repeated``; bob's
+    accept runs the call once, under the key the first request named."""
+    log = tmp_path / "wire.log"
+    ann, bob = person(agents, "ann"), person(agents, "bob")
+    await agents.create_task(
+        "t", goal(("wire", {"log": str(log), "amount": 500})), agent=approval_spec()
+    )
+    first = await open_request(agents, "t")
+    ask = first.approval
+    assert ask is not None and (ask.approvers, ask.approved_by) == (2, [])
+    assert first.deadline is not None  # wire's requests expire after an hour
+    choices = first.json_schema["properties"]["type"]["enum"]  # type: ignore[index,call-overload]
+    assert choices == ["accept", "answer", "ignore"]  # an edited call would need its own approvals
+    assert (await ann.approve("t", first.input_id, "accept")).recorded
+    second = await open_request(agents, "t", f"{first.input_id}-2")
+    assert second.approval is not None and second.approval.approved_by == ["ann"]
+    assert second.approval.digest == ask.digest and second.deadline == first.deadline
+    view = (await agents.get_task("t")).view
+    assert view is not None and view.status is TaskStatus.AWAITING_INPUT
+    assert effects(log) == []
+    again = await ann.approve("t", second.input_id, "accept")
+    assert (again.recorded, again.error) == (False, ErrorCode.APPROVER_REPEATED)
+    assert (await bob.approve("t", second.input_id, "accept")).recorded
+    final = await agents.wait_task("t")
+    assert final is not None and final.status is TaskStatus.DONE
+    assert effects(log) == [f"{ask.idempotency_key} wire 500"]
+    events = (await agents.list_events("t", limit=200)).events
+    decisions = [e for e in events if e.kind is EventKind.DECISION]
+    assert [d.author for d in decisions] == ["ann", "bob"]
+    assert "1 of 2 approvals" in decisions[0].payload
+    assert ask.idempotency_key in decisions[1].payload
+
+
+async def test_the_cli_approves_the_call_it_was_shown(
+    agents: ConversationHistory, tmp_path: Path
+) -> None:
+    """``agent-tasks approve --digest``: another call's digest is refused ``approval_stale``
+    (exit 1), the shown one's first 12 characters accept the call."""
+    log = tmp_path / "mail.log"
+    arguments = {"log": str(log), "to": "ops@example.com", "subject": "deploy"}
+    await agents.create_task("t", goal(("send_mail", arguments)), agent=approval_spec())
+    request = await open_request(agents, "t")
+    assert request.approval is not None and request.approval.digest is not None
+    project = ["--project", agents.project_id, "--json-output"]
+    code, out = await cli(
+        "approve", "t", request.input_id, "--accept", "--digest", "f" * 64, *project
+    )
+    assert (code, out["error"]) == (1, "approval_stale")
+    shown = request.approval.digest[:12]
+    code, out = await cli("approve", "t", request.input_id, "--accept", "--digest", shown, *project)
+    assert code == 0 and out["recorded"] is True
+    final = await agents.wait_task("t")
+    assert final is not None and final.status is TaskStatus.DONE
+    assert len(effects(log)) == 1
