@@ -126,7 +126,7 @@ class TokenPublisher:
     def __init__(self, client: Client, broker: Broker | None) -> None:
         self.client = client
         self.broker = broker
-        self._sessions: dict[str, str | None] = {}
+        self._sessions: dict[str, tuple[str | None, str]] = {}
 
     @contextlib.asynccontextmanager
     async def stream(
@@ -135,16 +135,19 @@ class TokenPublisher:
         """The token stream of attempt ``attempt`` of one model call of the task
         ``workflow_id``."""
         targets: list[str] = []
+        task = ""  # without a broker the stream publishes nothing
         if self.broker is not None:
-            targets = channels(workflow_id, await self._session(workflow_id))
-        task = workflow_id.split("/", 2)[2]
+            session, task = await self._session(workflow_id)
+            targets = channels(workflow_id, session)
         async with TokenStream(self.broker, targets, task, after_seq, attempt) as tokens:
             yield tokens
 
-    async def _session(self, workflow_id: str) -> str | None:
+    async def _session(self, workflow_id: str) -> tuple[str | None, str]:
+        """The task's session and name, from its view (a long name is not in its workflow id:
+        ``task_workflow_id`` cuts it)."""
         if workflow_id not in self._sessions:
             view = await self.client.get_workflow_handle(workflow_id).query(TaskWorkflow.view)
             if len(self._sessions) >= SESSION_CACHE:
                 del self._sessions[next(iter(self._sessions))]
-            self._sessions[workflow_id] = view.session_id
+            self._sessions[workflow_id] = (view.session_id, view.name)
         return self._sessions[workflow_id]

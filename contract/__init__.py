@@ -120,6 +120,7 @@ from agent_tasks.contract.state import (
     TaskWorkflowInput,
 )
 from agent_tasks.contract.text import (
+    MAX_WORKFLOW_ID,
     BoundedText,
     Name,
     ProjectId,
@@ -174,6 +175,7 @@ __all__ = [
     "MAX_STEPS_PER_TASK",
     "MAX_STEPS_PER_UPDATE",
     "MAX_STEP_ATTEMPTS",
+    "MAX_WORKFLOW_ID",
     "MIRROR_ACTIVITY",
     "MIRROR_BATCH_EVENTS",
     "MIRROR_DEBOUNCE_MS",

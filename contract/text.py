@@ -49,13 +49,37 @@ names a task, the reads): a ``Name`` (1 to 200 characters of valid Unicode: pyda
 ``str`` refuses a lone surrogate) without control characters (``check_name``)."""
 
 
-def task_workflow_id(project_id: str, name: str) -> str:
-    """The workflow id of a task: ``agent-task/{project_id}/{name}``.
+MAX_WORKFLOW_ID = 255
+"""The longest workflow id a task gets (characters): SQL persistence keeps workflow ids in
+``VARCHAR(255)`` columns (PostgreSQL's and MySQL's ``current_executions``), and a task id can
+reach 276 (``agent-task/``, a project id of 64, ``/``, a name of 200)."""
+
+_ID_DIGEST_CHARS = 16
+"""Hex characters of the name's SHA-256 in a bounded workflow id (64 bits)."""
+
+
+def task_workflow_id(project_id: str, name: str, *, bounded: bool = True) -> str:
+    """The workflow id of a task: ``agent-task/{project_id}/{name}``; when that passes
+    ``MAX_WORKFLOW_ID`` characters (and ``bounded``), the name is cut so that the id is
+    exactly ``MAX_WORKFLOW_ID`` long: ``agent-task/{project_id}/{name[:k]}~{d}``, ``d`` the
+    first 16 hex of the full name's UTF-8 SHA-256. Deterministic (the client and the workflow
+    compute the same id); an id of ``MAX_WORKFLOW_ID`` or fewer characters is the plain form,
+    unchanged from before the bound. ``bounded=False`` gives the plain form always: the id
+    a workflow recorded before the bound gave a long name (``workflows.spawning.task_id``).
 
     Collision-free: a project id never contains ``/`` (``ProjectId``), so the first ``/`` after
-    the prefix ends it and distinct ``(project_id, name)`` pairs give distinct ids.
+    the prefix ends it, and distinct ``(project_id, name)`` pairs give distinct ids, up to a
+    64-bit digest collision between two names of one project that share their first ``k``
+    characters (a plain id of exactly 255 characters ending in ``~`` and 16 hex would have to
+    equal another name's digest). The name cannot be read back from a bounded id: the task's
+    view carries it.
     """
-    return f"agent-task/{project_id}/{name}"
+    plain = f"agent-task/{project_id}/{name}"
+    if not bounded or len(plain) <= MAX_WORKFLOW_ID:
+        return plain
+    digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:_ID_DIGEST_CHARS]
+    keep = MAX_WORKFLOW_ID - len(plain) + len(name) - 1 - _ID_DIGEST_CHARS
+    return f"agent-task/{project_id}/{name[:keep]}~{digest}"
 
 
 def project_of(workflow_id: str) -> str:

@@ -1004,6 +1004,43 @@ async def branch_child_scenario(stack: Stack) -> Captured:
         return {"branch_reused_child": await fetch(history, "branch")}
 
 
+async def long_ids_scenario(stack: Stack) -> Captured:
+    """The ``bounded-workflow-ids`` patch: in a project whose id has 64 characters, agent code
+    ``fanout`` of a task named with 180 characters spawns one recorded child (its name has
+    183), whose plain workflow id passes 255 characters; the child is finished from outside.
+    ``long_ids_parent``: the marker and ``StartChildWorkflowExecution`` with the bounded id;
+    ``long_ids_child``: its run, the marker and ``SignalExternalWorkflowExecution`` to the
+    parent's bounded id."""
+    from agent_tasks.contract import MAX_WORKFLOW_ID, AgentSpec
+    from tests.agent_tools import SCRIPTS, TOOLS
+
+    queue = f"capture-long-ids-{uuid.uuid4().hex[:8]}"
+    project = "cap-long-ids-" + "p" * 43 + uuid.uuid4().hex[:8]
+    history = ConversationHistory(
+        stack.client, project, "capture-agent", task_queue=queue, graph=stack.graph
+    )
+    parent, child = "p" * 180, "p" * 180 + "/c0"
+    async with build_worker(stack.client, stack.graph, queue, tools=TOOLS, scripts=SCRIPTS):
+        agent = AgentSpec(name="fanout", input={"children": 1})
+        expect(await history.create_task(parent, "one child", agent=agent))
+
+        async def spawned() -> bool:
+            return (await history.get_task(child)).view is not None
+
+        await eventually(spawned, within=60)
+        expect(await history.finish_task(child, "done", result="built"))
+        final = await history.wait_task(parent)
+        if final is None or final.result is None or final.result.text != "c0=done":
+            raise CaptureError(f"the parent did not take its child's end: {final!r}")
+        child_id = history.workflow_id(child)
+        if len(child_id) != MAX_WORKFLOW_ID or child_id.startswith(history.workflow_id(parent)):
+            raise CaptureError(f"the child's id is not the bounded one: {child_id!r}")
+        return {
+            "long_ids_parent": await fetch(history, parent),
+            "long_ids_child": await fetch(history, child),
+        }
+
+
 async def cancel_after_end_scenario(stack: Stack) -> Captured:
     """The ``cancel-after-end`` patch: the agent ``leave`` ends ``done`` while its two recorded
     children run, then a cancel request (``cancel_after_end``): the patch's marker, the
@@ -1490,6 +1527,11 @@ SCENARIOS: dict[str, Scenario] = {
         branch_child_scenario,
         ("branch_reused_child",),
         "an agent branch reuses its source's child ended before the point (patched)",
+    ),
+    "long_ids": Scenario(
+        long_ids_scenario,
+        ("long_ids_parent", "long_ids_child"),
+        "a child and its parent named by workflow ids cut to 255 characters (patched)",
     ),
     "cancel_after_end": Scenario(
         cancel_after_end_scenario,

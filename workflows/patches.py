@@ -162,6 +162,13 @@ an answer naming another is refused ``approval_stale``), closes as ``expired`` w
 tool's ``approval_expires_s`` passes first (a workflow timer; the step fails and the model
 reads it), and a tool with ``approvers`` over 1 asks again until that many distinct people
 accepted. Requests asked before it carry none of these and are decided by one answer."""
+BOUNDED_WORKFLOW_IDS = "bounded-workflow-ids"
+"""Patch id: a task's workflow id that would pass 255 characters (a long project id and a
+long name; SQL persistence's ``VARCHAR(255)``) is cut with a digest (``task_workflow_id``) in
+the commands that name another task (a child's start, the parent's ``child_ended`` signal, a
+cascade's cancel; ``workflows.spawning.task_id``). Runs recorded before it named such a task
+by its plain id, which a PostgreSQL cluster refuses."""
+
 
 PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
     {
@@ -193,6 +200,8 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
                 "children_reconciled.json",
                 "input_answered.json",
                 "input_early.json",
+                "long_ids_child.json",
+                "long_ids_parent.json",
                 "mirror_at_once.json",
                 "mirror_follows.json",
                 "model_cancel.json",
@@ -244,6 +253,7 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
                 "cancel_rule_input.json",
                 "cancel_rule_tool.json",
                 "children_reconciled.json",
+                "long_ids_parent.json",
                 "model_cancel.json",
                 "parked_run1.json",
                 "parked_run2.json",
@@ -275,6 +285,7 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
                 "branch_reused_child.json",
                 "cancel_after_end.json",
                 "cancel_after_end_kept.json",
+                "long_ids_parent.json",
                 "model_cancel.json",
                 "parked_run1.json",
                 "step_retried.json",
@@ -314,6 +325,8 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
                 "branch_reused_child.json",
                 "cancel_after_end.json",
                 "cancel_after_end_kept.json",
+                "long_ids_child.json",
+                "long_ids_parent.json",
                 "mirror_follows.json",
                 "model_cancel.json",
                 "steps_at_once.json",
@@ -342,6 +355,10 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
         APPROVAL_BOUND: Patch(
             since=date(2026, 12, 4),
             pinned_by=("approval_bound.json",),
+        ),
+        BOUNDED_WORKFLOW_IDS: Patch(
+            since=date(2026, 12, 4),
+            pinned_by=("long_ids_parent.json", "long_ids_child.json"),
         ),
     }
 )

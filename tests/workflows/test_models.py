@@ -126,6 +126,23 @@ def test_workflow_ids_do_not_collide() -> None:
     assert task_workflow_id("proj", "my task") == "agent-task/proj/my task"
 
 
+def test_a_workflow_id_over_255_characters_is_cut_with_the_names_digest() -> None:
+    project = "p" * 64
+    fits = "n" * (255 - len("agent-task/") - 65)  # a plain id of exactly 255
+    assert task_workflow_id(project, fits) == f"agent-task/{project}/{fits}"
+    name = "n" * 150 + EMOJI * 50  # 200 characters, a plain id of 276
+    digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:16]
+    cut = task_workflow_id(project, name)
+    assert cut == f"agent-task/{project}/{'n' * 150}{EMOJI * 12}~{digest}"
+    assert len(cut) == 255 and task_workflow_id(project, name) == cut
+    assert task_workflow_id(project, name, bounded=False) == f"agent-task/{project}/{name}"
+    # names alike up to the cut get distinct ids; a short project keeps more of the name
+    assert task_workflow_id(project, name[:-1] + "x") != cut
+    assert task_workflow_id("p", name) == f"agent-task/p/{name}"
+    assert len(task_workflow_id("p" * 40, name)) == 252  # fits: plain
+    assert len(task_workflow_id("p" * 50, name)) == 255
+
+
 @pytest.mark.parametrize(
     ("request_id", "ok"),
     [("", False), ("r", True), ("x" * 64, True), ("x" * 65, False), (None, False), (7, False)],
