@@ -10,6 +10,7 @@ import json
 import uuid
 from pathlib import Path
 
+from pydantic import JsonValue
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
@@ -213,3 +214,30 @@ async def test_an_answer_and_a_step_end_in_one_workflow_task(
             view = await asyncio.wait_for(history.wait_task("t"), 60)
     assert view is not None and view.result is not None
     assert view.result.text == "saw completed; after: ran"
+
+
+async def test_answers_by_signal_from_one_client_are_taken_in_call_order(
+    agents: ConversationHistory, tmp_path: Path
+) -> None:
+    """docs/input-and-children.md: answers sent by one client to one task by signal go in call
+    order (the task's lane). Eleven answers the schema refuses, then a valid one, all sent
+    without waiting for each other: the log records them in the order sent (each refused one
+    ``rejected``, the request staying open), and the last is the answer the agent takes."""
+    spec = AgentSpec(
+        name="ask_positive", tools=["sync_data", "echo"], input={"log": str(tmp_path / "log")}
+    )
+    assert (await agents.create_task("t", "ask", agent=spec)).recorded
+    await asking(agents, "n")
+    answers: list[JsonValue] = [f"x{i}" for i in range(11)] + [7]
+    sent = [
+        asyncio.create_task(agents.submit_input("t", answer, input_id="n")) for answer in answers
+    ]
+    assert all(r.recorded for r in await asyncio.gather(*sent))
+    final = await asyncio.wait_for(agents.wait_task("t"), 60)
+    assert final is not None and final.result is not None
+    assert final.result.text == "using 7"
+    events = await all_events(agents, "t")
+    responses = [e for e in events if e.kind is EventKind.INPUT_RESPONSE]
+    assert [e.name for e in responses][:-1] == ["rejected"] * 11
+    said = [json.loads(e.payload) for e in responses]
+    assert [r["answer"] for r in said[:-1]] + [said[-1]] == answers

@@ -28,6 +28,7 @@ from agent_tasks.contract import (
     TaskStatus,
     TaskView,
 )
+from agent_tasks.contract.errors import ErrorCode
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.starter.importer import all_events, all_steps
 from agent_tasks.taskgraph.graph import TaskGraph
@@ -431,3 +432,61 @@ async def test_a_branch_runs_on_its_sources_task_queue_unless_told_another(
         handle = client.get_workflow_handle(agents.workflow_id(task))
         queues[task] = (await handle.describe()).task_queue
     assert queues == {"src": elsewhere, "b": elsewhere, "c": agents.task_queue}
+
+
+async def test_a_branchs_agent_state_starts_empty(agents: ConversationHistory) -> None:
+    """docs/agent-tasks.md: the agent's code runs again from the top in the branch, its
+    ``state`` empty. ``counter`` (3 rounds, its progress in ``ctx.state["done"]``) branched
+    after its first step's result: starting from ``done`` 0, the branch takes ``echo-00``
+    over (no tool call of it in the branch) and runs ``echo-01`` and ``echo-02`` live. A
+    state carried from the source (``done`` 3 at its end) would run no step at all."""
+    agent = AgentSpec(name="counter", tools=["echo"], input={"rounds": 3})
+    assert (await agents.create_task("src", "count", agent=agent)).recorded
+    assert (await ended(agents, "src")).status is TaskStatus.DONE
+    source = await all_events(agents, "src")
+    point = seq_of(source, EventKind.TOOL_RESULT, 0)
+    assert (await agents.branch_from("src", point, "b")).recorded
+    branch = await ended(agents, "b")
+    assert branch.status is TaskStatus.DONE and branch.result is not None
+    assert branch.result.text == "3 rounds"
+    after = [e for e in await all_events(agents, "b") if e.seq > point]
+    live = [json.loads(e.payload)["text"] for e in after if e.kind is EventKind.TOOL_CALL]
+    assert live == ["round 1", "round 2"]
+    (reused,) = [e for e in after if e.kind is EventKind.NOTE and e.name == "branch_reused"]
+    assert json.loads(reused.payload)["steps"] == 1
+
+
+async def test_a_branch_refuses_writes_task_busy_until_its_copy_is_done(
+    agents: ConversationHistory, client: Client, graph: TaskGraph
+) -> None:
+    """docs/agent-tasks.md: a recorded task's branch takes writes once the copy is done
+    (``task_busy`` before). The branch runs on a queue whose only worker runs workflows, so
+    its copy (the ``branch_events`` activity) waits: ``branch_from`` returns ``task_busy``
+    after its timeout, a write to the branch is refused ``task_busy`` with nothing recorded;
+    once a worker of activities polls the queue the copy completes and the same write is
+    taken after the copied events."""
+    assert (await agents.create_task("src", "recorded")).recorded
+    for text in ("one", "two"):
+        assert (await agents.record_event("src", "message", text, role="user")).recorded
+    queue = f"copy-{uuid.uuid4().hex[:8]}"
+    brief = ConversationHistory(
+        client, agents.project_id, "agent-1", task_queue=queue, graph=graph, timeout_s=3
+    )
+    async with build_worker(client, graph, queue, activities=False):
+        busy = await brief.branch_from("src", 2, "b", task_queue=queue)
+        assert not busy.recorded and busy.error is ErrorCode.TASK_BUSY, busy
+        write = await brief.record_event("b", "message", "three", role="user", request_id="w1")
+        assert not write.recorded and write.error is ErrorCode.TASK_BUSY, write
+        view = (await brief.get_task("b")).view
+        assert view is not None and view.last_seq == 0
+        async with build_worker(client, graph, queue, workflows=False):
+
+            async def copied() -> bool:
+                found = (await brief.get_task("b")).view
+                return found is not None and found.last_seq == 2
+
+            await eventually(copied)
+            taken = await brief.record_event("b", "message", "three", role="user", request_id="w1")
+            assert taken.recorded and not taken.duplicate, taken
+            events = await all_events(brief, "b")
+    assert [(e.seq, e.payload) for e in events] == [(1, "one"), (2, "two"), (3, "three")]

@@ -16,6 +16,7 @@ from pydantic import JsonValue
 
 from agent_tasks.contract import AgentSpec, TaskStatus
 from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.starter.http import inbox
 from agent_tasks.starter.http.app import create_app
 from agent_tasks.starter.http.inbox import INBOX_REFRESH_S
 from agent_tasks.worker import Services, build_worker
@@ -158,3 +159,30 @@ async def test_the_inbox_lists_an_approval_with_its_call_and_a_question_with_its
         "answer",
         "ignore",
     }
+
+
+async def test_the_inbox_reads_at_most_inbox_tasks_tasks_the_first_by_name(
+    http: httpx.AsyncClient, project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """page.md: Neo4j names the tasks with an open request, at most ``INBOX_TASKS`` (200), the
+    first by name. With the bound set to 3 (the same code path; 201 tasks would only make the
+    test slow): of four tasks asking, ``GET /inbox`` lists the first three by name, newest
+    first; once one of them is answered the fourth comes in."""
+    monkeypatch.setattr(inbox, "INBOX_TASKS", 3)
+    history = project.history
+    names = ["t-d", "t-b", "t-a", "t-c"]  # created (and asked) in this order
+    for name in names:
+        assert (await history.create_task(name, f"goal of {name}")).recorded
+        assert (await history.request_input(name, "q", f"{name}?", NUMBER)).recorded
+    for name in names:
+        await mirrored(history, name)
+
+    async def listed() -> list[str]:
+        answer = await http.get("/inbox")
+        assert answer.status_code == 200, answer.text
+        return [item["task"] for item in answer.json()["items"]]
+
+    assert await listed() == ["t-c", "t-a", "t-b"]  # t-a..t-c by name; newest asked first
+    assert (await history.respond("t-a", 2, input_id="q")).recorded
+    await mirrored(history, "t-a")
+    assert await listed() == ["t-c", "t-b", "t-d"]
