@@ -2,7 +2,8 @@
 
 Every Temporal call runs within the client's ``timeout_s`` and is sent again while the server
 turns it away unprocessed for a moment (``_busy``: more than 10 updates in flight, an aborted
-update, a query before a new run's first workflow task). Writes through one ``Client`` to one
+update, a workflow not ready for it: a query before a new run's first workflow task, an update
+whose workflow task failed, as after a server restart). Writes through one ``Client`` to one
 task go one at a time in the order of their calls (``lane``), and a write the task turns away
 while it drains before continue-as-new is sent again until the new run takes it. Refusals and
 duplicates come back as ``WriteResult``s (``from_update_failure``).
@@ -96,19 +97,32 @@ def _unavailable(err: Exception, address: str, task_queue: str) -> TaskServiceUn
     )
 
 
+_NOT_READY = (
+    "workflow task is not scheduled yet",
+    "due to unexpected workflow task failure",
+    "due to workflow task in failed state",
+)
+"""Messages of the server's ``WorkflowNotReady`` (FAILED_PRECONDITION) that mean the call was
+turned away before anything was written: a query before a new run's first workflow task, an
+update delivered in a workflow task that then failed or timed out (as after a server restart:
+the worker's completion of a task the restarted server no longer knows), an update refused
+while the workflow task keeps failing (its attempt 3 and on)."""
+
+
 def _busy(err: RPCError) -> bool:
     """The server turned the call away unprocessed, for a moment: more than 10 updates in
     flight on one workflow (RESOURCE_EXHAUSTED), an update it aborted when the workflow task
-    that was to take it did not complete ("workflow update was aborted"), or a query that came
-    before a new run's first workflow task (right after continue-as-new: "Workflow task is not
-    scheduled yet"). Nothing was written; resending is safe (request ids make it safe in any
-    case)."""
+    that was to take it did not complete ("workflow update was aborted"), or the workflow was
+    not ready for it (``_NOT_READY``). Nothing was written (an update delivered in a workflow
+    task that failed is in no history event); resending is safe, and request ids make it safe
+    in any case (a write the server did record is answered as a duplicate)."""
+    message = err.message.lower()
     return (
         err.status == RPCStatusCode.RESOURCE_EXHAUSTED
-        or (err.status == RPCStatusCode.UNAVAILABLE and "update was aborted" in err.message)
+        or (err.status == RPCStatusCode.UNAVAILABLE and "update was aborted" in message)
         or (
             err.status == RPCStatusCode.FAILED_PRECONDITION
-            and "workflow task is not scheduled yet" in err.message.lower()
+            and any(words in message for words in _NOT_READY)
         )
     )
 

@@ -16,6 +16,7 @@ import sys
 import tempfile
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,47 +76,70 @@ async def services(cluster: Cluster) -> AsyncIterator[Services]:
         yield services
 
 
+async def start_worker(queue: str, env: dict[str, str] | None = None) -> asyncio.subprocess.Process:
+    """A worker process (``tests.agent_worker``: the agent tests' tools) on ``queue``, once it
+    polls (its first line, within 60 s); its environment is this process's updated by
+    ``env``."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tests.agent_worker",
+        queue,
+        cwd=ROOT,
+        env={**os.environ, **(env or {}), "PYTHONPATH": str(ROOT)},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    assert process.stdout is not None
+    line = await asyncio.wait_for(process.stdout.readline(), 60)
+    assert line.strip() == b"polling"
+    return process
+
+
 @dataclass
 class Workers:
-    """Worker processes on one task queue."""
+    """Worker processes on one task queue (their environment updated by ``env``)."""
 
     queue: str
     processes: list[asyncio.subprocess.Process]
+    env: dict[str, str] | None = None
 
     def by_pid(self, pid: int) -> asyncio.subprocess.Process:
         """The worker process ``pid``."""
         (found,) = [p for p in self.processes if p.pid == pid]
         return found
 
+    async def stop(self, index: int) -> None:
+        """Stop worker ``index`` as a deploy does: SIGTERM, then wait for its exit."""
+        self.processes[index].terminate()
+        await self.processes[index].wait()
 
-@pytest.fixture
-async def workers(services: Services) -> AsyncIterator[Workers]:
-    """``WORKERS`` worker processes (the agent tests' tools) on a fresh task queue."""
-    queue = f"prod-{uuid.uuid4().hex[:8]}"
-    processes = [
-        await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "tests.agent_worker",
-            queue,
-            cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL,
-        )
-        for _ in range(WORKERS)
-    ]
+    async def start(self, index: int) -> None:
+        """Start the replacement of worker ``index`` in its place (``start_worker``)."""
+        self.processes[index] = await start_worker(self.queue, self.env)
+
+
+@asynccontextmanager
+async def worker_processes(env: dict[str, str] | None = None) -> AsyncIterator[Workers]:
+    """``WORKERS`` worker processes (the agent tests' tools) on a fresh task queue, their
+    environment updated by ``env``; stopped on exit."""
+    found = Workers(f"prod-{uuid.uuid4().hex[:8]}", [], env)
     try:
-        for process in processes:
-            assert process.stdout is not None
-            line = await asyncio.wait_for(process.stdout.readline(), 60)
-            assert line.strip() == b"polling"
-        yield Workers(queue, processes)
+        for _ in range(WORKERS):
+            found.processes.append(await start_worker(found.queue, env))
+        yield found
     finally:
-        for process in processes:
+        for process in found.processes:
             if process.returncode is None:
                 process.terminate()
             await process.wait()
+
+
+@pytest.fixture
+async def workers(services: Services) -> AsyncIterator[Workers]:
+    """``WORKERS`` worker processes on a fresh task queue (``worker_processes``)."""
+    async with worker_processes() as found:
+        yield found
 
 
 @pytest.fixture
