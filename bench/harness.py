@@ -242,6 +242,19 @@ class Bench:
         )
         return int(records[0]["s"]) if records else 0
 
+    async def mirrored_seqs(self, names: list[str]) -> dict[str, int]:
+        """The mirror watermarks of some tasks in Neo4j, by name (0 before a first event), in
+        one read."""
+        keys = {self.history.workflow_id(name): name for name in names}
+        records, _, _ = await self.graph.driver.execute_query(
+            "MATCH (t:Task) WHERE t.key IN $keys "
+            "RETURN t.key AS k, coalesce(t.mirrored_seq, 0) AS s",
+            keys=list(keys),
+            database_=self.graph.database,
+        )
+        held = {keys[r["k"]]: int(r["s"]) for r in records}
+        return {name: held.get(name, 0) for name in names}
+
     async def settle(self) -> None:
         """Wait until Neo4j holds every write of every task of ours this run started (at most
         ``SETTLE_S`` each), so that a row starts with our worker as idle as the bare one is,

@@ -280,34 +280,71 @@ async def neo4j_ledger(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: 
 
 
 async def mirror_lag(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: str) -> None:
-    """100 events/s into one task as 20 writes/s of 5 events: each write's time from sent to
-    visible in Neo4j (ours), and from sent to acknowledged (the baseline: nothing is visible
-    before it is acknowledged). Neo4j is polled every 10 ms. One block serves both."""
+    """100 events/s into one task as 20 writes/s of 5 events, then ``writers`` writers on a
+    task each, single events back to back: each write's time from sent to visible in Neo4j
+    (ours), and from sent to acknowledged (the baseline: nothing is visible before it is
+    acknowledged), for ``lag_s`` each. Neo4j is polled every 10 ms (one read for all the
+    tasks). One block serves both."""
     name = await bench.task()
     batch = transcript(5)
-    sent: dict[int, float] = {}
-    seen: dict[int, float] = {}
+
+    async def paced(lag: Row) -> Written:
+        sent: Written = {}
+        start = time.perf_counter()
+        for number in range(round(sizes.lag_s * 20)):
+            await asyncio.sleep(max(0.0, start + number * 0.05 - time.perf_counter()))
+            began = time.perf_counter()
+            result = await bench.history.record_events(name, batch)
+            lag.base.append(time.perf_counter() - began)
+            assert result.last_seq is not None
+            sent[name, result.last_seq] = began
+        return sent
+
+    names = [await bench.task() for _ in range(sizes.writers)]
+    one = transcript(1)
+
+    async def writers(lag: Row) -> Written:
+        sent: Written = {}
+        end = time.perf_counter() + sizes.lag_s
+
+        async def writer(task: str) -> None:
+            while time.perf_counter() < end:
+                began = time.perf_counter()
+                result = await bench.history.record_events(task, one)
+                lag.base.append(time.perf_counter() - began)
+                assert result.last_seq is not None
+                sent[task, result.last_seq] = began
+
+        await asyncio.gather(*(writer(task) for task in names))
+        return sent
+
+    rows["lag"].ours += await _lag(bench, [name], paced(rows["lag"]))
+    rows["writers_lag"].ours += await _lag(bench, names, writers(rows["writers_lag"]))
+
+
+Written = dict[tuple[str, int], float]
+"""When each write was sent (``time.perf_counter``), by task name and its last seq."""
+
+
+async def _lag(bench: Bench, tasks: list[str], writes: Awaitable[Written]) -> list[float]:
+    """Send ``writes`` (to ``tasks``) while Neo4j is polled every 10 ms; returns each write's
+    time from sent to visible there."""
+    seen: Written = {}
+    sent: Written = {}
     done = asyncio.Event()
 
     async def poll() -> None:
         while not done.is_set() or len(seen) < len(sent):
-            watermark = await bench.mirrored_seq(name)
+            marks = await bench.mirrored_seqs(tasks)
             now = time.perf_counter()
-            seen.update((seq, now) for seq in sent if seq <= watermark and seq not in seen)
+            seen.update((w, now) for w in sent if w[1] <= marks[w[0]] and w not in seen)
             await asyncio.sleep(0.01)
 
     poller = asyncio.create_task(poll())
-    start = time.perf_counter()
-    for number in range(round(sizes.lag_s * 20)):
-        await asyncio.sleep(max(0.0, start + number * 0.05 - time.perf_counter()))
-        began = time.perf_counter()
-        result = await bench.history.record_events(name, batch)
-        rows["lag"].base.append(time.perf_counter() - began)
-        assert result.last_seq is not None
-        sent[result.last_seq] = began
+    sent.update(await writes)
     done.set()
     await asyncio.wait_for(poller, 120)
-    rows["lag"].ours += [seen[seq] - began for seq, began in sent.items()]
+    return [seen[w] - began for w, began in sent.items()]
 
 
 async def seed_tasks(bench: Bench, count: int) -> str:
