@@ -114,7 +114,22 @@ async def page_oncall(args: Mail, context: ToolContext) -> str:
     return f"paged {args.to}"
 
 
-APPROVAL_TOOLS: list[Tool] = [send_mail, pay, pay_broken, wire, page_oncall]
+@tool(
+    "deploy",
+    arguments=Mail,
+    idempotent=False,
+    description="Deploy.",
+    approval=True,
+    approvers=2,
+    approval_expires_after=timedelta(seconds=3),
+)
+async def deploy(args: Mail, context: ToolContext) -> str:
+    """Needs two approvers within 3 s."""
+    _effect(args.log, context, f"deploy {args.subject}")
+    return f"deployed {args.subject}"
+
+
+APPROVAL_TOOLS: list[Tool] = [send_mail, pay, pay_broken, wire, page_oncall, deploy]
 
 
 def call_then_report(transcript: Any) -> ModelTurn:

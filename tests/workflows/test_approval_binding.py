@@ -194,3 +194,62 @@ async def test_the_cli_approves_the_call_it_was_shown(
     final = await agents.wait_task("t")
     assert final is not None and final.status is TaskStatus.DONE
     assert len(effects(log)) == 1
+
+
+async def test_a_decision_about_one_call_never_decides_the_next(
+    agents: ConversationHistory, tmp_path: Path
+) -> None:
+    """A decision re-delivered after its call was decided (langgraph#8837: a consumed resume
+    value auto-answers a later interrupt; auxilia#307's review: older decisions resume the
+    wrong tool calls) names no request, so it binds to the oldest open one, the next call's:
+    its digest is the first call's, so it is refused ``approval_stale`` (by update) or
+    recorded rejected (by signal), and the next call waits for its own decision."""
+    log = tmp_path / "mail.log"
+    first = {"log": str(log), "to": "ops@example.com", "subject": "one"}
+    second = {"log": str(log), "to": "ops@example.com", "subject": "two"}
+    calls = [("send_mail", first), ("send_mail", second)]
+    await agents.create_task("t", goal(*calls), agent=approval_spec())
+    asked = await open_request(agents, "t")
+    assert asked.approval is not None and asked.approval.digest is not None
+    decision = {"type": "accept", "digest": asked.approval.digest}
+    assert (await agents.respond("t", decision, input_id=asked.input_id)).recorded
+    following = await open_request(agents, "t")  # the update took the first: the second's
+    assert following.input_id != asked.input_id
+    assert following.approval is not None and following.approval.digest != decision["digest"]
+    again = await agents.respond("t", decision)  # no input id: the oldest open request
+    assert (again.recorded, again.error) == (False, ErrorCode.APPROVAL_STALE)
+    assert (await agents.submit_input("t", decision)).recorded  # by signal: rejected
+
+    async def rejected() -> bool:
+        events = (await agents.list_events("t", limit=200)).events
+        return any(e.kind is EventKind.INPUT_RESPONSE and e.name == "rejected" for e in events)
+
+    await eventually(rejected)
+    assert (await open_request(agents, "t")).input_id == following.input_id
+    assert [line.split(" ", 1)[1] for line in effects(log)] == ["mail ops@example.com one x1"]
+    assert (await agents.approve("t", following.input_id, "ignore")).recorded
+    final = await agents.wait_task("t")
+    assert final is not None and final.status is TaskStatus.DONE
+    assert len(effects(log)) == 1
+
+
+async def test_two_approvers_and_an_expiry_fail_closed(
+    agents: ConversationHistory, tmp_path: Path
+) -> None:
+    """``deploy`` needs two approvers within 3 s: ann accepts, nobody else does; the request
+    expires, nothing runs and the model reads it (conductai#1558's two-person rule with a
+    timeout that fails closed)."""
+    log = tmp_path / "deploy.log"
+    arguments = {"log": str(log), "to": "ops@example.com", "subject": "v2"}
+    await agents.create_task("t", goal(("deploy", arguments)), agent=approval_spec())
+    first = await open_request(agents, "t")
+    assert (await person(agents, "ann").approve("t", first.input_id, "accept")).recorded
+    final = await agents.wait_task("t")
+    assert final is not None and final.status is TaskStatus.DONE and final.result is not None
+    assert "the approval request expired at" in final.result.text
+    events = (await agents.list_events("t", limit=200)).events
+    decisions = [e for e in events if e.kind is EventKind.DECISION]
+    assert [d.author for d in decisions] == ["ann"] and "1 of 2 approvals" in decisions[0].payload
+    closed = [e.payload for e in events if e.kind is EventKind.ERROR and e.name == "input_timeout"]
+    assert closed == [f"{first.input_id}-2"]
+    assert effects(log) == []
