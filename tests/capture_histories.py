@@ -1400,6 +1400,54 @@ async def sealed_decisions_scenario(stack: Stack) -> Captured:
     return {"sealed_decisions": captured}
 
 
+async def model_mistake_scenario(stack: Stack) -> Captured:
+    """An answer the model call cannot take (``ModelTurn.mistake``): the tool loop with an
+    ``openai`` model answering from the tests' scripted server (``tests.model_server``) with
+    four calls of 40,000 control characters each (over the payload budget with each cut), then
+    a final answer (``model_mistake``): the model activity's turn without calls, its message,
+    the user message telling the model why, the second model call, the answer, ``done``."""
+    import os
+
+    from agent_tasks.contract import AgentSpec, ModelSpec
+    from tests.agent_tools import TOOLS
+    from tests.model_server import ModelServer, Reply, completion
+
+    queue = f"capture-model-mistake-{uuid.uuid4().hex[:8]}"
+    history = stack.history("model_mistake")
+    history.task_queue = queue
+    calls = [
+        {
+            "id": f"c{i}",
+            "type": "function",
+            "function": {"name": "echo", "arguments": "\x01" * 40_000},
+        }
+        for i in range(4)
+    ]
+    server = ModelServer(
+        [Reply(body=completion(tool_calls=calls)), Reply(body=completion("smaller now"))]
+    )
+    before = {name: os.environ.get(name) for name in ("OPENAI_BASE_URL", "OPENAI_API_KEY")}
+    os.environ.update(OPENAI_BASE_URL=server.url, OPENAI_API_KEY="capture-key")
+    try:
+        with server.running():
+            async with build_worker(stack.client, stack.graph, queue, tools=TOOLS):
+                model = ModelSpec(provider="openai", model="m", stream=False)
+                spec = AgentSpec(tools=["echo"], model=model)
+                expect(await history.create_task("t", "answer too large", agent=spec))
+                final = await history.wait_task("t")
+                if final is None or final.status is not TaskStatus.DONE:
+                    raise CaptureError(f"the task did not end done: {final!r}")
+                if len(server.requests) != 2:
+                    raise CaptureError(f"the model was called {len(server.requests)} times")
+                return {"model_mistake": await fetch(history, "t")}
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 async def model_cancel_scenario(stack: Stack) -> Captured:
     """The ``model-call-cancel`` patch: the tool loop with an ``openai`` model streaming from
     the tests' scripted server (``tests.model_server``, a chunk every 0.1 s for a minute), a
@@ -1572,6 +1620,11 @@ SCENARIOS: dict[str, Scenario] = {
         model_cancel_scenario,
         ("model_cancel",),
         "a cancel while the model streams: the call cancelled and waited for (patched)",
+    ),
+    "model_mistake": Scenario(
+        model_mistake_scenario,
+        ("model_mistake",),
+        "an answer over the payload budget: its calls dropped, the model told and asked again",
     ),
 }
 """Every scenario by name, in capture order."""
