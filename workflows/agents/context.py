@@ -1,5 +1,6 @@
 """The context agent code runs with (``AgentContext``): steps and model turns (the step
-machinery it builds on), progress events, checkpoints, input requests and child tasks.
+machinery it has, ``workflows.agents.steps``), progress events, checkpoints, input requests and
+child tasks.
 
 An agent keeps its progress in ``AgentRun`` (budget counters and ``state``), carried across
 continue-as-new: when Temporal suggests continue-as-new the next ``checkpoint()`` parks the
@@ -29,6 +30,8 @@ from agent_tasks.contract import (
     EventInput,
     EventKind,
     FailureMode,
+    ModelTurn,
+    StepKind,
     TaskStart,
     TaskStatus,
     bound_text,
@@ -37,7 +40,7 @@ from agent_tasks.contract import (
 )
 from agent_tasks.contract.waits import answer_error, answer_text, check_schema
 from agent_tasks.workflows.agents.registry import ToolSpec
-from agent_tasks.workflows.agents.runner import AgentHost, AgentParked
+from agent_tasks.workflows.agents.runner import AgentHost, AgentParked, StepOutcome
 from agent_tasks.workflows.agents.steps import StepRunner
 from agent_tasks.workflows.ledger import Ledger
 from agent_tasks.workflows.patches import PARK_ON_SUGGESTION, PROGRESS_BEFORE_PARKING
@@ -81,9 +84,13 @@ class ChildFailed(Exception):
 _NO_DEFAULT: Any = object()
 
 
-class AgentContext(StepRunner):
-    """What agent code runs with: steps, events, the model, budgets and its carried state
-    (the step machinery, ``StepRunner``, with input requests, child tasks and checkpoints).
+class AgentContext:
+    """What agent code runs with: steps, events, the model, budgets and its carried state.
+
+    It has the step machinery (``StepRunner``: tool calls as steps, approvals, model turns,
+    budgets, cancellation) and calls the ledger and the task's workflow directly for what it
+    records itself (events, checkpoints, input requests, child tasks); every public method
+    is declared here.
 
     Args:
         ledger: the task's ledger (the one write path).
@@ -101,7 +108,22 @@ class AgentContext(StepRunner):
         tools: Mapping[str, ToolSpec],
         host: AgentHost,
     ) -> None:
-        super().__init__(ledger, spec, run, tools, host)
+        self.ledger = ledger
+        """The task's ledger."""
+        self.host = host
+        """The task's workflow."""
+        self._steps = StepRunner(ledger, spec, run, tools, host)
+        """The step machinery this context runs steps, approvals and model turns with."""
+
+    @property
+    def spec(self) -> AgentSpec:
+        """The task's agent spec."""
+        return self._steps.spec
+
+    @property
+    def run(self) -> AgentRun:
+        """The agent's carried progress (budget counters, rounds, ``state``)."""
+        return self._steps.run
 
     @property
     def state(self) -> dict[str, JsonValue]:
@@ -112,6 +134,51 @@ class AgentContext(StepRunner):
     def input(self) -> dict[str, JsonValue]:
         """The agent's input (``AgentSpec.input``)."""
         return self.spec.input
+
+    @property
+    def checkpoint_due(self) -> bool:
+        """Set by the workflow when continue-as-new is due: the next ``checkpoint()`` (or a
+        wait for an answer or for children) parks."""
+        return self._steps.checkpoint_due
+
+    @checkpoint_due.setter
+    def checkpoint_due(self, due: bool) -> None:
+        self._steps.checkpoint_due = due
+
+    def cancel_running(self) -> None:
+        """Cancel the activities agent code awaits now (the workflow calls it on a cancel)."""
+        self._steps.cancel_running()
+
+    async def step(
+        self,
+        name: str,
+        tool: str,
+        arguments: str | Mapping[str, JsonValue],
+        *,
+        call_id: str | None = None,
+        kind: StepKind = StepKind.TOOL,
+    ) -> StepOutcome:
+        """Run ``tool`` as the step ``name``, memoized (``StepRunner.step``: its rules, the
+        approval of a tool that needs one, what it raises)."""
+        return await self._steps.step(name, tool, arguments, call_id=call_id, kind=kind)
+
+    async def retry(
+        self,
+        name: str,
+        tool: str,
+        arguments: str | Mapping[str, JsonValue],
+        *,
+        reason: str,
+        call_id: str | None = None,
+    ) -> StepOutcome:
+        """Run the ``unknown`` or ``failed`` step ``name`` again, citing ``reason``
+        (``StepRunner.retry``)."""
+        return await self._steps.retry(name, tool, arguments, reason=reason, call_id=call_id)
+
+    async def model_turn(self) -> ModelTurn:
+        """Call the model with the task's events so far and record its answer
+        (``StepRunner.model_turn``: the budgets it counts, what it raises)."""
+        return await self._steps.model_turn()
 
     async def checkpoint(self) -> None:
         """A point where the agent may stop and start over in the next run (its progress is in
@@ -124,12 +191,14 @@ class AgentContext(StepRunner):
             BudgetExceeded: ``max_seconds`` has passed.
             asyncio.CancelledError: the task was cancelled.
         """
-        self._stop_if_cancelled()
-        self._check_time()
+        self._steps._stop_if_cancelled()
+        self._steps._check_time()
         suggested = workflow.info().is_continue_as_new_suggested()
-        if not self.checkpoint_due and not (suggested and workflow.patched(PARK_ON_SUGGESTION)):
+        if not self._steps.checkpoint_due and not (
+            suggested and workflow.patched(PARK_ON_SUGGESTION)
+        ):
             return
-        if not self.progressed and workflow.patched(PROGRESS_BEFORE_PARKING):
+        if not self._steps.progressed and workflow.patched(PROGRESS_BEFORE_PARKING):
             return  # replaying memoized steps: park only after new work, or no run progresses
         raise AgentParked
 
@@ -141,8 +210,10 @@ class AgentContext(StepRunner):
         Raises:
             asyncio.CancelledError: the task was cancelled.
         """
-        self._stop_if_cancelled()
-        seq: int = self._append(EventInput(kind=kind, name=name, payload=text), "emit").first_seq
+        self._steps._stop_if_cancelled()
+        seq: int = self._steps._append(
+            EventInput(kind=kind, name=name, payload=text), "emit"
+        ).first_seq
         return seq
 
     # Long: one input request in workflow order: open it, wait with its timeout, take the answer;
@@ -176,7 +247,7 @@ class AgentContext(StepRunner):
             AgentParked: the task is to continue-as-new (the request stays open).
             asyncio.CancelledError: the task was cancelled (the request is closed with it).
         """
-        self._stop_if_cancelled()
+        self._steps._stop_if_cancelled()
         state = self.ledger.state
         request = next((r for r in state.inputs if r.input_id == input_id), None)
         if input_id not in state.answered and request is None:
@@ -201,13 +272,15 @@ class AgentContext(StepRunner):
                 given = default is not _NO_DEFAULT
                 default_json = answer_text(default) if given else None
                 self.ledger.close_input(input_id, default_json, workflow.now())
-                self._back_in_progress()
+                self._steps._back_in_progress()
                 if not given:
                     raise InputTimeout(input_id)
 
-            await self._wait_answer(input_id, remaining, timed_out)
-        self._back_in_progress()
-        answer: JsonValue = json.loads(await self._payload(input_id, state.answered[input_id]))
+            await self._steps._wait_answer(input_id, remaining, timed_out)
+        self._steps._back_in_progress()
+        answer: JsonValue = json.loads(
+            await self._steps._payload(input_id, state.answered[input_id])
+        )
         return answer
 
     # Long: one child spawn in workflow order: memo, limits, record, start, a refused start; mostly
@@ -237,7 +310,7 @@ class AgentContext(StepRunner):
                 ``failed``, with why, so a wait for it does not wait for ever).
             asyncio.CancelledError: the task was cancelled.
         """
-        self._stop_if_cancelled()
+        self._steps._stop_if_cancelled()
         state = self.ledger.state
         known = state.children.get(key)
         if known is not None:
@@ -294,7 +367,7 @@ class AgentContext(StepRunner):
                 to the next run).
             asyncio.CancelledError: the task was cancelled.
         """
-        self._stop_if_cancelled()
+        self._steps._stop_if_cancelled()
         children = self.ledger.state.children
         wanted = list(children) if keys is None else list(keys)
         missing = [key for key in wanted if key not in children]
@@ -310,19 +383,19 @@ class AgentContext(StepRunner):
         if not done():
             self.host.set_status(TaskStatus.AWAITING_CHILDREN)
             await workflow.wait_condition(
-                lambda: done() or self.checkpoint_due or self.host.cancelling
+                lambda: done() or self._steps.checkpoint_due or self.host.cancelling
             )
-            self._stop_if_cancelled()
+            self._steps._stop_if_cancelled()
             if not done():
                 raise AgentParked
-        self._back_in_progress()
+        self._steps._back_in_progress()
         outcomes = []
         for key in wanted:
             record = children[key]
             if not ended(key) or record.mode == "ignore":
                 continue
             assert record.result_seq is not None  # set with the end
-            payload = json.loads(await self._payload(key, record.result_seq))
+            payload = json.loads(await self._steps._payload(key, record.result_seq))
             outcome = ChildOutcome(
                 key=key, name=record.name, status=record.status, text=payload["text"]
             )
