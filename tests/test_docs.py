@@ -84,6 +84,7 @@ CONSTANT_MODULES = (
     "agent_tasks.starter.transport",
     "agent_tasks.starter.http.inbox",
     "agent_tasks.trajectories.base",
+    "agent_tasks.activities.http_tool",
 )
 """Where the constants the docs name are defined."""
 
