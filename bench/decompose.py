@@ -5,8 +5,9 @@ mirror's work switched off in this process (the rows whose worker runs here: ``w
     python -m bench.decompose full|query|poll|none [--follow-age MS] [python -m bench's options]
 
 - ``full``: the product as it is;
-- ``query``: the follower long-polls the run's history and reads each page by the
-  ``mirror_page`` query, but writes nothing to Neo4j (``TaskGraph.write_task`` returns at once);
+- ``query``: the follower long-polls the run's history and builds each page (from the new
+  history events, ``activities.history_page``, or by the ``mirror_page`` query where they do
+  not carry it), but writes nothing to Neo4j (``TaskGraph.write_task`` returns at once);
 - ``poll``: the follower long-polls the history but neither queries nor writes (``copy_run``
   returns at once);
 - ``none``: the follower holds its activity slot until its worker stops, and neither polls,
@@ -14,7 +15,7 @@ mirror's work switched off in this process (the rows whose worker runs here: ``w
 
 ``--follow-age`` sets the follower's cadence (``MIRROR_FOLLOW_AGE``, 100 ms) for the run.
 
-So ``full - query`` is a copy's Neo4j write (driver and Neo4j), ``query - poll`` its query,
+So ``full - query`` is a copy's Neo4j write (driver and Neo4j), ``query - poll`` its page,
 ``poll - none`` the long poll, and ``none`` against the bare baseline the write path without a
 mirror. Only ``full`` keeps Neo4j current: the others skip ``Bench.settle`` and
 ``Bench.mirrored`` (the CPU row's wait for the mirror), and the rows that read Neo4j (the

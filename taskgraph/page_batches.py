@@ -12,8 +12,11 @@ line order.
 
 A batch that fails is written again page by page, each in its own transaction, so a page that
 cannot be written (a data error, a task node of another incarnation) fails its own caller
-only, and the other pages of its batch are written; a store that is down fails every caller,
-who retries as before (``activities.mirror``). No page is dropped: each caller's
+only, and the other pages of its batch are written; a batch that fails for the store's sake
+(``GraphUnavailable``: down, a deadlock, out of time; ``GraphAuthError``) is not written
+again here: each of its callers gets that error and retries as before (``activities.mirror``:
+the activity's retries, then the workflow's pause), so an outage costs one failed batch, not
+one wait per page. No page is dropped: each caller's
 ``write`` returns once its page is written, or raises its page's error. A caller cancelled
 while its page waits takes the page out of the line; one cancelled while its batch is sent
 does not stop the batch (its page is written, idempotently, or fails with nobody to tell).
@@ -26,6 +29,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from agent_tasks.contract import Event, StepView, TaskView
+from agent_tasks.taskgraph.errors import GraphAuthError, GraphUnavailable
 
 BATCH_PAGES = 64
 """Pages one batch holds at most (one transaction's size: 64 pages of one event each are
@@ -153,6 +157,8 @@ class PageBatches:
             try:
                 await self._write([w.page for w in batch])
                 results: list[BaseException | None] = [None] * len(batch)
+            except (GraphUnavailable, GraphAuthError) as err:
+                results = [err] * len(batch)  # the store's, not a page's: each caller retries
             except Exception as err:
                 if len(batch) == 1:
                     results = [err]
