@@ -39,6 +39,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from agent_tasks.activities.heartbeat import CANCEL_BEAT_S, heartbeating
+from agent_tasks.activities.http_tool import IDEMPOTENCY_HEADER
 from agent_tasks.activities.tools import output
 from agent_tasks.contract import McpCall, McpServer, ToolInput, ToolOutput, bound_text
 from agent_tasks.workflows.agents.registry import (
@@ -57,8 +58,6 @@ if TYPE_CHECKING:  # the SDK (and the OpenTelemetry it loads) is imported by the
 IDEMPOTENCY_META = "idempotency_key"
 """The key of a call's ``_meta`` that carries the step's idempotency key
 (``{workflow id}/{step}/{attempt}``): ``{"_meta": {"idempotency_key": "..."}}``."""
-IDEMPOTENCY_HEADER = "Idempotency-Key"
-"""The HTTP header that carries it too over streamable HTTP (the IETF draft's name)."""
 MCP_TOOL_ERROR = "McpToolError"
 """ApplicationError type of a call the server answered as an error (``isError`` or a JSON-RPC
 error): not retried; the model reads the text."""

@@ -13,6 +13,7 @@ import asyncio
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import uuid
@@ -23,6 +24,7 @@ import pytest
 from temporalio.client import Client
 
 from agent_tasks.activities.files import file_tools
+from agent_tasks.contract import task_workflow_id
 from agent_tasks.starter import ConversationHistory, EventKind, TaskStatus
 from agent_tasks.taskgraph.graph import TaskGraph
 from agent_tasks.worker import build_worker
@@ -161,3 +163,71 @@ async def test_run_demo_with_a_path_answers_about_that_folder(
     assert done.returncode == 0, done.stdout + done.stderr
     answer = json.loads(done.stdout)["view"]["result"]["text"]
     assert "right.txt" in answer and "wrong.txt" not in answer
+
+
+MCP_EXAMPLE = ROOT / "examples" / "mcp_agent"
+
+
+@pytest.fixture
+async def shop(tmp_path: Path) -> AsyncIterator[tuple[Path, int]]:
+    """``examples/mcp_agent`` copied out of the repository, its shop served over HTTP
+    (``python shop_server.py --port PORT``) and its worker running, from the copy."""
+    folder = tmp_path / "my_shop"
+    shutil.copytree(MCP_EXAMPLE, folder, ignore=shutil.ignore_patterns("__pycache__"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    server = await asyncio.create_subprocess_exec(
+        sys.executable, "shop_server.py", "--port", str(port), cwd=folder
+    )
+    env = {**os.environ, "MCP_AGENT_NOTIFY_URL": f"http://127.0.0.1:{port}/notify"}
+    worker = await asyncio.create_subprocess_exec(
+        sys.executable, "worker.py", cwd=folder, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    assert worker.stdout is not None
+    try:
+        line = await asyncio.wait_for(worker.stdout.readline(), 120)
+        assert b"worker polling task queue 'mcp-agent'" in line, line
+        yield folder, port
+    finally:
+        for process in (worker, server):
+            process.terminate()
+            await process.wait()
+
+
+async def test_the_mcp_example_orders_over_stdio_and_http(
+    shop: tuple[Path, int], client: Client
+) -> None:
+    """The example's agent finds a price and places an order with two tools of its own MCP
+    server, over stdio (a server the worker starts per call) and over streamable HTTP, and
+    notifies by its HTTP tool; the shop recorded one order and one notification per task,
+    each under the step's idempotency key (``{workflow id}/{step}/1``)."""
+    folder, port = shop
+    prices = {"espresso": 250, "tea": 200}
+    tasks = {}
+    for product, transport in (("espresso", "http"), ("tea", "stdio")):
+        task = f"shop-{uuid.uuid4().hex[:8]}"
+        url = f"http://127.0.0.1:{port}/mcp"
+        done = await python(
+            "starter.py", product, "--transport", transport, "--url", url, "--task", task,
+            cwd=folder,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        said = f"{product}: {prices[product]} cents"
+        assert done.stdout.splitlines()[-1] == f"ordered 1 x {product}; {said}"
+        tasks[task] = product
+    lines = [json.loads(line) for line in (folder / "shop.jsonl").read_text().splitlines()]
+    expected: list[dict[str, object]] = []
+    for task, product in tasks.items():
+        key = f"{task_workflow_id('shop', task)}/{{}}/1"
+        order = {"product": product, "quantity": 1}
+        message = f"ordered 1 x {product} ({product}: {prices[product]} cents)"
+        expected.append({"order": order, "key": key.format("order")})
+        expected.append({"notify": {"message": message}, "key": key.format("notify")})
+    assert lines == expected
+    history = ConversationHistory(client, "shop", "test", task_queue="mcp-agent")
+    for task in tasks:
+        steps = (await history.list_steps(task)).steps
+        states = {s.step_name: s.state.value for s in steps}
+        assert states == {"find": "completed", "order": "completed", "notify": "completed"}
