@@ -255,3 +255,75 @@ def test_a_spec_names_one_transport() -> None:
         McpServer(name="x")
     with pytest.raises(ValidationError, match="headers are for a url"):
         McpServer(name="x", command="prog", headers="billing")
+
+
+def _once(server: McpServer, tool: str, args: dict[str, Any]) -> AgentSpec:
+    """The agent ``http_once`` (``tests.http_tools``): one step ``charge`` of ``tool``."""
+    return AgentSpec(name="http_once", mcp_servers=[server], input={"tool": tool, "args": args})
+
+
+async def test_a_persons_retry_of_an_unknown_call_sends_its_key(
+    services: Services, project_id: str, queue: str, ledger_path: Path
+) -> None:
+    """The server took the call and its connection was lost before it answered: the step (not
+    idempotent) ends ``unknown`` and the task fails; a person's ``retry_step`` sends the same
+    key, and the server performs the effect once."""
+    import tests.http_tools  # noqa: F401  (registers the agent http_once)
+
+    assert services.graph is not None
+    args = ["-m", "tests.mcp_server", str(ledger_path), "stdio"]
+    server = McpServer(name="bill", command=sys.executable, args=args)
+    history = ConversationHistory(
+        services.client, project_id, "agent-1", task_queue=queue, graph=services.graph
+    )
+    spec = _once(server, "bill_charge_crashing", {"account": "acme"})
+    assert (await history.create_task("t", "charge once", agent=spec)).recorded
+    failed = await history.wait_task("t")
+    assert failed is not None and failed.status.value == "failed"
+    key = f"{task_workflow_id(project_id, 't')}/charge/1"
+    assert [(e["event"], e["key"]) for e in ledger(ledger_path)] == [("request", key)]
+    assert (await history.retry_step("t", "charge", reason="the server dedupes")).recorded
+
+    async def done() -> bool:
+        view = (await history.get_task("t")).view
+        return view is not None and view.status.value == "done"
+
+    await eventually(done, within=60)
+    events = [(e["event"], e["key"]) for e in ledger(ledger_path)]
+    assert events == [("request", key), ("request", key), ("effect", key)]
+
+
+async def test_a_tool_the_server_rule_names_is_approved_before_it_runs(
+    services: Services, project_id: str, queue: str, ledger_path: Path
+) -> None:
+    """``approval=["charge"]``: the call waits for a person (nothing reaches the server), and
+    the accepted call runs once under the step's key."""
+    import tests.http_tools  # noqa: F401  (registers the agent http_once)
+
+    assert services.graph is not None
+    args = ["-m", "tests.mcp_server", str(ledger_path), "stdio"]
+    server = McpServer(name="bill", command=sys.executable, args=args, approval=["charge"])
+    history = ConversationHistory(
+        services.client, project_id, "agent-1", task_queue=queue, graph=services.graph
+    )
+    spec = _once(server, "bill_charge", {"account": "acme", "cents": 5})
+    assert (await history.create_task("t", "charge once", agent=spec)).recorded
+
+    async def asked() -> bool:
+        view = (await history.get_task("t")).view
+        return view is not None and bool(view.pending_inputs)
+
+    await eventually(asked, within=60)
+    view = (await history.get_task("t")).view
+    assert view is not None and view.status.value == "awaiting_input"
+    (request,) = view.pending_inputs
+    assert request.approval is not None
+    assert ledger(ledger_path) == []
+    assert (await history.approve("t", request.input_id, "accept")).recorded
+    final = await history.wait_task("t")
+    assert final is not None and final.status.value == "done"
+    key = f"{task_workflow_id(project_id, 't')}/charge/1"
+    assert [(e["event"], e["key"]) for e in ledger(ledger_path)] == [
+        ("request", key),
+        ("effect", key),
+    ]
