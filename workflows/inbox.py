@@ -225,6 +225,26 @@ def check_respond(book: Book, answer: InputAnswer) -> InputRequest:
     return request
 
 
+def admit_respond(book: Book, answer: InputAnswer) -> InputRequest:
+    """The ``respond`` update's validator: ``check_respond``, and first an answer naming no
+    request while more than one is open is refused ``input_not_requested`` naming them (which
+    one a person meant is not for the task to guess: langchain-ai/langgraph#6108, #8579). By
+    signal such an answer still goes to the oldest (recorded, never refused). Validator only:
+    updates accepted before this rule replay unchanged.
+
+    Raises:
+        ApplicationError: as ``check_respond``.
+    """
+    if answer.input_id is None and len(book.state.inputs) > 1:
+        named = ", ".join(repr(r.input_id) for r in book.state.inputs)
+        raise refusal(
+            ErrorCode.INPUT_NOT_REQUESTED,
+            f"{len(book.state.inputs)} input requests are open ({named}): name the one this "
+            "answers (input_id)",
+        )
+    return check_respond(book, answer)
+
+
 def respond(book: Book, answer: InputAnswer, now: datetime) -> WriteOutcome:
     """An answer by update (validated on arrival): the request's ``input_response``."""
     request = check_respond(book, answer)

@@ -399,8 +399,8 @@ class Ledger:
         inbox.close_inputs(self, reason, now)
 
     def check_respond(self, answer: InputAnswer) -> InputRequest:
-        """The state rules of the ``respond`` update (``workflows.inbox.check_respond``)."""
-        return inbox.check_respond(self, answer)
+        """The rules of the ``respond`` update's validator (``workflows.inbox.admit_respond``)."""
+        return inbox.admit_respond(self, answer)
 
     def respond(self, answer: InputAnswer, now: datetime) -> WriteOutcome:
         """An answer by update (``workflows.inbox.respond``)."""
