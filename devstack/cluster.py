@@ -27,7 +27,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -244,16 +244,26 @@ def server_config(port: int, pg_port: int, config_dir: Path) -> dict[str, Any]:
 
 class TemporalClusterServer(ManagedProcess):
     """The Temporal server binary (all four services in one process) on PostgreSQL, its
-    frontend on 127.0.0.1:``port``; its config in ``<data_dir>/config``."""
+    frontend on 127.0.0.1:``port``; its config in ``<data_dir>/config``, its dynamic config
+    ``DYNAMIC_CONFIG`` with ``dynamic_config``'s keys added (a test's, scoped by its
+    constraints, e.g. to a namespace of its own)."""
 
     name: ClassVar[str] = "temporal-cluster"
     stop_timeout_s: ClassVar[float] = 15.0
 
-    def __init__(self, data_dir: Path, port: int, pg_port: int, server_bin: Path) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        port: int,
+        pg_port: int,
+        server_bin: Path,
+        dynamic_config: Mapping[str, list[dict[str, Any]]] | None = None,
+    ) -> None:
         super().__init__(data_dir)
         self.port = port
         self.pg_port = pg_port
         self.server_bin = server_bin
+        self.dynamic_config = {**DYNAMIC_CONFIG, **(dynamic_config or {})}
 
     @property
     def address(self) -> str:
@@ -280,7 +290,7 @@ class TemporalClusterServer(ManagedProcess):
         self.config_dir.mkdir(parents=True, exist_ok=True)
         config = server_config(self.port, self.pg_port, self.config_dir)
         (self.config_dir / "cluster.yaml").write_text(yaml.safe_dump(config))
-        (self.config_dir / "dynamicconfig.yaml").write_text(yaml.safe_dump(DYNAMIC_CONFIG))
+        (self.config_dir / "dynamicconfig.yaml").write_text(yaml.safe_dump(self.dynamic_config))
         return self._spawn()
 
     async def wait_ready(self, timeout_s: float = 90.0) -> float:
@@ -300,14 +310,20 @@ class TemporalClusterServer(ManagedProcess):
 
 class Cluster:
     """PostgreSQL and the Temporal server in ``data_dir``, the frontend on ``port`` and
-    PostgreSQL on ``port + 20``; ``up`` builds (once), starts both and creates the schemas,
+    PostgreSQL on ``port + 20``, ``dynamic_config`` added to the server's
+    (``TemporalClusterServer``); ``up`` builds (once), starts both and creates the schemas,
     ``down`` stops both (their data stays)."""
 
-    def __init__(self, data_dir: Path, port: int) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        port: int,
+        dynamic_config: Mapping[str, list[dict[str, Any]]] | None = None,
+    ) -> None:
         self.data_dir = data_dir
         self.postgres = PostgresServer(data_dir, port + 20)
         server, self.sql_tool = build_temporal()
-        self.temporal = TemporalClusterServer(data_dir, port, port + 20, server)
+        self.temporal = TemporalClusterServer(data_dir, port, port + 20, server, dynamic_config)
 
     async def up(self) -> None:
         """Start PostgreSQL, create the schemas, start the server and wait for it.

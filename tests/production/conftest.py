@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from temporalio.client import Client
 
+from agent_tasks.config import connect
 from agent_tasks.devstack.cluster import Cluster
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.worker import Services, open_services
@@ -32,6 +34,11 @@ ENABLED = os.environ.get("AGENT_TASKS_PRODUCTION") == "1"
 cluster of its own, which the main suite (``./run test``) does not."""
 NAMESPACE = "agent-tasks-production"
 WORKERS = 3
+CONTINUING_NAMESPACE = "agent-tasks-production-continuing"
+"""A second namespace, whose runs Temporal suggests to continue as new at
+``CONTINUE_AS_NEW_AT`` history events (the server's default, 4,096 in ``NAMESPACE``, is more
+than a test writes); scoped by the dynamic config's namespace constraint."""
+CONTINUE_AS_NEW_AT = 40
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -44,24 +51,32 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(skip)
 
 
+async def setup(namespace: str) -> None:
+    """``agent-tasks setup`` of ``namespace`` on the cluster (the namespace, its retention and
+    the search attributes, through the operator API)."""
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "agent_tasks.starter", "setup", "--wait", "60"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "TEMPORAL_NAMESPACE": namespace},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 @pytest.fixture(scope="session")
 async def cluster() -> AsyncIterator[Cluster]:
     """The cluster, set up; stopped and its folder removed at the end."""
     folder = Path(tempfile.mkdtemp(prefix="agent-tasks-cluster-", dir="/var/tmp"))
     port = int(os.environ.get("AGENT_TASKS_CLUSTER_PORT", "7433"))
-    cluster = Cluster(folder, port)
+    suggest = [{"value": CONTINUE_AS_NEW_AT, "constraints": {"namespace": CONTINUING_NAMESPACE}}]
+    cluster = Cluster(folder, port, {"limit.historyCount.suggestContinueAsNew": suggest})
     try:
         await cluster.up()
         os.environ["TEMPORAL_ADDRESS"] = cluster.temporal.address
         os.environ["TEMPORAL_NAMESPACE"] = NAMESPACE
-        setup = await asyncio.to_thread(
-            subprocess.run,
-            [sys.executable, "-m", "agent_tasks.starter", "setup", "--wait", "60"],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-        )
-        assert setup.returncode == 0, setup.stdout + setup.stderr
+        await setup(NAMESPACE)
         yield cluster
     finally:
         await cluster.down()
@@ -79,7 +94,8 @@ async def services(cluster: Cluster) -> AsyncIterator[Services]:
 async def start_worker(queue: str, env: dict[str, str] | None = None) -> asyncio.subprocess.Process:
     """A worker process (``tests.agent_worker``: the agent tests' tools) on ``queue``, once it
     polls (its first line, within 60 s); its environment is this process's updated by
-    ``env``."""
+    ``env``. A worker that exits first fails the caller with the end of its stderr."""
+    stderr = tempfile.TemporaryFile()
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -88,11 +104,13 @@ async def start_worker(queue: str, env: dict[str, str] | None = None) -> asyncio
         cwd=ROOT,
         env={**os.environ, **(env or {}), "PYTHONPATH": str(ROOT)},
         stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
+        stderr=stderr,
     )
     assert process.stdout is not None
     line = await asyncio.wait_for(process.stdout.readline(), 60)
-    assert line.strip() == b"polling"
+    stderr.seek(0)
+    assert line.strip() == b"polling", stderr.read()[-3000:].decode(errors="replace")
+    stderr.close()
     return process
 
 
@@ -153,3 +171,12 @@ def history(services: Services, workers: Workers) -> ConversationHistory:
         task_queue=workers.queue,
         graph=services.graph,
     )
+
+
+@pytest.fixture
+async def continuing(services: Services) -> AsyncIterator[tuple[Client, Workers]]:
+    """A client of ``CONTINUING_NAMESPACE`` (set up here) and ``WORKERS`` workers on it."""
+    await setup(CONTINUING_NAMESPACE)
+    client = await connect(services.settings, namespace=CONTINUING_NAMESPACE)
+    async with worker_processes({"TEMPORAL_NAMESPACE": CONTINUING_NAMESPACE}) as found:
+        yield client, found

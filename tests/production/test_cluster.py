@@ -2,6 +2,8 @@
 (``devstack.cluster``), three worker processes on one task queue.
 
 - the README's app flow and an agent task with steps, their values read back;
+- the README's agent code (a step, a question, two children) continuing as new, its own and
+  its children's workflow ids cut to 255 characters;
 - kill -9 of the worker running a step: another worker finishes the task by the step rules;
 - the Temporal server restarted during a write storm: no acknowledged write lost or doubled;
 - a rolling restart of the workers while tasks wait for input: every answer taken once;
@@ -18,10 +20,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from pydantic import SecretStr
+from temporalio.client import Client
 
 from agent_tasks.config import Settings
 from agent_tasks.contract import AgentSpec, TaskStatus
-from agent_tasks.contract.errors import TaskServiceUnavailable
+from agent_tasks.contract.errors import ErrorCode, TaskServiceUnavailable
 from agent_tasks.devstack.cluster import Cluster
 from agent_tasks.devstack.neo4j_server import Neo4jServer
 from agent_tasks.devstack.process import free_port
@@ -70,6 +73,66 @@ async def test_the_readme_app_flow_and_an_agent_task_on_three_workers(
         e.payload for e in await all_events(history, "agent-1") if e.kind.value == "tool_result"
     ]
     assert results == ["one", "two"]
+
+
+async def test_an_agent_task_with_steps_input_children_and_continue_as_new(
+    services: Services, continuing: tuple[Client, Workers]
+) -> None:
+    """The README's agent code (``release``: a step, a question, two recorded child tasks
+    ended from outside) on three workers, in a namespace whose runs Temporal suggests to
+    continue as new at 40 events, in a project whose id has 64 characters under a name of
+    180: its own and its children's plain workflow ids pass 255 characters, so they are cut
+    (``task_workflow_id``, and the ``bounded-workflow-ids`` patch in the parent's commands).
+    The task ends with both children's ends, its step, its answer, over more than one run."""
+    client, workers = continuing
+    assert services.graph is not None
+    history = ConversationHistory(
+        client,
+        "p" * 52 + uuid.uuid4().hex[:12],
+        "tests",
+        task_queue=workers.queue,
+        graph=services.graph,
+    )
+    name = "r" * 180
+    children = [f"{name}/eu", f"{name}/us"]
+    assert [len(history.workflow_id(t)) for t in [name, *children]] == [255, 255, 255]
+    agent = AgentSpec(name="release", tools=["echo"])
+    assert (await history.create_task(name, "release", agent=agent)).recorded
+
+    async def asked() -> bool:
+        view = (await history.get_task(name)).view
+        return view is not None and [r.input_id for r in view.pending_inputs] == ["replicas"]
+
+    await eventually(asked, within=60)
+    assert (await history.respond(name, 3, input_id="replicas")).recorded
+
+    async def spawned() -> bool:
+        return all([(await history.get_task(child)).view is not None for child in children])
+
+    await eventually(spawned, within=60)
+    for child in children:
+        assert (await history.finish_task(child, "done", result=f"{child[-2:]} up")).recorded
+    view = await asyncio.wait_for(history.wait_task(name), 120)
+    assert view is not None and view.result is not None
+    assert (view.status, view.result.text) == (TaskStatus.DONE, "eu: done, us: done")
+    assert [(s.step_name, s.state) for s in await all_steps(history, name)] == [
+        ("build", StepState.COMPLETED)
+    ]
+    events = await all_events(history, name)
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    answers = [
+        (e.name, json.loads(e.payload)) for e in events if e.kind is EventKind.INPUT_RESPONSE
+    ]
+    assert answers == [("replicas", 3)]
+    ends = [e for e in events if e.kind is EventKind.CHILD_RESULT]
+    assert len(ends) == 2
+    handle = client.get_workflow_handle(history.workflow_id(name))
+    described = await handle.describe()
+    first_run = described.raw_description.workflow_execution_info.first_run_id
+    assert first_run != described.run_id  # it continued as new at least once
+    for child in children:
+        done = (await history.get_task(child)).view
+        assert done is not None and done.status is TaskStatus.DONE
 
 
 async def test_kill_9_of_the_worker_running_a_step_another_finishes(
@@ -202,9 +265,12 @@ async def _mirror_through_a_restart(
         for n in range(per_writer):
             if n == 20:
                 await restarted.wait()
-            done = await history.record_event(
-                tasks[w], "message", f"w{w}-{n}", request_id=f"w{w}-{n}"
-            )
+            while True:  # the task's key is stored in Neo4j at its first write (2 s at most)
+                done = await history.record_event(
+                    tasks[w], "message", f"w{w}-{n}", request_id=f"w{w}-{n}"
+                )
+                if done.error is not ErrorCode.KEY_STORE_UNAVAILABLE:
+                    break
             assert done.recorded and done.seq == n + 1, done
             progress[w] = n + 1
 
