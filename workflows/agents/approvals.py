@@ -209,21 +209,33 @@ def decision_statement(choice: ApprovalChoice, ask: ApprovalAsk) -> str:
     return f"ignored {call}: it was not run"
 
 
-class Approvals(Runner):
-    """The approval of a call before it runs (the base of ``StepRunner``)."""
+class Approvals:
+    """The approval of a call before it runs, over the agent's ``Runner`` (``StepRunner``
+    has one and asks it before a call of a tool that needs approval).
 
-    def _approval_of(self, name: str) -> InputRequest | None:
+    Args:
+        runner: the agent's runner (the ledger, the cancellation rule, the waits).
+    """
+
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+
+    def approval_of(self, name: str) -> InputRequest | None:
         """The open approval request of step ``name`` (asked before this run continued as
         new: the agent, called again from the top, waits on it again)."""
-        found = (r for r in self.ledger.state.inputs if r.approval and r.approval.step_name == name)
+        found = (
+            r
+            for r in self.runner.ledger.state.inputs
+            if r.approval and r.approval.step_name == name
+        )
         return next(found, None)
 
     def _ask_approval(
         self, input_id: str, spec: ToolSpec, ask: ApprovalAsk, deadline: datetime | None
     ) -> InputRequest:
         """Open the approval request ``input_id`` about ``ask``'s call (``awaiting_input``)."""
-        self.host.set_status(TaskStatus.AWAITING_INPUT)
-        return self.ledger.open_input(
+        self.runner.host.set_status(TaskStatus.AWAITING_INPUT)
+        return self.runner.ledger.open_input(
             input_id,
             approval_prompt(spec.name),
             approval_schema(spec.parameters, ask),
@@ -247,18 +259,20 @@ class Approvals(Runner):
             remaining = max(asked.deadline - workflow.now(), timedelta(0))
 
         def expire() -> None:
-            self.ledger.close_input(asked.input_id, None, workflow.now(), reason=APPROVAL_EXPIRED)
-            self._back_in_progress()
+            self.runner.ledger.close_input(
+                asked.input_id, None, workflow.now(), reason=APPROVAL_EXPIRED
+            )
+            self.runner.back_in_progress()
             raise ApprovalExpired(asked.input_id)
 
-        await self._wait_answer(asked.input_id, remaining, expire)
-        self._back_in_progress()
-        answer_seq = self.ledger.state.answered[asked.input_id]
-        return next(e for e in self.ledger.run_events if e.seq == answer_seq)
+        await self.runner.wait_answer(asked.input_id, remaining, expire)
+        self.runner.back_in_progress()
+        answer_seq = self.runner.ledger.state.answered[asked.input_id]
+        return next(e for e in self.runner.ledger.run_events if e.seq == answer_seq)
 
     # Long: one approval in workflow order: the worker's check, the request, the wait, the decision,
     # the choice
-    async def _approved(
+    async def approved(
         self,
         name: str,
         spec: ToolSpec,
@@ -284,11 +298,11 @@ class Approvals(Runner):
         """
         if asked is None:
             info = workflow.info()
-            attempt = next_attempt(self.ledger.step(name))
+            attempt = next_attempt(self.runner.ledger.step(name))
             key = idempotency_key(info.workflow_id, name, attempt)
-            self.progressed = True
+            self.runner.progressed = True
             try:
-                check: ApprovalCheck = await self._activity(
+                check: ApprovalCheck = await self.runner.activity(
                     workflow.start_activity(
                         APPROVAL_ACTIVITY,
                         ToolInput(
@@ -308,7 +322,7 @@ class Approvals(Runner):
                 if isinstance(err.cause, CancelledError):
                     raise asyncio.CancelledError("the task was cancelled") from err
                 raise
-            self._stop_if_cancelled()
+            self.runner.stop_if_cancelled()
             if check.error is not None:
                 return call_seq, (StepState.FAILED, check.error)
             if not check.needed:
@@ -341,7 +355,7 @@ class Approvals(Runner):
                 payload=decision_statement(choice, shown),
                 cites=CitesInput(events=[call_seq]),
             )
-            self.ledger.record_events(
+            self.runner.ledger.record_events(
                 RecordEventsInput(
                     agent_id=answer.author,
                     events=[decision],
@@ -364,7 +378,7 @@ class Approvals(Runner):
                 call_id=call_id or f"call_{call_seq}",
                 payload=json.dumps(choice.arguments),
             )
-            return self._append(edited, f"step/{name}/edited").first_seq, None
+            return self.runner.append(edited, f"step/{name}/edited").first_seq, None
         if choice.type == "answer":
             return call_seq, (StepState.COMPLETED, choice.text or "")
         if choice.type == "ignore":

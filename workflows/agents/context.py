@@ -39,8 +39,9 @@ from agent_tasks.contract import (
     valid_step_name,
 )
 from agent_tasks.contract.waits import answer_error, answer_text, check_schema
+from agent_tasks.workflows.agents.approvals import Approvals
 from agent_tasks.workflows.agents.registry import ToolSpec
-from agent_tasks.workflows.agents.runner import AgentHost, AgentParked, StepOutcome
+from agent_tasks.workflows.agents.runner import AgentHost, AgentParked, Runner, StepOutcome
 from agent_tasks.workflows.agents.steps import StepRunner
 from agent_tasks.workflows.ledger import Ledger
 from agent_tasks.workflows.patches import PARK_ON_SUGGESTION, PROGRESS_BEFORE_PARKING
@@ -112,18 +113,19 @@ class AgentContext:
         """The task's ledger."""
         self.host = host
         """The task's workflow."""
-        self._steps = StepRunner(ledger, spec, run, tools, host)
+        self._runner = Runner(ledger, spec, run, tools, host)
+        self._steps = StepRunner(self._runner, Approvals(self._runner))
         """The step machinery this context runs steps, approvals and model turns with."""
 
     @property
     def spec(self) -> AgentSpec:
         """The task's agent spec."""
-        return self._steps.spec
+        return self._runner.spec
 
     @property
     def run(self) -> AgentRun:
         """The agent's carried progress (budget counters, rounds, ``state``)."""
-        return self._steps.run
+        return self._runner.run
 
     @property
     def state(self) -> dict[str, JsonValue]:
@@ -139,15 +141,15 @@ class AgentContext:
     def checkpoint_due(self) -> bool:
         """Set by the workflow when continue-as-new is due: the next ``checkpoint()`` (or a
         wait for an answer or for children) parks."""
-        return self._steps.checkpoint_due
+        return self._runner.checkpoint_due
 
     @checkpoint_due.setter
     def checkpoint_due(self, due: bool) -> None:
-        self._steps.checkpoint_due = due
+        self._runner.checkpoint_due = due
 
     def cancel_running(self) -> None:
         """Cancel the activities agent code awaits now (the workflow calls it on a cancel)."""
-        self._steps.cancel_running()
+        self._runner.cancel_running()
 
     async def step(
         self,
@@ -191,14 +193,14 @@ class AgentContext:
             BudgetExceeded: ``max_seconds`` has passed.
             asyncio.CancelledError: the task was cancelled.
         """
-        self._steps._stop_if_cancelled()
-        self._steps._check_time()
+        self._runner.stop_if_cancelled()
+        self._runner.check_time()
         suggested = workflow.info().is_continue_as_new_suggested()
-        if not self._steps.checkpoint_due and not (
+        if not self._runner.checkpoint_due and not (
             suggested and workflow.patched(PARK_ON_SUGGESTION)
         ):
             return
-        if not self._steps.progressed and workflow.patched(PROGRESS_BEFORE_PARKING):
+        if not self._runner.progressed and workflow.patched(PROGRESS_BEFORE_PARKING):
             return  # replaying memoized steps: park only after new work, or no run progresses
         raise AgentParked
 
@@ -210,8 +212,8 @@ class AgentContext:
         Raises:
             asyncio.CancelledError: the task was cancelled.
         """
-        self._steps._stop_if_cancelled()
-        seq: int = self._steps._append(
+        self._runner.stop_if_cancelled()
+        seq: int = self._runner.append(
             EventInput(kind=kind, name=name, payload=text), "emit"
         ).first_seq
         return seq
@@ -247,7 +249,7 @@ class AgentContext:
             AgentParked: the task is to continue-as-new (the request stays open).
             asyncio.CancelledError: the task was cancelled (the request is closed with it).
         """
-        self._steps._stop_if_cancelled()
+        self._runner.stop_if_cancelled()
         state = self.ledger.state
         request = next((r for r in state.inputs if r.input_id == input_id), None)
         if input_id not in state.answered and request is None:
@@ -272,14 +274,14 @@ class AgentContext:
                 given = default is not _NO_DEFAULT
                 default_json = answer_text(default) if given else None
                 self.ledger.close_input(input_id, default_json, workflow.now())
-                self._steps._back_in_progress()
+                self._runner.back_in_progress()
                 if not given:
                     raise InputTimeout(input_id)
 
-            await self._steps._wait_answer(input_id, remaining, timed_out)
-        self._steps._back_in_progress()
+            await self._runner.wait_answer(input_id, remaining, timed_out)
+        self._runner.back_in_progress()
         answer: JsonValue = json.loads(
-            await self._steps._payload(input_id, state.answered[input_id])
+            await self._runner.payload(input_id, state.answered[input_id])
         )
         return answer
 
@@ -310,7 +312,7 @@ class AgentContext:
                 ``failed``, with why, so a wait for it does not wait for ever).
             asyncio.CancelledError: the task was cancelled.
         """
-        self._steps._stop_if_cancelled()
+        self._runner.stop_if_cancelled()
         state = self.ledger.state
         known = state.children.get(key)
         if known is not None:
@@ -367,7 +369,7 @@ class AgentContext:
                 to the next run).
             asyncio.CancelledError: the task was cancelled.
         """
-        self._steps._stop_if_cancelled()
+        self._runner.stop_if_cancelled()
         children = self.ledger.state.children
         wanted = list(children) if keys is None else list(keys)
         missing = [key for key in wanted if key not in children]
@@ -383,19 +385,19 @@ class AgentContext:
         if not done():
             self.host.set_status(TaskStatus.AWAITING_CHILDREN)
             await workflow.wait_condition(
-                lambda: done() or self._steps.checkpoint_due or self.host.cancelling
+                lambda: done() or self._runner.checkpoint_due or self.host.cancelling
             )
-            self._steps._stop_if_cancelled()
+            self._runner.stop_if_cancelled()
             if not done():
                 raise AgentParked
-        self._steps._back_in_progress()
+        self._runner.back_in_progress()
         outcomes = []
         for key in wanted:
             record = children[key]
             if not ended(key) or record.mode == "ignore":
                 continue
             assert record.result_seq is not None  # set with the end
-            payload = json.loads(await self._steps._payload(key, record.result_seq))
+            payload = json.loads(await self._runner.payload(key, record.result_seq))
             outcome = ChildOutcome(
                 key=key, name=record.name, status=record.status, text=payload["text"]
             )

@@ -1,6 +1,7 @@
-"""What agent code's machinery stands on (``Runner``, the base of ``StepRunner`` and
-``AgentContext``): the one cancellation rule, the activities agent code awaits, the waits for
-an answer, and the ledger writes of a step (its events, its moves, its end).
+"""What agent code's machinery stands on (``Runner``, which ``AgentContext``, its
+``StepRunner`` and its ``Approvals`` each hold, the same one): the one cancellation rule, the
+activities agent code awaits, the waits for an answer, and the ledger writes of a step (its
+events, its moves, its end).
 """
 
 from __future__ import annotations
@@ -127,7 +128,7 @@ class Runner:
             return True
         return workflow.cancellation_reason() is not None and workflow.patched(CANCEL_RULE)
 
-    def _stop_if_cancelled(self) -> None:
+    def stop_if_cancelled(self) -> None:
         """Raise ``asyncio.CancelledError`` once the task is cancelled (``cancelled``)."""
         if self.cancelled():
             raise asyncio.CancelledError("the task was cancelled")
@@ -139,7 +140,7 @@ class Runner:
         for handle in self.running:
             handle.cancel()
 
-    async def _activity(self, handle: workflow.ActivityHandle[_R]) -> _R:
+    async def activity(self, handle: workflow.ActivityHandle[_R]) -> _R:
         """Await an activity agent code started, where a cancel can reach it."""
         self.running.add(handle)
         try:
@@ -147,7 +148,7 @@ class Runner:
         finally:
             self.running.discard(handle)
 
-    async def _wait_answer(
+    async def wait_answer(
         self,
         input_id: str,
         remaining: timedelta | None = None,
@@ -169,20 +170,22 @@ class Runner:
         except builtins.TimeoutError:
             assert on_timeout is not None
             on_timeout()
-        self._stop_if_cancelled()
+        self.stop_if_cancelled()
         if input_id not in state.answered:
             raise AgentParked
 
-    def _back_in_progress(self) -> None:
+    def back_in_progress(self) -> None:
         """``in_progress`` again once nothing is awaited."""
         waiting = (TaskStatus.AWAITING_INPUT, TaskStatus.AWAITING_CHILDREN)
         if self.ledger.state.status in waiting and not self.ledger.state.inputs:
             self.host.set_status(TaskStatus.IN_PROGRESS)
 
-    def _append(self, event: EventInput, what: str) -> WriteOutcome:
+    def append(self, event: EventInput, what: str) -> WriteOutcome:
+        """Record ``event`` in the ledger under a request id of ``what`` and the ledger's
+        write count (so a replay appends it once)."""
         return self.ledger.append([event], f"{what}/{self.ledger.state.writes}", workflow.now())
 
-    def _move(
+    def move(
         self,
         name: str,
         state: StepState,
@@ -190,6 +193,7 @@ class Runner:
         kind: StepKind | None = None,
         result_event_seq: int | None = None,
     ) -> StepRecord:
+        """Move step ``name`` to ``state`` in the ledger (its kind and result event if given)."""
         return self.ledger.move_step(
             name,
             state,
@@ -199,27 +203,27 @@ class Runner:
             result_event_seq=result_event_seq,
         )
 
-    def _end(
+    def end(
         self, name: str, tool: str, call_id: str | None, state: StepState, text: str
     ) -> StepOutcome:
         """Record the step's end as ``state`` with ``text`` as its result event."""
         result = EventInput(
             kind=EventKind.TOOL_RESULT, name=tool or None, call_id=call_id, payload=text
         )
-        seq = self._append(result, f"step/{name}/result").first_seq
-        self._move(name, state, result_event_seq=seq)
+        seq = self.append(result, f"step/{name}/result").first_seq
+        self.move(name, state, result_event_seq=seq)
         self.run.turn_committed = True
         return StepOutcome(
             step_name=name, state=state, text=bound_text(text).text, result_event_seq=seq
         )
 
-    async def _recorded(self, name: str, state: StepState, seq: int | None) -> StepOutcome:
+    async def recorded(self, name: str, state: StepState, seq: int | None) -> StepOutcome:
         """The outcome of a step that ended before as ``state`` (memoized: ``completed`` or
         ``unknown``), its result as recorded."""
-        text = await self._payload(name, seq or 0)
+        text = await self.payload(name, seq or 0)
         return StepOutcome(step_name=name, state=state, text=text, result_event_seq=seq or 0)
 
-    async def _payload(self, name: str, seq: int) -> str:
+    async def payload(self, name: str, seq: int) -> str:
         """The payload of event ``seq``: from this run's events, or by an activity from where
         the task keeps earlier runs' (``seq`` 0: the result of step ``name``, whose earlier run
         carried no result seq: the activity finds it by name)."""
@@ -241,7 +245,9 @@ class Runner:
         )
         return output.text
 
-    def _check_time(self) -> None:
+    def check_time(self) -> None:
+        """Raise ``BudgetExceeded`` once the agent's ``max_seconds`` (workflow time since its
+        run started) has passed."""
         limit = self.spec.budgets.max_seconds
         if limit is not None and workflow.now() - self.run.started_at >= timedelta(seconds=limit):
             raise BudgetExceeded("max_seconds", limit)

@@ -40,7 +40,7 @@ from agent_tasks.contract import (
 from agent_tasks.contract.errors import failure_text
 from agent_tasks.workflows.agents.approvals import Approvals
 from agent_tasks.workflows.agents.registry import OUTCOME_UNKNOWN, mcp_offers
-from agent_tasks.workflows.agents.runner import BudgetExceeded, StepOutcome
+from agent_tasks.workflows.agents.runner import BudgetExceeded, Runner, StepOutcome
 from agent_tasks.workflows.patches import (
     MODEL_CALL_CANCEL,
     TOOL_APPROVAL,
@@ -72,9 +72,18 @@ over the payload budget) after which the agent fails (``ModelAnswerTooLarge``): 
 told each time and did it again, so a fourth call would most likely cost the same for nothing."""
 
 
-class StepRunner(Approvals):
-    """Runs agent code's steps and model turns over the task's ledger (the base of
-    ``AgentContext``; its arguments are ``Runner``'s)."""
+class StepRunner:
+    """Runs agent code's steps and model turns over the agent's ``Runner`` (``AgentContext``
+    has one), asking ``Approvals`` before a call of a tool that needs approval.
+
+    Args:
+        runner: the agent's runner (the ledger, budgets, the cancellation rule, the waits).
+        approvals: the approval of calls, over the same runner.
+    """
+
+    def __init__(self, runner: Runner, approvals: Approvals) -> None:
+        self.runner = runner
+        self.approvals = approvals
 
     async def retry(
         self,
@@ -96,14 +105,14 @@ class StepRunner(Approvals):
                 ``failed``), ``step_not_found``.
             asyncio.CancelledError: the task was cancelled.
         """
-        self._stop_if_cancelled()
+        self.runner.stop_if_cancelled()
         retry = StepRetry(
             step_name=name,
-            agent_id=self.ledger.state.start.agent_id,
+            agent_id=self.runner.ledger.state.start.agent_id,
             reason=reason,
-            request_id=internal_request_id(f"retry/{name}/{self.ledger.state.writes}"),
+            request_id=internal_request_id(f"retry/{name}/{self.runner.ledger.state.writes}"),
         )
-        self.ledger.retry_step(retry, workflow.now())
+        self.runner.ledger.retry_step(retry, workflow.now())
         return await self.step(name, tool, arguments, call_id=call_id)
 
     # Long: one tool step in workflow order: memo, call event, approval, the activity, its end;
@@ -130,34 +139,34 @@ class StepRunner(Approvals):
                 start), or while it ran (a tool that saw the cancel leaves the step
                 ``unknown``; one that ended anyway is recorded with its result first).
         """
-        self._stop_if_cancelled()
-        done = self.ledger.step(name)
+        self.runner.stop_if_cancelled()
+        done = self.runner.ledger.step(name)
         if done is not None and done.state is StepState.COMPLETED:
-            return await self._recorded(name, done.state, done.result_event_seq)
+            return await self.runner.recorded(name, done.state, done.result_event_seq)
         if (
             done is not None
             and done.state is StepState.UNKNOWN
             and done.retry_by is None
             and workflow.patched(UNKNOWN_STAYS_UNKNOWN)
         ):
-            return await self._recorded(name, done.state, done.result_event_seq)
-        spec = self.tools.get(tool)
-        asked = self._approval_of(name)
+            return await self.runner.recorded(name, done.state, done.result_event_seq)
+        spec = self.runner.tools.get(tool)
+        asked = self.approvals.approval_of(name)
         refused = None
         sent = None  # the call's arguments when this run records it; else read back by seq
         if asked is not None and asked.approval is not None:  # asked in an earlier run
             call_seq = asked.approval.call_seq
         else:
-            self._check_time()
-            budget = self.spec.budgets.max_tool_calls
-            if budget is not None and self.run.tool_calls >= budget:
+            self.runner.check_time()
+            budget = self.runner.spec.budgets.max_tool_calls
+            if budget is not None and self.runner.run.tool_calls >= budget:
                 raise BudgetExceeded("max_tool_calls", budget)
-            self.run.tool_calls += 1
+            self.runner.run.tool_calls += 1
             text = arguments if isinstance(arguments, str) else json.dumps(arguments)
             call = EventInput(
                 kind=EventKind.TOOL_CALL, name=tool or None, call_id=call_id, payload=text
             )
-            call_seq = self._append(call, f"step/{name}/call").first_seq
+            call_seq = self.runner.append(call, f"step/{name}/call").first_seq
             refused = _refused_call(tool, text)
             sent = text
         ended: tuple[StepState, str] | None = None
@@ -167,22 +176,24 @@ class StepRunner(Approvals):
             and refused is None
             and workflow.patched(TOOL_APPROVAL)
         ):
-            approved_seq, ended = await self._approved(name, spec, call_id, call_seq, asked)
+            approved_seq, ended = await self.approvals.approved(
+                name, spec, call_id, call_seq, asked
+            )
             if approved_seq != call_seq:  # edited: the tool reads the edited call by its seq
                 call_seq, sent = approved_seq, None
-        record = self._move(name, StepState.IN_PROGRESS, kind=kind)
+        record = self.runner.move(name, StepState.IN_PROGRESS, kind=kind)
         if ended is not None:
-            return self._end(name, tool, call_id, *ended)
+            return self.runner.end(name, tool, call_id, *ended)
         if refused is not None and workflow.patched(TOOL_CALL_BOUNDS):
-            return self._end(name, tool, call_id, StepState.FAILED, refused)
+            return self.runner.end(name, tool, call_id, StepState.FAILED, refused)
         if spec is None:
-            return self._end(
+            return self.runner.end(
                 name, tool, call_id, StepState.FAILED, f"no tool {tool!r} for this agent"
             )
         info = workflow.info()
-        self.progressed = True
+        self.runner.progressed = True
         try:
-            output = await self._activity(
+            output = await self.runner.activity(
                 workflow.start_activity(
                     spec.activity(),
                     ToolInput(
@@ -205,7 +216,7 @@ class StepRunner(Approvals):
             )
         except ActivityError as err:
             if isinstance(err.cause, CancelledError):
-                self._end(
+                self.runner.end(
                     name,
                     tool,
                     call_id,
@@ -215,7 +226,7 @@ class StepRunner(Approvals):
                 raise asyncio.CancelledError from err
             lost = isinstance(err.cause, ApplicationError) and err.cause.type == OUTCOME_UNKNOWN
             if (isinstance(err.cause, TimeoutError) and not spec.idempotent) or lost:
-                return self._end(
+                return self.runner.end(
                     name,
                     tool,
                     call_id,
@@ -223,7 +234,7 @@ class StepRunner(Approvals):
                     f"the tool's worker or connection stopped during the call ({err.cause}): "
                     "its effect is unknown, and it was not run again",
                 )
-            return self._end(name, tool, call_id, StepState.FAILED, failure_text(err))
+            return self.runner.end(name, tool, call_id, StepState.FAILED, failure_text(err))
         result = EventInput(
             kind=EventKind.TOOL_RESULT,
             name=tool,
@@ -232,10 +243,10 @@ class StepRunner(Approvals):
             full_length=output.full_length,
             full_sha256=output.full_sha256,
         )
-        seq = self._append(result, f"step/{name}/result").first_seq
-        self._move(name, StepState.COMPLETED, result_event_seq=seq)
-        self.run.turn_committed = True
-        self._stop_if_cancelled()  # it ran to its end after the cancel: recorded, no more
+        seq = self.runner.append(result, f"step/{name}/result").first_seq
+        self.runner.move(name, StepState.COMPLETED, result_event_seq=seq)
+        self.runner.run.turn_committed = True
+        self.runner.stop_if_cancelled()  # it ran to its end after the cancel: recorded, no more
         return StepOutcome(
             step_name=name, state=StepState.COMPLETED, text=output.text, result_event_seq=seq
         )
@@ -258,29 +269,29 @@ class StepRunner(Approvals):
                 call is cancelled, its HTTP request closed, and nothing of it is recorded;
                 ``MODEL_CALL_CANCEL``).
         """
-        self._stop_if_cancelled()
-        budgets = self.spec.budgets
-        self._check_time()
-        if budgets.max_rounds is not None and self.run.rounds >= budgets.max_rounds:
+        self.runner.stop_if_cancelled()
+        budgets = self.runner.spec.budgets
+        self.runner.check_time()
+        if budgets.max_rounds is not None and self.runner.run.rounds >= budgets.max_rounds:
             raise BudgetExceeded("max_rounds", budgets.max_rounds)
-        if budgets.max_tokens is not None and self.run.tokens >= budgets.max_tokens:
+        if budgets.max_tokens is not None and self.runner.run.tokens >= budgets.max_tokens:
             raise BudgetExceeded("max_tokens", budgets.max_tokens)
-        if self.spec.model is None:
+        if self.runner.spec.model is None:
             raise ApplicationError("this agent has no model", non_retryable=True)
         info = workflow.info()
-        self.progressed = True
+        self.runner.progressed = True
         waits = workflow.patched(MODEL_CALL_CANCEL)
         try:
-            turn: ModelTurn = await self._activity(
+            turn: ModelTurn = await self.runner.activity(
                 workflow.start_activity(
                     MODEL_ACTIVITY,
                     ModelInput(
                         workflow_id=info.workflow_id,
                         run_id=info.run_id,
-                        up_to_seq=self.ledger.state.last_seq,
-                        model=self.spec.model,
-                        tools=self.spec.tools,
-                        mcp_tools=mcp_offers(self.tools),
+                        up_to_seq=self.runner.ledger.state.last_seq,
+                        model=self.runner.spec.model,
+                        tools=self.runner.spec.tools,
+                        mcp_tools=mcp_offers(self.runner.tools),
                     ),
                     result_type=ModelTurn,
                     start_to_close_timeout=MODEL_LONGEST_CALL if waits else MODEL_START_TO_CLOSE,
@@ -293,12 +304,12 @@ class StepRunner(Approvals):
             )
         except ActivityError as err:
             # waiting for the cancel, the call may end otherwise (its worker died): cancelled
-            if isinstance(err.cause, CancelledError) or (waits and self.cancelled()):
+            if isinstance(err.cause, CancelledError) or (waits and self.runner.cancelled()):
                 raise asyncio.CancelledError("the task was cancelled") from err
             raise
-        self._stop_if_cancelled()  # the answer came with the cancel: not recorded
-        self.run.rounds += 1
-        self.run.tokens += turn.usage.input_tokens + turn.usage.output_tokens
+        self.runner.stop_if_cancelled()  # the answer came with the cancel: not recorded
+        self.runner.run.rounds += 1
+        self.runner.run.tokens += turn.usage.input_tokens + turn.usage.output_tokens
         message = EventInput(
             kind=EventKind.MESSAGE,
             role=Role.ASSISTANT,
@@ -307,20 +318,20 @@ class StepRunner(Approvals):
             full_length=turn.content_full_length,  # set when the call cut a longer answer
             full_sha256=turn.content_sha256,
         )
-        self._append(message, f"round/{self.run.rounds}")
+        self.runner.append(message, f"round/{self.runner.run.rounds}")
         if turn.mistake is None:
-            self.run.mistakes = 0
+            self.runner.run.mistakes = 0
             return turn
-        self.run.mistakes += 1
-        if self.run.mistakes >= MAX_MODEL_MISTAKES:
+        self.runner.run.mistakes += 1
+        if self.runner.run.mistakes >= MAX_MODEL_MISTAKES:
             raise ApplicationError(
-                f"the model's answer could not be taken {self.run.mistakes} times in a row; "
+                f"the model's answer could not be taken {self.runner.run.mistakes} times in a row; "
                 f"the last time: {turn.mistake}",
                 type="ModelAnswerTooLarge",
                 non_retryable=True,
             )
         shown = EventInput(kind=EventKind.MESSAGE, role=Role.USER, payload=turn.mistake)
-        self._append(shown, f"round/{self.run.rounds}/mistake")
+        self.runner.append(shown, f"round/{self.runner.run.rounds}/mistake")
         return await self.model_turn()
 
 
