@@ -12,7 +12,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agent_tasks.contract import EventKind, InputRequest, StepState, TaskStatus
+from pydantic import JsonValue
+from temporalio.api.enums.v1 import EventType
+
+from agent_tasks.codec import DATA_CONVERTER
+from agent_tasks.contract import EventKind, InputRequest, StepState, TaskStatus, ToolInput
 from agent_tasks.contract.errors import ErrorCode
 from agent_tasks.starter.client import ConversationHistory
 from tests.approval_tools import approval_spec, effects, goal
@@ -50,6 +54,23 @@ async def open_request(
 
     await eventually(waiting)
     return found[0]
+
+
+async def scheduled_inputs(
+    history: ConversationHistory, task: str, activity: str
+) -> list[ToolInput]:
+    """The inputs of the task's activities of type ``activity``, decoded from its Temporal
+    history as a worker decodes them."""
+    handle = history.client.get_workflow_handle(history.workflow_id(task))
+    found: list[ToolInput] = []
+    async for event in handle.fetch_history_events():
+        if event.event_type != EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            continue
+        scheduled = event.activity_task_scheduled_event_attributes
+        if scheduled.activity_type.name == activity:
+            (decoded,) = await DATA_CONVERTER.decode(scheduled.input.payloads, [ToolInput])
+            found.append(decoded)
+    return found
 
 
 def person(history: ConversationHistory, name: str) -> ConversationHistory:
@@ -108,6 +129,12 @@ async def test_the_request_names_the_calls_digest_and_a_stale_decision_is_refuse
     final = await agents.wait_task("t")
     assert final is not None and final.status is TaskStatus.DONE
     assert effects(log) == [f"{ask.idempotency_key} mail ops@example.com deploy x1"]
+    # what ran is what was approved (pydantic-ai#6968: the approver saw the model's arguments
+    # while the tool ran rewritten ones): the tool activity's input, as the history holds it
+    ran = await scheduled_inputs(agents, "t", "tool.send_mail")
+    assert [
+        expected_digest("send_mail", json.loads(i.arguments or ""), i.idempotency_key) for i in ran
+    ] == [ask.digest]
 
 
 async def test_an_expired_request_closes_and_the_model_reads_it(
@@ -211,7 +238,7 @@ async def test_a_decision_about_one_call_never_decides_the_next(
     await agents.create_task("t", goal(*calls), agent=approval_spec())
     asked = await open_request(agents, "t")
     assert asked.approval is not None and asked.approval.digest is not None
-    decision = {"type": "accept", "digest": asked.approval.digest}
+    decision: dict[str, JsonValue] = {"type": "accept", "digest": asked.approval.digest}
     assert (await agents.respond("t", decision, input_id=asked.input_id)).recorded
     following = await open_request(agents, "t")  # the update took the first: the second's
     assert following.input_id != asked.input_id
