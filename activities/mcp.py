@@ -108,6 +108,13 @@ def result_text(result: CallToolResult) -> str:
     return "\n".join(parts)
 
 
+def _leaves(err: BaseException) -> list[BaseException]:
+    """The exceptions inside ``err``'s nested exception groups (``err`` when it is none)."""
+    if isinstance(err, BaseExceptionGroup):
+        return [leaf for inner in err.exceptions for leaf in _leaves(inner)]
+    return [err]
+
+
 def _unknown(name: str, err: Exception) -> ApplicationError:
     return ApplicationError(
         f"the connection to {name} was lost after the call was sent ({err!r})",
@@ -254,15 +261,15 @@ class McpActivities:
                 )
         except ApplicationError:
             raise
-        except MCPError as err:  # the server answered with a JSON-RPC error (or was lost)
-            if err.error.code == CONNECTION_CLOSED and sent:
-                raise _unknown(name, err) from err
-            raise ApplicationError(
-                f"{name} refused the call: {bound_text(str(err)).text}",
-                type=MCP_TOOL_ERROR,
-                non_retryable=True,
-            ) from err
-        except Exception as err:
+        except Exception as err:  # the SDK's task groups wrap what happened in groups
+            answers = [e for e in _leaves(err) if isinstance(e, MCPError)]
+            answer = next((e for e in answers if e.code != CONNECTION_CLOSED), None)
+            if answer is not None:  # the server answered the request with a JSON-RPC error
+                raise ApplicationError(
+                    f"{name} refused the call: {bound_text(answer.message).text}",
+                    type=MCP_TOOL_ERROR,
+                    non_retryable=True,
+                ) from err
             if not sent:
                 raise  # the server was not reached: the retry policy decides
             raise _unknown(name, err) from err

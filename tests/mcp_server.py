@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from mcp import MCPError
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
@@ -84,6 +85,13 @@ async def slow(seconds: float, ctx: Context) -> str:
 async def refuse(reason: str) -> str:
     """Fail with ``reason``: the client gets a result marked ``isError``."""
     raise ToolError(f"refused: {reason}")
+
+
+@server.tool(description="Answer with a JSON-RPC error, always.")
+async def rpc_error(reason: str) -> str:
+    """Raise ``MCPError``: the server answers the request with a JSON-RPC error, not a
+    result."""
+    raise MCPError(code=-32603, message=f"upstream answered 422: {reason}")
 
 
 @server.tool(

@@ -200,12 +200,19 @@ async def test_a_lost_connection_leaves_a_non_idempotent_call_unknown(
     assert [e["event"] for e in ledger(ledger_path)] == ["request"]
 
 
+@pytest.mark.parametrize("tool", ["refuse", "rpc_error"])
 async def test_a_server_error_is_a_result_the_model_reads(
-    services: Services, project_id: str, queue: str, billing: McpServer, ledger_path: Path
+    services: Services,
+    project_id: str,
+    queue: str,
+    billing: McpServer,
+    ledger_path: Path,
+    tool: str,
 ) -> None:
-    """A tool error from the server fails the step with its text; the model reads it in its next
-    turn and the task ends ``done``, not failed."""
-    turns = [calls(("bill_refuse", {"reason": "card declined"})), answer("told the user")]
+    """openai/openai-agents-python#879 and #3212: a tool error from the server (a result marked
+    ``isError``, or a JSON-RPC error answer) fails the step with its text; the model reads it in
+    its next turn and the task ends ``done``, not failed (nor the step ``unknown``)."""
+    turns = [calls((f"bill_{tool}", {"reason": "card declined"})), answer("told the user")]
     history = await _run(services, project_id, queue, billing, turns, [])
     final = await history.wait_task("t")
     assert final is not None and final.status.value == "done"
