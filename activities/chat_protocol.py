@@ -13,7 +13,9 @@ as the servers that bend the rules need:
   more after it, does not add it again (servers that send the whole name in every delta made
   ``read_fileread_file``); a delta with another piece appends it (servers that stream the
   name in pieces);
-- the arguments are appended, in order;
+- the arguments are appended, in order; arguments a server sends as a JSON object instead of
+  its text (llama-server did, ggml-org/llama.cpp#20198) are taken as that object's JSON text,
+  never dropped (google/adk-go PR #1254: the tool ran with ``{}``);
 - a call without an id gets ``fallback_call_id`` (from the response's id and the call's place:
   the same on every replay of the same response).
 
@@ -58,6 +60,7 @@ turns in a row with ``ModelAnswerTooLarge``.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -247,6 +250,14 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
+def _arguments(value: Any) -> str:
+    """A call's arguments (or a streamed piece of them) as text: a string as it is, a JSON
+    object or array (servers that send the object itself) as its JSON text, else ""."""
+    if isinstance(value, Mapping | list):
+        return json.dumps(value, ensure_ascii=False)
+    return _text(value)
+
+
 def completion_turn(body: Mapping[str, Any]) -> ModelTurn:
     """The turn of a chat completion (a response's JSON body), its first choice's message:
     content, tool calls (``type`` function, and a legacy ``function_call``), usage, checked
@@ -277,7 +288,7 @@ def completion_turn(body: Mapping[str, Any]) -> ModelTurn:
         calls.append(
             bounded_call(
                 _text(function.get("name")),
-                _text(function.get("arguments")),
+                _arguments(function.get("arguments")),
                 _text(call.get("id")),
                 fallback_call_id(response_id, place),
             )
@@ -372,7 +383,7 @@ class StreamAssembler:
         name = _text(function.get("name"))
         if name and not open_.name.startswith(name):
             open_.name = name if name.startswith(open_.name) else open_.name + name
-        piece = _text(function.get("arguments"))
+        piece = _arguments(function.get("arguments"))
         if piece:
             open_.arguments.append(piece)
 

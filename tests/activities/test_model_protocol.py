@@ -455,3 +455,50 @@ async def test_an_unknown_finish_reason_ends_a_complete_turn_as_stop(
     assert final.result.text == ANSWER
     events = await run.events()
     assert [r.payload for r in kinds(events, EventKind.TOOL_RESULT)] == ["hi"]
+
+
+async def test_a_stream_opening_with_a_chunk_without_choices_is_read_whole(run: Run) -> None:
+    """AbanteAI/archive-old-cli-mentat#429 and meilisearch/meilisearch PR #6477: Azure OpenAI
+    opens a stream with a chunk whose ``choices`` is empty and whose ``id`` is "" (its prompt
+    filter's results); clients that read ``choices[0]`` crashed, or took it as the stream's
+    end. Here it is skipped: the call's arguments, its id and the answer are whole."""
+    azure_first = {
+        "id": "",
+        "object": "",
+        "created": 0,
+        "model": "",
+        "choices": [],
+        "prompt_filter_results": [{"prompt_index": 0, "content_filter_results": {}}],
+    }
+    call = {"index": 0, "id": "c1", "type": "function", "function": {"name": "echo"}}
+    rest = {"index": 0, "function": {"arguments": ECHO_HI}}
+    opening = Reply(chunks=[azure_first, chunk(call), chunk(rest), chunk(finish="tool_calls")])
+    final = Reply(chunks=[azure_first, *FINAL.chunks])
+    await run.start([opening, final])
+    view = await run.end()
+    assert view.status.value == "done" and view.result is not None
+    assert view.result.text == ANSWER
+    events = await run.events()
+    (made,) = kinds(events, EventKind.TOOL_CALL)
+    assert (made.call_id, made.payload) == ("c1", ECHO_HI)
+    assert [r.payload for r in kinds(events, EventKind.TOOL_RESULT)] == ["hi"]
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_arguments_sent_as_a_json_object_reach_the_tool(run: Run, stream: bool) -> None:
+    """ggml-org/llama.cpp#20198 (llama-server sent a call's ``arguments`` as a JSON object, not
+    a string) and google/adk-go PR #1254 (such arguments were dropped and the tool ran with
+    ``{}``): the object is taken as its JSON text, and the tool runs with it."""
+    call = {"index": 0, "id": "c1", "type": "function"}
+    made = {**call, "function": {"name": "echo", "arguments": {"text": "hi"}}}
+    if stream:
+        reply = Reply(chunks=[chunk(made), chunk(finish="tool_calls")])
+    else:
+        reply = Reply(body=completion(tool_calls=[made]))
+    await run.start([reply, FINAL if stream else FINAL_JSON], stream=stream)
+    final = await run.end()
+    assert final.status.value == "done"
+    events = await run.events()
+    (recorded,) = kinds(events, EventKind.TOOL_CALL)
+    assert json.loads(recorded.payload) == {"text": "hi"}
+    assert [r.payload for r in kinds(events, EventKind.TOOL_RESULT)] == ["hi"]
