@@ -378,9 +378,15 @@ async def test_the_model_call_is_scheduled_to_hear_a_cancel_and_stream_long(
     ] == [(10, 600)]
 
 
-def too_large_turn() -> Reply:
+def too_large_turn(stream: bool = False) -> Reply:
     """A turn of four ``echo`` calls of 40,000 control characters each: over the payload budget
     as JSON (each escaped to six bytes) even with every one cut to the argument bound."""
+    if stream:
+        deltas = [
+            {"index": i, "id": f"c{i}", "function": {"name": "echo", "arguments": "\x01" * 40_000}}
+            for i in range(4)
+        ]
+        return Reply(chunks=[*(chunk(d) for d in deltas), chunk(finish="tool_calls")])
     calls = [
         {
             "id": f"c{i}",
@@ -392,12 +398,16 @@ def too_large_turn() -> Reply:
     return Reply(body=completion(tool_calls=calls))
 
 
-async def test_an_answer_too_large_is_shown_to_the_model_and_it_answers_again(run: Run) -> None:
+@pytest.mark.parametrize("stream", [True, False])
+async def test_an_answer_too_large_is_shown_to_the_model_and_it_answers_again(
+    run: Run, stream: bool
+) -> None:
     """Issue 32 ("anything the model sends ends in a step result the model can read"): an
     answer still over the payload budget with its longest arguments cut failed the task with
     ``ModelAnswerTooLarge``. Now none of its calls runs, the model reads why as a user message
     and answers again; the task ends ``done`` with that answer."""
-    server = await run.start([too_large_turn(), FINAL_JSON], stream=False)
+    replies = [too_large_turn(stream), FINAL if stream else FINAL_JSON]
+    server = await run.start(replies, stream=stream)
     final = await run.end()
     assert final.status.value == "done" and final.result is not None
     assert final.result.text == ANSWER
