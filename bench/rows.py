@@ -288,8 +288,7 @@ async def mirror_lag(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: st
     name = await bench.task()
     batch = transcript(5)
 
-    async def paced(lag: Row) -> Written:
-        sent: Written = {}
+    async def paced(lag: Row, sent: Written) -> None:
         start = time.perf_counter()
         for number in range(round(sizes.lag_s * 20)):
             await asyncio.sleep(max(0.0, start + number * 0.05 - time.perf_counter()))
@@ -298,13 +297,11 @@ async def mirror_lag(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: st
             lag.base.append(time.perf_counter() - began)
             assert result.last_seq is not None
             sent[name, result.last_seq] = began
-        return sent
 
     names = [await bench.task() for _ in range(sizes.writers)]
     one = transcript(1)
 
-    async def writers(lag: Row) -> Written:
-        sent: Written = {}
+    async def writers(lag: Row, sent: Written) -> None:
         end = time.perf_counter() + sizes.lag_s
 
         async def writer(task: str) -> None:
@@ -316,19 +313,21 @@ async def mirror_lag(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: st
                 sent[task, result.last_seq] = began
 
         await asyncio.gather(*(writer(task) for task in names))
-        return sent
 
-    rows["lag"].ours += await _lag(bench, [name], paced(rows["lag"]))
-    rows["writers_lag"].ours += await _lag(bench, names, writers(rows["writers_lag"]))
+    rows["lag"].ours += await _lag(bench, [name], partial(paced, rows["lag"]))
+    rows["writers_lag"].ours += await _lag(bench, names, partial(writers, rows["writers_lag"]))
 
 
 Written = dict[tuple[str, int], float]
 """When each write was sent (``time.perf_counter``), by task name and its last seq."""
 
 
-async def _lag(bench: Bench, tasks: list[str], writes: Awaitable[Written]) -> list[float]:
-    """Send ``writes`` (to ``tasks``) while Neo4j is polled every 10 ms; returns each write's
-    time from sent to visible there."""
+async def _lag(
+    bench: Bench, tasks: list[str], write: Callable[[Written], Awaitable[None]]
+) -> list[float]:
+    """Send writes to ``tasks`` (``write``, which enters each in the dict it is given as it is
+    sent) while Neo4j is polled every 10 ms; returns each write's time from sent to visible
+    there."""
     seen: Written = {}
     sent: Written = {}
     done = asyncio.Event()
@@ -341,7 +340,7 @@ async def _lag(bench: Bench, tasks: list[str], writes: Awaitable[Written]) -> li
             await asyncio.sleep(0.01)
 
     poller = asyncio.create_task(poll())
-    sent.update(await writes)
+    await write(sent)
     done.set()
     await asyncio.wait_for(poller, 120)
     return [seen[w] - began for w, began in sent.items()]
