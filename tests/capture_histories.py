@@ -1491,6 +1491,34 @@ async def model_cancel_scenario(stack: Stack) -> Captured:
                 os.environ[name] = value
 
 
+async def mcp_scenario(stack: Stack) -> Captured:
+    """MCP servers as tool sources (``activities.mcp``): the tool loop with a scripted model
+    over the tests' MCP server (``tests.mcp_server``, over stdio): the server's listing by an
+    activity, a call of ``bill_charge`` run by ``mcp_call_tool`` (completed), a call of
+    ``bill_refuse`` (the server's error: the step failed), the answer."""
+    from agent_tasks.contract import AgentSpec, McpServer, ModelSpec
+    from tests.agent_tools import SCRIPTS, answer, calls
+
+    queue = f"capture-mcp-{uuid.uuid4().hex[:8]}"
+    history = stack.history("mcp")
+    history.task_queue = queue
+    server = McpServer(
+        name="bill", command=sys.executable, args=["-m", "tests.mcp_server", "/dev/null", "stdio"]
+    )
+    spec = AgentSpec(mcp_servers=[server], model=ModelSpec(provider="scripted", model="from-goal"))
+    turns = [
+        calls(("bill_charge", {"account": "acme", "cents": 5})),
+        calls(("bill_refuse", {"reason": "declined"})),
+        answer("charged once"),
+    ]
+    goal = json.dumps([t.model_dump(mode="json") for t in turns])
+    with expected_activity_failures():
+        async with build_worker(stack.client, stack.graph, queue, scripts=SCRIPTS):
+            expect(await history.create_task("mcp", goal, agent=spec))
+            await history.wait_task("mcp")
+            return {"mcp_call": await fetch(history, "mcp")}
+
+
 SCENARIOS: dict[str, Scenario] = {
     "create": Scenario(create_scenario, ("create",), "create a task (update-with-start)"),
     "writes": Scenario(writes_scenario, ("writes",), "event and step writes"),
@@ -1625,6 +1653,9 @@ SCENARIOS: dict[str, Scenario] = {
         model_mistake_scenario,
         ("model_mistake",),
         "an answer over the payload budget: its calls dropped, the model told and asked again",
+    ),
+    "mcp": Scenario(
+        mcp_scenario, ("mcp_call",), "an MCP server's tools listed and called as steps"
     ),
 }
 """Every scenario by name, in capture order."""
