@@ -159,7 +159,8 @@ class TaskTurns(TaskLifecycle):
         self, task: str, *, continuation: bool, retry: Sequence[StepRetry]
     ) -> WriteResult:
         """Start the next run of a failed or cancelled agent task from its last run's state
-        (``resume_task``, ``continue_task``)."""
+        (``resume_task``, ``continue_task``), on the task queue its last run ran on (its
+        agent's workers), whatever this object's ``task_queue`` is."""
         found = await self.get_task(task)
         if found.view is None:
             return refused(ErrorCode.TASK_NOT_FOUND, f"no task {task!r} in this project")
@@ -198,7 +199,7 @@ class TaskTurns(TaskLifecycle):
                 start,
                 result_type=TaskView,
                 id=self.workflow_id(task),
-                task_queue=self.task_queue,
+                task_queue=description.task_queue or self.task_queue,  # where it ran
                 id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
                 search_attributes=TypedSearchAttributes(
                     search_attributes(state.start, TaskStatus.QUEUED)

@@ -490,3 +490,29 @@ async def test_a_branch_refuses_writes_task_busy_until_its_copy_is_done(
             assert taken.recorded and not taken.duplicate, taken
             events = await all_events(brief, "b")
     assert [(e.seq, e.payload) for e in events] == [(1, "one"), (2, "two"), (3, "three")]
+
+
+async def test_a_resumed_task_runs_on_the_task_queue_it_ran_on(
+    client: Client, graph: TaskGraph, project_id: str, tmp_path: Path
+) -> None:
+    """The kind of the branch's task queue, for ``resume_task`` (dbos-transact-py PR #316's
+    review: a resumed workflow stays where it ran): a task run on a worker's own queue, failed,
+    is resumed by a client whose queue nobody polls; its next run goes on the task's queue
+    and ends ``done``. Before, it was started on the caller's queue and sat there."""
+    elsewhere = f"agents-{uuid.uuid4().hex[:8]}"
+    runner = ConversationHistory(client, project_id, "a", task_queue=elsewhere, graph=graph)
+    caller = ConversationHistory(
+        client, project_id, "b", task_queue=f"nobody-{uuid.uuid4().hex[:8]}", graph=graph
+    )
+    agent = AgentSpec(
+        name="three_steps", tools=["echo", "sync_data", "fail_first"],
+        input={"log": str(tmp_path / "steps.log")},
+    )  # fmt: skip
+    async with build_worker(client, graph, elsewhere, tools=TOOLS, scripts=SCRIPTS):
+        assert (await runner.create_task("t", "three", agent=agent)).recorded
+        assert (await ended(runner, "t")).status is TaskStatus.FAILED
+        assert (await caller.resume_task("t")).recorded
+        final = await asyncio.wait_for(runner.wait_task("t", until="done"), 120)
+    assert final is not None and final.status is TaskStatus.DONE
+    handle = client.get_workflow_handle(runner.workflow_id("t"))
+    assert (await handle.describe()).task_queue == elsewhere
