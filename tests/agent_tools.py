@@ -554,3 +554,10 @@ async def ticks(ctx: AgentContext) -> str:
     for i in range(count):
         await ctx.step(f"tick-{i:02d}", "sync_data", args)
     return f"{count} ticks"
+
+
+@agent("ask_two_at_once")
+async def ask_two_at_once(ctx: AgentContext) -> str:
+    """Asks ``a`` and ``b`` at once (two questions open together), returns both answers."""
+    first, second = await asyncio.gather(ctx.ask("a", "A?"), ctx.ask("b", "B?"))
+    return f"{first},{second}"

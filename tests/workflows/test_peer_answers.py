@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pydantic import JsonValue
 
-from agent_tasks.contract import EventKind, TaskStatus
+from agent_tasks.contract import AgentSpec, EventKind, TaskStatus
 from agent_tasks.contract.errors import ErrorCode
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.starter.importer import all_events
@@ -107,3 +107,26 @@ async def test_an_answer_without_an_id_while_two_requests_are_open(
     events = await all_events(agents, "t")
     said = [(e.name, json.loads(e.payload)) for e in events if e.kind is EventKind.INPUT_RESPONSE]
     assert [answer for _, answer in said] == ["second", "first"]
+
+
+async def test_two_questions_asked_at_once_are_each_asked_once(
+    agents: ConversationHistory,
+) -> None:
+    """langchain-ai/langgraph#5952 (interrupts of nodes run in parallel fired again after they
+    were resolved): agent code asks ``a`` and ``b`` at once; ``a`` answered, only ``b`` stays
+    open and neither is asked again; ``b`` answered, the agent gets both."""
+    spec = AgentSpec(name="ask_two_at_once")
+    assert (await agents.create_task("t", "two at once", agent=spec)).recorded
+    await asking(agents, "a")
+    await asking(agents, "b")
+    assert (await agents.respond("t", 1, input_id="a")).recorded
+    await asking_done(agents, "a")
+    view = (await agents.get_task("t")).view
+    assert view is not None and [r.input_id for r in view.pending_inputs] == ["b"]
+    assert (await agents.respond("t", 2, input_id="b")).recorded
+    final = await asyncio.wait_for(agents.wait_task("t"), 60)
+    assert final is not None and final.result is not None and final.result.text == "1,2"
+    events = await all_events(agents, "t")
+    asked = [e for e in events if e.kind is EventKind.INPUT_REQUEST]
+    assert sorted(json.loads(e.payload)["input_id"] for e in asked) == ["a", "b"]
+    assert len([e for e in events if e.kind is EventKind.INPUT_RESPONSE]) == 2
