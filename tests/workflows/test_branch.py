@@ -516,3 +516,27 @@ async def test_a_resumed_task_runs_on_the_task_queue_it_ran_on(
     assert final is not None and final.status is TaskStatus.DONE
     handle = client.get_workflow_handle(runner.workflow_id("t"))
     assert (await handle.describe()).task_queue == elsewhere
+
+
+async def test_a_branch_of_a_branch_reuses_what_both_settled(agents: ConversationHistory) -> None:
+    """A fork of a fork (langgraph's checkpoint of a forked thread, DBOS's fork of a forked
+    workflow): ``counter`` (3 rounds) branched after its first step (``b`` runs rounds 1 and 2
+    live), then ``b`` branched after its last step: ``c`` takes over all three steps, the
+    first from ``b``'s copy of its source, and runs no tool."""
+    agent = AgentSpec(name="counter", tools=["echo"], input={"rounds": 3})
+    assert (await agents.create_task("src", "count", agent=agent)).recorded
+    assert (await ended(agents, "src")).status is TaskStatus.DONE
+    first = seq_of(await all_events(agents, "src"), EventKind.TOOL_RESULT, 0)
+    assert (await agents.branch_from("src", first, "b")).recorded
+    assert (await ended(agents, "b")).status is TaskStatus.DONE
+    b_events = await all_events(agents, "b")
+    last = seq_of(b_events, EventKind.TOOL_RESULT, 2)
+    assert (await agents.branch_from("b", last, "c")).recorded
+    c = await ended(agents, "c")
+    assert c.status is TaskStatus.DONE and c.result is not None and c.result.text == "3 rounds"
+    after = [e for e in await all_events(agents, "c") if e.seq > last]
+    assert [e for e in after if e.kind is EventKind.TOOL_CALL] == []
+    (reused,) = [e for e in after if e.kind is EventKind.NOTE and e.name == "branch_reused"]
+    assert json.loads(reused.payload)["steps"] == 3
+    steps = {s.step_name: s.state for s in await all_steps(agents, "c")}
+    assert steps == {f"echo-{i:02d}": StepState.COMPLETED for i in range(3)}
