@@ -5,7 +5,8 @@ program over stdio or streamable HTTP: ``python -m tests.mcp_server LEDGER stdio
 Every request and every effect is a JSON line appended to the file LEDGER (a stdio server is a
 new process per call, so the count lives in the file): ``{"event": "request" | "effect" |
 "started" | "cancelled", "tool", "key" (the call's ``_meta`` idempotency key), "header" (its
-``Idempotency-Key`` header over HTTP)}``. ``charge`` performs its effect once per key.
+``Idempotency-Key`` header over HTTP), "tenant" (its ``X-Billing-Tenant`` header)}``.
+``charge`` performs its effect once per key.
 """
 
 from __future__ import annotations
@@ -37,8 +38,14 @@ def ledger(path: Path) -> list[dict[str, Any]]:
 def _write(event: str, tool: str, ctx: Context) -> str | None:
     meta: Any = ctx.request_context.meta or {}
     key = meta.get("idempotency_key")
-    header = (ctx.headers or {}).get("idempotency-key")
-    line = {"event": event, "tool": tool, "key": key, "header": header}
+    headers = ctx.headers or {}
+    line = {
+        "event": event,
+        "tool": tool,
+        "key": key,
+        "header": headers.get("idempotency-key"),
+        "tenant": headers.get("x-billing-tenant"),
+    }
     with LEDGER.open("a") as out:
         out.write(json.dumps(line) + "\n")
     return key if isinstance(key, str) else None

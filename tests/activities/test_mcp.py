@@ -128,6 +128,8 @@ async def test_a_call_is_a_step_carrying_its_key(
     assert [(e["event"], e["key"]) for e in seen] == [("request", key), ("effect", key)]
     header = key if billing.url else None
     assert {e["header"] for e in seen} == {header}
+    tenant = HEADER_SET["billing"]["X-Billing-Tenant"] if billing.url else None
+    assert {e["tenant"] for e in seen} == {tenant}  # the worker's named header set
 
 
 async def test_the_listing_is_the_models_offer(services: Services, queue: str) -> None:
@@ -152,6 +154,7 @@ async def test_the_listing_is_the_models_offer(services: Services, queue: str) -
         "bill_charge_crashing",
         "bill_slow",
         "bill_refuse",
+        "bill_rpc_error",
         "bill_balance",
     }
     charge = specs["bill_charge"]
@@ -334,3 +337,22 @@ async def test_a_tool_the_server_rule_names_is_approved_before_it_runs(
         ("request", key),
         ("effect", key),
     ]
+
+
+async def test_a_header_set_the_worker_lacks_is_refused() -> None:
+    """A server whose spec names a header set this worker's configuration lacks is refused
+    (``McpServerRefused``, not retried) before anything is sent."""
+    from temporalio.exceptions import ApplicationError
+    from temporalio.testing import ActivityEnvironment
+
+    from agent_tasks.activities.mcp import MCP_SERVER_REFUSED, McpActivities
+
+    async def no_arguments(_: object) -> str:
+        raise AssertionError("a listing reads no call")
+
+    server = McpServer(name="bill", url="http://127.0.0.1:9/mcp", headers="missing")
+    activities = McpActivities(no_arguments, {"billing": {"X-Billing-Tenant": "tests"}})
+    with pytest.raises(ApplicationError) as refused:
+        await ActivityEnvironment().run(activities.list_tools, server)
+    assert refused.value.type == MCP_SERVER_REFUSED and refused.value.non_retryable
+    assert "no header set 'missing'" in str(refused.value)
