@@ -96,7 +96,7 @@ class RunSource(Protocol):
     run's ledger rebuilt by replaying its history (``activities.rebuild.ReplayedRun``)."""
 
     async def mirror_page(self, query: MirrorQuery) -> MirrorPage:
-        """The next page of the run's state (``Ledger.mirror_page``)."""
+        """The next page of the run's state (``pages.mirror_page``)."""
         ...
 
 

@@ -41,6 +41,7 @@ from agent_tasks.contract import (
     task_workflow_id,
 )
 from agent_tasks.taskgraph.port import GraphStore
+from agent_tasks.workflows import pages
 from agent_tasks.workflows.ledger import Ledger
 from agent_tasks.workflows.task import TaskWorkflow
 
@@ -52,8 +53,8 @@ class ReplayedRun:
         self.ledger = ledger
 
     async def mirror_page(self, query: MirrorQuery) -> MirrorPage:
-        """A page of the ledger's state (``Ledger.mirror_page``)."""
-        return self.ledger.mirror_page(query)
+        """A page of the ledger's state (``pages.mirror_page``)."""
+        return pages.mirror_page(self.ledger, query)
 
 
 class _KeepLedger(Interceptor):
@@ -136,7 +137,7 @@ async def rebuild_task(
             ReplayedRun(ledger), graph, f"task {execution.id} run {execution.run_id}", mark=mark
         )
         events += copied.events
-        view = ledger.view()
+        view = pages.view(ledger)
     assert view is not None, "rebuild_task needs at least one run"
     open_task = runs[-1].status in (None, WorkflowExecutionStatus.RUNNING)
     await graph.drop_unmarked(

@@ -272,7 +272,7 @@ class TaskLifecycle(TaskWrites):
         """Answer an input request by signal (fire and forget): ``recorded`` True once the
         signal is in the task's history. Signals of one client to one task are sent in call
         order (the task's lane, as writes are), so answers sent one after the other reach the
-        task in that order. The task takes it when it runs (``Ledger.take_answer``): a repeat
+        task in that order. The task takes it when it runs (``inbox.take_answer``): a repeat
         of the request id is ignored; an answer is bound to one request, the one it names
         (kept until that request is asked, if it is not yet) or, with ``input_id`` None, the
         oldest request open when it arrives (with none open it is rejected, never kept for a

@@ -1,6 +1,6 @@
 """The children of a task's ledger: a spawned child task recorded (a ``child_task`` event) and
 its end recorded when its ``child_ended`` signal comes (a ``child_result`` event, always whole
-JSON). The ledger calls these (``Ledger.add_child``, ``Ledger.child_ended``) with itself.
+JSON). The workflow and agent code call these with the ledger.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The input inbox of a task's ledger: input requests asked by its agent, and the answers
 that come by signal (never refused, so every outcome is recorded) or by update (validated on
-arrival). The ledger calls these (``Ledger.open_input`` and the rest) with itself.
+arrival). The workflow and agent code call these with the ledger.
 
 An answer is bound to one request (``take_answer``): the one it names by ``input_id``, or,
 naming none, the oldest request open when it arrives. One naming a request not asked yet is

@@ -10,54 +10,40 @@ methods check again before they change anything, since validators do not run on 
 handlers do. Admission rules that depend on the moment (the drain before continue-as-new, the
 history length) are not here: they live in the workflow's validators only.
 
-The ledger keeps the request window, events, steps and the finish; its other jobs are rooms of
-their own that it calls with itself (a ``workflows.book.Book``): the input inbox
-(``workflows.inbox``), the children (``workflows.children``), the mirror's bookkeeping
-(``workflows.mirroring``) and the read pages (``workflows.pages``).
+The ledger keeps the request window, events, steps and the finish; the task's other jobs are
+rooms of their own that the workflow's handlers and agent code call directly with the ledger
+(a ``workflows.book.Book``): the input inbox (``workflows.inbox``), the children
+(``workflows.children``), the retries (``workflows.retries``), the mirror's bookkeeping
+(``workflows.mirroring``, over ``ledger.state``) and the read pages (``workflows.pages``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 
-from pydantic import BaseModel, JsonValue
+from pydantic import BaseModel
 
 from agent_tasks.contract import (
     CLOSED_STATUSES,
     REQUEST_WINDOW,
     AgentRun,
-    ApprovalAsk,
-    ChildEnd,
-    ChildRecord,
     Event,
     EventInput,
     EventKind,
-    EventsPage,
-    EventsQuery,
     FinishTaskInput,
-    InputAnswer,
-    InputRequest,
-    MirrorOutcome,
-    MirrorPage,
-    MirrorQuery,
     RecordEventsInput,
     RequestLookup,
     RunRange,
     SetStepsInput,
     StepKind,
     StepRecord,
-    StepRetry,
-    StepsPage,
-    StepsQuery,
     StepState,
-    StepView,
     StepWrite,
     StoredRequest,
     TaskStart,
     TaskState,
     TaskStatus,
-    TaskView,
     WriteOutcome,
     args_digest,
     internal_request_id,
@@ -65,9 +51,7 @@ from agent_tasks.contract import (
     valid_request_id,
 )
 from agent_tasks.contract.errors import ErrorCode, duplicate, refusal
-from agent_tasks.workflows import children, inbox, mirroring, pages, retries
 from agent_tasks.workflows.decisions import cite
-from agent_tasks.workflows.mirroring import MirrorTarget
 from agent_tasks.workflows.steps import (
     OPEN_STATES,
     ClosedStep,
@@ -287,14 +271,6 @@ class Ledger:
         self.state.last_seq = first + len(events) - 1
         return WriteOutcome(first_seq=first, last_seq=self.state.last_seq, time=now)
 
-    def check_retry(self, retry: StepRetry) -> StepRecord:
-        """The state rules of ``retry_step`` (``workflows.retries.check_retry``)."""
-        return retries.check_retry(self, retry)
-
-    def retry_step(self, retry: StepRetry, now: datetime) -> WriteOutcome:
-        """Ask that a step run again (``workflows.retries.retry_step``)."""
-        return retries.retry_step(self, retry, now)
-
     def set_steps(self, input: SetStepsInput, now: datetime) -> WriteOutcome:
         """Apply step changes in order, all or nothing (``STEP_TRANSITIONS``)."""
         changed = self.check_steps(input, now)
@@ -369,97 +345,7 @@ class Ledger:
         self.state.status = status
         return outcome.first_seq
 
-    # ---------------------------------------------------------------- the input inbox
-
-    def open_input(
-        self,
-        input_id: str,
-        prompt: str,
-        schema: Mapping[str, JsonValue],
-        deadline: datetime | None,
-        now: datetime,
-        *,
-        approval: ApprovalAsk | None = None,
-    ) -> InputRequest:
-        """Open an input request (``workflows.inbox.open_input``)."""
-        return inbox.open_input(self, input_id, prompt, schema, deadline, now, approval=approval)
-
-    def close_input(
-        self, input_id: str, default_json: str | None, now: datetime, reason: str = "timed out"
-    ) -> None:
-        """Close a request whose deadline passed (``workflows.inbox.close_input``)."""
-        inbox.close_input(self, input_id, default_json, now, reason)
-
-    def take_answer(self, answer: InputAnswer, now: datetime, *, bound: bool = True) -> None:
-        """An answer by signal, never refused (``workflows.inbox.take_answer``)."""
-        inbox.take_answer(self, answer, now, bound=bound)
-
-    def close_inputs(self, reason: str, now: datetime) -> None:
-        """Close every open request as the task ends (``workflows.inbox.close_inputs``)."""
-        inbox.close_inputs(self, reason, now)
-
-    def check_respond(self, answer: InputAnswer) -> InputRequest:
-        """The rules of the ``respond`` update's validator (``workflows.inbox.admit_respond``)."""
-        return inbox.admit_respond(self, answer)
-
-    def respond(self, answer: InputAnswer, now: datetime) -> WriteOutcome:
-        """An answer by update (``workflows.inbox.respond``)."""
-        return inbox.respond(self, answer, now)
-
-    # ---------------------------------------------------------------- children
-
-    def add_child(self, key: str, record: ChildRecord, now: datetime) -> None:
-        """Record a spawned child task (``workflows.children.add_child``)."""
-        children.add_child(self, key, record, now)
-
-    def child_ended(self, end: ChildEnd, now: datetime) -> None:
-        """A spawned child's end (``workflows.children.child_ended``)."""
-        children.child_ended(self, end, now)
-
-    # ---------------------------------------------------------------- the mirror
-
-    def mirror_target(
-        self,
-        run_id: str,
-        max_events: int,
-        *,
-        follow: bool = False,
-        history_token: str | None = None,
-    ) -> MirrorTarget:
-        """What the next mirror call copies (``workflows.mirroring.mirror_target``)."""
-        return mirroring.mirror_target(
-            self.state, run_id, max_events, follow=follow, history_token=history_token
-        )
-
-    def mirrored(self, target: MirrorTarget, outcome: MirrorOutcome) -> None:
-        """Record a successful mirror call (``workflows.mirroring.mirrored``)."""
-        mirroring.mirrored(self.state, target, outcome)
-
-    def mirror_failed(self, error: str) -> None:
-        """Record a failed mirror call (``workflows.mirroring.mirror_failed``)."""
-        mirroring.mirror_failed(self.state, error)
-
     # ---------------------------------------------------------------- reads
-
-    def view(self) -> TaskView:
-        """The task view, without event bodies (``workflows.pages.view``)."""
-        return pages.view(self)
-
-    def events_page(self, query: EventsQuery) -> EventsPage:
-        """A page of this run's events (``workflows.pages.events_page``)."""
-        return pages.events_page(self, query)
-
-    def steps(self, query: StepsQuery) -> StepsPage:
-        """A page of the steps this run holds (``workflows.pages.steps_page``)."""
-        return pages.steps_page(self, query)
-
-    def mirror_page(self, query: MirrorQuery) -> MirrorPage:
-        """The next page of what the mirror copies (``workflows.pages.mirror_page``)."""
-        return pages.mirror_page(self, query)
-
-    def step_view(self, name: str, step: StepRecord) -> StepView:
-        """A step record as readers see it (``workflows.pages.step_view``)."""
-        return pages.step_view(self, name, step)
 
     def carry_over(self, run_id: str) -> TaskState:
         """The state the next run starts from (``run_id`` is this run's), leaving this run's

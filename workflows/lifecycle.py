@@ -37,6 +37,7 @@ from agent_tasks.contract import (
 from agent_tasks.contract.errors import ErrorCode, refusal
 from agent_tasks.contract.lifecycle import AskInput, SetStatusInput, SpawnInput
 from agent_tasks.contract.waits import check_schema
+from agent_tasks.workflows import children, inbox
 from agent_tasks.workflows.ledger import Ledger
 
 
@@ -100,11 +101,11 @@ def check_ask(ledger: Ledger, input: AskInput) -> None:
 
 
 def ask(ledger: Ledger, input: AskInput, now: datetime) -> WriteOutcome:
-    """Open the input request (``Ledger.open_input``: its ``input_request`` event, and an
+    """Open the input request (``inbox.open_input``: its ``input_request`` event, and an
     answer kept from before it, if any, taken at once); returns the request event's seq. The
     caller moves the task to ``awaiting_input`` unless it was answered already."""
     check_ask(ledger, input)
-    request = ledger.open_input(input.input_id, input.prompt, input.json_schema, None, now)
+    request = inbox.open_input(ledger, input.input_id, input.prompt, input.json_schema, None, now)
     outcome = WriteOutcome(first_seq=request.asked_seq, last_seq=request.asked_seq, time=now)
     _remember(ledger, input.request_id, args_digest(input), outcome, now)
     return outcome
@@ -135,7 +136,7 @@ def check_spawn(ledger: Ledger, input: SpawnInput) -> None:
 
 
 def spawn(ledger: Ledger, input: SpawnInput, now: datetime) -> tuple[WriteOutcome, TaskStart]:
-    """Record the child (``Ledger.add_child``: its ``child_task`` event and record); returns
+    """Record the child (``children.add_child``: its ``child_task`` event and record); returns
     the write's outcome and what starts the child's workflow (a recorded task one level below
     this one, whose end is signalled back)."""
     check_spawn(ledger, input)
@@ -150,7 +151,9 @@ def spawn(ledger: Ledger, input: SpawnInput, now: datetime) -> tuple[WriteOutcom
         request_id=input.request_id,
         depth=start.depth + 1,
     )
-    ledger.add_child(input.spawn_key, ChildRecord(name=input.name, status=TaskStatus.OPEN), now)
+    children.add_child(
+        ledger, input.spawn_key, ChildRecord(name=input.name, status=TaskStatus.OPEN), now
+    )
     seq = ledger.state.last_seq
     outcome = WriteOutcome(first_seq=seq, last_seq=seq, time=now)
     _remember(ledger, input.request_id, args_digest(input), outcome, now)

@@ -17,6 +17,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, CancelledError
 
 from agent_tasks.contract import MIRROR_ACTIVITY, MIRROR_MAX_EVENTS, MirrorOutcome
+from agent_tasks.workflows import mirroring
 from agent_tasks.workflows.ledger import Ledger
 from agent_tasks.workflows.mirroring import (
     MIRROR_FOLLOW_MAX,
@@ -69,7 +70,7 @@ class MirrorCalls:
             self.draining = True
 
     async def call(self, *, bounded: bool = True) -> None:
-        """Mirror the next waiting writes (``Ledger.mirror_target``: an earlier run's first,
+        """Mirror the next waiting writes (``mirroring.mirror_target``: an earlier run's first,
         at most ``MIRROR_MAX_EVENTS`` events; this run's by a call that follows the run,
         ``MIRROR_FOLLOWS_RUN``); after a failure, pause (``mirror_pause``). A ``bounded``
         call (the run loop's; the final mirror of a cancel is not) holds up continue-as-new
@@ -78,7 +79,8 @@ class MirrorCalls:
         Raises:
             asyncio.CancelledError: the workflow is being cancelled.
         """
-        target = self.ledger.mirror_target(
+        target = mirroring.mirror_target(
+            self.ledger.state,
             workflow.info().run_id,
             MIRROR_MAX_EVENTS,
             follow=workflow.patched(MIRROR_FOLLOWS_RUN),
@@ -105,7 +107,7 @@ class MirrorCalls:
                 raise asyncio.CancelledError from err  # the workflow is being cancelled
             # Neo4j down past the activity's retries, or a data error: keep the ledger open
             # and writable, show the error in the view, and try again after a pause.
-            self.ledger.mirror_failed(str(err.cause or err))
+            mirroring.mirror_failed(self.ledger.state, str(err.cause or err))
             self.draining = False
             pause = mirror_pause(self.ledger.state.mirror_failures)
             if workflow.patched(CONTINUE_WITHOUT_MIRROR):
@@ -119,7 +121,7 @@ class MirrorCalls:
             else:
                 await workflow.sleep(pause)
             return
-        self.ledger.mirrored(target, outcome)
+        mirroring.mirrored(self.ledger.state, target, outcome)
         if target.input.follow:
             self.history_token = outcome.history_token
 

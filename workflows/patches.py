@@ -92,7 +92,7 @@ goes back to ``queued`` after an answer or a child's end (``workflows.lifecycle`
 recorded before it never had those statuses, so they never reach it."""
 
 ANSWERS_BOUND = "answers-bound-to-requests"
-"""Patch id: an answer by signal is bound to one request (``Ledger.take_answer``: without an
+"""Patch id: an answer by signal is bound to one request (``inbox.take_answer``: without an
 input id only to a request open when it arrives; a late one is recorded as late), one early
 answer kept per request, up to ``MAX_EARLY_ANSWERS``."""
 

@@ -18,6 +18,7 @@ from agent_tasks.contract import (
     TaskStatus,
     internal_request_id,
 )
+from agent_tasks.workflows import inbox
 from agent_tasks.workflows.ledger import Ledger
 
 
@@ -73,7 +74,7 @@ def close(
     """Close the task from workflow code: its open input requests closed (an ``input_closed``
     note each), an ``error`` event when it failed, the status event and the finish, under
     request ids derived from the write counter (``internal_request_id``)."""
-    ledger.close_inputs(f"task {status.value}", now)
+    inbox.close_inputs(ledger, f"task {status.value}", now)
     events = [EventInput(kind=EventKind.NOTE, name="status", payload=status.value)]
     if error is not None:
         events.insert(0, EventInput(kind=EventKind.ERROR, name="agent", payload=error))

@@ -46,6 +46,7 @@ from agent_tasks.contract import (
 )
 from agent_tasks.contract.human import child_end
 from agent_tasks.contract.search import search_attributes
+from agent_tasks.workflows import children
 from agent_tasks.workflows.ledger import Ledger
 
 TASK_WORKFLOW = "TaskWorkflow"
@@ -116,7 +117,7 @@ async def reconcile_children(ledger: Ledger) -> None:
         start_to_close_timeout=CHILD_ENDS_TIMEOUT,
     )
     for end in found.ends:
-        ledger.child_ended(end, workflow.now())
+        children.child_ended(ledger, end, workflow.now())
 
 
 def copying(ledger: Ledger) -> bool:

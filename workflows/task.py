@@ -73,7 +73,7 @@ with workflow.unsafe.imports_passed_through():
     from agent_tasks.contract.human import child_end
     from agent_tasks.contract.lifecycle import AskInput, SetStatusInput, SpawnInput
     from agent_tasks.contract.search import TASK_STATUS
-    from agent_tasks.workflows import lifecycle
+    from agent_tasks.workflows import children, inbox, lifecycle, pages, retries
     from agent_tasks.workflows.agents.context import AgentContext
     from agent_tasks.workflows.agents.registry import agent_function, agent_tools
     from agent_tasks.workflows.agents.runner import AgentParked
@@ -118,7 +118,7 @@ class TaskWorkflow:
                 self.ledger.reopen(workflow.now())
                 for retry in input.retry:
                     with contextlib.suppress(ApplicationError):  # checked by the client
-                        self.ledger.retry_step(retry, workflow.now())
+                        retries.retry_step(self.ledger, retry, workflow.now())
         else:
             assert input.start is not None, "TaskWorkflowInput needs start or carried"
             self.ledger = Ledger.new(input.start, workflow.info().workflow_id, workflow.now())
@@ -227,7 +227,7 @@ class TaskWorkflow:
                         self._continue_as_new()
                     continue
                 await tell_parent(ledger)
-                return ledger.view()
+                return pages.view(ledger)
             self._continue_as_new()
 
     # ---------------------------------------------------------------- the agent
@@ -399,7 +399,7 @@ class TaskWorkflow:
         while ledger.unmirrored:
             await self.mirror.call(bounded=False)
         await tell_parent(ledger)
-        return ledger.view()
+        return pages.view(ledger)
 
     # ---------------------------------------------------------------- run loop helpers
 
@@ -490,40 +490,40 @@ class TaskWorkflow:
     @workflow.query
     def view(self) -> TaskView:
         """The task view, without event bodies."""
-        return self.ledger.view()
+        return pages.view(self.ledger)
 
     @workflow.query
     def events(self, query: EventsQuery) -> EventsPage:
         """This run's events with seq > ``after_seq``: at most ``limit`` of them and at most
         ``max_bytes`` of JSON (never fewer than one event when one is left)."""
-        return self.ledger.events_page(query)
+        return pages.events_page(self.ledger, query)
 
     @workflow.query
     def mirror_page(self, query: MirrorQuery) -> MirrorPage:
         """The mirror activity's read: the view, the changed steps and the events of one page
-        in one query (``Ledger.mirror_page``), and whether the run waits for the mirror's
+        in one query (``pages.mirror_page``), and whether the run waits for the mirror's
         call to end (``MirrorPage.end``: closed, or continue-as-new suggested)."""
-        page = self.ledger.mirror_page(query)
+        page = pages.mirror_page(self.ledger, query)
         page.end = self.ledger.closed or continue_suggested()
         return page
 
     @workflow.query
     def steps(self, query: StepsQuery) -> StepsPage:
-        """A page of the steps this run holds, in name order (``Ledger.steps``)."""
-        return self.ledger.steps(query)
+        """A page of the steps this run holds, in name order (``pages.steps_page``)."""
+        return pages.steps_page(self.ledger, query)
 
     # ---------------------------------------------------------------- input and children
 
     @workflow.signal
     def submit_input(self, answer: InputAnswer) -> None:
-        """An answer to an input request, fire and forget (``Ledger.take_answer``): a repeat
+        """An answer to an input request, fire and forget (``inbox.take_answer``): a repeat
         is ignored, an answer naming a request not asked yet is kept for it, an answer bound
         to no open request or an invalid one is recorded as rejected (an open request stays
         open), one to a request that timed out is recorded as late. A finished task ignores
         it."""
         if not self.ledger.closed:
             bound = workflow.patched(ANSWERS_BOUND)
-            self.ledger.take_answer(answer, workflow.now(), bound=bound)
+            inbox.take_answer(self.ledger, answer, workflow.now(), bound=bound)
             self._settle()
 
     @workflow.update
@@ -531,24 +531,24 @@ class TaskWorkflow:
         """An answer to an input request, validated on arrival: accepted, or refused
         (``input_not_requested``, ``input_invalid`` with the validation message) with nothing
         recorded."""
-        outcome = self.ledger.respond(answer, workflow.now())
+        outcome = inbox.respond(self.ledger, answer, workflow.now())
         self._settle()
         return outcome
 
     @respond.validator
     def _check_respond(self, answer: InputAnswer) -> None:
-        self.ledger.check_respond(answer)
+        inbox.admit_respond(self.ledger, answer)
         self._admit()
 
     @workflow.update
     def retry_step(self, retry: StepRetry) -> WriteOutcome:
         """Ask that an ``unknown`` or ``failed`` step of the agent run again when its code
-        reaches it (``Ledger.retry_step``: a decision citing the step, by who asked)."""
-        return self.ledger.retry_step(retry, workflow.now())
+        reaches it (``retries.retry_step``: a decision citing the step, by who asked)."""
+        return retries.retry_step(self.ledger, retry, workflow.now())
 
     @retry_step.validator
     def _check_retry(self, retry: StepRetry) -> None:
-        self.ledger.check_retry(retry)
+        retries.check_retry(self.ledger, retry)
         self._admit()
         if self.ledger.state.start.agent is None:
             raise refusal(
@@ -559,7 +559,7 @@ class TaskWorkflow:
     @workflow.signal
     def child_ended(self, end: ChildEnd) -> None:
         """A child task's end (it signals before it completes): a ``child_result`` event."""
-        self.ledger.child_ended(end, workflow.now())
+        children.child_ended(self.ledger, end, workflow.now())
         self._settle()
 
     @workflow.signal
@@ -618,8 +618,10 @@ class TaskWorkflow:
         if refused is not None:  # the child is recorded ended, as an agent's spawn records it
             why = bound_text(f"could not start: {refused}")
             wid = task_workflow_id(child.project_id, child.name)
-            self.ledger.child_ended(
-                child_end(child.name, wid, TaskStatus.FAILED, error=why), workflow.now()
+            children.child_ended(
+                self.ledger,
+                child_end(child.name, wid, TaskStatus.FAILED, error=why),
+                workflow.now(),
             )
         return outcome
 

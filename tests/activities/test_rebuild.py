@@ -22,6 +22,7 @@ from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.taskgraph.graph import TaskGraph
 from agent_tasks.taskgraph.models import StepFilter
 from agent_tasks.worker import build_worker
+from agent_tasks.workflows import pages
 from tests.conftest import mirrored
 from tests.workflows.test_durability import dev_server
 
@@ -89,7 +90,7 @@ async def test_rebuild_replays_each_run_once_and_deletes_nothing_before_its_repl
                 first_run = execution
         assert first_run is not None
         ledger = await replay_run(client, done_id, first_run.run_id)
-        assert 0 < ledger.view().last_seq < 30  # the first run holds only the first seqs
+        assert 0 < pages.view(ledger).last_seq < 30  # the first run holds only the first seqs
         await copy_run(ReplayedRun(ledger), graph, "first run", mark="stopped-rebuild")
         assert await snapshot(graph, history, "done") == before["done"]
         page = await history.list_events("done", after_seq=0, limit=30)

@@ -20,6 +20,7 @@ from agent_tasks.contract import (
     event_id,
 )
 from agent_tasks.contract.errors import ErrorCode
+from agent_tasks.workflows import pages
 from agent_tasks.workflows.decisions import check_citations
 from tests.workflows.test_ledger import T0, events, new_ledger, refused, steps
 
@@ -46,7 +47,7 @@ def test_a_decision_records_its_citations_and_the_cited_steps_as_they_were() -> 
     second = decision("and log it", cites_events=[3], cites_steps=[])
     outcome = ledger.record_events(write(first, second, request_id="d"), T0 + timedelta(1))
     assert (outcome.first_seq, outcome.last_seq, outcome.time) == (3, 4, T0 + timedelta(1))
-    recorded = ledger.events_page(EventsQuery(after_seq=2)).events
+    recorded = pages.events_page(ledger, EventsQuery(after_seq=2)).events
     assert recorded[0].cites == Citations(
         events=[1, 2],
         steps=[
@@ -89,7 +90,7 @@ def test_only_a_decision_cites() -> None:
 def test_event_ids_are_uuid5_of_the_workflow_id_and_seq() -> None:
     ledger = new_ledger()
     ledger.record_events(events("a", "b", request_id="e"), T0)
-    recorded = ledger.events_page(EventsQuery()).events
+    recorded = pages.events_page(ledger, EventsQuery()).events
     namespace = uuid.UUID("e946b89d-87cc-466d-88ba-1bb8a242992c")
     expected = [str(uuid.uuid5(namespace, f"agent-task/p/t#{seq}")) for seq in (1, 2)]
     assert [e.id for e in recorded] == expected == [event_id("agent-task/p/t", s) for s in (1, 2)]

@@ -30,6 +30,7 @@ from agent_tasks.contract import (
     model_size,
 )
 from agent_tasks.contract.errors import DUPLICATE, ErrorCode
+from agent_tasks.workflows import mirroring, pages
 from agent_tasks.workflows.ledger import Ledger
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -73,13 +74,13 @@ def test_events_get_consecutive_seqs_and_the_write_time() -> None:
     later = T0 + timedelta(seconds=5)
     two = ledger.record_events(events("b", "c", request_id="r2"), later)
     assert (one.first_seq, one.last_seq, two.first_seq, two.last_seq) == (1, 1, 2, 3)
-    page = ledger.events_page(EventsQuery(after_seq=0))
+    page = pages.events_page(ledger, EventsQuery(after_seq=0))
     assert [(e.seq, e.payload, e.time, e.request_id) for e in page.events] == [
         (1, "a", T0, "r1"),
         (2, "b", later, "r2"),
         (3, "c", later, "r2"),
     ]
-    assert ledger.view().last_seq == 3 and ledger.view().updated_at == later
+    assert pages.view(ledger).last_seq == 3 and pages.view(ledger).updated_at == later
 
 
 def test_a_repeated_request_id_is_a_duplicate_and_writes_nothing() -> None:
@@ -142,7 +143,7 @@ def test_step_attempts_keys_and_validity() -> None:
     ledger.set_steps(steps(("s", "in_progress"), request_id="s1"), T0)
     ledger.set_steps(steps(("s", "failed"), request_id="s2", result_event_seq=1), T0)
     ledger.set_steps(steps(("s", "in_progress"), request_id="s3"), T0)
-    (view,) = ledger.steps(StepsQuery()).steps
+    (view,) = pages.steps_page(ledger, StepsQuery()).steps
     assert (view.state, view.attempt, view.result_event_seq) == (StepState.IN_PROGRESS, 2, None)
     assert view.idempotency_key == "agent-task/p/t/s/2"
     refused(
@@ -160,9 +161,9 @@ def test_step_attempts_keys_and_validity() -> None:
         lambda: ledger.set_steps(steps(("s", "completed"), request_id="s6", kind="read"), T0),
     )
     ledger.set_steps(steps(("s", "completed"), request_id="s7", result_event_seq=1), T0)
-    (done,) = ledger.steps(StepsQuery()).steps
+    (done,) = pages.steps_page(ledger, StepsQuery()).steps
     assert (done.result_validity.value, done.attempt) == ("valid", 2)
-    assert ledger.view().step_counts[StepState.COMPLETED] == 1
+    assert pages.view(ledger).step_counts[StepState.COMPLETED] == 1
 
 
 def test_a_refused_step_batch_changes_nothing() -> None:
@@ -179,7 +180,7 @@ def test_finish_closes_the_task() -> None:
     ledger = new_ledger()
     finish = FinishTaskInput(agent_id="a", status="done", result="ok", request_id="f")
     ledger.finish(finish, T0)
-    view = ledger.view()
+    view = pages.view(ledger)
     assert ledger.closed and view.status is TaskStatus.DONE
     assert view.result is not None and view.result.text == "ok"
     refused(ErrorCode.TASK_CLOSED, lambda: ledger.record_events(events("late", request_id="l"), T0))
@@ -205,16 +206,18 @@ def test_mirror_watermarks() -> None:
     ledger = new_ledger()
     ledger.record_events(events("a", "b", request_id="r"), T0)
     assert ledger.unmirrored and ledger.unmirrored_events == 2
-    target = ledger.mirror_target("run-1", max_events=500)
+    target = mirroring.mirror_target(ledger.state, "run-1", max_events=500)
     assert (target.input.run_id, target.input.after_seq, target.input.up_to_seq) == ("run-1", 0, 2)
-    ledger.mirrored(target, MirrorOutcome(events=2, steps=0))
-    assert not ledger.unmirrored and ledger.view().unmirrored_writes == 0
+    mirroring.mirrored(ledger.state, target, MirrorOutcome(events=2, steps=0))
+    assert not ledger.unmirrored and pages.view(ledger).unmirrored_writes == 0
 
 
 def test_a_follower_reports_how_far_it_got() -> None:
     ledger = new_ledger()
     ledger.record_events(events("a", "b", request_id="r"), T0)
-    target = ledger.mirror_target("run-1", max_events=1, follow=True, history_token="dG9r")
+    target = mirroring.mirror_target(
+        ledger.state, "run-1", max_events=1, follow=True, history_token="dG9r"
+    )
     # a follower copies the whole run whatever max_events says, from the last position
     assert (target.input.follow, target.input.up_to_seq, target.input.history_token) == (
         True,
@@ -222,26 +225,30 @@ def test_a_follower_reports_how_far_it_got() -> None:
         "dG9r",
     )
     ledger.record_events(events("c", request_id="r2"), T0)  # taken while it followed
-    ledger.mirrored(target, MirrorOutcome(events=3, steps=0, up_to_seq=3, up_to_write=3))
+    mirroring.mirrored(
+        ledger.state, target, MirrorOutcome(events=3, steps=0, up_to_seq=3, up_to_write=3)
+    )
     assert (ledger.state.mirrored_seq, ledger.state.mirrored_write) == (3, 3)
     assert not ledger.unmirrored
     # an outcome that says less than the target (a call recorded before the fields) keeps it
     ledger.record_events(events("d", request_id="r3"), T0)
-    target = ledger.mirror_target("run-1", max_events=500, follow=True)
-    ledger.mirrored(target, MirrorOutcome(events=1, steps=0))
+    target = mirroring.mirror_target(ledger.state, "run-1", max_events=500, follow=True)
+    mirroring.mirrored(ledger.state, target, MirrorOutcome(events=1, steps=0))
     assert (ledger.state.mirrored_seq, ledger.state.mirrored_write) == (4, 4)
     # a backlog run (a closed run) is never followed
     ledger.record_events(events("e", request_id="r4"), T0)
     carried = Ledger(ledger.carry_over("run-1"))
-    backlog = carried.mirror_target("run-2", max_events=500, follow=True)
+    backlog = mirroring.mirror_target(carried.state, "run-2", max_events=500, follow=True)
     assert backlog.from_backlog and not backlog.input.follow
 
 
 def test_a_run_continues_without_the_mirror_and_the_next_run_copies_its_backlog() -> None:
     ledger = new_ledger()
     ledger.record_events(events("a", "b", "c", request_id="r1"), T0)
-    first = ledger.mirror_target("run-1", max_events=2)
-    ledger.mirrored(first, DONE)  # seqs 1..2 in Neo4j, seq 3 and the writes after it not yet
+    first = mirroring.mirror_target(ledger.state, "run-1", max_events=2)
+    mirroring.mirrored(
+        ledger.state, first, DONE
+    )  # seqs 1..2 in Neo4j, seq 3 and the writes after it not yet
     ledger.set_steps(steps(("s", "in_progress"), request_id="s1"), T0)
     carried = ledger.carry_over("run-1")
     assert carried.runs == 2
@@ -251,23 +258,23 @@ def test_a_run_continues_without_the_mirror_and_the_next_run_copies_its_backlog(
     # The next run takes writes at once and mirrors run-1's rest before its own.
     nxt = Ledger(carried.model_copy(deep=True))
     nxt.record_events(events("d", request_id="r2"), T0)
-    backlog = nxt.mirror_target("run-2", max_events=500)
+    backlog = mirroring.mirror_target(nxt.state, "run-2", max_events=500)
     assert (backlog.input.run_id, backlog.input.after_seq, backlog.input.up_to_seq) == (
         "run-1",
         2,
         3,
     )
     assert backlog.from_backlog and backlog.up_to_write == 3
-    nxt.mirrored(backlog, DONE)
+    mirroring.mirrored(nxt.state, backlog, DONE)
     assert nxt.state.mirror_backlog == [] and nxt.unmirrored
-    own = nxt.mirror_target("run-2", max_events=500)
+    own = mirroring.mirror_target(nxt.state, "run-2", max_events=500)
     assert (own.input.run_id, own.input.after_seq, own.input.up_to_seq, own.up_to_write) == (
         "run-2",
         3,
         4,
         4,
     )
-    nxt.mirrored(own, DONE)
+    mirroring.mirrored(nxt.state, own, DONE)
     assert not nxt.unmirrored
     # A run with nothing unmirrored carries no backlog.
     assert nxt.carry_over("run-2").mirror_backlog == []
@@ -275,8 +282,8 @@ def test_a_run_continues_without_the_mirror_and_the_next_run_copies_its_backlog(
 
 def test_mirror_errors_are_bounded() -> None:
     ledger = new_ledger()
-    ledger.mirror_failed("x" * 100_000)
-    assert ledger.view().mirror_error == "x" * MIRROR_ERROR_CHARS
+    mirroring.mirror_failed(ledger.state, "x" * 100_000)
+    assert pages.view(ledger).mirror_error == "x" * MIRROR_ERROR_CHARS
 
 
 def test_mirror_page_holds_view_steps_then_events_within_its_bytes() -> None:
@@ -285,27 +292,29 @@ def test_mirror_page_holds_view_steps_then_events_within_its_bytes() -> None:
         events(*(f"event {n} " + "x" * 1000 for n in range(6)), request_id="e"), T0
     )
     ledger.set_steps(steps(("b", "in_progress"), ("a", "completed"), request_id="s"), T0)
-    whole = ledger.mirror_page(MirrorQuery())
-    assert whole.view == ledger.view()
+    whole = pages.mirror_page(ledger, MirrorQuery())
+    assert whole.view == pages.view(ledger)
     assert [s.step_name for s in whole.steps] == ["a", "b"] and whole.steps_done
     assert [e.seq for e in whole.events] == [1, 2, 3, 4, 5, 6]
     # a budget of the view, both steps and two events: the page stops before the third
     sizes = [model_size(m) for m in (whole.view, *whole.steps, *whole.events)]
     budget = sum(sizes[:5])
-    page = ledger.mirror_page(MirrorQuery(max_bytes=budget))
+    page = pages.mirror_page(ledger, MirrorQuery(max_bytes=budget))
     assert [e.seq for e in page.events] == [1, 2] and page.steps_done
     # too small for the first step: no steps, no events; without the view, one step at least
-    tight = ledger.mirror_page(MirrorQuery(max_bytes=sizes[0]))
+    tight = pages.mirror_page(ledger, MirrorQuery(max_bytes=sizes[0]))
     assert (tight.steps, tight.steps_done, tight.events) == ([], False, [])
-    rest = ledger.mirror_page(MirrorQuery(max_bytes=1, with_view=False))
+    rest = pages.mirror_page(ledger, MirrorQuery(max_bytes=1, with_view=False))
     assert rest.view is None and [s.step_name for s in rest.steps] == ["a"]
     assert not rest.steps_done and rest.events == []
-    last = ledger.mirror_page(MirrorQuery(max_bytes=1, with_view=False, after_name="a"))
+    last = pages.mirror_page(ledger, MirrorQuery(max_bytes=1, with_view=False, after_name="a"))
     assert [s.step_name for s in last.steps] == ["b"] and last.steps_done and last.events == []
     # once the steps are in (none changed after write 3, the set_steps): one event at least
-    events_only = ledger.mirror_page(
-        MirrorQuery(max_bytes=1, with_view=False, after_write=3, after_seq=3, up_to_seq=5)
+    events_only = pages.mirror_page(
+        ledger, MirrorQuery(max_bytes=1, with_view=False, after_write=3, after_seq=3, up_to_seq=5)
     )
     assert [e.seq for e in events_only.events] == [4]
-    capped = ledger.mirror_page(MirrorQuery(after_write=3, after_seq=3, up_to_seq=5, events=5))
+    capped = pages.mirror_page(
+        ledger, MirrorQuery(after_write=3, after_seq=3, up_to_seq=5, events=5)
+    )
     assert [e.seq for e in capped.events] == [4, 5]

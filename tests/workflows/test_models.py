@@ -21,6 +21,7 @@ from agent_tasks.contract import (
     task_workflow_id,
     valid_request_id,
 )
+from agent_tasks.workflows import children, inbox
 from agent_tasks.workflows.steps import STEP_TRANSITIONS, result_validity
 
 EMOJI = "\U0001f600"  # 4 bytes in UTF-8
@@ -204,12 +205,12 @@ def fill_inputs_and_children(ledger: Any, now: Any) -> None:
     )
 
     def ask(i: int, schema: dict[str, Any]) -> None:
-        ledger.open_input(f"{i:04d}".ljust(100, "i"), "p" * 4_000, schema, None, now)
+        inbox.open_input(ledger, f"{i:04d}".ljust(100, "i"), "p" * 4_000, schema, None, now)
 
     schema = {"description": "d" * 2_000}
     for i in range(MAX_INPUTS_PER_TASK - MAX_PENDING_INPUTS):
         ask(i, {})
-        ledger.respond(InputAnswer(answer=i, request_id=f"answer-{i}"), now)
+        inbox.respond(ledger, InputAnswer(answer=i, request_id=f"answer-{i}"), now)
     opened = 0
     with pytest.raises(ApplicationError, match="together"):
         while True:
@@ -219,18 +220,18 @@ def fill_inputs_and_children(ledger: Any, now: Any) -> None:
     kept = len(ledger.state.early_answers)
     for i in range(16):
         early = InputAnswer(answer="e" * 5_000, input_id=f"later-{i}", request_id=f"early-{i}")
-        ledger.take_answer(early, now)
+        inbox.take_answer(ledger, early, now)
     assert len(ledger.state.early_answers) - kept == 3  # 16 KiB of 5,000-character answers
     for i in range(MAX_CHILDREN):
         name = f"{ledger.state.start.name}/{i:02d}".ljust(200, "c")
-        ledger.add_child(f"{i:02d}", ChildRecord(name=name, status=TaskStatus.OPEN), now)
+        children.add_child(ledger, f"{i:02d}", ChildRecord(name=name, status=TaskStatus.OPEN), now)
         end = ChildEnd(
             child=name,
             status=TaskStatus.DONE,
             result=bound_text("r" * 40_000),
             request_id=f"end-{i}",
         )
-        ledger.child_ended(end, now)
+        children.child_ended(ledger, end, now)
 
 
 def test_carried_state_stays_within_the_payload_budget_at_every_limit() -> None:

@@ -66,6 +66,7 @@ from agent_tasks.contract import (
     ToolInput,
     internal_request_id,
 )
+from agent_tasks.workflows import inbox
 from agent_tasks.workflows.agents.registry import ToolSpec
 from agent_tasks.workflows.agents.runner import Runner
 from agent_tasks.workflows.patches import APPROVAL_BOUND, IGNORE_REASON
@@ -235,7 +236,8 @@ class Approvals:
     ) -> InputRequest:
         """Open the approval request ``input_id`` about ``ask``'s call (``awaiting_input``)."""
         self.runner.host.set_status(TaskStatus.AWAITING_INPUT)
-        return self.runner.ledger.open_input(
+        return inbox.open_input(
+            self.runner.ledger,
             input_id,
             approval_prompt(spec.name),
             approval_schema(spec.parameters, ask),
@@ -259,8 +261,8 @@ class Approvals:
             remaining = max(asked.deadline - workflow.now(), timedelta(0))
 
         def expire() -> None:
-            self.runner.ledger.close_input(
-                asked.input_id, None, workflow.now(), reason=APPROVAL_EXPIRED
+            inbox.close_input(
+                self.runner.ledger, asked.input_id, None, workflow.now(), reason=APPROVAL_EXPIRED
             )
             self.runner.back_in_progress()
             raise ApprovalExpired(asked.input_id)

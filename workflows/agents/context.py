@@ -39,6 +39,7 @@ from agent_tasks.contract import (
     valid_step_name,
 )
 from agent_tasks.contract.waits import answer_error, answer_text, check_schema
+from agent_tasks.workflows import children, inbox
 from agent_tasks.workflows.agents.approvals import Approvals
 from agent_tasks.workflows.agents.registry import ToolSpec
 from agent_tasks.workflows.agents.runner import AgentHost, AgentParked, Runner, StepOutcome
@@ -261,8 +262,8 @@ class AgentContext:
                 raise ValueError(f"the default: {error}")
             deadline = None if timeout is None else workflow.now() + timeout
             self.host.set_status(TaskStatus.AWAITING_INPUT)
-            request = self.ledger.open_input(
-                input_id, prompt, json_schema, deadline, workflow.now()
+            request = inbox.open_input(
+                self.ledger, input_id, prompt, json_schema, deadline, workflow.now()
             )
         if input_id not in state.answered:
             assert request is not None
@@ -273,7 +274,7 @@ class AgentContext:
             def timed_out() -> None:
                 given = default is not _NO_DEFAULT
                 default_json = answer_text(default) if given else None
-                self.ledger.close_input(input_id, default_json, workflow.now())
+                inbox.close_input(self.ledger, input_id, default_json, workflow.now())
                 self._runner.back_in_progress()
                 if not given:
                     raise InputTimeout(input_id)
@@ -339,8 +340,8 @@ class AgentContext:
             agent=agent,
         )
         status = TaskStatus.OPEN if agent is None else TaskStatus.QUEUED
-        self.ledger.add_child(
-            key, ChildRecord(name=child.name, status=status, mode=mode), workflow.now()
+        children.add_child(
+            self.ledger, key, ChildRecord(name=child.name, status=status, mode=mode), workflow.now()
         )
         refused = await self.host.start_child(child)
         if refused is not None:
@@ -351,7 +352,7 @@ class AgentContext:
                 error=bound_text(why),
                 request_id=internal_request_id(f"child-start/{child.name}"),
             )
-            self.ledger.child_ended(end, workflow.now())
+            children.child_ended(self.ledger, end, workflow.now())
             raise SpawnRefused(f"child task {child.name!r} {why}")
         return child.name
 

@@ -38,6 +38,7 @@ from agent_tasks.contract import (
     internal_request_id,
 )
 from agent_tasks.contract.errors import failure_text
+from agent_tasks.workflows import retries
 from agent_tasks.workflows.agents.approvals import Approvals
 from agent_tasks.workflows.agents.registry import OUTCOME_UNKNOWN, mcp_offers
 from agent_tasks.workflows.agents.runner import BudgetExceeded, Runner, StepOutcome
@@ -112,7 +113,7 @@ class StepRunner:
             reason=reason,
             request_id=internal_request_id(f"retry/{name}/{self.runner.ledger.state.writes}"),
         )
-        self.runner.ledger.retry_step(retry, workflow.now())
+        retries.retry_step(self.runner.ledger, retry, workflow.now())
         return await self.step(name, tool, arguments, call_id=call_id)
 
     # Long: one tool step in workflow order: memo, call event, approval, the activity, its end;
