@@ -54,7 +54,13 @@ still over the budget (hundreds of calls) is not run: its calls are dropped and
 ``ModelTurn.mistake`` says why (``too_large``); the workflow records its text and shows the model
 that mistake as a user message, then calls it again (``workflows.agents.steps``), so the model
 can act on it; a model that keeps doing it ends the task after ``MAX_MODEL_MISTAKES`` such
-turns in a row with ``ModelAnswerTooLarge``.
+turns in a row with ``ModelAnswerUnusable``.
+
+**An empty answer** (no tool call, and no text but white space: a model that spent its turn
+on hidden reasoning, or a server that said ``tool_calls`` and sent none) is not a final answer:
+``empty_checked`` gives it the ``mistake`` ``EMPTY_ANSWER``, shown to the model like a turn too
+large (the peers' fix: nugget/thane-ai-agent#167, Tencent/WeKnora PR #819, janhq/jan#8712,
+where an empty turn ended the agent as done with no answer).
 """
 
 from __future__ import annotations
@@ -151,6 +157,21 @@ def check_finish(reason: str | None) -> None:
     if refused is not None:
         kind, message = refused
         raise ApplicationError(message, type=kind, non_retryable=True)
+
+
+EMPTY_ANSWER = (
+    "Your last answer was empty (no text and no tool call). Answer the task, or call one of "
+    "the tools offered."
+)
+"""The ``mistake`` of an empty answer (``empty_checked``): what the model reads next."""
+
+
+def empty_checked(turn: ModelTurn) -> ModelTurn:
+    """``turn``, or, when it has no tool call and no text but white space (and no other
+    mistake), the same with ``mistake`` ``EMPTY_ANSWER``."""
+    if turn.tool_calls or turn.content.strip() or turn.mistake is not None:
+        return turn
+    return turn.model_copy(update={"mistake": EMPTY_ANSWER})
 
 
 def too_large(size: int, calls: int) -> str:
@@ -299,7 +320,7 @@ def completion_turn(body: Mapping[str, Any]) -> ModelTurn:
         usage=_usage(body) or TokenUsage(),
     )
     check_refusal(_text(message.get("refusal")), turn)
-    return bounded_turn(turn)
+    return empty_checked(bounded_turn(turn))
 
 
 @dataclass
@@ -414,7 +435,7 @@ class StreamAssembler:
             content="".join(self.content), tool_calls=calls, usage=self.usage or TokenUsage()
         )
         check_refusal("".join(self.refusal), turn)
-        return bounded_turn(turn)
+        return empty_checked(bounded_turn(turn))
 
 
 class SseDecoder:

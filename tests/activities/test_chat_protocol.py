@@ -12,6 +12,7 @@ import pytest
 from temporalio.exceptions import ApplicationError
 
 from agent_tasks.activities.chat_protocol import (
+    EMPTY_ANSWER,
     SseDecoder,
     StreamAssembler,
     bounded_call,
@@ -293,3 +294,13 @@ def test_a_turn_the_model_only_refused_is_not_an_empty_answer() -> None:
             refused_by()
         assert raised.value.type == "ModelRefused" and raised.value.non_retryable
         assert raised.value.message == "the model refused: I can't help with that."
+
+
+def test_an_empty_answer_carries_the_empty_mistake_and_nothing_else_does() -> None:
+    """nugget/thane-ai-agent#167: no text and no call is not an answer (``EMPTY_ANSWER``);
+    white space is no text; a call, or any text, is an answer."""
+    call = {"index": 0, "id": "c1", "function": {"name": "echo", "arguments": "{}"}}
+    assert completion_turn(completion("stop", content=" \n")).mistake == EMPTY_ANSWER
+    assert assembled(chunk(finish="tool_calls")).turn().mistake == EMPTY_ANSWER
+    assert completion_turn(completion("stop", content="ok")).mistake is None
+    assert completion_turn(completion("tool_calls", call)).mistake is None

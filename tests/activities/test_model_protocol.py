@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from agent_tasks.activities.chat_protocol import fallback_call_id
+from agent_tasks.activities.chat_protocol import EMPTY_ANSWER, fallback_call_id
 from agent_tasks.broker import Subscriber, TokenMessage, WrittenMessage, task_channel
 from agent_tasks.contract import (
     MAX_PAYLOAD_CHARS,
@@ -430,7 +430,7 @@ async def test_a_model_that_keeps_answering_too_large_fails_after_three_naming_i
     run: Run,
 ) -> None:
     """A model told three times in a row that its answer was too large, and doing it again,
-    ends the task ``failed`` with ``ModelAnswerTooLarge`` counting them; no tool ran, and the
+    ends the task ``failed`` with ``ModelAnswerUnusable`` counting them; no tool ran, and the
     model was not called a fourth time."""
     server = await run.start([too_large_turn()] * 3 + [FINAL_JSON], stream=False)
     final = await run.end()
@@ -438,7 +438,7 @@ async def test_a_model_that_keeps_answering_too_large_fails_after_three_naming_i
     events = await run.events()
     assert kinds(events, EventKind.TOOL_CALL) == []
     (error,) = kinds(events, EventKind.ERROR)
-    assert "ModelAnswerTooLarge" in error.payload and "3 times in a row" in error.payload
+    assert "ModelAnswerUnusable" in error.payload and "3 times in a row" in error.payload
     told = [e for e in kinds(events, EventKind.MESSAGE) if e.role is Role.USER][1:]
     assert len(told) == 2  # after the first two; the third ends the task
     assert len(server.requests) == 3
@@ -512,3 +512,35 @@ async def test_arguments_sent_as_a_json_object_reach_the_tool(run: Run, stream: 
     (recorded,) = kinds(events, EventKind.TOOL_CALL)
     assert json.loads(recorded.payload) == {"text": "hi"}
     assert [r.payload for r in kinds(events, EventKind.TOOL_RESULT)] == ["hi"]
+
+
+EMPTY_STREAM = Reply(chunks=[chunk(content="  \n"), chunk(finish="stop")])
+EMPTY_JSON = Reply(body=completion(""))
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_an_empty_answer_is_shown_to_the_model_never_taken_as_the_result(
+    run: Run, stream: bool
+) -> None:
+    """nugget/thane-ai-agent#167, Tencent/WeKnora PR #819, janhq/jan#8712: a turn with no text
+    and no tool call ended the agent as done with an empty answer. Now the model reads that its
+    answer was empty and answers again; three in a row fail the task naming it."""
+    empty = EMPTY_STREAM if stream else EMPTY_JSON
+    server = await run.start([empty, FINAL if stream else FINAL_JSON], stream=stream)
+    final = await run.end()
+    assert final.status.value == "done" and final.result is not None
+    assert final.result.text == ANSWER
+    told = [m for m in server.requests[1]["messages"] if m["role"] == "user"]
+    assert [m["content"] for m in told] == ["check it", EMPTY_ANSWER]
+    assert len(server.requests) == 2
+
+
+async def test_three_empty_answers_in_a_row_fail_the_task(run: Run) -> None:
+    """An empty answer three times in a row: ``failed`` with ``ModelAnswerUnusable``, the model
+    called three times, no empty result."""
+    server = await run.start([EMPTY_JSON] * 3 + [FINAL_JSON], stream=False)
+    final = await run.end()
+    assert final.status.value == "failed" and final.result is None
+    (error,) = kinds(await run.events(), EventKind.ERROR)
+    assert "ModelAnswerUnusable" in error.payload and EMPTY_ANSWER in error.payload
+    assert len(server.requests) == 3

@@ -69,8 +69,9 @@ MODEL_RETRY = RetryPolicy(
 """Model calls retry transient errors (HTTP 408/409/429/5xx, with the server's retry-after)."""
 MAX_MODEL_MISTAKES = 3
 """Model answers in a row that the model call could not take (``ModelTurn.mistake``: an answer
-over the payload budget) after which the agent fails (``ModelAnswerTooLarge``): the model was
-told each time and did it again, so a fourth call would most likely cost the same for nothing."""
+over the payload budget, or an empty one) after which the agent fails (``ModelAnswerUnusable``):
+the model was told each time and did it again, so a fourth call would most likely cost the same
+for nothing."""
 
 
 class StepRunner:
@@ -258,13 +259,14 @@ class StepRunner:
         """Call the model with the task's events so far (by reference: the activity reads them)
         and record its answer as an assistant ``message`` with the token usage. An answer the
         call could not take (``ModelTurn.mistake``: over the payload budget, its tool calls
-        dropped) is recorded, then what the model did wrong as a user message, and the model is
-        called again with it; each call counts against the budgets. (No patch guards this: a
-        run recorded before it never got such a turn, the model call failed instead.)
+        dropped, or empty) is recorded, then what the model did wrong as a user message, and
+        the model is called again with it; each call counts against the budgets. (No patch
+        guards this: a run recorded before never got such a turn: the call failed, or an empty
+        answer ended the task.)
 
         Raises:
             BudgetExceeded: ``max_rounds``, ``max_tokens`` or ``max_seconds`` is spent.
-            ApplicationError: non-retryable ``ModelAnswerTooLarge`` after
+            ApplicationError: non-retryable ``ModelAnswerUnusable`` after
                 ``MAX_MODEL_MISTAKES`` such answers in a row.
             asyncio.CancelledError: the task was cancelled (before the call, or during it: the
                 call is cancelled, its HTTP request closed, and nothing of it is recorded;
@@ -328,7 +330,7 @@ class StepRunner:
             raise ApplicationError(
                 f"the model's answer could not be taken {self.runner.run.mistakes} times in a row; "
                 f"the last time: {turn.mistake}",
-                type="ModelAnswerTooLarge",
+                type="ModelAnswerUnusable",
                 non_retryable=True,
             )
         shown = EventInput(kind=EventKind.MESSAGE, role=Role.USER, payload=turn.mistake)
