@@ -76,6 +76,18 @@ async def charge_crashing(account: str, ctx: Context) -> str:
     return f"charged {account}"
 
 
+@server.tool(description="Charge, then hold the first answer of a key a while.")
+async def charge_held(account: str, seconds: float, ctx: Context) -> str:
+    """Charge once per key; the first request of a key then waits ``seconds`` before it
+    answers (a worker killed meanwhile never gets the answer)."""
+    key = _write("request", "charge_held", ctx)
+    first = not _charged(key)
+    if first:
+        _write("effect", "charge_held", ctx)
+        await asyncio.sleep(seconds)
+    return f"charged {account}"
+
+
 @server.tool(description="Wait a while.", annotations=ToolAnnotations(readOnlyHint=True))
 async def slow(seconds: float, ctx: Context) -> str:
     """Sleep ``seconds``, writing ``started`` and, when the client cancels, ``cancelled``."""

@@ -30,6 +30,8 @@ from tests.agent_tools import SCRIPTS, answer, calls
 from tests.conftest import eventually
 from tests.mcp_server import ledger
 
+ROOT = Path(__file__).resolve().parents[2]
+"""The repository (the killed worker's folder)."""
 HEADER_SET = {"billing": {"X-Billing-Tenant": "tests"}}
 
 
@@ -152,6 +154,7 @@ async def test_the_listing_is_the_models_offer(services: Services, queue: str) -
     assert set(specs) == {
         "bill_charge",
         "bill_charge_crashing",
+        "bill_charge_held",
         "bill_slow",
         "bill_refuse",
         "bill_rpc_error",
@@ -356,3 +359,55 @@ async def test_a_header_set_the_worker_lacks_is_refused() -> None:
         await ActivityEnvironment().run(activities.list_tools, server)
     assert refused.value.type == MCP_SERVER_REFUSED and refused.value.non_retryable
     assert "no header set 'missing'" in str(refused.value)
+
+
+async def test_a_worker_killed_during_a_call_leaves_it_unknown_and_a_retry_sends_its_key(
+    services: Services, project_id: str, ledger_path: Path
+) -> None:
+    """The worker (a process of its own) is killed with SIGKILL after the server performed the
+    charge and before it answered: the step (not idempotent) ends ``unknown`` when its
+    heartbeat times out and the task fails; a person's ``retry_step`` sends the same key, and
+    the server performs the effect once."""
+    import asyncio
+    import os
+
+    import tests.http_tools  # noqa: F401  (registers the agent http_once)
+
+    assert services.graph is not None
+    queue = f"mcp-kill-{uuid.uuid4().hex[:8]}"
+    args = ["-m", "tests.mcp_server", str(ledger_path), "stdio"]
+    server = McpServer(name="bill", command=sys.executable, args=args, heartbeat_s=2)
+    history = ConversationHistory(
+        services.client, project_id, "agent-1", task_queue=queue, graph=services.graph
+    )
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tests.agent_worker", queue, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        spec = _once(server, "bill_charge_held", {"account": "acme", "seconds": 300})
+        assert (await history.create_task("t", "charge once", agent=spec)).recorded
+
+        async def charged() -> bool:
+            return any(e["event"] == "effect" for e in ledger(ledger_path))
+
+        await eventually(charged, within=60)
+    finally:
+        process.kill()  # SIGKILL: no shutdown of any kind
+        await process.wait()
+    key = f"{task_workflow_id(project_id, 't')}/charge/1"
+    async with build_worker(services.client, services.graph, queue, scripts=SCRIPTS):
+        failed = await history.wait_task("t")
+        assert failed is not None and failed.status.value == "failed"
+        (step,) = (await history.list_steps("t")).steps
+        assert step.state is StepState.UNKNOWN
+        assert (await history.retry_step("t", "charge", reason="the server dedupes")).recorded
+
+        async def done() -> bool:
+            view = (await history.get_task("t")).view
+            return view is not None and view.status.value == "done"
+
+        await eventually(done, within=60)
+    events = [(e["event"], e["key"]) for e in ledger(ledger_path)]
+    assert events == [("request", key), ("effect", key), ("request", key)]
