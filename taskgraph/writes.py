@@ -31,7 +31,12 @@ from agent_tasks.taskgraph.errors import TaskIncarnationError
 from agent_tasks.taskgraph.keys import KEY_READS, KeyLookup
 from agent_tasks.taskgraph.models import utc
 from agent_tasks.taskgraph.page_batches import PageBatches, PageWrite, check_batch
-from agent_tasks.taskgraph.properties import event_properties, step_properties, task_properties
+from agent_tasks.taskgraph.properties import (
+    epoch,
+    event_properties,
+    step_properties,
+    task_properties,
+)
 from agent_tasks.taskgraph.schema import GraphSchema
 from agent_tasks.taskgraph.sealing import unseal
 from agent_tasks.taskgraph.seeds import warm_up_page
@@ -44,12 +49,19 @@ _TASK: LiteralString = (
     """
 UNWIND $tasks AS tk
 MERGE (t:Task {key: tk.key})
-WITH tk, t, t.created_at AS was, coalesce(t.writes, -1) <= tk.writes AS newer
+WITH tk, t, t.created_at AS was, coalesce(t.writes, -1) <= tk.writes AS newer,
+     datetime({epochSeconds: tk.created_at[0], nanosecond: tk.created_at[1]}) AS created
 SET t.writes = CASE WHEN newer THEN tk.writes ELSE t.writes END
-FOREACH (_ IN CASE WHEN newer THEN [1] ELSE [] END | SET t += tk)
-WITH tk, was
+FOREACH (_ IN CASE WHEN newer THEN [1] ELSE [] END |
+  SET t += tk, t.created_at = created,
+      t.updated_at = datetime({epochSeconds: tk.updated_at[0], nanosecond: tk.updated_at[1]}))
+WITH tk, was, created
 OPTIONAL MATCH (gone:TaskTombstone {key: tk.key})
-WITH collect({key: tk.key, was: was, deleted: gone IS NOT NULL}) AS placed
+WITH collect({
+  key: tk.key,
+  other: CASE WHEN was IS NULL OR was = created THEN null ELSE toString(was) END,
+  deleted: gone IS NOT NULL
+}) AS placed
 """
     + KEY_READS
     + "RETURN placed, trees, singles"
@@ -59,11 +71,14 @@ a page per task, in key order so that two batches lock their tasks in one order)
 node, locked by its first SET (and nothing shared: see ``_PAGE``), its properties set only
 when the view is not older than the node (``writes``, the view's write counter, is its
 version: a late, retried or cancelled mirror attempt never undoes a newer one); returns for
-each task (``placed``) the ``created_at`` its node had before (``was``, null for a new node)
-and whether the task's id has a tombstone (``deleted``), so the write can refuse a node that
-is not its task's before anything else is written; and, the nodes locked, the keys of the
-pages' sealed events (``KEY_READS``: one round trip for both, where a separate read of the
-keys was a third statement: a one-event sealed page 9.0 -> 7.2 ms p50,
+each task (``placed``) the ``created_at`` its node had before when it is not the view's
+(``other``, as text; null for a new node or the same task) and whether the task's id has a
+tombstone (``deleted``), so the write can refuse a node that is not its task's before anything
+else is written (the times travel as ``epoch`` pairs and the node's comes back as text: the
+driver converts datetimes in pure Python, about 0.5 ms of the 14 ms of main-thread CPU a write
+took with 20 writers, profiled in ``bench/RESULTS-issue-36.md``); and, the nodes locked, the
+keys of the pages' sealed events (``KEY_READS``: one round trip for both, where a separate
+read of the keys was a third statement: a one-event sealed page 9.0 -> 7.2 ms p50,
 ``bench/RESULTS-issue-22.md``)."""
 
 _PAGE: LiteralString = (
@@ -195,7 +210,11 @@ def _batch_writer(batch: Sequence[PageWrite]) -> Callable[[Transaction], Awaitab
     project, a page per task: ``taskgraph.page_batches``)."""
     pages = sorted(batch, key=lambda page: page.view.workflow_id)
     project = pages[0].view.project_id
-    tasks = [task_properties(page.view) for page in pages]
+    tasks = [
+        task_properties(page.view)
+        | {"created_at": epoch(page.view.created_at), "updated_at": epoch(page.view.updated_at)}
+        for page in pages
+    ]
     rows = [_page_row(page) for page in pages]
     lookup = KeyLookup(
         e.key_id
@@ -207,12 +226,12 @@ def _batch_writer(batch: Sequence[PageWrite]) -> Callable[[Transaction], Awaitab
     async def work(tx: Transaction) -> None:
         result = await tx.run(_TASK, lookup.parameters(), tasks=tasks, p=project)
         record = await result.single(strict=True)
-        for page, props, placed in zip(pages, tasks, record["placed"], strict=True):
-            was = placed["was"]
-            if placed["deleted"] or (was is not None and was.to_native() != props["created_at"]):
+        for page, placed in zip(pages, record["placed"], strict=True):
+            other = placed["other"]
+            if placed["deleted"] or other is not None:
                 raise TaskIncarnationError(
                     f"task {page.view.workflow_id}: "
-                    + ("the task was deleted" if placed["deleted"] else f"created at {was}")
+                    + ("the task was deleted" if placed["deleted"] else f"created at {other}")
                     + f"; this task was created at {page.view.created_at.isoformat()}. Neo4j "
                     "keeps the earlier one (its name stays taken) and takes nothing of this one"
                 )
