@@ -15,13 +15,16 @@ from agent_tasks.starter.lifecycle import STATUS_POLL_S
 
 def answer_command(task: str, request: InputRequest, project: str) -> str:
     """The ``agent-tasks`` command that answers ``request`` of ``task`` in ``project``: ``input
-    ... --json VALUE`` for a question, ``approve ... --accept`` (or ``--edit``, ``--answer``,
-    ``--ignore``) for an approval; names are shell-quoted so the line can be copied as is."""
+    ... --json VALUE`` for a question, ``approve ... --accept --digest D`` (or ``--edit``,
+    ``--answer``, ``--ignore``) for an approval, bound to the call shown by the first 12
+    characters of its digest; names are shell-quoted so the line can be copied as is."""
     where = f"--project {shlex.quote(project)}"
     if request.approval is not None:
+        digest = request.approval.digest  # the call shown: another is refused approval_stale
+        bound = f" --digest {digest[:12]}" if digest else ""
         return (
             f"agent-tasks approve {shlex.quote(task)} {shlex.quote(request.input_id)} "
-            f"--accept {where}   (or --edit JSON, --answer TEXT, --ignore)"
+            f"--accept{bound} {where}   (or --edit JSON, --answer TEXT, --ignore)"
         )
     return (
         f"agent-tasks input {shlex.quote(task)} --input-id {shlex.quote(request.input_id)} "

@@ -3,7 +3,7 @@ sign in; a question appears in the open inbox without a reload; approvals accept
 answered and ignored from the page, each with its effect; a bad answer refused next to its
 field (by the browser, and by the task); a good one unblocks the agent, whose answer the task
 page shows as it streams; cancel from the page; another project's context sees none of it; the
-tasks list and the tree; a screenshot of each page."""
+tasks list and the tree; the sign-in form's screenshot (the others: test_seen's walkthrough)."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ async def test_sign_in_refuses_a_bad_key_and_keeps_no_key(ann: Person, shots: Pa
 
 
 async def test_a_question_appears_live_is_answered_and_the_task_page_streams_the_answer(
-    ann: Person, bob: Person, shots: Path
+    ann: Person, bob: Person
 ) -> None:
     inbox = await ann.sign_in()
     await expect(inbox.locator("#state")).to_have_text("Nothing is waiting for you.")
@@ -123,7 +123,6 @@ async def test_a_question_appears_live_is_answered_and_the_task_page_streams_the
     await expect(step.locator("td.key")).to_contain_text(ann.history.workflow_id("talk"))
     view = await ann.history.wait_task("talk")
     assert view is not None and view.result is not None and view.result.text == final
-    await task.screenshot(path=str(shots / "task.png"), full_page=True)
 
 
 async def test_a_bad_answer_is_refused_next_to_its_field(ann: Person) -> None:
@@ -147,7 +146,7 @@ async def test_a_bad_answer_is_refused_next_to_its_field(ann: Person) -> None:
     assert not [e for e in events if e.kind.value == "input_response"]  # refused, nothing kept
 
     await replicas.fill("4")
-    await question.get_by_label("canary").check()
+    await question.get_by_role("group", name="canary").get_by_label("yes").check()
     await question.get_by_role("button", name="Send the answer").click()
     await expect(inbox.locator('li.item[data-task="deploy"]')).to_have_count(0)
     view = await ann.history.wait_task("deploy")
@@ -156,9 +155,9 @@ async def test_a_bad_answer_is_refused_next_to_its_field(ann: Person) -> None:
 
 
 async def test_approvals_accepted_edited_answered_and_ignored_from_the_page(
-    ann: Person, tmp_path: Path, shots: Path, monkeypatch: pytest.MonkeyPatch
+    ann: Person, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.chdir(tmp_path)  # the tools' logs by relative name (the screenshot shows them)
+    monkeypatch.chdir(tmp_path)  # the tools' logs by relative name
     inbox = await ann.sign_in()
     logs = {way: tmp_path / f"{way}.log" for way in ("accept", "edit", "answer", "ignore")}
     for way, log in logs.items():
@@ -166,7 +165,6 @@ async def test_approvals_accepted_edited_answered_and_ignored_from_the_page(
         await ann.history.create_task(way, goal(call), agent=approval_spec())
     cards = {way: await item(inbox, way) for way in logs}
     await expect(cards["accept"]).to_contain_text("Sends accept to ops@example.com")
-    await inbox.screenshot(path=str(shots / "inbox.png"), full_page=True)
 
     await cards["accept"].get_by_role("button", name="Accept").click()
 
@@ -222,7 +220,8 @@ async def test_cancel_from_the_page_ends_the_task_cancelled_everywhere(ann: Pers
     await tab.goto(f"{ann.site}/ui/task?name=stop")
     await tab.wait_for_selector("body[data-ready=true]")
     await expect(tab.locator("#inputs li.item")).to_have_count(1)  # it waits for "go"
-    await tab.get_by_role("button", name="Cancel").click()
+    await tab.get_by_role("button", name="Cancel the task…").click()
+    await tab.get_by_role("button", name="Yes, cancel it").click()  # confirmed first
     await tab.wait_for_selector("body[data-ended=cancelled]")
     await expect(tab.locator('dd[data-field="status"]')).to_have_text("cancelled")
     view = await ann.history.wait_task("stop")
@@ -238,7 +237,7 @@ async def test_cancel_from_the_page_ends_the_task_cancelled_everywhere(ann: Pers
     await eventually(mirrored)
 
 
-async def test_the_tasks_list_filters_and_the_tree_is_live(ann: Person, shots: Path) -> None:
+async def test_the_tasks_list_filters_and_the_tree_is_live(ann: Person) -> None:
     await ann.sign_in()
     await ann.history.create_task("fan", "three children", agent=AgentSpec(name="fanout",
         input={"children": 2}))  # fmt: skip
@@ -267,7 +266,6 @@ async def test_the_tasks_list_filters_and_the_tree_is_live(ann: Person, shots: P
     await tab.get_by_label("Session").fill("")
     await tab.get_by_role("button", name="Filter").click()
     await expect(tab.locator("#rows tr")).to_have_count(4)
-    await tab.screenshot(path=str(shots / "tasks.png"), full_page=True)
 
     await tab.get_by_role("link", name="fan", exact=True).click()
     await tab.wait_for_selector("body[data-ready=true]")

@@ -2,6 +2,7 @@
 
 import { api, el, message, requestId, taskPage, taskPath, when } from "./app.js";
 import { refusalAt, schemaForm } from "./form.js";
+import { howToAnswer } from "./how.js";
 
 /** Send `answer` to the request; show the task's refusal with `showErrors` (`strip`: the part
  * of the refusal's path the form does not have). Returns true when the task took it. */
@@ -49,7 +50,7 @@ export function inboxItem(item, { withTask = true } = {}) {
     const header = el("header", {}, el("span", { class: "kind" }, "Question"), task, asked);
     li.append(header, el("p", { class: "prompt" }, item.prompt),
       answerForm(item.json_schema, item.json_schema, undefined, "Answer", "Send the answer",
-        item, status, (v) => v, ""), status);
+        item, status, (v) => v, ""), status, howToAnswer(item));
     return li;
   }
   const call = item.approval;
@@ -93,6 +94,6 @@ export function inboxItem(item, { withTask = true } = {}) {
       call.approvers > 1 ? "" : el("button", { type: "button", onclick: edit }, "Edit…"),
       el("button", { type: "button", onclick: instead }, "Answer instead…"),
       el("button", { type: "button", onclick: ignore }, "Ignore…")),
-    panel, status);
+    panel, status, howToAnswer(item));
   return li;
 }

@@ -62,9 +62,30 @@ export async function header(current) {
     el("nav", { "aria-label": "Pages" },
       el("ul", {}, link("/ui/inbox", "Inbox", "inbox"), link("/ui/tasks", "Tasks", "tasks"))),
     who, out);
-  const me = await api("/me");
-  if (me.ok) who.textContent = `project ${me.data.project_id} · key ${me.data.key_id}`;
-  return me.ok ? me.data : null;
+  const me = await whoami();
+  if (me) who.textContent = `project ${me.project_id} · key ${me.key_id}`;
+  return me;
+}
+
+let signedIn = null;
+/** Who the session is (`/me`: its project and key), read once per page. */
+export function whoami() {
+  signedIn ??= api("/me").then((answer) => (answer.ok ? answer.data : null));
+  return signedIn;
+}
+
+/** `text` quoted for a POSIX shell when it needs it (a command shown to be copied). */
+export const shellQuote = (text) => (/^[\w@%+=:,./-]+$/.test(text) ? text : `'${text.replaceAll("'", "'\"'\"'")}'`);
+
+/** A long text clipped to its first lines, the whole of it one click away (`<details>`);
+ * a short one as it is. */
+export function clipped(text, { chars = 160 } = {}) {
+  const value = text || "";
+  if (value.length <= chars && !value.includes("\n")) return el("span", { class: "clip-short" }, value);
+  return el("details", { class: "clip" },
+    el("summary", { title: "Show all of it" }, el("span", { class: "clip-head" }, value.slice(0, chars).replace(/\s+/g, " ")),
+      el("span", { class: "clip-more" }, ` … show all ${value.length.toLocaleString("en")} characters`)),
+    el("div", { class: "clip-whole" }, value));
 }
 
 async function signOut() {

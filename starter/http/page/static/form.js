@@ -1,7 +1,8 @@
 // A form made from a JSON Schema, and the schema's checks in the browser (the task checks the
 // answer again and its refusal is shown next to the field it names).
 //
-// Rendered: strings (enums as choices), numbers and integers with their bounds, booleans,
+// Rendered: strings (enums as choices, none chosen when required), numbers and integers with
+// their bounds, booleans (a yes/no pair),
 // arrays (add and remove items), nested objects, local `$ref`s, and `anyOf`/`oneOf` of one
 // schema and `null` (an optional value). Anything else falls back to a JSON editor whose text
 // is parsed and checked against its schema.
@@ -96,6 +97,11 @@ function build(schema, root, initial, path, label, required, slots) {
   const described = [hint && `${id}-hint`, `${id}-error`].filter(Boolean).join(" ");
   const start = initial !== undefined ? initial : schema.default;
   const type = renders(schema) ? typeOf(schema) : "json";
+  const must = required && !nullable;
+  // a required choice starts unchosen (a default would be sent without a look); a value
+  // given (an approval's arguments, to edit) is shown as it is
+  const chosen = initial !== undefined ? initial : must ? undefined : schema.default;
+  const unchosen = (message) => { throw Object.assign(new Error(), { field: { path, message } }); };
 
   if (type === "object") {
     const needed = new Set(schema.required || []);
@@ -135,12 +141,24 @@ function build(schema, root, initial, path, label, required, slots) {
   if (type === "enum") {
     const options = "const" in schema ? [schema.const] : schema.enum;
     input = el("select", { id, "aria-describedby": described },
-      (nullable || !required) ? el("option", { value: "" }, "—") : null,
-      options.map((o, i) => el("option", { value: String(i), selected: JSON.stringify(o) === JSON.stringify(start) }, typeof o === "string" ? o : JSON.stringify(o))));
-    get = () => (input.value === "" ? EMPTY : options[Number(input.value)]);
+      el("option", { value: "" }, must ? "choose one…" : "—"),
+      options.map((o, i) => el("option", { value: String(i), selected: JSON.stringify(o) === JSON.stringify(chosen) }, typeof o === "string" ? o : JSON.stringify(o))));
+    get = () => (input.value !== "" ? options[Number(input.value)] : must ? unchosen("choose one") : EMPTY);
   } else if (type === "boolean") {
-    input = el("input", { id, type: "checkbox", checked: start === true, "aria-describedby": described });
-    get = () => input.checked;
+    // a labelled yes/no pair (and "no answer" when it may be left out): never a lone checkbox
+    // whose unchecked state says nothing
+    const radio = (value, text) => {
+      const button = el("input", { type: "radio", name: `${id}-choice`, id: `${id}-${text.replace(" ", "-")}`, value: String(value),
+        checked: chosen === value || (value === null && chosen === undefined), "aria-describedby": described });
+      return [button, el("label", { for: button.id }, text)];
+    };
+    const [yes, yesLabel] = radio(true, "yes");
+    const [no, noLabel] = radio(false, "no");
+    const [none, noneLabel] = must ? [null, null] : radio(null, "no answer");
+    slots.set(path, { error, input: yes });
+    const node = el("fieldset", { class: "field yes-no", "aria-describedby": described }, el("legend", {}, title), hint,
+      el("div", { class: "radios" }, yes, yesLabel, no, noLabel, none, noneLabel), error);
+    return { node, get: () => (yes.checked ? true : no.checked ? false : must ? unchosen("choose yes or no") : EMPTY) };
   } else if (type === "number" || type === "integer") {
     input = el("input", { id, type: "number", inputmode: type === "integer" ? "numeric" : "decimal",
       step: type === "integer" ? 1 : "any", min: schema.minimum, max: schema.maximum,

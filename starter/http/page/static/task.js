@@ -2,7 +2,7 @@
 // steps, decisions and child tasks, what it waits for, and the actions a person may take.
 // A long task shows its newest PAGE events; earlier ones load a page at a time.
 
-import { api, el, follow, header, message, status, taskPage, taskPath, when } from "./app.js";
+import { api, clipped, el, follow, header, message, status, taskPage, taskPath, when } from "./app.js";
 import { inboxItem } from "./answer.js";
 
 const PAGE = 200;
@@ -30,16 +30,20 @@ function summary(view) {
   const link = ui ? el("a", { href: `${ui.temporal_ui}/namespaces/${encodeURIComponent(ui.namespace)}/workflows/${encodeURIComponent(view.workflow_id)}`,
     rel: "noreferrer" }, "the workflow in the Temporal Web UI") : "";
   const rows = [
-    ["Status", status(view.status)], ["Goal", view.goal], ["Steps", counts],
+    ["Status", status(view.status)], ["Goal", clipped(view.goal)], ["Steps", counts],
     ["Events", `${view.last_seq}`], ["Runs", `${view.runs}`],
     ["Agent", view.agent ? `${view.agent.name} (tools: ${view.agent.tools.join(", ") || "none"})` : `recorded by ${view.agent_id}`],
     ["Session", view.session_id || "—"],
     ["Parent", view.parent ? el("a", { href: taskPage(view.parent) }, view.parent) : "—"],
     ["Created", when(view.created_at)], ["Updated", when(view.updated_at)],
-    ["Result", view.result ? view.result.text : "—"], ["Error", view.error ? view.error.text : "—"],
+    ["Result", view.result ? clipped(view.result.text) : "—"], ["Error", view.error ? clipped(view.error.text) : "—"],
     ["Workflow", link],
   ];
+  // a read again keeps what the person opened
+  const opened = new Set([...$("summary").querySelectorAll("dd:has(> details[open])")].map((dd) => dd.dataset.field));
   $("summary").replaceChildren(...rows.flatMap(([k, v]) => [el("dt", {}, k), el("dd", { "data-field": k.toLowerCase() }, v)]));
+  for (const field of opened) $("summary").querySelector(`dd[data-field="${field}"] > details`)?.setAttribute("open", "");
+  actions(view);
   $("seqs").textContent = `(${first > 1 ? `${first}–` : ""}${last} of ${view.last_seq})`;
 }
 
@@ -145,6 +149,31 @@ async function view() {
 const refreshSide = debounce(() => { steps(); decisions(); tree(); view(); }, 500);
 const refreshInputs = debounce(inputs, 300);
 
+const CLOSED = ["done", "failed", "cancelled"];
+
+/** Offer only what the task's status and kind allow (the refusals a click would get are
+ * never offered): Cancel while it runs; Resume or Continue for an agent task that failed or
+ * was cancelled (Continue when its last turn was interrupted after its tools ran, Resume
+ * otherwise); Branch once it has an event. The note says why the others are not offered. */
+function actions(view) {
+  const closed = CLOSED.includes(view.status);
+  const again = Boolean(view.agent) && (view.status === "failed" || view.status === "cancelled");
+  const interrupted = Boolean(view.agent_run && view.agent_run.turn_committed);
+  $("actions-section").hidden = false;
+  $("cancel").hidden = closed;
+  if (closed) $("cancel-confirm").hidden = true;
+  $("resume").hidden = !(again && !interrupted);
+  $("continue").hidden = !(again && interrupted);
+  $("branch").hidden = view.last_seq < 1;
+  $("branch").elements.seq.max = String(view.last_seq);
+  const note = !closed ? ""
+    : !view.agent ? `The task has ended ${view.status}. An app recorded it: the app, not this page, would run it again.`
+    : !again ? `The task has ended ${view.status}: there is nothing to cancel or run again.`
+    : interrupted ? `The task ended ${view.status} after its tools ran: Continue asks the model again with what its last turn did (no call runs twice).`
+    : `The task ended ${view.status}: Resume runs its last turn again (completed steps keep their results).`;
+  $("actions-note").textContent = note;
+}
+
 async function act(what, body) {
   const state = $("action-state");
   state.textContent = `${what}…`;
@@ -153,7 +182,13 @@ async function act(what, body) {
   return answer;
 }
 
-$("cancel").addEventListener("click", () => act("cancel", { cascade: $("cascade").checked }));
+// a cancel is confirmed first: it stops the agent where it is
+$("cancel").addEventListener("click", () => { $("cancel-confirm").hidden = false; $("cancel-no").focus(); });
+$("cancel-no").addEventListener("click", () => { $("cancel-confirm").hidden = true; $("cancel").focus(); });
+$("cancel-yes").addEventListener("click", async () => {
+  $("cancel-confirm").hidden = true;
+  await act("cancel", { cascade: $("cascade").checked });
+});
 $("resume").addEventListener("click", async () => { if ((await act("resume")).ok) location.reload(); });
 $("continue").addEventListener("click", async () => { if ((await act("continue")).ok) location.reload(); });
 $("branch").addEventListener("submit", async (e) => {

@@ -1,7 +1,8 @@
 // The tasks of the project: filtered by status, session, agent, time and a part of the name,
-// in name order, a page at a time; read again every few seconds while the page is shown.
+// in name order, a page at a time; read again every few seconds while the page is shown. A
+// long goal shows its first lines, the whole of it one click away.
 
-import { api, el, header, message, status, taskPage, when } from "./app.js";
+import { api, clipped, el, header, message, status, taskPage, when } from "./app.js";
 
 const form = document.getElementById("filters");
 const rows = document.getElementById("rows");
@@ -24,10 +25,13 @@ function query(after) {
 async function load(after = null) {
   const answer = await api(query(after));
   if (!answer.ok) { state.textContent = message(answer); return; }
-  const made = answer.data.tasks.map((t) => el("tr", {},
+  // a read again keeps the goals the person opened
+  const opened = new Set([...rows.querySelectorAll("tr:has(details[open])")].map((tr) => tr.dataset.task));
+  const made = answer.data.tasks.map((t) => el("tr", { "data-task": t.name },
     el("td", {}, el("a", { href: taskPage(t.name) }, t.name)),
-    el("td", {}, status(t.status)), el("td", {}, t.goal || ""), el("td", {}, t.session_id || ""),
-    el("td", {}, t.agent_id || ""), el("td", {}, when(t.created_at))));
+    el("td", {}, status(t.status)), el("td", { class: "goal" }, clipped(t.goal, { chars: 120 })),
+    el("td", {}, t.session_id || ""), el("td", {}, t.agent_id || ""), el("td", {}, when(t.created_at))));
+  for (const tr of made) if (opened.has(tr.dataset.task)) tr.querySelector("details")?.setAttribute("open", "");
   if (after) rows.append(...made); else rows.replaceChildren(...made);
   cursor = answer.data.next_after_name;
   more.hidden = !cursor;
