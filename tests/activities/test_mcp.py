@@ -411,3 +411,40 @@ async def test_a_worker_killed_during_a_call_leaves_it_unknown_and_a_retry_sends
         await eventually(done, within=60)
     events = [(e["event"], e["key"]) for e in ledger(ledger_path)]
     assert events == [("request", key), ("effect", key), ("request", key)]
+
+
+async def test_an_api_model_is_offered_the_listed_tools(
+    services: Services,
+    project_id: str,
+    queue: str,
+    ledger_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The tool loop with an OpenAI-compatible model (the tests' scripted HTTP server): the
+    request offers the MCP server's tools as functions named ``{server}_{tool}`` with the
+    input JSON Schemas the server declares, beside the agent's own tools."""
+    from tests.model_server import ModelServer, Reply, completion
+
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    model = ModelServer([Reply(body=completion("nothing to do"))])
+    monkeypatch.setenv("OPENAI_BASE_URL", model.url)
+    assert services.graph is not None
+    args = ["-m", "tests.mcp_server", str(ledger_path), "stdio"]
+    server = McpServer(name="bill", command=sys.executable, args=args, tools=["charge", "slow"])
+    history = ConversationHistory(
+        services.client, project_id, "agent-1", task_queue=queue, graph=services.graph
+    )
+    spec = AgentSpec(mcp_servers=[server], model=ModelSpec(provider="openai", model="m"))
+    with model.running():
+        assert (await history.create_task("t", "charge acme", agent=spec)).recorded
+        final = await history.wait_task("t")
+    assert final is not None and final.status.value == "done"
+    (request,) = model.requests
+    offered = {t["function"]["name"]: t["function"] for t in request["tools"]}
+    assert set(offered) == {"bill_charge", "bill_slow"}
+    charge = offered["bill_charge"]
+    assert charge["description"] == "Charge an account, once per idempotency key."
+    assert charge["parameters"]["required"] == ["account", "cents"]
+    properties = charge["parameters"]["properties"]
+    assert (properties["account"]["type"], properties["cents"]["type"]) == ("string", "integer")
+    assert ledger(ledger_path) == []  # offered, not called
