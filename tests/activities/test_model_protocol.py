@@ -544,3 +544,16 @@ async def test_three_empty_answers_in_a_row_fail_the_task(run: Run) -> None:
     (error,) = kinds(await run.events(), EventKind.ERROR)
     assert "ModelAnswerUnusable" in error.payload and EMPTY_ANSWER in error.payload
     assert len(server.requests) == 3
+
+
+async def test_a_model_call_waiting_past_its_heartbeat_timeout_keeps_beating(run: Run) -> None:
+    """docs/agent-tasks.md, the cancel table: the model call heartbeats while it waits for the
+    model. A server that answers after 12 s (past the call's 10 s heartbeat timeout,
+    ``MODEL_HEARTBEAT``) is waited for in the call's first attempt: one request, the answer
+    recorded. (How often it beats is not asserted: speed goes to bench/.)"""
+    slow = Reply(chunks=FINAL.chunks, delay_s=12)
+    server = await run.start([slow])
+    final = await run.end()
+    assert final.status.value == "done" and final.result is not None
+    assert final.result.text == ANSWER
+    assert len(server.requests) == 1
