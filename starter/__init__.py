@@ -15,7 +15,8 @@
 - Enums and inputs: ``EventKind``, ``Role``, ``StepKind``, ``StepState``, ``TaskStatus``,
   ``ResultValidity``, ``ErrorCode``, ``EventInput``, ``StepWrite``.
 - Agent code: ``agent``, ``AgentContext``, ``AgentSpec``, ``ModelSpec``, ``Budgets``,
-  ``StepOutcome``, ``ChildOutcome``; tools: ``tool``, ``Tool``, ``ToolContext``; scripted
+  ``StepOutcome``, ``ChildOutcome``; tools: ``tool``, ``Tool``, ``ToolContext``, an MCP
+  server as a tool source ``McpServer`` (docs/mcp.md); scripted
   models: ``ScriptedModel``, ``Script``, ``ModelTurn``, ``ToolCall``, ``TokenUsage``.
 - Errors: ``TaskServiceUnavailable``, ``GraphNotConfigured``, ``GraphIncomplete``,
   ``Neo4jPasswordMissing``; the graph store's (either store's: ``GraphError``,
@@ -44,6 +45,7 @@ from agent_tasks.contract import (
     Event,
     EventInput,
     EventKind,
+    McpServer,
     ModelSpec,
     ModelTurn,
     ResultValidity,
@@ -185,6 +187,7 @@ __all__ = [
     "GraphUnavailable",
     "HistoryRetention",
     "InputTimeout",
+    "McpServer",
     "ModelSpec",
     "ModelTurn",
     "Neo4jPasswordMissing",

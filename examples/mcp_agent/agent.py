@@ -12,8 +12,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from agent_tasks.contract import McpServer
-from agent_tasks.starter import AgentContext, AgentSpec, agent
+from agent_tasks.starter import AgentContext, AgentSpec, McpServer, agent
 
 TASK_QUEUE = "mcp-agent"
 """The task queue of this project's worker."""
