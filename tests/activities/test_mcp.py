@@ -448,3 +448,34 @@ async def test_an_api_model_is_offered_the_listed_tools(
     properties = charge["parameters"]["properties"]
     assert (properties["account"]["type"], properties["cents"]["type"]) == ("string", "integer")
     assert ledger(ledger_path) == []  # offered, not called
+
+
+async def test_a_call_past_its_timeout_is_cancelled_on_the_server_and_retried_with_its_key(
+    services: Services, project_id: str, queue: str, ledger_path: Path
+) -> None:
+    """modelcontextprotocol/python-sdk#2507's kind (a client that gives up on a call leaves the
+    server's work running): a read-only tool (idempotent by its hint) that outlasts its
+    attempt's start-to-close timeout is cancelled on the server at each timeout, retried with
+    the same key, and its step fails with the timeout once the attempts are spent."""
+    assert services.graph is not None
+    args = ["-m", "tests.mcp_server", str(ledger_path), "stdio"]
+    server = McpServer(
+        name="bill", command=sys.executable, args=args, start_to_close_s=3, max_attempts=2
+    )
+    turns = [calls(("bill_slow", {"seconds": 120})), answer("gave up")]
+    history = await _run(services, project_id, queue, server, turns, [])
+    final = await history.wait_task("t")
+    assert final is not None and final.status.value == "done"
+    (step,) = (await history.list_steps("t")).steps
+    assert step.state is StepState.FAILED
+    events = (await history.list_events("t", limit=100)).events
+    (result,) = [e for e in events if e.kind is EventKind.TOOL_RESULT]
+    assert "timeout" in result.payload
+
+    async def both_cancelled() -> bool:
+        return [e["event"] for e in ledger(ledger_path)].count("cancelled") == 2
+
+    await eventually(both_cancelled, within=10)
+    key = f"{task_workflow_id(project_id, 't')}/{step.name}/1"
+    seen = [(e["event"], e["key"]) for e in ledger(ledger_path)]
+    assert seen == [("started", key), ("cancelled", key)] * 2
