@@ -201,7 +201,8 @@ def openai_client(timeout_s: float) -> Any:
     """The ``openai`` client of one model call, configured by its environment
     (``OPENAI_BASE_URL``, ``OPENAI_API_KEY``): it retries nothing itself (``max_retries=0``:
     the activity's retry policy does, so a retry is in the history and waits the server's
-    ``retry-after``) and gives a request ``timeout_s`` seconds."""
+    ``retry-after``) and gives a request ``timeout_s`` seconds. Use it as ``async with``: the
+    call closes its connections itself (left to the collector, its ``aclose`` may never run)."""
     import openai  # the optional ``openai`` extra; imported only by workers that use it
 
     return openai.AsyncOpenAI(max_retries=0, timeout=timeout_s)
@@ -246,10 +247,11 @@ async def openai_turn(
     import openai  # the optional ``openai`` extra; imported only by workers that use it
 
     try:
-        raw = await openai_client(timeout_s).chat.completions.with_raw_response.create(
-            **_request(input, transcript, offered)
-        )
-        body = raw.http_response.json()
+        async with openai_client(timeout_s) as client:  # closed here, not by the collector
+            raw = await client.chat.completions.with_raw_response.create(
+                **_request(input, transcript, offered)
+            )
+            body = raw.http_response.json()
     except (openai.APIStatusError, openai.APIConnectionError) as err:
         raise api_failure(err) from err
     except ValueError as err:  # not JSON
@@ -310,9 +312,12 @@ async def _read_stream(
     """One streamed request and its turn (``openai_streamed_turn``; errors not mapped)."""
     assembler = StreamAssembler()
     decoder = SseDecoder()
-    async with openai_client(timeout_s).chat.completions.with_streaming_response.create(
-        **request, stream=True, stream_options=stream_options
-    ) as response:
+    async with (
+        openai_client(timeout_s) as client,  # closed here, not by the collector
+        client.chat.completions.with_streaming_response.create(
+            **request, stream=True, stream_options=stream_options
+        ) as response,
+    ):
         async for line in response.iter_lines():
             data = decoder.line(line)
             if data is not None and _take(data, assembler, tokens):
