@@ -86,6 +86,8 @@ class ChildFailed(Exception):
 _NO_DEFAULT: Any = object()
 
 
+# Long: the agent API in one place: every method agent code calls is declared here (the step
+# machinery's delegate to the StepRunner it has), and input requests and child tasks are its own
 class AgentContext:
     """What agent code runs with: steps, events, the model, budgets and its carried state.
 
