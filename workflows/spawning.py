@@ -26,6 +26,7 @@ from agent_tasks.contract import (
     BRANCH_REUSE_ACTIVITY,
     CHILD_ENDS_ACTIVITY,
     CLOSED_STATUSES,
+    MAX_WORKFLOW_ID,
     AgentRun,
     BranchPage,
     BranchQuery,
@@ -48,6 +49,20 @@ from agent_tasks.contract.human import child_end
 from agent_tasks.contract.search import search_attributes
 from agent_tasks.workflows import children
 from agent_tasks.workflows.ledger import Ledger
+from agent_tasks.workflows.patches import BOUNDED_WORKFLOW_IDS
+
+
+def task_id(project_id: str, name: str) -> str:
+    """The workflow id of another task of the project (a child, the parent), as a command
+    names it: ``task_workflow_id``'s bounded id when the plain one passes ``MAX_WORKFLOW_ID``
+    and the run took the ``bounded-workflow-ids`` patch, the plain id otherwise (a run
+    recorded before it replays the id it named). The patch marker is recorded only for such
+    a long id, so runs whose ids all fit record none."""
+    plain = task_workflow_id(project_id, name, bounded=False)
+    if len(plain) <= MAX_WORKFLOW_ID or not workflow.patched(BOUNDED_WORKFLOW_IDS):
+        return plain
+    return task_workflow_id(project_id, name)
+
 
 TASK_WORKFLOW = "TaskWorkflow"
 """The task workflow's registered name (``workflows.task.TaskWorkflow``): its children's type."""
@@ -70,7 +85,7 @@ async def start_child(start: TaskStart) -> str | None:
     from outside under that name, or an earlier task of it), why: the child is not this
     task's, so nothing waits for it and no cascade reaches it."""
     status = TaskStatus.OPEN if start.agent is None else TaskStatus.QUEUED
-    workflow_id = task_workflow_id(start.project_id, start.name)
+    workflow_id = task_id(start.project_id, start.name)
     try:
         await workflow.start_child_workflow(
             TASK_WORKFLOW,
@@ -96,7 +111,7 @@ async def tell_parent(ledger: Ledger) -> None:
     if state.start.parent is None or state.start.depth == 0:
         return
     parent = workflow.get_external_workflow_handle(
-        task_workflow_id(state.start.project_id, state.start.parent)
+        task_id(state.start.project_id, state.start.parent)
     )
     end = child_end(state.start.name, state.workflow_id, state.status, state.result, state.error)
     with contextlib.suppress(FailureError):
@@ -136,7 +151,7 @@ async def copy_branch(ledger: Ledger, stop: Callable[[], bool]) -> None:
     state = ledger.state
     branch = state.start.branched_from
     assert branch is not None
-    source = task_workflow_id(state.start.project_id, branch.task)
+    source = task_id(state.start.project_id, branch.task)
     while copying(ledger) and not stop():
         page: BranchPage = await workflow.execute_activity(
             BRANCH_ACTIVITY,
@@ -180,7 +195,7 @@ async def reuse_before_point(ledger: Ledger) -> None:
     state = ledger.state
     branch = state.start.branched_from
     assert branch is not None
-    source = task_workflow_id(state.start.project_id, branch.task)
+    source = task_id(state.start.project_id, branch.task)
     after: str | None = None
     steps = 0
     while True:

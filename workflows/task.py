@@ -67,7 +67,6 @@ with workflow.unsafe.imports_passed_through():
         args_digest,
         bound_text,
         internal_request_id,
-        task_workflow_id,
     )
     from agent_tasks.contract.errors import CONTINUING_AS_NEW, ErrorCode, failure_text, refusal
     from agent_tasks.contract.human import child_end
@@ -98,6 +97,7 @@ with workflow.unsafe.imports_passed_through():
         reconcile_children,
         reuse_before_point,
         start_child,
+        task_id,
         tell_parent,
     )
 
@@ -364,7 +364,7 @@ class TaskWorkflow:
         for child in ledger.state.children.values():
             if child.status not in CLOSED_STATUSES:
                 handle = workflow.get_external_workflow_handle(
-                    task_workflow_id(ledger.state.start.project_id, child.name)
+                    task_id(ledger.state.start.project_id, child.name)
                 )
                 with contextlib.suppress(FailureError):
                     await handle.cancel()
@@ -617,7 +617,7 @@ class TaskWorkflow:
         refused = await self.start_child(child)
         if refused is not None:  # the child is recorded ended, as an agent's spawn records it
             why = bound_text(f"could not start: {refused}")
-            wid = task_workflow_id(child.project_id, child.name)
+            wid = task_id(child.project_id, child.name)
             children.child_ended(
                 self.ledger,
                 child_end(child.name, wid, TaskStatus.FAILED, error=why),
