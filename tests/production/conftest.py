@@ -138,12 +138,14 @@ class Workers:
 
 
 @asynccontextmanager
-async def worker_processes(env: dict[str, str] | None = None) -> AsyncIterator[Workers]:
-    """``WORKERS`` worker processes (the agent tests' tools) on a fresh task queue, their
+async def worker_processes(
+    env: dict[str, str] | None = None, count: int = WORKERS
+) -> AsyncIterator[Workers]:
+    """``count`` worker processes (the agent tests' tools) on a fresh task queue, their
     environment updated by ``env``; stopped on exit."""
     found = Workers(f"prod-{uuid.uuid4().hex[:8]}", [], env)
     try:
-        for _ in range(WORKERS):
+        for _ in range(count):
             found.processes.append(await start_worker(found.queue, env))
         yield found
     finally:
