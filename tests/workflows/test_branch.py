@@ -540,3 +540,33 @@ async def test_a_branch_of_a_branch_reuses_what_both_settled(agents: Conversatio
     assert json.loads(reused.payload)["steps"] == 3
     steps = {s.step_name: s.state for s in await all_steps(agents, "c")}
     assert steps == {f"echo-{i:02d}": StepState.COMPLETED for i in range(3)}
+
+
+async def test_a_branch_between_an_approval_and_its_result_never_runs_the_call_on_its_own(
+    agents: ConversationHistory, tmp_path: Path
+) -> None:
+    """docs/agent-tasks.md (the tool loop's turn in a branch): a call of the point without its
+    result is closed for the model and never run on its own, even one a person had approved
+    before the point (langgraph#7027, #7038: which resume values a fork keeps). Branched right
+    after the accept: the mail is not sent again by itself; the model, asked again, calls
+    again, that new call is asked about, and only its accept sends it, under the branch's
+    key."""
+    log = tmp_path / "mail.log"
+    call = ("send_mail", {"log": str(log), "to": "ops@example.com", "subject": "deploy"})
+    assert (await agents.create_task("src", goal(call), agent=approval_spec())).recorded
+    request = await awaiting(agents, "src")
+    (asked,) = request.pending_inputs
+    assert (await agents.approve("src", asked.input_id, "accept")).recorded
+    assert (await ended(agents, "src")).status is TaskStatus.DONE
+    assert len(runs(log)) == 1
+    point = seq_of(await all_events(agents, "src"), EventKind.INPUT_RESPONSE)
+    assert (await agents.branch_from("src", point, "b")).recorded
+    view = await awaiting(agents, "b")
+    assert view.status is TaskStatus.AWAITING_INPUT and len(runs(log)) == 1
+    (again,) = view.pending_inputs
+    assert again.approval is not None and again.input_id != asked.input_id
+    assert (await agents.approve("b", again.input_id, "accept")).recorded
+    done = await ended(agents, "b")
+    assert done.status is TaskStatus.DONE
+    sent = runs(log)
+    assert len(sent) == 2 and sent[1].startswith(agents.workflow_id("b"))
