@@ -186,3 +186,26 @@ async def test_the_inbox_reads_at_most_inbox_tasks_tasks_the_first_by_name(
     assert (await history.respond("t-a", 2, input_id="q")).recorded
     await mirrored(history, "t-a")
     assert await listed() == ["t-c", "t-b", "t-d"]
+
+
+async def test_a_deleted_tasks_request_leaves_the_inbox_and_its_stream(
+    http: httpx.AsyncClient, project: Project
+) -> None:
+    """Agent Inbox's kind (langchain-ai/agent-inbox-langgraph-example#1: items the inbox
+    showed could no longer be acted on): a task deleted while its request is open leaves
+    ``GET /inbox``, and the live inbox sends ``closed`` for its request."""
+    history = project.history
+    async with http.stream("GET", "/inbox/stream") as response:
+        reader = SseReader(response)
+        await reader.connected()
+        assert [e.event for e in await reader.until("ready")] == ["ready"]
+        assert (await history.create_task("gone", "goal of gone")).recorded
+        assert (await history.request_input("gone", "q", "Still there?", NUMBER)).recorded
+        (fresh,) = await reader.until("ask", within=60)
+        assert json.loads(fresh.data)["task"] == "gone"
+        await mirrored(history, "gone")
+        deleted = await http.delete("/tasks/gone")
+        assert deleted.status_code in (200, 204), deleted.text
+        closed = await reader.until("closed", within=INBOX_REFRESH_S + 10)
+        assert [json.loads(e.data) for e in closed] == [{"task": "gone", "input_id": "q"}]
+    assert (await http.get("/inbox")).json()["items"] == []
