@@ -312,7 +312,8 @@ class TaskLifecycle(TaskWrites):
     ) -> WriteResult:
         """Answer an input request by update, validated on arrival: ``recorded`` with the
         ``input_response`` event's seq, or refused with nothing recorded: ``input_not_requested``
-        (no such open request), ``input_invalid`` (the schema's message), ``input_closed`` (the
+        (no such open request, or ``input_id`` None while several are open),
+        ``input_invalid`` (the schema's message), ``input_closed`` (the
         request timed out or closed), ``task_closed`` (the task has ended).
 
         Raises:
