@@ -17,7 +17,10 @@ as the servers that bend the rules need:
   its text (llama-server did, ggml-org/llama.cpp#20198) are taken as that object's JSON text,
   never dropped (google/adk-go PR #1254: the tool ran with ``{}``);
 - a call without an id gets ``fallback_call_id`` (from the response's id and the call's place:
-  the same on every replay of the same response).
+  the same on every replay of the same response), and so does a call whose id an earlier call
+  of the same answer has (``distinct_ids``: models behind some proxies give parallel calls one
+  id, and sent back so the next request was refused, can1357/oh-my-pi#2055, openclaw PR
+  #47136).
 
 **Finish reasons** (``check_finish``), by name: ``stop``, ``tool_calls`` and the legacy
 ``function_call`` (and the other servers' names for them, ``COMPLETE_FINISH``) end a turn that
@@ -216,6 +219,20 @@ def bounded_call(name: str, arguments: str, call_id: str, fallback_id: str) -> T
     return ToolCall(name=name, arguments=arguments or "{}", call_id=call_id)
 
 
+def distinct_ids(calls: list[ToolCall], response_id: str) -> list[ToolCall]:
+    """``calls`` with every call id used once: a call whose id an earlier call of the list has
+    gets ``fallback_call_id`` of its place (the model's calls are answered one by one, and a
+    chat API refuses two calls of one message under one id)."""
+    seen: set[str] = set()
+    distinct = []
+    for place, call in enumerate(calls):
+        if call.call_id in seen:
+            call = call.model_copy(update={"call_id": fallback_call_id(response_id, place)})
+        seen.add(call.call_id or "")
+        distinct.append(call)
+    return distinct
+
+
 def bounded_turn(turn: ModelTurn) -> ModelTurn:
     """``turn`` within ``MAX_PAYLOAD_BYTES`` as JSON (what an activity's result may be): its
     content bounded like an event's payload (``bound_text``: over ``MAX_PAYLOAD_CHARS`` it is
@@ -316,7 +333,7 @@ def completion_turn(body: Mapping[str, Any]) -> ModelTurn:
         )
     turn = ModelTurn(
         content=_text(message.get("content")),
-        tool_calls=calls,
+        tool_calls=distinct_ids(calls, response_id),
         usage=_usage(body) or TokenUsage(),
     )
     check_refusal(_text(message.get("refusal")), turn)
@@ -432,7 +449,9 @@ class StreamAssembler:
             for place, call in enumerate(self.calls)
         ]
         turn = ModelTurn(
-            content="".join(self.content), tool_calls=calls, usage=self.usage or TokenUsage()
+            content="".join(self.content),
+            tool_calls=distinct_ids(calls, self.response_id),
+            usage=self.usage or TokenUsage(),
         )
         check_refusal("".join(self.refusal), turn)
         return empty_checked(bounded_turn(turn))

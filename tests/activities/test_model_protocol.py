@@ -557,3 +557,34 @@ async def test_a_model_call_waiting_past_its_heartbeat_timeout_keeps_beating(run
     assert final.status.value == "done" and final.result is not None
     assert final.result.text == ANSWER
     assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_two_calls_of_one_turn_sharing_an_id_each_run_and_are_answered(
+    run: Run, stream: bool
+) -> None:
+    """can1357/oh-my-pi#2055, openclaw/openclaw PR #47136, HKUDS/nanobot#4473: models (MiMo,
+    Kimi on some proxies) give two calls of one answer the same id; sent back as they were,
+    the next request was refused (HTTP 400: duplicate tool call id) or one call went
+    unanswered. Each call runs, and the model is shown each with its own id and result."""
+    first = {"index": 0, "id": "dup:1", "type": "function"}
+    second = {"index": 1, "id": "dup:1", "type": "function"}
+    calls = [
+        {**first, "function": {"name": "echo", "arguments": '{"text": "a"}'}},
+        {**second, "function": {"name": "echo", "arguments": '{"text": "b"}'}},
+    ]
+    if stream:
+        reply = Reply(chunks=[chunk(*calls), chunk(finish="tool_calls")])
+    else:
+        reply = Reply(body=completion(tool_calls=calls))
+    server = await run.start([reply, FINAL if stream else FINAL_JSON], stream=stream)
+    final = await run.end()
+    assert final.status.value == "done"
+    results = sorted(r.payload for r in kinds(await run.events(), EventKind.TOOL_RESULT))
+    assert results == ["a", "b"]
+    sent = server.requests[1]["messages"]
+    (assistant,) = [m for m in sent if m["role"] == "assistant" and m.get("tool_calls")]
+    ids = [c["id"] for c in assistant["tool_calls"]]
+    assert len(set(ids)) == 2 and ids[0] == "dup:1"
+    answered = {m["tool_call_id"]: m["content"] for m in sent if m["role"] == "tool"}
+    assert answered == dict(zip(ids, ["a", "b"], strict=True))
