@@ -588,3 +588,36 @@ async def test_two_calls_of_one_turn_sharing_an_id_each_run_and_are_answered(
     assert len(set(ids)) == 2 and ids[0] == "dup:1"
     answered = {m["tool_call_id"]: m["content"] for m in sent if m["role"] == "tool"}
     assert answered == dict(zip(ids, ["a", "b"], strict=True))
+
+
+async def test_a_call_id_reused_in_a_later_answer_is_paired_with_its_own_result(
+    run: Run,
+) -> None:
+    """NousResearch/hermes-agent PR #11722: small models (mistral-small) give a call in a later
+    answer the id of an earlier call; strict servers count calls and results per id and refused
+    the request. Each answer's call is shown with its own result, in order."""
+
+    def echo(text: str) -> Reply:
+        arguments = json.dumps({"text": text})
+        call = {"id": "b9mgIC84m", "type": "function"}
+        return Reply(
+            body=completion(
+                tool_calls=[{**call, "function": {"name": "echo", "arguments": arguments}}]
+            )
+        )
+
+    server = await run.start([echo("a"), echo("b"), FINAL_JSON], stream=False)
+    final = await run.end()
+    assert final.status.value == "done"
+    shown = []
+    for message in server.requests[2]["messages"]:
+        if message["role"] == "assistant":
+            shown += [("call", c["id"]) for c in message.get("tool_calls") or []]
+        elif message["role"] == "tool":
+            shown.append((message["tool_call_id"], message["content"]))
+    assert shown == [
+        ("call", "b9mgIC84m"),
+        ("b9mgIC84m", "a"),
+        ("call", "b9mgIC84m"),
+        ("b9mgIC84m", "b"),
+    ]
