@@ -3,9 +3,11 @@
 ``copy_run`` reads one run's state from a ``RunSource`` in pages (``MirrorPage``: the view on
 the first, the steps changed after a write counter, then the events of a seq range; each page
 bounded by count, ``MIRROR_PAGE_EVENTS``, and bytes, ``MIRROR_PAGE_BYTES``) and writes each
-page in one managed transaction. A mirror call of a few events is one query and one
-transaction (it was three queries, view, steps and events, each a server hop and a workflow
-activation on the worker).
+page (``GraphStore.write_task``: with the pages of other tasks that wait meanwhile, in one
+transaction, ``taskgraph.page_batches``). A mirror call of a few events is one query and one
+page (it was three queries, view, steps and events, each a server hop and a workflow
+activation on the worker); a follower's later copies of ``record_events`` writes need no
+query at all (``activities.history_page``).
 Writes are MERGEs on stable keys, so repeating a copy changes nothing; the last page of a
 copy that reached the run's newest write also sets the task node's ``mirrored_write`` (every
 write up to it is in Neo4j). It serves the mirror activity (whose input carries references

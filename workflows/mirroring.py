@@ -123,8 +123,9 @@ MIRROR_FOLLOW_MAX = timedelta(minutes=1)
 waits): one activity and one workflow task a minute for a task written to all the time."""
 MIRROR_FOLLOW_AGE = timedelta(milliseconds=100)
 """The follower's cadence: a copy at most this often, so the writes that come back to back
-share one query and one Neo4j transaction per 100 ms, and a lone write is copied at once (on
-the worker's clock: no timer in the history). Measured in ``bench/RESULTS-issue-22.md``."""
+share one page (built from the history, or read by one query) per 100 ms, and a lone write is
+copied at once (on the worker's clock: no timer in the history). Measured in
+``bench/RESULTS-issue-22.md``."""
 MIRROR_FOLLOW_BYTES = 64 * 1024
 """...except when the run's history grew by this many bytes since the last copy (a batch):
 then it copies at once."""
