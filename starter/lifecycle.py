@@ -42,8 +42,10 @@ from agent_tasks.contract.lifecycle import AskInput, SetStatusInput, SpawnInput
 from agent_tasks.contract.search import search_attributes
 from agent_tasks.contract.waits import answer_error
 from agent_tasks.starter.arguments import checked
+from agent_tasks.starter.reads import TaskReads
 from agent_tasks.starter.results import WriteResult, from_outcome, refused
 from agent_tasks.starter.transport import (
+    Transport,
     from_update_failure,
     lane,
     request_id_or_new,
@@ -72,9 +74,14 @@ an empty schema: at most ``MAX_ANSWER_CHARS`` characters, no NaN or infinity).""
 
 # Long: ConversationHistory's lifecycle layer; the input-answering methods could become a layer of
 # their own later
-class TaskLifecycle(TaskWrites):
+class TaskLifecycle:
     """Creating, cancelling, resuming and waiting for tasks, and answering their input
     requests (``ConversationHistory``'s published methods of those)."""
+
+    def __init__(self, transport: Transport, reads: TaskReads, writes: TaskWrites) -> None:
+        self.transport = transport
+        self.reads = reads
+        self.writes = writes
 
     # Long: one published call: validate, refuse a taken name, update-with-start in the name's lane;
     # mostly docstring
@@ -132,11 +139,11 @@ class TaskLifecycle(TaskWrites):
         checked(parent, TaskName | None, "parent")
         start = TaskStart.model_validate(
             {
-                "project_id": self.project_id,
+                "project_id": self.transport.project_id,
                 "name": name,
                 "goal": goal,
-                "agent_id": self.agent_id,
-                "session_id": self.session_id if session_id is None else session_id,
+                "agent_id": self.transport.agent_id,
+                "session_id": self.transport.session_id if session_id is None else session_id,
                 "parent": parent,
                 "metadata": {} if metadata is None else metadata,
                 "request_id": request_id,
@@ -147,7 +154,7 @@ class TaskLifecycle(TaskWrites):
         if parent is not None and not parent_may_follow and not await self._exists(parent):
             return refused(ErrorCode.PARENT_NOT_FOUND, f"no parent task {parent!r} in this project")
         status = TaskStatus.OPEN if agent is None else TaskStatus.QUEUED
-        async with lane(self.client, self.workflow_id(name)):
+        async with lane(self.transport.client, self.transport.workflow_id(name)):
             taken = await self._name_taken(name)
             if taken is not None:
                 return refused(ErrorCode.TASK_EXISTS, taken)
@@ -155,15 +162,15 @@ class TaskLifecycle(TaskWrites):
                 WORKFLOW_TYPE,
                 TaskWorkflowInput(start=start),
                 result_type=TaskView,
-                id=self.workflow_id(name),
-                task_queue=task_queue or self.task_queue,
+                id=self.transport.workflow_id(name),
+                task_queue=task_queue or self.transport.task_queue,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 search_attributes=TypedSearchAttributes(search_attributes(start, status)),
             )
             try:
-                outcome = await self._call(
-                    lambda: self.client.execute_update_with_start_workflow(
+                outcome = await self.transport.call(
+                    lambda: self.transport.client.execute_update_with_start_workflow(
                         Update.CREATE_TASK,
                         start,
                         start_workflow_operation=operation,
@@ -174,14 +181,14 @@ class TaskLifecycle(TaskWrites):
             except WorkflowUpdateFailedError as err:  # a refusal, or the task exists already
                 result = from_update_failure(err)
             except WorkflowAlreadyStartedError:
-                found = await self.get_task(name)
+                found = await self.reads.get_task(name)
                 if found.view is not None and found.view.goal == goal:
                     return WriteResult(recorded=True, duplicate=True, task=found.view)
                 return refused(ErrorCode.TASK_EXISTS, f"task {name!r} exists (finished)")
             finally:
                 await retrieve_start(operation)
         if result.recorded:
-            result.task = (await self.get_task(name)).view
+            result.task = (await self.reads.get_task(name)).view
         return result
 
     async def _name_taken(self, name: str) -> str | None:
@@ -190,14 +197,16 @@ class TaskLifecycle(TaskWrites):
         after the namespace's retention and Neo4j keeps. Needs the graph; without one, the
         mirror still refuses to write the new task into the old one's node
         (``TaskIncarnationError``)."""
-        if self.graph is None:
+        if self.transport.graph is None:
             return None
-        state = await self.graph.name_state(self.project_id, self.workflow_id(name))
+        state = await self.transport.graph.name_state(
+            self.transport.project_id, self.transport.workflow_id(name)
+        )
         if state.deleted:
             return f"task {name!r} was deleted; a task name is never reused"
         if state.mirrored:
             try:
-                await self._call(self._handle(name).describe)
+                await self.transport.call(self.transport.handle(name).describe)
             except RPCError as err:
                 if err.status != RPCStatusCode.NOT_FOUND:
                     raise
@@ -225,20 +234,21 @@ class TaskLifecycle(TaskWrites):
             ``recorded`` True once requested (``wait_task`` waits for the end);
             ``task_not_found``; ``task_closed`` when the task's workflow had already closed.
         """
-        handle = self._handle(task)
+        handle = self.transport.handle(task)
         try:
-            description = await self._call(handle.describe)
+            description = await self.transport.call(handle.describe)
         except RPCError as err:
             if err.status == RPCStatusCode.NOT_FOUND:
                 return refused(
-                    ErrorCode.TASK_NOT_FOUND, f"no task {task!r} in project {self.project_id!r}"
+                    ErrorCode.TASK_NOT_FOUND,
+                    f"no task {task!r} in project {self.transport.project_id!r}",
                 )
             raise
         if description.close_time is not None:
             return refused(ErrorCode.TASK_CLOSED, f"task {task!r} has ended")
         if not cascade:
-            await self._call(lambda: handle.signal(Signal.KEEP_CHILDREN))
-        await self._call(handle.cancel)
+            await self.transport.call(lambda: handle.signal(Signal.KEEP_CHILDREN))
+        await self.transport.call(handle.cancel)
         if cascade:
             await self._cancel_children(handle.id)
         return WriteResult(recorded=True)
@@ -256,9 +266,9 @@ class TaskLifecycle(TaskWrites):
             return
         literal = workflow_id.replace("\\", "\\\\").replace("'", "\\'")
         query = f"ParentWorkflowId = '{literal}' AND ExecutionStatus = 'Running'"
-        async for child in self.client.list_workflows(query, limit=MAX_CHILDREN):
+        async for child in self.transport.client.list_workflows(query, limit=MAX_CHILDREN):
             with contextlib.suppress(RPCError):  # it ended meanwhile: nothing to cancel
-                await self.client.get_workflow_handle(child.id).cancel()
+                await self.transport.client.get_workflow_handle(child.id).cancel()
             await self._cancel_children(child.id, depth + 1)
 
     async def submit_input(
@@ -288,17 +298,18 @@ class TaskLifecycle(TaskWrites):
                 an answer no request may take (``_input_answer``); nothing is sent.
         """
         signal = self._input_answer(answer, input_id, request_id)
-        handle = self._handle(task)
+        handle = self.transport.handle(task)
         try:
-            async with lane(self.client, self.workflow_id(task)):
-                await self._call(lambda: handle.signal(Signal.SUBMIT_INPUT, signal))
+            async with lane(self.transport.client, self.transport.workflow_id(task)):
+                await self.transport.call(lambda: handle.signal(Signal.SUBMIT_INPUT, signal))
         except RPCError as err:
             if err.status != RPCStatusCode.NOT_FOUND:
                 raise
             if await self._exists(task):
                 return refused(ErrorCode.TASK_CLOSED, f"task {task!r} has ended")
             return refused(
-                ErrorCode.TASK_NOT_FOUND, f"no task {task!r} in project {self.project_id!r}"
+                ErrorCode.TASK_NOT_FOUND,
+                f"no task {task!r} in project {self.transport.project_id!r}",
             )
         return WriteResult(recorded=True)
 
@@ -321,7 +332,7 @@ class TaskLifecycle(TaskWrites):
                 an answer no request may take (``_input_answer``); nothing is sent.
         """
         update = self._input_answer(answer, input_id, request_id)
-        return await self._update(task, Update.RESPOND, update)
+        return await self.writes.update(task, Update.RESPOND, update)
 
     async def approve(
         self,
@@ -351,7 +362,7 @@ class TaskLifecycle(TaskWrites):
             pydantic.ValidationError: a choice of the wrong shape; nothing is sent.
         """
         request = None
-        found = (await self.get_task(task)).view
+        found = (await self.reads.get_task(task)).view
         if found is not None:
             request = next((r for r in found.pending_inputs if r.input_id == input_id), None)
         asked = None if request is None or request.approval is None else request.approval.digest
@@ -382,7 +393,7 @@ class TaskLifecycle(TaskWrites):
         return InputAnswer(
             answer=checked(answer, Answer, "answer"),
             input_id=input_id,
-            agent_id=self.agent_id,
+            agent_id=self.transport.agent_id,
             request_id=request_id_or_new(request_id),
         )
 
@@ -402,12 +413,12 @@ class TaskLifecycle(TaskWrites):
         """
         write = SetStatusInput.model_validate(
             {
-                "agent_id": self.agent_id,
+                "agent_id": self.transport.agent_id,
                 "status": status,
                 "request_id": request_id_or_new(request_id),
             }
         )
-        return await self._update(task, Update.UPDATE_STATUS, write)
+        return await self.writes.update(task, Update.UPDATE_STATUS, write)
 
     async def request_input(
         self,
@@ -429,14 +440,14 @@ class TaskLifecycle(TaskWrites):
         """
         write = AskInput.model_validate(
             {
-                "agent_id": self.agent_id,
+                "agent_id": self.transport.agent_id,
                 "input_id": input_id,
                 "prompt": prompt,
                 "json_schema": {} if schema is None else schema,
                 "request_id": request_id_or_new(request_id),
             }
         )
-        return await self._update(task, Update.ASK, write)
+        return await self.writes.update(task, Update.ASK, write)
 
     async def spawn_child(
         self,
@@ -459,14 +470,14 @@ class TaskLifecycle(TaskWrites):
             pydantic.ValidationError: an argument of the wrong shape, naming the field.
         """
         write = SpawnInput(
-            agent_id=self.agent_id,
+            agent_id=self.transport.agent_id,
             spawn_key=spawn_key,
             name=name,
             goal=goal,
             session_id=session_id,
             request_id=request_id_or_new(request_id),
         )
-        return await self._update(parent, Update.SPAWN, write)
+        return await self.writes.update(parent, Update.SPAWN, write)
 
     async def wait_task(
         self, task: str, *, until: TaskStatus | str | None = None
@@ -485,12 +496,14 @@ class TaskLifecycle(TaskWrites):
         """
         if until is not None:
             return await self._wait_status(task, checked(until, TaskStatus, "until"))
-        handle = self.client.get_workflow_handle(self.workflow_id(task), result_type=TaskView)
+        handle = self.transport.client.get_workflow_handle(
+            self.transport.workflow_id(task), result_type=TaskView
+        )
         try:
             view: TaskView = await handle.result()
             return view
         except WorkflowFailureError:  # cancelled (or failed): its last view says how
-            return (await self.get_task(task)).view
+            return (await self.reads.get_task(task)).view
         except RPCError as err:
             if err.status == RPCStatusCode.NOT_FOUND:
                 return None
@@ -498,7 +511,7 @@ class TaskLifecycle(TaskWrites):
 
     async def _wait_status(self, task: str, status: TaskStatus) -> TaskView | None:
         while True:
-            view = (await self.get_task(task)).view
+            view = (await self.reads.get_task(task)).view
             if view is None or view.status is status or view.status in CLOSED_STATUSES:
                 return view
             await asyncio.sleep(STATUS_POLL_S)
@@ -506,7 +519,7 @@ class TaskLifecycle(TaskWrites):
     async def _exists(self, task: str) -> bool:
         """True when a task of that name exists in this project (running or ended)."""
         try:
-            await self._call(self._handle(task).describe)
+            await self.transport.call(self.transport.handle(task).describe)
         except RPCError as err:
             if err.status == RPCStatusCode.NOT_FOUND:
                 return False

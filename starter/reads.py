@@ -46,14 +46,17 @@ MIRRORED_POLL_S = 0.02
 """How often ``wait_mirrored`` reads the task node (seconds)."""
 
 
-class TaskReads(Transport):
+class TaskReads:
     """The reads of ``ConversationHistory`` (its published read methods)."""
 
+    def __init__(self, transport: Transport) -> None:
+        self.transport = transport
+
     @property
-    def _reader(self) -> TaskReader:
+    def reader(self) -> TaskReader:
         """The cross-run reader over this object's client and graph, its calls sent through
-        ``_call`` (retries, ``timeout_s``)."""
-        return TaskReader(self.client, self.graph, self._call)
+        ``call`` (retries, ``timeout_s``)."""
+        return TaskReader(self.transport.client, self.transport.graph, self.transport.call)
 
     async def get_task(self, name: str) -> GetTaskResult:
         """The task view (no event bodies); ``found`` False when the name is not in this
@@ -63,7 +66,7 @@ class TaskReads(Transport):
             pydantic.ValidationError: ``name`` is not a task name (field ``task``).
         """
         TaskRead(task=name)
-        found = await self._reader.view(self.workflow_id(name))
+        found = await self.reader.view(self.transport.workflow_id(name))
         if found is None:
             return GetTaskResult(found=False)
         view, source = found
@@ -84,17 +87,19 @@ class TaskReads(Transport):
         """
         view = (await self.get_task(task)).view
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + (self.timeout_s if timeout_s is None else timeout_s)
+        deadline = loop.time() + (self.transport.timeout_s if timeout_s is None else timeout_s)
         writes = 0 if view is None else view.writes
         while view is not None and view.unmirrored_writes:
-            if self.graph is not None:
-                held = await self.graph.mirrored_write(self.project_id, self.workflow_id(task))
+            if self.transport.graph is not None:
+                held = await self.transport.graph.mirrored_write(
+                    self.transport.project_id, self.transport.workflow_id(task)
+                )
                 if held >= writes:
                     return True
             if loop.time() >= deadline:
                 return False
             await asyncio.sleep(MIRRORED_POLL_S)
-            if self.graph is None:
+            if self.transport.graph is None:
                 view = (await self.get_task(task)).view
         return view is not None
 
@@ -112,7 +117,7 @@ class TaskReads(Transport):
             GraphIncomplete: Neo4j lacks some of them (run ``agent-tasks graph rebuild``).
         """
         EventsRead(task=task, after_seq=after_seq, limit=limit)
-        page = await self._reader.events(self.workflow_id(task), after_seq, limit)
+        page = await self.reader.events(self.transport.workflow_id(task), after_seq, limit)
         if page is None:
             return EventsResult(found=False)
         events, cursor = page
@@ -139,8 +144,8 @@ class TaskReads(Transport):
             GraphNotConfigured: the task has steps of earlier runs and no graph was given.
         """
         read = StepsRead(task=task, state=state, limit=limit, after_name=after_name)
-        wf = self.workflow_id(task)
-        page = await self._reader.steps(wf, read.state, read.limit, read.after_name)
+        wf = self.transport.workflow_id(task)
+        page = await self.reader.steps(wf, read.state, read.limit, read.after_name)
         if page is None:
             return StepsResult(found=False)
         steps, cursor = page
@@ -157,14 +162,14 @@ class TaskReads(Transport):
         """
         where = TaskListFilter(status=status, limit=limit)
         query = (
-            f"WorkflowType = 'TaskWorkflow' AND ProjectId = '{self.project_id}'"
+            f"WorkflowType = 'TaskWorkflow' AND ProjectId = '{self.transport.project_id}'"
             " AND ExecutionStatus != 'ContinuedAsNew'"
         )
         if where.status is not None:
             query += f" AND TaskStatus = '{where.status.value}'"
-        prefix = task_workflow_id(self.project_id, "")
+        prefix = task_workflow_id(self.transport.project_id, "")
         names: list[str] = []
-        async for execution in self.client.list_workflows(query, limit=where.limit):
+        async for execution in self.transport.client.list_workflows(query, limit=where.limit):
             names.append(execution.id.removeprefix(prefix))
         return names
 
@@ -182,9 +187,9 @@ class TaskReads(Transport):
             GraphNotConfigured: no graph was given.
         """
         read = DecisionsRead(task=task, after_seq=after_seq, limit=limit)
-        rows = await self._graph().decisions(
-            self.project_id,
-            workflow_id=self.workflow_id(task),
+        rows = await self.require_graph().decisions(
+            self.transport.project_id,
+            workflow_id=self.transport.workflow_id(task),
             after_seq=read.after_seq,
             limit=read.limit,
         )
@@ -201,7 +206,9 @@ class TaskReads(Transport):
             GraphNotConfigured: no graph was given.
         """
         decision_id = checked(decision_id, ShortText, "decision_id")
-        rows = await self._graph().decisions(self.project_id, decision_id=decision_id, limit=1)
+        rows = await self.require_graph().decisions(
+            self.transport.project_id, decision_id=decision_id, limit=1
+        )
         return rows[0] if rows else None
 
     # ------------------------------------------------------------------ cross-task reads (Neo4j)
@@ -241,7 +248,7 @@ class TaskReads(Transport):
             after_name=after_name,
             limit=limit,
         )
-        return await self._graph().find_tasks(self.project_id, where)
+        return await self.require_graph().find_tasks(self.transport.project_id, where)
 
     async def task_tree(self, task: str, depth: int = 3) -> list[TreeRow]:
         """The task and its child tasks down to ``depth`` levels (0 to 20), from Neo4j.
@@ -250,7 +257,9 @@ class TaskReads(Transport):
             pydantic.ValidationError: an argument of the wrong shape (``TreeRead``).
             GraphNotConfigured: no graph was given.
         """
-        return await self._graph().task_tree(self.project_id, TreeRead(task=task, depth=depth))
+        return await self.require_graph().task_tree(
+            self.transport.project_id, TreeRead(task=task, depth=depth)
+        )
 
     async def find_events(
         self,
@@ -273,7 +282,7 @@ class TaskReads(Transport):
         where = EventFilter(
             kind=kind, name=name, since=since, until=until, failed_only=failed_only, limit=limit
         )
-        return await self._graph().find_events(self.project_id, where)
+        return await self.require_graph().find_events(self.transport.project_id, where)
 
     async def find_steps(
         self, *, state: StepState | str | None = None, limit: int = 50
@@ -285,13 +294,20 @@ class TaskReads(Transport):
             pydantic.ValidationError: a filter of the wrong shape (names the field).
             GraphNotConfigured: no graph was given.
         """
-        return await self._graph().find_steps(self.project_id, StepFilter(state=state, limit=limit))
+        return await self.require_graph().find_steps(
+            self.transport.project_id, StepFilter(state=state, limit=limit)
+        )
 
     async def failed_tool_calls(self) -> list[ToolFailures]:
         """Failed tool calls across this project's tasks, by tool name, from Neo4j."""
-        return await self._graph().failed_tool_calls(self.project_id)
+        return await self.require_graph().failed_tool_calls(self.transport.project_id)
 
-    def _graph(self) -> GraphStore:
-        if self.graph is None:
+    def require_graph(self) -> GraphStore:
+        """The graph store, for a read that needs it.
+
+        Raises:
+            GraphNotConfigured: no graph was given.
+        """
+        if self.transport.graph is None:
             raise GraphNotConfigured("this read needs Neo4j: pass graph= to ConversationHistory")
-        return self.graph
+        return self.transport.graph

@@ -113,7 +113,7 @@ class HistoryRetention:
             GraphNotConfigured: no graph was given.
         """
         event_id = checked(event_id, ShortText, "event_id")
-        graph = self.tasks._graph()
+        graph = self.tasks.reads.require_graph()
         location = await self._find(graph, event_id)
         if location is None:
             return RedactResult(
@@ -164,7 +164,7 @@ class HistoryRetention:
             GraphNotConfigured: no graph was given.
         """
         TaskRead(task=name)
-        graph = self.tasks._graph()
+        graph = self.tasks.reads.require_graph()
         workflow_id = self.tasks.workflow_id(name)
         runs = await self._runs(workflow_id)
         state = await graph.name_state(self.project_id, workflow_id)
@@ -226,7 +226,7 @@ class HistoryRetention:
         end = child_end(name, self.tasks.workflow_id(name), TaskStatus.CANCELLED, error=deleted)
         handle = self.tasks.client.get_workflow_handle(self.tasks.workflow_id(parent))
         try:
-            await self.tasks._call(lambda: handle.signal(Signal.CHILD_ENDED, end))
+            await self.tasks.transport.call(lambda: handle.signal(Signal.CHILD_ENDED, end))
         except RPCError as err:
             if err.status != RPCStatusCode.NOT_FOUND:
                 raise

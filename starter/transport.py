@@ -190,23 +190,36 @@ async def retrieve_start(operation: WithStartWorkflowOperation[Any, Any]) -> Non
 
 
 class Transport:
-    """The calls of one ``ConversationHistory`` (the base of its reads and writes): the
-    attributes its constructor sets, the workflow of a task, and the retrying call."""
+    """The calls of one ``ConversationHistory`` (each of its rooms holds it): the settings its
+    constructor checked, the workflow of a task, and the retrying call.
 
-    client: Client
-    """The Temporal client (the product's data converter)."""
-    project_id: str
-    """The project every read and write is scoped to."""
-    agent_id: str
-    """The author of what this object writes."""
-    session_id: str | None
-    """The session new tasks belong to."""
-    task_queue: str
-    """The workers' task queue."""
-    graph: GraphStore | None
-    """The Neo4j task graph, if any."""
-    timeout_s: float
-    """Seconds one Temporal call may take."""
+    Args:
+        client: the Temporal client (the product's data converter).
+        project_id: the project every read and write is scoped to (checked by the caller).
+        agent_id: the author of what the rooms write.
+        session_id: the session new tasks belong to.
+        task_queue: the workers' task queue.
+        graph: the graph store, if any.
+        timeout_s: seconds one Temporal call may take.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        project_id: str,
+        agent_id: str,
+        session_id: str | None,
+        task_queue: str,
+        graph: GraphStore | None,
+        timeout_s: float,
+    ) -> None:
+        self.client = client
+        self.project_id = project_id
+        self.agent_id = agent_id
+        self.session_id = session_id
+        self.task_queue = task_queue
+        self.graph = graph
+        self.timeout_s = timeout_s
 
     def workflow_id(self, task: str, field: str = "task") -> str:
         """The workflow id of ``task`` in this project (``task_workflow_id``): every call
@@ -222,7 +235,7 @@ class Transport:
         address = self.client.service_client.config.target_host
         return _unavailable(err, address, task_queue or self.task_queue)
 
-    async def _task_queue_of(self, workflow_id: str | None) -> str | None:
+    async def task_queue_of(self, workflow_id: str | None) -> str | None:
         """The task queue the workflow runs on (its description: a task started by ``run
         --with-worker`` runs on the CLI's own), None when unknown or not answered in
         ``DESCRIBE_TIMEOUT_S``."""
@@ -235,10 +248,15 @@ class Transport:
             return None
         return description.task_queue
 
-    def _handle(self, task: str) -> WorkflowHandle[Any, Any]:
+    def handle(self, task: str) -> WorkflowHandle[Any, Any]:
+        """The handle of ``task``'s workflow (its current run).
+
+        Raises:
+            pydantic.ValidationError: ``task`` is not a ``TaskName``.
+        """
         return self.client.get_workflow_handle(self.workflow_id(task))
 
-    async def _call(self, call: Callable[[], Awaitable[_T]], workflow_id: str | None = None) -> _T:
+    async def call(self, call: Callable[[], Awaitable[_T]], workflow_id: str | None = None) -> _T:
         """Run one Temporal call within ``timeout_s``, resending it while the server turns it
         away as busy (``_busy``). Lost connections, no worker polling, and no answer in time
         raise ``TaskServiceUnavailable``, naming the task queue of ``workflow_id`` (the
@@ -250,7 +268,7 @@ class Transport:
             try:
                 return await asyncio.wait_for(call(), max(deadline - loop.time(), 0.001))
             except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError) as err:
-                queue = await self._task_queue_of(workflow_id) or self.task_queue
+                queue = await self.task_queue_of(workflow_id) or self.task_queue
                 raise TaskServiceUnavailable(
                     f"no answer within {self.timeout_s:g} s from Temporal at "
                     f"{self.client.service_client.config.target_host}: is a worker polling task "
@@ -260,7 +278,7 @@ class Transport:
             except RPCError as err:
                 if not _busy(err):
                     if _no_worker(err):
-                        named = await self._task_queue_of(workflow_id)
+                        named = await self.task_queue_of(workflow_id)
                         raise self._unavailable(err, named) from err
                     if _lost(err):
                         raise self._unavailable(err) from err
@@ -270,7 +288,7 @@ class Transport:
             await asyncio.sleep(delay * random.uniform(0.5, 1.0))
             delay = min(delay * 2, most)
 
-    async def _execute_update(self, task: str, update: Any, input: Any) -> WriteResult:
+    async def execute_update(self, task: str, update: Any, input: Any) -> WriteResult:
         """Send one write update (the caller holds the task's lane): resend it while the task
         turns it away as it drains (``_RESEND``, up to ``_DRAIN_WAIT_S``), and map refusals and
         duplicates to their results.
@@ -281,13 +299,13 @@ class Transport:
         """
         if not valid_request_id(input.request_id):
             return refused(ErrorCode.INVALID_REQUEST_ID, "request_id must be 1 to 64 characters")
-        handle = self._handle(task)
+        handle = self.handle(task)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + _DRAIN_WAIT_S
         delay = 0.02
         while True:
             try:
-                outcome = await self._call(
+                outcome = await self.call(
                     lambda: handle.execute_update(update, input, result_type=WriteOutcome)
                 )
             except WorkflowUpdateFailedError as err:

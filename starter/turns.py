@@ -28,8 +28,10 @@ from agent_tasks.contract.handlers import RESUME_STATE, STEPS, WORKFLOW_TYPE, Up
 from agent_tasks.contract.search import search_attributes
 from agent_tasks.starter.arguments import checked
 from agent_tasks.starter.lifecycle import TaskLifecycle
+from agent_tasks.starter.reads import TaskReads
 from agent_tasks.starter.results import WriteResult, refused
-from agent_tasks.starter.transport import request_id_or_new
+from agent_tasks.starter.transport import Transport, request_id_or_new
+from agent_tasks.starter.writes import TaskWrites
 from agent_tasks.taskgraph.models import Seq
 
 
@@ -39,9 +41,17 @@ def _interrupted(run: AgentRun | None) -> bool:
     return run is not None and run.turn_committed
 
 
-class TaskTurns(TaskLifecycle):
+class TaskTurns:
     """Resuming, continuing, retrying and branching agent tasks (``ConversationHistory``'s
     published methods of those)."""
+
+    def __init__(
+        self, transport: Transport, reads: TaskReads, writes: TaskWrites, lifecycle: TaskLifecycle
+    ) -> None:
+        self.transport = transport
+        self.reads = reads
+        self.writes = writes
+        self.lifecycle = lifecycle
 
     async def resume_task(self, task: str, *, retry: Sequence[StepRetry] = ()) -> WriteResult:
         """Run a failed or cancelled agent task's agent again, in a new run of the same task
@@ -81,7 +91,7 @@ class TaskTurns(TaskLifecycle):
         """True when the task's last turn was interrupted after its tools ran and the model has
         not answered since (continue it with ``continue_task``); False for a task of this
         project that has none, or no such task."""
-        view = (await self.get_task(task)).view
+        view = (await self.reads.get_task(task)).view
         if view is None:
             return False
         return _interrupted(await self._agent_run(task, view))
@@ -90,8 +100,8 @@ class TaskTurns(TaskLifecycle):
         """The state the task's last run holds (the ``resume_state`` query, answered by a
         worker replaying the run when it has closed): what a closed task's view, read from
         the graph store, lacks (its agent, its agent's run)."""
-        handle = self._handle(task)
-        return await self._call(lambda: RESUME_STATE.on(handle), handle.id)
+        handle = self.transport.handle(task)
+        return await self.transport.call(lambda: RESUME_STATE.on(handle), handle.id)
 
     async def _agent_run(self, task: str, view: TaskView) -> AgentRun | None:
         """The agent's run of the task: the view's, or for a closed task read without it, the
@@ -121,15 +131,15 @@ class TaskTurns(TaskLifecycle):
         """
         ask = StepRetry(
             step_name=step,
-            agent_id=self.agent_id,
+            agent_id=self.transport.agent_id,
             reason=reason,
             request_id=request_id_or_new(request_id),
         )
-        found = await self.get_task(task)
+        found = await self.reads.get_task(task)
         if found.view is None:
             return refused(ErrorCode.TASK_NOT_FOUND, f"no task {task!r} in this project")
         if found.view.status not in CLOSED_STATUSES:
-            return await self._update(task, Update.RETRY_STEP, ask)
+            return await self.writes.update(task, Update.RETRY_STEP, ask)
         state = await self._step_state(task, step)
         if state is None:
             return refused(ErrorCode.STEP_NOT_FOUND, f"the task has no step {step!r}")
@@ -146,13 +156,15 @@ class TaskTurns(TaskLifecycle):
         (which holds its open steps and those changed in it), else from Neo4j (a step closed in
         an earlier run); None when the task has no such step."""
         query = StepsQuery(step_name=step, limit=1)
-        handle = self._handle(task)
-        page = await self._call(lambda: STEPS.on(handle, query), handle.id)
+        handle = self.transport.handle(task)
+        page = await self.transport.call(lambda: STEPS.on(handle, query), handle.id)
         if page.steps:
             return page.steps[0].state
-        if self.graph is None:
+        if self.transport.graph is None:
             return None
-        found = await self.graph.step(self.project_id, self.workflow_id(task), step)
+        found = await self.transport.graph.step(
+            self.transport.project_id, self.transport.workflow_id(task), step
+        )
         return None if found is None else found.state
 
     async def _run_again(
@@ -161,12 +173,12 @@ class TaskTurns(TaskLifecycle):
         """Start the next run of a failed or cancelled agent task from its last run's state
         (``resume_task``, ``continue_task``), on the task queue its last run ran on (its
         agent's workers), whatever this object's ``task_queue`` is."""
-        found = await self.get_task(task)
+        found = await self.reads.get_task(task)
         if found.view is None:
             return refused(ErrorCode.TASK_NOT_FOUND, f"no task {task!r} in this project")
         view = found.view
-        handle = self._handle(task)
-        description = await self._call(handle.describe)
+        handle = self.transport.handle(task)
+        description = await self.transport.call(handle.describe)
         resumable = (TaskStatus.FAILED, TaskStatus.CANCELLED)
         state = None
         if description.close_time is not None and view.status in resumable:
@@ -193,13 +205,13 @@ class TaskTurns(TaskLifecycle):
         start = TaskWorkflowInput(
             carried=state, resume=True, continuation=continuation, retry=list(retry)
         )
-        await self._call(
-            lambda: self.client.start_workflow(
+        await self.transport.call(
+            lambda: self.transport.client.start_workflow(
                 WORKFLOW_TYPE,
                 start,
                 result_type=TaskView,
-                id=self.workflow_id(task),
-                task_queue=description.task_queue or self.task_queue,  # where it ran
+                id=self.transport.workflow_id(task),
+                task_queue=description.task_queue or self.transport.task_queue,  # where it ran
                 id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
                 search_attributes=TypedSearchAttributes(
                     search_attributes(state.start, TaskStatus.QUEUED)
@@ -255,7 +267,7 @@ class TaskTurns(TaskLifecycle):
         checked(source, TaskName, "source")
         checked(name, TaskName, "name")
         point = BranchPoint(task=source, seq=checked(seq, Seq, "seq"))
-        found = await self.get_task(source)
+        found = await self.reads.get_task(source)
         if found.view is None:
             return refused(ErrorCode.TASK_NOT_FOUND, f"no task {source!r} in this project")
         view = found.view
@@ -267,7 +279,7 @@ class TaskTurns(TaskLifecycle):
         agent = view.agent
         if agent is None and view.status in CLOSED_STATUSES:  # read without its agent
             agent = (await self._last_state(source)).start.agent
-        created = await self.create_task(
+        created = await self.lifecycle.create_task(
             name,
             view.goal,
             request_id=request_id,
@@ -275,13 +287,14 @@ class TaskTurns(TaskLifecycle):
             session_id=view.session_id,
             agent=agent,
             branched_from=point,
-            task_queue=task_queue or await self._task_queue_of(self.workflow_id(source)),
+            task_queue=task_queue
+            or await self.transport.task_queue_of(self.transport.workflow_id(source)),
         )
         if not created.recorded:
             return created
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.timeout_s
-        while (branch := (await self.get_task(name)).view) is None or branch.last_seq < seq:
+        deadline = loop.time() + self.transport.timeout_s
+        while (branch := (await self.reads.get_task(name)).view) is None or branch.last_seq < seq:
             if loop.time() > deadline:
                 return refused(ErrorCode.TASK_BUSY, f"branch {name!r} is still copying")
             await asyncio.sleep(0.1)

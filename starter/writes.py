@@ -40,7 +40,7 @@ from agent_tasks.contract.handlers import REQUEST_OUTCOME, Update
 from agent_tasks.starter.arguments import checked
 from agent_tasks.starter.reads import TaskReads
 from agent_tasks.starter.results import WriteResult, from_outcome, refused
-from agent_tasks.starter.transport import lane, request_id_or_new
+from agent_tasks.starter.transport import Transport, lane, request_id_or_new
 from agent_tasks.taskgraph.sealing import KeyStoreUnavailable, seal_events
 
 if TYPE_CHECKING:  # the driver is loaded only by whoever makes the graph
@@ -74,19 +74,23 @@ def split_events(events: Sequence[EventInput]) -> Iterator[list[EventInput]]:
 
 
 # Long: ConversationHistory's write layer: the log's published write methods over one update path
-class TaskWrites(TaskReads):
+class TaskWrites:
     """The writes of ``ConversationHistory`` to a task's log (its published write methods)."""
 
-    async def _update(self, task: str, update: Any, input: Any) -> WriteResult:
+    def __init__(self, transport: Transport, reads: TaskReads) -> None:
+        self.transport = transport
+        self.reads = reads
+
+    async def update(self, task: str, update: Any, input: Any) -> WriteResult:
         """Send one write update in the task's lane (``lane``: call order)."""
-        async with lane(self.client, self.workflow_id(task)):
+        async with lane(self.transport.client, self.transport.workflow_id(task)):
             return await self._send(task, update, input)
 
     async def _send(self, task: str, update: Any, input: Any) -> WriteResult:
         """Send one write update (the caller holds the task's lane); map refusals, duplicates
         and a closed or missing task."""
         try:
-            return await self._execute_update(task, update, input)
+            return await self.transport.execute_update(task, update, input)
         except RPCError as err:
             if err.status != RPCStatusCode.NOT_FOUND:
                 raise
@@ -97,21 +101,22 @@ class TaskWrites(TaskReads):
     async def _closed_or_missing(self, task: str, request_id: str, digest: str) -> WriteResult:
         """A write found no running workflow: the task is closed (answer a retried request
         id from the closed workflow's state) or does not exist in this project."""
-        handle = self._handle(task)
+        handle = self.transport.handle(task)
         try:
-            await self._call(handle.describe)
+            await self.transport.call(handle.describe)
         except RPCError as err:
             if err.status != RPCStatusCode.NOT_FOUND:
                 raise
-            if await self._reader.expired(self.workflow_id(task)) is not None:
+            if await self.reads.reader.expired(self.transport.workflow_id(task)) is not None:
                 return refused(
                     ErrorCode.TASK_CLOSED,
                     f"task {task!r} is finished (its history passed the namespace's retention)",
                 )
             return refused(
-                ErrorCode.TASK_NOT_FOUND, f"no task {task!r} in project {self.project_id!r}"
+                ErrorCode.TASK_NOT_FOUND,
+                f"no task {task!r} in project {self.transport.project_id!r}",
             )
-        stored = await self._call(
+        stored = await self.transport.call(
             lambda: REQUEST_OUTCOME.on(handle, RequestLookup(request_id=request_id, digest=digest))
         )
         if stored is not None:
@@ -149,14 +154,14 @@ class TaskWrites(TaskReads):
         if not result.recorded or result.seq is None:
             return result
         if result.time is None or event.cites is not None:
-            page = await self.list_events(task, after_seq=result.seq - 1, limit=1)
+            page = await self.reads.list_events(task, after_seq=result.seq - 1, limit=1)
             result.event = page.events[0]
             return result
         recorded = Event.recorded(
             sent,
-            workflow_id=self.workflow_id(task),
+            workflow_id=self.transport.workflow_id(task),
             seq=result.seq,
-            author=self.agent_id,
+            author=self.transport.agent_id,
             time=result.time,
             request_id=request_id,
         )
@@ -197,12 +202,12 @@ class TaskWrites(TaskReads):
         """``record_events``; also returns the inputs as sent (sealed). The task's lane is
         held from before the sealing on, so that writes keep the order of their calls."""
         if not inputs:  # refused by the model's own rule: at least one event
-            RecordEventsInput(agent_id=self.agent_id, events=[], request_id=request_id)
+            RecordEventsInput(agent_id=self.transport.agent_id, events=[], request_id=request_id)
         if not valid_request_id(request_id):
             refusal = refused(ErrorCode.INVALID_REQUEST_ID, "request_id must be 1 to 64 characters")
             return refusal, inputs
         total = WriteResult(recorded=True, duplicate=True)
-        async with lane(self.client, self.workflow_id(task)):
+        async with lane(self.transport.client, self.transport.workflow_id(task)):
             try:
                 sent = await self._seal(task, inputs)
             except KeyStoreUnavailable as err:
@@ -212,7 +217,7 @@ class TaskWrites(TaskReads):
                     task,
                     Update.RECORD_EVENTS,
                     RecordEventsInput(
-                        agent_id=self.agent_id,
+                        agent_id=self.transport.agent_id,
                         events=chunk,
                         request_id=chunk_request_id(request_id, index),
                     ),
@@ -239,9 +244,14 @@ class TaskWrites(TaskReads):
         Raises:
             KeyStoreUnavailable: the task's key tree was needed and not stored.
         """
-        if self.graph is None:
+        if self.transport.graph is None:
             return events
-        return await seal_events(self.graph, self.project_id, self.workflow_id(task), events)
+        return await seal_events(
+            self.transport.graph,
+            self.transport.project_id,
+            self.transport.workflow_id(task),
+            events,
+        )
 
     async def set_step(
         self,
@@ -278,11 +288,11 @@ class TaskWrites(TaskReads):
             )
         result = WriteResult(recorded=True, duplicate=True)
         for index in range(0, max(len(steps), 1), MAX_STEPS_PER_UPDATE):
-            result = await self._update(
+            result = await self.update(
                 task,
                 Update.SET_STEPS,
                 SetStepsInput(
-                    agent_id=self.agent_id,
+                    agent_id=self.transport.agent_id,
                     steps=list(steps[index : index + MAX_STEPS_PER_UPDATE]),
                     request_id=chunk_request_id(request_id, index // MAX_STEPS_PER_UPDATE),
                 ),
@@ -303,12 +313,12 @@ class TaskWrites(TaskReads):
         """Close the task as done, failed or cancelled. The workflow completes once the
         mirror has caught up; later writes are refused with ``task_closed``. A retry with
         the same request id after the close still returns the stored result."""
-        return await self._update(
+        return await self.update(
             task,
             Update.FINISH_TASK,
             FinishTaskInput.model_validate(
                 {
-                    "agent_id": self.agent_id,
+                    "agent_id": self.transport.agent_id,
                     "status": status,
                     "result": result,
                     "error": error,
@@ -357,12 +367,13 @@ class TaskWrites(TaskReads):
         ids = {c for c in cited if isinstance(c, str)}
         found: dict[str, int] = {}
         if ids:
-            view = (await self.get_task(task)).view
+            view = (await self.reads.get_task(task)).view
             if view is None:
                 return refused(
-                    ErrorCode.TASK_NOT_FOUND, f"no task {task!r} in project {self.project_id!r}"
+                    ErrorCode.TASK_NOT_FOUND,
+                    f"no task {task!r} in project {self.transport.project_id!r}",
                 )
-            workflow_id = self.workflow_id(task)
+            workflow_id = self.transport.workflow_id(task)
             for seq in range(view.last_seq, 0, -1):
                 candidate = event_id(workflow_id, seq)
                 if candidate in ids:
