@@ -333,6 +333,8 @@ def branch_command(
     """Start a new task from a point of SOURCE's log: its events 1 to SEQ copied (sealed text
     under new keys), linked in Neo4j by BRANCHED_FROM; an agent task's branch goes on from
     there, on SOURCE's task queue unless --task-queue names another. SOURCE is untouched."""
+    if task_queue is not None and not task_queue.strip():
+        raise typer.BadParameter("an empty task queue: leave it out", param_hint="--task-queue")
 
     async def go() -> WriteResult:
         async with open_history(project, agent) as history:

@@ -17,6 +17,7 @@ import uuid
 from pathlib import Path
 
 from temporalio.client import Client
+from typer.testing import CliRunner
 
 from agent_tasks.activities.transcript import NO_RESULT
 from agent_tasks.contract import (
@@ -29,6 +30,7 @@ from agent_tasks.contract import (
     TaskView,
 )
 from agent_tasks.contract.errors import ErrorCode
+from agent_tasks.starter.cli import app
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.starter.importer import all_events, all_steps
 from agent_tasks.taskgraph.graph import TaskGraph
@@ -570,3 +572,10 @@ async def test_a_branch_between_an_approval_and_its_result_never_runs_the_call_o
     assert done.status is TaskStatus.DONE
     sent = runs(log)
     assert len(sent) == 2 and sent[1].startswith(agents.workflow_id("b"))
+
+
+def test_the_cli_refuses_an_empty_task_queue_for_a_branch() -> None:
+    """``agent-tasks branch --task-queue ""`` is refused by the CLI (exit 2, naming the
+    option) before anything is sent, as the HTTP API refuses an empty ``task_queue`` (422)."""
+    result = CliRunner().invoke(app, ["branch", "src", "1", "--name", "b", "--task-queue", " "])
+    assert result.exit_code == 2 and "empty task queue" in result.output, result.output
