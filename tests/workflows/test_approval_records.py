@@ -161,6 +161,13 @@ async def test_the_cli_accepts_and_ignores_an_approval(
     (decision,) = [e for e in await events_of(agents, "t") if e.kind is EventKind.DECISION]
     assert decision.author == "ops-cli"
     assert decision.cites is not None and decision.cites.events == [request.approval.call_seq]
+    # the person's choice as recorded: the reason is kept with it, in the answer's event
+    (answered,) = [
+        e for e in await events_of(agents, "t") if e.kind is EventKind.INPUT_RESPONSE
+    ]  # fmt: skip
+    recorded = json.loads(answered.payload)
+    assert recorded["type"] == choice[0].removeprefix("--")
+    assert recorded.get("text") == (choice[2] if len(choice) == 3 else None)
 
 
 @pytest.mark.parametrize(
