@@ -36,7 +36,7 @@ ALLOWED: dict[str, set[str]] = {
     "workflows": {"contract"},
     "trajectories": {"contract"},
     "taskgraph": {"contract"},
-    "tasklog": {"contract", "workflows", "taskgraph"},
+    "tasklog": {"contract", "taskgraph"},
     "activities": {"contract", "workflows", "taskgraph", "tasklog", "broker"},
     "telemetry": set(),
     "codec": set(),
