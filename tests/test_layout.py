@@ -230,6 +230,19 @@ def test_the_client_sdk_loads_no_workflow_activity_server_or_driver(module: str)
     print(f"import {module}: {before} -> {len(after)} modules, {len(ours)} of ours")
 
 
+def test_the_client_sdk_imports_without_the_server_and_driver_packages() -> None:
+    """The kind of PrefectHQ/fastmcp#4883 (``from fastmcp import Client`` fails without uvicorn:
+    a client module imports a server's package at module scope): with the server's and the
+    drivers' packages made unimportable, the client SDK still imports."""
+    blocked = ("fastapi", "uvicorn", "starlette", "neo4j", "falkordb", "redis")
+    statement = (
+        f"import sys; sys.modules.update(dict.fromkeys({blocked!r})); "
+        "import agent_tasks.starter.client, agent_tasks.starter"
+    )
+    _, after = loaded_modules(statement)
+    assert "agent_tasks.starter.client" in after
+
+
 def test_the_agent_api_and_the_bootstrap_are_served_when_first_used() -> None:
     """``starter``'s agent, tool and worker names are the defining modules' own, imported
     when first named."""
