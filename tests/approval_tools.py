@@ -16,6 +16,7 @@ from agent_tasks.activities.model import Script
 from agent_tasks.activities.tools import Tool, ToolContext, tool
 from agent_tasks.activities.transcript import chat_messages
 from agent_tasks.contract import AgentSpec, ModelSpec, ModelTurn
+from agent_tasks.workflows.agents import AgentContext, agent
 from tests.agent_tools import answer, calls
 
 
@@ -173,3 +174,14 @@ def goal(*calls: tuple[str, dict[str, Any]]) -> str:
 def effects(log: Path) -> list[str]:
     """The lines the tools wrote to ``log`` (none when it does not exist)."""
     return log.read_text(encoding="utf-8").splitlines() if log.exists() else []
+
+
+@agent("wire_once")
+async def wire_once(ctx: AgentContext) -> str:
+    """Agent code: one step ``wire`` of the tool ``wire`` with ``input["args"]`` (memoized by
+    name, so after a continue-as-new it waits on the same approval request); returns the
+    step's state and text."""
+    args = ctx.input["args"]
+    assert isinstance(args, dict)
+    outcome = await ctx.step("wire", "wire", args)
+    return f"{outcome.state.value}: {outcome.text}"
