@@ -3,7 +3,13 @@ adapter (``store``: Neo4j and FalkorDB, real servers): a batch writes every page
 batch with a page the store refuses fails that page's caller only, the others' pages written;
 pages of one task sent at once keep the write counter rule (a page applies only if newer);
 a batch of two pages of one task or of two projects is refused with nothing written. Expected
-values come from the pages the test built, not from the store under test."""
+values come from the pages the test built, not from the store under test.
+
+The kinds of peers' bugs these hold off: one bad item rolling back or failing every item of
+its batch (google/capsem#125: a batch transaction dropped with its good events;
+spec-kitty/spec-kitty#2736: the batch's error fanned out to innocent events; with the batch's
+error fanned out, the second test fails), and two writes of one key in one batch applied out
+of order (hpgrahsl/kafka-connect-mongodb#98, datamill-co/target-postgres#232)."""
 
 from __future__ import annotations
 
