@@ -1,5 +1,8 @@
-"""The task model: limits, enums, text rules, write inputs, carried state, views and the mirror
-contract, one module each, re-exported here.
+"""The contract between the task workflow and its callers. The task model: limits, enums, text
+rules, write inputs, carried state, views and the mirror contract, one module each, re-exported
+here; beside them ``errors`` (the error vocabulary), ``search`` (the search attributes),
+``waits`` (answers against their JSON Schema) and ``handlers`` (the workflow's type and its
+handlers by name, which the client SDK calls it by).
 
 Deterministic (stdlib, pydantic and temporalio only): the workflow imports it, and so does the
 client in ``starter``, so both sides validate, bound and hash the same way. Every model crosses
