@@ -15,7 +15,8 @@
 - Enums and inputs: ``EventKind``, ``Role``, ``StepKind``, ``StepState``, ``TaskStatus``,
   ``ResultValidity``, ``ErrorCode``, ``EventInput``, ``StepWrite``.
 - Agent code: ``agent``, ``AgentContext``, ``AgentSpec``, ``ModelSpec``, ``Budgets``,
-  ``StepOutcome``, ``ChildOutcome``; tools: ``tool``, ``Tool``, ``ToolContext``, an MCP
+  ``StepOutcome``, ``ChildOutcome``; tools: ``tool``, ``Tool``, ``ToolContext``, an HTTP
+  call with the step's idempotency key ``http_call`` (docs/agent-tasks.md), an MCP
   server as a tool source ``McpServer`` (docs/mcp.md); scripted
   models: ``ScriptedModel``, ``Script``, ``ModelTurn``, ``ToolCall``, ``TokenUsage``.
 - Errors: ``TaskServiceUnavailable``, ``GraphNotConfigured``, ``GraphIncomplete``,
@@ -93,6 +94,7 @@ from agent_tasks.taskgraph.models import (
 )
 
 if TYPE_CHECKING:
+    from agent_tasks.activities.http_tool import http_call
     from agent_tasks.activities.model import Script, ScriptedModel
     from agent_tasks.activities.tools import Tool, ToolContext, tool
     from agent_tasks.worker import (
@@ -116,6 +118,7 @@ if TYPE_CHECKING:
 _SERVED: dict[str, str] = {
     **dict.fromkeys(("Script", "ScriptedModel"), "agent_tasks.activities.model"),
     **dict.fromkeys(("Tool", "ToolContext", "tool"), "agent_tasks.activities.tools"),
+    "http_call": "agent_tasks.activities.http_tool",
     **dict.fromkeys(
         (
             "AgentContext",
@@ -220,6 +223,7 @@ __all__ = [
     "build_graph_store",
     "build_worker",
     "connect",
+    "http_call",
     "open_graph",
     "open_services",
     "tool",
