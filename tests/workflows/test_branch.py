@@ -579,3 +579,29 @@ def test_the_cli_refuses_an_empty_task_queue_for_a_branch() -> None:
     option) before anything is sent, as the HTTP API refuses an empty ``task_queue`` (422)."""
     result = CliRunner().invoke(app, ["branch", "src", "1", "--name", "b", "--task-queue", " "])
     assert result.exit_code == 2 and "empty task queue" in result.output, result.output
+
+
+async def test_a_branch_of_a_task_still_waiting_goes_its_own_way(
+    agents: ConversationHistory, tmp_path: Path
+) -> None:
+    """A fork of a line that is still running (langgraph#7027, #7038: a fork at a pending
+    interrupt): ``ask_positive`` waits for ``n`` when it is branched after its step; the
+    branch asks its own ``n``; each line takes its own answer and ends with it, and the step
+    ran once (the branch took it over)."""
+    log = tmp_path / "prepare.log"
+    agent = AgentSpec(name="ask_positive", tools=["sync_data", "echo"], input={"log": str(log)})
+    assert (await agents.create_task("src", "ask", agent=agent)).recorded
+    assert (await awaiting(agents, "src")).status is TaskStatus.AWAITING_INPUT
+    point = seq_of(await all_events(agents, "src"), EventKind.TOOL_RESULT)
+    assert (await agents.branch_from("src", point, "b")).recorded
+    branch = await awaiting(agents, "b")
+    assert [r.input_id for r in branch.pending_inputs] == ["n"]
+    assert (await agents.respond("b", 7, input_id="n")).recorded
+    assert (await agents.respond("src", 5, input_id="n")).recorded
+    results = {}
+    for task in ("src", "b"):
+        view = await ended(agents, task)
+        assert view.status is TaskStatus.DONE and view.result is not None
+        results[task] = view.result.text
+    assert results == {"src": "using 5", "b": "using 7"}
+    assert runs(log) == [f"{agents.workflow_id('src')}/prepare/1"]
