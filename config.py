@@ -39,6 +39,7 @@ address, the namespace, and whether TLS and an API key are on are ever shown.
 | ``AGENT_TASKS_FALKORDB_GRAPH`` | ``agent_tasks`` | the FalkorDB graph (a Redis key) |
 | ``AGENT_TASKS_DATA_DIR`` | the user's data folder | local stack data (below): SQLite, Neo4j |
 | ``AGENT_TASKS_FILES_ROOT`` | ``.`` | the folder the demo agent's file tools read, on the worker |
+| ``AGENT_TASKS_MCP_HEADERS`` | unset | MCP header sets (below; secrets): JSON, or its file |
 | ``AGENT_TASKS_BROKER_URL`` | ``redis://127.0.0.1:6379`` | token broker (``broker``); empty: off |
 | ``AGENT_TASKS_HTTP_HOST`` | ``127.0.0.1`` | where ``agent-tasks serve`` listens |
 | ``AGENT_TASKS_HTTP_PORT`` | ``8700`` | its port |
@@ -69,6 +70,11 @@ Neo4j URI schemes (the driver's own): ``bolt://`` one server, ``neo4j://`` a clu
 each with ``+s`` for TLS checked against the system's CAs (Aura: ``neo4j+s://<id>.databases.
 neo4j.io``) or ``+ssc`` for TLS with a self-signed certificate.
 
+MCP header sets (``AGENT_TASKS_MCP_HEADERS``, the worker's ``McpServer.headers``): a JSON object
+of set name -> {header: value}, ``{"billing": {"Authorization": "Bearer ..."}}``, given as that
+text (it starts with ``{``) or as the path of a file holding it; an agent's spec names a set,
+never its values, which no repr, log line or history shows (``Settings.mcp_header_sets``).
+
 FalkorDB URL schemes: ``falkor://`` or ``redis://`` a server, ``falkors://`` or ``rediss://``
 with TLS; ``[user:password@]host:port``, the password the server's ``requirepass``.
 
@@ -81,6 +87,7 @@ OpenTelemetry SDK reads the rest of the standard variables itself (``OTEL_SERVIC
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 import threading
@@ -221,6 +228,41 @@ def default_data_dir(env: Mapping[str, str] | None = None, platform: str | None 
     return base / DATA_DIR_NAME
 
 
+def parse_mcp_headers(value: str) -> dict[str, dict[str, str]]:
+    """MCP header sets from ``AGENT_TASKS_MCP_HEADERS``: JSON text (starting with ``{``) or the
+    path of a file holding it, a JSON object of set name -> {header name: value}, all strings.
+
+    Returns:
+        ``{"billing": {"Authorization": "Bearer ..."}}``.
+
+    Raises:
+        ValueError: the file cannot be read, or the text is not JSON of that shape; the
+            message names the file or the set, never a header's value.
+    """
+    text = value.strip()
+    source = "AGENT_TASKS_MCP_HEADERS"
+    if not text.startswith("{"):
+        source = f"AGENT_TASKS_MCP_HEADERS file {text!r}"
+        try:
+            text = Path(text).expanduser().read_text()
+        except OSError as err:
+            raise ValueError(f"{source}: cannot be read ({err.strerror})") from None
+    try:
+        sets = json.loads(text)
+    except json.JSONDecodeError as err:  # its msg names no text, only the position
+        raise ValueError(
+            f"{source}: not JSON ({err.msg} at line {err.lineno} column {err.colno})"
+        ) from None
+    if not isinstance(sets, dict):
+        raise ValueError(f"{source}: not a JSON object of header sets")
+    for name, headers in sets.items():
+        if not isinstance(headers, dict) or not all(
+            isinstance(h, str) and isinstance(v, str) for h, v in headers.items()
+        ):
+            raise ValueError(f"{source}: set {name!r} is not an object of string headers")
+    return sets
+
+
 class _OwnEnvironment(EnvSettingsSource):
     """pydantic-settings' environment source, minus ``temporal``: the SDK reads the Temporal
     variables (``TemporalProfile.load``), never pydantic from a variable named TEMPORAL."""
@@ -280,6 +322,8 @@ class Settings(BaseSettings):
     module docstring: ``AGENT_TASKS_DATA_DIR``, else ``default_data_dir``); always absolute."""
     files_root: Path = Field(default=Path("."), validation_alias="AGENT_TASKS_FILES_ROOT")
     """The folder the demo agent's file tools read (list, read, search), on the worker."""
+    mcp_headers: SecretStr | None = Field(default=None, validation_alias="AGENT_TASKS_MCP_HEADERS")
+    """The worker's MCP header sets: JSON text or a JSON file's path (``mcp_header_sets``)."""
     broker_url: str = Field(
         default="redis://127.0.0.1:6379", validation_alias="AGENT_TASKS_BROKER_URL"
     )
@@ -344,6 +388,18 @@ class Settings(BaseSettings):
     @classmethod
     def _absolute(cls, folder: Path) -> Path:
         return folder.expanduser().absolute()
+
+    def mcp_header_sets(self) -> dict[str, dict[str, str]]:
+        """The worker's MCP header sets by name (``AGENT_TASKS_MCP_HEADERS``; ``{}`` when
+        unset), for ``build_worker(mcp_headers=...)``.
+
+        Raises:
+            ValueError: as ``parse_mcp_headers`` (read here, not when the settings are: a
+                validation error would show the value).
+        """
+        if self.mcp_headers is None:
+            return {}
+        return parse_mcp_headers(self.mcp_headers.get_secret_value())
 
     @property
     def temporal_ui(self) -> str:

@@ -448,6 +448,7 @@ async def run_worker(settings: Settings | None = None) -> None:
     Raises:
         TaskServiceUnavailable: Temporal cannot be reached.
         Neo4jPasswordMissing: no Neo4j password is set or generated (``Settings.neo4j_auth``).
+        ValueError: ``AGENT_TASKS_MCP_HEADERS`` cannot be read (``Settings.mcp_header_sets``).
     """
     async with open_services(settings) as services:
         assert services.graph is not None
@@ -462,7 +463,12 @@ async def run_worker(settings: Settings | None = None) -> None:
             loop.add_signal_handler(sig, stop.set)
         tools = file_tools(services.settings.files_root)
         async with build_worker(
-            services.client, services.graph, queue, tools=tools, broker=services.broker
+            services.client,
+            services.graph,
+            queue,
+            tools=tools,
+            broker=services.broker,
+            mcp_headers=services.settings.mcp_header_sets(),
         ):
             print(f"worker polling task queue {queue!r}", flush=True)
             await stop.wait()

@@ -78,7 +78,8 @@ class McpServer(_Spec):
     """Streamable HTTP: the server's endpoint."""
     headers: AgentName | None = None
     """Streamable HTTP: the name of a set of headers in the worker's configuration
-    (``build_worker(mcp_headers=...)``); a worker without it fails the call, not retried."""
+    (``AGENT_TASKS_MCP_HEADERS``, or ``build_worker(mcp_headers=...)``); a worker without it
+    fails the call, not retried."""
     approval: bool | list[AgentName] = False
     """A person approves each call before it runs: ``True`` for every tool of the server, or
     the names (the server's, without the prefix) of the tools that need it."""

@@ -479,3 +479,113 @@ async def test_a_call_past_its_timeout_is_cancelled_on_the_server_and_retried_wi
     key = f"{task_workflow_id(project_id, 't')}/{step.name}/1"
     seen = [(e["event"], e["key"]) for e in ledger(ledger_path)]
     assert seen == [("started", key), ("cancelled", key)] * 2
+
+
+def _payload_texts(message: Any) -> Iterator[bytes]:
+    """The data of every payload in a history's proto ``message``, decompressed
+    (``codec.decompress``): what the history holds, readable."""
+    from google.protobuf.message import Message
+    from temporalio.api.common.v1 import Payload
+
+    from agent_tasks.codec import decompress
+
+    if isinstance(message, Payload):
+        yield decompress(message).data
+        return
+    for field, value in message.ListFields():
+        if field.message_type is None:
+            continue
+        if isinstance(value, Message):
+            values = [value]
+        else:  # a repeated field, or a map's values
+            values = list(value.values()) if hasattr(value, "values") else list(value)
+        for inner in values:
+            if isinstance(inner, Message):
+                yield from _payload_texts(inner)
+
+
+async def test_a_worker_started_from_the_environment_sends_its_header_set(
+    services: Services, project_id: str, http_server: str, ledger_path: Path, tmp_path: Path
+) -> None:
+    """``python worker.py`` with ``AGENT_TASKS_MCP_HEADERS`` naming a JSON file of header sets:
+    the listing and the call of an agent whose spec names the set ``billing`` carry its header
+    to the HTTP server; the value is in neither the task's history nor the worker's output."""
+    import asyncio
+    import os
+
+    from tests.model_server import ModelServer, Reply, completion
+
+    assert services.graph is not None
+    secret = f"tenant-{uuid.uuid4().hex}"
+    sets = tmp_path / "mcp-headers.json"
+    sets.write_text(json.dumps({"billing": {"X-Billing-Tenant": secret}}))
+    arguments = json.dumps({"account": "acme", "cents": 7})
+    call = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "bill_charge", "arguments": arguments},
+    }
+    model = ModelServer([Reply(body=completion(tool_calls=[call])), Reply(body=completion("ok"))])
+    queue = f"mcp-env-{uuid.uuid4().hex[:8]}"
+    env = {
+        **os.environ,
+        "TEMPORAL_TASK_QUEUE": queue,
+        "AGENT_TASKS_MCP_HEADERS": str(sets),
+        "OPENAI_API_KEY": "test-key",
+        "OPENAI_BASE_URL": model.url,
+    }
+    output = tmp_path / "worker.out"
+    with model.running(), output.open("wb") as out:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, str(ROOT / "worker.py"), cwd=ROOT, env=env, stdout=out, stderr=out
+        )
+        try:
+            history = ConversationHistory(
+                services.client, project_id, "agent-1", task_queue=queue, graph=services.graph
+            )
+            server = McpServer(name="bill", url=http_server, headers="billing")
+            spec = AgentSpec(mcp_servers=[server], model=ModelSpec(provider="openai", model="m"))
+            assert (await history.create_task("t", "charge acme", agent=spec)).recorded
+            final = await history.wait_task("t")
+        finally:
+            process.terminate()
+            await process.wait()
+    assert final is not None and final.status.value == "done"
+    seen = ledger(ledger_path)
+    assert [(e["event"], e["tenant"]) for e in seen] == [("request", secret), ("effect", secret)]
+    handle = services.client.get_workflow_handle(task_workflow_id(project_id, "t"))
+    events = (await handle.fetch_history()).events
+    recorded = b"".join(text for event in events for text in _payload_texts(event))
+    assert b"billing" in recorded  # the set's name is recorded; its value is not
+    assert secret.encode() not in recorded
+    assert secret.encode() not in output.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [
+        ("missing-sets.json", "cannot be read"),
+        ('{"billing": {"X-Billing-Tenant": "tenant-secret-1"', "not JSON"),
+        ('{"billing": {"X-Billing-Tenant": ["tenant-secret-1"]}}', "set 'billing' is not"),
+        ('{"billing": "tenant-secret-1"}', "set 'billing' is not"),
+    ],
+)
+def test_bad_header_sets_are_refused_naming_no_value(
+    value: str, error: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``AGENT_TASKS_MCP_HEADERS`` that cannot be read, is not JSON, or is not sets of string
+    headers is refused when the worker reads it, with a message that names the variable and
+    never a value; the settings' repr never shows it either."""
+    from agent_tasks.config import Settings
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AGENT_TASKS_MCP_HEADERS", value)
+    settings = Settings()
+    assert "tenant-secret-1" not in repr(settings)
+    with pytest.raises(ValueError, match=error) as refused:
+        settings.mcp_header_sets()
+    assert "AGENT_TASKS_MCP_HEADERS" in str(refused.value)
+    assert "tenant-secret-1" not in str(refused.value)
+    good = '{"billing": {"X-Billing-Tenant": "tenant-secret-1"}}'
+    monkeypatch.setenv("AGENT_TASKS_MCP_HEADERS", good)
+    assert Settings().mcp_header_sets() == {"billing": {"X-Billing-Tenant": "tenant-secret-1"}}
