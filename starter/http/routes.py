@@ -379,8 +379,6 @@ class Branch(BaseModel):
     name: str
     """The branch's task name."""
     request_id: str | None = None
-    task_queue: str | None = Field(default=None, min_length=1, max_length=1000)
-    """The task queue the branch runs on; left out: the task's own (where it ran)."""
 
 
 @router.post(
@@ -392,14 +390,12 @@ class Branch(BaseModel):
 )
 async def branch_task(call: Call, task_id: TaskName, body: Branch) -> JSONResponse:
     """A new task whose log starts as a copy of this one's events 1 to ``seq`` (an agent
-    task's branch goes on from there, on this task's task queue unless ``task_queue`` names
-    another); the task itself is untouched."""
+    task's branch goes on from there, on this task's own task queue); the task itself is
+    untouched. No task queue can be named here: an API key is a project's, and which workers
+    (with which tools and secrets) serve a queue is the namespace operator's choice; the CLI
+    and the Python client (``task_queue=``) name one."""
     result = await call.history.branch_from(
-        name_of(task_id),
-        body.seq,
-        body.name,
-        request_id=body.request_id,
-        task_queue=body.task_queue,
+        name_of(task_id), body.seq, body.name, request_id=body.request_id
     )
     return written(result, 201)
 
