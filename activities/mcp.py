@@ -10,10 +10,13 @@ each an activity (``AgentSpec.mcp_servers``; docs/mcp.md).
 - **Call** (``MCP_CALL_ACTIVITY``): a step like any tool's (``workflows.agents.steps``), with the
   step's idempotency key sent in the request's ``_meta`` as ``IDEMPOTENCY_META`` and, over
   HTTP, as the ``Idempotency-Key`` header: the same on every retry of the step's attempt, so a
-  server can deduplicate. The result is the server's text content, bounded like any tool's
+  server can deduplicate. The result is the server's blocks as text (``result_text``: binary
+  data by its type and size, never its bytes), bounded like any tool's
   (``activities.tools.output``). A result the server marks ``isError`` fails the step with its
   text (``McpToolError``, not retried): the model reads it and goes on.
-- **Failures**: a server that cannot be reached before the call is sent is retried by the tool's
+- **Failures**: a listing that fails is ``McpServerUnavailable``, retried by its policy; its
+  last attempt's error fails the task before any model turn. A server that cannot be reached
+  before the call is sent is retried by the tool's
   retry policy (idempotent tools only); a connection lost after the call was sent is
   ``ToolOutcomeUnknown`` (``registry.OUTCOME_UNKNOWN``): retried under the same key for an
   idempotent tool, else the step ends ``unknown`` and runs again only by an explicit
@@ -64,6 +67,10 @@ error): not retried; the model reads the text."""
 MCP_SERVER_REFUSED = "McpServerRefused"
 """ApplicationError type of a server this worker cannot use as named (its header set is not in
 the worker's configuration): not retried."""
+MCP_SERVER_UNAVAILABLE = "McpServerUnavailable"
+"""ApplicationError type of a listing that failed: the server did not start, could not be
+reached, closed the connection or answered with an error. Retried by the listing's retry
+policy (``registry.MCP_LIST_RETRY``); the last attempt's error ends the agent's run."""
 MAX_LISTED_CHARS = 64_000
 """Characters of one server's listed specs (JSON) a run keeps: the listing is recorded in the
 history and each model call's input carries the offers; the tools past it are left out."""
@@ -93,19 +100,37 @@ def tool_spec(server: McpServer, tool: Tool) -> ToolSpec:
 
 
 def result_text(result: CallToolResult) -> str:
-    """A call's result as text: its text blocks, a line each; other blocks by their type (and
-    a resource by its URI); with no content, its structured content as JSON."""
+    """A call's result as text the model reads, a line per block (bounded by the caller,
+    ``activities.tools.output``): a text block as it is; an embedded text resource as
+    ``[resource URI]`` and its text; binary data (an image, audio, an embedded blob) by its
+    type, URI, MIME type and size, never its bytes (``[image image/png, 4000 base64
+    characters]``); a link as ``[resource URI]``. With no content, the structured content as
+    JSON."""
+    from mcp.types import TextResourceContents
+
     parts: list[str] = []
     for block in result.content:
         if block.type == "text":
             parts.append(block.text)
         elif block.type == "resource_link":
-            parts.append(f"[resource {getattr(block, 'uri', '')}]")
+            parts.append(f"[resource {block.uri}]")
+        elif block.type == "resource":
+            embedded = block.resource
+            if isinstance(embedded, TextResourceContents):
+                parts.append(f"[resource {embedded.uri}]\n{embedded.text}")
+            else:
+                parts.append(_binary(f"resource {embedded.uri}", embedded.mime_type, embedded.blob))
+        elif block.type in ("image", "audio"):
+            parts.append(_binary(block.type, block.mime_type, block.data))
         else:
             parts.append(f"[{block.type}]")
     if not parts and result.structured_content is not None:
         parts.append(json.dumps(result.structured_content))
     return "\n".join(parts)
+
+
+def _binary(what: str, mime_type: str | None, data: str) -> str:
+    return f"[{what} {mime_type or 'of no type'}, {len(data)} base64 characters]"
 
 
 def _leaves(err: BaseException) -> list[BaseException]:
@@ -185,16 +210,31 @@ class McpActivities:
     @activity.defn(name=MCP_LIST_ACTIVITY)
     async def list_tools(self, server: McpServer) -> ToolSpecs:
         """The specs of the tools ``server`` lists (all pages; only ``server.tools`` when it
-        names some), named ``{server}_{tool}`` (``tool_spec``)."""
+        names some), named ``{server}_{tool}`` (``tool_spec``).
+
+        Raises:
+            ApplicationError: ``McpServerUnavailable`` (retried: the server did not start,
+                could not be reached or answered with an error), ``McpServerRefused`` (not
+                retried).
+        """
         listed: list[Tool] = []
-        async with self.session(server, None) as client:
-            cursor: str | None = None
-            while True:
-                page = await client.list_tools(cursor=cursor)
-                listed += page.tools
-                cursor = page.next_cursor
-                if not cursor:
-                    break
+        try:
+            async with self.session(server, None) as client:
+                cursor: str | None = None
+                while True:
+                    page = await client.list_tools(cursor=cursor)
+                    listed += page.tools
+                    cursor = page.next_cursor
+                    if not cursor:
+                        break
+        except ApplicationError:
+            raise
+        except Exception as err:  # the SDK's task groups wrap what happened in groups
+            causes = "; ".join(repr(leaf) for leaf in _leaves(err))
+            raise ApplicationError(
+                f"MCP server {server.name!r} cannot list its tools: {causes[:1_000]}",
+                type=MCP_SERVER_UNAVAILABLE,
+            ) from err
         specs: dict[str, ToolSpec] = {}
         size = 0
         for tool in listed:

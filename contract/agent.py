@@ -72,8 +72,8 @@ class McpServer(_Spec):
     env: dict[str, Annotated[StrictStr, Field(max_length=1_000)]] = Field(
         default_factory=dict, max_length=64
     )
-    """stdio: environment variables over the worker's own (no secrets: they are in the
-    history; the program inherits the worker's environment)."""
+    """stdio: environment variables over the MCP SDK's safe defaults (``HOME``, ``PATH``...;
+    none of the worker's other variables); no secrets: they are in the history."""
     url: Annotated[StrictStr, Field(pattern=r"^https?://", max_length=2_000)] | None = None
     """Streamable HTTP: the server's endpoint."""
     headers: AgentName | None = None

@@ -7,11 +7,16 @@ new process per call, so the count lives in the file): ``{"event": "request" | "
 "started" | "cancelled", "tool", "key" (the call's ``_meta`` idempotency key), "header" (its
 ``Idempotency-Key`` header over HTTP), "tenant" (its ``X-Billing-Tenant`` header)}``.
 ``charge`` performs its effect once per key.
+
+Started with ``MCP_TEST_TOOLS=wide`` in its environment, the server also lists ``WIDE_TOOLS``
+tools ``wide_000`` ... of ``WIDE_DESCRIPTION_CHARS`` characters of description each, and two
+whose names are not tool names once prefixed (``bad name``, and one of 70 characters).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import sys
@@ -21,11 +26,24 @@ from typing import Any
 from mcp import MCPError
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
+from mcp.types import (
+    BlobResourceContents,
+    ContentBlock,
+    EmbeddedResource,
+    ImageContent,
+    ResourceLink,
+    TextContent,
+    TextResourceContents,
+    ToolAnnotations,
+)
 
 LEDGER = Path(sys.argv[1]) if __name__ == "__main__" else Path(os.devnull)
 
 server = MCPServer("test-billing")
+WIDE_TOOLS = 100
+WIDE_DESCRIPTION_CHARS = 1_000
+IMAGE_BYTES = 3_000
+"""The image ``blocks`` answers with: this many bytes (4000 characters of base64)."""
 
 
 def ledger(path: Path) -> list[dict[str, Any]]:
@@ -119,6 +137,79 @@ async def rpc_error(reason: str) -> str:
 async def balance(account: str) -> str:
     """A read-only answer."""
     return f"{account}: 1200 cents"
+
+
+@server.tool(
+    description="The server's environment variables of these names (JSON; null when unset).",
+    annotations=ToolAnnotations(readOnlyHint=True),
+)
+async def environment(names: list[str]) -> str:
+    """What the server's process was started with: ``{name: value or None}``."""
+    return json.dumps({name: os.environ.get(name) for name in names})
+
+
+@server.tool(
+    description="A receipt as blocks of every kind.",
+    annotations=ToolAnnotations(readOnlyHint=True),
+)
+async def blocks() -> list[ContentBlock]:
+    """A text, an image, an embedded text resource, an embedded binary resource and a link."""
+    image = base64.b64encode(bytes(IMAGE_BYTES)).decode()
+    pdf = base64.b64encode(b"%PDF-1.7 receipt").decode()
+    return [
+        TextContent(type="text", text="receipt follows"),
+        ImageContent(type="image", data=image, mime_type="image/png"),
+        EmbeddedResource(
+            type="resource",
+            resource=TextResourceContents(
+                uri="file:///receipt.txt", mime_type="text/plain", text="paid 250 cents"
+            ),
+        ),
+        EmbeddedResource(
+            type="resource",
+            resource=BlobResourceContents(
+                uri="file:///receipt.pdf", mime_type="application/pdf", blob=pdf
+            ),
+        ),
+        ResourceLink(type="resource_link", uri="https://billing.example/r/1", name="r1"),
+    ]
+
+
+@server.tool(
+    description="An embedded text resource this many characters long.",
+    annotations=ToolAnnotations(readOnlyHint=True),
+)
+async def long_resource(chars: int) -> list[ContentBlock]:
+    """One embedded text resource of ``chars`` characters: ``0123456789`` repeated."""
+    text = ("0123456789" * (chars // 10 + 1))[:chars]
+    return [
+        EmbeddedResource(
+            type="resource", resource=TextResourceContents(uri="file:///long", text=text)
+        )
+    ]
+
+
+def _wide() -> None:
+    """Register the wide listing's tools (module docstring)."""
+    for i in range(WIDE_TOOLS):
+
+        async def wide(n: int) -> str:
+            return str(n)
+
+        description = f"Wide tool {i:03d}. " + "x" * WIDE_DESCRIPTION_CHARS
+        server.add_tool(
+            wide, name=f"wide_{i:03d}", description=description[:WIDE_DESCRIPTION_CHARS]
+        )
+    for name in ("bad name", "t" * 70):
+
+        async def odd() -> str:
+            return "odd"
+
+        server.add_tool(odd, name=name, description="A name no model may call.")
+
+
+if os.environ.get("MCP_TEST_TOOLS") == "wide":
+    _wide()
 
 
 def main() -> None:

@@ -6,6 +6,7 @@ counts requests and effects by the ``_meta`` idempotency key the step sends."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -159,6 +160,9 @@ async def test_the_listing_is_the_models_offer(services: Services, queue: str) -
         "bill_refuse",
         "bill_rpc_error",
         "bill_balance",
+        "bill_environment",
+        "bill_blocks",
+        "bill_long_resource",
     }
     charge = specs["bill_charge"]
     assert charge.parameters["required"] == ["account", "cents"]
@@ -589,3 +593,163 @@ def test_bad_header_sets_are_refused_naming_no_value(
     good = '{"billing": {"X-Billing-Tenant": "tenant-secret-1"}}'
     monkeypatch.setenv("AGENT_TASKS_MCP_HEADERS", good)
     assert Settings().mcp_header_sets() == {"billing": {"X-Billing-Tenant": "tenant-secret-1"}}
+
+
+def _stdio(ledger_path: Path, **fields: Any) -> McpServer:
+    """The test server over stdio as ``bill``, with ``fields`` of ``McpServer``."""
+    args = ["-m", "tests.mcp_server", str(ledger_path), "stdio"]
+    return McpServer(name="bill", command=sys.executable, args=args, **fields)
+
+
+async def _no_arguments(_: object) -> str:
+    raise AssertionError("a listing reads no call")
+
+
+async def _list(server: McpServer) -> dict[str, Any]:
+    """The listing activity's specs of ``server``, run by itself."""
+    from temporalio.testing import ActivityEnvironment
+
+    from agent_tasks.activities.mcp import McpActivities
+
+    activities = McpActivities(_no_arguments)
+    return dict((await ActivityEnvironment().run(activities.list_tools, server)).specs)
+
+
+async def _call_once(server: McpServer, tool: str, arguments: dict[str, Any]) -> str:
+    """The call activity's result text of ``tool`` with ``arguments``, run by itself."""
+    from temporalio.testing import ActivityEnvironment
+
+    from agent_tasks.activities.mcp import McpActivities
+    from agent_tasks.contract import McpCall, ToolInput
+
+    async def read(input: ToolInput) -> str:
+        return input.arguments or "{}"
+
+    input = ToolInput(
+        workflow_id="wf", run_id="run", call_seq=1, step_name="s1", idempotency_key="wf/s1/1",
+        arguments=json.dumps(arguments), mcp=McpCall(server=server, tool=tool),
+    )  # fmt: skip
+    return (await ActivityEnvironment().run(McpActivities(read).call_tool, input)).text
+
+
+async def test_a_stdio_servers_env_reaches_it_over_a_safe_environment(
+    ledger_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The spec's ``env`` reaches the stdio server; so do ``PATH`` and ``HOME`` (the SDK's safe
+    defaults: a spec's env is merged over them, not in their place, typescript-sdk#216's
+    kind), while the worker's own variables, its secrets among them, do not (openai/codex
+    #3517's kind)."""
+    monkeypatch.setenv("WORKER_SECRET_FOR_TEST", "not-for-servers")
+    server = _stdio(ledger_path, env={"BILLING_REGION": "eu-west"})
+    names = ["BILLING_REGION", "PATH", "HOME", "WORKER_SECRET_FOR_TEST"]
+    seen = json.loads(await _call_once(server, "environment", {"names": names}))
+    assert seen["BILLING_REGION"] == "eu-west"
+    assert seen["PATH"] == os.environ["PATH"] and seen["HOME"] == os.environ["HOME"]
+    assert seen["WORKER_SECRET_FOR_TEST"] is None
+
+
+async def test_non_text_blocks_are_a_bounded_text_the_model_reads(ledger_path: Path) -> None:
+    """An image, an embedded text resource, an embedded binary resource and a link become
+    lines the model reads: the text resource's text, the others by type, URI, MIME type and
+    size (never their bytes); a text resource past the payload bound is cut to it, with the
+    full length kept."""
+    from agent_tasks.contract.limits import MAX_PAYLOAD_CHARS
+    from tests.mcp_server import IMAGE_BYTES
+
+    server = _stdio(ledger_path)
+    text = await _call_once(server, "blocks", {})
+    image_chars = -(-IMAGE_BYTES // 3) * 4  # base64: 4 characters per 3 bytes, padded
+    pdf_chars = -(-len(b"%PDF-1.7 receipt") // 3) * 4
+    assert text.split("\n") == [
+        "receipt follows",
+        f"[image image/png, {image_chars} base64 characters]",
+        "[resource file:///receipt.txt]",
+        "paid 250 cents",
+        f"[resource file:///receipt.pdf application/pdf, {pdf_chars} base64 characters]",
+        "[resource https://billing.example/r/1]",
+    ]
+    from temporalio.testing import ActivityEnvironment
+
+    from agent_tasks.activities.mcp import McpActivities
+    from agent_tasks.contract import McpCall, ToolInput
+
+    async def read(input: ToolInput) -> str:
+        return input.arguments or "{}"
+
+    chars = MAX_PAYLOAD_CHARS * 2
+    input = ToolInput(
+        workflow_id="wf", run_id="run", call_seq=1, step_name="s1", idempotency_key="wf/s1/1",
+        arguments=json.dumps({"chars": chars}), mcp=McpCall(server=server, tool="long_resource"),
+    )  # fmt: skip
+    out = await ActivityEnvironment().run(McpActivities(read).call_tool, input)
+    header = "[resource file:///long]\n"
+    assert len(out.text) == MAX_PAYLOAD_CHARS and out.full_length == len(header) + chars
+    assert out.text.startswith(header + "0123456789")
+
+
+async def test_the_listing_leaves_out_bad_names_and_what_is_past_its_bound(
+    ledger_path: Path,
+) -> None:
+    """A server listing 100 tools of 1000-character descriptions and two whose prefixed names
+    are not tool names: the two are left out, and the tools kept are the first ones in the
+    server's order whose specs fit in ``MAX_LISTED_CHARS`` (the next would not); naming tools
+    (``tools=``) keeps exactly those."""
+    from agent_tasks.activities.mcp import MAX_LISTED_CHARS
+    from tests.mcp_server import WIDE_TOOLS
+
+    wide = {"MCP_TEST_TOOLS": "wide"}
+    specs = await _list(_stdio(ledger_path, env=wide))
+    assert not any(name.startswith("bill_t") or " " in name for name in specs)
+    kept = [name for name in specs if name.startswith("bill_wide_")]
+    assert 0 < len(kept) < WIDE_TOOLS
+    assert kept == [f"bill_wide_{i:03d}" for i in range(len(kept))]
+    sizes = [len(spec.model_dump_json()) for spec in specs.values()]
+    one = sizes[-1]  # every wide tool's spec is this size (same-length names and text)
+    assert sum(sizes) <= MAX_LISTED_CHARS < sum(sizes) + one
+    named = await _list(_stdio(ledger_path, env=wide, tools=["wide_007", "balance", "nope"]))
+    assert set(named) == {"bill_wide_007", "bill_balance"}
+
+
+@pytest.mark.parametrize(
+    "server",
+    [
+        McpServer(name="gone", command=sys.executable, args=["-c", "raise SystemExit(3)"]),
+        McpServer(name="gone", command="/nonexistent/mcp-server"),
+        McpServer(name="gone", url="http://127.0.0.1:9/mcp"),
+    ],
+    ids=["exits", "missing", "unreachable"],
+)
+async def test_a_listing_that_fails_ends_the_task_with_a_named_error(
+    services: Services, project_id: str, queue: str, server: McpServer
+) -> None:
+    """A server that exits at once, a program that does not exist, an address nobody listens
+    on: the listing fails ``McpServerUnavailable`` (naming the server and the cause), is
+    retried by its policy (3 attempts), and then the task fails with that error; no model
+    turn is taken."""
+    from temporalio.api.enums.v1 import EventType
+
+    from agent_tasks.activities.mcp import MCP_SERVER_UNAVAILABLE
+    from agent_tasks.workflows.agents.registry import MCP_LIST_RETRY
+
+    history = await _run(services, project_id, queue, server, [answer("never")], [])
+    final = await history.wait_task("t")
+    assert final is not None and final.status.value == "failed"
+    handle = services.client.get_workflow_handle(task_workflow_id(project_id, "t"))
+    events = (await handle.fetch_history()).events
+    (failed,) = [e for e in events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED]
+    failure = failed.activity_task_failed_event_attributes.failure  # the last attempt's
+    assert failure.application_failure_info.type == MCP_SERVER_UNAVAILABLE
+    assert "MCP server 'gone' cannot list its tools" in failure.message
+    scheduled = failed.activity_task_failed_event_attributes.scheduled_event_id
+    (started,) = [
+        e.activity_task_started_event_attributes
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+        and e.activity_task_started_event_attributes.scheduled_event_id == scheduled
+    ]
+    assert started.attempt == MCP_LIST_RETRY.maximum_attempts
+    assert final.error is not None
+    assert final.error.text.startswith("McpServerUnavailable: MCP server 'gone' cannot list")
+    assert final.agent_run is not None and final.agent_run.rounds == 0
+    task_events = (await history.list_events("t", limit=100)).events
+    assert not [e for e in task_events if e.kind is EventKind.TOOL_RESULT]
