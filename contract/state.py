@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 from pydantic import AwareDatetime, BaseModel, Field, JsonValue
 
+from agent_tasks.contract.agent import ToolCall
 from agent_tasks.contract.human import ChildRecord, InputAnswer, InputRequest
 from agent_tasks.contract.inputs import StepRetry, TaskStart
 from agent_tasks.contract.kinds import StepKind, StepState, TaskStatus
@@ -99,6 +100,11 @@ class AgentRun(BaseModel):
     mistakes: int = 0
     """Model answers in a row the model call could not take (``ModelTurn.mistake``); 0 after
     one it took. At ``MAX_MODEL_MISTAKES`` the agent fails."""
+    open_calls: list[ToolCall] = Field(default_factory=list, exclude_if=lambda value: not value)
+    """The tool calls of the tool loop's current turn (round ``round_base + rounds``) while
+    they run; empty once each ended. A run parked while one of them waits for approval leaves
+    them here, and the next run resumes them (by their step names) before it calls the model
+    (``RESUME_OPEN_CALLS``). Added later: left out of the JSON while empty."""
 
 
 class TaskState(BaseModel):

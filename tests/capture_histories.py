@@ -1293,6 +1293,74 @@ async def approval_bound_scenario(stack: Stack) -> Captured:
     return {"approval_bound": await fetch(history, "bound")}
 
 
+async def open_calls_scenario(stack: Stack) -> Captured:
+    """The ``resume-open-calls`` patch, on a private dev server that suggests continue-as-new
+    at ``CONTINUE_AS_NEW_SUGGESTED_AT`` events: the tool loop's one call of ``wire`` (two
+    approvers) accepted by ann; stale answers by signal (each recorded rejected) grow the run
+    until it continues as new while the second request waits; then bob's accept. Captures the
+    first run (the marker, the turn's calls carried) and the run it continued as (the call
+    resumed on the same request before the model is called again)."""
+    import tempfile
+
+    from tests.approval_tools import (
+        APPROVAL_SCRIPTS,
+        APPROVAL_TOOLS,
+        approval_spec,
+        effects,
+        goal,
+    )
+
+    async with low_limit_stack(stack, "capture-open-calls") as private:
+        history = private.history("open_calls")
+
+        def person(name: str) -> ConversationHistory:
+            return ConversationHistory(
+                private.client,
+                project_id=history.project_id,
+                agent_id=name,
+                task_queue=private.task_queue,
+                graph=stack.graph,
+            )
+
+        with tempfile.TemporaryDirectory() as folder:
+            log = str(Path(folder) / "effects.log")
+            async with build_worker(
+                private.client,
+                stack.graph,
+                private.task_queue,
+                tools=APPROVAL_TOOLS,
+                scripts=APPROVAL_SCRIPTS,
+            ):
+                text = goal(("wire", {"log": log, "amount": 500}))
+                expect(await history.create_task("wire", text, agent=approval_spec()))
+                await quiet_until_asked(history, "wire")
+                view = (await history.get_task("wire")).view
+                assert view is not None
+                (first,) = view.pending_inputs
+                expect(await person("ann").approve("wire", first.input_id, "accept"))
+                second = f"{first.input_id}-2"
+                stale: dict[str, Any] = {"type": "accept", "digest": "0" * 64}
+
+                async def continued() -> bool:
+                    found = (await history.get_task("wire")).view
+                    return found is not None and found.runs >= 2
+
+                await quiet(history.client.get_workflow_handle(history.workflow_id("wire")))
+                for _ in range(30):  # about 4 history events each: past the suggestion
+                    if await continued():
+                        break
+                    expect(await person("bob").submit_input("wire", stale, input_id=second))
+                await eventually(continued, within=60)
+                expect(await person("bob").approve("wire", second, "accept"))
+                final = await history.wait_task("wire")
+                if final is None or final.status is not TaskStatus.DONE:
+                    raise CaptureError(f"the task should have ended done: {final!r}")
+                if sum(" wire 500" in line for line in effects(Path(log))) != 1:
+                    raise CaptureError("the wire should have run once")
+        run1, run2 = await first_two_runs(history, "wire")
+    return {"open_calls_run1": run1, "open_calls_run2": run2}
+
+
 async def quiet_until_asked(history: ConversationHistory, task: str) -> None:
     """Wait until ``task`` has an open approval request and its workflow is quiet."""
     handle = history.client.get_workflow_handle(history.workflow_id(task))
@@ -1638,6 +1706,11 @@ SCENARIOS: dict[str, Scenario] = {
         ignore_reason_scenario,
         ("approval_ignore_reason",),
         "an approval ignored with a reason the model reads (patched)",
+    ),
+    "open_calls": Scenario(
+        open_calls_scenario,
+        ("open_calls_run1", "open_calls_run2"),
+        "the tool loop resumes a call waiting for approval across continue-as-new (patched)",
     ),
     "parked": Scenario(
         parked_scenario,

@@ -169,6 +169,13 @@ the commands that name another task (a child's start, the parent's ``child_ended
 cascade's cancel; ``workflows.spawning.task_id``). Runs recorded before it named such a task
 by its plain id, which a PostgreSQL cluster refuses."""
 
+RESUME_OPEN_CALLS = "resume-open-calls"
+"""Patch id: the tool loop keeps its turn's tool calls in ``AgentRun.open_calls`` until each
+ended, so a run that continues as new while one waits for approval leaves them to the next
+run, which resumes them first (the same step names: the waiting call on its same request, its
+answer running it once) and only then calls the model. Runs recorded before it asked the
+model again, whose new call opened a new request."""
+
 
 PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
     {
@@ -207,6 +214,8 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
                 "mirror_follows.json",
                 "model_cancel.json",
                 "model_mistake.json",
+                "open_calls_run1.json",
+                "open_calls_run2.json",
                 "parked_run1.json",
                 "parked_run2.json",
                 "sealed_decisions.json",
@@ -259,6 +268,8 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
                 "mcp_call.json",
                 "model_cancel.json",
                 "model_mistake.json",
+                "open_calls_run1.json",
+                "open_calls_run2.json",
                 "parked_run1.json",
                 "parked_run2.json",
                 "spawn_taken.json",
@@ -293,6 +304,7 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
                 "mcp_call.json",
                 "model_cancel.json",
                 "model_mistake.json",
+                "open_calls_run1.json",
                 "parked_run1.json",
                 "step_retried.json",
                 "steps_at_once.json",
@@ -304,7 +316,12 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
         ),
         CONTINUE_WITHOUT_MIRROR: Patch(
             since=date(2026, 12, 1),
-            pinned_by=("backlog_run1.json", "parked_run1.json", "parked_run2.json"),
+            pinned_by=(
+                "backlog_run1.json",
+                "open_calls_run1.json",
+                "parked_run1.json",
+                "parked_run2.json",
+            ),
         ),
         MIRROR_DRAIN_BOUND: Patch(
             since=date(2026, 12, 1),
@@ -320,6 +337,8 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
                 "approval_bound.json",
                 "approval_choices.json",
                 "approval_ignore_reason.json",
+                "open_calls_run1.json",
+                "open_calls_run2.json",
             ),
         ),
         MIRROR_FOLLOWS_RUN: Patch(
@@ -337,6 +356,8 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
                 "mirror_follows.json",
                 "model_cancel.json",
                 "model_mistake.json",
+                "open_calls_run1.json",
+                "open_calls_run2.json",
                 "steps_at_once.json",
             ),
         ),
@@ -348,6 +369,8 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
                 "mcp_call.json",
                 "model_cancel.json",
                 "model_mistake.json",
+                "open_calls_run1.json",
+                "open_calls_run2.json",
             ),
         ),
         IGNORE_REASON: Patch(
@@ -364,11 +387,18 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
         ),
         APPROVAL_BOUND: Patch(
             since=date(2026, 12, 4),
-            pinned_by=("approval_bound.json",),
+            pinned_by=(
+                "approval_bound.json",
+                "open_calls_run1.json",
+            ),
         ),
         BOUNDED_WORKFLOW_IDS: Patch(
             since=date(2026, 12, 4),
             pinned_by=("long_ids_parent.json", "long_ids_child.json"),
+        ),
+        RESUME_OPEN_CALLS: Patch(
+            since=date(2026, 12, 4),
+            pinned_by=("open_calls_run1.json",),
         ),
     }
 )

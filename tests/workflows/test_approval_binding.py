@@ -14,7 +14,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import pytest
 from pydantic import JsonValue
 from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
@@ -25,6 +24,7 @@ from agent_tasks.contract import (
     Event,
     EventKind,
     InputRequest,
+    Role,
     StepState,
     TaskStatus,
     ToolInput,
@@ -366,19 +366,30 @@ async def test_the_approvals_so_far_survive_continue_as_new(
     assert [d.author for d in decisions] == ["ann", "bob"]
 
 
-@pytest.mark.xfail(strict=True, reason="the tool loop asks the model again after continue-as-new")
 async def test_the_tool_loop_resumes_a_call_asked_before_continue_as_new(
     low_limit_env: WorkflowEnvironment, graph: TaskGraph, project_id: str, tmp_path: Path
 ) -> None:
-    """Expected failure, found here: the tool loop parked for continue-as-new while a call
-    waits for approval does not come back to that call in its next run: it asks the model
-    again, whose new call opens a new request, and the answer to the first request runs
-    nothing. (Agent code memoized by step name does come back: the test above.)"""
+    """The tool loop parked for continue-as-new while its ``wire`` call waits on its second
+    request (ann accepted, two approvers) resumes that call in its next run before it calls
+    the model (``resume-open-calls``): the same request still names ann, bob's accept runs
+    the call once under the first request's key, and the model is asked once before the
+    call's result and once after it (its answer reports the wire)."""
     log = tmp_path / "wire.log"
     text = goal(("wire", {"log": str(log), "amount": 500}))
-    first, status, _ = await continued_as_new_while_asked(
+    first, status, events = await continued_as_new_while_asked(
         low_limit_env, graph, project_id, approval_spec(), text
     )
     assert first.approval is not None
     assert status == "done"
     assert effects(log) == [f"{first.approval.idempotency_key} wire 500"]
+    calls = [e for e in events if e.kind is EventKind.TOOL_CALL]
+    assert [c.name for c in calls] == ["wire"]
+    requests = [e for e in events if e.kind is EventKind.INPUT_REQUEST]
+    assert len(requests) == 2  # ann's request and the second one, no request of a new call
+    decisions = [e for e in events if e.kind is EventKind.DECISION]
+    assert [d.author for d in decisions] == ["ann", "bob"]
+    (result,) = [e for e in events if e.kind is EventKind.TOOL_RESULT]
+    asked = [e.seq for e in events if e.kind is EventKind.MESSAGE and e.role is Role.ASSISTANT]
+    assert len([seq for seq in asked if seq < result.seq]) == 1
+    assert len([seq for seq in asked if seq > result.seq]) == 1
+    assert result.payload == "wired 500"

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from temporalio import workflow
+
+from agent_tasks.contract import ToolCall
 from agent_tasks.workflows.agents.context import AgentContext
 from agent_tasks.workflows.agents.registry import agent
+from agent_tasks.workflows.patches import RESUME_OPEN_CALLS
 
 
 def step_name(round_: int, index: int, tool: str) -> str:
@@ -17,16 +21,35 @@ def step_name(round_: int, index: int, tool: str) -> str:
 async def tool_loop(ctx: AgentContext) -> str:
     """The ready tool-calling loop: the model answers with tool calls or a final answer; each
     tool call runs as a step and its result goes back to the model with the transcript; the
-    final answer (a turn without tool calls) finishes the task ``done``."""
+    final answer (a turn without tool calls) finishes the task ``done``. A turn whose calls a
+    continue-as-new interrupted (one waiting for approval) is resumed first: its calls run by
+    their step names (ended ones memoized, the waiting one on its same request) before the
+    model is called again (``RESUME_OPEN_CALLS``)."""
+    if ctx.run.open_calls:  # carried by a run parked inside its turn
+        await run_calls(ctx, ctx.run.open_calls)
     while True:
         await ctx.checkpoint()
         turn = await ctx.model_turn()
         if not turn.tool_calls:
             return turn.content
-        round_ = ctx.run.round_base + ctx.run.rounds
-        for index, call in enumerate(turn.tool_calls):
-            # a call without an id gets one its result carries too (a strict API pairs them)
-            call_id = call.call_id or f"call_{round_}_{index}"
-            await ctx.step(
-                step_name(round_, index, call.name), call.name, call.arguments, call_id=call_id
-            )
+        if workflow.patched(RESUME_OPEN_CALLS):
+            ctx.run.open_calls = list(turn.tool_calls)
+        await run_calls(ctx, turn.tool_calls)
+
+
+async def run_calls(ctx: AgentContext, calls: list[ToolCall]) -> None:
+    """Run the current turn's ``calls`` (round ``round_base + rounds``) as steps, one after the
+    other, then clear ``AgentRun.open_calls``.
+
+    Raises:
+        AgentParked: the task is to continue-as-new while a call waits for approval (the
+            calls stay open for the next run).
+    """
+    round_ = ctx.run.round_base + ctx.run.rounds
+    for index, call in enumerate(calls):
+        # a call without an id gets one its result carries too (a strict API pairs them)
+        call_id = call.call_id or f"call_{round_}_{index}"
+        await ctx.step(
+            step_name(round_, index, call.name), call.name, call.arguments, call_id=call_id
+        )
+    ctx.run.open_calls = []
