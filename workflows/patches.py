@@ -397,7 +397,7 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
             pinned_by=("long_ids_parent.json", "long_ids_child.json"),
         ),
         RESUME_OPEN_CALLS: Patch(
-            since=date(2026, 12, 4),
+            since=date(2026, 12, 5),
             pinned_by=("open_calls_run1.json",),
         ),
     }
