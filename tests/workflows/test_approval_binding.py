@@ -393,3 +393,28 @@ async def test_the_tool_loop_resumes_a_call_asked_before_continue_as_new(
     assert len([seq for seq in asked if seq < result.seq]) == 1
     assert len([seq for seq in asked if seq > result.seq]) == 1
     assert result.payload == "wired 500"
+
+
+async def test_the_calls_of_a_resumed_turn_that_ended_before_continue_as_new_stay_ended(
+    low_limit_env: WorkflowEnvironment, graph: TaskGraph, project_id: str, tmp_path: Path
+) -> None:
+    """One turn of three calls: a ``pay`` of 5 (run unasked), a call of a tool that does not
+    exist (failed) and a ``wire`` that waits for its second approver while the run continues
+    as new. The next run resumes only the ``wire``: the pay's effect happens once, the failed
+    call is not called again (one ``tool_call`` event each), and the model reads three
+    results."""
+    log = tmp_path / "effects.log"
+    args = {"log": str(log), "amount": 5}
+    text = goal(("pay", args), ("no_such_tool", {}), ("wire", {**args, "amount": 500}))
+    first, status, events = await continued_as_new_while_asked(
+        low_limit_env, graph, project_id, approval_spec(), text
+    )
+    assert first.approval is not None
+    assert status == "done"
+    pay_key = effects(log)[0].split(" ")[0]
+    assert effects(log) == [f"{pay_key} pay 5", f"{first.approval.idempotency_key} wire 500"]
+    calls = [e.name for e in events if e.kind is EventKind.TOOL_CALL]
+    assert calls == ["pay", "no_such_tool", "wire"]
+    results = [e for e in events if e.kind is EventKind.TOOL_RESULT]
+    assert [r.payload for r in results][::2] == ["paid 5", "wired 500"]
+    assert "no tool 'no_such_tool'" in results[1].payload

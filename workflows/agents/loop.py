@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from temporalio import workflow
 
-from agent_tasks.contract import ToolCall
+from agent_tasks.contract import StepState, ToolCall
 from agent_tasks.workflows.agents.context import AgentContext
 from agent_tasks.workflows.agents.registry import agent
 from agent_tasks.workflows.patches import RESUME_OPEN_CALLS
@@ -26,7 +26,7 @@ async def tool_loop(ctx: AgentContext) -> str:
     their step names (ended ones memoized, the waiting one on its same request) before the
     model is called again (``RESUME_OPEN_CALLS``)."""
     if ctx.run.open_calls:  # carried by a run parked inside its turn
-        await run_calls(ctx, ctx.run.open_calls)
+        await run_calls(ctx, ctx.run.open_calls, resumed=True)
     while True:
         await ctx.checkpoint()
         turn = await ctx.model_turn()
@@ -37,9 +37,11 @@ async def tool_loop(ctx: AgentContext) -> str:
         await run_calls(ctx, turn.tool_calls)
 
 
-async def run_calls(ctx: AgentContext, calls: list[ToolCall]) -> None:
+async def run_calls(ctx: AgentContext, calls: list[ToolCall], *, resumed: bool = False) -> None:
     """Run the current turn's ``calls`` (round ``round_base + rounds``) as steps, one after the
-    other, then clear ``AgentRun.open_calls``.
+    other, then clear ``AgentRun.open_calls``. ``resumed``: the calls of a turn an earlier run
+    parked in; those whose steps ended there (completed, failed or unknown: their results are
+    in the transcript) are passed over, never run or recorded again.
 
     Raises:
         AgentParked: the task is to continue-as-new while a call waits for approval (the
@@ -49,7 +51,9 @@ async def run_calls(ctx: AgentContext, calls: list[ToolCall]) -> None:
     for index, call in enumerate(calls):
         # a call without an id gets one its result carries too (a strict API pairs them)
         call_id = call.call_id or f"call_{round_}_{index}"
-        await ctx.step(
-            step_name(round_, index, call.name), call.name, call.arguments, call_id=call_id
-        )
+        name = step_name(round_, index, call.name)
+        ended = ctx.ledger.step(name) if resumed else None
+        if ended is not None and ended.state is not StepState.IN_PROGRESS:
+            continue
+        await ctx.step(name, call.name, call.arguments, call_id=call_id)
     ctx.run.open_calls = []
