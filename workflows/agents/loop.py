@@ -23,7 +23,7 @@ async def tool_loop(ctx: AgentContext) -> str:
     tool call runs as a step and its result goes back to the model with the transcript; the
     final answer (a turn without tool calls) finishes the task ``done``. A turn whose calls a
     continue-as-new interrupted (one waiting for approval) is resumed first: its calls run by
-    their step names (ended ones memoized, the waiting one on its same request) before the
+    their step names (ended ones passed over, the waiting one on its same request) before the
     model is called again (``RESUME_OPEN_CALLS``)."""
     if ctx.run.open_calls:  # carried by a run parked inside its turn
         await run_calls(ctx, ctx.run.open_calls, resumed=True)
