@@ -16,11 +16,11 @@ each an activity (``AgentSpec.mcp_servers``; docs/mcp.md).
   text (``McpToolError``, not retried): the model reads it and goes on.
 - **Failures**: a listing that fails is ``McpServerUnavailable``, retried by its policy; its
   last attempt's error fails the task before any model turn. A server that cannot be reached
-  before the call is sent is retried by the tool's
-  retry policy (idempotent tools only); a connection lost after the call was sent is
-  ``ToolOutcomeUnknown`` (``registry.OUTCOME_UNKNOWN``): retried under the same key for an
-  idempotent tool, else the step ends ``unknown`` and runs again only by an explicit
-  ``retry``, under the same key.
+  before the call is sent is retried by the tool's retry policy (idempotent tools only); a
+  connection lost after the call was sent, or an HTTP error status with no JSON-RPC answer
+  (``HTTP_STAND_INS``), is ``ToolOutcomeUnknown`` (``registry.OUTCOME_UNKNOWN``): retried
+  under the same key for an idempotent tool, else the step ends ``unknown`` and runs again
+  only by an explicit ``retry``, under the same key.
 - **Cancel**: the call heartbeats every ``CANCEL_BEAT_S``; Temporal's cancel arrives as
   ``asyncio.CancelledError``, which cancels the SDK's request, and the SDK sends the server
   ``notifications/cancelled`` for it before the session closes.
@@ -32,6 +32,7 @@ not built.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -140,6 +141,22 @@ def _leaves(err: BaseException) -> list[BaseException]:
     return [err]
 
 
+HTTP_STAND_INS = {
+    (-32603, "Server returned an error response"),  # INTERNAL_ERROR: a status >= 400
+    (-32600, "Session terminated"),  # INVALID_REQUEST: 404 for the session's id
+}
+"""The JSON-RPC errors the MCP SDK makes up for an HTTP status without a JSON-RPC body (a
+gateway's 502, a server restarted): no answer of the server's, so a call that met one after
+it was sent has an unknown outcome."""
+
+
+def _servers_answer(err: Exception, closed: int) -> bool:
+    """Whether the SDK's ``MCPError`` ``err`` is the server's own answer to the request: not a
+    closed connection (``closed``) and not one of the SDK's ``HTTP_STAND_INS``."""
+    code, message = getattr(err, "code", None), getattr(err, "message", None)
+    return code != closed and (code, message) not in HTTP_STAND_INS
+
+
 def _unknown(name: str, err: Exception) -> ApplicationError:
     return ApplicationError(
         f"the connection to {name} was lost after the call was sent ({err!r})",
@@ -214,12 +231,16 @@ class McpActivities:
 
         Raises:
             ApplicationError: ``McpServerUnavailable`` (retried: the server did not start,
-                could not be reached or answered with an error), ``McpServerRefused`` (not
-                retried).
+                could not be reached, answered with an error, or did not answer within the
+                attempt's start-to-close timeout, which bounds the attempt here too: a server
+                that never answers would hold the worker's activity slot past the server's
+                timeout), ``McpServerRefused`` (not retried).
         """
         listed: list[Tool] = []
+        bound = activity.info().start_to_close_timeout
+        within_s = bound.total_seconds() if bound else None
         try:
-            async with self.session(server, None) as client:
+            async with asyncio.timeout(within_s), self.session(server, None) as client:
                 cursor: str | None = None
                 while True:
                     page = await client.list_tools(cursor=cursor)
@@ -229,6 +250,12 @@ class McpActivities:
                         break
         except ApplicationError:
             raise
+        except TimeoutError as err:  # the SDK's own bounds wait longer (or never end)
+            raise ApplicationError(
+                f"MCP server {server.name!r} cannot list its tools: no answer within "
+                f"{within_s:g} s (the attempt's start-to-close timeout)",
+                type=MCP_SERVER_UNAVAILABLE,
+            ) from err
         except Exception as err:  # the SDK's task groups wrap what happened in groups
             causes = "; ".join(repr(leaf) for leaf in _leaves(err))
             raise ApplicationError(
@@ -303,7 +330,7 @@ class McpActivities:
             raise
         except Exception as err:  # the SDK's task groups wrap what happened in groups
             answers = [e for e in _leaves(err) if isinstance(e, MCPError)]
-            answer = next((e for e in answers if e.code != CONNECTION_CLOSED), None)
+            answer = next((e for e in answers if _servers_answer(e, CONNECTION_CLOSED)), None)
             if answer is not None:  # the server answered the request with a JSON-RPC error
                 raise ApplicationError(
                     f"{name} refused the call: {bound_text(answer.message).text}",

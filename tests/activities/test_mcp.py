@@ -12,6 +12,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,21 @@ from tests.mcp_server import ledger
 ROOT = Path(__file__).resolve().parents[2]
 """The repository (the killed worker's folder)."""
 HEADER_SET = {"billing": {"X-Billing-Tenant": "tests"}}
+
+
+def _listing_env() -> Any:
+    """An ``ActivityEnvironment`` whose attempt has the listing's start-to-close timeout
+    (``registry.MCP_LIST_TIMEOUT``; the environment's default is 1 second, which the listing
+    now keeps to)."""
+    import dataclasses
+
+    from temporalio.testing import ActivityEnvironment
+
+    from agent_tasks.workflows.agents.registry import MCP_LIST_TIMEOUT
+
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, start_to_close_timeout=MCP_LIST_TIMEOUT)
+    return env
 
 
 def _free_port() -> int:
@@ -138,7 +154,6 @@ async def test_a_call_is_a_step_carrying_its_key(
 async def test_the_listing_is_the_models_offer(services: Services, queue: str) -> None:
     """The listing activity names the server's tools ``{server}_{tool}`` with their input JSON
     Schemas, marks read-only tools idempotent and applies the server's approval rule."""
-    from temporalio.testing import ActivityEnvironment
 
     from agent_tasks.activities.mcp import McpActivities
 
@@ -151,7 +166,7 @@ async def test_the_listing_is_the_models_offer(services: Services, queue: str) -
         args=["-m", "tests.mcp_server", "/dev/null", "stdio"],
         approval=["charge"],
     )
-    specs = (await ActivityEnvironment().run(McpActivities(no_arguments).list_tools, server)).specs
+    specs = (await _listing_env().run(McpActivities(no_arguments).list_tools, server)).specs
     assert set(specs) == {
         "bill_charge",
         "bill_charge_crashing",
@@ -607,12 +622,11 @@ async def _no_arguments(_: object) -> str:
 
 async def _list(server: McpServer) -> dict[str, Any]:
     """The listing activity's specs of ``server``, run by itself."""
-    from temporalio.testing import ActivityEnvironment
 
     from agent_tasks.activities.mcp import McpActivities
 
     activities = McpActivities(_no_arguments)
-    return dict((await ActivityEnvironment().run(activities.list_tools, server)).specs)
+    return dict((await _listing_env().run(activities.list_tools, server)).specs)
 
 
 async def _call_once(server: McpServer, tool: str, arguments: dict[str, Any]) -> str:
@@ -753,3 +767,116 @@ async def test_a_listing_that_fails_ends_the_task_with_a_named_error(
     assert final.agent_run is not None and final.agent_run.rounds == 0
     task_events = (await history.list_events("t", limit=100)).events
     assert not [e for e in task_events if e.kind is EventKind.TOOL_RESULT]
+
+
+@contextmanager
+def _gateway(upstream: str, status: int) -> Iterator[str]:
+    """A gateway in front of the MCP server at ``upstream``: it forwards every POST and
+    DELETE, but answers a ``tools/call`` with ``status`` and a text body after the server
+    answered it (the server performed the call; the client sees only the status). GET (the
+    server's own stream) is 405, which the client accepts. Yields the gateway's URL."""
+    import http.client
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from urllib.parse import urlsplit
+
+    target = urlsplit(upstream)
+
+    class Gateway(BaseHTTPRequestHandler):
+        def _forward(self) -> None:
+            body = self.rfile.read(int(self.headers.get("content-length") or 0))
+            conn = http.client.HTTPConnection(target.hostname or "", target.port, timeout=60)
+            skip = {"host", "content-length", "connection"}
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in skip}
+            conn.request(self.command, target.path, body=body, headers=headers)
+            answer = conn.getresponse()
+            data = answer.read()  # a POST's event stream ends with its answer
+            conn.close()
+            if b'"tools/call"' in body:
+                self.send_response(status)
+                self.send_header("content-type", "text/plain")
+                self.send_header("content-length", "11")
+                self.end_headers()
+                self.wfile.write(b"bad gateway")
+                return
+            self.send_response(answer.status)
+            for name, value in answer.getheaders():
+                if name.lower() not in {"transfer-encoding", "content-length", "connection"}:
+                    self.send_header(name, value)
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_POST = do_DELETE = _forward
+
+        def do_GET(self) -> None:
+            self.send_response(405)
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Gateway)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/mcp"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+@pytest.mark.parametrize("status", [502, 500])
+async def test_an_http_error_status_after_the_call_was_sent_leaves_it_unknown(
+    services: Services,
+    project_id: str,
+    queue: str,
+    http_server: str,
+    ledger_path: Path,
+    status: int,
+) -> None:
+    """A gateway answers the call with 502 (or 500) after the server performed it: the MCP
+    SDK turns the status into a JSON-RPC error of its own making, which is not the server's
+    answer, so the step (not idempotent) ends ``unknown`` (run again only by a person, under the
+    same key), not failed with a server error the model would read as "not done" and call
+    again under a new key (a second charge)."""
+    with _gateway(http_server, status) as url:
+        server = McpServer(name="bill", url=url, headers="billing")
+        turns = [calls(("bill_charge", {"account": "acme", "cents": 9})), answer("ok")]
+        history = await _run(services, project_id, queue, server, turns, [])
+        final = await history.wait_task("t")
+    assert final is not None and final.status.value == "done"
+    steps = (await history.list_steps("t")).steps
+    assert [s.state for s in steps] == [StepState.UNKNOWN]
+    events = (await history.list_events("t", limit=100)).events
+    results = [e.payload for e in events if e.kind is EventKind.TOOL_RESULT]
+    assert len(results) == 1 and "its effect is unknown" in results[0]
+    assert [e["event"] for e in ledger(ledger_path)] == ["request", "effect"]
+
+
+async def test_a_listing_with_no_answer_ends_at_its_attempts_timeout() -> None:
+    """SAP/cloud-sdk-python#313's kind (a listing of an unresponsive server that never ends): a
+    server that takes the connection and never answers fails the attempt
+    ``McpServerUnavailable`` at the attempt's start-to-close timeout, on the worker too (the
+    HTTP client's own timeouts are longer, or restart with each keep-alive)."""
+    import dataclasses
+    from datetime import timedelta
+
+    from temporalio.exceptions import ApplicationError
+    from temporalio.testing import ActivityEnvironment
+
+    from agent_tasks.activities.mcp import MCP_SERVER_UNAVAILABLE, McpActivities
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()  # connections wait in the backlog; nothing reads or answers them
+        port = silent.getsockname()[1]
+        server = McpServer(name="mute", url=f"http://127.0.0.1:{port}/mcp")
+        env = ActivityEnvironment()
+        env.info = dataclasses.replace(env.info, start_to_close_timeout=timedelta(seconds=2))
+        with pytest.raises(ApplicationError) as failed:
+            await env.run(McpActivities(_no_arguments).list_tools, server)
+    assert failed.value.type == MCP_SERVER_UNAVAILABLE and not failed.value.non_retryable
+    assert "'mute' cannot list its tools: no answer within 2 s" in str(failed.value)
