@@ -450,6 +450,8 @@ async def run_worker(settings: Settings | None = None) -> None:
         Neo4jPasswordMissing: no Neo4j password is set or generated (``Settings.neo4j_auth``).
         ValueError: ``AGENT_TASKS_MCP_HEADERS`` cannot be read (``Settings.mcp_header_sets``).
     """
+    settings = settings or Settings()
+    mcp_headers = settings.mcp_header_sets()  # a bad value stops the worker before it connects
     async with open_services(settings) as services:
         assert services.graph is not None
         try:
@@ -468,7 +470,7 @@ async def run_worker(settings: Settings | None = None) -> None:
             queue,
             tools=tools,
             broker=services.broker,
-            mcp_headers=services.settings.mcp_header_sets(),
+            mcp_headers=mcp_headers,
         ):
             print(f"worker polling task queue {queue!r}", flush=True)
             await stop.wait()

@@ -880,3 +880,26 @@ async def test_a_listing_with_no_answer_ends_at_its_attempts_timeout() -> None:
             await env.run(McpActivities(_no_arguments).list_tools, server)
     assert failed.value.type == MCP_SERVER_UNAVAILABLE and not failed.value.non_retryable
     assert "'mute' cannot list its tools: no answer within 2 s" in str(failed.value)
+
+
+def test_a_worker_with_bad_header_sets_stops_before_it_connects(tmp_path: Path) -> None:
+    """``agent-tasks worker`` with ``AGENT_TASKS_MCP_HEADERS`` naming a file that is not header
+    sets exits 2 with one line naming the variable and the set, never a value, before it
+    connects (its Temporal address here answers nobody)."""
+    import os
+
+    sets = tmp_path / "mcp-headers.json"
+    sets.write_text(json.dumps({"billing": {"X-Billing-Tenant": ["tenant-secret-2"]}}))
+    env = {
+        **os.environ,
+        "AGENT_TASKS_MCP_HEADERS": str(sets),
+        "TEMPORAL_ADDRESS": f"127.0.0.1:{_free_port()}",
+    }
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "agent-tasks"), "worker"],
+        env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    said = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode == 2, said
+    assert "AGENT_TASKS_MCP_HEADERS file" in said and "set 'billing' is not" in said
+    assert "tenant-secret-2" not in said and "unavailable" not in said
