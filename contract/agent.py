@@ -151,6 +151,24 @@ class AgentSpec(_Spec):
     Added later: left out of the JSON while empty, so an old task's argument digest is
     unchanged."""
 
+    @model_validator(mode="after")
+    def _mcp_prefixes_are_the_servers(self) -> AgentSpec:
+        """A server's name is the prefix of its tools' names (``{name}_{tool}``): two servers
+        of one name, or a worker's tool named with a server's prefix, would give two tools
+        one name, the later listed silently taking it (openai-agents-python#1167's kind)."""
+        names = [server.name for server in self.mcp_servers]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise ValueError(f"MCP server {twice[0]!r} is named twice (its tools' prefix)")
+        for tool in self.tools:
+            prefix = next((name for name in names if tool.startswith(f"{name}_")), None)
+            if prefix is not None:
+                raise ValueError(
+                    f"tool {tool!r} starts with {prefix + '_'!r}, the prefix of MCP server "
+                    f"{prefix!r}'s tools"
+                )
+        return self
+
 
 class TokenUsage(BaseModel):
     """Tokens of one model call."""

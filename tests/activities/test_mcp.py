@@ -903,3 +903,20 @@ def test_a_worker_with_bad_header_sets_stops_before_it_connects(tmp_path: Path) 
     assert done.returncode == 2, said
     assert "AGENT_TASKS_MCP_HEADERS file" in said and "set 'billing' is not" in said
     assert "tenant-secret-2" not in said and "unavailable" not in said
+
+
+def test_a_spec_refuses_two_tools_of_one_name() -> None:
+    """openai/openai-agents-python#1167's kind (two MCP servers' tools of one name): two servers
+    of one name, or a worker's tool named with a server's prefix, are refused with the name in
+    the error, before anything is sent; other servers and tools are accepted."""
+    from pydantic import ValidationError
+
+    bill = McpServer(name="bill", command="prog")
+    with pytest.raises(ValidationError, match="MCP server 'bill' is named twice"):
+        AgentSpec(mcp_servers=[bill, McpServer(name="bill", url="http://127.0.0.1:1/mcp")])
+    with pytest.raises(ValidationError, match="tool 'bill_charge' starts with 'bill_'"):
+        AgentSpec(tools=["echo", "bill_charge"], mcp_servers=[bill])
+    spec = AgentSpec(
+        tools=["billing", "bill-charge"], mcp_servers=[bill, McpServer(name="bil", command="p")]
+    )
+    assert [s.name for s in spec.mcp_servers] == ["bill", "bil"]
