@@ -2,9 +2,14 @@
 one run of statements (FalkorDB) for the pages that wait, instead of one per page.
 
 A page (``PageWrite``) waits in a first-in, first-out line until a batch takes it. A batch is
-sent as soon as fewer than ``BATCHES_IN_FLIGHT`` are on their way (a lone page is not held
-back by any timer), so pages that come while batches are written gather for the next one:
-a page waits for one batch in flight at most before its own is sent. A batch holds at most
+sent as soon as fewer than ``BATCHES_IN_FLIGHT`` are on their way, so pages that come while
+batches are written gather for the next one: a page waits for one batch in flight at most
+(and the gather window below) before its own is sent. While pages come fast (the last batch was sent less than
+``GATHER_S`` ago), the next batch waits until ``GATHER_S`` after it, or until it is full, so
+that more pages share its transaction (a transaction's cost is mostly per transaction: in
+Neo4j a page of one event alone cost the driver 2.0 ms of CPU, each page of a batch of 4,
+0.5 ms); a page
+that comes after a quiet ``GATHER_S`` is sent at once. A batch holds at most
 ``BATCH_PAGES`` pages, of one project, at most one page per task (a second page of a task
 waits for the next batch: the write counter rule, a page applies only if newer, is then
 checked against the node the earlier page left, as with one transaction per page), taken in
@@ -38,6 +43,9 @@ BATCHES_IN_FLIGHT = 2
 """Batches one graph object writes at once (one per core of the machine the bench measures
 on; more made Neo4j's transactions of the same project's tasks wait on each other's locks on
 the shared project and agent nodes)."""
+GATHER_S = 0.05
+"""How long after a batch was sent the next one gathers pages (seconds): 50 ms of mirror lag
+at most, while pages come faster than that (``bench/RESULTS-issue-36.md``)."""
 
 
 @dataclass(frozen=True)
@@ -89,14 +97,23 @@ class PageBatches:
         write: writes a batch (``Write``); a batch of one page is one page's write.
         pages: pages per batch at most (``BATCH_PAGES``).
         in_flight: batches sent at once at most (``BATCHES_IN_FLIGHT``).
+        gather: seconds after a batch was sent that the next one gathers pages
+            (``GATHER_S``; 0: none).
     """
 
     def __init__(
-        self, write: Write, *, pages: int = BATCH_PAGES, in_flight: int = BATCHES_IN_FLIGHT
+        self,
+        write: Write,
+        *,
+        pages: int = BATCH_PAGES,
+        in_flight: int = BATCHES_IN_FLIGHT,
+        gather: float = GATHER_S,
     ) -> None:
         self._write = write
         self._pages = pages
         self._in_flight = in_flight
+        self._gather = gather
+        self._sent_at = float("-inf")
         self._sending = 0
         self._line: list[_Waiting] = []
         self._changed: asyncio.Condition | None = None
@@ -118,8 +135,17 @@ class PageBatches:
                     await changed.wait_for(lambda: waiting.done.done() or self._free())
                     if waiting.done.done():
                         return waiting.done.result()
-                    batch = self._take()
-                    self._sending += 1
+                    loop = asyncio.get_running_loop()
+                    hold = self._sent_at + self._gather - loop.time()
+                    if len(self._line) >= self._pages:
+                        hold = 0
+                    if hold <= 0:
+                        batch = self._take()
+                        self._sending += 1
+                        self._sent_at = loop.time()
+                if hold > 0:
+                    await asyncio.sleep(hold)  # pages come fast: more gather for this batch
+                    continue
                 # shielded: if this caller is cancelled, the batch's pages are still written
                 # and every other caller is told
                 await asyncio.shield(asyncio.ensure_future(self._send(batch, changed)))

@@ -2,6 +2,7 @@
 adapter (``store``: Neo4j and FalkorDB, real servers): a batch writes every page of it; a
 batch with a page the store refuses fails that page's caller only, the others' pages written;
 pages of one task sent at once keep the write counter rule (a page applies only if newer);
+pages that come while the last batch is younger than its gather window go together in the next;
 a batch of two pages of one task or of two projects is refused with nothing written. Expected
 values come from the pages the test built, not from the store under test.
 
@@ -14,6 +15,7 @@ of order (hpgrahsl/kafka-connect-mongodb#98, datamill-co/target-postgres#232).""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -22,7 +24,7 @@ from agent_tasks.contract import TaskView, task_workflow_id
 from agent_tasks.taskgraph.errors import TaskIncarnationError
 from agent_tasks.taskgraph.falkor import FalkorGraph
 from agent_tasks.taskgraph.graph import TaskGraph
-from agent_tasks.taskgraph.page_batches import PageWrite
+from agent_tasks.taskgraph.page_batches import PageBatches, PageWrite
 from agent_tasks.taskgraph.port import GraphStore
 from agent_tasks.taskgraph.seeds import seed_event, seed_view
 
@@ -135,3 +137,24 @@ async def test_a_batch_of_two_pages_of_one_task_or_two_projects_is_refused(
             await _batching(store).write_pages(pages)
     assert (await store.counts(project_id)).get("Task", 0) == 0
     assert (await store.counts(f"{project_id}-b")).get("Task", 0) == 0
+
+
+async def test_pages_that_come_right_after_a_batch_gather_into_the_next(
+    store: GraphStore, project_id: str
+) -> None:
+    now = datetime.now(UTC)
+    first, *rest = [_page(project_id, f"t{i}", 1, 2, now) for i in range(4)]
+    graph = _batching(store)
+    sent: list[list[str]] = []
+
+    async def write(pages: Sequence[PageWrite]) -> None:
+        sent.append([p.view.name for p in pages])
+        await graph.write_pages(pages)
+
+    batches = PageBatches(write, gather=0.5)
+    await batches.write(first)  # the line was quiet: sent at once, alone
+    await asyncio.gather(*(batches.write(p) for p in rest))  # within 0.5 s of it: gathered
+
+    assert sent == [["t0"], ["t1", "t2", "t3"]]
+    for page in (first, *rest):
+        assert await store.mirrored_write(project_id, page.view.workflow_id) == 2
