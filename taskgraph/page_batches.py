@@ -4,16 +4,15 @@ one run of statements (FalkorDB) for the pages that wait, instead of one per pag
 A page (``PageWrite``) waits in a first-in, first-out line until a batch takes it. A batch is
 sent as soon as fewer than ``BATCHES_IN_FLIGHT`` are on their way, so pages that come while
 batches are written gather for the next one: a page waits for one batch in flight at most
-(and the gather window below) before its own is sent. While pages come fast (the last batch was sent less than
-``GATHER_S`` ago), the next batch waits until ``GATHER_S`` after it, or until it is full, so
-that more pages share its transaction (a transaction's cost is mostly per transaction: in
-Neo4j a page of one event alone cost the driver 2.0 ms of CPU, each page of a batch of 4,
-0.5 ms); a page
-that comes after a quiet ``GATHER_S`` is sent at once. A batch holds at most
-``BATCH_PAGES`` pages, of one project, at most one page per task (a second page of a task
-waits for the next batch: the write counter rule, a page applies only if newer, is then
-checked against the node the earlier page left, as with one transaction per page), taken in
-line order.
+(and the gather window below) before its own is sent. While pages come fast (the last batch
+was sent less than ``GATHER_S`` ago), the next batch waits until ``GATHER_S`` after it, or
+until it is full, so that more pages share its transaction (a transaction's cost is mostly
+per transaction: in Neo4j a page of one event alone cost the driver 2.0 ms of CPU, each page
+of a batch of 4, 0.5 ms); a page that comes after a quiet ``GATHER_S`` is sent at once. A
+batch holds at most ``BATCH_PAGES`` pages, of one project, at most one page per task (a
+second page of a task waits for the next batch: the write counter rule, a page applies only
+if newer, is then checked against the node the earlier page left, as with one transaction
+per page), taken in line order.
 
 A batch that fails is written again page by page, each in its own transaction, so a page that
 cannot be written (a data error, a task node of another incarnation) fails its own caller
