@@ -155,13 +155,6 @@ before the branch point (``reuse_before_point``): agent code run again from the 
 steps' recorded results and those questions' answers instead of running and asking them again.
 Branches recorded before it started with no steps and no answers."""
 
-
-APPROVAL_BOUND = "approval-bound-to-call"
-"""Patch id: an approval request names the digest of the exact call (``ApprovalAsk.digest``;
-an answer naming another is refused ``approval_stale``), closes as ``expired`` when the
-tool's ``approval_expires_s`` passes first (a workflow timer; the step fails and the model
-reads it), and a tool with ``approvers`` over 1 asks again until that many distinct people
-accepted. Requests asked before it carry none of these and are decided by one answer."""
 BOUNDED_WORKFLOW_IDS = "bounded-workflow-ids"
 """Patch id: a task's workflow id that would pass 255 characters (a long project id and a
 long name; SQL persistence's ``VARCHAR(255)``) is cut with a digest (``task_workflow_id``) in
@@ -169,13 +162,19 @@ the commands that name another task (a child's start, the parent's ``child_ended
 cascade's cancel; ``workflows.spawning.task_id``). Runs recorded before it named such a task
 by its plain id, which a PostgreSQL cluster refuses."""
 
+APPROVAL_BOUND = "approval-bound-to-call"
+"""Patch id: an approval request names the digest of the exact call (``ApprovalAsk.digest``;
+an answer naming another is refused ``approval_stale``), closes as ``expired`` when the
+tool's ``approval_expires_s`` passes first (a workflow timer; the step fails and the model
+reads it), and a tool with ``approvers`` over 1 asks again until that many distinct people
+accepted. Requests asked before it carry none of these and are decided by one answer."""
+
 RESUME_OPEN_CALLS = "resume-open-calls"
 """Patch id: the tool loop keeps its turn's tool calls in ``AgentRun.open_calls`` until each
 ended, so a run that continues as new while one waits for approval leaves them to the next
 run, which resumes them first (the same step names: the waiting call on its same request, its
 answer running it once) and only then calls the model. Runs recorded before it asked the
 model again, whose new call opened a new request."""
-
 
 PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
     {
