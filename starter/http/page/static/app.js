@@ -7,6 +7,16 @@ export function csrf() {
   return found ? decodeURIComponent(found.slice("atk_csrf=".length)) : "";
 }
 
+let leaving = false;
+
+/** Go to the sign-in form, once: a sign-out, a 401 answer and a stream's `unauthorized` can
+ * all come at the same moment, and a second navigation would abort the first. */
+export function toSignIn() {
+  if (leaving) return;
+  leaving = true;
+  location.assign("/ui/signin");
+}
+
 /** Call the HTTP API: `{ok, status, data}`; a session that ended goes to the sign-in form. */
 export async function api(path, { method = "GET", body } = {}) {
   const headers = { Accept: "application/json" };
@@ -16,7 +26,7 @@ export async function api(path, { method = "GET", body } = {}) {
     method, headers, credentials: "same-origin",
     body: body === undefined ? undefined : JSON.stringify(body),
   });
-  if (response.status === 401) { location.assign("/ui/signin"); }
+  if (response.status === 401) { toSignIn(); }
   const text = await response.text();
   let data = null;
   try { data = text ? JSON.parse(text) : null; } catch { data = { error: { message: text } }; }
@@ -90,7 +100,7 @@ export function clipped(text, { chars = 160 } = {}) {
 
 async function signOut() {
   await api("/ui/signout", { method: "POST" });
-  location.assign("/ui/signin");
+  toSignIn();
 }
 
 /** Follow an SSE stream: `handlers` by event name; returns a function that closes it. The
@@ -101,7 +111,7 @@ export function follow(path, handlers, onState = () => {}) {
   const source = new EventSource(path, { withCredentials: true });
   source.addEventListener("unauthorized", () => {
     source.close();
-    location.assign("/ui/signin");
+    toSignIn();
   });
   for (const [name, handler] of Object.entries(handlers)) {
     source.addEventListener(name, (e) => handler(e.data ? JSON.parse(e.data) : null, e));
