@@ -26,11 +26,13 @@ from agent_tasks.contract import (
     StepState,
     task_workflow_id,
 )
+from agent_tasks.contract.errors import ErrorCode
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.worker import Services, build_worker
 from tests.agent_tools import SCRIPTS, answer, calls
 from tests.conftest import eventually
 from tests.mcp_server import ledger
+from tests.workflows.test_approval_binding import expected_digest
 
 ROOT = Path(__file__).resolve().parents[2]
 """The repository (the killed worker's folder)."""
@@ -355,6 +357,53 @@ async def test_a_tool_the_server_rule_names_is_approved_before_it_runs(
     final = await history.wait_task("t")
     assert final is not None and final.status.value == "done"
     key = f"{task_workflow_id(project_id, 't')}/charge/1"
+    assert [(e["event"], e["key"]) for e in ledger(ledger_path)] == [
+        ("request", key),
+        ("effect", key),
+    ]
+
+
+async def test_an_mcp_calls_approval_names_its_digest_and_another_is_refused_stale(
+    services: Services, project_id: str, queue: str, ledger_path: Path
+) -> None:
+    """The request of an MCP tool call names the digest of the exact call (SHA-256 of the
+    canonical JSON of the tool, arguments and key, computed here); a decision naming another
+    call's digest is refused ``approval_stale`` and nothing reaches the server; the shown
+    digest runs the call once under its key."""
+    import tests.http_tools  # noqa: F401  (registers the agent http_once)
+
+    assert services.graph is not None
+    args = ["-m", "tests.mcp_server", str(ledger_path), "stdio"]
+    server = McpServer(name="bill", command=sys.executable, args=args, approval=["charge"])
+    history = ConversationHistory(
+        services.client, project_id, "agent-1", task_queue=queue, graph=services.graph
+    )
+    arguments = {"account": "acme", "cents": 5}
+    spec = _once(server, "bill_charge", arguments)
+    assert (await history.create_task("t", "charge once", agent=spec)).recorded
+
+    async def asked() -> bool:
+        view = (await history.get_task("t")).view
+        return view is not None and bool(view.pending_inputs)
+
+    await eventually(asked, within=60)
+    view = (await history.get_task("t")).view
+    assert view is not None
+    (request,) = view.pending_inputs
+    ask = request.approval
+    key = f"{task_workflow_id(project_id, 't')}/charge/1"
+    assert ask is not None and ask.idempotency_key == key
+    assert ask.digest == expected_digest("bill_charge", arguments, key)
+    other = expected_digest("bill_charge", {**arguments, "cents": 500}, key)
+    stale = await history.approve("t", request.input_id, "accept", digest=other)
+    assert (stale.recorded, stale.error) == (False, ErrorCode.APPROVAL_STALE)
+    assert ledger(ledger_path) == []
+    view = (await history.get_task("t")).view
+    assert view is not None and [r.input_id for r in view.pending_inputs] == [request.input_id]
+    shown = await history.approve("t", request.input_id, "accept", digest=ask.digest)
+    assert shown.recorded, shown
+    final = await history.wait_task("t")
+    assert final is not None and final.status.value == "done"
     assert [(e["event"], e["key"]) for e in ledger(ledger_path)] == [
         ("request", key),
         ("effect", key),
