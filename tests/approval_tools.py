@@ -185,3 +185,13 @@ async def wire_once(ctx: AgentContext) -> str:
     assert isinstance(args, dict)
     outcome = await ctx.step("wire", "wire", args)
     return f"{outcome.state.value}: {outcome.text}"
+
+
+@agent("mail_once")
+async def mail_once(ctx: AgentContext) -> str:
+    """Agent code: one step ``mail`` of the tool ``send_mail`` (asked about first) with
+    ``input["args"]``; returns the step's state and text."""
+    args = ctx.input["args"]
+    assert isinstance(args, dict)
+    outcome = await ctx.step("mail", "send_mail", args)
+    return f"{outcome.state.value}: {outcome.text}"

@@ -17,9 +17,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from agent_tasks.contract import task_workflow_id
 from agent_tasks.starter import ConversationHistory
+from tests.approval_tools import effects
 from tests.conftest import eventually
 from tests.starter.test_cli_errors import EXAMPLE, ROOT, cli
+from tests.workflows.test_approval_binding import expected_digest
 
 
 def closed_port() -> int:
@@ -63,6 +66,46 @@ async def test_run_prints_the_question_as_asked_and_the_printed_command_answers_
         rest, errors = await process.communicate()
     assert process.returncode == 0, rest.decode() + errors.decode()
     assert f"task 'asks' in project '{project_id}': done" in rest.decode()
+
+
+async def test_run_prints_the_approval_as_asked_and_the_printed_command_answers_it(
+    project_id: str, tmp_path: Path
+) -> None:
+    """An approval request is printed as it is asked (the tool and what the call does) with
+    ``agent-tasks approve ... --accept --digest D``, D the first 12 characters of the call's
+    digest (computed here); that command, run as printed, accepts the call: it runs once."""
+    log = tmp_path / "mail.log"
+    arguments = {"log": str(log), "to": "ops@example.com", "subject": "deploy"}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "agent_tasks.starter", "run", "mail_once", "mail ops",
+        "--name", "mails", "--import", "tests.approval_tools", "--with-worker",
+        "--input", json.dumps({"args": arguments}), "--project", project_id, cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "COLUMNS": "400"},
+    )  # fmt: skip
+    assert process.stdout is not None
+    seen: list[str] = []
+    async with asyncio.timeout(120):
+        while (
+            not (line := (await process.stdout.readline()).decode()).lstrip().startswith("answer:")
+        ):
+            assert line, f"ended before asking: {''.join(seen)}"
+            seen.append(line)
+    assert "may it call send_mail? Sends **deploy** to `ops@example.com`" in "".join(seen)
+    assert effects(log) == []  # asked before it ran
+    words = shlex.split(line.split("answer:", 1)[1].split("(or", 1)[0])
+    assert words[:5] == ["agent-tasks", "approve", "mails", words[3], "--accept"]
+    assert words[3].startswith("approve")  # the request's id, as the task named it
+    key = f"{task_workflow_id(project_id, 'mails')}/mail/1"
+    digest = expected_digest("send_mail", arguments, key)
+    assert words[5:] == ["--digest", digest[:12], "--project", project_id]
+    answered = await cli(*words[1:])
+    assert answered.returncode == 0, said(answered)
+    async with asyncio.timeout(120):
+        rest, errors = await process.communicate()
+    assert process.returncode == 0, rest.decode() + errors.decode()
+    assert f"task 'mails' in project '{project_id}': done" in rest.decode()
+    assert effects(log) == [f"{key} mail ops@example.com deploy x1"]
 
 
 async def test_run_of_an_agent_that_never_asks_prints_no_answer_hint(project_id: str) -> None:
