@@ -15,16 +15,16 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from agent_tasks.contract import AgentSpec, StepState, TaskStatus
+from agent_tasks.contract import AgentSpec, EventKind, ModelSpec, StepState, TaskStatus
 from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.starter.importer import all_steps
+from agent_tasks.starter.importer import all_events, all_steps
 from agent_tasks.taskgraph.graph import TaskGraph
 from agent_tasks.worker import build_worker
-from tests.agent_tools import SCRIPTS, TOOLS
+from tests.agent_tools import SCRIPTS, TOOLS, answer, calls
 from tests.conftest import eventually
 from tests.http_tools import HTTP_TOOLS, EffectServer, Mode
 from tests.servers import served
-from tests.workflows.conftest import ROOT
+from tests.workflows.conftest import ROOT, script
 
 
 def http_once(tool: str, url: str, mode: Mode) -> AgentSpec:
@@ -101,6 +101,49 @@ async def test_a_call_killed_after_the_server_took_it_is_unknown_and_a_retry_sen
     assert done.result is not None and f'"key":"{key}"' in done.result.text
     assert (api.requests, api.effects) == ({key: 2}, {key: 1})
     assert (steps["charge"].state, steps["charge"].idempotency_key) == (StepState.COMPLETED, key)
+
+
+async def test_a_continue_never_sends_the_interrupted_call_and_a_call_made_again_has_a_new_key(
+    client: Client, graph: TaskGraph, project_id: str
+) -> None:
+    """The loop's charge is cancelled after the server performed it and before the answer came
+    back (the step ends ``unknown``, the turn interrupted after its tools ran). ``continue``
+    asks the model again with that call closed and never sends it again: its key reaches the
+    server once. A model that makes the same call again makes a new call, a new step with its
+    own key (``continue_task``: the model decides), so an API that deduplicates by key performs
+    it a second time; only ``retry`` sends the unknown call's key again (the test above)."""
+    history = history_of(client, graph, project_id)
+    api = EffectServer()
+    async with served(api.app) as url, http_worker(client, graph, history.task_queue):
+        charge = {"url": f"{url}/charge", "amount": 42, "mode": "hold"}
+        turns = [calls(("http_charge", charge)), calls(("http_charge", charge)), answer("paid")]
+        loop = AgentSpec(
+            tools=["http_charge"], model=ModelSpec(provider="scripted", model="from-goal")
+        )
+        assert (await history.create_task("t", script(*turns), agent=loop)).recorded
+
+        async def charged() -> bool:
+            return sum(api.effects.values()) == 1
+
+        await eventually(charged, within=60)
+        assert (await history.cancel_task("t")).recorded
+        assert (await ended(history)).status is TaskStatus.CANCELLED
+        api.released.set()  # the held answer is no one's now; a new request is answered at once
+        assert await history.has_interrupted_turn("t")
+        assert (await history.continue_task("t")).recorded
+        done = await ended(history)
+        steps = await all_steps(history, "t")
+        events = await all_events(history, "t")
+    assert done.status is TaskStatus.DONE and done.result is not None
+    assert done.result.text == "paid"
+    by_state = {s.state: s for s in steps}
+    assert len(steps) == 2 and set(by_state) == {StepState.UNKNOWN, StepState.COMPLETED}
+    first, again = by_state[StepState.UNKNOWN], by_state[StepState.COMPLETED]
+    assert first.idempotency_key != again.idempotency_key
+    assert first.idempotency_key.startswith(history.workflow_id("t") + "/")
+    assert sum(e.kind is EventKind.TOOL_CALL for e in events) == 2
+    assert api.requests == {first.idempotency_key: 1, again.idempotency_key: 1}
+    assert api.effects == {first.idempotency_key: 1, again.idempotency_key: 1}
 
 
 async def test_a_503_is_retried_after_its_retry_after_with_the_same_key(
