@@ -11,9 +11,10 @@ import pytest
 from playwright.async_api import expect
 
 from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.workflows.agents.approvals import IGNORED
 from tests.approval_tools import approval_spec, effects, goal
 from tests.page.conftest import Person
-from tests.page.test_page import item
+from tests.page.test_page import error_of, item
 
 
 async def test_the_page_shows_the_digest_the_expiry_and_the_approvals_so_far(
@@ -54,3 +55,38 @@ async def test_the_page_shows_the_digest_the_expiry_and_the_approvals_so_far(
     assert done is not None and done.result is not None
     assert done.result.text == "the tools said: wired 500"
     assert effects(log) == [f"{request.approval.idempotency_key} wire 500"]
+
+
+async def test_an_ignore_with_a_blank_reason_is_refused_under_its_field_and_not_sent(
+    ann: Person, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reason of white space only is refused as ``agent-tasks approve --ignore --reason``
+    refuses it: an error under the field, nothing sent (the request stays open; the one
+    decision the task records is the later one, whose reason the model reads)."""
+    monkeypatch.chdir(tmp_path)  # the tool's log by relative name
+    inbox = await ann.sign_in()
+    log = tmp_path / "mail.log"
+    call = ("send_mail", {"log": log.name, "to": "ops@example.com", "subject": "blank"})
+    assert (await ann.history.create_task("blank", goal(call), agent=approval_spec())).recorded
+    card = await item(inbox, "blank")
+    await card.get_by_role("button", name="Ignore…").click()
+    reason = card.get_by_label("Why not run it (optional, for the model)")
+    await reason.fill("  \n\t ")
+    await card.get_by_role("button", name="Ignore the call").click()
+    await expect(error_of(reason)).to_have_text("an empty reason: leave the field empty or say why")
+    await expect(reason).to_have_attribute("aria-invalid", "true")
+    await expect(card.get_by_role("status")).to_have_text("")  # nothing was sent
+    view = (await ann.history.get_task("blank")).view
+    assert view is not None and len(view.pending_inputs) == 1
+
+    await reason.fill("frozen today")
+    await card.get_by_role("button", name="Ignore the call").click()
+    done = await ann.history.wait_task("blank")
+    assert done is not None and done.result is not None
+    assert done.result.text == f"the tools said: {IGNORED}; their reason: frozen today"
+    decisions = [
+        e for e in (await ann.history.list_events("blank", limit=200)).events
+        if e.kind.value == "decision"
+    ]  # fmt: skip
+    assert len(decisions) == 1 and "ignored the call" in decisions[0].payload
+    assert effects(log) == []

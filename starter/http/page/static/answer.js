@@ -1,7 +1,7 @@
 // One open question or approval with its answer form (the inbox and the task page show these).
 
 import { api, el, message, requestId, taskPage, taskPath, when } from "./app.js";
-import { refusalAt, schemaForm } from "./form.js";
+import { fieldId, refusalAt, schemaForm } from "./form.js";
 import { howToAnswer } from "./how.js";
 
 /** Send `answer` to the request; show the task's refusal with `showErrors` (`strip`: the part
@@ -72,13 +72,20 @@ export function inboxItem(item, { withTask = true } = {}) {
   const instead = () => show(answerForm({ type: "string", minLength: 1, title: "The tool's result, for the model" },
     schema, undefined, "Result", "Send instead of running", item, status, (text) => bound({ type: "answer", text }), "text"));
   const ignore = () => {
-    // the reason is optional: sent, the model reads it after "the tool was not run"
-    const reason = el("textarea", { name: "reason", rows: 2 });
-    show(el("form", { class: "answer", onsubmit: async (e) => {
+    // the reason is optional: sent, the model reads it after "the tool was not run"; one of
+    // white space only is refused as the CLI refuses it (--reason), never sent as no reason
+    const id = fieldId();
+    const reason = el("textarea", { id, name: "reason", rows: 2, "aria-describedby": `${id}-error` });
+    const error = el("span", { class: "error", id: `${id}-error`, role: "alert" });
+    show(el("form", { class: "answer", novalidate: true, onsubmit: async (e) => {
       e.preventDefault();
       const text = reason.value.trim();
+      const blank = reason.value !== "" && !text;
+      error.textContent = blank ? "an empty reason: leave the field empty or say why" : "";
+      if (blank) { reason.setAttribute("aria-invalid", "true"); reason.focus(); return; }
+      reason.removeAttribute("aria-invalid");
       await send(item, bound(text ? { type: "ignore", text } : { type: "ignore" }), () => {}, status);
-    } }, el("label", {}, "Why not run it (optional, for the model)", reason),
+    } }, el("div", { class: "field" }, el("label", { for: id }, "Why not run it (optional, for the model)"), reason, error),
     el("button", { type: "submit", class: "primary" }, "Ignore the call")));
   };
   li.append(header, description,

@@ -10,7 +10,8 @@
 import { el } from "./app.js";
 
 let counter = 0;
-const fieldId = () => `f${++counter}`;
+/** A new id for a field of the page (its error's id is `${id}-error`). */
+export const fieldId = () => `f${++counter}`;
 const EMPTY = Symbol("empty");
 
 /** The schema `$ref` points at, in `root` (`#/$defs/X`, `#/definitions/X`, `#`). */
