@@ -36,7 +36,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
@@ -279,3 +280,23 @@ class Subscriber:
     async def close(self) -> None:
         """Close the pub/sub connection."""
         await self.pubsub.aclose()  # type: ignore[no-untyped-call]
+
+
+@asynccontextmanager
+async def open_broker(url: str) -> AsyncIterator[Broker | None]:
+    """The broker at ``url`` (``AGENT_TASKS_BROKER_URL``, ``Settings.broker_url``), closed on
+    exit; None when ``url`` is empty (no broker: no tokens, and streams read the tasks every
+    ``STREAM_POLL_S``). Connects lazily: an unreachable broker fails nothing here, a publish
+    to it is dropped (``Broker.publish``).
+
+    Usage, for a worker of one's own whose page and streams should hear of new events at once::
+
+        async with open_broker(settings.broker_url) as broker:
+            plugin = AgentTasksWorkerPlugin(graph, broker=broker)
+    """
+    broker = Broker(url) if url else None
+    try:
+        yield broker
+    finally:
+        if broker is not None:
+            await broker.close()

@@ -50,7 +50,7 @@ from agent_tasks.activities.mcp import McpActivities
 from agent_tasks.activities.mirror import MirrorActivities
 from agent_tasks.activities.model import ModelActivities, Script
 from agent_tasks.activities.tools import Tool, ToolActivities
-from agent_tasks.broker import Broker
+from agent_tasks.broker import Broker, open_broker
 from agent_tasks.codec import ZlibCodec
 from agent_tasks.config import Settings, connect, release_runtime
 from agent_tasks.contract.search import SEARCH_ATTRIBUTE_KEYS
@@ -166,16 +166,14 @@ async def open_services(
     """
     settings = settings or Settings()
     client = client or await connect(settings)
-    broker = Broker(settings.broker_url) if settings.broker_url else None
     try:
-        if not with_graph:
-            yield Services(settings, client, None, broker)
-            return
-        async with open_graph(settings, schema=schema) as graph:
-            yield Services(settings, client, graph, broker)
+        async with open_broker(settings.broker_url) as broker:
+            if not with_graph:
+                yield Services(settings, client, None, broker)
+                return
+            async with open_graph(settings, schema=schema) as graph:
+                yield Services(settings, client, graph, broker)
     finally:
-        if broker is not None:
-            await broker.close()
         await release_runtime()
 
 

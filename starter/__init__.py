@@ -8,7 +8,8 @@
   ``HistoryRetention`` (redaction, deletion), ``connect`` and ``Settings``, the Temporal
   plugins (``AgentTasksPlugin`` for a client, ``AgentTasksWorkerPlugin`` for a worker) and
   ``DATA_CONVERTER``; the worker's bootstrap (``build_worker``, ``open_graph``,
-  ``open_services``); the graph store's factory (``build_graph_store``: Neo4j or FalkorDB).
+  ``open_services``, ``open_broker``); the graph store's factory (``build_graph_store``:
+  Neo4j or FalkorDB).
 - Results and rows: ``WriteResult`` and the other ``*Result`` types, ``TaskView``, ``Event``,
   ``StepView``, the Neo4j rows (``TaskRow``, ``EventRow``, ``StepRow``, ``DecisionRow``,
   ``TreeRow``, ``ToolFailures``).
@@ -28,9 +29,10 @@ Importing ``starter`` (or ``starter.client``) loads the client SDK alone: no wor
 activity, worker, server or graph driver module. The agent API (``agent``, ``AgentContext`` and
 the agent code's errors), the tools and scripted models, and the worker's bootstrap
 (``build_worker``, ``build_graph_store``, ``open_graph``, ``open_services``,
-``AgentTasksWorkerPlugin``, which load the driver) are served from their own modules when first
-used (``_SERVED``); the reads that need the graph store take a ``taskgraph.port.GraphStore``
-(``build_graph_store`` or ``open_graph`` makes one, loading its store's driver then).
+``AgentTasksWorkerPlugin``, which load the driver, and ``open_broker``) are served from their
+own modules when first used (``_SERVED``); the reads that need the graph store take a
+``taskgraph.port.GraphStore`` (``build_graph_store`` or ``open_graph`` makes one, loading its
+store's driver then).
 """
 
 from __future__ import annotations
@@ -97,6 +99,7 @@ if TYPE_CHECKING:
     from agent_tasks.activities.http_tool import http_call
     from agent_tasks.activities.model import Script, ScriptedModel
     from agent_tasks.activities.tools import Tool, ToolContext, tool
+    from agent_tasks.broker import open_broker
     from agent_tasks.worker import (
         AgentTasksWorkerPlugin,
         build_graph_store,
@@ -119,6 +122,7 @@ _SERVED: dict[str, str] = {
     **dict.fromkeys(("Script", "ScriptedModel"), "agent_tasks.activities.model"),
     **dict.fromkeys(("Tool", "ToolContext", "tool"), "agent_tasks.activities.tools"),
     "http_call": "agent_tasks.activities.http_tool",
+    "open_broker": "agent_tasks.broker",
     **dict.fromkeys(
         (
             "AgentContext",
@@ -224,6 +228,7 @@ __all__ = [
     "build_worker",
     "connect",
     "http_call",
+    "open_broker",
     "open_graph",
     "open_services",
     "tool",

@@ -16,6 +16,8 @@ from pydantic import ValidationError
 
 from agent_tasks.activities.files import file_tools
 from agent_tasks.activities.tools import Tool
+from agent_tasks.broker import open_broker
+from agent_tasks.config import Settings
 from agent_tasks.contract import AgentSpec, ApprovalType, ModelSpec, StepView, TaskView
 from agent_tasks.contract.waits import answer_error
 from agent_tasks.starter.cli.asking import print_questions
@@ -140,9 +142,15 @@ def run_command(
         ):
             if local_tools is not None:
                 assert history.graph is not None
+                # the broker, so the page and the streams hear of this worker's events at once
+                broker = await stack.enter_async_context(open_broker(Settings().broker_url))
                 await stack.enter_async_context(
                     build_worker(
-                        history.client, history.graph, history.task_queue, tools=local_tools
+                        history.client,
+                        history.graph,
+                        history.task_queue,
+                        tools=local_tools,
+                        broker=broker,
                     )
                 )
             created = await history.create_task(task, goal, agent=spec)

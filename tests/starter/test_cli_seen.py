@@ -1,9 +1,9 @@
-"""What a person sees at the terminal: ``run`` prints each question as it is asked with the
-command that answers it (and no such hint for an agent that never asks); ``task list`` is a
-table of status, agent, created and the whole name in name order, said in its help, with
-``--json``; names to copy are never cut; failed tools count ``bash`` and ``Bash`` as one;
-``--help`` shows flags without a type; an unreachable graph store fails at once naming its
-address and the setting."""
+"""What a person sees at the terminal: ``run`` prints each question and approval as it is
+asked with the command that answers it (and no such hint for an agent that never asks);
+``task list`` is a table of status, agent, created and the whole name in name order, said
+in its help, with ``--json``; names to copy are never cut; failed tools count ``bash`` and
+``Bash`` as one; ``--help`` shows flags without a type; an unreachable graph store fails at
+once naming its address and the setting."""
 
 from __future__ import annotations
 
@@ -66,6 +66,44 @@ async def test_run_prints_the_question_as_asked_and_the_printed_command_answers_
         rest, errors = await process.communicate()
     assert process.returncode == 0, rest.decode() + errors.decode()
     assert f"task 'asks' in project '{project_id}': done" in rest.decode()
+
+
+async def test_run_with_worker_tells_the_page_of_its_events_through_the_broker(
+    project_id: str,
+) -> None:
+    """A newcomer's walkthrough: the inbox showed a question asked by ``run --with-worker``
+    about 30 s late (its next read of the tasks), since that worker had no broker and sent the
+    page no word. Its mirror now publishes each task's ``written`` word on the project's
+    channel, as ``agent-tasks worker`` and ``serve`` do."""
+    from redis.asyncio import Redis
+
+    from agent_tasks.broker import WrittenMessage, project_channel
+    from agent_tasks.config import Settings
+
+    redis = Redis.from_url(Settings().broker_url)
+    pubsub = redis.pubsub()
+    await pubsub.subscribe(project_channel(project_id))
+    schema = json.dumps({"schema": {"type": "boolean"}})
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "agent_tasks.starter", "run", "ask_schema", "deploy it",
+        "--name", "heard", "--import", "tests.agent_tools", "--with-worker", "--input", schema,
+        "--project", project_id, cwd=ROOT, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    words: list[WrittenMessage] = []
+    try:
+        async with asyncio.timeout(120):
+            while not any(w.task == "heard" and w.status == "awaiting_input" for w in words):
+                message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+                if message is not None:
+                    words.append(WrittenMessage.model_validate_json(message["data"]))
+    finally:
+        process.kill()
+        await process.wait()
+        await pubsub.aclose()
+        await redis.aclose()
+    seqs = [w.seq for w in words if w.task == "heard"]
+    assert seqs == sorted(seqs) and seqs[0] >= 1, words
 
 
 async def test_run_prints_the_approval_as_asked_and_the_printed_command_answers_it(
