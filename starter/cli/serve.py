@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import urllib.request
 from typing import Annotated
 
@@ -40,9 +41,14 @@ def serve_command(
     run(serve(host=host, port=port, with_worker=with_worker, graceful_timeout_s=graceful_timeout))
 
 
-def page_command() -> None:
-    """Print the page's address (``AGENT_TASKS_HTTP_HOST``:``AGENT_TASKS_HTTP_PORT``/ui/) and
-    whether it is served there now; exit 0 either way."""
+def page_command(
+    project: Annotated[
+        str, typer.Option(help="The project whose key signs in (named in the hint).")
+    ] = "default",
+) -> None:
+    """Print the page's address (``AGENT_TASKS_HTTP_HOST``:``AGENT_TASKS_HTTP_PORT``/ui/),
+    whether it is served there now, and the command that makes a key of PROJECT to sign in
+    with; exit 0 either way."""
     settings = Settings()
     host = "127.0.0.1" if settings.http_host in ("0.0.0.0", "::") else settings.http_host
     base = f"http://{host}:{settings.http_port}"
@@ -52,7 +58,8 @@ def page_command() -> None:
     except OSError:  # refused, timed out, or an HTTP error (URLError, HTTPError)
         served = False
     state = "served" if served else "not served now: agent-tasks serve --with-worker"
-    print(f"The page: {base}/ui/ ({state}; sign in with a key of agent-tasks keys create)")
+    keys = f"agent-tasks keys create --project {shlex.quote(project)} --name page"
+    print(f"The page: {base}/ui/ ({state}; sign in with a key of {keys})")
 
 
 def _row(key: ApiKey) -> str:

@@ -249,3 +249,17 @@ async def test_an_unreachable_graph_store_fails_at_once_naming_its_address_and_s
     assert falkor.returncode == 3, said(falkor)
     assert f"FalkorDB at 127.0.0.1:{port}, AGENT_TASKS_FALKORDB_URL" in said(falkor)
     assert "secret" not in said(falkor)
+
+
+async def test_page_names_the_command_that_makes_a_key_of_its_project(project_id: str) -> None:
+    """``page`` (the last line of ``./run main``) said "a key of agent-tasks keys create",
+    which refuses to run without ``--project``; it names the project, and the command as
+    printed makes a key of it."""
+    shown = await cli("page", "--project", project_id)
+    assert shown.returncode == 0, said(shown)
+    command = shlex.split(said(shown).split("sign in with a key of ", 1)[1].rstrip(")"))
+    assert command[:3] == ["agent-tasks", "keys", "create"]
+    made = await cli(*command[1:])
+    assert made.returncode == 0, said(made)
+    listed = await cli("keys", "list", "--project", project_id)
+    assert listed.returncode == 0 and f"{project_id}  page" in listed.stdout, said(listed)
