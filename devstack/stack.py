@@ -331,7 +331,9 @@ async def down(settings: Settings | None = None, *, timeout_s: float = 60.0) -> 
         timeout_s: seconds to wait for each clean exit before SIGKILL.
 
     Returns:
-        ``[temporal, neo4j]`` (and ``broker`` when configured) as :class:`ServiceStatus`:
+        ``[temporal, neo4j]`` (``neo4j`` when it is the graph store or a Neo4j of this data
+        folder still runs; then ``broker`` and ``falkordb`` when configured) as
+        :class:`ServiceStatus`:
         ``pid`` is the stopped process, or None when there was none; ``answering`` is False
         for a stopped one and for a quiet address, True for one left running.
 
@@ -342,8 +344,10 @@ async def down(settings: Settings | None = None, *, timeout_s: float = 60.0) -> 
     servers: list[tuple[str, str, ManagedProcess]] = [
         ("temporal", s.temporal.address,
          TemporalDevServer(s.data_dir, parse_host_port(s.temporal.address, 7233)[1])),
-        ("neo4j", s.neo4j_uri, Neo4jServer(s.data_dir, parse_host_port(s.neo4j_uri, 7687)[1])),
     ]  # fmt: skip
+    neo = Neo4jServer(s.data_dir, parse_host_port(s.neo4j_uri, 7687)[1])
+    if s.graph == "neo4j" or neo.running_pid() is not None:  # one `up` started before a switch
+        servers.append(("neo4j", s.neo4j_uri, neo))
     servers += [(name, _shown(url), server) for name, url, server in _redis_servers(s)]
 
     async def stop_one(name: str, address: str, server: ManagedProcess) -> ServiceStatus:

@@ -52,7 +52,7 @@ async def test_dev_up_starts_falkordb_when_it_is_the_graph_store(
         ]
     finally:
         stopped = await devstack.down(local)
-    assert [(s.name, s.pid) for s in stopped if s.pid is not None] == [("falkordb", falkordb.pid)]
+    assert [(s.name, s.pid) for s in stopped] == [("temporal", None), ("falkordb", falkordb.pid)]
     assert not port_is_open(BIND_HOST, port)
 
 
