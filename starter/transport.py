@@ -306,7 +306,8 @@ class Transport:
         while True:
             try:
                 outcome = await self.call(
-                    lambda: handle.execute_update(update, input, result_type=WriteOutcome)
+                    lambda: handle.execute_update(update, input, result_type=WriteOutcome),
+                    handle.id,  # no answer in time names the task's own queue, not ours
                 )
             except WorkflowUpdateFailedError as err:
                 if _resend(err) and loop.time() < deadline:

@@ -396,8 +396,8 @@ async def test_a_read_with_no_worker_names_the_task_queue_the_task_runs_on(
     client: Client, graph: TaskGraph, project_id: str
 ) -> None:
     """A task that runs on a task queue of its own (as ``run --with-worker`` starts one),
-    read by a client whose default is another queue once that worker is gone: the error
-    names the task's queue, not the client's."""
+    read or written by a client whose default is another queue once that worker is gone: the
+    error names the task's queue, not the client's."""
     own = f"own-{uuid.uuid4().hex[:8]}"
     writer = ConversationHistory(client, project_id, "a", task_queue=own, timeout_s=3)
     async with build_worker(client, graph, own):
@@ -405,6 +405,11 @@ async def test_a_read_with_no_worker_names_the_task_queue_the_task_runs_on(
     reader = ConversationHistory(client, project_id, "a", task_queue="elsewhere", timeout_s=3)
     with pytest.raises(TaskServiceUnavailable) as raised:
         await reader.get_task("t")
+    assert f"task queue {own!r}" in str(raised.value) and "elsewhere" not in str(raised.value)
+    # a write, as an answer from `agent-tasks input` is, names it too (a newcomer's answer to
+    # a task of `run --with-worker` named the CLI's default queue, where nothing ran)
+    with pytest.raises(TaskServiceUnavailable) as raised:
+        await reader.record_event("t", "message", "late")
     assert f"task queue {own!r}" in str(raised.value) and "elsewhere" not in str(raised.value)
     await client.get_workflow_handle(reader.workflow_id("t")).terminate("test cleanup")
 
