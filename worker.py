@@ -327,6 +327,8 @@ class AgentTasksWorkerPlugin(SimplePlugin):
         self.tools = file_tools(Path.cwd()) if tools is None else list(tools)
         self.scripts = {**DEMO_SCRIPTS, **(scripts or {})}
         self.mcp_headers = mcp_headers
+        self.mcp: McpActivities | None = None
+        """The worker's MCP activities (set when its activities are configured)."""
 
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
         """Add the workflow, the runner's passthroughs and the activities, built for the
@@ -354,15 +356,34 @@ class AgentTasksWorkerPlugin(SimplePlugin):
             mine: list[Callable[..., Any]] = [mirror.mirror_task, model.model_turn]
             mine += [children.child_ends, branch.branch_events, branch.branch_reuse]
             mine += steps.activities()
-            mine += McpActivities(steps.arguments, self.mcp_headers).activities()
+            self.mcp = McpActivities(steps.arguments, self.mcp_headers)
+            mine += self.mcp.activities()
             config["activities"] = [*config.get("activities", ()), *mine]
         return super().configure_worker(config)
 
     async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
-        """Run ``worker`` with its workflow tasks applying each activation as one batch."""
+        """Run ``worker`` with its workflow tasks applying each activation as one batch; a
+        worker of activities runs beside it a worker on its own stateful MCP sessions' task
+        queue (``McpActivities.session_queue``), and closes the sessions it holds when it
+        stops."""
         if self.run_workflows:
             apply_jobs_as_one_batch(worker)
-        await next(worker)
+        if self.mcp is None:
+            await next(worker)
+            return
+        sessions = Worker(
+            worker.client,
+            task_queue=self.mcp.session_queue,
+            activities=self.mcp.session_activities(),
+            graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
+            default_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
+            max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
+        )
+        try:
+            async with sessions:
+                await next(worker)
+        finally:
+            await self.mcp.close_sessions()
 
 
 def build_worker(

@@ -25,15 +25,24 @@ each an activity (``AgentSpec.mcp_servers``; docs/mcp.md).
   ``asyncio.CancelledError``, which cancels the SDK's request, and the SDK sends the server
   ``notifications/cancelled`` for it before the session closes.
 
-Sessions are stateless: one per call (a stdio server is started for each call and stopped after
-it; an HTTP session is opened and deleted). A stateful session held by one worker for a run is
-not built.
+Sessions: a server is stateless by default, a session per listing and per call (a stdio server
+is started for each call and stopped after it; an HTTP session is opened and deleted). A
+``stateful`` server has one session for a run of the agent (``McpSessions``, docs/mcp.md):
+``MCP_OPEN_ACTIVITY`` opens it on the worker that takes it, which holds it by (workflow run,
+server name) and answers with ``session_queue``, a task queue of its own on which it runs the
+run's listing, calls and the close (``session_activities``). Over HTTP the session's requests
+carry no ``Idempotency-Key`` header (the session's client is opened once); the ``_meta`` key
+still goes with every call.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import os
+import socket
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, cast
@@ -48,7 +57,10 @@ from agent_tasks.activities.tools import output
 from agent_tasks.contract import McpCall, McpServer, ToolInput, ToolOutput, bound_text
 from agent_tasks.workflows.agents.registry import (
     MCP_CALL_ACTIVITY,
+    MCP_CLOSE_ACTIVITY,
     MCP_LIST_ACTIVITY,
+    MCP_OPEN_ACTIVITY,
+    MCP_SESSION_LOST,
     OUTCOME_UNKNOWN,
     TOOL_ARGUMENTS_INVALID,
     ToolSpec,
@@ -58,6 +70,8 @@ from agent_tasks.workflows.agents.registry import (
 if TYPE_CHECKING:  # the SDK (and the OpenTelemetry it loads) is imported by the calls only
     from mcp import Client
     from mcp.types import CallToolResult, RequestParamsMeta, Tool
+
+_log = logging.getLogger(__name__)
 
 IDEMPOTENCY_META = "idempotency_key"
 """The key of a call's ``_meta`` that carries the step's idempotency key
@@ -164,6 +178,21 @@ def _unknown(name: str, err: Exception) -> ApplicationError:
     )
 
 
+def _run_key(server_name: str) -> tuple[str, str]:
+    """The key of a session: the activity's workflow run id and the server's name."""
+    return activity.info().workflow_run_id or "", server_name
+
+
+class _Held:
+    """A stateful server's session, held open by a task of its own (the MCP SDK's client is
+    entered and left in one task) until ``closing`` is set or the session ends."""
+
+    def __init__(self) -> None:
+        self.client: asyncio.Future[Client] = asyncio.get_running_loop().create_future()
+        self.closing = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+
 class McpActivities:
     """The activities of MCP servers' tools: the listing and the call.
 
@@ -181,10 +210,104 @@ class McpActivities:
     ) -> None:
         self.arguments = arguments
         self.headers = {name: dict(values) for name, values in (headers or {}).items()}
+        self.session_queue = f"mcp-sessions@{socket.gethostname()}:{os.getpid()}:{uuid.uuid4()}"
+        """The task queue of this worker's stateful sessions: unique to it (a queue nobody
+        else polls), polled by ``session_activities`` on a worker of its own."""
+        self._held: dict[tuple[str, str], _Held] = {}
+        """Open stateful sessions by (workflow run id, server name)."""
 
     def activities(self) -> list[Callable[..., Any]]:
-        """The activity functions to register on the worker."""
-        return [self.list_tools, self.call_tool]
+        """The activity functions to register on the worker's task queue."""
+        return [self.list_tools, self.call_tool, self.open_session]
+
+    def session_activities(self) -> list[Callable[..., Any]]:
+        """The activity functions to register on ``session_queue``."""
+        return [self.list_tools, self.call_tool, self.close_session]
+
+    @activity.defn(name=MCP_OPEN_ACTIVITY)
+    async def open_session(self, server: McpServer) -> str:
+        """Open ``server``'s session for the activity's workflow run (kept open if this worker
+        holds one already) and return ``session_queue``, where its listing, calls and close
+        are then scheduled.
+
+        Raises:
+            ApplicationError: ``McpServerUnavailable`` (retried: the server did not start or
+                could not be reached within the attempt's start-to-close timeout),
+                ``McpServerRefused`` (not retried).
+        """
+        key = _run_key(server.name)
+        if key not in self._held:
+            held = self._held[key] = _Held()
+            held.task = asyncio.create_task(self._hold(key, held, server))
+        bound = activity.info().start_to_close_timeout
+        within_s = bound.total_seconds() if bound else None
+        try:
+            async with asyncio.timeout(within_s):
+                await asyncio.shield(self._held[key].client)
+        except ApplicationError:
+            raise
+        except Exception as err:
+            await self._close(key)
+            causes = "; ".join(repr(leaf) for leaf in _leaves(err))
+            raise ApplicationError(
+                f"MCP server {server.name!r} cannot open a session: {causes[:1_000]}",
+                type=MCP_SERVER_UNAVAILABLE,
+            ) from err
+        return self.session_queue
+
+    async def _hold(self, key: tuple[str, str], held: _Held, server: McpServer) -> None:
+        try:
+            async with self.session(server, None) as client:
+                held.client.set_result(client)
+                await held.closing.wait()
+        except BaseException as err:
+            if not held.client.done():
+                held.client.set_exception(err)
+            if not isinstance(err, Exception):
+                raise
+            _log.warning("MCP session %r ended: %r", key, err)
+        finally:
+            if self._held.get(key) is held:
+                del self._held[key]
+
+    @activity.defn(name=MCP_CLOSE_ACTIVITY)
+    async def close_session(self, server_name: str) -> None:
+        """Close the activity's workflow run's session of the server ``server_name`` (none
+        open: nothing to do)."""
+        await self._close(_run_key(server_name))
+
+    async def _close(self, key: tuple[str, str]) -> None:
+        held = self._held.pop(key, None)
+        if held is not None and held.task is not None:
+            held.closing.set()
+            await asyncio.wait([held.task])
+
+    async def close_sessions(self) -> None:
+        """Close every session this worker holds (when it stops)."""
+        for key in list(self._held):
+            await self._close(key)
+
+    @asynccontextmanager
+    async def client(self, server: McpServer, key: str | None) -> AsyncIterator[Client]:
+        """The client a listing or call of ``server`` uses: a new ``session``, or for a
+        stateful server the one this worker holds for the activity's workflow run.
+
+        Raises:
+            ApplicationError: ``McpSessionLost`` (not retried): this worker holds no session
+                for the run (it ended, or the server closed it).
+        """
+        if not server.stateful:
+            async with self.session(server, key) as client:
+                yield client
+            return
+        held = self._held.get(_run_key(server.name))
+        if held is None or not held.client.done() or held.client.exception() is not None:
+            raise ApplicationError(
+                f"this worker holds no session of MCP server {server.name!r} for the run",
+                type=MCP_SESSION_LOST,
+                non_retryable=True,
+            )
+        yield held.client.result()
 
     @asynccontextmanager
     async def session(self, server: McpServer, key: str | None) -> AsyncIterator[Client]:
@@ -240,7 +363,7 @@ class McpActivities:
         bound = activity.info().start_to_close_timeout
         within_s = bound.total_seconds() if bound else None
         try:
-            async with asyncio.timeout(within_s), self.session(server, None) as client:
+            async with asyncio.timeout(within_s), self.client(server, None) as client:
                 cursor: str | None = None
                 while True:
                     page = await client.list_tools(cursor=cursor)
@@ -319,7 +442,7 @@ class McpActivities:
         name = f"{call.tool!r} of MCP server {call.server.name!r}"
         sent = False
         try:
-            async with self.session(call.server, input.idempotency_key) as client:
+            async with self.client(call.server, input.idempotency_key) as client:
                 sent = True
                 result = await client.call_tool(
                     call.tool,

@@ -64,7 +64,8 @@ class McpServer(_Spec):
     name: Annotated[StrictStr, Field(min_length=1, max_length=32, pattern=r"^[A-Za-z0-9\-]+$")]
     """The server's name in this spec: the prefix of its tools' names (``{name}_{tool}``)."""
     command: Annotated[StrictStr, Field(min_length=1, max_length=1_000)] | None = None
-    """stdio: the program the worker starts for each call (one session per call)."""
+    """stdio: the program the worker starts for each call (one session per call), or once
+    for a run of the agent when ``stateful``."""
     args: list[Annotated[StrictStr, Field(max_length=1_000)]] = Field(
         default_factory=list, max_length=64
     )
@@ -97,6 +98,12 @@ class McpServer(_Spec):
     reaches the call (and the server, as ``notifications/cancelled``) within about a second."""
     max_attempts: int = Field(default=3, ge=1)
     """Attempts of an idempotent tool's call."""
+    stateful: bool = Field(default=False, exclude_if=lambda value: not value)
+    """One session for a run of the agent (docs/mcp.md, "Sessions"): opened by the run's first
+    use of the server, held by the worker that opened it, its listing and calls run on that
+    worker's own task queue, closed when the agent's run ends. A worker that dies takes the
+    session (and the server's state) with it: the next call fails ``McpSessionLost`` and the
+    one after opens a new session. False (left out of the JSON): a session per call."""
 
     @model_validator(mode="after")
     def _one_transport(self) -> McpServer:

@@ -1587,6 +1587,32 @@ async def mcp_scenario(stack: Stack) -> Captured:
             return {"mcp_call": await fetch(history, "mcp")}
 
 
+async def mcp_stateful_scenario(stack: Stack) -> Captured:
+    """A stateful MCP server (``McpServer.stateful``, over stdio): the tool loop with a scripted
+    model calling ``bill_tally`` twice: ``mcp_open_session`` on the task's queue, the listing,
+    both calls and ``mcp_close_session`` on the session's worker's queue, the counter 1 then 2
+    (one session for the run)."""
+    from agent_tasks.contract import AgentSpec, McpServer, ModelSpec
+    from tests.agent_tools import SCRIPTS, answer, calls
+
+    queue = f"capture-mcp-stateful-{uuid.uuid4().hex[:8]}"
+    history = stack.history("mcp")
+    history.task_queue = queue
+    args = ["-m", "tests.mcp_server", "/dev/null", "stdio"]
+    server = McpServer(name="bill", command=sys.executable, args=args, stateful=True)
+    spec = AgentSpec(mcp_servers=[server], model=ModelSpec(provider="scripted", model="from-goal"))
+    turns = [calls(("bill_tally", {})), calls(("bill_tally", {})), answer("tallied twice")]
+    goal = json.dumps([t.model_dump(mode="json") for t in turns])
+    async with build_worker(stack.client, stack.graph, queue, scripts=SCRIPTS):
+        expect(await history.create_task("mcp-stateful", goal, agent=spec))
+        await history.wait_task("mcp-stateful")
+        page = await history.list_events("mcp-stateful")
+        texts = [e.payload for e in page.events if e.kind.value == "tool_result"]
+        if texts != ["1", "2"]:
+            raise RuntimeError(f"the stateful session's tallies are {texts}, not 1 then 2")
+        return {"mcp_stateful": await fetch(history, "mcp-stateful")}
+
+
 SCENARIOS: dict[str, Scenario] = {
     "create": Scenario(create_scenario, ("create",), "create a task (update-with-start)"),
     "writes": Scenario(writes_scenario, ("writes",), "event and step writes"),
@@ -1729,6 +1755,11 @@ SCENARIOS: dict[str, Scenario] = {
     ),
     "mcp": Scenario(
         mcp_scenario, ("mcp_call",), "an MCP server's tools listed and called as steps"
+    ),
+    "mcp_stateful": Scenario(
+        mcp_stateful_scenario,
+        ("mcp_stateful",),
+        "a stateful MCP server: one session for the run, on its worker's queue",
     ),
 }
 """Every scenario by name, in capture order."""

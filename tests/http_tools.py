@@ -7,6 +7,7 @@ the requests it got and the effects it performed."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import Counter
 from typing import Literal
 
@@ -64,6 +65,22 @@ async def http_once(ctx: AgentContext) -> str:
     if not charged.ok:
         raise RuntimeError(f"the charge is {charged.state.value}: {charged.text}")
     return charged.text
+
+
+@agent("mcp_tallies")
+async def mcp_tallies(ctx: AgentContext) -> str:
+    """Steps ``t1`` ... of the tool ``input["tool"]`` (no arguments), ``input["steps"]`` of
+    them one after the other; with ``input["ask_after"]`` = k, the question ``go`` after the
+    k-th (a test's moment to act). Returns ``[[state, text], ...]`` of the steps as JSON."""
+    tool_name, steps, ask_after = ctx.input["tool"], ctx.input["steps"], ctx.input.get("ask_after")
+    assert isinstance(tool_name, str) and isinstance(steps, int)
+    results: list[list[str]] = []
+    for n in range(1, steps + 1):
+        if n - 1 == ask_after:
+            await ctx.ask("go", "go on?")
+        outcome = await ctx.step(f"t{n}", tool_name, {})
+        results.append([outcome.state.value, outcome.text])
+    return json.dumps(results)
 
 
 class EffectServer:

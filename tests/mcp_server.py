@@ -6,7 +6,7 @@ Every request and every effect is a JSON line appended to the file LEDGER (a std
 new process per call, so the count lives in the file): ``{"event": "request" | "effect" |
 "started" | "cancelled", "tool", "key" (the call's ``_meta`` idempotency key), "header" (its
 ``Idempotency-Key`` header over HTTP), "tenant" (its ``X-Billing-Tenant`` header)}``.
-``charge`` performs its effect once per key.
+``charge`` performs its effect once per key; ``tally`` counts its calls per MCP session.
 
 Started with ``MCP_TEST_TOOLS=wide`` in its environment, the server also lists ``WIDE_TOOLS``
 tools ``wide_000`` ... of ``WIDE_DESCRIPTION_CHARS`` characters of description each, and two
@@ -20,6 +20,7 @@ import base64
 import json
 import os
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +138,20 @@ async def rpc_error(reason: str) -> str:
 async def balance(account: str) -> str:
     """A read-only answer."""
     return f"{account}: 1200 cents"
+
+
+_TALLIES: Counter[str] = Counter()
+
+
+@server.tool(description="Count this session's calls of tally.")
+async def tally(ctx: Context) -> str:
+    """How many calls of ``tally`` this MCP session has had, this one included (``1`` for
+    its first): one session across calls counts on, a session per call answers ``1``. A
+    session is the HTTP session's id (its ``Mcp-Session-Id`` header, which protocol 2026-07-28
+    no longer sends: then the server's process, as over stdio, where a process is a session)."""
+    session = (ctx.headers or {}).get("mcp-session-id", "process")
+    _TALLIES[session] += 1
+    return str(_TALLIES[session])
 
 
 @server.tool(

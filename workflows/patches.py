@@ -209,6 +209,7 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
                 "long_ids_child.json",
                 "long_ids_parent.json",
                 "mcp_call.json",
+                "mcp_stateful.json",
                 "mirror_at_once.json",
                 "mirror_follows.json",
                 "model_cancel.json",
@@ -265,6 +266,7 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
                 "children_reconciled.json",
                 "long_ids_parent.json",
                 "mcp_call.json",
+                "mcp_stateful.json",
                 "model_cancel.json",
                 "model_mistake.json",
                 "open_calls_run1.json",
@@ -301,6 +303,7 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
                 "cancel_after_end_kept.json",
                 "long_ids_parent.json",
                 "mcp_call.json",
+                "mcp_stateful.json",
                 "model_cancel.json",
                 "model_mistake.json",
                 "open_calls_run1.json",
@@ -352,6 +355,7 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
                 "long_ids_child.json",
                 "long_ids_parent.json",
                 "mcp_call.json",
+                "mcp_stateful.json",
                 "mirror_follows.json",
                 "model_cancel.json",
                 "model_mistake.json",
@@ -366,6 +370,7 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
                 "approval_bound.json",
                 "approval_ignore_reason.json",
                 "mcp_call.json",
+                "mcp_stateful.json",
                 "model_cancel.json",
                 "model_mistake.json",
                 "open_calls_run1.json",
@@ -397,7 +402,7 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
         ),
         RESUME_OPEN_CALLS: Patch(
             since=date(2026, 12, 5),
-            pinned_by=("open_calls_run1.json",),
+            pinned_by=("mcp_stateful.json", "open_calls_run1.json"),
         ),
     }
 )

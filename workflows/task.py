@@ -74,7 +74,7 @@ with workflow.unsafe.imports_passed_through():
     from agent_tasks.contract.search import TASK_STATUS
     from agent_tasks.workflows import children, inbox, lifecycle, pages, retries
     from agent_tasks.workflows.agents.context import AgentContext
-    from agent_tasks.workflows.agents.registry import agent_function, agent_tools
+    from agent_tasks.workflows.agents.registry import McpSessions, agent_function, agent_tools
     from agent_tasks.workflows.agents.runner import AgentParked
     from agent_tasks.workflows.decisions import check_citations
     from agent_tasks.workflows.ledger import Ledger
@@ -281,12 +281,18 @@ class TaskWorkflow:
                 start = "continuation"
             begin_run(ledger, start, workflow.now())
         function = agent_function(spec.name)
+        sessions = McpSessions()  # a stateful MCP server's session lives for this run
         try:
-            tools = await agent_tools(spec)
-            self.agent = AgentContext(ledger, spec, ledger.state.agent_run, tools, self)
-            if function is None:
-                raise ApplicationError(f"no agent {spec.name!r} is registered on the worker")
-            answer = await function(self.agent)
+            try:
+                tools = await agent_tools(spec, sessions)
+                self.agent = AgentContext(
+                    ledger, spec, ledger.state.agent_run, tools, self, sessions
+                )
+                if function is None:
+                    raise ApplicationError(f"no agent {spec.name!r} is registered on the worker")
+                answer = await function(self.agent)
+            finally:
+                await sessions.close()
         except AgentParked:
             return
         except asyncio.CancelledError:

@@ -969,3 +969,125 @@ def test_a_spec_refuses_two_tools_of_one_name() -> None:
         tools=["billing", "bill-charge"], mcp_servers=[bill, McpServer(name="bil", command="p")]
     )
     assert [s.name for s in spec.mcp_servers] == ["bill", "bil"]
+
+
+def _tallies(server: McpServer, steps: int, ask_after: int | None = None) -> AgentSpec:
+    """The agent ``mcp_tallies`` (``tests.http_tools``): ``steps`` calls of ``bill_tally``."""
+    args: dict[str, Any] = {"tool": "bill_tally", "steps": steps}
+    if ask_after is not None:
+        args["ask_after"] = ask_after
+    return AgentSpec(name="mcp_tallies", mcp_servers=[server], input=args)
+
+
+async def _tallied(history: ConversationHistory) -> list[list[str]]:
+    """The ``[state, text]`` of each step of the finished task ``t``."""
+    import asyncio
+
+    view = await asyncio.wait_for(history.wait_task("t"), 120)
+    assert view is not None and view.status.value == "done", view
+    assert view.result is not None
+    result: list[list[str]] = json.loads(view.result.text)
+    return result
+
+
+@pytest.mark.parametrize("stateful", [True, False])
+async def test_stateful_calls_of_a_run_share_one_session_and_stateless_ones_do_not(
+    services: Services, project_id: str, queue: str, billing: McpServer, stateful: bool
+) -> None:
+    """Two calls of the server's per-session counter in one run: a stateful server's session
+    is the run's, its listing and calls on the session's worker's queue (over stdio the server's
+    process lives for the run: 1, then 2); a stateless server opens one per call (over stdio, 1
+    and 1). Over HTTP the counter is the server process's (protocol 2026-07-28 sends no
+    session id: the server cannot tell sessions apart), so only the queues are compared. The
+    run's end closes the session (``mcp_close_session`` on its queue, completed)."""
+    import tests.http_tools  # noqa: F401  (registers the agent mcp_tallies)
+
+    assert services.graph is not None
+    server = billing.model_copy(update={"stateful": stateful})
+    history = ConversationHistory(
+        services.client, project_id, "agent-1", task_queue=queue, graph=services.graph
+    )
+    assert (await history.create_task("t", "tally", agent=_tallies(server, 2))).recorded
+    counts = ["1", "2"] if stateful else ["1", "1"]
+    tallied = await _tallied(history)
+    handle = services.client.get_workflow_handle(task_workflow_id(project_id, "t"))
+    events = (await handle.fetch_history()).events
+    scheduled = [
+        (e.activity_task_scheduled_event_attributes.activity_type.name, queue.name)
+        for e in events
+        if e.HasField("activity_task_scheduled_event_attributes")
+        for queue in [e.activity_task_scheduled_event_attributes.task_queue]
+    ]
+    on_sessions = [name for name, q in scheduled if q.startswith("mcp-sessions@")]
+    expected = ["mcp_list_tools", "mcp_call_tool", "mcp_call_tool", "mcp_close_session"]
+    assert on_sessions == (expected if stateful else []), scheduled
+    assert len({q for _, q in scheduled if q.startswith("mcp-sessions@")}) == int(stateful)
+    completed = sum(e.HasField("activity_task_completed_event_attributes") for e in events)
+    assert completed == len(scheduled)  # the close too
+    assert [state for state, _ in tallied] == ["completed", "completed"]
+    if server.command is not None:
+        assert tallied == [["completed", n] for n in counts]
+
+
+def _session_pids(events: Any) -> list[int]:
+    """The process ids in the session queues the history's activities were scheduled on, in
+    order (``McpActivities.session_queue``: ``mcp-sessions@host:pid:uuid``)."""
+    names = [
+        e.activity_task_scheduled_event_attributes.task_queue.name
+        for e in events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    return [int(n.split(":")[1]) for n in names if n.startswith("mcp-sessions@")]
+
+
+async def test_a_stateful_session_whose_worker_is_killed_is_lost_then_opened_anew(
+    services: Services, project_id: str, ledger_path: Path
+) -> None:
+    """Two workers (processes of their own); the one holding the run's session of a stateful
+    server is killed with SIGKILL after two calls (1, 2): the next call is not taken by any
+    worker within ``MCP_SESSION_START`` and fails ``McpSessionLost`` without running, and the
+    call after it opens a new session on the surviving worker (1 again)."""
+    import asyncio
+    import os
+
+    import tests.http_tools  # noqa: F401  (registers the agent mcp_tallies)
+
+    assert services.graph is not None
+    queue = f"mcp-session-{uuid.uuid4().hex[:8]}"
+    args = ["-m", "tests.mcp_server", str(ledger_path), "stdio"]
+    server = McpServer(name="bill", command=sys.executable, args=args, stateful=True)
+    history = ConversationHistory(
+        services.client, project_id, "agent-1", task_queue=queue, graph=services.graph
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "tests.agent_worker", queue]
+    quiet = asyncio.subprocess.DEVNULL
+    workers = [
+        await asyncio.create_subprocess_exec(
+            *command, cwd=ROOT, env=env, stdout=quiet, stderr=quiet
+        )
+        for _ in range(2)
+    ]
+    handle = services.client.get_workflow_handle(task_workflow_id(project_id, "t"))
+    try:
+        spec = _tallies(server, 4, ask_after=2)
+        assert (await history.create_task("t", "tally", agent=spec)).recorded
+        asked = await asyncio.wait_for(history.wait_task("t", until="awaiting_input"), 120)
+        assert asked is not None and asked.status.value == "awaiting_input"
+        (holder,) = set(_session_pids((await handle.fetch_history()).events))
+        (killed,) = [w for w in workers if w.pid == holder]
+        killed.kill()  # SIGKILL: no shutdown of any kind, the session's queue unpolled
+        await killed.wait()
+        assert (await history.submit_input("t", "go", input_id="go")).recorded
+        steps = await _tallied(history)
+    finally:
+        for worker in workers:
+            if worker.returncode is None:
+                worker.kill()
+                await worker.wait()
+    assert steps[:2] == [["completed", "1"], ["completed", "2"]]
+    assert steps[2][0] == "failed" and steps[2][1].startswith("McpSessionLost: "), steps[2]
+    assert steps[3] == ["completed", "1"]
+    (survivor,) = [w.pid for w in workers if w.pid != holder]
+    pids = _session_pids((await handle.fetch_history()).events)
+    assert pids[-1] == survivor and set(pids) == {holder, survivor}

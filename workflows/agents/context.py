@@ -41,7 +41,7 @@ from agent_tasks.contract import (
 from agent_tasks.contract.waits import answer_error, answer_text, check_schema
 from agent_tasks.workflows import children, inbox
 from agent_tasks.workflows.agents.approvals import Approvals
-from agent_tasks.workflows.agents.registry import ToolSpec
+from agent_tasks.workflows.agents.registry import McpSessions, ToolSpec
 from agent_tasks.workflows.agents.runner import AgentHost, AgentParked, Runner, StepOutcome
 from agent_tasks.workflows.agents.steps import StepRunner
 from agent_tasks.workflows.ledger import Ledger
@@ -102,6 +102,7 @@ class AgentContext:
         run: the agent's carried progress.
         tools: the worker's specs of the tools the agent may call (``TOOL_SPECS_ACTIVITY``).
         host: the task's workflow (status, children).
+        sessions: the run's stateful MCP sessions (``Runner``).
     """
 
     def __init__(
@@ -111,12 +112,13 @@ class AgentContext:
         run: AgentRun,
         tools: Mapping[str, ToolSpec],
         host: AgentHost,
+        sessions: McpSessions | None = None,
     ) -> None:
         self.ledger = ledger
         """The task's ledger."""
         self.host = host
         """The task's workflow."""
-        self._runner = Runner(ledger, spec, run, tools, host)
+        self._runner = Runner(ledger, spec, run, tools, host, sessions)
         self._steps = StepRunner(self._runner, Approvals(self._runner))
         """The step machinery this context runs steps, approvals and model turns with."""
 

@@ -11,15 +11,18 @@ every step as it was decided.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError, TimeoutType
 
-from agent_tasks.contract import AgentName, AgentSpec, McpCall, ToolOffer
+from agent_tasks.contract import AgentName, AgentSpec, McpCall, McpServer, ToolOffer
 from agent_tasks.workflows.patches import TOOL_SPECS_BY_ACTIVITY
 
 TOOL_ACTIVITY_PREFIX = "tool."
@@ -32,6 +35,18 @@ MCP_LIST_TIMEOUT = timedelta(seconds=60)
 """Longest listing attempt (it starts a stdio server or opens an HTTP session)."""
 MCP_LIST_RETRY = RetryPolicy(maximum_attempts=3, non_retryable_error_types=["McpServerRefused"])
 """A listing is read-only: retried (an unreachable server fails the run's start of agent)."""
+MCP_OPEN_ACTIVITY = "mcp_open_session"
+"""Activity: open a stateful MCP server's session on the worker that takes it (the task's
+queue); its result is the task queue of that worker's sessions (``McpSessions``)."""
+MCP_CLOSE_ACTIVITY = "mcp_close_session"
+"""Activity: close the run's session of a stateful MCP server, on its worker's queue."""
+MCP_SESSION_LOST = "McpSessionLost"
+"""The error of a stateful server's call whose session is gone (its worker stopped, or the
+server ended it): the step fails with it, and the next call opens a new session."""
+MCP_SESSION_START = timedelta(seconds=10)
+"""Schedule-to-start timeout of a session's activities on its worker's queue: a queue nobody
+polls any more (the worker died) fails the listing, the call or the close this soon (a call
+that started keeps its own start-to-close and heartbeat timeouts)."""
 
 
 class ToolSpec(BaseModel):
@@ -135,13 +150,78 @@ def mcp_offers(tools: Mapping[str, ToolSpec]) -> list[ToolOffer]:
     ]
 
 
-async def agent_tools(spec: AgentSpec) -> dict[str, ToolSpec]:
+class McpSessions:
+    """The sessions of an agent run's stateful MCP servers (``McpServer.stateful``), workflow
+    side: the task queue of the worker holding each, by server name, as the result of the
+    activity that opened it (``MCP_OPEN_ACTIVITY``) recorded it in the history."""
+
+    def __init__(self) -> None:
+        self.queues: dict[str, str] = {}
+        """Task queue of the worker holding each open session, by server name."""
+        self._opening = asyncio.Lock()
+
+    async def options(self, server: McpServer) -> dict[str, Any]:
+        """The activity options of a listing or call of ``server``: none for a stateless
+        server; else its session's worker's ``task_queue`` and ``MCP_SESSION_START`` as the
+        schedule-to-start timeout, the session opened first when the run has none (steps
+        started together wait for one opening).
+
+        Raises:
+            ActivityError: the session could not be opened (``McpServerUnavailable``).
+        """
+        if not server.stateful:
+            return {}
+        async with self._opening:
+            if server.name not in self.queues:
+                self.queues[server.name] = await workflow.execute_activity(
+                    MCP_OPEN_ACTIVITY,
+                    server,
+                    result_type=str,
+                    start_to_close_timeout=MCP_LIST_TIMEOUT,
+                    retry_policy=MCP_LIST_RETRY,
+                )
+        return {
+            "task_queue": self.queues[server.name],
+            "schedule_to_start_timeout": MCP_SESSION_START,
+        }
+
+    def lost(self, server: McpServer, err: ActivityError) -> bool:
+        """Whether ``err`` (of a listing or call of ``server``) means its session is gone: no
+        worker took the activity within ``MCP_SESSION_START`` (the queue's worker stopped), or
+        the worker had no session for the run (``MCP_SESSION_LOST``). The session is
+        forgotten: the next use of the server opens a new one."""
+        cause = err.cause
+        gone = (
+            isinstance(cause, TimeoutError) and cause.type is TimeoutType.SCHEDULE_TO_START
+        ) or (isinstance(cause, ApplicationError) and cause.type == MCP_SESSION_LOST)
+        if gone and server.stateful:
+            self.queues.pop(server.name, None)
+        return gone and server.stateful
+
+    async def close(self) -> None:
+        """Close every open session (``MCP_CLOSE_ACTIVITY`` on its worker's queue); one whose
+        worker is gone is gone with it (the failure is dropped)."""
+        for name, queue in sorted(self.queues.items()):
+            with contextlib.suppress(ActivityError):
+                await workflow.execute_activity(
+                    MCP_CLOSE_ACTIVITY,
+                    name,
+                    task_queue=queue,
+                    schedule_to_start_timeout=MCP_SESSION_START,
+                    start_to_close_timeout=timedelta(seconds=10),
+                    retry_policy=RetryPolicy(maximum_attempts=1),
+                )
+        self.queues.clear()
+
+
+async def agent_tools(spec: AgentSpec, sessions: McpSessions) -> dict[str, ToolSpec]:
     """The worker's specs of the agent's tools, by an activity (recorded in the history: a
     replay, or a worker deployed later with other tools, gets the same answer; runs recorded
     before ``TOOL_SPECS_BY_ACTIVITY`` used a local activity). A tool the worker lacks is
     missing (its steps fail with that as their result). Each MCP server of the spec is
     listed by an activity too (``MCP_LIST_ACTIVITY``): its tools for this run, as the history
-    records them."""
+    records them. A stateful server's session is opened first and listed on its worker's
+    queue (``sessions``: the run's, ``McpSessions``)."""
     timeout = timedelta(seconds=10)
     answer: ToolSpecs
     if workflow.patched(TOOL_SPECS_BY_ACTIVITY):
@@ -160,6 +240,7 @@ async def agent_tools(spec: AgentSpec) -> dict[str, ToolSpec]:
             result_type=ToolSpecs,
             start_to_close_timeout=MCP_LIST_TIMEOUT,
             retry_policy=MCP_LIST_RETRY,
+            **await sessions.options(server),
         )
         specs.update(listed.specs)
     return specs

@@ -30,7 +30,7 @@ from agent_tasks.contract import (
     WriteOutcome,
     bound_text,
 )
-from agent_tasks.workflows.agents.registry import ToolSpec
+from agent_tasks.workflows.agents.registry import McpSessions, ToolSpec
 from agent_tasks.workflows.ledger import Ledger
 from agent_tasks.workflows.patches import CANCEL_RULE
 
@@ -94,6 +94,8 @@ class Runner:
         run: the agent's carried progress.
         tools: the worker's specs of the tools the agent may call (``TOOL_SPECS_ACTIVITY``).
         host: the task's workflow (status, children, cancellation).
+        sessions: the run's stateful MCP sessions (``McpSessions``; the workflow closes them
+            when the run ends); None: a new, empty set.
     """
 
     def __init__(
@@ -103,12 +105,15 @@ class Runner:
         run: AgentRun,
         tools: Mapping[str, ToolSpec],
         host: AgentHost,
+        sessions: McpSessions | None = None,
     ) -> None:
         self.ledger = ledger
         self.spec = spec
         self.run = run
         self.tools = dict(tools)
         self.host = host
+        self.sessions = McpSessions() if sessions is None else sessions
+        """The run's stateful MCP sessions: where a stateful server's calls are scheduled."""
         self.running: set[workflow.ActivityHandle[Any]] = set()
         """The activities agent code awaits now (tools, the model): what a cancel cancels."""
         self.progressed = False

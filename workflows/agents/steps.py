@@ -40,7 +40,7 @@ from agent_tasks.contract import (
 from agent_tasks.contract.errors import failure_text
 from agent_tasks.workflows import retries
 from agent_tasks.workflows.agents.approvals import Approvals
-from agent_tasks.workflows.agents.registry import OUTCOME_UNKNOWN, mcp_offers
+from agent_tasks.workflows.agents.registry import MCP_SESSION_LOST, OUTCOME_UNKNOWN, mcp_offers
 from agent_tasks.workflows.agents.runner import BudgetExceeded, Runner, StepOutcome
 from agent_tasks.workflows.patches import (
     MODEL_CALL_CANCEL,
@@ -194,6 +194,11 @@ class StepRunner:
             )
         info = workflow.info()
         self.runner.progressed = True
+        server = None if spec.mcp is None else spec.mcp.server
+        try:  # a stateful server's calls go to its session's worker (opened at first use)
+            session = {} if server is None else await self.runner.sessions.options(server)
+        except ActivityError as err:
+            return self.runner.end(name, tool, call_id, StepState.FAILED, failure_text(err))
         try:
             output = await self.runner.activity(
                 workflow.start_activity(
@@ -214,9 +219,20 @@ class StepRunner:
                     else timedelta(seconds=spec.heartbeat_s),
                     retry_policy=spec.retry_policy(),
                     cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                    **session,
                 )
             )
         except ActivityError as err:
+            if server is not None and self.runner.sessions.lost(server, err):
+                return self.runner.end(
+                    name,
+                    tool,
+                    call_id,
+                    StepState.FAILED,
+                    f"{MCP_SESSION_LOST}: the session of MCP server {server.name!r} was lost "
+                    f"({err.cause}): the call did not run, and the server's state from earlier "
+                    "calls is gone; the next call opens a new session",
+                )
             if isinstance(err.cause, CancelledError):
                 self.runner.end(
                     name,
