@@ -1091,3 +1091,43 @@ async def test_a_stateful_session_whose_worker_is_killed_is_lost_then_opened_ane
     (survivor,) = [w.pid for w in workers if w.pid != holder]
     pids = _session_pids((await handle.fetch_history()).events)
     assert pids[-1] == survivor and set(pids) == {holder, survivor}
+
+
+async def test_a_stateful_session_is_closed_when_the_run_is_cancelled(
+    services: Services, project_id: str, queue: str, ledger_path: Path
+) -> None:
+    """A task cancelled while its agent waits for an answer, after one call of a stateful
+    server: the run's end still closes the session (``mcp_close_session`` on its queue,
+    completed) before the task ends ``cancelled``."""
+    import asyncio
+
+    import tests.http_tools  # noqa: F401  (registers the agent mcp_tallies)
+
+    assert services.graph is not None
+    args = ["-m", "tests.mcp_server", str(ledger_path), "stdio"]
+    server = McpServer(name="bill", command=sys.executable, args=args, stateful=True)
+    history = ConversationHistory(
+        services.client, project_id, "agent-1", task_queue=queue, graph=services.graph
+    )
+    spec = _tallies(server, 2, ask_after=1)
+    assert (await history.create_task("t", "tally", agent=spec)).recorded
+    asked = await asyncio.wait_for(history.wait_task("t", until="awaiting_input"), 120)
+    assert asked is not None and asked.status.value == "awaiting_input"
+    assert (await history.cancel_task("t")).recorded
+    view = await asyncio.wait_for(history.wait_task("t"), 120)
+    assert view is not None and view.status.value == "cancelled"
+    handle = services.client.get_workflow_handle(task_workflow_id(project_id, "t"))
+    events = (await handle.fetch_history()).events
+    closes = [
+        e.event_id
+        for e in events
+        if e.HasField("activity_task_scheduled_event_attributes")
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "mcp_close_session"
+    ]
+    assert len(closes) == 1
+    completed = [
+        e.activity_task_completed_event_attributes.scheduled_event_id
+        for e in events
+        if e.HasField("activity_task_completed_event_attributes")
+    ]
+    assert closes[0] in completed
