@@ -100,7 +100,7 @@ async def test_run_with_worker_tells_the_page_of_its_events_through_the_broker(
     finally:
         process.kill()
         await process.wait()
-        await pubsub.aclose()
+        await pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
         await redis.aclose()
     seqs = [w.seq for w in words if w.task == "heard"]
     assert seqs == sorted(seqs) and seqs[0] >= 1, words
