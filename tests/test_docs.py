@@ -85,6 +85,7 @@ CONSTANT_MODULES = (
     "agent_tasks.starter.http.inbox",
     "agent_tasks.trajectories.base",
     "agent_tasks.activities.http_tool",
+    "agent_tasks.workflows.agents.registry",
 )
 """Where the constants the docs name are defined."""
 
