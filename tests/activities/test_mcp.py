@@ -317,6 +317,13 @@ async def test_a_persons_retry_of_an_unknown_call_sends_its_key(
     assert failed is not None and failed.status.value == "failed"
     key = f"{task_workflow_id(project_id, 't')}/charge/1"
     assert [(e["event"], e["key"]) for e in ledger(ledger_path)] == [("request", key)]
+    await retried_to_done(history)
+    events = [(e["event"], e["key"]) for e in ledger(ledger_path)]
+    assert events == [("request", key), ("request", key), ("effect", key)]
+
+
+async def retried_to_done(history: ConversationHistory) -> None:
+    """A person's retry of task ``t``'s unknown step ``charge``, then its end ``done``."""
     assert (await history.retry_step("t", "charge", reason="the server dedupes")).recorded
 
     async def done() -> bool:
@@ -324,8 +331,6 @@ async def test_a_persons_retry_of_an_unknown_call_sends_its_key(
         return view is not None and view.status.value == "done"
 
     await eventually(done, within=60)
-    events = [(e["event"], e["key"]) for e in ledger(ledger_path)]
-    assert events == [("request", key), ("request", key), ("effect", key)]
 
 
 async def test_a_tool_the_server_rule_names_is_approved_before_it_runs(
@@ -471,13 +476,7 @@ async def test_a_worker_killed_during_a_call_leaves_it_unknown_and_a_retry_sends
         assert failed is not None and failed.status.value == "failed"
         (step,) = (await history.list_steps("t")).steps
         assert step.state is StepState.UNKNOWN
-        assert (await history.retry_step("t", "charge", reason="the server dedupes")).recorded
-
-        async def done() -> bool:
-            view = (await history.get_task("t")).view
-            return view is not None and view.status.value == "done"
-
-        await eventually(done, within=60)
+        await retried_to_done(history)
     events = [(e["event"], e["key"]) for e in ledger(ledger_path)]
     assert events == [("request", key), ("effect", key), ("request", key)]
 
