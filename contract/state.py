@@ -105,6 +105,16 @@ class AgentRun(BaseModel):
     they run; empty once each ended. A run parked while one of them waits for approval leaves
     them here, and the next run resumes them (by their step names) before it calls the model
     (``RESUME_OPEN_CALLS``). Added later: left out of the JSON while empty."""
+    unknown_calls: dict[str, str] = Field(default_factory=dict, exclude_if=lambda value: not value)
+    """Calls whose steps ended ``unknown`` and that no later identical call has run again: the
+    call's digest without a key (``call_digest(tool, arguments, "")``) -> the step's name, at
+    most ``MAX_UNKNOWN_CALLS`` (the oldest left out). The tool loop runs a later call of the
+    same tool with the same arguments as that step, under its key (``SAME_CALL_SAME_KEY``).
+    Added later: left out of the JSON while empty."""
+    claimed_calls: dict[str, str] = Field(default_factory=dict, exclude_if=lambda value: not value)
+    """The current turn's calls that run as an earlier ``unknown`` step (``unknown_calls``):
+    the call's step name -> that step's name, so a run that resumes the turn passes over one
+    that ended; cleared with ``open_calls``. Added later: left out of the JSON while empty."""
 
 
 class TaskState(BaseModel):

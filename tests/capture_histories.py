@@ -1293,6 +1293,43 @@ async def approval_bound_scenario(stack: Stack) -> Captured:
     return {"approval_bound": await fetch(history, "bound")}
 
 
+async def same_call_scenario(stack: Stack) -> Captured:
+    """``same_call_continued`` (the ``same-call-same-key`` patch): the tool loop's
+    ``charge_card`` (not idempotent, holding its first run of a key) cancelled while it runs
+    (its step ``unknown``), then the run ``continue_task`` starts, whose model calls
+    ``charge_card`` again with the same arguments: the call runs as a retry of the unknown step,
+    under its key (the tool's log holds that key twice, no other), then the answer."""
+    import tempfile
+
+    from agent_tasks.contract import AgentSpec, ModelSpec
+    from tests.agent_tools import SCRIPTS, TOOL_NAMES, TOOLS, answer, calls
+
+    queue = f"capture-same-{uuid.uuid4().hex[:8]}"
+    history = stack.history("same_call")
+    history.task_queue = queue
+    with tempfile.TemporaryDirectory() as folder, expected_activity_failures():
+        log = Path(folder) / "effects.log"
+        charge = ("charge_card", {"log": str(log), "seconds": 300})
+        turns = [calls(charge), calls(charge), answer("charged once")]
+        goal = json.dumps([t.model_dump(mode="json") for t in turns])
+        loop = AgentSpec(tools=TOOL_NAMES, model=ModelSpec(provider="scripted", model="from-goal"))
+        async with build_worker(stack.client, stack.graph, queue, tools=TOOLS, scripts=SCRIPTS):
+            expect(await history.create_task("same", goal, agent=loop))
+            await quiet_until(log.exists)
+            expect(await history.cancel_task("same"))
+            final = await history.wait_task("same")
+            if final is None or final.status is not TaskStatus.CANCELLED:
+                raise CaptureError(f"the task did not end cancelled: {final!r}")
+            expect(await history.continue_task("same"))
+            final = await history.wait_task("same")
+            if final is None or final.status is not TaskStatus.DONE:
+                raise CaptureError(f"the continued task did not end done: {final!r}")
+            keys = log.read_text(encoding="utf-8").splitlines()
+            if len(keys) != 2 or len(set(keys)) != 1:
+                raise CaptureError(f"the call did not run again under its key: {keys}")
+            return {"same_call_continued": await fetch(history, "same")}
+
+
 async def open_calls_scenario(stack: Stack) -> Captured:
     """The ``resume-open-calls`` patch, on a private dev server that suggests continue-as-new
     at ``CONTINUE_AS_NEW_SUGGESTED_AT`` events: the tool loop's one call of ``wire`` (two
@@ -1675,6 +1712,11 @@ SCENARIOS: dict[str, Scenario] = {
             "children_reconciled",
         ),
         "the cancellation rule, answers bound to requests, a taken child id, a reconciled resume",
+    ),
+    "same_call": Scenario(
+        same_call_scenario,
+        ("same_call_continued",),
+        "a continued turn's call identical to an unknown one runs under its key (patched)",
     ),
     "turns": Scenario(
         turn_scenarios,

@@ -98,7 +98,8 @@ class Ledger:
         """Open a failed or cancelled agent task again (``resume``, ``continue_task``): status
         ``queued``, no result or error, the budgets counted afresh (the agent's own ``state``,
         its run count and the rounds of its earlier runs are kept), the steps as they were
-        (completed ones keep their results, ``unknown`` ones stay unknown)."""
+        (completed ones keep their results, ``unknown`` ones stay unknown, and so does what
+        a later identical call runs as: ``AgentRun.unknown_calls``)."""
         self.state.status = TaskStatus.QUEUED
         self.state.result = self.state.error = None
         run = self.state.agent_run
@@ -112,6 +113,7 @@ class Ledger:
                 turn_committed=run.turn_committed,
                 committed_before_run=run.committed_before_run,
                 round_base=run.round_base + run.rounds,
+                unknown_calls=run.unknown_calls,
             )
 
     # ---------------------------------------------------------------- state

@@ -176,6 +176,13 @@ run, which resumes them first (the same step names: the waiting call on its same
 answer running it once) and only then calls the model. Runs recorded before it asked the
 model again, whose new call opened a new request."""
 
+SAME_CALL_SAME_KEY = "same-call-same-key"
+"""Patch id: a tool loop's call of the same tool with the same arguments as an earlier call
+whose step ended ``unknown`` (``AgentRun.unknown_calls``; in this run, or one before it:
+``continue``, ``resume``, continue-as-new) runs as a retry of that step, under its idempotency
+key (a ``decision`` citing it), so a server that deduplicates by the key performs the effect
+once. Runs recorded before it ran such a call as a new step under a new key."""
+
 PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
     {
         MIRROR_WITHOUT_DEBOUNCE: Patch(
@@ -218,6 +225,7 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
                 "open_calls_run2.json",
                 "parked_run1.json",
                 "parked_run2.json",
+                "same_call_continued.json",
                 "sealed_decisions.json",
                 "spawn_taken.json",
                 "step_retried.json",
@@ -273,6 +281,7 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
                 "open_calls_run2.json",
                 "parked_run1.json",
                 "parked_run2.json",
+                "same_call_continued.json",
                 "spawn_taken.json",
                 "step_retried.json",
                 "steps_at_once.json",
@@ -308,6 +317,7 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
                 "model_mistake.json",
                 "open_calls_run1.json",
                 "parked_run1.json",
+                "same_call_continued.json",
                 "step_retried.json",
                 "steps_at_once.json",
                 "tool_call_bounds.json",
@@ -361,6 +371,7 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
                 "model_mistake.json",
                 "open_calls_run1.json",
                 "open_calls_run2.json",
+                "same_call_continued.json",
                 "steps_at_once.json",
             ),
         ),
@@ -375,6 +386,7 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
                 "model_mistake.json",
                 "open_calls_run1.json",
                 "open_calls_run2.json",
+                "same_call_continued.json",
             ),
         ),
         IGNORE_REASON: Patch(
@@ -402,7 +414,15 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
         ),
         RESUME_OPEN_CALLS: Patch(
             since=date(2026, 12, 5),
-            pinned_by=("mcp_stateful.json", "open_calls_run1.json"),
+            pinned_by=(
+                "mcp_stateful.json",
+                "open_calls_run1.json",
+                "same_call_continued.json",
+            ),
+        ),
+        SAME_CALL_SAME_KEY: Patch(
+            since=date(2026, 12, 5),
+            pinned_by=("same_call_continued.json",),
         ),
     }
 )

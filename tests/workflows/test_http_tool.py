@@ -9,13 +9,22 @@ import asyncio
 import os
 import sys
 import uuid
+from collections.abc import Awaitable
 from datetime import timedelta
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from agent_tasks.contract import AgentSpec, EventKind, ModelSpec, StepState, TaskStatus
+from agent_tasks.contract import (
+    AgentSpec,
+    Budgets,
+    EventKind,
+    ModelSpec,
+    ModelTurn,
+    StepState,
+    TaskStatus,
+)
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.starter.importer import all_events, all_steps
 from agent_tasks.taskgraph.graph import TaskGraph
@@ -52,6 +61,41 @@ async def ended(history: ConversationHistory) -> Any:
     return view
 
 
+async def killed_after_the_effect(queue: str, api: EffectServer, start: Awaitable[None]) -> None:
+    """Run a worker (``tests.agent_worker``) on ``queue`` in a process of its own, await
+    ``start`` (a task's creation), wait until ``api`` performed one effect, then kill the worker
+    with SIGKILL (no shutdown of any kind): the effect happened, its answer never comes back."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tests.agent_worker",
+        queue,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        await start
+
+        async def charged() -> bool:
+            return sum(api.effects.values()) == 1
+
+        await eventually(charged, within=60)
+    finally:
+        process.kill()
+        await process.wait()
+
+
+def charging_loop(url: str, *turns: ModelTurn, rounds: int | None = None) -> tuple[str, AgentSpec]:
+    """The goal (scripted turns: ``turns`` after a call of ``http_charge`` of 42 held by the API)
+    and the spec of a tool loop calling the API at ``url`` (``rounds``: its round budget)."""
+    charge = {"url": f"{url}/charge", "amount": 42, "mode": "hold"}
+    goal = script(calls(("http_charge", charge)), *turns)
+    model = ModelSpec(provider="scripted", model="from-goal")
+    return goal, AgentSpec(tools=["http_charge"], model=model, budgets=Budgets(max_rounds=rounds))
+
+
 async def test_a_call_killed_after_the_server_took_it_is_unknown_and_a_retry_sends_its_key(
     client: Client, graph: TaskGraph, project_id: str
 ) -> None:
@@ -63,27 +107,8 @@ async def test_a_call_killed_after_the_server_took_it_is_unknown_and_a_retry_sen
     queue = history.task_queue
     api = EffectServer()
     async with served(api.app) as url:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "tests.agent_worker",
-            queue,
-            cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
-        )
-        try:
-            agent = http_once("http_charge", url, "hold")
-            assert (await history.create_task("t", "charge once", agent=agent)).recorded
-
-            async def charged() -> bool:
-                return sum(api.effects.values()) == 1
-
-            await eventually(charged, within=60)
-        finally:
-            process.kill()  # SIGKILL: no shutdown of any kind
-            await process.wait()
+        agent = http_once("http_charge", url, "hold")
+        await killed_after_the_effect(queue, api, created(history, "charge once", agent))
         key = f"{history.workflow_id('t')}/charge/1"
         async with http_worker(client, graph, queue):
             failed = await ended(history)
@@ -103,47 +128,109 @@ async def test_a_call_killed_after_the_server_took_it_is_unknown_and_a_retry_sen
     assert (steps["charge"].state, steps["charge"].idempotency_key) == (StepState.COMPLETED, key)
 
 
-async def test_a_continue_never_sends_the_interrupted_call_and_a_call_made_again_has_a_new_key(
+async def created(history: ConversationHistory, goal: str, agent: AgentSpec) -> None:
+    """Create task ``t`` of ``agent`` with ``goal``."""
+    assert (await history.create_task("t", goal, agent=agent)).recorded
+
+
+async def one_effect_after_continue(history: ConversationHistory, api: EffectServer) -> None:
+    """Continue task ``t`` (cancelled after its charge's effect, the charge ``unknown``) to
+    its end and check that the model's same call again ran as the unknown step, under its key:
+    the API took the key twice and performed one effect; one step, ``completed``; a decision
+    cites it; the answer is the first charge's."""
+    assert (await ended(history)).status is TaskStatus.CANCELLED
+    api.released.set()  # the held answer is no one's now; a new request is answered at once
+    (unknown,) = await all_steps(history, "t")
+    assert unknown.state is StepState.UNKNOWN
+    key = unknown.idempotency_key
+    assert key == f"{history.workflow_id('t')}/r00001.0:http_charge/1"
+    assert await history.has_interrupted_turn("t")
+    assert (await history.continue_task("t")).recorded
+    done = await ended(history)
+    steps = await all_steps(history, "t")
+    events = await all_events(history, "t")
+    assert done.status is TaskStatus.DONE and done.result is not None
+    assert done.result.text == "paid"
+    assert [(s.step_name, s.state, s.idempotency_key) for s in steps] == [
+        (unknown.step_name, StepState.COMPLETED, key)
+    ]
+    assert (api.requests, api.effects) == ({key: 2}, {key: 1})
+    assert sum(e.kind is EventKind.TOOL_CALL for e in events) == 2
+    (decision,) = [e for e in events if e.kind is EventKind.DECISION]
+    assert "again with the same arguments" in decision.payload
+    results = [e for e in events if e.kind is EventKind.TOOL_RESULT]
+    assert f'"key":"{key}"' in results[-1].payload
+
+
+async def test_a_continue_runs_the_same_call_again_under_the_unknown_steps_key(
     client: Client, graph: TaskGraph, project_id: str
 ) -> None:
     """The loop's charge is cancelled after the server performed it and before the answer came
     back (the step ends ``unknown``, the turn interrupted after its tools ran). ``continue``
-    asks the model again with that call closed and never sends it again: its key reaches the
-    server once. A model that makes the same call again makes a new call, a new step with its
-    own key (``continue_task``: the model decides), so an API that deduplicates by key performs
-    it a second time; only ``retry`` sends the unknown call's key again (the test above)."""
+    asks the model again, which makes the same call (same tool, same arguments): it runs as a
+    retry of the unknown step under its key (``SAME_CALL_SAME_KEY``), so the API, which
+    deduplicates by key, performs the charge once and answers the first charge again."""
     history = history_of(client, graph, project_id)
     api = EffectServer()
     async with served(api.app) as url, http_worker(client, graph, history.task_queue):
         charge = {"url": f"{url}/charge", "amount": 42, "mode": "hold"}
-        turns = [calls(("http_charge", charge)), calls(("http_charge", charge)), answer("paid")]
-        loop = AgentSpec(
-            tools=["http_charge"], model=ModelSpec(provider="scripted", model="from-goal")
-        )
-        assert (await history.create_task("t", script(*turns), agent=loop)).recorded
+        goal, loop = charging_loop(url, calls(("http_charge", charge)), answer("paid"))
+        await created(history, goal, loop)
 
         async def charged() -> bool:
             return sum(api.effects.values()) == 1
 
         await eventually(charged, within=60)
         assert (await history.cancel_task("t")).recorded
-        assert (await ended(history)).status is TaskStatus.CANCELLED
-        api.released.set()  # the held answer is no one's now; a new request is answered at once
-        assert await history.has_interrupted_turn("t")
-        assert (await history.continue_task("t")).recorded
-        done = await ended(history)
-        steps = await all_steps(history, "t")
-        events = await all_events(history, "t")
-    assert done.status is TaskStatus.DONE and done.result is not None
-    assert done.result.text == "paid"
-    by_state = {s.state: s for s in steps}
-    assert len(steps) == 2 and set(by_state) == {StepState.UNKNOWN, StepState.COMPLETED}
-    first, again = by_state[StepState.UNKNOWN], by_state[StepState.COMPLETED]
-    assert first.idempotency_key != again.idempotency_key
-    assert first.idempotency_key.startswith(history.workflow_id("t") + "/")
-    assert sum(e.kind is EventKind.TOOL_CALL for e in events) == 2
-    assert api.requests == {first.idempotency_key: 1, again.idempotency_key: 1}
-    assert api.effects == {first.idempotency_key: 1, again.idempotency_key: 1}
+        await one_effect_after_continue(history, api)
+
+
+async def test_a_worker_killed_then_a_continue_performs_the_effect_once(
+    client: Client, graph: TaskGraph, project_id: str
+) -> None:
+    """The worker running the loop's charge is killed (SIGKILL) after the API performed it; the
+    task is cancelled while no worker runs (the charge's activity ends by its heartbeat timeout:
+    ``unknown``); ``continue``, on a new worker, makes the same call again: it runs under the
+    unknown step's key, and the API performs the charge once."""
+    history = history_of(client, graph, project_id)
+    api = EffectServer()
+    async with served(api.app) as url:
+        charge = {"url": f"{url}/charge", "amount": 42, "mode": "hold"}
+        goal, loop = charging_loop(url, calls(("http_charge", charge)), answer("paid"))
+        await killed_after_the_effect(history.task_queue, api, created(history, goal, loop))
+        assert (await history.cancel_task("t")).recorded
+        async with http_worker(client, graph, history.task_queue):
+            await one_effect_after_continue(history, api)
+
+
+async def test_a_worker_killed_then_a_resume_performs_the_effect_once(
+    client: Client, graph: TaskGraph, project_id: str
+) -> None:
+    """The worker running the loop's charge is killed (SIGKILL) after the API performed it: the
+    step ends ``unknown`` (its heartbeat timeout) and the next model call passes the round
+    budget (1): the run fails and is rolled back. ``resume`` asks the model again from the
+    turn's start, and its same call runs under the unknown step's key: one effect."""
+    history = history_of(client, graph, project_id)
+    api = EffectServer()
+    async with served(api.app) as url:
+        goal, loop = charging_loop(url, answer("paid"), rounds=1)
+        await killed_after_the_effect(history.task_queue, api, created(history, goal, loop))
+        api.released.set()
+        async with http_worker(client, graph, history.task_queue):
+            failed = await ended(history)
+            assert failed.status is TaskStatus.FAILED
+            (unknown,) = await all_steps(history, "t")
+            assert unknown.state is StepState.UNKNOWN
+            assert (await history.resume_task("t")).recorded
+            again = await ended(history)
+            steps = await all_steps(history, "t")
+    key = f"{history.workflow_id('t')}/r00001.0:http_charge/1"
+    assert again.status is TaskStatus.FAILED  # the round budget, after the charge ran
+    assert again.error is not None and "max_rounds" in again.error.text
+    assert [(s.step_name, s.state, s.idempotency_key) for s in steps] == [
+        (unknown.step_name, StepState.COMPLETED, key)
+    ]
+    assert (api.requests, api.effects) == ({key: 2}, {key: 1})
 
 
 async def test_a_503_is_retried_after_its_retry_after_with_the_same_key(

@@ -5,9 +5,10 @@ from __future__ import annotations
 from temporalio import workflow
 
 from agent_tasks.contract import StepState, ToolCall
+from agent_tasks.workflows.agents.approvals import call_digest
 from agent_tasks.workflows.agents.context import AgentContext
 from agent_tasks.workflows.agents.registry import agent
-from agent_tasks.workflows.patches import RESUME_OPEN_CALLS
+from agent_tasks.workflows.patches import RESUME_OPEN_CALLS, SAME_CALL_SAME_KEY
 
 
 def step_name(round_: int, index: int, tool: str) -> str:
@@ -24,7 +25,9 @@ async def tool_loop(ctx: AgentContext) -> str:
     final answer (a turn without tool calls) finishes the task ``done``. A turn whose calls a
     continue-as-new interrupted (one waiting for approval) is resumed first: its calls run by
     their step names (ended ones passed over, the waiting one on its same request) before the
-    model is called again (``RESUME_OPEN_CALLS``)."""
+    model is called again (``RESUME_OPEN_CALLS``). A call of the same tool with the same
+    arguments as one whose step ended ``unknown`` runs as that step, under its key
+    (``SAME_CALL_SAME_KEY``)."""
     if ctx.run.open_calls:  # carried by a run parked inside its turn
         await run_calls(ctx, ctx.run.open_calls, resumed=True)
     while True:
@@ -41,7 +44,10 @@ async def run_calls(ctx: AgentContext, calls: list[ToolCall], *, resumed: bool =
     """Run the current turn's ``calls`` (round ``round_base + rounds``) as steps, one after the
     other, then clear ``AgentRun.open_calls``. ``resumed``: the calls of a turn an earlier run
     parked in; those whose steps ended there (completed, failed or unknown: their results are
-    in the transcript) are passed over, never run or recorded again.
+    in the transcript) are passed over, never run or recorded again. A call identical to one
+    whose step ended ``unknown`` (``AgentRun.unknown_calls``) is a retry of that step: a
+    ``decision`` citing it, then the step run again under its idempotency key (its attempt
+    kept), so a tool or server that deduplicates by the key performs the effect once.
 
     Raises:
         AgentParked: the task is to continue-as-new while a call waits for approval (the
@@ -52,8 +58,41 @@ async def run_calls(ctx: AgentContext, calls: list[ToolCall], *, resumed: bool =
         # a call without an id gets one its result carries too (a strict API pairs them)
         call_id = call.call_id or f"call_{round_}_{index}"
         name = step_name(round_, index, call.name)
-        ended = ctx.ledger.step(name) if resumed else None
+        before = ctx.run.claimed_calls.get(name)  # run as an unknown step by an earlier run
+        ended = ctx.ledger.step(before or name) if resumed else None
         if ended is not None and ended.state is not StepState.IN_PROGRESS:
+            if before is None or ended.retry_by is None:
+                continue
+        same = before or _same_unknown_call(ctx, name, call)
+        if same is None:
+            await ctx.step(name, call.name, call.arguments, call_id=call_id)
             continue
-        await ctx.step(name, call.name, call.arguments, call_id=call_id)
+        prior = ctx.ledger.step(same)
+        if prior is not None and prior.retry_by is None:
+            reason = f"the model called {call.name!r} again with the same arguments"
+            outcome = await ctx.retry(
+                same, call.name, call.arguments, reason=reason, call_id=call_id
+            )
+        else:  # its retry was asked already (by this turn in an earlier run, or by a person)
+            outcome = await ctx.step(same, call.name, call.arguments, call_id=call_id)
+        if outcome.state is not StepState.UNKNOWN:
+            ctx.run.unknown_calls.pop(call_digest(call.name, call.arguments, ""), None)
     ctx.run.open_calls = []
+    ctx.run.claimed_calls = {}
+
+
+def _same_unknown_call(ctx: AgentContext, name: str, call: ToolCall) -> str | None:
+    """The step an earlier call of the same tool with the same arguments ran as, when it
+    ended ``unknown`` and nobody ran it again since (``AgentRun.unknown_calls``): the call
+    ``name`` is to run as it (kept in ``AgentRun.claimed_calls`` for a run that resumes the
+    turn). None: run the call as its own step."""
+    same = ctx.run.unknown_calls.get(call_digest(call.name, call.arguments, ""))
+    if same is None:
+        return None
+    prior = ctx.ledger.step(same)
+    if prior is None or prior.state is not StepState.UNKNOWN:
+        return None
+    if not workflow.patched(SAME_CALL_SAME_KEY):
+        return None
+    ctx.run.claimed_calls[name] = same
+    return same

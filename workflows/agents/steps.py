@@ -39,7 +39,7 @@ from agent_tasks.contract import (
 )
 from agent_tasks.contract.errors import failure_text
 from agent_tasks.workflows import retries
-from agent_tasks.workflows.agents.approvals import Approvals
+from agent_tasks.workflows.agents.approvals import Approvals, call_digest
 from agent_tasks.workflows.agents.registry import MCP_SESSION_LOST, OUTCOME_UNKNOWN, mcp_offers
 from agent_tasks.workflows.agents.runner import BudgetExceeded, Runner, StepOutcome
 from agent_tasks.workflows.patches import (
@@ -72,6 +72,10 @@ MAX_MODEL_MISTAKES = 3
 over the payload budget, or an empty one) after which the agent fails (``ModelAnswerUnusable``):
 the model was told each time and did it again, so a fourth call would most likely cost the same
 for nothing."""
+MAX_UNKNOWN_CALLS = 64
+"""Calls whose steps ended ``unknown`` that a run remembers for a later identical call
+(``AgentRun.unknown_calls``, carried across continue-as-new: 64 digests and step names are
+under 12 KiB); past it the oldest is left out, and an identical call of it runs as a new step."""
 
 
 class StepRunner:
@@ -156,6 +160,8 @@ class StepRunner:
         asked = self.approvals.approval_of(name)
         refused = None
         sent = None  # the call's arguments when this run records it; else read back by seq
+        text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+        identity: str | None = call_digest(tool, text, "")  # None: the call run was edited
         if asked is not None and asked.approval is not None:  # asked in an earlier run
             call_seq = asked.approval.call_seq
         else:
@@ -164,7 +170,6 @@ class StepRunner:
             if budget is not None and self.runner.run.tool_calls >= budget:
                 raise BudgetExceeded("max_tool_calls", budget)
             self.runner.run.tool_calls += 1
-            text = arguments if isinstance(arguments, str) else json.dumps(arguments)
             call = EventInput(
                 kind=EventKind.TOOL_CALL, name=tool or None, call_id=call_id, payload=text
             )
@@ -182,7 +187,7 @@ class StepRunner:
                 name, spec, call_id, call_seq, asked
             )
             if approved_seq != call_seq:  # edited: the tool reads the edited call by its seq
-                call_seq, sent = approved_seq, None
+                call_seq, sent, identity = approved_seq, None, None
         record = self.runner.move(name, StepState.IN_PROGRESS, kind=kind)
         if ended is not None:
             return self.runner.end(name, tool, call_id, *ended)
@@ -234,6 +239,7 @@ class StepRunner:
                     "calls is gone; the next call opens a new session",
                 )
             if isinstance(err.cause, CancelledError):
+                self._remember_unknown(name, identity)
                 self.runner.end(
                     name,
                     tool,
@@ -244,6 +250,7 @@ class StepRunner:
                 raise asyncio.CancelledError from err
             lost = isinstance(err.cause, ApplicationError) and err.cause.type == OUTCOME_UNKNOWN
             if (isinstance(err.cause, TimeoutError) and not spec.idempotent) or lost:
+                self._remember_unknown(name, identity)
                 return self.runner.end(
                     name,
                     tool,
@@ -268,6 +275,18 @@ class StepRunner:
         return StepOutcome(
             step_name=name, state=StepState.COMPLETED, text=output.text, result_event_seq=seq
         )
+
+    def _remember_unknown(self, name: str, identity: str | None) -> None:
+        """Remember that step ``name``, the call ``identity`` (``call_digest`` without a key;
+        None: an edited call, not remembered), ends ``unknown``, for a later identical call
+        of the tool loop (``AgentRun.unknown_calls``, at most ``MAX_UNKNOWN_CALLS``)."""
+        if identity is None:
+            return
+        known = self.runner.run.unknown_calls
+        known.pop(identity, None)
+        known[identity] = name
+        while len(known) > MAX_UNKNOWN_CALLS:
+            known.pop(next(iter(known)))
 
     # Long: one model call in workflow order: budgets, the activity, its cancel, the answer's
     # record, and a mistake shown to the model; mostly docstring
