@@ -7,10 +7,12 @@ own history (``GetWorkflowExecutionHistory`` with ``wait_new_event``: the server
 the history grows, which is when a workflow task that took a write completes), and copies
 again what the new history events wrote, one Neo4j transaction per page: the page built from
 those events where they carry it (``activities.history_page``: the ``record_events`` updates'
-inputs and results), else read by the ``mirror_page`` query. It copies at once when the last
-copy began ``MIRROR_FOLLOW_AGE`` ago or more (a lone write is in Neo4j a transaction after
-its acknowledgement) or the history grew by ``MIRROR_FOLLOW_BYTES``, else once that age is
-reached (writes back to back share a copy per ``MIRROR_FOLLOW_AGE``). It ends when the run
+inputs and results), else read by the ``mirror_page`` query. It copies at most once per
+``MIRROR_FOLLOW_AGE``, and waits out the rest of that age before its next long poll, not
+after it: a lone write (its follower already polling) is in Neo4j a transaction after its
+acknowledgement, and writes back to back share the next poll and its copy, which brings every
+event that came meanwhile (a wait after the poll would copy only what the poll brought, a
+cadence late). It ends when the run
 has been idle for ``MIRROR_FOLLOW_IDLE``, when it has followed for ``MIRROR_FOLLOW_MAX``, when
 the run ends (``MirrorPage.end``) and everything is copied, or when its worker shuts down; its
 outcome tells the workflow how far Neo4j holds the run, and where in the history it stopped
@@ -39,7 +41,6 @@ from temporalio.service import RPCError, RPCStatusCode
 from agent_tasks.contract import MirrorOutcome
 from agent_tasks.workflows.mirroring import (
     MIRROR_FOLLOW_AGE,
-    MIRROR_FOLLOW_BYTES,
     MIRROR_FOLLOW_IDLE,
     MIRROR_FOLLOW_MAX,
 )
@@ -159,6 +160,8 @@ async def _follow(copy: Copy, poll: HistoryPoll, followed: _Followed) -> None:
     loop = asyncio.get_running_loop()
     started = idle_since = copied_at = loop.time()
     while not followed.last.end:
+        # the cadence: a copy per MIRROR_FOLLOW_AGE at most, waited for before the poll
+        await asyncio.sleep(copied_at + MIRROR_FOLLOW_AGE.total_seconds() - loop.time())
         left = min(
             MIRROR_FOLLOW_IDLE.total_seconds() - (loop.time() - idle_since),
             MIRROR_FOLLOW_MAX.total_seconds() - (loop.time() - started),
@@ -168,9 +171,6 @@ async def _follow(copy: Copy, poll: HistoryPoll, followed: _Followed) -> None:
         grown = await poll.grew(timedelta(seconds=min(left, POLL_LONGEST.total_seconds())))
         if not grown:
             continue
-        idle_since = loop.time()
-        if grown < MIRROR_FOLLOW_BYTES:  # the cadence: a copy per MIRROR_FOLLOW_AGE at most
-            await asyncio.sleep(copied_at + MIRROR_FOLLOW_AGE.total_seconds() - loop.time())
-        copied_at = loop.time()
+        idle_since = copied_at = loop.time()
         last = followed.last
         followed.add(await copy(last.up_to_seq or 0, last.up_to_write or 0, poll.events))

@@ -122,13 +122,11 @@ MIRROR_FOLLOW_MAX = timedelta(minutes=1)
 """A follower ends after following this long (the workflow starts the next as a write
 waits): one activity and one workflow task a minute for a task written to all the time."""
 MIRROR_FOLLOW_AGE = timedelta(milliseconds=100)
-"""The follower's cadence: a copy at most this often, so the writes that come back to back
-share one page (built from the history, or read by one query) per 100 ms, and a lone write is
-copied at once (on the worker's clock: no timer in the history). Measured in
-``bench/RESULTS-issue-22.md``."""
-MIRROR_FOLLOW_BYTES = 64 * 1024
-"""...except when the run's history grew by this many bytes since the last copy (a batch):
-then it copies at once."""
+"""The follower's cadence: a copy at most this often (the rest of this age is waited out
+before the next long poll), so the writes that come back to back share one long poll and one
+page (built from the history, or read by one query) per 100 ms, and a lone write is copied at
+once (on the worker's clock: no timer in the history). Measured in
+``bench/RESULTS-issue-22.md`` and ``bench/RESULTS-issue-36.md``."""
 MIRROR_HEARTBEAT = timedelta(seconds=10)
 """The mirror activity heartbeats while it runs; an attempt whose worker died (killed, cut
 off) is retried once this passes without a heartbeat, not after ``MIRROR_START_TO_CLOSE``.
