@@ -30,9 +30,9 @@ is started for each call and stopped after it; an HTTP session is opened and del
 ``stateful`` server has one session for a run of the agent (``McpSessions``, docs/mcp.md):
 ``MCP_OPEN_ACTIVITY`` opens it on the worker that takes it, which holds it by (workflow run,
 server name) and answers with ``session_queue``, a task queue of its own on which it runs the
-run's listing, calls and the close (``session_activities``). Over HTTP the session's requests
-carry no ``Idempotency-Key`` header (the session's client is opened once); the ``_meta`` key
-still goes with every call.
+run's listing, calls and the close (``session_activities``). Over HTTP the header is set on
+each call's own request from its ``_meta`` (``_key_header``), so a session's client, opened
+once and shared by the run's calls, sends each call's key, never another's.
 """
 
 from __future__ import annotations
@@ -68,6 +68,7 @@ from agent_tasks.workflows.agents.registry import (
 )
 
 if TYPE_CHECKING:  # the SDK (and the OpenTelemetry it loads) is imported by the calls only
+    import httpx2
     from mcp import Client
     from mcp.types import CallToolResult, RequestParamsMeta, Tool
 
@@ -178,6 +179,22 @@ def _unknown(name: str, err: Exception) -> ApplicationError:
     )
 
 
+async def _key_header(request: httpx2.Request) -> None:
+    """The request hook of an MCP server's HTTP client: a request whose JSON-RPC params carry a
+    step's idempotency key in ``_meta`` (``IDEMPOTENCY_META``: a ``tools/call``) gets it as the
+    ``Idempotency-Key`` header too. Read from each request's own body, so a stateful session's
+    client, shared by the run's calls (concurrent ones too), sends each call's key."""
+    try:
+        message = json.loads(request.content) if request.method == "POST" else None
+    except ValueError:  # not a JSON-RPC message: nothing to carry
+        return
+    params = message.get("params") if isinstance(message, dict) else None
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    key = meta.get(IDEMPOTENCY_META) if isinstance(meta, dict) else None
+    if isinstance(key, str):
+        request.headers[IDEMPOTENCY_HEADER] = key
+
+
 def _run_key(server_name: str) -> tuple[str, str]:
     """The key of a session: the activity's workflow run id and the server's name."""
     return activity.info().workflow_run_id or "", server_name
@@ -257,7 +274,7 @@ class McpActivities:
 
     async def _hold(self, key: tuple[str, str], held: _Held, server: McpServer) -> None:
         try:
-            async with self.session(server, None) as client:
+            async with self.session(server) as client:
                 held.client.set_result(client)
                 await held.closing.wait()
         except BaseException as err:
@@ -288,7 +305,7 @@ class McpActivities:
             await self._close(key)
 
     @asynccontextmanager
-    async def client(self, server: McpServer, key: str | None) -> AsyncIterator[Client]:
+    async def client(self, server: McpServer) -> AsyncIterator[Client]:
         """The client a listing or call of ``server`` uses: a new ``session``, or for a
         stateful server the one this worker holds for the activity's workflow run.
 
@@ -297,7 +314,7 @@ class McpActivities:
                 for the run (it ended, or the server closed it).
         """
         if not server.stateful:
-            async with self.session(server, key) as client:
+            async with self.session(server) as client:
                 yield client
             return
         held = self._held.get(_run_key(server.name))
@@ -310,9 +327,10 @@ class McpActivities:
         yield held.client.result()
 
     @asynccontextmanager
-    async def session(self, server: McpServer, key: str | None) -> AsyncIterator[Client]:
+    async def session(self, server: McpServer) -> AsyncIterator[Client]:
         """A connected client of ``server`` (one session): a started stdio program, or an HTTP
-        session whose requests carry the named header set and ``key`` as ``Idempotency-Key``.
+        session whose requests carry the named header set, and each call's request its key as
+        ``Idempotency-Key`` (``_key_header``).
 
         Raises:
             ApplicationError: ``McpServerRefused``: the header set is not configured here.
@@ -339,10 +357,10 @@ class McpActivities:
                     non_retryable=True,
                 )
             headers.update(self.headers[server.headers])
-        if key is not None:
-            headers[IDEMPOTENCY_HEADER] = key
+        http_client = create_mcp_http_client(headers=headers)
+        http_client.event_hooks["request"].append(_key_header)
         async with (
-            create_mcp_http_client(headers=headers) as http,
+            http_client as http,
             Client(streamable_http_client(server.url, http_client=http), cache=None) as client,
         ):
             yield client
@@ -363,7 +381,7 @@ class McpActivities:
         bound = activity.info().start_to_close_timeout
         within_s = bound.total_seconds() if bound else None
         try:
-            async with asyncio.timeout(within_s), self.client(server, None) as client:
+            async with asyncio.timeout(within_s), self.client(server) as client:
                 cursor: str | None = None
                 while True:
                     page = await client.list_tools(cursor=cursor)
@@ -442,7 +460,7 @@ class McpActivities:
         name = f"{call.tool!r} of MCP server {call.server.name!r}"
         sent = False
         try:
-            async with self.client(call.server, input.idempotency_key) as client:
+            async with self.client(call.server) as client:
                 sent = True
                 result = await client.call_tool(
                     call.tool,

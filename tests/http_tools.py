@@ -83,6 +83,18 @@ async def mcp_tallies(ctx: AgentContext) -> str:
     return json.dumps(results)
 
 
+@agent("mcp_at_once")
+async def mcp_at_once(ctx: AgentContext) -> str:
+    """Steps ``c1`` ... of the tool ``input["tool"]``, one per arguments in ``input["args"]``,
+    all at once (``asyncio.gather``). Returns the steps' states as JSON."""
+    tool_name, args = ctx.input["tool"], ctx.input["args"]
+    assert isinstance(tool_name, str) and isinstance(args, list)
+    outcomes = await asyncio.gather(
+        *(ctx.step(f"c{n}", tool_name, a) for n, a in enumerate(args, 1) if isinstance(a, dict))
+    )
+    return json.dumps([o.state.value for o in outcomes])
+
+
 class EffectServer:
     """An API that performs a charge once per ``Idempotency-Key``: a repeated key gets the
     first answer back without a second effect. ``requests`` and ``effects`` count by key."""

@@ -129,14 +129,22 @@ async def _run(
     return history
 
 
+@pytest.mark.parametrize("stateful", [False, True])
 async def test_a_call_is_a_step_carrying_its_key(
-    services: Services, project_id: str, queue: str, billing: McpServer, ledger_path: Path
+    services: Services,
+    project_id: str,
+    queue: str,
+    billing: McpServer,
+    ledger_path: Path,
+    stateful: bool,
 ) -> None:
     """One call of the server's ``charge``: one step, completed with the server's text, and the
     server saw one request whose ``_meta`` key is the step's ``{workflow}/{step}/1`` (and, over
-    HTTP, the same ``Idempotency-Key`` header)."""
+    HTTP, the same ``Idempotency-Key`` header: also in a stateful session, whose client was
+    opened before the call, with no key)."""
     turns = [calls(("bill_charge", {"account": "acme", "cents": 250})), answer("done")]
-    history = await _run(services, project_id, queue, billing, turns, [])
+    server = billing.model_copy(update={"stateful": stateful})
+    history = await _run(services, project_id, queue, server, turns, [])
     final = await history.wait_task("t")
     assert final is not None and final.status.value == "done"
     (step,) = (await history.list_steps("t")).steps
@@ -151,6 +159,33 @@ async def test_a_call_is_a_step_carrying_its_key(
     assert {e["header"] for e in seen} == {header}
     tenant = HEADER_SET["billing"]["X-Billing-Tenant"] if billing.url else None
     assert {e["tenant"] for e in seen} == {tenant}  # the worker's named header set
+
+
+async def test_calls_at_once_in_one_http_session_each_send_their_own_key_header(
+    services: Services, project_id: str, queue: str, http_server: str, ledger_path: Path
+) -> None:
+    """Three calls at once of a stateful server over HTTP share the run's one session (one
+    HTTP client, opened before them): each request the server took carries its own step's key
+    as the ``Idempotency-Key`` header, the same as its ``_meta`` key."""
+    import tests.http_tools  # noqa: F401  (registers the agent mcp_at_once)
+
+    assert services.graph is not None
+    server = McpServer(name="bill", url=http_server, headers="billing", stateful=True)
+    history = ConversationHistory(
+        services.client, project_id, "agent-1", task_queue=queue, graph=services.graph
+    )
+    args = [{"account": f"a{n}", "cents": n} for n in (1, 2, 3)]
+    spec = AgentSpec(
+        name="mcp_at_once", mcp_servers=[server], input={"tool": "bill_charge", "args": args}
+    )
+    assert (await history.create_task("t", "three at once", agent=spec)).recorded
+    final = await history.wait_task("t")
+    assert final is not None and final.status.value == "done", final
+    assert final.result is not None and json.loads(final.result.text) == ["completed"] * 3
+    prefix = task_workflow_id(project_id, "t")
+    requests = [(e["key"], e["header"]) for e in ledger(ledger_path) if e["event"] == "request"]
+    expected = {f"{prefix}/c{n}/1" for n in (1, 2, 3)}
+    assert sorted(requests) == sorted((key, key) for key in expected)
 
 
 async def test_the_listing_is_the_models_offer(services: Services, queue: str) -> None:
