@@ -22,7 +22,8 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
 from temporalio import workflow
-from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus, WorkflowHistory
 from temporalio.worker import (
     ExecuteWorkflowInput,
     Interceptor,
@@ -78,9 +79,20 @@ class _KeepLedger(Interceptor):
         return Inbound
 
 
-async def replay_run(client: Client, workflow_id: str, run_id: str) -> Ledger:
+def before_first_workflow_task(history: WorkflowHistory) -> bool:
+    """True when ``history`` holds no workflow task yet: only its start event, while the
+    server holds the run's first workflow task back (``firstWorkflowTaskBackoff``: a run that
+    continued as new right after the last, a cron or retry start). Such a run has run no
+    workflow code, so it holds nothing of its own to replay; and temporalio's ``Replayer``
+    (SDK 1.35) given such a history never returns, and cannot be cancelled."""
+    scheduled = EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED
+    return not any(event.event_type == scheduled for event in history.events)
+
+
+async def replay_run(client: Client, workflow_id: str, run_id: str) -> Ledger | None:
     """Fetch one run's history (one paged pass) and replay it in this process; returns the
-    ledger as the replay leaves it (a closed run's final state, an open run's current one).
+    ledger as the replay leaves it (a closed run's final state, an open run's current one),
+    or None for a run before its first workflow task (``before_first_workflow_task``).
 
     The replay runs ``TaskWorkflow`` without the sandbox: it only reads, and the workflow
     code is the worker's own (a replay failure means the worker could not run it either).
@@ -90,6 +102,8 @@ async def replay_run(client: Client, workflow_id: str, run_id: str) -> Ledger:
         temporalio.workflow.NondeterminismError, RuntimeError: the replay failed.
     """
     history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+    if before_first_workflow_task(history):
+        return None
     keep = _KeepLedger()
     replayer = Replayer(
         workflows=[TaskWorkflow],
@@ -122,7 +136,9 @@ async def rebuild_task(
     """Rebuild one task from its runs (``executions``, of one workflow id), oldest first, then
     drop what the rebuild did not write (see the module docstring); returns events copied.
     While the task is open, the bound of that drop is the newest replayed state (its last
-    seq, its last write's time), since the live mirror may write newer nodes meanwhile.
+    seq, its last write's time), since the live mirror may write newer nodes meanwhile. A run
+    before its first workflow task holds nothing of its own and is passed over; a task with
+    no other run is left as it is (0 events).
 
     Raises:
         Exception: from the fetch, the replay or Neo4j; nothing is deleted then.
@@ -133,12 +149,15 @@ async def rebuild_task(
     runs = sorted(executions, key=lambda e: e.start_time)
     for execution in runs:
         ledger = await replay_run(client, execution.id, execution.run_id)
+        if ledger is None:
+            continue
         copied = await copy_run(
             ReplayedRun(ledger), graph, f"task {execution.id} run {execution.run_id}", mark=mark
         )
         events += copied.events
         view = pages.view(ledger)
-    assert view is not None, "rebuild_task needs at least one run"
+    if view is None:
+        return 0
     open_task = runs[-1].status in (None, WorkflowExecutionStatus.RUNNING)
     await graph.drop_unmarked(
         project_id,

@@ -29,6 +29,7 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
+from agent_tasks.activities.rebuild import before_first_workflow_task
 from agent_tasks.codec import DATA_CONVERTER
 from agent_tasks.contract import ProjectId, TaskStatus, TaskWorkflowInput
 from agent_tasks.plugin import AgentTasksPlugin
@@ -39,6 +40,9 @@ ReplayStatus = Literal["ok", "nondeterministic", "error"]
 """``ok``: the code replays the history; ``nondeterministic``: it issues other commands than
 the history holds (``NondeterminismError``); ``error``: the history could not be read, or the
 replay failed otherwise (a workflow task that raises, for example)."""
+
+NOT_STARTED = "not replayed: the run has had no workflow task yet, so no workflow code ran"
+"""The message of a run before its first workflow task (``replay_histories``)."""
 
 DEFAULT_LIMIT = 200
 """Histories fetched from the server at most (newest first)."""
@@ -235,9 +239,21 @@ async def replay_histories(
     default) and return one result per pair, in the same order. Never raises for a history
     that fails to replay: the failure is in its result. A history whose agent is not
     registered in this process (``agent_of``) is not replayed: its result is ``error`` with
-    ``unregistered``'s reason, not the nondeterminism its replay would report."""
+    ``unregistered``'s reason, not the nondeterminism its replay would report. A run before its
+    first workflow task (``before_first_workflow_task``: it has run no workflow code) is not
+    replayed either: its result is ``ok``, with ``NOT_STARTED`` as its message."""
     results: dict[int, ReplayResult] = {}
     for i, (source, history) in enumerate(histories):
+        if before_first_workflow_task(history):
+            results[i] = ReplayResult(
+                source=source,
+                workflow_id=history.workflow_id,
+                run_id=history.run_id,
+                events=len(history.events),
+                result="ok",
+                message=NOT_STARTED,
+            )
+            continue
         agent = await agent_of(history)
         if agent is not None and agent_function(agent) is None:
             results[i] = ReplayResult(

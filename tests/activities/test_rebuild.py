@@ -8,22 +8,35 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
+from temporalio.common import TypedSearchAttributes
 from temporalio.testing import WorkflowEnvironment
 
 from agent_tasks.activities.mirror import copy_run
 from agent_tasks.activities.rebuild import RebuildReport, ReplayedRun, rebuild, replay_run
-from agent_tasks.contract import Event, StepView
+from agent_tasks.contract import (
+    Event,
+    StepView,
+    TaskStart,
+    TaskStatus,
+    TaskWorkflowInput,
+    task_workflow_id,
+)
+from agent_tasks.contract.handlers import WORKFLOW_TYPE
+from agent_tasks.contract.search import search_attributes
 from agent_tasks.devstack import free_port
 from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.starter.replay import replay_server
 from agent_tasks.taskgraph.graph import TaskGraph
 from agent_tasks.taskgraph.models import StepFilter
 from agent_tasks.worker import build_worker
 from agent_tasks.workflows import pages
-from tests.conftest import mirrored
+from tests.conftest import eventually, mirrored
 from tests.workflows.test_durability import dev_server
 
 
@@ -77,7 +90,9 @@ async def test_rebuild_replays_each_run_once_and_deletes_nothing_before_its_repl
         # 33 writes each add at least two history events (an update's accepted and completed;
         # under load several share a workflow task), so the limit of 60 is passed at least
         # once: two runs or more (how many more depends on how the mirror batched)
-        assert all(v is not None and v.runs >= 2 and v.last_seq == 30 for v in views.values())
+        assert all(v is not None and v.runs >= 2 and v.last_seq == 30 for v in views.values()), {
+            task: (v.runs, v.last_seq, v.status) if v else None for task, v in views.items()
+        }
         before = {task: await snapshot(graph, history, task) for task in ("done", "open")}
         counts = await graph.counts(project)
         assert [e.seq for e in before["done"][0]] == list(range(1, 31))
@@ -90,6 +105,7 @@ async def test_rebuild_replays_each_run_once_and_deletes_nothing_before_its_repl
                 first_run = execution
         assert first_run is not None
         ledger = await replay_run(client, done_id, first_run.run_id)
+        assert ledger is not None
         assert 0 < pages.view(ledger).last_seq < 30  # the first run holds only the first seqs
         await copy_run(ReplayedRun(ledger), graph, "first run", mark="stopped-rebuild")
         assert await snapshot(graph, history, "done") == before["done"]
@@ -134,3 +150,44 @@ async def test_rebuild_replays_each_run_once_and_deletes_nothing_before_its_repl
         tasks=1, runs=views["done"].runs if views["done"] else 0, events=30, failed=[]
     )
     assert await graph.counts(project) == after
+
+
+async def test_a_run_before_its_first_workflow_task_is_passed_over_not_waited_for(
+    client: Client, graph: TaskGraph
+) -> None:
+    """A run whose first workflow task the server holds back (``firstWorkflowTaskBackoff``:
+    a continue-as-new right after the run before, or a delayed start) holds only its start
+    event until then; temporalio's ``Replayer`` given such a history never returns. ``graph
+    rebuild`` met one when a task had just continued as new and hung the rebuild; ``agent-tasks
+    replay`` of the server's histories would have hung the same way. Both pass it over: it
+    has run no workflow code, so it holds nothing to replay or copy."""
+    project, name = f"rb-{uuid.uuid4().hex[:8]}", "delayed"
+    start = TaskStart(project_id=project, name=name, goal="later", agent_id="a", request_id="r1")
+    workflow_id = task_workflow_id(project, name)
+    handle = await client.start_workflow(
+        WORKFLOW_TYPE,
+        TaskWorkflowInput(start=start),
+        id=workflow_id,
+        task_queue=f"no-worker-{uuid.uuid4().hex[:8]}",
+        start_delay=timedelta(hours=1),
+        search_attributes=TypedSearchAttributes(search_attributes(start, TaskStatus.OPEN)),
+    )
+    try:
+        history = await handle.fetch_history()
+        started = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED
+        assert [event.event_type for event in history.events] == [started]
+        assert await replay_run(client, workflow_id, handle.result_run_id or "") is None
+
+        async def listed() -> bool:
+            return [e async for e in client.list_workflows(f"ProjectId = '{project}'")] != []
+
+        await eventually(listed)
+        assert await rebuild(client, graph, project) == RebuildReport(
+            tasks=1, runs=1, events=0, failed=[]
+        )
+        assert await graph.counts(project) == {}  # nothing written, nothing waited for
+        (result,) = await replay_server(client, project=project)
+        assert (result.workflow_id, result.events, result.result) == (workflow_id, 1, "ok")
+        assert result.message is not None and "no workflow task yet" in result.message
+    finally:
+        await handle.terminate("test over")
