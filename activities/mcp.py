@@ -21,7 +21,8 @@ each an activity (``AgentSpec.mcp_servers``; docs/mcp.md).
   (``HTTP_STAND_INS``), is ``ToolOutcomeUnknown`` (``registry.OUTCOME_UNKNOWN``): retried
   under the same key for an idempotent tool, else the step ends ``unknown`` and runs again
   only by an explicit ``retry``, under the same key.
-- **Cancel**: the call heartbeats every ``CANCEL_BEAT_S``; Temporal's cancel arrives as
+- **Cancel**: the call (and the listing, scheduled with a heartbeat timeout) heartbeats every
+  ``CANCEL_BEAT_S``; Temporal's cancel arrives as
   ``asyncio.CancelledError``, which cancels the SDK's request, and the SDK sends the server
   ``notifications/cancelled`` for it before the session closes.
 
@@ -376,19 +377,16 @@ class McpActivities:
                 attempt's start-to-close timeout, which bounds the attempt here too: a server
                 that never answers would hold the worker's activity slot past the server's
                 timeout), ``McpServerRefused`` (not retried).
+            asyncio.CancelledError: the activity was cancelled (it heartbeats every
+                ``CANCEL_BEAT_S`` when scheduled with a heartbeat timeout, ``MCP_LIST_CANCEL``):
+                the server's program is stopped, or its HTTP session closed, first.
         """
-        listed: list[Tool] = []
         bound = activity.info().start_to_close_timeout
         within_s = bound.total_seconds() if bound else None
+        beat = CANCEL_BEAT_S if activity.info().heartbeat_timeout else None
         try:
-            async with asyncio.timeout(within_s), self.client(server) as client:
-                cursor: str | None = None
-                while True:
-                    page = await client.list_tools(cursor=cursor)
-                    listed += page.tools
-                    cursor = page.next_cursor
-                    if not cursor:
-                        break
+            async with asyncio.timeout(within_s):
+                listed = await heartbeating(self._listing(server), every_s=beat)
         except ApplicationError:
             raise
         except TimeoutError as err:  # the SDK's own bounds wait longer (or never end)
@@ -424,6 +422,18 @@ class McpActivities:
                 break
             specs[spec.name] = spec
         return ToolSpecs(specs=specs)
+
+    async def _listing(self, server: McpServer) -> list[Tool]:
+        """Every page of the tools ``server`` lists."""
+        listed: list[Tool] = []
+        async with self.client(server) as client:
+            cursor: str | None = None
+            while True:
+                page = await client.list_tools(cursor=cursor)
+                listed += page.tools
+                cursor = page.next_cursor
+                if not cursor:
+                    return listed
 
     @activity.defn(name=MCP_CALL_ACTIVITY)
     async def call_tool(self, input: ToolInput) -> ToolOutput:

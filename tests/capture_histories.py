@@ -1624,6 +1624,37 @@ async def mcp_scenario(stack: Stack) -> Captured:
             return {"mcp_call": await fetch(history, "mcp")}
 
 
+async def mcp_list_cancel_scenario(stack: Stack) -> Captured:
+    """``mcp_list_cancelled`` (the ``mcp-list-cancel`` patch): an agent over the tests' MCP
+    server (over stdio) started with ``MCP_TEST_START_DELAY_S`` of 600, so its listing waits;
+    the task is cancelled meanwhile: the listing (scheduled with a heartbeat timeout) is asked
+    to cancel and ends cancelled, the task ``cancelled``."""
+    import tempfile
+
+    from agent_tasks.contract import AgentSpec, McpServer, ModelSpec
+    from tests.agent_tools import SCRIPTS, answer
+
+    queue = f"capture-mcp-list-{uuid.uuid4().hex[:8]}"
+    history = stack.history("mcp")
+    history.task_queue = queue
+    with tempfile.TemporaryDirectory() as folder:
+        log = Path(folder) / "ledger.jsonl"
+        args = ["-m", "tests.mcp_server", str(log), "stdio"]
+        env = {"MCP_TEST_START_DELAY_S": "600"}
+        server = McpServer(name="bill", command=sys.executable, args=args, env=env)
+        model = ModelSpec(provider="scripted", model="from-goal")
+        spec = AgentSpec(mcp_servers=[server], model=model)
+        goal = json.dumps([answer("never").model_dump(mode="json")])
+        async with build_worker(stack.client, stack.graph, queue, scripts=SCRIPTS):
+            expect(await history.create_task("mcp-list", goal, agent=spec))
+            await quiet_until(log.exists)
+            expect(await history.cancel_task("mcp-list"))
+            final = await history.wait_task("mcp-list")
+            if final is None or final.status is not TaskStatus.CANCELLED:
+                raise CaptureError(f"the task did not end cancelled: {final!r}")
+            return {"mcp_list_cancelled": await fetch(history, "mcp-list")}
+
+
 async def mcp_stateful_scenario(stack: Stack) -> Captured:
     """A stateful MCP server (``McpServer.stateful``, over stdio): the tool loop with a scripted
     model calling ``bill_tally`` twice: ``mcp_open_session`` on the task's queue, the listing,
@@ -1712,6 +1743,11 @@ SCENARIOS: dict[str, Scenario] = {
             "children_reconciled",
         ),
         "the cancellation rule, answers bound to requests, a taken child id, a reconciled resume",
+    ),
+    "mcp_list_cancel": Scenario(
+        mcp_list_cancel_scenario,
+        ("mcp_list_cancelled",),
+        "a cancel during an MCP server's slow listing cancels the listing (patched)",
     ),
     "same_call": Scenario(
         same_call_scenario,

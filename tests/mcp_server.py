@@ -5,7 +5,8 @@ program over stdio or streamable HTTP: ``python -m tests.mcp_server LEDGER stdio
 Every request and every effect is a JSON line appended to the file LEDGER (a stdio server is a
 new process per call, so the count lives in the file): ``{"event": "request" | "effect" |
 "started" | "cancelled", "tool", "key" (the call's ``_meta`` idempotency key), "header" (its
-``Idempotency-Key`` header over HTTP), "tenant" (its ``X-Billing-Tenant`` header)}``.
+``Idempotency-Key`` header over HTTP), "tenant" (its ``X-Billing-Tenant`` header)}``, and
+``{"event": "launched", "pid"}`` for a program started with a delay (``main``).
 ``charge`` performs its effect once per key; ``tally`` counts its calls per MCP session.
 
 Started with ``MCP_TEST_TOOLS=wide`` in its environment, the server also lists ``WIDE_TOOLS``
@@ -20,6 +21,7 @@ import base64
 import json
 import os
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -228,7 +230,14 @@ if os.environ.get("MCP_TEST_TOOLS") == "wide":
 
 
 def main() -> None:
-    """Run the server on the transport the command line names."""
+    """Run the server on the transport the command line names. With ``MCP_TEST_START_DELAY_S``
+    in its environment, the program first writes a ``launched`` line with its ``pid`` to the
+    ledger and sleeps that long before it serves (a listing that waits for its answer)."""
+    delay = float(os.environ.get("MCP_TEST_START_DELAY_S") or 0)
+    if delay:
+        with LEDGER.open("a") as out:
+            out.write(json.dumps({"event": "launched", "pid": os.getpid()}) + "\n")
+        time.sleep(delay)
     if sys.argv[2] == "stdio":
         server.run("stdio")
     else:

@@ -183,6 +183,11 @@ whose step ended ``unknown`` (``AgentRun.unknown_calls``; in this run, or one be
 key (a ``decision`` citing it), so a server that deduplicates by the key performs the effect
 once. Runs recorded before it ran such a call as a new step under a new key."""
 
+MCP_LIST_CANCEL = "mcp-list-cancel"
+"""Patch id: an MCP server's listing heartbeats and a cancel request of the task cancels it
+(``registry.MCP_LIST_HEARTBEAT``), waiting for it to end; runs recorded before it waited for
+the listing (up to three attempts of a minute) before the task could end ``cancelled``."""
+
 PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
     {
         MIRROR_WITHOUT_DEBOUNCE: Patch(
@@ -216,6 +221,7 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
                 "long_ids_child.json",
                 "long_ids_parent.json",
                 "mcp_call.json",
+                "mcp_list_cancelled.json",
                 "mcp_stateful.json",
                 "mirror_at_once.json",
                 "mirror_follows.json",
@@ -241,6 +247,7 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
             pinned_by=(
                 "cancel_rule_input.json",
                 "cancel_rule_tool.json",
+                "mcp_list_cancelled.json",
                 "model_cancel.json",
                 "spawn_taken.json",
             ),
@@ -274,6 +281,7 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
                 "children_reconciled.json",
                 "long_ids_parent.json",
                 "mcp_call.json",
+                "mcp_list_cancelled.json",
                 "mcp_stateful.json",
                 "model_cancel.json",
                 "model_mistake.json",
@@ -312,6 +320,7 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
                 "cancel_after_end_kept.json",
                 "long_ids_parent.json",
                 "mcp_call.json",
+                "mcp_list_cancelled.json",
                 "mcp_stateful.json",
                 "model_cancel.json",
                 "model_mistake.json",
@@ -365,6 +374,7 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
                 "long_ids_child.json",
                 "long_ids_parent.json",
                 "mcp_call.json",
+                "mcp_list_cancelled.json",
                 "mcp_stateful.json",
                 "mirror_follows.json",
                 "model_cancel.json",
@@ -419,6 +429,10 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
                 "open_calls_run1.json",
                 "same_call_continued.json",
             ),
+        ),
+        MCP_LIST_CANCEL: Patch(
+            since=date(2026, 12, 5),
+            pinned_by=("mcp_list_cancelled.json",),
         ),
         SAME_CALL_SAME_KEY: Patch(
             since=date(2026, 12, 5),

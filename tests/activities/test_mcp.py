@@ -1166,3 +1166,58 @@ async def test_a_stateful_session_is_closed_when_the_run_is_cancelled(
         if e.HasField("activity_task_completed_event_attributes")
     ]
     assert closes[0] in completed
+
+
+async def test_a_cancel_during_a_slow_listing_cancels_it_and_stops_the_server(
+    services: Services, project_id: str, queue: str, ledger_path: Path
+) -> None:
+    """The stdio server takes 600 s before it answers (``MCP_TEST_START_DELAY_S``), so the
+    run's listing waits; the task is cancelled meanwhile. The listing activity hears the cancel
+    (it heartbeats) and ends cancelled, its one attempt neither timed out nor retried; the
+    server's program is stopped; the task ends ``cancelled`` with no model turn."""
+    import asyncio
+
+    from temporalio.api.enums.v1 import EventType
+
+    args = ["-m", "tests.mcp_server", str(ledger_path), "stdio"]
+    env = {"MCP_TEST_START_DELAY_S": "600"}
+    server = McpServer(name="bill", command=sys.executable, args=args, env=env)
+    history = await _run(services, project_id, queue, server, [answer("never")], [])
+
+    async def launched() -> bool:
+        return any(e["event"] == "launched" for e in ledger(ledger_path))
+
+    await eventually(launched, within=60)
+    (pid,) = [e["pid"] for e in ledger(ledger_path) if e["event"] == "launched"]
+    assert (await history.cancel_task("t")).recorded
+    final = await asyncio.wait_for(history.wait_task("t"), 120)  # the listing's 3 x 60 s: more
+    assert final is not None and final.status.value == "cancelled"
+    handle = services.client.get_workflow_handle(task_workflow_id(project_id, "t"))
+    events = (await handle.fetch_history()).events
+    (listing,) = [
+        e.event_id
+        for e in events
+        if e.activity_task_scheduled_event_attributes.activity_type.name == "mcp_list_tools"
+    ]
+    after = [  # the listing's events after its schedule: one attempt, cancelled
+        EventType.Name(e.event_type)
+        for e in events
+        for field in [e.WhichOneof("attributes") or ""]
+        if field.startswith("activity_task_")
+        and getattr(getattr(e, field), "scheduled_event_id", None) == listing
+    ]
+    assert after == [
+        "EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED",
+        "EVENT_TYPE_ACTIVITY_TASK_STARTED",
+        "EVENT_TYPE_ACTIVITY_TASK_CANCELED",
+    ]
+    assert final.agent_run is not None and final.agent_run.rounds == 0
+
+    async def stopped() -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    await eventually(stopped, within=30)

@@ -21,9 +21,10 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError, TimeoutType
+from temporalio.workflow import ActivityCancellationType
 
 from agent_tasks.contract import AgentName, AgentSpec, McpCall, McpServer, ToolOffer
-from agent_tasks.workflows.patches import TOOL_SPECS_BY_ACTIVITY
+from agent_tasks.workflows.patches import MCP_LIST_CANCEL, TOOL_SPECS_BY_ACTIVITY
 
 TOOL_ACTIVITY_PREFIX = "tool."
 """A tool ``name`` runs as the activity ``tool.{name}``."""
@@ -33,6 +34,11 @@ MCP_LIST_ACTIVITY = "mcp_list_tools"
 """Activity: the tools an MCP server lists, as specs (``ToolSpecs``), once per agent run."""
 MCP_LIST_TIMEOUT = timedelta(seconds=60)
 """Longest listing attempt (it starts a stdio server or opens an HTTP session)."""
+MCP_LIST_HEARTBEAT = timedelta(seconds=10)
+"""Heartbeat timeout of a listing (``MCP_LIST_CANCEL``): it beats every second, so a cancel of
+the task reaches it within about a second (a cancel reaches an activity only in a heartbeat's
+answer), and a listing whose worker died is retried this long after its last beat, not after
+``MCP_LIST_TIMEOUT``."""
 MCP_LIST_RETRY = RetryPolicy(maximum_attempts=3, non_retryable_error_types=["McpServerRefused"])
 """A listing is read-only: retried (an unreachable server fails the run's start of agent)."""
 MCP_OPEN_ACTIVITY = "mcp_open_session"
@@ -234,13 +240,49 @@ async def agent_tools(spec: AgentSpec, sessions: McpSessions) -> dict[str, ToolS
         )
     specs = dict(answer.specs)
     for server in spec.mcp_servers:  # runs recorded before mcp_servers have none
+        options = await sessions.options(server)
+        if workflow.patched(MCP_LIST_CANCEL):
+            specs.update((await _listed(server, options)).specs)
+            continue
         listed: ToolSpecs = await workflow.execute_activity(
             MCP_LIST_ACTIVITY,
             server,
             result_type=ToolSpecs,
             start_to_close_timeout=MCP_LIST_TIMEOUT,
             retry_policy=MCP_LIST_RETRY,
-            **await sessions.options(server),
+            **options,
         )
         specs.update(listed.specs)
     return specs
+
+
+async def _listed(server: McpServer, options: Mapping[str, Any]) -> ToolSpecs:
+    """The listing of ``server`` (``MCP_LIST_CANCEL``): it heartbeats (``MCP_LIST_HEARTBEAT``),
+    and a cancel request of the task cancels it and waits for it to end (the activity stops
+    the server's program or closes its session), so the task's cancel does not wait for a
+    slow listing and its retries.
+
+    Raises:
+        ActivityError: the listing failed (its last attempt's error) or was cancelled.
+    """
+    handle = workflow.start_activity(
+        MCP_LIST_ACTIVITY,
+        server,
+        result_type=ToolSpecs,
+        start_to_close_timeout=MCP_LIST_TIMEOUT,
+        heartbeat_timeout=MCP_LIST_HEARTBEAT,
+        retry_policy=MCP_LIST_RETRY,
+        cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+        **options,
+    )
+    try:
+        await workflow.wait_condition(
+            lambda: handle.done() or workflow.cancellation_reason() is not None
+        )
+    except asyncio.CancelledError:  # the SDK's wait raises it when a cancel request arrives
+        if workflow.cancellation_reason() is None:
+            raise  # the worker evicts the run from its cache: nothing to cancel or record
+    if not handle.done():
+        handle.cancel()
+    listed: ToolSpecs = await handle
+    return listed
