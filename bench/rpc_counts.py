@@ -9,7 +9,8 @@ clients' calls, the workers' polls and completions, the followers' long polls, t
 writes ``WRITES`` single events with 20 writers on 20 tasks (ours, then bare), waits for our
 mirror, and prints each side's calls per write by operation. ``cpu`` runs the same writes
 with each side's worker in a process of its own (``bench.rows.worker_process``) and prints
-the worker's CPU per write (``/proc``) and the writes' rate. Both use the configured Temporal
+the CPU per write (``/proc``) of the worker and of the local stack's Temporal and Neo4j (the
+others' load on them included), and the writes' rate. Both use the configured Temporal
 server and Neo4j (the local stack's).
 """
 
@@ -27,6 +28,7 @@ from temporalio.client import Client
 from temporalio.runtime import MetricBuffer, Runtime, TelemetryConfig
 
 from agent_tasks.config import Settings
+from agent_tasks.devstack.temporal import TemporalDevServer
 from agent_tasks.plugin import AgentTasksPlugin
 from agent_tasks.taskgraph.port import GraphStore
 from agent_tasks.worker import build_worker, open_graph
@@ -98,22 +100,25 @@ async def _rpcs(
 
 
 async def _cpu(bench: Bench, side: str, writes: int) -> None:
-    """Print ``side``'s worker CPU per write (from the writes' start to their mirror), its
-    worker in a process of its own."""
+    """Print ``side``'s CPU per write by process (the worker, in a process of its own, and
+    ``bench.server_pids``), from the writes' start to their mirror."""
     queue = f"{bench.queue}-{side}"
-    marks: dict[str, tuple[float, float]] = {}
+    marks: dict[str, tuple[dict[str, float], float]] = {}
     async with worker_process(side, queue, {**os.environ}) as pid:
 
         def mark(name: str) -> None:
-            marks[name] = (cpu_seconds({"worker": pid})["worker"], time.perf_counter())
+            marks[name] = (cpu_seconds({"worker": pid, **bench.server_pids}), time.perf_counter())
 
         rate = await _side(bench, side, queue, writes, mark)
         mark("end")
-    ms = (marks["end"][0] - marks["create"][0]) * 1000 / writes
-    took = marks["end"][1] - marks["create"][1]
+    (start, began), (end, ended) = marks["create"], marks["end"]
+    per = ", ".join(
+        f"{name} {(end[name] - start[name]) * 1000 / writes:.2f}"
+        for name in ("worker", *bench.server_pids)
+    )
     print(
-        f"{side}: worker CPU {ms:.2f} ms/write, {rate:.0f} writes/s,"
-        f" {took:.1f} s with mirror, load {os.getloadavg()[0]:.1f}"
+        f"{side}: CPU ms/write: {per}; {rate:.0f} writes/s,"
+        f" {ended - began:.1f} s with mirror, load {os.getloadavg()[0]:.1f}"
     )
 
 
@@ -127,7 +132,8 @@ async def main(mode: str, writes: int) -> None:
         **settings.temporal.connect_config(), plugins=[AgentTasksPlugin()], runtime=runtime
     )
     async with open_graph(settings) as graph:
-        bench = Bench(client, graph, settings, None)  # type: ignore[arg-type]
+        temporal_pid = TemporalDevServer(settings.data_dir, 0).running_pid()
+        bench = Bench(client, graph, settings, temporal_pid)  # type: ignore[arg-type]
         try:
             for side in ("ours", "bare"):
                 if mode == "rpcs":
