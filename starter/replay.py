@@ -231,6 +231,26 @@ def unregistered(agent: str) -> str:
     return f"agent {agent!r} is not registered: pass --import MODULE (the module that registers it)"
 
 
+def not_replayed(
+    source: str,
+    history: WorkflowHistory,
+    result: ReplayStatus,
+    message: str,
+    agent: str | None = None,
+) -> ReplayResult:
+    """The result of a history ``replay_histories`` does not replay: ``result`` and
+    ``message`` say why; ``agent``, the unregistered agent it runs, if that is why."""
+    return ReplayResult(
+        source=source,
+        workflow_id=history.workflow_id,
+        run_id=history.run_id,
+        events=len(history.events),
+        result=result,
+        message=message,
+        unregistered_agent=agent,
+    )
+
+
 async def replay_histories(
     histories: Sequence[tuple[str, WorkflowHistory]],
     workflows: Sequence[type] = (TaskWorkflow,),
@@ -245,26 +265,11 @@ async def replay_histories(
     results: dict[int, ReplayResult] = {}
     for i, (source, history) in enumerate(histories):
         if before_first_workflow_task(history):
-            results[i] = ReplayResult(
-                source=source,
-                workflow_id=history.workflow_id,
-                run_id=history.run_id,
-                events=len(history.events),
-                result="ok",
-                message=NOT_STARTED,
-            )
+            results[i] = not_replayed(source, history, "ok", NOT_STARTED)
             continue
         agent = await agent_of(history)
         if agent is not None and agent_function(agent) is None:
-            results[i] = ReplayResult(
-                source=source,
-                workflow_id=history.workflow_id,
-                run_id=history.run_id,
-                events=len(history.events),
-                result="error",
-                message=unregistered(agent),
-                unregistered_agent=agent,
-            )
+            results[i] = not_replayed(source, history, "error", unregistered(agent), agent)
     if len(results) == len(histories):
         return [results[i] for i in range(len(histories))]
 
