@@ -20,7 +20,9 @@ each an activity (``AgentSpec.mcp_servers``; docs/mcp.md).
   connection lost after the call was sent, or an HTTP error status with no JSON-RPC answer
   (``HTTP_STAND_INS``), is ``ToolOutcomeUnknown`` (``registry.OUTCOME_UNKNOWN``): retried
   under the same key for an idempotent tool, else the step ends ``unknown`` and runs again
-  only by an explicit ``retry``, under the same key.
+  only by an explicit ``retry``, under the same key. Over stdio the result says the server's
+  program ended; a stateful session whose program ended is dropped, so the run's next call
+  fails ``McpSessionLost`` without running and the one after opens a new session.
 - **Cancel**: the call (and the listing, scheduled with a heartbeat timeout) heartbeats every
   ``CANCEL_BEAT_S``; Temporal's cancel arrives as
   ``asyncio.CancelledError``, which cancels the SDK's request, and the SDK sends the server
@@ -173,9 +175,9 @@ def _servers_answer(err: Exception, closed: int) -> bool:
     return code != closed and (code, message) not in HTTP_STAND_INS
 
 
-def _unknown(name: str, err: Exception) -> ApplicationError:
+def _unknown(name: str, err: Exception, after: str = "") -> ApplicationError:
     return ApplicationError(
-        f"the connection to {name} was lost after the call was sent ({err!r})",
+        f"the connection to {name} was lost after the call was sent ({err!r}){after}",
         type=OUTCOME_UNKNOWN,
     )
 
@@ -490,7 +492,19 @@ class McpActivities:
                 ) from err
             if not sent:
                 raise  # the server was not reached: the retry policy decides
-            raise _unknown(name, err) from err
+            if call.server.command is None:
+                raise _unknown(name, err) from err
+            if not call.server.stateful:
+                ended = "; the server's program ended before it answered"
+                raise _unknown(name, err, ended) from err
+            # a stateful stdio session's pipe broke: its program ended; the session is gone
+            await self._close(_run_key(call.server.name))
+            ended = (
+                f"; the server's program ended, and with it the session and its state: the "
+                f"next call fails {MCP_SESSION_LOST} without running, the one after it opens a "
+                "new session"
+            )
+            raise _unknown(name, err, ended) from err
         if result.is_error:
             raise ApplicationError(
                 f"{name} answered with an error: {bound_text(result_text(result)).text}",

@@ -95,6 +95,22 @@ async def mcp_at_once(ctx: AgentContext) -> str:
     return json.dumps([o.state.value for o in outcomes])
 
 
+@agent("mcp_in_turn")
+async def mcp_in_turn(ctx: AgentContext) -> str:
+    """Steps ``s1`` ... one after the other, one per ``[tool, arguments]`` of
+    ``input["calls"]``. Returns ``[[state, text], ...]`` of the steps as JSON."""
+    planned = ctx.input["calls"]
+    assert isinstance(planned, list)
+    results: list[list[str]] = []
+    for n, planned_call in enumerate(planned, 1):
+        assert isinstance(planned_call, list)
+        tool_name, args = planned_call
+        assert isinstance(tool_name, str) and isinstance(args, dict)
+        outcome = await ctx.step(f"s{n}", tool_name, args)
+        results.append([outcome.state.value, outcome.text])
+    return json.dumps(results)
+
+
 class EffectServer:
     """An API that performs a charge once per ``Idempotency-Key``: a repeated key gets the
     first answer back without a second effect. ``requests`` and ``effects`` count by key."""

@@ -352,6 +352,8 @@ async def test_a_persons_retry_of_an_unknown_call_sends_its_key(
     assert failed is not None and failed.status.value == "failed"
     key = f"{task_workflow_id(project_id, 't')}/charge/1"
     assert [(e["event"], e["key"]) for e in ledger(ledger_path)] == [("request", key)]
+    assert failed.error is not None
+    assert "the server's program ended before it answered" in failed.error.text
     await retried_to_done(history)
     events = [(e["event"], e["key"]) for e in ledger(ledger_path)]
     assert events == [("request", key), ("request", key), ("effect", key)]
@@ -966,6 +968,52 @@ async def test_a_listing_with_no_answer_ends_at_its_attempts_timeout() -> None:
     assert "'mute' cannot list its tools: no answer within 2 s" in str(failed.value)
 
 
+async def test_a_stdio_listing_with_no_answer_ends_at_its_attempts_timeout_and_stops_it(
+    ledger_path: Path,
+) -> None:
+    """langchain-ai/langchain#40472's kind (a stdio server that starts and never answers leaves
+    the listing waiting for ever): the tests' server told to wait 600 s before it serves fails
+    the attempt ``McpServerUnavailable`` at its start-to-close timeout, and its program is
+    stopped, not left running."""
+    import dataclasses
+    from datetime import timedelta
+
+    from temporalio.exceptions import ApplicationError
+    from temporalio.testing import ActivityEnvironment
+
+    from agent_tasks.activities.mcp import MCP_SERVER_UNAVAILABLE, McpActivities
+
+    args = ["-m", "tests.mcp_server", str(ledger_path), "stdio"]
+    env = {"MCP_TEST_START_DELAY_S": "600"}
+    server = McpServer(name="mute", command=sys.executable, args=args, env=env)
+    activities = ActivityEnvironment()
+    activities.info = dataclasses.replace(
+        activities.info, start_to_close_timeout=timedelta(seconds=2)
+    )
+    with pytest.raises(ApplicationError) as failed:
+        await activities.run(McpActivities(_no_arguments).list_tools, server)
+    assert failed.value.type == MCP_SERVER_UNAVAILABLE and not failed.value.non_retryable
+    assert "'mute' cannot list its tools: no answer within 2 s" in str(failed.value)
+
+    async def stopped() -> bool:  # however far the program got, none runs with its ledger
+        return not _running_with(str(ledger_path))
+
+    await eventually(stopped, within=30)
+
+
+def _running_with(marker: str) -> list[int]:
+    """The process ids whose command line holds ``marker`` (from ``/proc``)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            command = (entry / "cmdline").read_bytes()
+        except OSError:  # not a process, or it ended meanwhile
+            continue
+        if entry.name.isdigit() and marker.encode() in command:
+            found.append(int(entry.name))
+    return found
+
+
 def test_a_worker_with_bad_header_sets_stops_before_it_connects(tmp_path: Path) -> None:
     """``agent-tasks worker`` with ``AGENT_TASKS_MCP_HEADERS`` naming a file that is not header
     sets exits 2 with one line naming the variable and the set, never a value, before it
@@ -1221,3 +1269,39 @@ async def test_a_cancel_during_a_slow_listing_cancels_it_and_stops_the_server(
         return False
 
     await eventually(stopped, within=30)
+
+
+async def test_a_stateful_stdio_server_that_exits_mid_run_is_a_lost_session_the_model_reads(
+    services: Services, project_id: str, queue: str, ledger_path: Path
+) -> None:
+    """A stateful server over stdio whose program exits during a call (``charge_crashing``
+    ends its process before it answers): that call ends ``unknown`` (its effect is unknown),
+    saying the program ended; the next call (a charge) fails ``McpSessionLost`` without
+    reaching a server, saying what the model can do; the one after opens a new session (the
+    counter starts again at 1). Before, every call after the exit ended ``unknown`` and no new
+    session was ever opened."""
+    import tests.http_tools  # noqa: F401  (registers the agent mcp_in_turn)
+
+    assert services.graph is not None
+    args = ["-m", "tests.mcp_server", str(ledger_path), "stdio"]
+    server = McpServer(name="bill", command=sys.executable, args=args, stateful=True)
+    history = ConversationHistory(
+        services.client, project_id, "agent-1", task_queue=queue, graph=services.graph
+    )
+    planned = [
+        ["bill_tally", {}],
+        ["bill_charge_crashing", {"account": "acme"}],
+        ["bill_charge", {"account": "acme", "cents": 5}],
+        ["bill_tally", {}],
+    ]
+    spec = AgentSpec(name="mcp_in_turn", mcp_servers=[server], input={"calls": planned})
+    assert (await history.create_task("t", "in turn", agent=spec)).recorded
+    steps = await _tallied(history)
+    assert [state for state, _ in steps] == ["completed", "unknown", "failed", "completed"]
+    assert steps[0][1] == steps[3][1] == "1"  # the last call's session is a new one
+    assert "charge_crashing' of MCP server 'bill' was lost after the call was sent" in steps[1][1]
+    assert "the server's program ended, and with it the session and its state" in steps[1][1]
+    assert steps[2][1].startswith("McpSessionLost: the session of MCP server 'bill' was lost")
+    assert "the call did not run" in steps[2][1]
+    requests = [e["tool"] for e in ledger(ledger_path) if e["event"] == "request"]
+    assert requests == ["charge_crashing"]  # the charge after it never reached a server
