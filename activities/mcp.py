@@ -254,6 +254,9 @@ class McpActivities:
             ApplicationError: ``McpServerUnavailable`` (retried: the server did not start or
                 could not be reached within the attempt's start-to-close timeout),
                 ``McpServerRefused`` (not retried).
+            asyncio.CancelledError: the activity was cancelled (it heartbeats every
+                ``CANCEL_BEAT_S`` when scheduled with a heartbeat timeout,
+                ``MCP_OPEN_CANCEL``): the session being opened is closed first.
         """
         key = _run_key(server.name)
         if key not in self._held:
@@ -261,10 +264,14 @@ class McpActivities:
             held.task = asyncio.create_task(self._hold(key, held, server))
         bound = activity.info().start_to_close_timeout
         within_s = bound.total_seconds() if bound else None
+        beat = CANCEL_BEAT_S if activity.info().heartbeat_timeout else None
         try:
             async with asyncio.timeout(within_s):
-                await asyncio.shield(self._held[key].client)
+                await heartbeating(asyncio.shield(self._held[key].client), every_s=beat)
         except ApplicationError:
+            raise
+        except asyncio.CancelledError:  # the task's cancel (``MCP_OPEN_CANCEL``): stop opening
+            await self._close(key)
             raise
         except Exception as err:
             await self._close(key)
@@ -281,9 +288,10 @@ class McpActivities:
                 held.client.set_result(client)
                 await held.closing.wait()
         except BaseException as err:
-            if not held.client.done():
+            if not held.client.done() and isinstance(err, Exception):
                 held.client.set_exception(err)
             if not isinstance(err, Exception):
+                held.client.cancel()  # cancelled while it opened: nobody waits for it now
                 raise
             _log.warning("MCP session %r ended: %r", key, err)
         finally:
@@ -297,9 +305,13 @@ class McpActivities:
         await self._close(_run_key(server_name))
 
     async def _close(self, key: tuple[str, str]) -> None:
+        """Close the session ``key``: an open one when its holder leaves it, one still opening
+        (a program that has not answered yet) by cancelling its holder."""
         held = self._held.pop(key, None)
         if held is not None and held.task is not None:
             held.closing.set()
+            if not held.client.done():
+                held.task.cancel()
             await asyncio.wait([held.task])
 
     async def close_sessions(self) -> None:
@@ -321,13 +333,14 @@ class McpActivities:
                 yield client
             return
         held = self._held.get(_run_key(server.name))
-        if held is None or not held.client.done() or held.client.exception() is not None:
+        opened = None if held is None else held.client
+        if opened is None or not opened.done() or opened.cancelled() or opened.exception():
             raise ApplicationError(
                 f"this worker holds no session of MCP server {server.name!r} for the run",
                 type=MCP_SESSION_LOST,
                 non_retryable=True,
             )
-        yield held.client.result()
+        yield opened.result()
 
     @asynccontextmanager
     async def session(self, server: McpServer) -> AsyncIterator[Client]:

@@ -1629,30 +1629,45 @@ async def mcp_list_cancel_scenario(stack: Stack) -> Captured:
     server (over stdio) started with ``MCP_TEST_START_DELAY_S`` of 600, so its listing waits;
     the task is cancelled meanwhile: the listing (scheduled with a heartbeat timeout) is asked
     to cancel and ends cancelled, the task ``cancelled``."""
+    return {"mcp_list_cancelled": await _slow_mcp_server_cancelled(stack, stateful=False)}
+
+
+async def mcp_open_cancel_scenario(stack: Stack) -> Captured:
+    """``mcp_open_cancelled`` (the ``mcp-open-cancel`` patch): as ``mcp_list_cancelled`` with
+    the server ``stateful``: its session's open (``mcp_open_session``, scheduled with a
+    heartbeat timeout) waits, is asked to cancel and ends cancelled, the task ``cancelled``."""
+    return {"mcp_open_cancelled": await _slow_mcp_server_cancelled(stack, stateful=True)}
+
+
+async def _slow_mcp_server_cancelled(stack: Stack, *, stateful: bool) -> WorkflowHistory:
+    """The history of a task whose agent's MCP server (the tests' own, over stdio, waiting 600 s
+    before it serves) was cancelled while the run waited for it."""
     import tempfile
 
     from agent_tasks.contract import AgentSpec, McpServer, ModelSpec
     from tests.agent_tools import SCRIPTS, answer
 
-    queue = f"capture-mcp-list-{uuid.uuid4().hex[:8]}"
+    queue = f"capture-mcp-slow-{uuid.uuid4().hex[:8]}"
     history = stack.history("mcp")
     history.task_queue = queue
     with tempfile.TemporaryDirectory() as folder:
         log = Path(folder) / "ledger.jsonl"
         args = ["-m", "tests.mcp_server", str(log), "stdio"]
         env = {"MCP_TEST_START_DELAY_S": "600"}
-        server = McpServer(name="bill", command=sys.executable, args=args, env=env)
+        server = McpServer(
+            name="bill", command=sys.executable, args=args, env=env, stateful=stateful
+        )
         model = ModelSpec(provider="scripted", model="from-goal")
         spec = AgentSpec(mcp_servers=[server], model=model)
         goal = json.dumps([answer("never").model_dump(mode="json")])
         async with build_worker(stack.client, stack.graph, queue, scripts=SCRIPTS):
-            expect(await history.create_task("mcp-list", goal, agent=spec))
+            expect(await history.create_task("mcp-slow", goal, agent=spec))
             await quiet_until(log.exists)
-            expect(await history.cancel_task("mcp-list"))
-            final = await history.wait_task("mcp-list")
+            expect(await history.cancel_task("mcp-slow"))
+            final = await history.wait_task("mcp-slow")
             if final is None or final.status is not TaskStatus.CANCELLED:
                 raise CaptureError(f"the task did not end cancelled: {final!r}")
-            return {"mcp_list_cancelled": await fetch(history, "mcp-list")}
+            return await fetch(history, "mcp-slow")
 
 
 async def mcp_stateful_scenario(stack: Stack) -> Captured:
@@ -1748,6 +1763,11 @@ SCENARIOS: dict[str, Scenario] = {
         mcp_list_cancel_scenario,
         ("mcp_list_cancelled",),
         "a cancel during an MCP server's slow listing cancels the listing (patched)",
+    ),
+    "mcp_open_cancel": Scenario(
+        mcp_open_cancel_scenario,
+        ("mcp_open_cancelled",),
+        "a cancel while a stateful MCP server's session opens cancels the open (patched)",
     ),
     "same_call": Scenario(
         same_call_scenario,

@@ -188,6 +188,11 @@ MCP_LIST_CANCEL = "mcp-list-cancel"
 (``registry.MCP_LIST_HEARTBEAT``), waiting for it to end; runs recorded before it waited for
 the listing (up to three attempts of a minute) before the task could end ``cancelled``."""
 
+MCP_OPEN_CANCEL = "mcp-open-cancel"
+"""Patch id: the open of a stateful MCP server's session heartbeats and a cancel request of the
+task cancels it (as ``MCP_LIST_CANCEL`` the listing), waiting for it to end; runs recorded
+before it waited for the open (up to three attempts of a minute)."""
+
 PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
     {
         MIRROR_WITHOUT_DEBOUNCE: Patch(
@@ -222,6 +227,7 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
                 "long_ids_parent.json",
                 "mcp_call.json",
                 "mcp_list_cancelled.json",
+                "mcp_open_cancelled.json",
                 "mcp_stateful.json",
                 "mirror_at_once.json",
                 "mirror_follows.json",
@@ -248,6 +254,7 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
                 "cancel_rule_input.json",
                 "cancel_rule_tool.json",
                 "mcp_list_cancelled.json",
+                "mcp_open_cancelled.json",
                 "model_cancel.json",
                 "spawn_taken.json",
             ),
@@ -282,6 +289,7 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
                 "long_ids_parent.json",
                 "mcp_call.json",
                 "mcp_list_cancelled.json",
+                "mcp_open_cancelled.json",
                 "mcp_stateful.json",
                 "model_cancel.json",
                 "model_mistake.json",
@@ -321,6 +329,7 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
                 "long_ids_parent.json",
                 "mcp_call.json",
                 "mcp_list_cancelled.json",
+                "mcp_open_cancelled.json",
                 "mcp_stateful.json",
                 "model_cancel.json",
                 "model_mistake.json",
@@ -375,6 +384,7 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
                 "long_ids_parent.json",
                 "mcp_call.json",
                 "mcp_list_cancelled.json",
+                "mcp_open_cancelled.json",
                 "mcp_stateful.json",
                 "mirror_follows.json",
                 "model_cancel.json",
@@ -433,6 +443,10 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
         MCP_LIST_CANCEL: Patch(
             since=date(2026, 12, 5),
             pinned_by=("mcp_list_cancelled.json",),
+        ),
+        MCP_OPEN_CANCEL: Patch(
+            since=date(2026, 12, 5),
+            pinned_by=("mcp_open_cancelled.json",),
         ),
         SAME_CALL_SAME_KEY: Patch(
             since=date(2026, 12, 5),

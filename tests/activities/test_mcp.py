@@ -1305,3 +1305,52 @@ async def test_a_stateful_stdio_server_that_exits_mid_run_is_a_lost_session_the_
     assert "the call did not run" in steps[2][1]
     requests = [e["tool"] for e in ledger(ledger_path) if e["event"] == "request"]
     assert requests == ["charge_crashing"]  # the charge after it never reached a server
+
+
+async def test_a_cancel_while_a_stateful_session_opens_cancels_the_open_and_stops_the_server(
+    services: Services, project_id: str, queue: str, ledger_path: Path
+) -> None:
+    """A stateful server over stdio that waits 600 s before it serves: the run's
+    ``mcp_open_session`` waits for it; the task is cancelled meanwhile. The open hears the
+    cancel (it heartbeats) and ends cancelled, its one attempt neither timed out nor retried;
+    the program it started is stopped; the task ends ``cancelled``."""
+    import asyncio
+
+    from temporalio.api.enums.v1 import EventType
+
+    args = ["-m", "tests.mcp_server", str(ledger_path), "stdio"]
+    env = {"MCP_TEST_START_DELAY_S": "600"}
+    server = McpServer(name="bill", command=sys.executable, args=args, env=env, stateful=True)
+    history = await _run(services, project_id, queue, server, [answer("never")], [])
+
+    async def launched() -> bool:
+        return any(e["event"] == "launched" for e in ledger(ledger_path))
+
+    await eventually(launched, within=60)
+    assert (await history.cancel_task("t")).recorded
+    final = await asyncio.wait_for(history.wait_task("t"), 120)  # the open's 3 x 60 s: more
+    assert final is not None and final.status.value == "cancelled"
+    handle = services.client.get_workflow_handle(task_workflow_id(project_id, "t"))
+    events = (await handle.fetch_history()).events
+    (opening,) = [
+        e.event_id
+        for e in events
+        if e.activity_task_scheduled_event_attributes.activity_type.name == "mcp_open_session"
+    ]
+    after = [  # the open's events after its schedule: one attempt, cancelled
+        EventType.Name(e.event_type)
+        for e in events
+        for field in [e.WhichOneof("attributes") or ""]
+        if field.startswith("activity_task_")
+        and getattr(getattr(e, field), "scheduled_event_id", None) == opening
+    ]
+    assert after == [
+        "EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED",
+        "EVENT_TYPE_ACTIVITY_TASK_STARTED",
+        "EVENT_TYPE_ACTIVITY_TASK_CANCELED",
+    ]
+
+    async def stopped() -> bool:
+        return not _running_with(str(ledger_path))
+
+    await eventually(stopped, within=30)

@@ -24,7 +24,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError,
 from temporalio.workflow import ActivityCancellationType
 
 from agent_tasks.contract import AgentName, AgentSpec, McpCall, McpServer, ToolOffer
-from agent_tasks.workflows.patches import MCP_LIST_CANCEL, TOOL_SPECS_BY_ACTIVITY
+from agent_tasks.workflows.patches import MCP_LIST_CANCEL, MCP_OPEN_CANCEL, TOOL_SPECS_BY_ACTIVITY
 
 TOOL_ACTIVITY_PREFIX = "tool."
 """A tool ``name`` runs as the activity ``tool.{name}``."""
@@ -118,6 +118,7 @@ AgentFunction = Callable[..., Awaitable[str]]
 """Agent code: gets its ``AgentContext``, returns the final answer (the task ends ``done``
 with it)."""
 _Agent = TypeVar("_Agent", bound=AgentFunction)
+_T = TypeVar("_T")
 
 _AGENTS: dict[str, AgentFunction] = {}
 
@@ -178,6 +179,18 @@ class McpSessions:
         if not server.stateful:
             return {}
         async with self._opening:
+            if server.name not in self.queues and workflow.patched(MCP_OPEN_CANCEL):
+                opened = workflow.start_activity(
+                    MCP_OPEN_ACTIVITY,
+                    server,
+                    result_type=str,
+                    start_to_close_timeout=MCP_LIST_TIMEOUT,
+                    heartbeat_timeout=MCP_LIST_HEARTBEAT,
+                    retry_policy=MCP_LIST_RETRY,
+                    cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                )
+                queue: str = await until_cancelled(opened)
+                self.queues[server.name] = queue
             if server.name not in self.queues:
                 self.queues[server.name] = await workflow.execute_activity(
                     MCP_OPEN_ACTIVITY,
@@ -260,7 +273,7 @@ async def _listed(server: McpServer, options: Mapping[str, Any]) -> ToolSpecs:
     """The listing of ``server`` (``MCP_LIST_CANCEL``): it heartbeats (``MCP_LIST_HEARTBEAT``),
     and a cancel request of the task cancels it and waits for it to end (the activity stops
     the server's program or closes its session), so the task's cancel does not wait for a
-    slow listing and its retries.
+    slow listing and its retries (``until_cancelled``).
 
     Raises:
         ActivityError: the listing failed (its last attempt's error) or was cancelled.
@@ -275,6 +288,18 @@ async def _listed(server: McpServer, options: Mapping[str, Any]) -> ToolSpecs:
         cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
         **options,
     )
+    listed: ToolSpecs = await until_cancelled(handle)
+    return listed
+
+
+async def until_cancelled(handle: workflow.ActivityHandle[_T]) -> _T:
+    """The result of the activity ``handle`` (one that heartbeats, scheduled with
+    ``WAIT_CANCELLATION_COMPLETED``), cancelled when a cancel request of the task comes first,
+    after its cancelled end (the activity stops what it started).
+
+    Raises:
+        ActivityError: the activity failed (its last attempt's error) or was cancelled.
+    """
     try:
         await workflow.wait_condition(
             lambda: handle.done() or workflow.cancellation_reason() is not None
@@ -284,5 +309,4 @@ async def _listed(server: McpServer, options: Mapping[str, Any]) -> ToolSpecs:
             raise  # the worker evicts the run from its cache: nothing to cancel or record
     if not handle.done():
         handle.cancel()
-    listed: ToolSpecs = await handle
-    return listed
+    return await handle
