@@ -48,7 +48,7 @@ import socket
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from pydantic import ValidationError
 from temporalio import activity
@@ -76,6 +76,7 @@ if TYPE_CHECKING:  # the SDK (and the OpenTelemetry it loads) is imported by the
     from mcp.types import CallToolResult, RequestParamsMeta, Tool
 
 _log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 IDEMPOTENCY_META = "idempotency_key"
 """The key of a call's ``_meta`` that carries the step's idempotency key
@@ -198,6 +199,13 @@ async def _key_header(request: httpx2.Request) -> None:
         request.headers[IDEMPOTENCY_HEADER] = key
 
 
+async def _beating(work: Awaitable[_T]) -> _T:
+    """``work``, beating every ``CANCEL_BEAT_S`` when the activity was scheduled with a
+    heartbeat timeout (so a cancel reaches it within about a second), else as it is."""
+    every_s = CANCEL_BEAT_S if activity.info().heartbeat_timeout else None
+    return await heartbeating(work, every_s=every_s)
+
+
 def _run_key(server_name: str) -> tuple[str, str]:
     """The key of a session: the activity's workflow run id and the server's name."""
     return activity.info().workflow_run_id or "", server_name
@@ -254,9 +262,8 @@ class McpActivities:
             ApplicationError: ``McpServerUnavailable`` (retried: the server did not start or
                 could not be reached within the attempt's start-to-close timeout),
                 ``McpServerRefused`` (not retried).
-            asyncio.CancelledError: the activity was cancelled (it heartbeats every
-                ``CANCEL_BEAT_S`` when scheduled with a heartbeat timeout,
-                ``MCP_OPEN_CANCEL``): the session being opened is closed first.
+            asyncio.CancelledError: the activity was cancelled (``MCP_OPEN_CANCEL``; it beats
+                as ``_beating`` says): the session being opened is closed first.
         """
         key = _run_key(server.name)
         if key not in self._held:
@@ -264,10 +271,9 @@ class McpActivities:
             held.task = asyncio.create_task(self._hold(key, held, server))
         bound = activity.info().start_to_close_timeout
         within_s = bound.total_seconds() if bound else None
-        beat = CANCEL_BEAT_S if activity.info().heartbeat_timeout else None
         try:
             async with asyncio.timeout(within_s):
-                await heartbeating(asyncio.shield(self._held[key].client), every_s=beat)
+                await _beating(asyncio.shield(self._held[key].client))
         except ApplicationError:
             raise
         except asyncio.CancelledError:  # the task's cancel (``MCP_OPEN_CANCEL``): stop opening
@@ -392,16 +398,15 @@ class McpActivities:
                 attempt's start-to-close timeout, which bounds the attempt here too: a server
                 that never answers would hold the worker's activity slot past the server's
                 timeout), ``McpServerRefused`` (not retried).
-            asyncio.CancelledError: the activity was cancelled (it heartbeats every
-                ``CANCEL_BEAT_S`` when scheduled with a heartbeat timeout, ``MCP_LIST_CANCEL``):
-                the server's program is stopped, or its HTTP session closed, first.
+            asyncio.CancelledError: the activity was cancelled (``MCP_LIST_CANCEL``; it beats
+                as ``_beating`` says): the server's program is stopped, or its HTTP session
+                closed, first.
         """
         bound = activity.info().start_to_close_timeout
         within_s = bound.total_seconds() if bound else None
-        beat = CANCEL_BEAT_S if activity.info().heartbeat_timeout else None
         try:
             async with asyncio.timeout(within_s):
-                listed = await heartbeating(self._listing(server), every_s=beat)
+                listed = await _beating(self._listing(server))
         except ApplicationError:
             raise
         except TimeoutError as err:  # the SDK's own bounds wait longer (or never end)
@@ -461,8 +466,7 @@ class McpActivities:
                 ``McpServerRefused`` (not retried); ``ToolOutcomeUnknown`` (the connection was
                 lost after the call was sent).
         """
-        beat = CANCEL_BEAT_S if activity.info().heartbeat_timeout else None
-        return await heartbeating(self._call(input), every_s=beat)
+        return await _beating(self._call(input))
 
     async def _call(self, input: ToolInput) -> ToolOutput:
         call = input.mcp
