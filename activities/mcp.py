@@ -221,6 +221,8 @@ class _Held:
         self.task: asyncio.Task[None] | None = None
 
 
+# Long: the activities share the worker's header sets and held sessions: the listing, the call,
+# a session's open and close, and the clients they use
 class McpActivities:
     """The activities of MCP servers' tools: the listing and the call.
 
@@ -468,6 +470,8 @@ class McpActivities:
         """
         return await _beating(self._call(input))
 
+    # Long: the call in its order: arguments, the request with its key, then each way it can
+    # end (the server's error, not reached, an unknown outcome, a stdio program that ended)
     async def _call(self, input: ToolInput) -> ToolOutput:
         call = input.mcp
         if call is None:
