@@ -255,21 +255,39 @@ class TaskLifecycle:
 
     async def _cancel_children(self, workflow_id: str, depth: int = 0) -> None:
         """The cascade sent from here as well: a cancel request to each running child task the
-        task ``workflow_id`` spawned (Temporal's child workflows of it, read from visibility:
-        ``ParentWorkflowId``), and to theirs, down to ``MAX_DEPTH`` levels. The task's own
-        workflow cascades too, but only once a worker runs its next workflow task: when the
-        worker holding it died, that waits for the workflow task's timeout and another worker,
-        while its children ran on; sent from the client, the request is in each child's
-        history when ``cancel_task`` returns, so no child starts a step after it. A child
-        that ended meanwhile is skipped; its parent records its end either way."""
+        task ``workflow_id`` spawned (``_running_children``), and to theirs, down to
+        ``MAX_DEPTH`` levels. The task's own workflow cascades too, but only once a worker runs
+        its next workflow task: when the worker holding it died, that waits for the workflow
+        task's timeout and another worker, while its children ran on; sent from the client,
+        the request is in each child's history when ``cancel_task`` returns, so no child starts
+        a step after it. A child that ended meanwhile is skipped; its parent records its end
+        either way."""
         if depth >= MAX_DEPTH:
             return
+        for child in await self._running_children(workflow_id):
+            with contextlib.suppress(RPCError):  # it ended meanwhile: nothing to cancel
+                await self.transport.client.get_workflow_handle(child).cancel()
+            await self._cancel_children(child, depth + 1)
+
+    async def _running_children(self, workflow_id: str) -> list[str]:
+        """The workflow ids of the child tasks of ``workflow_id`` that may still run (at most
+        ``MAX_CHILDREN``): its current run's pending child workflows, read from the workflow's
+        own state (``DescribeWorkflowExecution``), so a child started a moment ago is among
+        them; and the running children of its earlier runs (a run that continued as new left
+        them running), read from visibility (``ParentWorkflowId``), which may lag seconds
+        behind a start. Visibility alone missed a child that had run two steps."""
+        found: dict[str, None] = {}
+        client = self.transport.client
+        with contextlib.suppress(RPCError):  # gone: visibility still names its children
+            description = await client.get_workflow_handle(workflow_id).describe()
+            found.update(
+                dict.fromkeys(c.workflow_id for c in description.raw_description.pending_children)
+            )
         literal = workflow_id.replace("\\", "\\\\").replace("'", "\\'")
         query = f"ParentWorkflowId = '{literal}' AND ExecutionStatus = 'Running'"
-        async for child in self.transport.client.list_workflows(query, limit=MAX_CHILDREN):
-            with contextlib.suppress(RPCError):  # it ended meanwhile: nothing to cancel
-                await self.transport.client.get_workflow_handle(child.id).cancel()
-            await self._cancel_children(child.id, depth + 1)
+        async for child in client.list_workflows(query, limit=MAX_CHILDREN):
+            found[child.id] = None
+        return list(found)[:MAX_CHILDREN]
 
     async def submit_input(
         self,
