@@ -79,7 +79,10 @@ class TaskTurns:
         before it was cancelled: ``has_interrupted_turn``) in a new run: the model is asked
         again with what the turn committed, its closed calls included (an ``unknown`` one with
         its "effect unknown" result), with no new user message; no interrupted call is run
-        again (the model decides). Agent code starts again from the top, its steps memoized.
+        again (the model decides). If the model calls the same tool with the same arguments as
+        a call that ended ``unknown``, that call runs as a retry of the unknown step, under its
+        idempotency key (``same-call-same-key``), so a server that deduplicates by key performs
+        the effect once. Agent code starts again from the top, its steps memoized.
 
         Returns:
             as ``resume_task``; ``no_interrupted_turn`` when the last turn was not interrupted
