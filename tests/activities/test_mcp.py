@@ -5,6 +5,7 @@ counts requests and effects by the ``_meta`` idempotency key the step sends."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 
 from agent_tasks.contract import (
     AgentSpec,
@@ -24,6 +26,7 @@ from agent_tasks.contract import (
     McpServer,
     ModelSpec,
     StepState,
+    TaskView,
     task_workflow_id,
 )
 from agent_tasks.contract.errors import ErrorCode
@@ -479,7 +482,6 @@ async def test_a_worker_killed_during_a_call_leaves_it_unknown_and_a_retry_sends
     charge and before it answered: the step (not idempotent) ends ``unknown`` when its
     heartbeat times out and the task fails; a person's ``retry_step`` sends the same key, and
     the server performs the effect once."""
-    import asyncio
     import os
 
     import tests.http_tools  # noqa: F401  (registers the agent http_once)
@@ -615,7 +617,6 @@ async def test_a_worker_started_from_the_environment_sends_its_header_set(
     """``python worker.py`` with ``AGENT_TASKS_MCP_HEADERS`` naming a JSON file of header sets:
     the listing and the call of an agent whose spec names the set ``billing`` carry its header
     to the HTTP server; the value is in neither the task's history nor the worker's output."""
-    import asyncio
     import os
 
     from tests.model_server import ModelServer, Reply, completion
@@ -826,8 +827,6 @@ async def test_a_listing_that_fails_ends_the_task_with_a_named_error(
     on: the listing fails ``McpServerUnavailable`` (naming the server and the cause), is
     retried by its policy (3 attempts), and then the task fails with that error; no model
     turn is taken."""
-    from temporalio.api.enums.v1 import EventType
-
     from agent_tasks.activities.mcp import MCP_SERVER_UNAVAILABLE
     from agent_tasks.workflows.agents.registry import MCP_LIST_RETRY
 
@@ -1064,8 +1063,6 @@ def _tallies(server: McpServer, steps: int, ask_after: int | None = None) -> Age
 
 async def _tallied(history: ConversationHistory) -> list[list[str]]:
     """The ``[state, text]`` of each step of the finished task ``t``."""
-    import asyncio
-
     view = await asyncio.wait_for(history.wait_task("t"), 120)
     assert view is not None and view.status.value == "done", view
     assert view.result is not None
@@ -1130,7 +1127,6 @@ async def test_a_stateful_session_whose_worker_is_killed_is_lost_then_opened_ane
     server is killed with SIGKILL after two calls (1, 2): the next call is not taken by any
     worker within ``MCP_SESSION_START`` and fails ``McpSessionLost`` without running, and the
     call after it opens a new session on the surviving worker (1 again)."""
-    import asyncio
     import os
 
     import tests.http_tools  # noqa: F401  (registers the agent mcp_tallies)
@@ -1182,8 +1178,6 @@ async def test_a_stateful_session_is_closed_when_the_run_is_cancelled(
     """A task cancelled while its agent waits for an answer, after one call of a stateful
     server: the run's end still closes the session (``mcp_close_session`` on its queue,
     completed) before the task ends ``cancelled``."""
-    import asyncio
-
     import tests.http_tools  # noqa: F401  (registers the agent mcp_tallies)
 
     assert services.graph is not None
@@ -1216,59 +1210,70 @@ async def test_a_stateful_session_is_closed_when_the_run_is_cancelled(
     assert closes[0] in completed
 
 
-async def test_a_cancel_during_a_slow_listing_cancels_it_and_stops_the_server(
-    services: Services, project_id: str, queue: str, ledger_path: Path
-) -> None:
-    """The stdio server takes 600 s before it answers (``MCP_TEST_START_DELAY_S``), so the
-    run's listing waits; the task is cancelled meanwhile. The listing activity hears the cancel
-    (it heartbeats) and ends cancelled, its one attempt neither timed out nor retried; the
-    server's program is stopped; the task ends ``cancelled`` with no model turn."""
-    import asyncio
-
-    from temporalio.api.enums.v1 import EventType
-
+async def _cancelled_while_waiting(
+    services: Services,
+    project_id: str,
+    queue: str,
+    ledger_path: Path,
+    activity: str,
+    *,
+    stateful: bool,
+) -> TaskView:
+    """Start task ``t`` with a stdio server that waits 600 s before it serves
+    (``MCP_TEST_START_DELAY_S``), cancel the task once the server's program is launched, and
+    return the task's end, having checked that ``activity`` (the one that waits for the
+    server) ran one attempt that heard the cancel and ended cancelled, neither timed out nor
+    retried, and that the program it started is stopped."""
     args = ["-m", "tests.mcp_server", str(ledger_path), "stdio"]
     env = {"MCP_TEST_START_DELAY_S": "600"}
-    server = McpServer(name="bill", command=sys.executable, args=args, env=env)
+    server = McpServer(name="bill", command=sys.executable, args=args, env=env, stateful=stateful)
     history = await _run(services, project_id, queue, server, [answer("never")], [])
 
     async def launched() -> bool:
         return any(e["event"] == "launched" for e in ledger(ledger_path))
 
     await eventually(launched, within=60)
-    (pid,) = [e["pid"] for e in ledger(ledger_path) if e["event"] == "launched"]
     assert (await history.cancel_task("t")).recorded
-    final = await asyncio.wait_for(history.wait_task("t"), 120)  # the listing's 3 x 60 s: more
+    final = await asyncio.wait_for(history.wait_task("t"), 120)  # its 3 x 60 s: more
     assert final is not None and final.status.value == "cancelled"
     handle = services.client.get_workflow_handle(task_workflow_id(project_id, "t"))
     events = (await handle.fetch_history()).events
-    (listing,) = [
+    (waiting,) = [
         e.event_id
         for e in events
-        if e.activity_task_scheduled_event_attributes.activity_type.name == "mcp_list_tools"
+        if e.activity_task_scheduled_event_attributes.activity_type.name == activity
     ]
-    after = [  # the listing's events after its schedule: one attempt, cancelled
+    after = [  # the activity's events after its schedule: one attempt, cancelled
         EventType.Name(e.event_type)
         for e in events
         for field in [e.WhichOneof("attributes") or ""]
         if field.startswith("activity_task_")
-        and getattr(getattr(e, field), "scheduled_event_id", None) == listing
+        and getattr(getattr(e, field), "scheduled_event_id", None) == waiting
     ]
     assert after == [
         "EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED",
         "EVENT_TYPE_ACTIVITY_TASK_STARTED",
         "EVENT_TYPE_ACTIVITY_TASK_CANCELED",
     ]
-    assert final.agent_run is not None and final.agent_run.rounds == 0
 
     async def stopped() -> bool:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        return False
+        return not _running_with(str(ledger_path))
 
     await eventually(stopped, within=30)
+    return final
+
+
+async def test_a_cancel_during_a_slow_listing_cancels_it_and_stops_the_server(
+    services: Services, project_id: str, queue: str, ledger_path: Path
+) -> None:
+    """The stdio server takes 600 s before it answers, so the run's listing waits; the task
+    is cancelled meanwhile. The listing activity hears the cancel (it heartbeats) and ends
+    cancelled, its one attempt neither timed out nor retried; the server's program is
+    stopped; the task ends ``cancelled`` with no model turn."""
+    final = await _cancelled_while_waiting(
+        services, project_id, queue, ledger_path, "mcp_list_tools", stateful=False
+    )
+    assert final.agent_run is not None and final.agent_run.rounds == 0
 
 
 async def test_a_stateful_stdio_server_that_exits_mid_run_is_a_lost_session_the_model_reads(
@@ -1314,43 +1319,6 @@ async def test_a_cancel_while_a_stateful_session_opens_cancels_the_open_and_stop
     ``mcp_open_session`` waits for it; the task is cancelled meanwhile. The open hears the
     cancel (it heartbeats) and ends cancelled, its one attempt neither timed out nor retried;
     the program it started is stopped; the task ends ``cancelled``."""
-    import asyncio
-
-    from temporalio.api.enums.v1 import EventType
-
-    args = ["-m", "tests.mcp_server", str(ledger_path), "stdio"]
-    env = {"MCP_TEST_START_DELAY_S": "600"}
-    server = McpServer(name="bill", command=sys.executable, args=args, env=env, stateful=True)
-    history = await _run(services, project_id, queue, server, [answer("never")], [])
-
-    async def launched() -> bool:
-        return any(e["event"] == "launched" for e in ledger(ledger_path))
-
-    await eventually(launched, within=60)
-    assert (await history.cancel_task("t")).recorded
-    final = await asyncio.wait_for(history.wait_task("t"), 120)  # the open's 3 x 60 s: more
-    assert final is not None and final.status.value == "cancelled"
-    handle = services.client.get_workflow_handle(task_workflow_id(project_id, "t"))
-    events = (await handle.fetch_history()).events
-    (opening,) = [
-        e.event_id
-        for e in events
-        if e.activity_task_scheduled_event_attributes.activity_type.name == "mcp_open_session"
-    ]
-    after = [  # the open's events after its schedule: one attempt, cancelled
-        EventType.Name(e.event_type)
-        for e in events
-        for field in [e.WhichOneof("attributes") or ""]
-        if field.startswith("activity_task_")
-        and getattr(getattr(e, field), "scheduled_event_id", None) == opening
-    ]
-    assert after == [
-        "EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED",
-        "EVENT_TYPE_ACTIVITY_TASK_STARTED",
-        "EVENT_TYPE_ACTIVITY_TASK_CANCELED",
-    ]
-
-    async def stopped() -> bool:
-        return not _running_with(str(ledger_path))
-
-    await eventually(stopped, within=30)
+    await _cancelled_while_waiting(
+        services, project_id, queue, ledger_path, "mcp_open_session", stateful=True
+    )
