@@ -487,7 +487,11 @@ async def connect(
             runtime=observe.runtime,
         )
     except RuntimeError as err:
-        raise TaskServiceUnavailable(f"cannot reach Temporal at {profile!r}: {err}") from err
+        raise TaskServiceUnavailable(
+            f"cannot reach Temporal at {profile!r}: {err}. Is it running there? The address "
+            "comes from TEMPORAL_ADDRESS (or the profile TEMPORAL_PROFILE names); "
+            "`agent-tasks dev up` (`./run dev up` in a checkout) starts the local stack"
+        ) from err
 
 
 RUNTIME_SETTLE_S = 1.0

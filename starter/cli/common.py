@@ -165,7 +165,8 @@ def run(coro: Coroutine[Any, Any, _T]) -> _T:
         return asyncio.run(coro)
     except (TaskServiceUnavailable, GraphUnavailable, GraphAuthError, Neo4jPasswordMissing) as err:
         message = str(err)
-        if isinstance(err, TaskServiceUnavailable) and "task queue" not in message:
+        reached = not message.startswith("cannot reach Temporal")
+        if isinstance(err, TaskServiceUnavailable) and reached and "task queue" not in message:
             queue = Settings().temporal_task_queue
             message += f" (the tasks' task queue: {queue!r}, TEMPORAL_TASK_QUEUE)"
         if isinstance(err, GraphUnavailable):
