@@ -35,6 +35,7 @@ from agent_tasks.worker import Services, build_worker
 from tests.agent_tools import SCRIPTS, answer, calls
 from tests.conftest import eventually
 from tests.mcp_server import ledger
+from tests.workflows.conftest import worker_process
 from tests.workflows.test_approval_binding import expected_digest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -482,7 +483,6 @@ async def test_a_worker_killed_during_a_call_leaves_it_unknown_and_a_retry_sends
     charge and before it answered: the step (not idempotent) ends ``unknown`` when its
     heartbeat times out and the task fails; a person's ``retry_step`` sends the same key, and
     the server performs the effect once."""
-    import os
 
     import tests.http_tools  # noqa: F401  (registers the agent http_once)
 
@@ -493,11 +493,7 @@ async def test_a_worker_killed_during_a_call_leaves_it_unknown_and_a_retry_sends
     history = ConversationHistory(
         services.client, project_id, "agent-1", task_queue=queue, graph=services.graph
     )
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tests.agent_worker", queue, cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
+    process = await worker_process(queue)
     try:
         spec = _once(server, "bill_charge_held", {"account": "acme", "seconds": 300})
         assert (await history.create_task("t", "charge once", agent=spec)).recorded
@@ -1127,7 +1123,6 @@ async def test_a_stateful_session_whose_worker_is_killed_is_lost_then_opened_ane
     server is killed with SIGKILL after two calls (1, 2): the next call is not taken by any
     worker within ``MCP_SESSION_START`` and fails ``McpSessionLost`` without running, and the
     call after it opens a new session on the surviving worker (1 again)."""
-    import os
 
     import tests.http_tools  # noqa: F401  (registers the agent mcp_tallies)
 
@@ -1138,15 +1133,7 @@ async def test_a_stateful_session_whose_worker_is_killed_is_lost_then_opened_ane
     history = ConversationHistory(
         services.client, project_id, "agent-1", task_queue=queue, graph=services.graph
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-m", "tests.agent_worker", queue]
-    quiet = asyncio.subprocess.DEVNULL
-    workers = [
-        await asyncio.create_subprocess_exec(
-            *command, cwd=ROOT, env=env, stdout=quiet, stderr=quiet
-        )
-        for _ in range(2)
-    ]
+    workers = [await worker_process(queue) for _ in range(2)]
     handle = services.client.get_workflow_handle(task_workflow_id(project_id, "t"))
     try:
         spec = _tallies(server, 4, ask_after=2)

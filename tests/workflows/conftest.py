@@ -8,7 +8,7 @@ import json
 import os
 import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -111,21 +111,25 @@ async def graph_row(history: ConversationHistory, task: str) -> TaskRow:
     return rows[task]
 
 
-async def openai_worker(queue: str, base_url: str) -> asyncio.subprocess.Process:
-    """``python -m tests.agent_worker QUEUE`` whose ``openai`` provider talks to ``base_url``
-    (the worker's own environment: ``OPENAI_BASE_URL``, ``OPENAI_API_KEY``)."""
+async def worker_process(
+    queue: str, env: Mapping[str, str] | None = None
+) -> asyncio.subprocess.Process:
+    """Start ``python -m tests.agent_worker QUEUE`` (the agent tests' tools) in a process of
+    its own, its output discarded, its environment this process's with ``env`` over it: a
+    worker a test can kill (SIGKILL) at any point."""
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "tests.agent_worker",
         queue,
         cwd=ROOT,
-        env={
-            **os.environ,
-            "PYTHONPATH": str(ROOT),
-            "OPENAI_BASE_URL": base_url,
-            "OPENAI_API_KEY": "test-key",
-        },
+        env={**os.environ, **(env or {}), "PYTHONPATH": str(ROOT)},
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.DEVNULL,
     )
+
+
+async def openai_worker(queue: str, base_url: str) -> asyncio.subprocess.Process:
+    """``worker_process`` whose ``openai`` provider talks to ``base_url`` (the worker's own
+    environment: ``OPENAI_BASE_URL``, ``OPENAI_API_KEY``)."""
+    return await worker_process(queue, {"OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": "test-key"})

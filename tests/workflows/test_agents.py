@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -34,7 +32,7 @@ from agent_tasks.taskgraph.graph import TaskGraph
 from agent_tasks.worker import build_worker
 from tests.agent_tools import SCRIPTS, TOOL_NAMES, TOOLS, answer, calls
 from tests.conftest import eventually, mirrored
-from tests.workflows.conftest import ROOT, cli, script, spec
+from tests.workflows.conftest import cli, script, spec, worker_process
 
 
 async def run_agent(history: ConversationHistory, goal: str, **budgets: Any) -> TaskView:
@@ -237,20 +235,6 @@ async def test_temporal_cancel_from_the_cli(agents: ConversationHistory, tmp_pat
     await mirrored(agents, "t")
 
 
-async def _worker_process(queue: str) -> asyncio.subprocess.Process:
-    """``python -m tests.agent_worker QUEUE``: the test tools in a process of its own."""
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "tests.agent_worker",
-        queue,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-
-
 @pytest.mark.parametrize(
     ("tool", "runs", "state"),
     [("charge_card", 1, StepState.UNKNOWN), ("sync_data", 2, StepState.COMPLETED)],
@@ -278,7 +262,7 @@ async def test_kill_9_of_the_worker_during_a_step(
     )
     log = str(tmp_path / "effect.log")
     goal = script(calls((tool, {"log": log, "seconds": 120})), answer("carried on"))
-    process = await _worker_process(queue)
+    process = await worker_process(queue)
     try:
         assert (await history.create_task("t", goal, agent=spec())).recorded
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import sys
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -37,7 +35,7 @@ from agent_tasks.worker import build_worker
 from tests.agent_tools import SCRIPTS, TOOLS, answer, calls
 from tests.conftest import eventually, mirrored
 from tests.model_server import ModelServer, Reply, completion
-from tests.workflows.conftest import ROOT, graph_row, openai_worker, script, spec
+from tests.workflows.conftest import graph_row, openai_worker, script, spec, worker_process
 
 AGENT_ACTIVITIES = ("model_turn", "read_event")
 """Activity types that only a running agent schedules (besides its tools, ``tool.*``)."""
@@ -315,11 +313,7 @@ async def test_the_cascade_reaches_a_child_when_the_parents_worker_died(
     )
     log = tmp_path / "ticks.log"
     parent = AgentSpec(name="ticking_parent", input={"log": str(log), "ticks": 40, "seconds": 0.3})
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tests.agent_worker", queue, cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
+    process = await worker_process(queue)
     try:
         assert (await history.create_task("t", "tick", agent=parent)).recorded
 

@@ -6,8 +6,6 @@ stack's Temporal and Neo4j, with the worker in a subprocess where it is killed."
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
 import uuid
 from collections.abc import Awaitable
 from datetime import timedelta
@@ -33,7 +31,7 @@ from tests.agent_tools import SCRIPTS, TOOLS, answer, calls
 from tests.conftest import eventually
 from tests.http_tools import HTTP_TOOLS, EffectServer, Mode
 from tests.servers import served
-from tests.workflows.conftest import ROOT, script
+from tests.workflows.conftest import script, worker_process
 
 
 def http_once(tool: str, url: str, mode: Mode) -> AgentSpec:
@@ -65,16 +63,7 @@ async def killed_after_the_effect(queue: str, api: EffectServer, start: Awaitabl
     """Run a worker (``tests.agent_worker``) on ``queue`` in a process of its own, await
     ``start`` (a task's creation), wait until ``api`` performed one effect, then kill the worker
     with SIGKILL (no shutdown of any kind): the effect happened, its answer never comes back."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "tests.agent_worker",
-        queue,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
+    process = await worker_process(queue)
     try:
         await start
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import sys
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -38,7 +36,7 @@ from agent_tasks.worker import build_worker
 from tests.agent_tools import SCRIPTS, TOOLS, answer, calls
 from tests.conftest import eventually
 from tests.model_server import ModelServer, Reply, completion, error
-from tests.workflows.conftest import ROOT, openai_worker, script, spec
+from tests.workflows.conftest import openai_worker, script, spec, worker_process
 
 OPENAI = AgentSpec(tools=["echo"], model=ModelSpec(provider="openai", model="test-model"))
 
@@ -74,16 +72,7 @@ async def test_an_unknown_step_stays_unknown_across_continue_as_new_and_resume(
         input={"log": log, "seconds": 120, "rounds": 12},
     )
     address = client.service_client.config.target_host
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "tests.agent_worker",
-        queue,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "TEMPORAL_ADDRESS": address},
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
+    process = await worker_process(queue, {"TEMPORAL_ADDRESS": address})
     try:
         assert (await history.create_task("t", "charge once", agent=agent)).recorded
         await eventually(lambda: asyncio.to_thread(Path(log).exists), within=60)
