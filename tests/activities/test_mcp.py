@@ -23,6 +23,7 @@ from temporalio.api.enums.v1 import EventType
 from agent_tasks.contract import (
     AgentSpec,
     EventKind,
+    InputRequest,
     McpServer,
     ModelSpec,
     StepState,
@@ -374,11 +375,16 @@ async def retried_to_done(history: ConversationHistory) -> None:
     await eventually(done, within=60)
 
 
-async def test_a_tool_the_server_rule_names_is_approved_before_it_runs(
+CHARGE = {"account": "acme", "cents": 5}
+"""The arguments of the charge the approval tests ask a person about."""
+
+
+async def _asked_to_approve_a_charge(
     services: Services, project_id: str, queue: str, ledger_path: Path
-) -> None:
-    """``approval=["charge"]``: the call waits for a person (nothing reaches the server), and
-    the accepted call runs once under the step's key."""
+) -> tuple[ConversationHistory, InputRequest]:
+    """Start task ``t``: one call of ``bill_charge`` (``CHARGE``) on the tests' stdio server
+    with ``approval=["charge"]``; return the history and the approval request once the task
+    waits for it (``awaiting_input``, its only request)."""
     import tests.http_tools  # noqa: F401  (registers the agent http_once)
 
     assert services.graph is not None
@@ -387,7 +393,7 @@ async def test_a_tool_the_server_rule_names_is_approved_before_it_runs(
     history = ConversationHistory(
         services.client, project_id, "agent-1", task_queue=queue, graph=services.graph
     )
-    spec = _once(server, "bill_charge", {"account": "acme", "cents": 5})
+    spec = _once(server, "bill_charge", CHARGE)
     assert (await history.create_task("t", "charge once", agent=spec)).recorded
 
     async def asked() -> bool:
@@ -398,6 +404,15 @@ async def test_a_tool_the_server_rule_names_is_approved_before_it_runs(
     view = (await history.get_task("t")).view
     assert view is not None and view.status.value == "awaiting_input"
     (request,) = view.pending_inputs
+    return history, request
+
+
+async def test_a_tool_the_server_rule_names_is_approved_before_it_runs(
+    services: Services, project_id: str, queue: str, ledger_path: Path
+) -> None:
+    """``approval=["charge"]``: the call waits for a person (nothing reaches the server), and
+    the accepted call runs once under the step's key."""
+    history, request = await _asked_to_approve_a_charge(services, project_id, queue, ledger_path)
     assert request.approval is not None
     assert ledger(ledger_path) == []
     assert (await history.approve("t", request.input_id, "accept")).recorded
@@ -417,31 +432,12 @@ async def test_an_mcp_calls_approval_names_its_digest_and_another_is_refused_sta
     canonical JSON of the tool, arguments and key, computed here); a decision naming another
     call's digest is refused ``approval_stale`` and nothing reaches the server; the shown
     digest runs the call once under its key."""
-    import tests.http_tools  # noqa: F401  (registers the agent http_once)
-
-    assert services.graph is not None
-    args = ["-m", "tests.mcp_server", str(ledger_path), "stdio"]
-    server = McpServer(name="bill", command=sys.executable, args=args, approval=["charge"])
-    history = ConversationHistory(
-        services.client, project_id, "agent-1", task_queue=queue, graph=services.graph
-    )
-    arguments = {"account": "acme", "cents": 5}
-    spec = _once(server, "bill_charge", arguments)
-    assert (await history.create_task("t", "charge once", agent=spec)).recorded
-
-    async def asked() -> bool:
-        view = (await history.get_task("t")).view
-        return view is not None and bool(view.pending_inputs)
-
-    await eventually(asked, within=60)
-    view = (await history.get_task("t")).view
-    assert view is not None
-    (request,) = view.pending_inputs
+    history, request = await _asked_to_approve_a_charge(services, project_id, queue, ledger_path)
     ask = request.approval
     key = f"{task_workflow_id(project_id, 't')}/charge/1"
     assert ask is not None and ask.idempotency_key == key
-    assert ask.digest == expected_digest("bill_charge", arguments, key)
-    other = expected_digest("bill_charge", {**arguments, "cents": 500}, key)
+    assert ask.digest == expected_digest("bill_charge", CHARGE, key)
+    other = expected_digest("bill_charge", {**CHARGE, "cents": 500}, key)
     stale = await history.approve("t", request.input_id, "accept", digest=other)
     assert (stale.recorded, stale.error) == (False, ErrorCode.APPROVAL_STALE)
     assert ledger(ledger_path) == []
