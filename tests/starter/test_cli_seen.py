@@ -38,6 +38,20 @@ def said(done: subprocess.CompletedProcess[str]) -> str:
     return " ".join(f"{done.stdout}\n{done.stderr}".split())
 
 
+async def until_answer_line(process: asyncio.subprocess.Process) -> tuple[list[str], str]:
+    """Read ``agent-tasks run``'s output up to its ``answer:`` line (within 120 s): the lines
+    before it, and that line; fails if the run ends before it asks."""
+    assert process.stdout is not None
+    seen: list[str] = []
+    async with asyncio.timeout(120):
+        while (
+            not (line := (await process.stdout.readline()).decode()).lstrip().startswith("answer:")
+        ):
+            assert line, f"ended before asking: {''.join(seen)}"
+            seen.append(line)
+    return seen, line
+
+
 async def test_run_prints_the_question_as_asked_and_the_printed_command_answers_it(
     project_id: str,
 ) -> None:
@@ -48,14 +62,7 @@ async def test_run_prints_the_question_as_asked_and_the_printed_command_answers_
         "--project", project_id, cwd=ROOT, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE, env={**os.environ, "COLUMNS": "400"},
     )  # fmt: skip
-    assert process.stdout is not None
-    seen: list[str] = []
-    async with asyncio.timeout(120):
-        while (
-            not (line := (await process.stdout.readline()).decode()).lstrip().startswith("answer:")
-        ):
-            assert line, f"ended before asking: {''.join(seen)}"
-            seen.append(line)
+    seen, line = await until_answer_line(process)
     assert "question 'q': Answer?" in "".join(seen)  # the question, before any answer
     assert 'the answer\'s JSON Schema: {"type": "boolean"}' in "".join(seen)
     command = shlex.split(line.split("answer:", 1)[1])
@@ -121,14 +128,7 @@ async def test_run_prints_the_approval_as_asked_and_the_printed_command_answers_
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         env={**os.environ, "COLUMNS": "400"},
     )  # fmt: skip
-    assert process.stdout is not None
-    seen: list[str] = []
-    async with asyncio.timeout(120):
-        while (
-            not (line := (await process.stdout.readline()).decode()).lstrip().startswith("answer:")
-        ):
-            assert line, f"ended before asking: {''.join(seen)}"
-            seen.append(line)
+    seen, line = await until_answer_line(process)
     assert "may it call send_mail? Sends **deploy** to `ops@example.com`" in "".join(seen)
     assert effects(log) == []  # asked before it ran
     words = shlex.split(line.split("answer:", 1)[1].split("(or", 1)[0])
