@@ -15,6 +15,17 @@ package's asyncio client, at ``AGENT_TASKS_BROKER_URL`` (``agent-tasks dev up`` 
   or late word delays an ``update`` event and never loses one (streams also read the task every
   ``STREAM_POLL_S`` without a word).
 
+- **Pages** (``PageMessage``) are the app's own record of a ``record_events`` write that
+  Temporal accepted: its input as sent and the update's result (``PublishedWrite``), on the
+  task's mirror channel (``page_channel``), which only the worker whose mirror follows the
+  task's run listens to (``activities.follow``). It spares the mirror the long poll of the
+  history that would otherwise bring the write. A page is signed (HMAC-SHA256) with a key of
+  the writer's key tree (``taskgraph.keytree.PAGE_LEAF``), which the worker reads from the key
+  store: a page signed otherwise, or not following what the mirror holds, is dropped, and the
+  mirror's next poll of the history brings the write instead. So a lost, late, repeated or
+  forged page delays the mirror and never changes what it writes. A writer's other writes
+  (steps, a status, an answer) send a ``PollMessage`` there instead: the follower polls now.
+
 Channels (``channels``): ``agent-tasks:task:{workflow id}`` for one task, and
 ``agent-tasks:session:{project id}:{session id}`` for every task of a session;
 ``agent-tasks:project:{project id}`` (``project_channel``) carries the ``written`` words of
@@ -34,6 +45,8 @@ write.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -42,7 +55,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
-from agent_tasks.contract import project_of
+from agent_tasks.contract import RecordEventsInput, WriteOutcome, project_of
 
 if TYPE_CHECKING:  # imported when a broker is used: the package loads OpenTelemetry's API
     from redis.asyncio import Redis
@@ -100,7 +113,63 @@ class RevokedMessage(BaseModel):
     key itself, and every session of it."""
 
 
-Message = TokenMessage | WrittenMessage | RevokedMessage
+class PublishedWrite(BaseModel):
+    """A ``record_events`` write Temporal accepted, as its writer knows it: what a
+    ``PageMessage`` carries."""
+
+    workflow_id: str
+    """The task's workflow id."""
+    run_id: str
+    """The run that took the write."""
+    input: RecordEventsInput
+    """The update's input as sent (its event text sealed)."""
+    outcome: WriteOutcome
+    """The update's result (its seqs, workflow time and write counter)."""
+
+
+class PageMessage(BaseModel):
+    """A signed ``PublishedWrite`` (``sign_page``, ``open_page``)."""
+
+    type: Literal["page"] = "page"
+    key_id: str
+    """The signing key's id (``taskgraph.keytree.PAGE_LEAF`` of the writer's key tree)."""
+    body: str
+    """The ``PublishedWrite`` as JSON: the signed bytes."""
+    mac: str
+    """HMAC-SHA256 of ``body`` under the key, in hex."""
+
+
+class PollMessage(BaseModel):
+    """On a task's mirror channel: the run took a write no page carries (a step, a status, an
+    answer), so its follower polls the history now rather than at its gap
+    (``activities.follow``). Not signed: a forged one costs a poll, at the follower's cadence
+    at most."""
+
+    type: Literal["poll"] = "poll"
+
+
+def sign_page(write: PublishedWrite, key_id: str, key: bytes) -> PageMessage:
+    """``write`` signed with ``key`` (named ``key_id``)."""
+    body = write.model_dump_json()
+    mac = hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
+    return PageMessage(key_id=key_id, body=body, mac=mac)
+
+
+def open_page(message: PageMessage, key: bytes | None) -> PublishedWrite | None:
+    """The write ``message`` carries when ``key`` (its ``key_id``'s key; None: unknown or
+    destroyed) signed it; None otherwise, or when its body is no ``PublishedWrite``."""
+    if key is None:
+        return None
+    mac = hmac.new(key, message.body.encode(), hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(mac, message.mac):
+        return None
+    try:
+        return PublishedWrite.model_validate_json(message.body)
+    except ValidationError:
+        return None
+
+
+Message = TokenMessage | WrittenMessage | RevokedMessage | PageMessage | PollMessage
 BrokerMessage = Annotated[Message, Field(discriminator="type")]
 """What travels on a channel."""
 _MESSAGE: TypeAdapter[Message] = TypeAdapter(BrokerMessage)
@@ -120,6 +189,11 @@ def project_channel(project_id: str) -> str:
     """The channel of every task of one project: the mirror's ``written`` words only (what the
     inbox of a project follows), never tokens."""
     return f"agent-tasks:project:{project_id}"
+
+
+def page_channel(workflow_id: str) -> str:
+    """The channel of one task's published pages (``PageMessage``), for its mirror only."""
+    return f"agent-tasks:pages:{workflow_id}"
 
 
 def key_channel(key_id: str) -> str:

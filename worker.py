@@ -17,6 +17,7 @@ attributes of ``TaskWorkflow``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -329,6 +330,8 @@ class AgentTasksWorkerPlugin(SimplePlugin):
         self.mcp_headers = mcp_headers
         self.mcp: McpActivities | None = None
         """The worker's MCP activities (set when its activities are configured)."""
+        self.mirror: MirrorActivities | None = None
+        """The worker's mirror activity (set when its activities are configured)."""
 
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
         """Add the workflow, the runner's passthroughs and the activities, built for the
@@ -348,6 +351,7 @@ class AgentTasksWorkerPlugin(SimplePlugin):
             slots = config.get("max_concurrent_activities") or DEFAULT_ACTIVITY_SLOTS
             followers = max(1, slots // 2)
             mirror = MirrorActivities(client, self.graph, self.broker, followers=followers)
+            self.mirror = mirror
             steps = ToolActivities(client, self.graph, self.tools)
             specs = [t.spec for t in steps.tools]
             model = ModelActivities(client, self.graph, self.scripts, specs, self.broker)
@@ -363,11 +367,19 @@ class AgentTasksWorkerPlugin(SimplePlugin):
 
     async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
         """Run ``worker`` with its workflow tasks applying each activation as one batch; a
-        worker of activities runs beside it a worker on its own stateful MCP sessions' task
-        queue (``McpActivities.session_queue``), and closes the sessions it holds when it
-        stops."""
+        worker of activities listens for its followed runs' published pages
+        (``MirrorActivities.listening``) and runs beside it a worker on its own stateful MCP
+        sessions' task queue (``McpActivities.session_queue``), closing the sessions it holds
+        when it stops."""
         if self.run_workflows:
             apply_jobs_as_one_batch(worker)
+        listening = self.mirror.listening() if self.mirror else contextlib.nullcontext()
+        async with listening:
+            await self._run_with_sessions(worker, next)
+
+    async def _run_with_sessions(
+        self, worker: Worker, next: Callable[[Worker], Awaitable[None]]
+    ) -> None:
         if self.mcp is None:
             await next(worker)
             return

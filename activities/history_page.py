@@ -101,14 +101,17 @@ async def history_page(
             return None
     if accepted:  # an update accepted and not completed: its handler is still running
         return None
-    return _applied(view, writes)
+    return applied(view, writes)
 
 
-def _applied(
+def applied(
     view: TaskView, writes: list[tuple[RecordEventsInput, WriteOutcome]]
 ) -> tuple[TaskView, list[Event]] | None:
     """``view`` and its new events after ``writes`` (``record_events`` inputs and results,
-    in history order), by the ledger's rule (module docstring), or None."""
+    in history order: from the history, or a published page, ``broker.PublishedWrite``), by
+    the ledger's rule (module docstring), or None. A result that carries the write counter
+    (``WriteOutcome.writes``) must be the view's next: else a write of another kind came
+    between, which only the history or the query shows."""
     last_seq, count, updated_at = view.last_seq, view.writes, view.updated_at
     events: list[Event] = []
     for input, outcome in writes:
@@ -118,6 +121,7 @@ def _applied(
             outcome.first_seq != last_seq + 1
             or outcome.last_seq - outcome.first_seq + 1 != len(input.events)
             or outcome.time is None
+            or outcome.writes not in (None, count + 1)
             or any(item.cites is not None for item in input.events)
         ):
             return None

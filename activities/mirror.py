@@ -33,7 +33,9 @@ the seq range.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Sequence
+import contextlib
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Iterator, Sequence
 from datetime import timedelta
 from typing import Protocol
 
@@ -43,10 +45,21 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from temporalio.service import RPCError, RPCStatusCode
 
-from agent_tasks.activities.follow import HistoryPoll, follow
+from agent_tasks.activities.follow import HistoryPoll, Published, follow
 from agent_tasks.activities.heartbeat import heartbeating
-from agent_tasks.activities.history_page import history_page
-from agent_tasks.broker import Broker, WrittenMessage, channels, project_channel
+from agent_tasks.activities.history_page import applied, history_page
+from agent_tasks.broker import (
+    Broker,
+    Message,
+    PageMessage,
+    PollMessage,
+    Subscriber,
+    WrittenMessage,
+    channels,
+    open_page,
+    page_channel,
+    project_channel,
+)
 from agent_tasks.contract import (
     MAX_PAYLOAD_BYTES,
     MIRROR_ACTIVITY,
@@ -57,6 +70,7 @@ from agent_tasks.contract import (
     MirrorQuery,
     TaskView,
     model_size,
+    project_of,
 )
 from agent_tasks.contract.errors import MIRROR_DATA_ERROR, MIRROR_UNAVAILABLE
 from agent_tasks.taskgraph.errors import GraphError, GraphUnavailable
@@ -70,6 +84,8 @@ MIRROR_PAGE_BYTES = MAX_PAYLOAD_BYTES
 """Bytes of JSON per query page, at most (``MAX_PAYLOAD_BYTES``: the query result's budget)."""
 MIRROR_ATTEMPTS = MIRROR_RETRY.maximum_attempts
 """The attempts of one mirror call (``MIRROR_RETRY``): the last one's failure is logged."""
+PAGE_KEYS_HELD = 4_096
+"""Page signing keys a worker keeps (read from the key store once each)."""
 QUERY_TIMEOUT = timedelta(seconds=10)
 """RPC timeout of each query the mirror sends to its workflow (answered by the worker that
 runs the activity, from its cache, in milliseconds)."""
@@ -267,6 +283,28 @@ class MirrorActivities:
         self.followers = followers
         self.following = 0
         """Calls following their run now."""
+        self.subscriber: Subscriber | None = None
+        """The worker's subscription to the broker while it runs (``listening``): followers
+        take their runs' published pages from it."""
+        self.page_keys: OrderedDict[tuple[str, str], bytes] = OrderedDict()
+        """Page signing keys by project and key id, the most recently used last."""
+
+    @contextlib.asynccontextmanager
+    async def listening(self) -> AsyncIterator[None]:
+        """While open, followers take their runs' published pages (``broker.PageMessage``)
+        from the broker; without a broker, nothing."""
+        if self.broker is None:
+            yield
+            return
+        self.subscriber = Subscriber(self.broker)
+        reading = asyncio.ensure_future(self.subscriber.run())
+        try:
+            yield
+        finally:
+            self.subscriber = None
+            reading.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reading
 
     @activity.defn(name=MIRROR_ACTIVITY)
     async def mirror_task(self, input: MirrorInput) -> MirrorOutcome:
@@ -286,6 +324,8 @@ class MirrorActivities:
                 )
             raise failure from err
 
+    # Long: one mirror call, its copies as closures over the run's source and the view they
+    # move (the first copy, the follower's copies from the history, its published pages)
     async def _mirror(self, input: MirrorInput) -> MirrorOutcome:
         source = AnnouncedRun(QueriedRun(self.client, input.workflow_id, input.run_id), self.broker)
         run = f"task {input.workflow_id} run {input.run_id}"
@@ -301,6 +341,36 @@ class MirrorActivities:
                 up_to_seq=up_to_seq,
                 after_write=after_write,
             )
+
+        taken: list[Event] = []
+        """Events of published pages taken into ``source.view`` and not yet written."""
+
+        async def take_page(message: PageMessage) -> bool | None:
+            """Take a published page into the view (``Published.take``): None unless it is
+            signed by a writer of the project, of this run, and the view's next write."""
+            key = await self._page_key(project_of(input.workflow_id), message.key_id)
+            write = open_page(message, key)
+            view = source.view
+            if write is None or view is None or write.run_id != input.run_id:
+                return None
+            if write.workflow_id != input.workflow_id:
+                return None
+            if write.outcome.last_seq <= view.last_seq:  # the poll brought it first
+                return False
+            built = applied(view, [(write.input, write.outcome)])
+            if built is None or write.outcome.writes is None:
+                return None
+            source.view, events = built
+            taken.extend(events)
+            return True
+
+        async def write_taken() -> MirrorOutcome:
+            """Write the view with the taken pages' events (``Published.flush``)."""
+            if not taken or source.view is None:
+                return MirrorOutcome(events=0, steps=0)
+            events = list(taken)
+            taken.clear()
+            return await self._write_history_page(source.view, events)
 
         async def follow_copy(
             after_seq: int, after_write: int, history: Sequence[HistoryEvent] | None
@@ -322,9 +392,55 @@ class MirrorActivities:
         self.following += 1
         try:
             poll = HistoryPoll(self.client, input.workflow_id, input.run_id, input.history_token)
-            return await follow(follow_copy, poll, first)
+            pages = Published(take_page, write_taken)
+            async with self._pages(input.workflow_id, pages) as published:
+                return await follow(follow_copy, poll, first, published)
         finally:
             self.following -= 1
+
+    @contextlib.asynccontextmanager
+    async def _pages(self, workflow_id: str, pages: Published) -> AsyncIterator[Published | None]:
+        """``pages`` fed with the task's published pages while open (``page_channel``), None
+        without a subscriber. The subscription is not waited for: a page before it holds is
+        brought by the poll."""
+        subscriber = self.subscriber
+        if subscriber is None:
+            yield None
+            return
+        channel = page_channel(workflow_id)
+
+        def put(message: Message) -> None:
+            if isinstance(message, PageMessage | PollMessage):
+                pages.put(message)
+
+        adding = asyncio.ensure_future(subscriber.add(channel, put))
+        try:
+            yield pages
+        finally:
+            if adding.done():
+                subscriber.remove(channel, put)
+            else:
+                adding.cancel()  # cancelled, it leaves nothing subscribed
+                with contextlib.suppress(asyncio.CancelledError):
+                    await adding
+
+    async def _page_key(self, project_id: str, key_id: str) -> bytes | None:
+        """The page signing key ``key_id`` of ``project_id`` from the key store (kept once
+        read, ``PAGE_KEYS_HELD``); None when the store has no such key."""
+        held = (project_id, key_id)
+        key = self.page_keys.get(held)
+        if key is None:
+            try:
+                key = (await self.graph.get_keys(project_id, [key_id])).get(key_id)
+            except GraphError:  # the poll brings the write; the copy then says why it fails
+                return None
+            if key is None:
+                return None
+            self.page_keys[held] = key
+            while len(self.page_keys) > PAGE_KEYS_HELD:
+                self.page_keys.popitem(last=False)
+        self.page_keys.move_to_end(held)
+        return key
 
     async def _write_history_page(self, view: TaskView, events: list[Event]) -> MirrorOutcome:
         """Write ``view`` and its new ``events`` (``history_page``) in pages of

@@ -19,12 +19,15 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 
+from agent_tasks.broker import Broker
 from agent_tasks.config import Settings
 from agent_tasks.contract import (
     AgentSpec,
     EventInput,
 )
 from agent_tasks.devstack.neo4j_server import Neo4jServer
+from agent_tasks.devstack.process import parse_host_port
+from agent_tasks.devstack.redis_server import RedisServer
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.starter.planning import EXAMPLES, plan_import, trajectory_files
 from agent_tasks.taskgraph.graph import TaskGraph
@@ -176,7 +179,12 @@ class Bench:
     """The servers, the clients, the workers and what the rows created (for clean-up)."""
 
     def __init__(
-        self, client: Client, graph: TaskGraph, settings: Settings, temporal_pid: int | None
+        self,
+        client: Client,
+        graph: TaskGraph,
+        settings: Settings,
+        temporal_pid: int | None,
+        broker: Broker | None = None,
     ) -> None:
         self.client = client
         self.plain = Client(
@@ -197,18 +205,18 @@ class Bench:
             task_queue=self.queue,
             graph=graph,
             timeout_s=300,
+            broker=broker,
         )
         self.started: list[str] = []
         """Workflow ids to terminate at the end."""
         self.numbers = itertools.count()
         neo4j_pid = Neo4jServer(settings.data_dir, 0).running_pid()
-        self.server_pids = {
-            name: pid
-            for name, pid in (("temporal", temporal_pid), ("neo4j", neo4j_pid))
-            if pid is not None
-        }
-        """Temporal's and the local stack's Neo4j by name (for their CPU time); none when
-        external."""
+        broker_port = parse_host_port(settings.broker_url, 6379)[1]
+        broker_pid = RedisServer(settings.data_dir, broker_port).running_pid() if broker else None
+        servers = (("temporal", temporal_pid), ("neo4j", neo4j_pid), ("broker", broker_pid))
+        self.server_pids = {name: pid for name, pid in servers if pid is not None}
+        """Temporal's, the local stack's Neo4j and its broker (when the bench publishes
+        pages) by name (for their CPU time); none when external."""
         address = client.service_client.config.target_host
         self.worker_env = {**os.environ, "TEMPORAL_ADDRESS": address}
         """The environment of the RSS row's worker processes (they reach the same server)."""
@@ -314,4 +322,5 @@ def replace_queue(history: ConversationHistory, queue: str) -> ConversationHisto
         task_queue=queue,
         graph=history.graph,
         timeout_s=history.timeout_s,
+        broker=history.broker,
     )

@@ -27,6 +27,7 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.runtime import MetricBuffer, Runtime, TelemetryConfig
 
+from agent_tasks.broker import open_broker
 from agent_tasks.config import Settings
 from agent_tasks.devstack.temporal import TemporalDevServer
 from agent_tasks.plugin import AgentTasksPlugin
@@ -80,7 +81,7 @@ async def _rpcs(
     """Print ``side``'s Temporal RPCs per write by operation, its worker in this process."""
     queue = f"{bench.queue}-{side}"
     worker = (
-        build_worker(bench.client, graph, queue)
+        build_worker(bench.client, graph, queue, broker=bench.history.broker)
         if side == "ours"
         else bare_worker(bench.plain, queue)
     )
@@ -131,9 +132,9 @@ async def main(mode: str, writes: int) -> None:
     client = await Client.connect(
         **settings.temporal.connect_config(), plugins=[AgentTasksPlugin()], runtime=runtime
     )
-    async with open_graph(settings) as graph:
+    async with open_graph(settings) as graph, open_broker(settings.broker_url) as broker:
         temporal_pid = TemporalDevServer(settings.data_dir, 0).running_pid()
-        bench = Bench(client, graph, settings, temporal_pid)  # type: ignore[arg-type]
+        bench = Bench(client, graph, settings, temporal_pid, broker)  # type: ignore[arg-type]
         try:
             for side in ("ours", "bare"):
                 if mode == "rpcs":

@@ -23,7 +23,7 @@ async def main(kind: str, queue: str) -> None:
     async with open_services(with_graph=kind == "ours") as services:
         if kind == "ours":
             assert services.graph is not None
-            running = build_worker(services.client, services.graph, queue)
+            running = build_worker(services.client, services.graph, queue, broker=services.broker)
         else:
             client = services.client
             plain = Client(

@@ -176,9 +176,13 @@ async def run_bench(
             open_services(settings, client=client, schema=True)
         )
         assert isinstance(services.graph, TaskGraph)  # the harness reads Neo4j's driver
-        bench = Bench(services.client, services.graph, services.settings, temporal_pid)
+        bench = Bench(
+            services.client, services.graph, services.settings, temporal_pid, services.broker
+        )
         await stack.enter_async_context(
-            build_worker(bench.client, bench.graph, bench.queue, tools=[bench_echo])
+            build_worker(
+                bench.client, bench.graph, bench.queue, tools=[bench_echo], broker=services.broker
+            )
         )
         await stack.enter_async_context(bare_worker(bench.plain, bench.bare_queue))
         about = await machine(bench)

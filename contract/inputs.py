@@ -274,6 +274,10 @@ class WriteOutcome(BaseModel):
     time: AwareDatetime | None = None
     """Workflow time of an event write (the events' ``time``); None for other writes and for
     a repeated request id (the stored outcome keeps no time)."""
+    writes: int | None = Field(default=None, exclude_if=lambda value: value is None)
+    """``record_events``: the task's write counter once the write was taken (``TaskView.writes``:
+    the page of the mirror it makes, ``broker.PublishedWrite``); None for other writes and
+    for a repeated request id. Added later: left out of the JSON while None."""
 
 
 class RequestLookup(BaseModel):

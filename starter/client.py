@@ -48,6 +48,7 @@ from agent_tasks.starter.turns import TaskTurns
 from agent_tasks.starter.writes import TaskWrites
 
 if TYPE_CHECKING:  # the driver is loaded only by whoever makes the graph
+    from agent_tasks.broker import Broker
     from agent_tasks.taskgraph.port import GraphStore
 
 _Room = TypeVar("_Room")
@@ -96,6 +97,12 @@ class ConversationHistory:
             it from the history; without one it is written in plain text.
         timeout_s: seconds one Temporal call may take (a write waits for a worker to run
             it); past that it raises ``TaskServiceUnavailable``.
+        broker: the broker (``broker.Broker``) on which each event write Temporal took is
+            published, signed, for the task's mirror (``broker.PageMessage``): the worker
+            copies it to the graph store without waiting for its poll of the history. Needs
+            ``graph`` (the signing key is of the task's key tree). None: the mirror finds the
+            writes by its poll alone, as fast at one write at a time and with one history
+            poll per write more under many writers.
 
     Raises:
         ValidationError: a malformed project id, agent id or session id (naming it).
@@ -111,6 +118,7 @@ class ConversationHistory:
         task_queue: str = "agent-tasks",
         graph: GraphStore | None = None,
         timeout_s: float = 30.0,
+        broker: Broker | None = None,
     ) -> None:
         self.transport = Transport(
             client,
@@ -120,6 +128,7 @@ class ConversationHistory:
             task_queue,
             graph,
             timeout_s,
+            broker,
         )
         """The settings and the calls (each room holds it)."""
         self.reads = TaskReads(self.transport)
@@ -174,6 +183,11 @@ class ConversationHistory:
     def graph(self) -> GraphStore | None:
         """The graph store, if any."""
         return self.transport.graph
+
+    @property
+    def broker(self) -> Broker | None:
+        """The broker written pages are published on, if any."""
+        return self.transport.broker
 
     @property
     def timeout_s(self) -> float:

@@ -249,6 +249,7 @@ class TaskLifecycle:
         if not cascade:
             await self.transport.call(lambda: handle.signal(Signal.KEEP_CHILDREN))
         await self.transport.call(handle.cancel)
+        self.transport.nudge(handle.id)
         if cascade:
             await self._cancel_children(handle.id)
         return WriteResult(recorded=True)
@@ -320,6 +321,7 @@ class TaskLifecycle:
         try:
             async with lane(self.transport.client, self.transport.workflow_id(task)):
                 await self.transport.call(lambda: handle.signal(Signal.SUBMIT_INPUT, signal))
+                self.transport.nudge(handle.id)
         except RPCError as err:
             if err.status != RPCStatusCode.NOT_FOUND:
                 raise

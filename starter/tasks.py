@@ -120,6 +120,7 @@ class TaskManager:
                 task_queue=client.task_queue,
                 graph=client.graph,
                 timeout_s=client.timeout_s,
+                broker=client.broker,
             )
         self.history = client
         self.broker = broker

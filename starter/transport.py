@@ -16,7 +16,7 @@ import contextlib
 import random
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from temporalio.client import (
@@ -25,11 +25,19 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
+    WorkflowUpdateStage,
 )
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from agent_tasks.contract import TaskName, WriteOutcome, task_workflow_id, valid_request_id
+from agent_tasks.broker import PollMessage, PublishedWrite, page_channel, sign_page
+from agent_tasks.contract import (
+    RecordEventsInput,
+    TaskName,
+    WriteOutcome,
+    task_workflow_id,
+    valid_request_id,
+)
 from agent_tasks.contract.errors import (
     CONTINUING_AS_NEW,
     DUPLICATE,
@@ -39,8 +47,10 @@ from agent_tasks.contract.errors import (
 )
 from agent_tasks.starter.arguments import checked
 from agent_tasks.starter.results import WriteResult, from_outcome, refused
+from agent_tasks.taskgraph.sealing import page_signer
 
 if TYPE_CHECKING:  # the driver is loaded only by whoever makes the graph
+    from agent_tasks.broker import Broker
     from agent_tasks.taskgraph.port import GraphStore
 
 _BUSY_BACKOFF_S = (0.02, 1.0)
@@ -201,6 +211,8 @@ class Transport:
         task_queue: the workers' task queue.
         graph: the graph store, if any.
         timeout_s: seconds one Temporal call may take.
+        broker: where each ``record_events`` write Temporal took is published for the mirror
+            (``publish_page``); None: nowhere.
     """
 
     def __init__(
@@ -212,6 +224,7 @@ class Transport:
         task_queue: str,
         graph: GraphStore | None,
         timeout_s: float,
+        broker: Broker | None = None,
     ) -> None:
         self.client = client
         self.project_id = project_id
@@ -220,6 +233,8 @@ class Transport:
         self.task_queue = task_queue
         self.graph = graph
         self.timeout_s = timeout_s
+        self.broker = broker
+        self._publishing: set[asyncio.Future[Any]] = set()
 
     def workflow_id(self, task: str, field: str = "task") -> str:
         """The workflow id of ``task`` in this project (``task_workflow_id``): every call
@@ -305,14 +320,68 @@ class Transport:
         delay = 0.02
         while True:
             try:
-                outcome = await self.call(
-                    lambda: handle.execute_update(update, input, result_type=WriteOutcome),
+                # started and waited for as execute_update does, keeping the run that took it
+                started = await self.call(
+                    lambda: handle.start_update(
+                        update,
+                        input,
+                        wait_for_stage=WorkflowUpdateStage.COMPLETED,
+                        result_type=WriteOutcome,
+                    ),
                     handle.id,  # no answer in time names the task's own queue, not ours
                 )
+                outcome = await started.result()
             except WorkflowUpdateFailedError as err:
                 if _resend(err) and loop.time() < deadline:
                     await asyncio.sleep(delay)  # the new run takes it once the old ends
                     delay = min(delay * 2, 0.5)
                     continue
                 return from_update_failure(err)
+            if self.broker is not None:
+                self._in_background(
+                    self._publish(self.broker, handle.id, started.workflow_run_id, input, outcome)
+                )
             return from_outcome(outcome)
+
+    def nudge(self, workflow_id: str) -> None:
+        """Tell the task's mirror that its run took a write no page carries (a cancel, an
+        answer by signal): a ``broker.PollMessage``, sent in the background; nothing without
+        a broker."""
+        if self.broker is not None:
+            self._in_background(self.broker.publish([page_channel(workflow_id)], PollMessage()))
+
+    def _in_background(self, publishing: Coroutine[Any, Any, Any]) -> None:
+        """Run ``publishing`` without waiting for it (a write never waits on the broker; a
+        publish fails nothing: ``Broker.publish``), held until it ends."""
+        task = asyncio.ensure_future(publishing)
+        self._publishing.add(task)
+        task.add_done_callback(self._publishing.discard)
+
+    async def _publish(
+        self,
+        broker: Broker,
+        workflow_id: str,
+        run_id: str | None,
+        input: Any,
+        outcome: WriteOutcome,
+    ) -> None:
+        """Tell the task's mirror of a write Temporal took (``broker.page_channel``), in the
+        background of the write (``_in_background``): a new
+        ``record_events`` write whose events this process sealed (it holds the task's key
+        tree, ``taskgraph.sealing.page_signer``) as its page (``broker.PageMessage``, signed);
+        any other (a repeated request id, a step, a status, an answer) as a
+        ``broker.PollMessage``. Never fails: what the broker drops, the mirror's poll brings."""
+        channel = [page_channel(workflow_id)]
+        signer = None if self.graph is None else page_signer(self.graph, workflow_id)
+        if (
+            isinstance(input, RecordEventsInput)
+            and run_id
+            and outcome.writes is not None
+            and signer is not None
+        ):
+            write = PublishedWrite(
+                workflow_id=workflow_id, run_id=run_id, input=input, outcome=outcome
+            )
+            await broker.publish(channel, sign_page(write, *signer))
+        elif not outcome.duplicate:
+            await broker.publish(channel, PollMessage())

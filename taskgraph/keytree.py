@@ -15,6 +15,11 @@ AES-256 key of the ``i``-th event its writer seals.
   the leaves in order, about two HMACs each, and cannot derive a key it already used
   (forward secrecy), so an event's key exists only in the key store once it is sealed.
 
+The tree's last leaf (``PAGE_LEAF``) seals no event: it is the writer's key for signing the
+pages it publishes on the broker for the mirror (``broker.PageMessage``), which a worker
+reads from the key store as it reads any leaf, so that only a writer the key store knows
+can hand the mirror a page.
+
 So a writer stores one secret per task (one key-store transaction at its first write to the
 task) and seals every later write without the key store: through a Neo4j outage of any
 length, and at no extra round trip. Pure Python over ``hmac`` (no driver): the client uses it.
@@ -39,6 +44,8 @@ SECRET_BYTES = 32
 """A node's secret, and so a leaf's AES-256 key: 32 bytes."""
 _LEAF_BITS = 32
 _LEAF_MASK = (1 << _LEAF_BITS) - 1
+PAGE_LEAF = (1 << DEPTH) - 1
+"""The leaf no event takes: its writer's signing key for the pages it publishes."""
 _VERSION = 8
 
 
@@ -128,13 +135,17 @@ class Frontier:
 
     def __init__(self, root: bytes) -> None:
         self._stack = [Node(0, 0, root)]
+        self.page_key = derive(self._stack[0], PAGE_LEAF)
+        """The key of ``PAGE_LEAF``: the writer signs its published pages with it."""
 
     def take(self) -> tuple[int, bytes]:
         """The next unused leaf and its key; what derives it is gone from the frontier.
 
         Raises:
-            IndexError: the tree's ``2**DEPTH`` leaves are used up.
+            IndexError: the tree's leaves but ``PAGE_LEAF`` are used up.
         """
+        if self._stack[-1].covers(PAGE_LEAF) and self._stack[-1].depth == DEPTH:
+            raise IndexError("the key tree's leaves are used up")
         node = self._stack.pop()
         while node.depth < DEPTH:
             right = Node(node.depth + 1, node.position * 2 + 1, _child(node.secret, 1))

@@ -36,7 +36,14 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from agent_tasks.contract import Event, EventInput
 from agent_tasks.contract.errors import GraphIncomplete, GraphNotConfigured
 from agent_tasks.taskgraph.keys import KeyStore
-from agent_tasks.taskgraph.keytree import SECRET_BYTES, Frontier, key_id, new_root, new_tree_id
+from agent_tasks.taskgraph.keytree import (
+    PAGE_LEAF,
+    SECRET_BYTES,
+    Frontier,
+    key_id,
+    new_root,
+    new_tree_id,
+)
 
 KEY_BYTES = SECRET_BYTES
 """AES-256: a 32-byte key per event (a key tree's leaf)."""
@@ -190,6 +197,18 @@ async def seal_events(
             event = seal(event, key, key_id(tree_id, leaf))
         sealed.append(event)
     return sealed
+
+
+def page_signer(store: KeyStore, workflow_id: str) -> tuple[str, bytes] | None:
+    """The key this process signs its published pages of a task with (``PAGE_LEAF`` of the
+    task's key tree it holds: its key id and key), or None when it holds no tree of the task
+    (it has sealed nothing for it through ``store``, or has let the tree go)."""
+    trees = _TREES.get(store)
+    held = None if trees is None else trees.held.get(workflow_id)
+    if held is None:
+        return None
+    tree_id, frontier = held
+    return key_id(tree_id, PAGE_LEAF), frontier.page_key
 
 
 async def open_events(graph: KeyStore | None, project_id: str, events: list[Event]) -> list[Event]:

@@ -4,20 +4,27 @@ happens when no broker answers (publishing drops, a model call goes on)."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
+import os
 import uuid
 
 import pytest
 
 from agent_tasks.broker import (
     Broker,
+    PageMessage,
+    PublishedWrite,
     Subscriber,
     TokenMessage,
     WrittenMessage,
     channels,
+    open_page,
     session_channel,
+    sign_page,
     task_channel,
 )
-from agent_tasks.contract import AgentSpec, ModelSpec
+from agent_tasks.contract import AgentSpec, EventInput, ModelSpec, RecordEventsInput, WriteOutcome
 from agent_tasks.devstack import free_port
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.worker import Services, build_worker
@@ -62,6 +69,30 @@ async def test_messages_reach_every_subscriber_of_a_channel_in_order(services: S
     finally:
         reading.cancel()
         await subscriber.close()
+
+
+def test_a_page_opens_only_with_the_key_that_signed_it() -> None:
+    write = PublishedWrite(
+        workflow_id="p/t",
+        run_id="r",
+        input=RecordEventsInput(
+            agent_id="a", events=[EventInput(kind="message", payload="hi")], request_id="q"
+        ),
+        outcome=WriteOutcome(first_seq=3, last_seq=3, writes=4),
+    )
+    key, other = os.urandom(32), os.urandom(32)
+    message = sign_page(write, "k", key)
+    assert message.key_id == "k"
+    assert message.mac == hmac.new(key, message.body.encode(), hashlib.sha256).hexdigest()
+    assert open_page(message, key) == write
+    assert open_page(message, other) is None
+    assert open_page(message, None) is None  # the key store has no such key
+    forged = message.body.replace('"last_seq":3', '"last_seq":9')
+    assert forged != message.body
+    assert open_page(message.model_copy(update={"body": forged}), key) is None
+    # signed, but no page: dropped, not raised
+    garbage = PageMessage(key_id="k", body="{}", mac=hmac.new(key, b"{}", "sha256").hexdigest())
+    assert open_page(garbage, key) is None
 
 
 async def _true(value: bool) -> bool:

@@ -250,6 +250,7 @@ class Ledger:
         self.check_write(input.request_id, input)
         outcome = self.add_events(input.events, input.agent_id, input.request_id, now)
         self.accept(input.request_id, args_digest(input), outcome.first_seq, outcome.last_seq, now)
+        outcome.writes = self.state.writes
         return outcome
 
     def add_events(

@@ -127,6 +127,11 @@ before the next long poll), so the writes that come back to back share one long 
 page (built from the history, or read by one query) per 100 ms, and a lone write is copied at
 once (on the worker's clock: no timer in the history). Measured in
 ``bench/RESULTS-issue-22.md`` and ``bench/RESULTS-issue-36.md``."""
+MIRROR_FOLLOW_GAP = timedelta(seconds=1)
+"""The follower's cadence while its run's writes come as published pages (``broker``
+``PageMessage``: each copied as it comes, no poll needed): it polls the history at most this
+often, for what no page brought (another kind of write, a signal, the run's end, a page
+lost). A page that does not follow what the follower holds makes it poll at once."""
 MIRROR_HEARTBEAT = timedelta(seconds=10)
 """The mirror activity heartbeats while it runs; an attempt whose worker died (killed, cut
 off) is retried once this passes without a heartbeat, not after ``MIRROR_START_TO_CLOSE``.

@@ -240,6 +240,7 @@ async def open_history(
             agent_id=agent,
             task_queue=task_queue or services.settings.temporal_task_queue,
             graph=services.graph,
+            broker=services.broker,
         )
 
 

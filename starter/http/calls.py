@@ -55,6 +55,7 @@ async def caller(request: Request) -> Caller:
         f"key-{key.key_id}",
         task_queue=state.settings.temporal_task_queue,
         graph=state.services.graph,
+        broker=state.services.broker,
     )
     return Caller(key, history, request, Grant.of(request, key))
 

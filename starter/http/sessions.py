@@ -14,7 +14,14 @@ from dataclasses import dataclass, field
 
 from fastapi.sse import ServerSentEvent
 
-from agent_tasks.broker import Message, RevokedMessage, Subscriber, session_channel
+from agent_tasks.broker import (
+    Message,
+    PageMessage,
+    PollMessage,
+    RevokedMessage,
+    Subscriber,
+    session_channel,
+)
 from agent_tasks.contract import CLOSED_STATUSES
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.starter.http.grants import Gate
@@ -150,8 +157,8 @@ class SessionStream:
         self.new_tasks: deque[str] = deque()
 
     def _message(self, message: Message) -> None:
-        if isinstance(message, RevokedMessage):
-            return
+        if isinstance(message, RevokedMessage | PageMessage | PollMessage):
+            return  # pages never travel on a session's channel
         if message.task not in self.cursor.seqs and message.task not in self.new_tasks:
             self.new_tasks.append(message.task)
             self.signal.set()

@@ -14,6 +14,7 @@ import pytest
 
 from agent_tasks.taskgraph.keytree import (
     DEPTH,
+    PAGE_LEAF,
     Frontier,
     Node,
     decode,
@@ -50,6 +51,21 @@ def test_a_writer_takes_the_leaves_in_order_and_keeps_none_it_used() -> None:
     for leaf in (300, 301, 511, 512, 2**20, 2**DEPTH - 1):  # and it covers every later one
         assert sum(node.covers(leaf) for node in held) == 1
     assert frontier.take()[0] == 300
+
+
+def test_the_last_leaf_signs_pages_and_seals_no_event() -> None:
+    root = new_root()
+    frontier = Frontier(root)
+    assert PAGE_LEAF == 2**DEPTH - 1
+    assert frontier.page_key == by_definition(root, 2**DEPTH - 1)
+    # a writer at the tree's end: the node above its last two leaves
+    secret = root
+    for bit in f"{(2**DEPTH - 1) >> 1:0{DEPTH - 1}b}":
+        secret = hmac.new(secret, bytes([int(bit)]), hashlib.sha256).digest()
+    frontier._stack = [Node(DEPTH - 1, (2**DEPTH - 1) >> 1, secret)]
+    assert frontier.take() == (2**DEPTH - 2, by_definition(root, 2**DEPTH - 2))
+    with pytest.raises(IndexError):
+        frontier.take()
 
 
 def test_a_puncture_destroys_one_leaf_and_keeps_every_other() -> None:

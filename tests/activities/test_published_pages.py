@@ -1,0 +1,292 @@
+"""Published pages (``broker.PageMessage``, ``activities.follow.Published``) against the real
+Temporal, Neo4j and Redis: a writer with a broker publishes each event write Temporal took,
+signed with its key tree's page leaf, and the worker's follower copies it to Neo4j without
+polling the history; a page it cannot trust or that does not follow what it holds changes
+nothing, and one that does not follow makes it poll at once.
+
+The follower's gap between polls while pages come (``MIRROR_FOLLOW_GAP``) and its idle end
+(``..._IDLE``, after which the workflow's next mirror call would copy by query) are stretched
+to 60 s here, so a write in Neo4j within the test's 15 s came by its page, or by a poll that a
+page or a writer's word woke (which the tests count or name)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+
+from agent_tasks.activities import follow
+from agent_tasks.broker import (
+    RECONNECT_PAUSE_S,
+    Broker,
+    PublishedWrite,
+    page_channel,
+    sign_page,
+)
+from agent_tasks.contract import EventInput, RecordEventsInput, WriteOutcome
+from agent_tasks.devstack import free_port
+from agent_tasks.devstack.redis_server import RedisServer
+from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.taskgraph.sealing import page_signer
+from agent_tasks.worker import Services, build_worker
+from agent_tasks.workflows.task import TaskWorkflow
+from tests.conftest import mirrored
+
+SLOW = timedelta(seconds=60)
+"""The stretched cadence: no poll of the history comes within a test."""
+WITHIN_S = 15.0
+SUBSCRIBED_S = 1.0
+"""Time for a new follower's subscription to hold (the worker's subscriber sends it within
+its 50 ms read): a page published before it holds is lost, and only the stretched poll
+would bring its write."""
+
+
+@pytest.fixture(scope="module")
+async def pages_queue(services: Services) -> AsyncIterator[str]:
+    """A worker that listens for published pages (it has the broker)."""
+    assert services.graph is not None and services.broker is not None
+    queue = f"pages-{uuid.uuid4().hex[:8]}"
+    async with build_worker(services.client, services.graph, queue, broker=services.broker):
+        yield queue
+
+
+@pytest.fixture
+def publishing(
+    services: Services, graph: TaskGraph, pages_queue: str, project_id: str
+) -> ConversationHistory:
+    """A writer that publishes its pages."""
+    return ConversationHistory(
+        services.client,
+        project_id,
+        "writer",
+        task_queue=pages_queue,
+        graph=graph,
+        broker=services.broker,
+    )
+
+
+def count_polls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Every long poll of a history the worker's followers make from now on: what each
+    brought (``HistoryPoll.grew``'s bytes, 0: nothing), in order."""
+    polls: list[int] = []
+    grew = follow.HistoryPoll.grew
+
+    async def counted(poll: follow.HistoryPoll, wait: timedelta) -> int:
+        grown = await grew(poll, wait)
+        polls.append(grown)
+        return grown
+
+    monkeypatch.setattr(follow.HistoryPoll, "grew", counted)
+    return polls
+
+
+def stretch(monkeypatch: pytest.MonkeyPatch, *cadences: str) -> None:
+    """Set the follower's ``cadences`` (``activities.follow``'s names) to ``SLOW``."""
+    for name in cadences:
+        monkeypatch.setattr(follow, name, SLOW)
+
+
+async def stored(graph: TaskGraph, history: ConversationHistory, task: str) -> list[str]:
+    """The payloads of the task's events in Neo4j, in seq order (seqs 1, 2, ... checked)."""
+    events = await graph.events(history.project_id, history.workflow_id(task), 0, 1_000, 1_000)
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    return [e.payload for e in events]
+
+
+async def same_view(client: Client, graph: TaskGraph, history: ConversationHistory) -> None:
+    """Neo4j's view of task ``t`` is the workflow's (its seq, write counter and time)."""
+    wid = history.workflow_id("t")
+    view = await client.get_workflow_handle(wid).query(TaskWorkflow.view)
+    held = await graph.task_view(history.project_id, wid)
+    assert held is not None
+    assert (held.last_seq, held.writes, held.updated_at) == (
+        view.last_seq,
+        view.writes,
+        view.updated_at,
+    )
+
+
+async def test_published_writes_reach_neo4j_with_no_poll_of_the_history(
+    client: Client,
+    graph: TaskGraph,
+    publishing: ConversationHistory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Six writes back to back, then one more after the cadence: every one in Neo4j, as the
+    workflow holds it, with no long poll of the history that brought anything."""
+    stretch(monkeypatch, "MIRROR_FOLLOW_GAP", "MIRROR_FOLLOW_IDLE")
+    polls = count_polls(monkeypatch)
+    await publishing.create_task("t", "pages")
+    await mirrored(publishing, "t", WITHIN_S)  # the follower's first copy
+    await asyncio.sleep(SUBSCRIBED_S)
+    assert (await publishing.record_event("t", "message", "m1")).recorded
+    await mirrored(publishing, "t", WITHIN_S)  # the page heard: polls wait the gap now
+    await asyncio.sleep(SUBSCRIBED_S)  # the poll m1's workflow task answered has ended
+    polled = len(polls)
+    for number in range(2, 6):
+        assert (await publishing.record_event("t", "message", f"m{number}")).recorded
+    pair = [{"kind": "message", "payload": "m6"}, {"kind": "message", "payload": "m7"}]
+    assert (await publishing.record_events("t", pair)).recorded
+    await mirrored(publishing, "t", WITHIN_S)
+    await asyncio.sleep(0.2)  # past the cadence: a lone write is written at once
+    assert (await publishing.record_event("t", "message", "m8")).recorded
+    await mirrored(publishing, "t", WITHIN_S)
+
+    assert await stored(graph, publishing, "t") == [f"m{n}" for n in range(1, 9)]
+    await same_view(client, graph, publishing)
+    assert [grown for grown in polls[polled:] if grown] == []
+
+
+async def test_a_page_not_signed_by_a_writer_or_of_another_run_changes_nothing(
+    client: Client,
+    graph: TaskGraph,
+    services: Services,
+    publishing: ConversationHistory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    stretch(monkeypatch, "MIRROR_FOLLOW_GAP", "MIRROR_FOLLOW_IDLE")
+    assert services.broker is not None
+    await publishing.create_task("t", "forged pages")
+    await mirrored(publishing, "t", WITHIN_S)
+    await asyncio.sleep(SUBSCRIBED_S)
+    assert (await publishing.record_event("t", "message", "m1")).recorded
+    await mirrored(publishing, "t", WITHIN_S)
+    wid = publishing.workflow_id("t")
+    view = await client.get_workflow_handle(wid).query(TaskWorkflow.view)
+    run_id = (await client.get_workflow_handle(wid).describe()).run_id
+    forged = PublishedWrite(
+        workflow_id=wid,
+        run_id=run_id,
+        input=RecordEventsInput(
+            agent_id="writer",
+            events=[EventInput(kind="message", payload="forged")],
+            request_id="forged",
+        ),
+        outcome=WriteOutcome(
+            first_seq=view.last_seq + 1,
+            last_seq=view.last_seq + 1,
+            time=view.updated_at,
+            writes=view.writes + 1,
+        ),
+    )
+    signer = page_signer(graph, wid)
+    assert signer is not None
+    key_id, _ = signer
+    channel = [page_channel(wid)]
+    # the writer's key id with another key; the writer's key for another run
+    assert await services.broker.publish(channel, sign_page(forged, key_id, os.urandom(32)))
+    other_run = forged.model_copy(update={"run_id": "another-run"})
+    assert await services.broker.publish(channel, sign_page(other_run, *signer))
+
+    assert (await publishing.record_event("t", "message", "m2")).recorded
+    await mirrored(publishing, "t", WITHIN_S)
+
+    assert await stored(graph, publishing, "t") == ["m1", "m2"]
+    await same_view(client, graph, publishing)
+
+
+async def pages_flowing(history: ConversationHistory) -> None:
+    """Task ``t`` with three writes mirrored, the last two published while its follower
+    followed: it now waits its gap between polls."""
+    await history.create_task("t", "pages flowing")
+    assert (await history.record_event("t", "message", "m1")).recorded
+    await mirrored(history, "t", WITHIN_S)
+    for number in (2, 3):
+        assert (await history.record_event("t", "message", f"m{number}")).recorded
+        await mirrored(history, "t", WITHIN_S)
+
+
+async def test_a_writers_other_write_makes_the_follower_poll_at_once(
+    client: Client,
+    graph: TaskGraph,
+    publishing: ConversationHistory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A step: no page carries it; its writer's word to poll (``PollMessage``) brings it."""
+    stretch(monkeypatch, "MIRROR_FOLLOW_GAP", "MIRROR_FOLLOW_IDLE")
+    await pages_flowing(publishing)
+
+    assert (await publishing.set_step("t", "fetch", "in_progress")).recorded
+    await mirrored(publishing, "t", WITHIN_S)
+
+    step = await graph.step(publishing.project_id, publishing.workflow_id("t"), "fetch")
+    assert step is not None and step.state.value == "in_progress"
+    await same_view(client, graph, publishing)
+
+
+async def test_a_page_that_does_not_follow_makes_the_follower_poll_at_once(
+    client: Client,
+    graph: TaskGraph,
+    publishing: ConversationHistory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A step, then an event, written by a writer with no broker (no page, no word to poll),
+    each followed by an event write published: its page is one write ahead of what the
+    follower holds, so the follower polls (at its 100 ms cadence, not the stretched gap) and
+    copies both from the run."""
+    stretch(monkeypatch, "MIRROR_FOLLOW_GAP", "MIRROR_FOLLOW_IDLE")
+    await pages_flowing(publishing)
+    silent = ConversationHistory(
+        publishing.client,
+        publishing.project_id,
+        "silent",
+        task_queue=publishing.task_queue,
+        graph=publishing.graph,
+    )
+    assert (await silent.set_step("t", "fetch", "in_progress")).recorded
+    assert (await publishing.record_event("t", "message", "m4")).recorded
+    await mirrored(publishing, "t", WITHIN_S)
+    # a page lost (its writer published none): the next page is one write ahead
+    assert (await silent.record_event("t", "message", "m5")).recorded
+    assert (await publishing.record_event("t", "message", "m6")).recorded
+    await mirrored(publishing, "t", WITHIN_S)
+
+    assert await stored(graph, publishing, "t") == [f"m{n}" for n in range(1, 7)]
+    step = await graph.step(publishing.project_id, publishing.workflow_id("t"), "fetch")
+    assert step is not None and step.state.value == "in_progress"
+    await same_view(client, graph, publishing)
+
+
+async def test_a_broker_outage_delays_the_mirror_and_loses_nothing(
+    services: Services, graph: TaskGraph, tmp_path: Path, project_id: str
+) -> None:
+    """A broker of the test's own, stopped while pages flow and started again: the writes
+    meanwhile go on (a publish waits for nothing), the follower's polls bring them, and pages
+    flow again once the worker's subscription is back (no poll that brought anything)."""
+    server = RedisServer(tmp_path, free_port())
+    await server.start_ready()
+    broker = Broker(server.url)
+    queue = f"outage-{uuid.uuid4().hex[:8]}"
+    try:
+        async with build_worker(services.client, graph, queue, broker=broker):
+            history = ConversationHistory(
+                services.client, project_id, "w", task_queue=queue, graph=graph, broker=broker
+            )
+            await pages_flowing(history)
+            await server.stop()
+            for number in (4, 5):
+                assert (await history.record_event("t", "message", f"m{number}")).recorded
+            await mirrored(history, "t", WITHIN_S)
+            await server.start_ready()
+            await asyncio.sleep(RECONNECT_PAUSE_S + SUBSCRIBED_S)  # the subscriber is back
+            for number in (6, 7):
+                assert (await history.record_event("t", "message", f"m{number}")).recorded
+                await mirrored(history, "t", WITHIN_S)
+            await asyncio.sleep(SUBSCRIBED_S)
+            with pytest.MonkeyPatch.context() as monkeypatch:
+                stretch(monkeypatch, "MIRROR_FOLLOW_GAP", "MIRROR_FOLLOW_IDLE")
+                polls = count_polls(monkeypatch)
+                assert (await history.record_event("t", "message", "m8")).recorded
+                await mirrored(history, "t", WITHIN_S)
+                assert [grown for grown in polls if grown] == []
+        assert await stored(graph, history, "t") == [f"m{n}" for n in range(1, 9)]
+    finally:
+        await broker.close()
+        await server.stop()
