@@ -93,6 +93,7 @@ def test_a_repeated_request_id_is_a_duplicate_and_writes_nothing() -> None:
         first_seq=first.first_seq, last_seq=first.last_seq, duplicate=True
     )
     assert ledger.state.last_seq == 1 and ledger.state.writes == 2  # create + one write
+    assert first.writes == 2  # the counter once it was taken: the mirror's page (its result)
     refused(
         ErrorCode.REQUEST_ID_REUSED,
         lambda: ledger.record_events(events("other", request_id="r"), T0),
