@@ -93,9 +93,11 @@ async def history_page(
             start = accepted.pop(completed.accepted_event_id, None)
             if start is None or not completed.outcome.HasField("success"):
                 return None
+            [outcome] = await converter.decode(completed.outcome.success.payloads, [WriteOutcome])
+            if 0 < outcome.last_seq <= view.last_seq:
+                continue  # the view holds it (a published page brought it): input not decoded
             request = start.workflow_execution_update_accepted_event_attributes.accepted_request
             [input] = await converter.decode(request.input.args.payloads, [RecordEventsInput])
-            [outcome] = await converter.decode(completed.outcome.success.payloads, [WriteOutcome])
             writes.append((input, outcome))
         else:
             return None

@@ -53,6 +53,9 @@ if TYPE_CHECKING:  # the driver is loaded only by whoever makes the graph
     from agent_tasks.broker import Broker
     from agent_tasks.taskgraph.port import GraphStore
 
+_PUBLISHING: set[asyncio.Future[Any]] = set()
+"""The publishes of this process in flight (``Transport._in_background``)."""
+
 _BUSY_BACKOFF_S = (0.02, 1.0)
 """Pause before resending a call the server turned away as busy (``_busy``): from 20 ms,
 doubling, at most 1 s, each with random jitter down to half, until ``timeout_s`` has passed."""
@@ -234,7 +237,6 @@ class Transport:
         self.graph = graph
         self.timeout_s = timeout_s
         self.broker = broker
-        self._publishing: set[asyncio.Future[Any]] = set()
 
     def workflow_id(self, task: str, field: str = "task") -> str:
         """The workflow id of ``task`` in this project (``task_workflow_id``): every call
@@ -350,12 +352,19 @@ class Transport:
         if self.broker is not None:
             self._in_background(self.broker.publish([page_channel(workflow_id)], PollMessage()))
 
+    async def published(self) -> None:
+        """Wait for what this process is still publishing (each publish ends within the
+        broker's ``PUBLISH_TIMEOUT_S``)."""
+        if _PUBLISHING:
+            await asyncio.gather(*_PUBLISHING, return_exceptions=True)
+
     def _in_background(self, publishing: Coroutine[Any, Any, Any]) -> None:
         """Run ``publishing`` without waiting for it (a write never waits on the broker; a
-        publish fails nothing: ``Broker.publish``), held until it ends."""
+        publish fails nothing: ``Broker.publish``), held until it ends (``_PUBLISHING``: a
+        request's client may be gone before its publish is)."""
         task = asyncio.ensure_future(publishing)
-        self._publishing.add(task)
-        task.add_done_callback(self._publishing.discard)
+        _PUBLISHING.add(task)
+        task.add_done_callback(_PUBLISHING.discard)
 
     async def _publish(
         self,

@@ -234,7 +234,7 @@ async def open_history(
     async with open_services(with_graph=with_graph) as services:
         if services.graph is not None:
             await services.graph.ping()  # fails at once, not after the driver's retries
-        yield ConversationHistory(
+        history = ConversationHistory(
             services.client,
             project_id=project,
             agent_id=agent,
@@ -242,6 +242,10 @@ async def open_history(
             graph=services.graph,
             broker=services.broker,
         )
+        try:
+            yield history
+        finally:
+            await history.transport.published()  # before the broker closes
 
 
 def write_outcome(result: WriteResult, as_json: bool) -> None:
