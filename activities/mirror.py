@@ -351,7 +351,9 @@ class MirrorActivities:
             key = await self._page_key(project_of(input.workflow_id), message.key_id)
             write = open_page(message, key)
             view = source.view
-            if write is None or view is None or write.run_id != input.run_id:
+            if write is None or view is None or view.agent is not None:
+                return None  # an agent task's code writes besides its updates: the history
+            if write.run_id != input.run_id:
                 return None
             if write.workflow_id != input.workflow_id:
                 return None
