@@ -27,7 +27,9 @@ next attempt is the mirror working as designed); the last attempt of a call
 (``mirror_error``). Any other graph store error (``GraphError``), and a
 value the driver cannot send (``OverflowError``, ``TypeError``, ``ValueError``), raises a
 non-retryable ``ApplicationError`` of type ``MirrorDataError`` whose message names the task and
-the seq range.
+the seq range. A call cancelled because its run is gone (its heartbeat found the workflow
+terminated while it waited) raises a non-retryable, ``BENIGN`` ``MirrorRunGone``: no warning
+with a traceback for a terminate.
 """
 
 from __future__ import annotations
@@ -86,6 +88,9 @@ MIRROR_ATTEMPTS = MIRROR_RETRY.maximum_attempts
 """The attempts of one mirror call (``MIRROR_RETRY``): the last one's failure is logged."""
 PAGE_KEYS_HELD = 4_096
 """Page signing keys a worker keeps (read from the key store once each)."""
+MIRROR_RUN_GONE = "MirrorRunGone"
+"""The error type of a mirror call whose run the server no longer has (its heartbeat found it
+gone: terminated while the call waited, or past retention)."""
 QUERY_TIMEOUT = timedelta(seconds=10)
 """RPC timeout of each query the mirror sends to its workflow (answered by the worker that
 runs the activity, from its cache, in milliseconds)."""
@@ -323,6 +328,18 @@ class MirrorActivities:
                     "%s (attempt %d; the task retries after a pause)", failure.message, attempt
                 )
             raise failure from err
+        except asyncio.CancelledError:
+            details = activity.cancellation_details()
+            if details is None or not details.not_found:
+                raise
+            # the run is gone (terminated, or past retention) while the call waited: nothing
+            # is left to copy, and no one to tell; said at DEBUG, not as a failure's traceback
+            raise ApplicationError(
+                f"task {input.workflow_id} run {input.run_id} is gone: nothing left to mirror",
+                type=MIRROR_RUN_GONE,
+                non_retryable=True,
+                category=ApplicationErrorCategory.BENIGN,
+            ) from None
 
     # Long: one mirror call, its copies as closures over the run's source and the view they
     # move (the first copy, the follower's copies from the history, its published pages)

@@ -12,6 +12,7 @@ page or a writer's word woke (which the tests count or name)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import uuid
 from collections.abc import AsyncIterator
@@ -37,7 +38,7 @@ from agent_tasks.taskgraph.graph import TaskGraph
 from agent_tasks.taskgraph.sealing import page_signer
 from agent_tasks.worker import Services, build_worker
 from agent_tasks.workflows.task import TaskWorkflow
-from tests.conftest import mirrored
+from tests.conftest import eventually, mirrored
 
 SLOW = timedelta(seconds=60)
 """The stretched cadence: no poll of the history comes within a test."""
@@ -290,3 +291,34 @@ async def test_a_broker_outage_delays_the_mirror_and_loses_nothing(
     finally:
         await broker.close()
         await server.stop()
+
+
+async def test_a_run_terminated_while_its_follower_waits_ends_the_call_quietly(
+    client: Client,
+    publishing: ConversationHistory,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The follower waits its gap (no long poll open), the task's workflow is terminated: the
+    call's heartbeat finds the run gone, and the call ends as ``MirrorRunGone`` at DEBUG, not
+    as a failure's warning with a traceback."""
+    stretch(monkeypatch, "MIRROR_FOLLOW_GAP", "MIRROR_FOLLOW_IDLE")
+    await pages_flowing(publishing)
+    handle = client.get_workflow_handle(publishing.workflow_id("t"))
+    caplog.set_level(logging.DEBUG, logger="temporalio.activity")
+
+    await handle.terminate("test")
+
+    def ended(record: logging.LogRecord) -> bool:
+        return record.getMessage().startswith("Completing activity as failed") and (
+            publishing.workflow_id("t") in str(getattr(record, "activity_info", ""))
+            or publishing.workflow_id("t") in record.getMessage()
+        )
+
+    async def call_ended() -> bool:
+        return any(ended(r) for r in caplog.records)
+
+    await eventually(call_ended, within=WITHIN_S)
+    [record] = [r for r in caplog.records if ended(r)]
+    assert record.levelno == logging.DEBUG
+    assert record.exc_info is not None and "MirrorRunGone" in repr(record.exc_info[1])
