@@ -224,6 +224,7 @@ class Broker:
             url, socket_connect_timeout=PUBLISH_TIMEOUT_S, health_check_interval=0
         )
         self._warned_at = -_WARN_EVERY_S
+        self._failed_at = -RECONNECT_PAUSE_S
 
     async def close(self) -> None:
         """Close the connections."""
@@ -231,8 +232,13 @@ class Broker:
 
     async def publish(self, targets: Sequence[str], message: Message) -> bool:
         """Publish ``message`` on every channel of ``targets`` in one round trip; True when
-        the broker took it, False when it was dropped (logged, at most once a minute)."""
+        the broker took it, False when it was dropped (logged, at most once a minute). For
+        ``RECONNECT_PAUSE_S`` after a publish failed, messages are dropped without trying, so
+        that a broker that hangs holds a publisher once a pause, not once a message."""
         from redis.exceptions import RedisError
+
+        if time.monotonic() - self._failed_at < RECONNECT_PAUSE_S:
+            return False
 
         data = message.model_dump_json()
         try:
@@ -242,7 +248,7 @@ class Broker:
                         pipe.publish(channel, data)
                     await pipe.execute()
         except (RedisError, OSError, TimeoutError) as err:
-            now = time.monotonic()
+            now = self._failed_at = time.monotonic()
             if now - self._warned_at >= _WARN_EVERY_S:
                 self._warned_at = now
                 log.warning("broker unavailable, messages dropped: %s", err)
@@ -327,12 +333,19 @@ class Subscriber:
                 await asyncio.sleep(RECONNECT_PAUSE_S)
 
     async def _apply_changes(self) -> None:
+        """Send the subscription changes asked for; one the broker did not take (it is down)
+        is asked again on the next try, once it is back (redis-py keeps only the channels a
+        subscribe reached, and subscribes those again on reconnect)."""
         while not self._changes.empty():
             channel, subscribe = self._changes.get_nowait()
-            if subscribe and channel in self.handlers:
-                await self.pubsub.subscribe(channel)
-            elif not subscribe and channel not in self.handlers:
-                await self.pubsub.unsubscribe(channel)
+            try:
+                if subscribe and channel in self.handlers:
+                    await self.pubsub.subscribe(channel)
+                elif not subscribe and channel not in self.handlers:
+                    await self.pubsub.unsubscribe(channel)
+            except BaseException:
+                self._changes.put_nowait((channel, subscribe))
+                raise
 
     def _take(self, message: dict[str, Any]) -> None:
         channel = message["channel"].decode()

@@ -255,9 +255,10 @@ class ConversationHistory:
     async def close(self) -> None:
         """End the use of Temporal cleanly before the process exits (``async with
         ConversationHistory(...) as history`` calls it): waits for the pages still being
-        published (``Transport.published``), then until the Temporal SDK's runtime threads
+        published (``starter.pages``), then until the Temporal SDK's runtime threads
         have left Python (``config.release_runtime``), without which an app that writes and
         exits can abort in the interpreter's finalization. The client, the graph and the
         broker stay open (they belong to the caller); calling it twice is harmless."""
-        await self.transport.published()
+        if self.transport.pages is not None:
+            await self.transport.pages.published()
         await release_runtime()

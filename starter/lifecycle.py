@@ -249,7 +249,8 @@ class TaskLifecycle:
         if not cascade:
             await self.transport.call(lambda: handle.signal(Signal.KEEP_CHILDREN))
         await self.transport.call(handle.cancel)
-        self.transport.nudge(handle.id)
+        if self.transport.pages is not None:
+            self.transport.pages.nudge(handle.id)
         if cascade:
             await self._cancel_children(handle.id)
         return WriteResult(recorded=True)
@@ -321,7 +322,8 @@ class TaskLifecycle:
         try:
             async with lane(self.transport.client, self.transport.workflow_id(task)):
                 await self.transport.call(lambda: handle.signal(Signal.SUBMIT_INPUT, signal))
-                self.transport.nudge(handle.id)
+                if self.transport.pages is not None:
+                    self.transport.pages.nudge(handle.id)
         except RPCError as err:
             if err.status != RPCStatusCode.NOT_FOUND:
                 raise

@@ -16,7 +16,7 @@ import contextlib
 import random
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from temporalio.client import (
@@ -30,14 +30,7 @@ from temporalio.client import (
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from agent_tasks.broker import PollMessage, PublishedWrite, page_channel, sign_page
-from agent_tasks.contract import (
-    RecordEventsInput,
-    TaskName,
-    WriteOutcome,
-    task_workflow_id,
-    valid_request_id,
-)
+from agent_tasks.contract import TaskName, WriteOutcome, task_workflow_id, valid_request_id
 from agent_tasks.contract.errors import (
     CONTINUING_AS_NEW,
     DUPLICATE,
@@ -47,14 +40,11 @@ from agent_tasks.contract.errors import (
 )
 from agent_tasks.starter.arguments import checked
 from agent_tasks.starter.results import WriteResult, from_outcome, refused
-from agent_tasks.taskgraph.sealing import page_signer
 
 if TYPE_CHECKING:  # the driver is loaded only by whoever makes the graph
     from agent_tasks.broker import Broker
+    from agent_tasks.starter.pages import PagePublisher
     from agent_tasks.taskgraph.port import GraphStore
-
-_PUBLISHING: set[asyncio.Future[Any]] = set()
-"""The publishes of this process in flight (``Transport._in_background``)."""
 
 _BUSY_BACKOFF_S = (0.02, 1.0)
 """Pause before resending a call the server turned away as busy (``_busy``): from 20 ms,
@@ -214,8 +204,8 @@ class Transport:
         task_queue: the workers' task queue.
         graph: the graph store, if any.
         timeout_s: seconds one Temporal call may take.
-        broker: where each ``record_events`` write Temporal took is published for the mirror
-            (``publish_page``); None: nowhere.
+        broker: where the task's mirror is told of each write Temporal took
+            (``starter.pages``); None: it is not.
     """
 
     def __init__(
@@ -237,6 +227,12 @@ class Transport:
         self.graph = graph
         self.timeout_s = timeout_s
         self.broker = broker
+        self.pages: PagePublisher | None = None
+        """What the task's mirror is told of each write (with a broker only)."""
+        if broker is not None:  # the client SDK loads no broker module without a broker
+            from agent_tasks.starter.pages import PagePublisher
+
+            self.pages = PagePublisher(broker, graph)
 
     def workflow_id(self, task: str, field: str = "task") -> str:
         """The workflow id of ``task`` in this project (``task_workflow_id``): every call
@@ -339,58 +335,6 @@ class Transport:
                     delay = min(delay * 2, 0.5)
                     continue
                 return from_update_failure(err)
-            if self.broker is not None:
-                self._in_background(
-                    self._publish(self.broker, handle.id, started.workflow_run_id, input, outcome)
-                )
+            if self.pages is not None:
+                self.pages.wrote(handle.id, started.workflow_run_id, input, outcome)
             return from_outcome(outcome)
-
-    def nudge(self, workflow_id: str) -> None:
-        """Tell the task's mirror that its run took a write no page carries (a cancel, an
-        answer by signal): a ``broker.PollMessage``, sent in the background; nothing without
-        a broker."""
-        if self.broker is not None:
-            self._in_background(self.broker.publish([page_channel(workflow_id)], PollMessage()))
-
-    async def published(self) -> None:
-        """Wait for what this process is still publishing (each publish ends within the
-        broker's ``PUBLISH_TIMEOUT_S``)."""
-        if _PUBLISHING:
-            await asyncio.gather(*_PUBLISHING, return_exceptions=True)
-
-    def _in_background(self, publishing: Coroutine[Any, Any, Any]) -> None:
-        """Run ``publishing`` without waiting for it (a write never waits on the broker; a
-        publish fails nothing: ``Broker.publish``), held until it ends (``_PUBLISHING``: a
-        request's client may be gone before its publish is)."""
-        task = asyncio.ensure_future(publishing)
-        _PUBLISHING.add(task)
-        task.add_done_callback(_PUBLISHING.discard)
-
-    async def _publish(
-        self,
-        broker: Broker,
-        workflow_id: str,
-        run_id: str | None,
-        input: Any,
-        outcome: WriteOutcome,
-    ) -> None:
-        """Tell the task's mirror of a write Temporal took (``broker.page_channel``), in the
-        background of the write (``_in_background``): a new
-        ``record_events`` write whose events this process sealed (it holds the task's key
-        tree, ``taskgraph.sealing.page_signer``) as its page (``broker.PageMessage``, signed);
-        any other (a repeated request id, a step, a status, an answer) as a
-        ``broker.PollMessage``. Never fails: what the broker drops, the mirror's poll brings."""
-        channel = [page_channel(workflow_id)]
-        signer = None if self.graph is None else page_signer(self.graph, workflow_id)
-        if (
-            isinstance(input, RecordEventsInput)
-            and run_id
-            and outcome.writes is not None
-            and signer is not None
-        ):
-            write = PublishedWrite(
-                workflow_id=workflow_id, run_id=run_id, input=input, outcome=outcome
-            )
-            await broker.publish(channel, sign_page(write, *signer))
-        elif not outcome.duplicate:
-            await broker.publish(channel, PollMessage())

@@ -8,11 +8,14 @@ import hashlib
 import hmac
 import os
 import uuid
+from pathlib import Path
 
 import pytest
 
 from agent_tasks.broker import (
+    RECONNECT_PAUSE_S,
     Broker,
+    Message,
     PageMessage,
     PublishedWrite,
     Subscriber,
@@ -26,6 +29,7 @@ from agent_tasks.broker import (
 )
 from agent_tasks.contract import AgentSpec, EventInput, ModelSpec, RecordEventsInput, WriteOutcome
 from agent_tasks.devstack import free_port
+from agent_tasks.devstack.redis_server import RedisServer
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.worker import Services, build_worker
 from tests.conftest import eventually
@@ -69,6 +73,55 @@ async def test_messages_reach_every_subscriber_of_a_channel_in_order(services: S
     finally:
         reading.cancel()
         await subscriber.close()
+
+
+async def test_after_a_failed_publish_the_broker_is_not_tried_for_a_pause(
+    services: Services,
+) -> None:
+    """A failed publish drops the messages of the next ``RECONNECT_PAUSE_S`` untried (a hung
+    broker holds a publisher once a pause): the same client pointed at a broker that answers
+    drops at once, and publishes again after the pause."""
+    assert services.broker is not None
+    broker = Broker(f"redis://127.0.0.1:{free_port()}")
+    try:
+        message = TokenMessage(task="t", text="x", index=0)
+        assert not await broker.publish(["c"], message)
+        absent, broker.redis = broker.redis, services.broker.redis
+        assert not await broker.publish(["c"], message)  # within the pause: not tried
+        await asyncio.sleep(RECONNECT_PAUSE_S)
+        assert await broker.publish(["c"], message)
+    finally:
+        await absent.aclose()
+
+
+async def test_a_subscription_asked_for_while_the_broker_is_down_holds_once_it_is_back(
+    tmp_path: Path,
+) -> None:
+    """redis/redis-py #2089's kind: the broker stops, a stream subscribes meanwhile, the
+    broker starts again: the subscription holds and its messages arrive (it was asked for
+    again, not lost with the failed SUBSCRIBE)."""
+    server = RedisServer(tmp_path, free_port())
+    await server.start_ready()
+    broker = Broker(server.url)
+    subscriber = Subscriber(broker)
+    reading = asyncio.ensure_future(subscriber.run())
+    got: list[Message] = []
+    try:
+        await subscriber.add("before", got.append)
+        await server.stop()
+        adding = asyncio.ensure_future(subscriber.add("during", got.append))
+        await asyncio.sleep(2 * RECONNECT_PAUSE_S)  # the subscriber tries and fails meanwhile
+        await server.start_ready()
+        await asyncio.wait_for(adding, 30)
+        sent = TokenMessage(task="t", text="back", index=0)
+        await asyncio.sleep(RECONNECT_PAUSE_S)  # the publisher's pause after its failures
+        assert await broker.publish(["during"], sent)
+        await eventually(lambda: _true(sent in got), within=10)
+    finally:
+        reading.cancel()
+        await subscriber.close()
+        await broker.close()
+        await server.stop()
 
 
 def test_a_page_opens_only_with_the_key_that_signed_it() -> None:

@@ -245,7 +245,8 @@ async def open_history(
         try:
             yield history
         finally:
-            await history.transport.published()  # before the broker closes
+            if history.transport.pages is not None:  # before the broker closes
+                await history.transport.pages.published()
 
 
 def write_outcome(result: WriteResult, as_json: bool) -> None:
