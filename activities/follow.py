@@ -152,7 +152,7 @@ class _Followed:
         self.events, self.steps = first.events, first.steps
         self.lock = asyncio.Lock()
         self.poll_now = asyncio.Event()
-        """Set when a page did not follow: the poll goes at once."""
+        """Set when a page did not follow, or a writer said to poll: the poll goes at once."""
         self.heard_at = float("-inf")
         """When the last page came (the loop's clock)."""
         self.idle_since = 0.0
