@@ -73,19 +73,39 @@ def publishing(
     )
 
 
-def count_polls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Every long poll of a history the worker's followers make from now on: what each
-    brought (``HistoryPoll.grew``'s bytes, 0: nothing), in order."""
-    polls: list[int] = []
-    grew = follow.HistoryPoll.grew
+class Polls:
+    """Every long poll of a history the worker's followers make from the time it is made
+    (``count``): what each that ended brought (``brought``: ``HistoryPoll.grew``'s bytes, 0:
+    nothing), in order, and how many are in flight (``waiting``)."""
 
-    async def counted(poll: follow.HistoryPoll, wait: timedelta) -> int:
-        grown = await grew(poll, wait)
-        polls.append(grown)
-        return grown
+    def __init__(self) -> None:
+        self.brought: list[int] = []
+        self.waiting = 0
 
-    monkeypatch.setattr(follow.HistoryPoll, "grew", counted)
-    return polls
+    @classmethod
+    def count(cls, monkeypatch: pytest.MonkeyPatch) -> Polls:
+        polls = cls()
+        grew = follow.HistoryPoll.grew
+
+        async def counted(poll: follow.HistoryPoll, wait: timedelta) -> int:
+            polls.waiting += 1
+            try:
+                grown = await grew(poll, wait)
+            finally:
+                polls.waiting -= 1
+            polls.brought.append(grown)
+            return grown
+
+        monkeypatch.setattr(follow.HistoryPoll, "grew", counted)
+        return polls
+
+    async def none_waiting(self) -> bool:
+        """True when no poll is in flight (an ``eventually`` check)."""
+        return self.waiting == 0
+
+    def grown_since(self, ended: int) -> list[int]:
+        """What each poll after the first ``ended`` that brought something brought."""
+        return [grown for grown in self.brought[ended:] if grown]
 
 
 def stretch(monkeypatch: pytest.MonkeyPatch, *cadences: str) -> None:
@@ -121,28 +141,34 @@ async def test_published_writes_reach_neo4j_with_no_poll_of_the_history(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Six writes back to back, then one more after the cadence: every one in Neo4j, as the
-    workflow holds it, with no long poll of the history that brought anything."""
+    workflow holds it, with no long poll of the history that brought anything.
+
+    The writes counted come after two pages heard and no poll in flight: the follower's poll
+    that began before it heard the first page (the poll beat the page, which the writer
+    publishes in the background) waits its full length, and the second write ends it."""
     stretch(monkeypatch, "MIRROR_FOLLOW_GAP", "MIRROR_FOLLOW_IDLE")
-    polls = count_polls(monkeypatch)
+    polls = Polls.count(monkeypatch)
     await publishing.create_task("t", "pages")
     await mirrored(publishing, "t", WITHIN_S)  # the follower's first copy
     await asyncio.sleep(SUBSCRIBED_S)
-    assert (await publishing.record_event("t", "message", "m1")).recorded
-    await mirrored(publishing, "t", WITHIN_S)  # the page heard: polls wait the gap now
-    await asyncio.sleep(SUBSCRIBED_S)  # the poll m1's workflow task answered has ended
-    polled = len(polls)
-    for number in range(2, 6):
+    for number in (1, 2):
         assert (await publishing.record_event("t", "message", f"m{number}")).recorded
-    pair = [{"kind": "message", "payload": "m6"}, {"kind": "message", "payload": "m7"}]
+        await mirrored(publishing, "t", WITHIN_S)
+        await asyncio.sleep(SUBSCRIBED_S)  # the page heard: polls wait the gap now
+    await eventually(polls.none_waiting, WITHIN_S)
+    polled = len(polls.brought)
+    for number in range(3, 7):
+        assert (await publishing.record_event("t", "message", f"m{number}")).recorded
+    pair = [{"kind": "message", "payload": "m7"}, {"kind": "message", "payload": "m8"}]
     assert (await publishing.record_events("t", pair)).recorded
     await mirrored(publishing, "t", WITHIN_S)
     await asyncio.sleep(0.2)  # past the cadence: a lone write is written at once
-    assert (await publishing.record_event("t", "message", "m8")).recorded
+    assert (await publishing.record_event("t", "message", "m9")).recorded
     await mirrored(publishing, "t", WITHIN_S)
 
-    assert await stored(graph, publishing, "t") == [f"m{n}" for n in range(1, 9)]
+    assert await stored(graph, publishing, "t") == [f"m{n}" for n in range(1, 10)]
     await same_view(client, graph, publishing)
-    assert [grown for grown in polls[polled:] if grown] == []
+    assert polls.grown_since(polled) == []
 
 
 async def test_a_page_not_signed_by_a_writer_or_of_another_run_changes_nothing(
@@ -283,10 +309,10 @@ async def test_a_broker_outage_delays_the_mirror_and_loses_nothing(
             await asyncio.sleep(SUBSCRIBED_S)
             with pytest.MonkeyPatch.context() as monkeypatch:
                 stretch(monkeypatch, "MIRROR_FOLLOW_GAP", "MIRROR_FOLLOW_IDLE")
-                polls = count_polls(monkeypatch)
+                polls = Polls.count(monkeypatch)
                 assert (await history.record_event("t", "message", "m8")).recorded
                 await mirrored(history, "t", WITHIN_S)
-                assert [grown for grown in polls if grown] == []
+                assert polls.grown_since(0) == []
         assert await stored(graph, history, "t") == [f"m{n}" for n in range(1, 9)]
     finally:
         await broker.close()
