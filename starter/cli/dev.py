@@ -18,7 +18,12 @@ from agent_tasks.contract.errors import TaskServiceUnavailable
 from agent_tasks.starter.cli.common import console, run, within
 from agent_tasks.worker import DEFAULT_RETENTION, open_graph, prepare_namespace, run_worker
 
-dev_app = typer.Typer(help="The local stack: Temporal dev server, Neo4j and the broker.")
+dev_app = typer.Typer(
+    help="The local stack: Temporal dev server, Neo4j and the broker. Where they listen and keep"
+    " their data comes from the environment: TEMPORAL_ADDRESS, NEO4J_URI, AGENT_TASKS_BROKER_URL,"
+    " AGENT_TASKS_DATA_DIR (a second stack beside a running one sets all four:"
+    " docs/configuration-and-deploy.md)."
+)
 
 
 def _stack(
