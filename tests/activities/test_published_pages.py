@@ -39,10 +39,14 @@ from agent_tasks.taskgraph.sealing import page_signer
 from agent_tasks.worker import Services, build_worker
 from agent_tasks.workflows.task import TaskWorkflow
 from tests.conftest import eventually, mirrored
+from tests.workflows.conftest import worker_process
 
 SLOW = timedelta(seconds=60)
 """The stretched cadence: no poll of the history comes within a test."""
 WITHIN_S = 15.0
+TAKEN_OVER_S = 90.0
+"""Time for a new worker to mirror what a killed one's follower held: the dead attempt's
+heartbeat timeout (``MIRROR_HEARTBEAT``, 10 s), the sticky queue's, the retry, the copy."""
 SUBSCRIBED_S = 1.0
 """Time for a new follower's subscription to hold (the worker's subscriber sends it within
 its 50 ms read): a page published before it holds is lost, and only the stretched poll
@@ -317,6 +321,35 @@ async def test_a_broker_outage_delays_the_mirror_and_loses_nothing(
     finally:
         await broker.close()
         await server.stop()
+
+
+async def test_a_worker_killed_while_pages_flow_loses_nothing(
+    services: Services, graph: TaskGraph, project_id: str
+) -> None:
+    """The worker that follows the run, in a process of its own, is killed (SIGKILL) right
+    after two more writes were acknowledged: their pages were taken or on their way, and a
+    page taken waits up to the follower's cadence before it is written, so they may be in no
+    store but the run's history. A new worker takes over (the dead follower's attempt is
+    retried once its heartbeat is late): every write in Neo4j, in seq order, as the workflow
+    holds it."""
+    assert services.broker is not None
+    queue = f"killed-{uuid.uuid4().hex[:8]}"
+    history = ConversationHistory(
+        services.client, project_id, "w", task_queue=queue, graph=graph, broker=services.broker
+    )
+    process = await worker_process(queue, pages=True)
+    try:
+        await pages_flowing(history)
+        for number in (4, 5):
+            assert (await history.record_event("t", "message", f"m{number}")).recorded
+    finally:
+        process.kill()  # SIGKILL: no shutdown of any kind
+        await process.wait()
+    async with build_worker(services.client, graph, queue, broker=services.broker):
+        assert (await history.record_event("t", "message", "m6")).recorded
+        await mirrored(history, "t", TAKEN_OVER_S)
+        assert await stored(graph, history, "t") == [f"m{n}" for n in range(1, 7)]
+        await same_view(services.client, graph, history)  # the query needs a worker
 
 
 async def test_a_run_terminated_while_its_follower_waits_ends_the_call_quietly(

@@ -112,16 +112,18 @@ async def graph_row(history: ConversationHistory, task: str) -> TaskRow:
 
 
 async def worker_process(
-    queue: str, env: Mapping[str, str] | None = None
+    queue: str, env: Mapping[str, str] | None = None, *, pages: bool = False
 ) -> asyncio.subprocess.Process:
     """Start ``python -m tests.agent_worker QUEUE`` (the agent tests' tools) in a process of
     its own, its output discarded, its environment this process's with ``env`` over it: a
-    worker a test can kill (SIGKILL) at any point."""
+    worker a test can kill (SIGKILL) at any point. With ``pages``, it takes published pages
+    (it has the broker)."""
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "tests.agent_worker",
         queue,
+        *(["--pages"] if pages else []),
         cwd=ROOT,
         env={**os.environ, **(env or {}), "PYTHONPATH": str(ROOT)},
         stdout=asyncio.subprocess.DEVNULL,
