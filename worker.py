@@ -187,6 +187,8 @@ async def prepare_namespace(client: Client, retention: timedelta = DEFAULT_RETEN
 
     On Temporal Cloud namespaces and search attributes are managed with ``tcld`` or the Cloud
     console; create them there first, and this call then changes nothing (or is refused).
+    Each call of the service is retried as the SDK's own calls are (``retry=True``), so a
+    call sent as its connection is recycled (a GOAWAY) does not fail the worker's start.
 
     Args:
         client: a client of the namespace to prepare (``config.connect``).
@@ -207,12 +209,15 @@ async def prepare_namespace(client: Client, retention: timedelta = DEFAULT_RETEN
     ttl.FromTimedelta(retention)
     done = []
     try:
-        described = await service.describe_namespace(DescribeNamespaceRequest(namespace=namespace))
+        described = await service.describe_namespace(
+            DescribeNamespaceRequest(namespace=namespace), retry=True
+        )
     except RPCError as err:
         if err.status != RPCStatusCode.NOT_FOUND:
             raise
         await service.register_namespace(
-            RegisterNamespaceRequest(namespace=namespace, workflow_execution_retention_period=ttl)
+            RegisterNamespaceRequest(namespace=namespace, workflow_execution_retention_period=ttl),
+            retry=True,
         )
         done.append(f"namespace {namespace!r} registered, retention {_days(retention)}")
     else:
@@ -222,14 +227,15 @@ async def prepare_namespace(client: Client, retention: timedelta = DEFAULT_RETEN
                 UpdateNamespaceRequest(
                     namespace=namespace,
                     config=NamespaceConfig(workflow_execution_retention_ttl=ttl),
-                )
+                ),
+                retry=True,
             )
             done.append(f"namespace {namespace!r} retention {_days(current)} -> {_days(retention)}")
     async with asyncio.timeout(NAMESPACE_READY_TIMEOUT_S):
         while True:
             try:
                 listed = await client.operator_service.list_search_attributes(
-                    ListSearchAttributesRequest(namespace=namespace)
+                    ListSearchAttributesRequest(namespace=namespace), retry=True
                 )
                 break
             except RPCError as err:  # a new namespace is not in every cache yet
@@ -249,7 +255,7 @@ async def prepare_namespace(client: Client, retention: timedelta = DEFAULT_RETEN
             )
     if missing:
         await client.operator_service.add_search_attributes(
-            AddSearchAttributesRequest(namespace=namespace, search_attributes=missing)
+            AddSearchAttributesRequest(namespace=namespace, search_attributes=missing), retry=True
         )
         done.append(f"search attributes added: {', '.join(sorted(missing))} (Keyword)")
     return done

@@ -115,10 +115,14 @@ class HistoryPoll:
         """Wait up to ``wait`` for the history to grow past the position; returns the bytes
         of the events added (0: none came), keeps them (``events``) and moves the position
         past them. A position the server refuses (another server version's token) starts
-        again from the first event (returns 1, ``events`` None).
+        again from the first event (returns 1, ``events`` None). The poll is retried as the
+        SDK's own calls are (``retry=True``): a poll sent as its connection is recycled (the
+        frontend's GOAWAY after ``frontend.keepAliveMaxConnectionAge``) fails with CANCELLED
+        otherwise, and ends the mirror call.
 
         Raises:
-            temporalio.service.RPCError: the server failed otherwise.
+            temporalio.service.RPCError: the server failed otherwise, or still failed after
+                the client's retries (``temporalio.client.RetryConfig``).
         """
         request = GetWorkflowExecutionHistoryRequest(
             namespace=self.client.namespace,
@@ -129,7 +133,7 @@ class HistoryPoll:
         )
         try:
             response = await self.client.workflow_service.get_workflow_execution_history(
-                request, timeout=wait + POLL_MARGIN
+                request, timeout=wait + POLL_MARGIN, retry=True
             )
         except RPCError as err:
             if err.status != RPCStatusCode.INVALID_ARGUMENT or not self.token:

@@ -111,7 +111,7 @@ class DesignMirror:
             skip_archival=True,
         )
         response = await self.client.workflow_service.get_workflow_execution_history(
-            request, timeout=timedelta(seconds=POLL_S)
+            request, timeout=timedelta(seconds=POLL_S), retry=True
         )
         return bool(response.history.events), response.next_page_token or token
 

@@ -231,7 +231,7 @@ async def machine(bench: Bench) -> dict[str, str]:
     """What the numbers were measured on: processor, cores, memory, load, versions."""
     cpu = _proc_field("/proc/cpuinfo", "model name")
     memory = _proc_field("/proc/meminfo", "MemTotal")
-    info = await bench.client.workflow_service.get_system_info(GetSystemInfoRequest())
+    info = await bench.client.workflow_service.get_system_info(GetSystemInfoRequest(), retry=True)
     records, _, _ = await bench.graph.driver.execute_query(
         "CALL dbms.components() YIELD name, versions, edition RETURN name, versions[0], edition",
         database_=bench.graph.database,

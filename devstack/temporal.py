@@ -69,7 +69,7 @@ async def probe_temporal(
             if namespace is not None:
                 try:
                     await client.workflow_service.describe_namespace(
-                        DescribeNamespaceRequest(namespace=namespace)
+                        DescribeNamespaceRequest(namespace=namespace), retry=True
                     )
                 except Exception:
                     return Probe(True, f"answering, but namespace {namespace!r} is missing")

@@ -287,7 +287,8 @@ class HistoryRetention:
                 await self.client.workflow_service.delete_workflow_execution(
                     DeleteWorkflowExecutionRequest(
                         namespace=self.client.namespace, workflow_execution=execution
-                    )
+                    ),
+                    retry=True,
                 )
             except RPCError as err:
                 if err.status != RPCStatusCode.NOT_FOUND:

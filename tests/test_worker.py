@@ -39,10 +39,10 @@ async def server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Temp
 
 async def _state(client: Client) -> tuple[timedelta, dict[str, str]]:
     described = await client.workflow_service.describe_namespace(
-        DescribeNamespaceRequest(namespace=client.namespace)
+        DescribeNamespaceRequest(namespace=client.namespace), retry=True
     )
     listed = await client.operator_service.list_search_attributes(
-        ListSearchAttributesRequest(namespace=client.namespace)
+        ListSearchAttributesRequest(namespace=client.namespace), retry=True
     )
     attributes = {
         name: IndexedValueType.Name(kind)
@@ -93,13 +93,15 @@ async def test_an_attribute_of_another_type_is_a_clear_error(server: TemporalDev
     client = await Client.connect(server.address, namespace="typed-otherwise")
     assert await prepare_namespace(client, timedelta(days=1)) != []  # registered
     await client.operator_service.remove_search_attributes(
-        RemoveSearchAttributesRequest(namespace="typed-otherwise", search_attributes=["ProjectId"])
+        RemoveSearchAttributesRequest(namespace="typed-otherwise", search_attributes=["ProjectId"]),
+        retry=True,
     )
     await client.operator_service.add_search_attributes(
         AddSearchAttributesRequest(
             namespace="typed-otherwise",
             search_attributes={"ProjectId": IndexedValueType.INDEXED_VALUE_TYPE_TEXT},
-        )
+        ),
+        retry=True,
     )
     with pytest.raises(ValueError, match="ProjectId of namespace 'typed-otherwise' has type "):
         await prepare_namespace(client, timedelta(days=1))

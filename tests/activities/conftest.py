@@ -28,7 +28,9 @@ async def openai_queue(services: Services) -> AsyncIterator[str]:
         )
 
         async def polling() -> bool:
-            described = await services.client.workflow_service.describe_task_queue(request)
+            described = await services.client.workflow_service.describe_task_queue(
+                request, retry=True
+            )
             return bool(described.pollers)
 
         await eventually(polling)

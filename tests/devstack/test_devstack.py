@@ -82,12 +82,13 @@ async def test_temporal_dev_server_keeps_workflows_across_restart(tmp_path: Path
 
         client = await Client.connect(server.address, namespace=namespace)
         attrs = await client.operator_service.list_search_attributes(
-            ListSearchAttributesRequest(namespace=namespace)
+            ListSearchAttributesRequest(namespace=namespace), retry=True
         )
         for name in SEARCH_ATTRIBUTES:
             assert attrs.custom_attributes[name] == IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD
         partitions = await client.workflow_service.list_task_queue_partitions(
-            ListTaskQueuePartitionsRequest(namespace=namespace, task_queue=TaskQueue(name="q"))
+            ListTaskQueuePartitionsRequest(namespace=namespace, task_queue=TaskQueue(name="q")),
+            retry=True,
         )  # one per task queue (DEFAULT_DYNAMIC_CONFIG), where the server's default is four
         assert [p.key for p in partitions.workflow_task_queue_partitions] == ["q"]
         # no worker is needed: the workflow just stays running in the SQLite file
@@ -225,7 +226,7 @@ async def test_dev_up_sets_the_retention_of_the_local_temporal(
         assert "retention 1 days -> 45 days" in temporal.detail
         client = await Client.connect(local.temporal.address)
         described = await client.workflow_service.describe_namespace(
-            DescribeNamespaceRequest(namespace="default")
+            DescribeNamespaceRequest(namespace="default"), retry=True
         )
         assert described.config.workflow_execution_retention_ttl.ToTimedelta() == timedelta(days=45)
         again, _ = await up(local, timedelta(days=45))  # already running: nothing to change

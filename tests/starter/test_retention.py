@@ -310,7 +310,8 @@ async def delete_executions(client: Client, workflow_id: str) -> None:
         DeleteWorkflowExecutionRequest(
             namespace=client.namespace,
             workflow_execution=WorkflowExecution(workflow_id=workflow_id, run_id=run_id),
-        )
+        ),
+        retry=True,
     )
 
     async def gone() -> bool:
