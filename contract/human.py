@@ -140,7 +140,10 @@ class ChildRecord(BaseModel):
     name: str
     """The child task's name (``{parent}/{spawn key}``)."""
     status: TaskStatus
-    """``queued`` until its end comes back, then the child's final status."""
+    """``queued`` until its end comes back, then the child's final status. The parent lists
+    the child from the workflow task that spawned it; Temporal starts the child's workflow
+    once that task completes, so a write to the child just after it is listed can answer
+    ``task_not_found`` (read the child's own view to know it started)."""
     mode: FailureMode = "propagate"
     """What a failure of the child does to a wait for it."""
     result: str = ""

@@ -98,6 +98,18 @@ async def eventually(check: Callable[[], Awaitable[bool]], within: float = 30.0)
         await asyncio.sleep(0.1)
 
 
+async def task_started(history: ConversationHistory, task: str, within: float = 60.0) -> None:
+    """Wait until ``task``'s own workflow answers. A parent lists a child it spawned
+    (``queued``) from the workflow task that spawned it; Temporal starts the child's
+    workflow after that task completes, and a write to the child before then is
+    ``task_not_found``."""
+
+    async def found() -> bool:
+        return (await history.get_task(task)).found
+
+    await eventually(found, within)
+
+
 async def mirrored(history: ConversationHistory, task: str, within: float = 30.0) -> None:
     """Wait until Neo4j holds every write of ``task`` so far (``wait_mirrored``)."""
     assert await history.wait_mirrored(task, within), f"{task} not mirrored within {within} s"

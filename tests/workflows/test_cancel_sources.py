@@ -35,7 +35,7 @@ from agent_tasks.taskgraph.graph import TaskGraph
 from agent_tasks.worker import build_worker
 from agent_tasks.workflows.agents import AgentContext, ChildFailed, agent
 from tests.agent_tools import SCRIPTS, TOOLS, Effect, answer, calls
-from tests.conftest import eventually, mirrored
+from tests.conftest import eventually, mirrored, task_started
 from tests.model_server import ModelServer, Reply, completion
 from tests.workflows.conftest import cli, graph_row, openai_worker, script, spec
 from tests.workflows.test_cancel import cancelled_everywhere
@@ -460,10 +460,7 @@ async def test_a_resumed_parent_gets_ChildFailed_for_its_cancelled_child_and_spa
     assert await ended(agents, "t/k0") is TaskStatus.CANCELLED
     assert (await agents.resume_task("t")).recorded
 
-    async def respawned() -> bool:
-        return "k1" in (await view_of(agents, "t")).children
-
-    await eventually(respawned, within=60)
+    await task_started(agents, "t/k1")
     assert (await agents.finish_task("t/k1", "done", result="one")).recorded
     done = await asyncio.wait_for(agents.wait_task("t", until=TaskStatus.DONE), 120)
     assert done is not None and done.status is TaskStatus.DONE

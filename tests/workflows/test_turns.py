@@ -34,7 +34,7 @@ from agent_tasks.starter.importer import all_events, all_steps
 from agent_tasks.taskgraph.graph import TaskGraph
 from agent_tasks.worker import build_worker
 from tests.agent_tools import SCRIPTS, TOOLS, answer, calls
-from tests.conftest import eventually
+from tests.conftest import eventually, task_started
 from tests.model_server import ModelServer, Reply, completion, error
 from tests.workflows.conftest import openai_worker, script, spec, worker_process
 
@@ -291,11 +291,7 @@ async def test_the_model_is_shown_the_answer_and_the_childs_result(
         await eventually(asked, within=60)
         assert (await history.respond("t", {"region": "eu"})).recorded
 
-        async def spawned() -> bool:
-            view = (await history.get_task("t")).view
-            return view is not None and bool(view.children)
-
-        await eventually(spawned, within=60)
+        await task_started(history, "t/c0")
         assert (await history.finish_task("t/c0", "done", result="deployed to eu")).recorded
         done = await ended(history)
     finally:
