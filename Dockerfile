@@ -9,15 +9,8 @@ RUN python -m venv /opt/agent-tasks
 WORKDIR /src
 COPY requirements-runtime.lock ./
 RUN /opt/agent-tasks/bin/pip install --require-hashes --no-deps -r requirements-runtime.lock
-COPY pyproject.toml README.md config.py worker.py telemetry.py codec.py plugin.py broker.py ./
-COPY contract contract
-COPY workflows workflows
-COPY activities activities
-COPY taskgraph taskgraph
-COPY tasklog tasklog
-COPY starter starter
-COPY devstack devstack
-COPY trajectories trajectories
+COPY pyproject.toml README.md ./
+COPY agent_tasks agent_tasks
 RUN /opt/agent-tasks/bin/pip install --no-deps .
 
 FROM python:3.13-slim

@@ -233,12 +233,12 @@ def _mtls_env(endpoint: TlsEndpoint, pki: Pki) -> dict[str, str]:
 
 @pytest.fixture
 def worker_process(mtls: TlsEndpoint, pki: Pki) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    """``python worker.py`` configured by its environment alone: Temporal through mTLS, its
-    own task queue, Neo4j from the inherited settings."""
+    """``python -m agent_tasks.worker`` configured by its environment alone: Temporal through
+    mTLS, its own task queue, Neo4j from the inherited settings."""
     queue = f"mtls-{uuid.uuid4().hex[:8]}"
     env = {**os.environ, **_mtls_env(mtls, pki), "TEMPORAL_TASK_QUEUE": queue}
     process = subprocess.Popen(
-        [sys.executable, "worker.py"],
+        [sys.executable, "-m", "agent_tasks.worker"],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,

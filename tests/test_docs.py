@@ -290,7 +290,7 @@ async def test_the_agent_tasks_demo_snippet_runs(project_id: str) -> None:
     assert names["view"].status is TaskStatus.DONE
     lines = {  # counted here, independently of the agent's tools
         p: sum("needle" in line.lower() for line in p.read_text(encoding="utf-8").splitlines())
-        for p in (ROOT / "activities").rglob("*.py")
+        for p in (ROOT / "agent_tasks" / "activities").rglob("*.py")
     }
     hits = {p: n for p, n in lines.items() if n}
     said = f"{sum(hits.values())} lines mention 'needle' in {len(hits)} files"
@@ -484,10 +484,12 @@ async def test_the_agent_tasks_pages_demo_command_runs(project_id: str) -> None:
     """docs/agent-tasks.md's command, as a newcomer types it (``./run`` and all)."""
     (block,) = shell_blocks(ROOT / "docs" / "agent-tasks.md")
     said = await run_shell(block, {"AGENT_TASKS_PROJECT": project_id})
-    assert lines_mentioning("heartbeat", ROOT / "activities") in " ".join(said.split())
+    assert lines_mentioning("heartbeat", ROOT / "agent_tasks" / "activities") in " ".join(
+        said.split()
+    )
 
 
-FILES = ROOT / "activities"
+FILES = ROOT / "agent_tasks" / "activities"
 """The folder the demo's file tools read in the HTTP page's test (as ``--path activities``)."""
 
 

@@ -29,7 +29,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "agent_tasks"
-"""The one import root: the repository's top, installed as this package."""
+"""The one import root: the folder ``agent_tasks/`` at the repository's top."""
+PACKAGE_DIR = ROOT / PACKAGE
 
 ALLOWED: dict[str, set[str]] = {
     "contract": set(),
@@ -105,9 +106,14 @@ def part_of(name: str) -> str | None:
     return first if first in {"bench", "tests"} else None
 
 
+def part_dir(part: str) -> Path:
+    """The folder that holds ``part``: the package's for a product part, else the top's."""
+    return PACKAGE_DIR if part in PRODUCT else ROOT
+
+
 def part_files(part: str) -> list[Path]:
-    single = ROOT / f"{part}.py"
-    return [single] if single.is_file() else sorted((ROOT / part).rglob("*.py"))
+    single = part_dir(part) / f"{part}.py"
+    return [single] if single.is_file() else sorted((part_dir(part) / part).rglob("*.py"))
 
 
 def imported_names(path: Path) -> list[str]:
@@ -282,11 +288,10 @@ def test_no_opentelemetry_is_loaded_unless_configured() -> None:
 
 
 def module_name(path: Path) -> str:
-    """``a/b/c.py`` -> ``agent_tasks.a.b.c``; ``a/b/__init__.py`` -> ``agent_tasks.a.b``;
-    ``tests/x.py`` and ``bench/x.py`` keep their own names (they are not in the package)."""
+    """``agent_tasks/a/b.py`` -> ``agent_tasks.a.b``; ``a/b/__init__.py`` -> ``a.b``: every
+    module is named by its path from the repository's top."""
     parts = path.relative_to(ROOT).with_suffix("").parts
-    parts = parts[:-1] if parts[-1] == "__init__" else parts
-    return ".".join(parts if parts[0] in {"tests", "bench"} else (PACKAGE, *parts))
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def project_modules() -> dict[str, Path]:
@@ -384,27 +389,59 @@ def test_tools_stay_tools() -> None:
 
 
 def test_the_wheel_ships_the_runtime_and_the_image_copies_it() -> None:
-    """pyproject maps the repository's top to ``agent_tasks`` and lists every runtime package
-    under it and nothing else (no ``bench``, no ``tests``), and the worker image copies each
-    part."""
+    """pyproject finds the packages under ``agent_tasks/`` and nothing else (no ``bench``, no
+    ``tests``), the package is a real folder with its ``__init__.py``, and the worker image
+    copies that one folder."""
     import tomllib
 
     setup = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    assert setup["package-dir"] == {PACKAGE: "."}
-    in_tree = {
-        module_name(init.parent / "__init__.py")
-        for part in PRODUCT
-        for init in (ROOT / part).rglob("__init__.py")
-    }
-    data = set(setup["package-data"])  # folders of the page's files, no modules
-    assert all((ROOT / name.split(".", 1)[1].replace(".", "/")).is_dir() for name in data)
-    assert set(setup["packages"]) == {PACKAGE, *in_tree, *data}
-    assert not (ROOT / "__init__.py").exists()  # a namespace package: see pyproject
-    assert (ROOT / PACKAGE).is_symlink() and (ROOT / PACKAGE).resolve() == ROOT
+    assert setup["packages"]["find"]["include"] == [f"{PACKAGE}*"]
+    data = set(setup["package-data"])  # folders of the page's files, and the ATIF schema
+    assert all((ROOT / name.replace(".", "/")).is_dir() for name in data)
+    assert (PACKAGE_DIR / "__init__.py").is_file() and not PACKAGE_DIR.is_symlink()
+    assert not (ROOT / "__init__.py").exists()
     dockerfile = (ROOT / "Dockerfile").read_text()
-    for name in PRODUCT:
-        single = (ROOT / f"{name}.py").is_file()
-        assert (f" {name}.py " in dockerfile) if single else f"COPY {name} {name}\n" in dockerfile
+    assert f"COPY {PACKAGE} {PACKAGE}\n" in dockerfile
+
+
+def ancestor_links(top: Path) -> list[str]:
+    """The directory links under ``top`` (``.git`` and ``.venv`` aside) that point at their own
+    folder or one of its ancestors: each makes the checkout a loop for anything that follows links
+    (``find -L``, ``os.walk(followlinks=True)``, ``shutil.copytree``, pytest's collection)."""
+    found: list[str] = []
+    for folder, dirs, files in os.walk(top):
+        dirs[:] = [d for d in dirs if d not in {".git", ".venv"}]
+        for name in dirs + files:
+            path = Path(folder, name)
+            if path.is_symlink() and path.is_dir():
+                if Path(folder).resolve().is_relative_to(path.resolve()):
+                    found.append(str(path.relative_to(top)))
+    return found
+
+
+def test_the_link_finder_finds_a_link_to_an_ancestor(tmp_path: Path) -> None:
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "b" / "up").symlink_to(tmp_path / "a")
+    (tmp_path / "a" / "self").symlink_to(".")
+    (tmp_path / "a" / "side").symlink_to(tmp_path / "a" / "b")  # not an ancestor: allowed
+    assert sorted(ancestor_links(tmp_path)) == ["a/b/up", "a/self"]
+
+
+def test_the_checkout_has_no_link_to_an_ancestor() -> None:
+    assert ancestor_links(ROOT) == []
+
+
+def test_pytest_collects_the_suite_once_from_the_top() -> None:
+    """``pytest --collect-only .`` from the top (not only ``tests/``) collects each test once,
+    without a collection error."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "."],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    ids = [line for line in done.stdout.splitlines() if "::" in line]
+    assert ids and len(ids) == len(set(ids))
+    assert all(line.startswith("tests/") for line in ids)
 
 
 # ------------------------------------------------------------------- one way in
@@ -530,6 +567,7 @@ def test_the_wheel_holds_one_import_root_that_an_apps_own_modules_never_shadow(
     tops = {name.split("/")[0] for name in names}
     assert {top for top in tops if not top.endswith(".dist-info")} == {PACKAGE}
     assert f"{PACKAGE}/starter/http/page/task.html" in names
+    assert f"{PACKAGE}/trajectories/schemas/atif-v1.7.schema.json" in names
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
     app = tmp_path / "app"

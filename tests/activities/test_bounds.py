@@ -172,9 +172,9 @@ async def test_a_silent_neo4j_holds_no_mirror_attempt_and_no_read(
 async def test_a_worker_killed_during_a_mirror_call_is_replaced_after_the_heartbeat_timeout(
     client: Client, graph: TaskGraph, settings: Settings, project_id: str
 ) -> None:
-    """A worker process (``python worker.py``) mirrors through a proxy that goes silent, so
-    its mirror attempt is under way when the process is killed with SIGKILL. A worker in this
-    process takes over: the attempt is retried after a heartbeat timeout (its failure says
+    """A worker process (``python -m agent_tasks.worker``) mirrors through a proxy that goes
+    silent, so its mirror attempt is under way when the process is killed with SIGKILL. A worker
+    in this process takes over: the attempt is retried after a heartbeat timeout (its failure says
     HEARTBEAT), well before the start-to-close timeout."""
     assert MIRROR_HEARTBEAT < MIRROR_START_TO_CLOSE / 2
     queue = f"killed-{uuid.uuid4().hex[:8]}"
@@ -184,7 +184,12 @@ async def test_a_worker_killed_during_a_mirror_call_is_replaced_after_the_heartb
         env = {**os.environ, "NEO4J_URI": proxy.uri, "TEMPORAL_TASK_QUEUE": queue}
         env.setdefault("AGENT_TASKS_DATA_DIR", str(settings.data_dir.resolve()))
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "worker.py", cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE
+            sys.executable,
+            "-m",
+            "agent_tasks.worker",
+            cwd=ROOT,
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
         )
         try:
             assert process.stdout is not None

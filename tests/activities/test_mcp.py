@@ -606,9 +606,10 @@ def _payload_texts(message: Any) -> Iterator[bytes]:
 async def test_a_worker_started_from_the_environment_sends_its_header_set(
     services: Services, project_id: str, http_server: str, ledger_path: Path, tmp_path: Path
 ) -> None:
-    """``python worker.py`` with ``AGENT_TASKS_MCP_HEADERS`` naming a JSON file of header sets:
-    the listing and the call of an agent whose spec names the set ``billing`` carry its header
-    to the HTTP server; the value is in neither the task's history nor the worker's output."""
+    """``python -m agent_tasks.worker`` with ``AGENT_TASKS_MCP_HEADERS`` naming a JSON file of
+    header sets: the listing and the call of an agent whose spec names the set ``billing`` carry
+    its header to the HTTP server; the value is in neither the task's history nor the worker's
+    output."""
     import os
 
     from tests.model_server import ModelServer, Reply, completion
@@ -635,7 +636,7 @@ async def test_a_worker_started_from_the_environment_sends_its_header_set(
     output = tmp_path / "worker.out"
     with model.running(), output.open("wb") as out:
         process = await asyncio.create_subprocess_exec(
-            sys.executable, str(ROOT / "worker.py"), cwd=ROOT, env=env, stdout=out, stderr=out
+            sys.executable, "-m", "agent_tasks.worker", cwd=ROOT, env=env, stdout=out, stderr=out
         )
         try:
             history = ConversationHistory(

@@ -166,7 +166,7 @@ def test_image_tags_match_the_code() -> None:
     assert images["temporalio/server"] == {temporal["server"]}
     assert images["temporalio/admin-tools"] == {temporal["server"]}
     assert images["temporalio/ui"] == {temporal["ui"]}
-    pom = (ROOT / "devstack" / "neo4j-launcher" / "pom.xml").read_text()
+    pom = (ROOT / "agent_tasks" / "devstack" / "neo4j-launcher" / "pom.xml").read_text()
     neo4j = re.search(r"<neo4j.version>(\d+\.\d+)\.\d+</neo4j.version>", pom)
     assert neo4j and images["neo4j"] == {f"{neo4j[1]}-community"}
     (postgres,) = images["postgres"]

@@ -25,7 +25,7 @@ EXAMPLE = (
 
 
 async def cli(*args: str, queue: str | None = None, **env: str) -> subprocess.CompletedProcess[str]:
-    """``python -m starter ARGS``, wide enough that no message is wrapped."""
+    """``python -m agent_tasks.starter ARGS``, wide enough that no message is wrapped."""
     extra = {"COLUMNS": "400", **({"TEMPORAL_TASK_QUEUE": queue} if queue else {}), **env}
     return await asyncio.to_thread(
         subprocess.run, [sys.executable, "-m", "agent_tasks.starter", *args], capture_output=True,

@@ -197,7 +197,7 @@ async def test_bad_files_get_a_clear_error_and_the_rest_import(
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "starter",
+        "agent_tasks.starter",
         "import",
         str(truncated),
         str(unknown),

@@ -386,7 +386,7 @@ async def test_a_task_past_retention_reads_from_neo4j_and_keeps_its_name(
 
 
 async def cli(queue: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """``python -m starter task ARGS`` with the test session's task queue."""
+    """``python -m agent_tasks.starter task ARGS`` with the test session's task queue."""
     env = {**os.environ, "TEMPORAL_TASK_QUEUE": queue}
     command = [sys.executable, "-m", "agent_tasks.starter", "task", *args]
     return await asyncio.to_thread(

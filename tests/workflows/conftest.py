@@ -70,8 +70,8 @@ async def low_limit_env() -> AsyncIterator[WorkflowEnvironment]:
 
 
 async def cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, Any]:
-    """Run ``python -m starter ARGS`` (the ``agent-tasks`` CLI) against the local stack; returns
-    its exit code and its output parsed as JSON (pass a JSON output flag).
+    """Run ``python -m agent_tasks.starter ARGS`` (the ``agent-tasks`` CLI) against the local
+    stack; returns its exit code and its output parsed as JSON (pass a JSON output flag).
 
     Raises:
         AssertionError: it printed nothing (its stderr's tail is the message).
@@ -79,7 +79,7 @@ async def cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, Any]:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "starter",
+        "agent_tasks.starter",
         *args,
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},

@@ -48,7 +48,7 @@ def test_every_patched_call_names_a_constant_of_the_patches_module() -> None:
         if isinstance(value, str) and value in PATCHES
     }
     used: set[str] = set()
-    for path in sorted((ROOT / "workflows").rglob("*.py")):
+    for path in sorted((ROOT / "agent_tasks" / "workflows").rglob("*.py")):
         for argument in patched_arguments(path.read_text(encoding="utf-8")):
             assert isinstance(argument, ast.Name), f"{path}: a patch id written in place"
             assert argument.id in constants, f"{path}: {argument.id} is not in workflows.patches"

@@ -144,10 +144,10 @@ def changed_workflow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, insert: st
     a copy of workflows/mirror_calls.py so changed, and a copy of workflows/task.py importing
     it, imported as new modules (the replay sandbox imports them again by name, so they live
     on ``sys.path``)."""
-    calls = (ROOT / "workflows" / "mirror_calls.py").read_text(encoding="utf-8")
+    calls = (ROOT / "agent_tasks" / "workflows" / "mirror_calls.py").read_text(encoding="utf-8")
     assert calls.count(ANCHOR) == 1, "the mirror's start_activity moved: update ANCHOR"
     assert "\nfrom datetime import timedelta\n" in calls
-    task = (ROOT / "workflows" / "task.py").read_text(encoding="utf-8")
+    task = (ROOT / "agent_tasks" / "workflows" / "task.py").read_text(encoding="utf-8")
     imported = "    from agent_tasks.workflows.mirror_calls import "
     assert task.count(imported) == 1
     suffix = uuid.uuid4().hex[:12]
@@ -256,7 +256,7 @@ async def test_live_tasks_of_a_project_pass_the_check(
 
 
 async def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    """``python -m starter replay ARGS`` in a subprocess (the installed entry point's code)."""
+    """``python -m agent_tasks.starter replay ARGS`` in a subprocess (the entry point's code)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     command = [sys.executable, "-m", "agent_tasks.starter", "replay", *args]
     return await asyncio.to_thread(
@@ -295,7 +295,7 @@ async def test_cli_exits_1_on_an_invalid_history_file(tmp_path: Path) -> None:
 # --------------------------------------------------------------- the CLI as a user runs it
 
 AGENT_TASKS = Path(sys.executable).with_name("agent-tasks")
-"""The installed console script: unlike ``python -m starter`` it puts no folder on sys.path."""
+"""The installed console script: unlike ``python -m`` it puts no folder on sys.path."""
 
 
 async def script(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:

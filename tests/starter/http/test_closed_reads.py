@@ -72,7 +72,7 @@ async def test_closed_task_read_with_no_worker(api: Api, project: Project) -> No
     shown = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "starter",
+        "agent_tasks.starter",
         "task",
         "show",
         "done-1",

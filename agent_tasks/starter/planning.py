@@ -35,7 +35,7 @@ from agent_tasks.trajectories import (
     read_file,
 )
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "trajectories"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "trajectories"
 """The trajectories shipped with the project: the default input of ``agent-tasks import``."""
 
 TRAJECTORY_SUFFIXES = (".json", ".jsonl", ".ndjson", ".traj")
