@@ -20,7 +20,7 @@ package's asyncio client, at ``AGENT_TASKS_BROKER_URL`` (``agent-tasks dev up`` 
   task's mirror channel (``page_channel``), which only the worker whose mirror follows the
   task's run listens to (``activities.follow``). It spares the mirror the long poll of the
   history that would otherwise bring the write. A page is signed (HMAC-SHA256) with a key of
-  the writer's key tree (``taskgraph.keytree.PAGE_LEAF``), which the worker reads from the key
+  the writer's key tree (``sealing.keytree.PAGE_LEAF``), which the worker reads from the key
   store: a page signed otherwise, or not following what the mirror holds, is dropped, and the
   mirror's next poll of the history brings the write instead. So a lost, late, repeated or
   forged page delays the mirror and never changes what it writes. A writer's other writes
@@ -103,13 +103,13 @@ class WrittenMessage(BaseModel):
 
 class RevokedMessage(BaseModel):
     """A key was revoked (``session`` None) or one page session of it ended (signed out): the
-    HTTP API's open streams of it end (``starter.http.grants``)."""
+    HTTP API's open streams of it end (``server.grants``)."""
 
     type: Literal["revoked"] = "revoked"
     key_id: str
     """The key's id."""
     session: str | None = None
-    """The ended page session's digest (``taskgraph.apikeys.digest`` of its token); None: the
+    """The ended page session's digest (``server.apikeys.digest`` of its token); None: the
     key itself, and every session of it."""
 
 
@@ -132,7 +132,7 @@ class PageMessage(BaseModel):
 
     type: Literal["page"] = "page"
     key_id: str
-    """The signing key's id (``taskgraph.keytree.PAGE_LEAF`` of the writer's key tree)."""
+    """The signing key's id (``sealing.keytree.PAGE_LEAF`` of the writer's key tree)."""
     body: str
     """The ``PublishedWrite`` as JSON: the signed bytes."""
     mac: str

@@ -21,7 +21,7 @@ compression: a payload the codec could not compress still fits. Search attribute
 codec's own metadata are not compressed (the server reads them). A worker or client without
 this codec cannot read compressed payloads: every process of a deployment, and every
 ``Replayer``, takes its data converter from here (``DATA_CONVERTER``, which
-``plugin.AgentTasksPlugin`` gives ``config.connect``'s clients and ``starter.replay``; the
+``plugin.AgentTasksPlugin`` gives ``config.connect``'s clients and ``cli.replay_check``; the
 rebuild takes its client's).
 """
 

@@ -43,7 +43,7 @@ address, the namespace, and whether TLS and an API key are on are ever shown.
 | ``AGENT_TASKS_BROKER_URL`` | ``redis://127.0.0.1:6379`` | token broker (``broker``); empty: off |
 | ``AGENT_TASKS_HTTP_HOST`` | ``127.0.0.1`` | where ``agent-tasks serve`` listens |
 | ``AGENT_TASKS_HTTP_PORT`` | ``8700`` | its port |
-| ``AGENT_TASKS_STREAMS_PER_KEY`` | ``100`` | open SSE streams of one API key (``starter.http``) |
+| ``AGENT_TASKS_STREAMS_PER_KEY`` | ``100`` | open SSE streams of one API key (``server``) |
 | ``AGENT_TASKS_MAX_BODY_BYTES`` | ``1048576`` | the largest request body the HTTP API reads |
 | ``AGENT_TASKS_TEMPORAL_UI_URL`` | (the dev server's) | the Temporal Web UI the page links to |
 | ``AGENT_TASKS_PAGE_SESSION_HOURS`` | ``12.0`` | how long a sign-in to the page lasts |

@@ -7,7 +7,7 @@ package until then, so a worker without the ``otel`` extra runs untraced at no c
 **Traces** (``otlp``: OTLP/HTTP, or ``console``; needs the ``otel`` extra): the SDK's
 ``TracingInterceptor`` (``temporalio.contrib.opentelemetry``) on the client, which every worker
 built on that client inherits, and a span around each Neo4j transaction of the mirror
-(``taskgraph.graph.TaskGraph``, given ``Telemetry.tracer``). One trace runs from the client's
+(``taskgraph.neo4j.graph.TaskGraph``, given ``Telemetry.tracer``). One trace runs from the client's
 call through the workflow to the mirror's Neo4j transaction: ``StartUpdateWithStartWorkflow``
 (``create_task``) -> ``RunWorkflow`` -> ``StartActivity:mirror_task`` ->
 ``RunActivity:mirror_task`` -> ``neo4j write_task``. A later write's client span

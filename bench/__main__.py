@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from agent_tasks.starter.cli.common import JsonOpt, console, emit, main_of, run
+from agent_tasks.cli.common import JsonOpt, console, emit, main_of, run
 from agent_tasks.telemetry import log_core_through_python
 from bench.suite import FULL, GROUPS, QUICK, run_bench
 

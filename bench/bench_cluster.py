@@ -2,7 +2,7 @@
 to back) and the 20 writers of ``python -m bench --quick --shared``, and the closed task's read
 against the open one's (``bench.bench_closed_read``), each run against the local stack's dev
 server (``TEMPORAL_ADDRESS`` as configured) and then against a Temporal cluster on PostgreSQL
-started here (``devstack.cluster``, on ``--port``, its namespace set up by ``agent-tasks
+started here (``tools.cluster``, on ``--port``, its namespace set up by ``agent-tasks
 setup``), one after the other on the same Neo4j; the cluster is stopped and its folder removed
 at the end. Prints each run's output under its target's name.
 
@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from agent_tasks.devstack.cluster import Cluster
+from tools.cluster import Cluster
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMESPACE = "agent-tasks-bench"
@@ -53,7 +53,7 @@ async def main(port: int, reads: int) -> None:
             "TEMPORAL_ADDRESS": cluster.temporal.address,
             "TEMPORAL_NAMESPACE": NAMESPACE,
         }
-        setup = [sys.executable, "-m", "agent_tasks.starter", "setup", "--wait", "60"]
+        setup = [sys.executable, "-m", "agent_tasks.cli", "setup", "--wait", "60"]
         await asyncio.to_thread(
             subprocess.run, setup, env=cluster_env, cwd=ROOT, check=True, capture_output=True
         )

@@ -22,8 +22,8 @@ from datetime import UTC, datetime
 from importlib.util import find_spec
 
 from agent_tasks.contract import EventInput
+from agent_tasks.sealing.seal import seal_events
 from agent_tasks.taskgraph.port import GraphStore
-from agent_tasks.taskgraph.sealing import seal_events
 from agent_tasks.taskgraph.seeds import seed_event, seed_view
 from agent_tasks.worker import open_services
 

@@ -30,9 +30,9 @@ from pathlib import Path
 
 from temporalio.client import Client
 
+from agent_tasks.cli.importer import import_tasks, mirror_caught_up
+from agent_tasks.cli.planning import EXAMPLES, plan_import
 from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.starter.importer import import_tasks, mirror_caught_up
-from agent_tasks.starter.planning import EXAMPLES, plan_import
 from agent_tasks.taskgraph.port import GraphStore
 from agent_tasks.worker import build_worker, open_services
 from bench.corpus import build_corpus

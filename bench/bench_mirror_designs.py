@@ -43,7 +43,7 @@ from agent_tasks.config import Settings, connect
 from agent_tasks.devstack import free_port
 from agent_tasks.devstack.neo4j_server import Neo4jServer
 from agent_tasks.devstack.temporal import TemporalDevServer
-from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.taskgraph.neo4j.graph import TaskGraph
 from agent_tasks.worker import open_services
 from bench.bare import BareWorkflow, bare_worker
 from bench.designs import DESIGN_MIRROR, Cadence, Follower, MirrorCall, Page, PerWrite

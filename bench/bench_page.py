@@ -32,9 +32,9 @@ import uvicorn
 from playwright.async_api import Page, async_playwright
 
 from agent_tasks.contract import EventInput, EventKind
+from agent_tasks.server import create_app
+from agent_tasks.server.apikeys import ApiKeyStore
 from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.starter.http import create_app
-from agent_tasks.taskgraph.apikeys import ApiKeyStore
 from agent_tasks.worker import Services, build_worker, open_services
 
 CHROMIUM = "/usr/bin/chromium"

@@ -26,11 +26,11 @@ from temporalio.client import Client
 
 from agent_tasks.activities.mirror import QueriedRun, copy_run
 from agent_tasks.activities.rebuild import rebuild
+from agent_tasks.cli.importer import mirror_caught_up
 from agent_tasks.config import connect
 from agent_tasks.devstack import free_port
 from agent_tasks.devstack.temporal import TemporalDevServer
 from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.starter.importer import mirror_caught_up
 from agent_tasks.taskgraph.port import GraphStore
 from agent_tasks.worker import build_worker, open_services
 

@@ -1,5 +1,5 @@
 """The live streams under load, on the local stack (``agent-tasks dev up``, with its broker):
-the HTTP API in a process of its own (``python -m starter.http``), the SSE clients in another
+the HTTP API in a process of its own (``python -m agent_tasks.server``), the SSE clients in another
 (``bench.stream_clients``), the worker here.
 
 - **Latency**: one reader of a recorded task; ``--tokens`` tokens (``TaskEmitter.emit_token``)
@@ -34,9 +34,9 @@ import httpx
 
 from agent_tasks.contract import AgentSpec, EventInput, EventKind
 from agent_tasks.devstack import free_port
+from agent_tasks.server.apikeys import ApiKeyStore
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.starter.tasks import TaskEmitter, TaskManager
-from agent_tasks.taskgraph.apikeys import ApiKeyStore
 from agent_tasks.worker import Services, build_worker, open_services
 from agent_tasks.workflows.agents import AgentContext, agent
 from bench.bench_step import bench_echo, per_step
@@ -93,7 +93,7 @@ async def start_server(queue: str, streams: int) -> tuple[asyncio.subprocess.Pro
         "AGENT_TASKS_STREAMS_PER_KEY": str(streams),
     }
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "agent_tasks.starter.http", cwd=ROOT, env=env,
+        sys.executable, "-m", "agent_tasks.server", cwd=ROOT, env=env,
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"

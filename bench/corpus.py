@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agent_tasks.starter.planning import EXAMPLES, trajectory_files
+from agent_tasks.cli.planning import EXAMPLES, trajectory_files
 from agent_tasks.trajectories import detect_format
 
 

@@ -35,7 +35,7 @@ from temporalio import activity
 import agent_tasks.activities.follow as following
 import agent_tasks.activities.mirror as mirror
 from agent_tasks.contract import MirrorOutcome
-from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.taskgraph.neo4j.graph import TaskGraph
 from agent_tasks.workflows.mirroring import MIRROR_FOLLOW_MAX
 from bench.harness import Bench
 

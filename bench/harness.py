@@ -20,6 +20,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 
 from agent_tasks.broker import Broker
+from agent_tasks.cli.planning import EXAMPLES, plan_import, trajectory_files
 from agent_tasks.config import Settings
 from agent_tasks.contract import (
     AgentSpec,
@@ -29,8 +30,7 @@ from agent_tasks.devstack.neo4j_server import Neo4jServer
 from agent_tasks.devstack.process import parse_host_port
 from agent_tasks.devstack.redis_server import RedisServer
 from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.starter.planning import EXAMPLES, plan_import, trajectory_files
-from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.taskgraph.neo4j.graph import TaskGraph
 from bench.bare import start_bare
 
 

@@ -17,13 +17,13 @@ from typing import Any, LiteralString
 from neo4j import AsyncManagedTransaction
 from temporalio.client import WorkflowHistory
 
+from agent_tasks.cli.replay_check import replay_histories
 from agent_tasks.contract import (
     AgentSpec,
     EventInput,
     TaskStatus,
 )
 from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.starter.replay import replay_histories
 from agent_tasks.starter.writes import split_events
 from agent_tasks.taskgraph.models import TaskFilter
 from agent_tasks.taskgraph.properties import task_properties

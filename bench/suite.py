@@ -13,7 +13,7 @@ payload codec.
   (ours: until Neo4j holds the last event), per write.
 - batch import: ``record_events`` of N events into one task, acknowledged; bare: the same
   chunks (``split_events``) as updates.
-- replay: ``starter.replay`` of every run of that task; bare: the bare workflow's history.
+- replay: ``cli.replay_check`` of every run of that task; bare: the bare workflow's history.
 - 20 writers: 20 tasks, one writer each, single events back to back; bare: 20 workflows.
 - workers apart: the batch import and the 20 writers again, each side's worker in a process
   of its own (``bench.rss_worker``) and this process the clients' alone, as an app and its
@@ -54,7 +54,7 @@ from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from agent_tasks.config import Settings, connect
 from agent_tasks.devstack import free_port
 from agent_tasks.devstack.temporal import TemporalDevServer
-from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.taskgraph.neo4j.graph import TaskGraph
 from agent_tasks.worker import build_worker, open_services
 from bench.bare import bare_worker
 from bench.bench_step import bench_echo

@@ -21,7 +21,7 @@ from agent_tasks.config import Settings
 from agent_tasks.devstack import DEFAULT_DYNAMIC_CONFIG, find_temporal_binary, free_port
 from agent_tasks.devstack.falkordb_server import FalkorDBServer
 from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.taskgraph.neo4j.graph import TaskGraph
 from agent_tasks.taskgraph.port import GraphStore
 from agent_tasks.worker import Services, build_graph_store, build_worker, open_services
 

@@ -39,7 +39,7 @@ from agent_tasks.config import (
 from agent_tasks.contract.errors import TaskServiceUnavailable
 from agent_tasks.devstack import free_port
 from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.taskgraph.neo4j.graph import TaskGraph
 from tests.conftest import mirrored
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -368,7 +368,7 @@ def test_defaults_are_the_local_stack() -> None:
 def test_the_mirrors_write_bound_is_the_graphs_default() -> None:
     """``NEO4J_MAX_WRITES`` (a setting) defaults to what a ``TaskGraph`` made without it
     takes, and is read from the environment."""
-    from agent_tasks.taskgraph.driver import NEO4J_MAX_WRITES
+    from agent_tasks.taskgraph.neo4j.driver import NEO4J_MAX_WRITES
 
     assert Settings.model_fields["neo4j_max_writes"].default == NEO4J_MAX_WRITES
     assert Settings.model_validate({"NEO4J_MAX_WRITES": "16"}).neo4j_max_writes == 16

@@ -35,12 +35,12 @@ from agent_tasks.contract import (
     valid_request_id,
 )
 from agent_tasks.contract.errors import ErrorCode
+from agent_tasks.server import create_app
+from agent_tasks.server.apikeys import ApiKeyStore
 from agent_tasks.starter import ConversationHistory
-from agent_tasks.starter.http import create_app
 from agent_tasks.starter.tasks import TaskManager
 from agent_tasks.starter.tasks import TaskStatus as SeedStatus
-from agent_tasks.taskgraph.apikeys import ApiKeyStore
-from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.taskgraph.neo4j.graph import TaskGraph
 from agent_tasks.worker import DEFAULT_RETENTION, Services, build_worker
 from agent_tasks.workflows.mirroring import MIRROR_LONG_OUTAGE_FAILURES, mirror_pause
 from tests.approval_tools import call_then_report, goal
@@ -73,16 +73,16 @@ CONSTANT_MODULES = (
     "agent_tasks.worker",
     "agent_tasks.activities.mirror",
     "agent_tasks.activities.model",
-    "agent_tasks.taskgraph.driver",
+    "agent_tasks.taskgraph.neo4j.driver",
     "agent_tasks.taskgraph.models",
     "agent_tasks.taskgraph.retention",
-    "agent_tasks.taskgraph.sealing",
-    "agent_tasks.taskgraph.writes",
-    "agent_tasks.starter.importer",
+    "agent_tasks.sealing.seal",
+    "agent_tasks.taskgraph.neo4j.writes",
+    "agent_tasks.cli.importer",
     "agent_tasks.starter.lifecycle",
     "agent_tasks.starter.retention",
     "agent_tasks.starter.transport",
-    "agent_tasks.starter.http.inbox",
+    "agent_tasks.server.inbox",
     "agent_tasks.trajectories.base",
     "agent_tasks.activities.http_tool",
     "agent_tasks.workflows.agents.registry",
@@ -395,7 +395,7 @@ RUN_BY = {
     ("concepts.md", 0): "tests/test_docs.py::test_the_concepts_client_snippet_runs",
     ("agent-tasks.md", 0): "tests/test_docs.py::test_the_agent_tasks_demo_snippet_runs",
     ("http.md", 1): "tests/test_docs.py::test_the_http_pages_tasks_api_snippet_runs",
-    ("http.md", 0): "tests/starter/http/test_streams.py::"
+    ("http.md", 0): "tests/server/test_streams.py::"
     "test_the_http_pages_follower_reconnects_and_prints_every_update_once",
     ("page.md", 0): "tests/test_docs.py::test_the_page_pages_approval_blocks_run",
     ("page.md", 1): "tests/test_docs.py::test_the_page_pages_approval_blocks_run",

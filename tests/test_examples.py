@@ -26,7 +26,7 @@ from temporalio.client import Client
 from agent_tasks.activities.files import file_tools
 from agent_tasks.contract import task_workflow_id
 from agent_tasks.starter import ConversationHistory, EventKind, TaskStatus
-from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.taskgraph.neo4j.graph import TaskGraph
 from agent_tasks.worker import build_worker
 from tests.conftest import eventually
 
@@ -122,7 +122,7 @@ async def test_run_starts_a_registered_agent_with_a_worker_of_its_own(
     question = json.dumps({"question": "Who wrote this?"})
     args = ["run", "hello_agent", "Who wrote this?", "--input", question, "--name", task]
     args += ["--import", "worker", "--with-worker", "--project", project_id]
-    running = asyncio.create_task(python("-m", "agent_tasks.starter", *args, "--json", cwd=copy))
+    running = asyncio.create_task(python("-m", "agent_tasks.cli", *args, "--json", cwd=copy))
 
     async def asking() -> bool:
         view = (await history.get_task(task)).view
@@ -137,7 +137,7 @@ async def test_run_starts_a_registered_agent_with_a_worker_of_its_own(
     assert [s["step_name"] for s in out["steps"]] == ["search"]
 
     missing = await python(
-        "-m", "agent_tasks.starter", "run", "nobody", "x", "--import", "agent", cwd=copy
+        "-m", "agent_tasks.cli", "run", "nobody", "x", "--import", "agent", cwd=copy
     )
     assert missing.returncode == 2
     assert "agent 'nobody' is not registered: pass --import MODULE" in missing.stderr
@@ -156,7 +156,7 @@ async def test_run_demo_with_a_path_answers_about_that_folder(
     queue = f"tests-demo-{uuid.uuid4().hex[:8]}"
     async with build_worker(client, graph, queue, tools=file_tools(elsewhere)):
         done = await python(
-            "-m", "agent_tasks.starter", "run", "demo", 'Which files mention "needle"?',
+            "-m", "agent_tasks.cli", "run", "demo", 'Which files mention "needle"?',
             "--path", str(here),
             "--project", project_id, "--json", cwd=ROOT, env={"TEMPORAL_TASK_QUEUE": queue},
         )  # fmt: skip

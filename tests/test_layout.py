@@ -2,18 +2,20 @@
 
 The allowed arrows (docs/concepts.md, "Layout"): contract (the models, error vocabulary, search
 attributes and answer checks the workflow shares with its callers) <- workflows <- activities <-
-worker <- starter and the CLI; taskgraph is used by tasklog, activities, worker and starter;
-tasklog (the cross-run reader) by activities and starter; trajectories is pure; devstack serves
-the CLI and tests; config is read by worker, starter and devstack; telemetry (OpenTelemetry,
-loaded only when configured) is used by config and worker; codec (the payload codec) and plugin
-(the client plugin) by config, worker and starter; broker (the pub/sub of tokens and of a log's
-growth) by activities, worker and starter; bench measures it all and nothing imports it but its
-own tests. Nothing imports up, no import (of a part or of a module, ``TYPE_CHECKING`` ones
-included) runs in a circle, and the wheel ships the runtime parts only.
+worker <- starter (the client SDK) <- server (the HTTP API and the page) <- cli; sealing (the event
+text's keys) is used by the graph store and everything above it; taskgraph (the graph store's port,
+with an adapter folder per store) by tasklog, activities, worker and the rest; trajectories is pure;
+devstack serves the CLI, tests and tools; config is read by worker, starter, server, cli and
+devstack; telemetry (OpenTelemetry, loaded only when configured) by config and worker; codec (the
+payload codec) and plugin (the client plugin) by config, worker and starter; broker (the pub/sub of
+tokens and of a log's growth) by activities, worker and starter. Outside the package: tools (the
+production cluster and the history capture) use the product as the tests do; bench measures it all
+and nothing imports it but its own tests. Nothing imports up, no import (of a part or of a module,
+``TYPE_CHECKING`` ones included) runs in a circle, and the wheel ships the runtime parts only.
 
 Every part is imported through the one import root, ``agent_tasks`` (``agent_tasks.workflows``,
 ``agent_tasks.config``): never by its bare name, which a user's own ``config.py`` or
-``worker.py`` would shadow. ``tests`` and ``bench`` stay outside the package.
+``worker.py`` would shadow. ``tests``, ``tools`` and ``bench`` stay outside the package.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -32,13 +35,30 @@ PACKAGE = "agent_tasks"
 """The one import root: the folder ``agent_tasks/`` at the repository's top."""
 PACKAGE_DIR = ROOT / PACKAGE
 
+_BELOW_THE_SDK = {
+    "contract",
+    "workflows",
+    "sealing",
+    "taskgraph",
+    "tasklog",
+    "activities",
+    "config",
+    "worker",
+    "telemetry",
+    "codec",
+    "plugin",
+    "broker",
+}
+"""What the client SDK (``starter``) may import, and with it the server and the CLI."""
+
 ALLOWED: dict[str, set[str]] = {
     "contract": set(),
+    "sealing": {"contract"},
     "workflows": {"contract"},
     "trajectories": {"contract"},
-    "taskgraph": {"contract"},
-    "tasklog": {"contract", "taskgraph"},
-    "activities": {"contract", "workflows", "taskgraph", "tasklog", "broker"},
+    "taskgraph": {"contract", "sealing"},
+    "tasklog": {"contract", "sealing", "taskgraph"},
+    "activities": {"contract", "workflows", "sealing", "taskgraph", "tasklog", "broker"},
     "telemetry": set(),
     "codec": set(),
     "plugin": {"codec"},
@@ -56,53 +76,37 @@ ALLOWED: dict[str, set[str]] = {
         "broker",
     },
     "devstack": {"contract", "config"},
-    "starter": {
-        "contract",
-        "workflows",
-        "taskgraph",
-        "tasklog",
-        "activities",
-        "config",
-        "worker",
-        "devstack",
-        "trajectories",
-        "telemetry",
-        "codec",
-        "plugin",
-        "broker",
-    },
-    "bench": {
-        "contract",
-        "workflows",
-        "taskgraph",
-        "activities",
-        "config",
-        "worker",
-        "devstack",
-        "starter",
-        "codec",
-        "trajectories",
-        "tasklog",
-        "plugin",
-        "telemetry",
-        "broker",
-    },
+    "starter": _BELOW_THE_SDK,
+    "server": _BELOW_THE_SDK | {"starter"},
+    "cli": _BELOW_THE_SDK | {"starter", "server", "devstack", "trajectories"},
+    "tools/cluster": {"contract", "config", "devstack"},
+    "tools/capture_histories": _BELOW_THE_SDK | {"starter", "server", "cli", "devstack"},
+    "bench": _BELOW_THE_SDK
+    | {"starter", "server", "cli", "devstack", "trajectories", "tools/cluster"},
 }
 """Each top-level part of the project -> the parts it may import (besides itself)."""
 
-PRODUCT = set(ALLOWED) - {"bench"}
+TOOLS = {"tools/cluster", "tools/capture_histories"}
+"""The repository's tools, each a part of its own: the production cluster (the production suite
+and the bench start it) and the capture of saved histories (it drives the tests' agents)."""
+
+PRODUCT = set(ALLOWED) - {"bench"} - TOOLS
 """The parts the wheel ships, each ``agent_tasks.<part>``."""
 
 
 def part_of(name: str) -> str | None:
     """The part a dotted module name belongs to: ``agent_tasks.workflows.task`` ->
-    ``workflows``, ``bench.rows`` -> ``bench``, ``tests.x`` -> ``tests``; None for others
+    ``workflows``, ``bench.rows`` -> ``bench``, ``tests.x`` -> ``tests``, ``tools.cluster`` ->
+    ``tools/cluster``; None for others
     (and for a product part named without the root, which ``test_no_part_is_imported_bare``
     refuses)."""
     first, _, rest = name.partition(".")
     if first == PACKAGE:
         part = rest.split(".")[0]
         return part if part in PRODUCT else None
+    if first == "tools":
+        tool = f"tools/{rest.split('.')[0]}"
+        return tool if tool in TOOLS else None
     return first if first in {"bench", "tests"} else None
 
 
@@ -180,11 +184,11 @@ CLIENT_NEVER_LOADS = (
     "agent_tasks.activities",
     "agent_tasks.worker",
     "agent_tasks.broker",
-    "agent_tasks.starter.http",
-    "agent_tasks.starter.cli",
-    "agent_tasks.taskgraph.driver",
-    "agent_tasks.taskgraph.graph",
-    "agent_tasks.taskgraph.falkor",
+    "agent_tasks.server",
+    "agent_tasks.cli",
+    "agent_tasks.taskgraph.neo4j.driver",
+    "agent_tasks.taskgraph.neo4j.graph",
+    "agent_tasks.taskgraph.falkordb.graph",
     "neo4j",
     "falkordb",
     "redis",
@@ -373,7 +377,18 @@ def test_no_arrow_runs_back_up_the_house() -> None:
     """contract <- workflows <- activities <- worker <- starter and the CLI: the part graph,
     computed from the code, against the order of the house (each part imports only parts
     before it)."""
-    order = ["contract", "workflows", "taskgraph", "tasklog", "activities", "worker", "starter"]
+    order = [
+        "contract",
+        "workflows",
+        "sealing",
+        "taskgraph",
+        "tasklog",
+        "activities",
+        "worker",
+        "starter",
+        "server",
+        "cli",
+    ]
     graph = part_graph()
     for rank, part in enumerate(order):
         assert not graph[part] & set(order[rank:]), (part, graph[part])
@@ -385,7 +400,7 @@ def test_tools_stay_tools() -> None:
     graph = part_graph()
     assert [part for part, imported in graph.items() if "bench" in imported] == ["tests"]
     assert "tests" not in graph["bench"]
-    assert "bench" not in loaded_top_level("import agent_tasks.starter.cli")
+    assert "bench" not in loaded_top_level("import agent_tasks.cli")
 
 
 def test_the_wheel_ships_the_runtime_and_the_image_copies_it() -> None:
@@ -490,11 +505,13 @@ LONG = "# Long: "
 
 
 def product_files() -> list[str]:
-    """The product's and the benchmarks' Python files that git knows."""
+    """The product's, the benchmarks' and the cluster tool's Python files that git knows."""
     listed = subprocess.run(
         ["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout.split()
-    return [name for name in listed if not name.startswith(("tests/", "examples/"))]
+    # the history capture drives the tests' agents: test code, kept as the tests are
+    test_code = ("tests/", "examples/", "tools/capture_histories.py")
+    return [name for name in listed if not name.startswith(test_code)]
 
 
 def long_definitions(source: str) -> list[tuple[str, int, bool]]:
@@ -557,8 +574,14 @@ def test_the_wheel_holds_one_import_root_that_an_apps_own_modules_never_shadow(
     its CLI import ours."""
     import zipfile
 
+    source = tmp_path / "source"  # what the image copies; a build leaves no build/ in the checkout
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    ignored = shutil.ignore_patterns("__pycache__", "target")
+    shutil.copytree(PACKAGE_DIR, source / PACKAGE, ignore=ignored)
     built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(source)],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert built.returncode == 0, built.stderr
@@ -566,7 +589,7 @@ def test_the_wheel_holds_one_import_root_that_an_apps_own_modules_never_shadow(
     names = zipfile.ZipFile(wheel).namelist()
     tops = {name.split("/")[0] for name in names}
     assert {top for top in tops if not top.endswith(".dist-info")} == {PACKAGE}
-    assert f"{PACKAGE}/starter/http/page/task.html" in names
+    assert f"{PACKAGE}/server/page/task.html" in names
     assert f"{PACKAGE}/trajectories/schemas/atif-v1.7.schema.json" in names
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
@@ -576,7 +599,7 @@ def test_the_wheel_holds_one_import_root_that_an_apps_own_modules_never_shadow(
         text = f"raise ImportError('the app\\'s own {name}.py was imported')\n"
         (app / f"{name}.py").write_text(text, encoding="utf-8")
     code = (
-        "import agent_tasks.starter, agent_tasks.worker, agent_tasks.starter.cli, sys; "
+        "import agent_tasks.starter, agent_tasks.worker, agent_tasks.cli, sys; "
         "print(agent_tasks.starter.__file__); "
         "print(sorted(m for m in sys.modules if m in {'config', 'worker', 'starter', 'workflows'}))"
     )

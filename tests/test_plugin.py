@@ -35,7 +35,7 @@ from agent_tasks.starter import (
     agent,
     tool,
 )
-from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.taskgraph.neo4j.graph import TaskGraph
 from agent_tasks.workflows.spawning import CHILD_ENDED, TASK_WORKFLOW
 from agent_tasks.workflows.task import TaskWorkflow
 

@@ -30,7 +30,7 @@ from agent_tasks.codec import DATA_CONVERTER
 from agent_tasks.config import Settings, connect
 from agent_tasks.devstack import free_port
 from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.taskgraph.neo4j.graph import TaskGraph
 from agent_tasks.worker import build_worker, open_graph
 from tests.conftest import eventually, mirrored
 

@@ -63,7 +63,7 @@ async def test_setup_command_registers_the_namespace_then_changes_nothing_twice(
     }
     done = await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, "-m", "agent_tasks.starter", "setup"],
+        [sys.executable, "-m", "agent_tasks.cli", "setup"],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -1,7 +1,7 @@
 """The branch activities. ``branch_events``: one page of a branch's source events, read across
 the source's runs (``tasklog.reader.TaskReader.task_events``, sealed text opened) and turned into
 the events the branch records: sealed text sealed again under new keys stored for the branch
-(``taskgraph.sealing.seal_events``), so redacting a source event never opens its copy and a
+(``sealing.seal.seal_events``), so redacting a source event never opens its copy and a
 copy can be redacted on its own. ``branch_reuse``: what an agent task's branch reuses from its
 source (the steps settled and the questions answered before the branch point), so its agent
 code, run again from the top, reads their recorded results instead of running them again."""
@@ -30,8 +30,8 @@ from agent_tasks.contract import (
     model_size,
     project_of,
 )
+from agent_tasks.sealing.seal import seal_events
 from agent_tasks.taskgraph.port import GraphStore
-from agent_tasks.taskgraph.sealing import seal_events
 from agent_tasks.tasklog.reader import TaskReader
 from agent_tasks.workflows.task import TaskWorkflow
 

@@ -27,7 +27,7 @@ async def heartbeating(work: Awaitable[_T], *, every_s: float | None = None) -> 
     The heartbeat says "this worker is alive and on it": when the worker dies, the server
     retries the attempt after the heartbeat timeout. It does not say the work advances; each
     step of the work is bounded by its own timeout instead (``activities.mirror.QUERY_TIMEOUT``,
-    ``taskgraph.driver.NEO4J_CALL_TIMEOUT_S``), so a silent peer cannot hold the attempt.
+    ``taskgraph.neo4j.driver.NEO4J_CALL_TIMEOUT_S``), so a silent peer cannot hold the attempt.
     """
     timeout = activity.info().heartbeat_timeout
     intervals = [every_s] if every_s else []

@@ -99,7 +99,7 @@ class ErrorCode(StrEnum):
     KEY_STORE_UNAVAILABLE = "key_store_unavailable"
     """A sealing client's first write to a task (from its process) needs a key tree stored
     first, and the key store (Neo4j) did not store it within ``KEY_STORE_WAIT_S`` or refused:
-    nothing was sent, never plain text in its place (``taskgraph.sealing``). Later writes to
+    nothing was sent, never plain text in its place (``sealing.seal``). Later writes to
     a task need no key store; retry this one once Neo4j answers."""
     INPUT_EXISTS = "input_exists"
     """``ask`` from outside: the task asked an input request of that id before."""

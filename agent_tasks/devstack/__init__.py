@@ -1,9 +1,9 @@
 """The local stack: a real Temporal dev server, a real Neo4j and the broker's ``redis-server``,
 run as detached processes, each from a package (never from the machine's own packages).
 
-``agent-tasks dev up|down|status`` is built from :func:`up`, :func:`down` and :func:`status`;
-tests use :class:`TemporalDevServer` and :class:`Neo4jServer` directly to run private servers
-on free ports in a temporary folder. Run ``python -m devstack up|down|status`` to try it.
+``agent-tasks dev up|down|status`` is built from :func:`up`, :func:`down` and :func:`status`; tests
+use :class:`TemporalDevServer` and :class:`Neo4jServer` directly to run private servers on free
+ports in a temporary folder. Run ``python -m agent_tasks.devstack up|down|status`` to try it.
 
 Where things are, under the data folder (``AGENT_TASKS_DATA_DIR``, else the user's data folder:
 ``config.default_data_dir``):

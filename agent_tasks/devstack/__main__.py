@@ -1,4 +1,4 @@
-"""``python -m devstack up|down|status``."""
+"""``python -m agent_tasks.devstack up|down|status``."""
 
 import sys
 

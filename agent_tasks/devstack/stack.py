@@ -396,7 +396,7 @@ def format_status(services: Sequence[ServiceStatus]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m devstack up|down|status``: run one command and print the result.
+    """``python -m agent_tasks.devstack up|down|status``: run one command and print the result.
 
     Returns:
         the exit status: 0 done, 1 error (printed on stderr), 2 usage.
@@ -410,7 +410,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif args == ["status"]:
         run = status
     else:
-        print("usage: python -m devstack up|down|status", file=sys.stderr)
+        print("usage: python -m agent_tasks.devstack up|down|status", file=sys.stderr)
         return 2
     try:
         print(format_status(asyncio.run(run())))

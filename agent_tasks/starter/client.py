@@ -93,7 +93,7 @@ class ConversationHistory:
             earlier runs (``list_events``), tasks whose history passed the namespace's
             retention, decisions, and for the cross-task reads. None: those reads raise
             ``GraphNotConfigured``. With a graph, event text is sealed (one data key per
-            event in its key store: ``taskgraph.sealing``) so that ``redact_event`` can remove
+            event in its key store: ``sealing.seal``) so that ``redact_event`` can remove
             it from the history; without one it is written in plain text.
         timeout_s: seconds one Temporal call may take (a write waits for a worker to run
             it); past that it raises ``TaskServiceUnavailable``.

@@ -25,8 +25,8 @@ from agent_tasks.broker import (
     sign_page,
 )
 from agent_tasks.contract import RecordEventsInput, WriteOutcome
-from agent_tasks.taskgraph.keys import KeyStore
-from agent_tasks.taskgraph.sealing import page_signer
+from agent_tasks.sealing.keys import KeyStore
+from agent_tasks.sealing.seal import page_signer
 
 _IN_FLIGHT: dict[str, asyncio.Future[None]] = {}
 """The last publish in flight of each task (by workflow id) in this process: the next one

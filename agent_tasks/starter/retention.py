@@ -5,7 +5,7 @@ role, name, time, length and SHA-256 stay, so the log keeps its order and a read
 something was there. The text goes from every read path: ``list_events`` (the event comes back
 ``redacted`` with an empty payload), Neo4j (the node's payload, in the same transaction that
 destroys the key), and Temporal: the text reached the workflow history sealed with the event's
-own data key (``taskgraph.sealing``), and destroying that key leaves only ciphertext that
+own data key (``sealing.seal``), and destroying that key leaves only ciphertext that
 nobody can open, in the history and in every copy of it (crypto-shredding; a history cannot
 be edited). An event recorded as plain text (a client without a key store) is refused with
 ``event_not_sealed``: only deleting its task removes it from the history.

@@ -37,11 +37,11 @@ from agent_tasks.contract import (
 )
 from agent_tasks.contract.errors import ErrorCode
 from agent_tasks.contract.handlers import REQUEST_OUTCOME, Update
+from agent_tasks.sealing.seal import KeyStoreUnavailable, seal_events
 from agent_tasks.starter.arguments import checked
 from agent_tasks.starter.reads import TaskReads
 from agent_tasks.starter.results import WriteResult, from_outcome, refused
 from agent_tasks.starter.transport import Transport, lane, request_id_or_new
-from agent_tasks.taskgraph.sealing import KeyStoreUnavailable, seal_events
 
 if TYPE_CHECKING:  # the driver is loaded only by whoever makes the graph
     pass
@@ -184,7 +184,7 @@ class TaskWrites:
         has ``recorded`` False and ``first_seq``/``last_seq`` of what was recorded, and a
         retry with the same request id records the rest once.
 
-        With a graph, each event's text is sealed first (``taskgraph.sealing``) under its own
+        With a graph, each event's text is sealed first (``sealing.seal``) under its own
         key, a leaf of the task's key tree, and the split is of the sealed events. The tree is
         stored in Neo4j before this process's first write to the task is sent (one
         transaction, waited for at most ``KEY_STORE_WAIT_S``: else the write is refused
@@ -238,7 +238,7 @@ class TaskWrites:
         return total, sent
 
     async def _seal(self, task: str, events: list[EventInput]) -> list[EventInput]:
-        """``events`` sealed (``taskgraph.sealing.seal_events``) when the client has a graph
+        """``events`` sealed (``sealing.seal.seal_events``) when the client has a graph
         (the key store); as they are without one.
 
         Raises:

@@ -38,7 +38,7 @@ FOREACH (bk IN CASE WHEN pg.branch_key IS NULL THEN [] ELSE [pg.branch_key] END 
   MERGE (t)-[b:BRANCHED_FROM]->(src) SET b.seq = t.branched_at_seq)
 """
 """The nodes every task of a project shares, merged with a mirror page in both stores (Neo4j's
-``taskgraph.writes._PAGE``, FalkorDB's ``taskgraph.falkor_cypher.SHARED``): the task's
+``taskgraph.neo4j.writes._PAGE``, FalkorDB's ``taskgraph.falkordb.cypher.SHARED``): the task's
 project, its agent, its session, its parent and the task it was branched from, each with the
 task's relationship to it. A clause over ``t`` (the task's node) and ``pg`` (the page's row:
 ``parent_key`` and ``branch_key``, the workflow ids of the parent and of the branch's

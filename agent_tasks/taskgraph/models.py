@@ -4,7 +4,7 @@ Each filter is defined once and used by the client, the CLI and ``TaskGraph``: a
 raises pydantic's ``ValidationError`` naming the field, before any query is sent.
 
 Every datetime handed to the Neo4j driver goes through ``utc`` first (the filters' bounds here,
-the node properties in ``taskgraph.graph``), for two reasons measured with the driver 6.4:
+the node properties in ``taskgraph.neo4j.graph``), for two reasons measured with the driver 6.4:
 
 - Cypher compares two datetimes of the same instant in different offsets as unequal and orders
   them by offset, so ``e.time >= $since`` with ``since`` at ``+05:30`` missed the event stored
@@ -315,7 +315,8 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 def epoch_us(moment: datetime) -> int:
     """Microseconds of an aware ``moment`` since the Unix epoch, exactly (how FalkorDB keeps
-    a time: ``taskgraph.falkor``). Raises ``ValueError`` for a naive ``moment`` (``utc``)."""
+    a time: ``taskgraph.falkordb.graph``). Raises ``ValueError`` for a naive ``moment``
+    (``utc``)."""
     since = utc(moment) - _EPOCH
     return (since.days * 86_400 + since.seconds) * 1_000_000 + since.microseconds
 

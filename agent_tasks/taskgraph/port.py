@@ -1,17 +1,17 @@
-"""The graph store's port: what the product needs of a graph store, as Protocols, whichever
-store is behind it (Neo4j: ``taskgraph.graph.TaskGraph``; FalkorDB: ``taskgraph.falkor``),
-the way DBOS's ``SystemDatabase`` and pydantic-ai's durable backends are shaped. The factory
-that picks the adapter from configuration is ``taskgraph.store.build_graph_store``.
+"""The graph store's port: what the product needs of a graph store, as Protocols, whichever store is
+behind it (Neo4j: ``taskgraph.neo4j.graph.TaskGraph``; FalkorDB: ``taskgraph.falkordb.graph``), the
+way DBOS's ``SystemDatabase`` and pydantic-ai's durable backends are shaped. The factory that picks
+the adapter from configuration is ``taskgraph.store.build_graph_store``.
 
 - ``MirrorStore``: the mirror's writes (a page of a task, ordered: a write applies only if it
   is newer than what the node holds), the rebuild's clean-ups.
 - ``TaskReads``: one task's mirrored view, events, steps and decisions; the cross-task reads.
-- ``KeyStore`` (``taskgraph.keys``): the data keys of sealed text. The crypto
-  (``taskgraph.sealing``, ``taskgraph.keytree``) sits below the adapters: a store keeps
+- ``KeyStore`` (``taskgraph.neo4j.keys``): the data keys of sealed text. The crypto
+  (``sealing.seal``, ``sealing.keytree``) sits below the adapters: a store keeps
   opaque key material only.
 - ``RetentionStore``: redaction and deletion (``taskgraph.retention`` has its results).
-- ``RecordStore``: the one-statement records of the HTTP API (``taskgraph.apikeys``,
-  ``taskgraph.pagesessions``), written once per dialect (``Statement``).
+- ``RecordStore``: the one-statement records of the HTTP API (``server.apikeys``,
+  ``server.pagesessions``), written once per dialect (``Statement``).
 - ``GraphStore``: all of these, with ``connect()`` and ``close()`` (the ledger's guide opens a
   store with ``build_graph_store(...)``, ``await store.connect()``, ``await store.close()``).
 
@@ -33,8 +33,8 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from agent_tasks.contract import Event, StepState, StepView, TaskView
+from agent_tasks.sealing.keys import KeyStore
 from agent_tasks.taskgraph.dialect import GraphKind, Statement, spelled
-from agent_tasks.taskgraph.keys import KeyStore
 from agent_tasks.taskgraph.models import (
     DecisionRow,
     EventFilter,

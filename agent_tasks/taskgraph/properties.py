@@ -1,6 +1,6 @@
 """The properties of the task graph's nodes, from the ledger's models, in either store: a task
 view's, an event's and a step's (times as ``epoch`` pairs, which Neo4j's statements make
-datetimes; FalkorDB's adapter sends microseconds instead, ``taskgraph.falkor``)."""
+datetimes; FalkorDB's adapter sends microseconds instead, ``taskgraph.falkordb.graph``)."""
 
 from __future__ import annotations
 

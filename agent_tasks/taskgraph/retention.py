@@ -1,6 +1,6 @@
 """The graph store's part of redaction and deletion (``starter.retention.HistoryRetention``):
 the results of the port's ``RetentionStore`` (``taskgraph.port``), which each adapter implements
-(Neo4j: ``taskgraph.neo4j_retention``; FalkorDB: ``taskgraph.falkor``).
+(Neo4j: ``taskgraph.neo4j.retention``; FalkorDB: ``taskgraph.falkordb.graph``).
 
 - ``redact``: in one transaction that first locks the task node (so no mirror write of the
   same task interleaves: ``TaskGraph.write_task``), empties the event's payload (its seq,
@@ -69,7 +69,7 @@ class GraphDeletion(BaseModel):
 
 
 _TOMBSTONE: Statement = {
-    # the time: Neo4j's datetime(); FalkorDB's $now, microseconds (``taskgraph.falkor``)
+    # the time: Neo4j's datetime(); FalkorDB's $now, microseconds (``taskgraph.falkordb.graph``)
     "neo4j": """
 OPTIONAL MATCH (old:TaskTombstone {key: $key})
 MERGE (x:TaskTombstone {key: $key})

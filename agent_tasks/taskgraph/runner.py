@@ -1,7 +1,7 @@
 """What the store-neutral parts of the graph store (``taskgraph.reads``, ``taskgraph.retention``)
 need of an adapter: its dialect and one-statement reads and writes (``StatementRunner``). Each
-adapter implements ``_read`` and ``_write`` on its driver (Neo4j: ``taskgraph.driver``;
-FalkorDB: ``taskgraph.falkor``), so a statement the dialects agree on is written once."""
+adapter implements ``_read`` and ``_write`` on its driver (Neo4j: ``taskgraph.neo4j.driver``;
+FalkorDB: ``taskgraph.falkordb.graph``), so a statement the dialects agree on is written once."""
 
 from __future__ import annotations
 

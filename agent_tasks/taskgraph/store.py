@@ -1,9 +1,9 @@
 """The factory of the graph store's port: ``build_graph_store`` picks the adapter from
-configuration, as DBOS's ``SystemDatabase.create`` picks its backend by URL, one module per
-store (Neo4j: ``taskgraph.graph``; FalkorDB: ``taskgraph.falkor``), each imported only when
-chosen (so a FalkorDB user never loads the Neo4j driver, and the other way round). The
-settings come from the caller (``GraphSettings``: ``config.Settings`` has them); the face that
-reads them from the environment is ``worker.build_graph_store`` (``starter.build_graph_store``).
+configuration, as DBOS's ``SystemDatabase.create`` picks its backend by URL, one module per store
+(Neo4j: ``taskgraph.neo4j.graph``; FalkorDB: ``taskgraph.falkordb.graph``), each imported only when
+chosen (so a FalkorDB user never loads the Neo4j driver, and the other way round). The settings come
+from the caller (``GraphSettings``: ``config.Settings`` has them); the face that reads them from the
+environment is ``worker.build_graph_store`` (``starter.build_graph_store``).
 
 >>> store = build_graph_store("falkordb", Settings())   # "neo4j", a URI, or None
 >>> await store.connect()
@@ -89,12 +89,12 @@ def build_graph_store(
     kind = graph_kind(settings.graph if kind_or_uri is None else kind_or_uri)
     uri = kind_or_uri if kind_or_uri and "://" in kind_or_uri else None
     if kind == "neo4j":
-        from agent_tasks.taskgraph.driver import open_driver
-        from agent_tasks.taskgraph.graph import TaskGraph
+        from agent_tasks.taskgraph.neo4j.driver import open_driver
+        from agent_tasks.taskgraph.neo4j.graph import TaskGraph
 
         driver = open_driver(uri or settings.neo4j_uri, settings.neo4j_auth())
         return TaskGraph(driver, settings.neo4j_database, tracer, settings.neo4j_max_writes)
-    from agent_tasks.taskgraph.falkor import FalkorGraph
+    from agent_tasks.taskgraph.falkordb.graph import FalkorGraph
 
     url = uri or settings.falkordb_url.get_secret_value()
     return FalkorGraph(

@@ -54,8 +54,8 @@ from agent_tasks.contract import (
 )
 from agent_tasks.contract.errors import GraphIncomplete, GraphNotConfigured
 from agent_tasks.contract.handlers import EVENTS, STEPS, VIEW
+from agent_tasks.sealing.seal import open_events
 from agent_tasks.taskgraph.models import NEO4J_INT_MAX
-from agent_tasks.taskgraph.sealing import open_events
 
 if TYPE_CHECKING:  # the driver is loaded by whoever makes the graph (the client loads none)
     from agent_tasks.taskgraph.port import GraphStore
@@ -310,7 +310,7 @@ class TaskReader:
         """Every event of the task with ``after_seq < seq <= up_to_seq``, in order, read from
         the run ``run_id`` (a run of the task that holds ``up_to_seq``) and the places that
         hold the earlier ones (``earlier_events``), in pages within the payload budget; sealed
-        text opened (``taskgraph.sealing.open_events``: a note or an input a client wrote to
+        text opened (``sealing.seal.open_events``: a note or an input a client wrote to
         the task). The activities' read: each query is sent once, within ``QUERY_TIMEOUT``
         (the activity's retry policy retries).
 

@@ -23,10 +23,10 @@ from agent_tasks.contract import MIRROR_ACTIVITY
 from agent_tasks.contract.errors import MIRROR_UNAVAILABLE
 from agent_tasks.devstack import free_port
 from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.taskgraph.driver import NEO4J_CALL_TIMEOUT_S, open_driver
 from agent_tasks.taskgraph.errors import GraphUnavailable
-from agent_tasks.taskgraph.graph import TaskGraph
 from agent_tasks.taskgraph.models import TaskFilter
+from agent_tasks.taskgraph.neo4j.driver import NEO4J_CALL_TIMEOUT_S, open_driver
+from agent_tasks.taskgraph.neo4j.graph import TaskGraph
 from agent_tasks.worker import build_worker
 from agent_tasks.workflows.mirroring import MIRROR_HEARTBEAT, MIRROR_START_TO_CLOSE
 from tests.conftest import eventually, mirrored

@@ -19,7 +19,7 @@ from agent_tasks.activities.follow import HistoryPoll
 from agent_tasks.activities.mirror import MirrorActivities
 from agent_tasks.contract import MirrorInput
 from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.taskgraph.neo4j.graph import TaskGraph
 from agent_tasks.worker import AgentTasksWorkerPlugin, build_worker
 from agent_tasks.workflows.mirroring import MIRROR_FOLLOW_IDLE
 from tests.conftest import eventually, mirrored

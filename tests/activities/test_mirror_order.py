@@ -16,7 +16,7 @@ from agent_tasks.config import Settings
 from agent_tasks.contract import StepState, TaskStatus
 from agent_tasks.devstack.process import parse_host_port
 from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.taskgraph.falkor import FalkorGraph
+from agent_tasks.taskgraph.falkordb.graph import FalkorGraph
 from agent_tasks.taskgraph.port import GraphStore
 from agent_tasks.worker import build_graph_store
 from tests.conftest import eventually, mirrored

@@ -33,9 +33,9 @@ from agent_tasks.broker import (
 from agent_tasks.contract import EventInput, RecordEventsInput, WriteOutcome
 from agent_tasks.devstack import free_port
 from agent_tasks.devstack.redis_server import RedisServer
+from agent_tasks.sealing.seal import page_signer
 from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.taskgraph.graph import TaskGraph
-from agent_tasks.taskgraph.sealing import page_signer
+from agent_tasks.taskgraph.neo4j.graph import TaskGraph
 from agent_tasks.worker import Services, build_worker
 from agent_tasks.workflows.task import TaskWorkflow
 from tests.conftest import eventually, mirrored

@@ -19,6 +19,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from agent_tasks.activities.mirror import copy_run
 from agent_tasks.activities.rebuild import RebuildReport, ReplayedRun, rebuild, replay_run
+from agent_tasks.cli.replay_check import replay_server
 from agent_tasks.contract import (
     Event,
     StepView,
@@ -31,9 +32,8 @@ from agent_tasks.contract.handlers import WORKFLOW_TYPE
 from agent_tasks.contract.search import search_attributes
 from agent_tasks.devstack import free_port
 from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.starter.replay import replay_server
-from agent_tasks.taskgraph.graph import TaskGraph
 from agent_tasks.taskgraph.models import StepFilter
+from agent_tasks.taskgraph.neo4j.graph import TaskGraph
 from agent_tasks.worker import build_worker
 from agent_tasks.workflows import pages
 from tests.conftest import eventually, mirrored

@@ -1,4 +1,4 @@
-"""The production suite's cluster (``devstack.cluster``) and ``docker-compose.production.yml``
+"""The production suite's cluster (``tools.cluster``) and ``docker-compose.production.yml``
 agree: the same Temporal server version (the server image and the admin tools' image), the
 same schema steps for both databases, the server's default dynamic config, and the same setup
 (``agent-tasks setup`` registers the namespace and the search attributes)."""
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from agent_tasks.devstack.cluster import (
+from tools.cluster import (
     DATABASES,
     DYNAMIC_CONFIG,
     TEMPORAL_SERVER_VERSION,

@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from agent_tasks import config
+from agent_tasks.cli.dev import setup_command
 from agent_tasks.config import Settings
 from agent_tasks.devstack import (
     DEFAULT_DYNAMIC_CONFIG,
@@ -28,7 +29,6 @@ from agent_tasks.devstack import (
     SEARCH_ATTRIBUTES,
     find_temporal_binary,
 )
-from agent_tasks.starter.cli.dev import setup_command
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILES = ("docker-compose.yml", "docker-compose.production.yml")

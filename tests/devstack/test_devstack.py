@@ -31,6 +31,7 @@ from temporalio.api.workflowservice.v1 import (
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from agent_tasks import devstack
+from agent_tasks.cli.dev import up
 from agent_tasks.config import Settings, TemporalProfile
 from agent_tasks.devstack import (
     BIND_HOST,
@@ -43,7 +44,6 @@ from agent_tasks.devstack import (
     probe_neo4j,
     probe_temporal,
 )
-from agent_tasks.starter.cli.dev import up
 
 
 def _cmdline(pid: int) -> list[str]:
@@ -210,7 +210,7 @@ async def test_up_refuses_an_unreachable_remote_address_and_starts_nothing(
 async def test_dev_up_sets_the_retention_of_the_local_temporal(
     tmp_path: Path, settings: Settings
 ) -> None:
-    """``agent-tasks dev up`` (``starter.cli.dev.up``) starts a Temporal dev server, which
+    """``agent-tasks dev up`` (``cli.dev.up``) starts a Temporal dev server, which
     makes its namespace with one day of retention, and sets the retention asked for; the
     running Neo4j of the test session is used as it is (external)."""
     port = free_port()
@@ -256,7 +256,7 @@ asyncio.run(main())
 
 def _cli(here: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "agent_tasks.starter", *args],
+        [sys.executable, "-m", "agent_tasks.cli", *args],
         cwd=here, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
 

@@ -64,7 +64,7 @@ def _env(data_dir: Path, path: str, **more: str) -> dict[str, str]:
 
 def _dev(here: Path, env: dict[str, str], command: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "agent_tasks.starter", "dev", command],
+        [sys.executable, "-m", "agent_tasks.cli", "dev", command],
         cwd=here, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
 

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from playwright.async_api import Browser, BrowserContext, Page, async_playwright
 
+from agent_tasks.server import create_app
+from agent_tasks.server.apikeys import ApiKeyStore
 from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.starter.http import create_app
-from agent_tasks.taskgraph.apikeys import ApiKeyStore
 from agent_tasks.worker import Services, build_worker
 from tests.agent_tools import SCRIPTS, TOOLS
 from tests.approval_tools import APPROVAL_SCRIPTS, APPROVAL_TOOLS

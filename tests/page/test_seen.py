@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from playwright.async_api import Locator, Page, ViewportSize, expect
 
+from agent_tasks.cli.importer import import_paths, mirror_caught_up
 from agent_tasks.contract import AgentSpec, TaskStatus
-from agent_tasks.starter.importer import import_paths, mirror_caught_up
 from tests.approval_tools import approval_spec, goal
+from tests.cli.test_cli_errors import EXAMPLE, cli
 from tests.conftest import eventually
 from tests.page.conftest import Person
-from tests.starter.test_cli_errors import EXAMPLE, cli
 from tests.stream_agents import TALKER
 
 PAST_THE_EDGE = (

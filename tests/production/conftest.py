@@ -1,5 +1,5 @@
 """Fixtures of the production suite: a Temporal cluster on PostgreSQL started by the project's
-script (``devstack.cluster``) in a data folder of this session, ``agent-tasks setup`` run
+script (``tools.cluster``) in a data folder of this session, ``agent-tasks setup`` run
 against it (the namespace and the search attributes through the operator API), the local
 stack's Neo4j, and three worker processes on one task queue (``tests.agent_worker``).
 
@@ -24,9 +24,9 @@ import pytest
 from temporalio.client import Client
 
 from agent_tasks.config import connect
-from agent_tasks.devstack.cluster import Cluster
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.worker import Services, open_services
+from tools.cluster import Cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 ENABLED = os.environ.get("AGENT_TASKS_PRODUCTION") == "1"
@@ -56,7 +56,7 @@ async def setup(namespace: str) -> None:
     the search attributes, through the operator API)."""
     done = await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, "-m", "agent_tasks.starter", "setup", "--wait", "60"],
+        [sys.executable, "-m", "agent_tasks.cli", "setup", "--wait", "60"],
         capture_output=True,
         text=True,
         cwd=ROOT,

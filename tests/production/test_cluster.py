@@ -1,5 +1,5 @@
 """The production shape: a Temporal cluster on PostgreSQL with SQL visibility
-(``devstack.cluster``), three worker processes on one task queue.
+(``tools.cluster``), three worker processes on one task queue.
 
 - the README's app flow and an agent task with steps, their values read back;
 - the README's agent code (a step, a question, two children) continuing as new, its own and
@@ -22,16 +22,15 @@ from pathlib import Path
 from pydantic import SecretStr
 from temporalio.client import Client
 
+from agent_tasks.cli.importer import all_events, all_steps
+from agent_tasks.cli.replay_check import task_query
 from agent_tasks.config import Settings
 from agent_tasks.contract import AgentSpec, TaskStatus
 from agent_tasks.contract.errors import ErrorCode, TaskServiceUnavailable
-from agent_tasks.devstack.cluster import Cluster
 from agent_tasks.devstack.neo4j_server import Neo4jServer
 from agent_tasks.devstack.process import free_port
 from agent_tasks.starter import EventKind, StepState
 from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.starter.importer import all_events, all_steps
-from agent_tasks.starter.replay import task_query
 from agent_tasks.taskgraph.port import GraphStore
 from agent_tasks.worker import Services, open_graph
 from agent_tasks.workflows.agents.registry import TOOL_ACTIVITY_PREFIX
@@ -39,6 +38,7 @@ from tests.agent_tools import answer, calls
 from tests.conftest import eventually
 from tests.production.conftest import Workers, worker_processes
 from tests.workflows.conftest import script, spec
+from tools.cluster import Cluster
 
 
 async def test_the_readme_app_flow_and_an_agent_task_on_three_workers(

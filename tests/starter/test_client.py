@@ -24,7 +24,7 @@ from agent_tasks.contract import (
 from agent_tasks.contract.errors import ErrorCode, TaskServiceUnavailable
 from agent_tasks.devstack import free_port
 from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.taskgraph.neo4j.graph import TaskGraph
 from agent_tasks.worker import build_worker
 from tests.conftest import mirrored
 

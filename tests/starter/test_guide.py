@@ -19,7 +19,7 @@ from agent_tasks.starter import (
     StepState,
     TaskStatus,
 )
-from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.taskgraph.neo4j.graph import TaskGraph
 from tests.conftest import mirrored
 
 

@@ -23,9 +23,9 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from agent_tasks.contract import StepState, sha256_hex
 from agent_tasks.devstack import free_port
+from agent_tasks.sealing.seal import open_text
 from agent_tasks.starter import ConversationHistory, ErrorCode, HistoryRetention
-from agent_tasks.taskgraph.graph import TaskGraph
-from agent_tasks.taskgraph.sealing import open_text
+from agent_tasks.taskgraph.neo4j.graph import TaskGraph
 from agent_tasks.worker import build_worker
 from tests.conftest import eventually, mirrored, payload_texts
 from tests.workflows.test_durability import dev_server
@@ -386,9 +386,9 @@ async def test_a_task_past_retention_reads_from_neo4j_and_keeps_its_name(
 
 
 async def cli(queue: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """``python -m agent_tasks.starter task ARGS`` with the test session's task queue."""
+    """``python -m agent_tasks.cli task ARGS`` with the test session's task queue."""
     env = {**os.environ, "TEMPORAL_TASK_QUEUE": queue}
-    command = [sys.executable, "-m", "agent_tasks.starter", "task", *args]
+    command = [sys.executable, "-m", "agent_tasks.cli", "task", *args]
     return await asyncio.to_thread(
         subprocess.run, command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=120
     )

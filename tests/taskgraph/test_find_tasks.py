@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from agent_tasks.taskgraph.graph import TaskGraph
 from agent_tasks.taskgraph.models import TaskFilter
+from agent_tasks.taskgraph.neo4j.graph import TaskGraph
 from agent_tasks.taskgraph.reads import tasks_statement
 
 STATUSES = ("open", "done", "failed")

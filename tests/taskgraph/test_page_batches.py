@@ -22,8 +22,8 @@ import pytest
 
 from agent_tasks.contract import TaskView, task_workflow_id
 from agent_tasks.taskgraph.errors import TaskIncarnationError
-from agent_tasks.taskgraph.falkor import FalkorGraph
-from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.taskgraph.falkordb.graph import FalkorGraph
+from agent_tasks.taskgraph.neo4j.graph import TaskGraph
 from agent_tasks.taskgraph.page_batches import PageBatches, PageWrite
 from agent_tasks.taskgraph.port import GraphStore
 from agent_tasks.taskgraph.seeds import seed_event, seed_view

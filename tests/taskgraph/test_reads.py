@@ -18,8 +18,8 @@ import pytest
 from pydantic import ValidationError
 
 from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.taskgraph.graph import TaskGraph
 from agent_tasks.taskgraph.models import EventFilter, utc
+from agent_tasks.taskgraph.neo4j.graph import TaskGraph
 from agent_tasks.taskgraph.properties import event_properties
 from agent_tasks.taskgraph.reads import event_fields
 from tests.conftest import mirrored
@@ -125,7 +125,7 @@ async def graph_events_cli(project: str, *args: str) -> subprocess.CompletedProc
     command = [
         sys.executable,
         "-m",
-        "agent_tasks.starter",
+        "agent_tasks.cli",
         "graph",
         "events",
         "--project",
@@ -232,7 +232,7 @@ async def test_good_read_arguments_at_their_bounds(
 
 
 async def test_cli_reads_refuse_bad_arguments_with_exit_2(history: ConversationHistory) -> None:
-    command = [sys.executable, "-m", "agent_tasks.starter", "task", "events", "x" * 201]
+    command = [sys.executable, "-m", "agent_tasks.cli", "task", "events", "x" * 201]
     done = await asyncio.to_thread(
         subprocess.run, command, capture_output=True, text=True, cwd=ROOT, timeout=120
     )

@@ -21,8 +21,8 @@ from agent_tasks.contract import AgentSpec, Budgets, ModelSpec
 from agent_tasks.contract.search import SEARCH_ATTRIBUTE_KEYS
 from agent_tasks.devstack import find_temporal_binary, free_port
 from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.taskgraph.graph import TaskGraph
 from agent_tasks.taskgraph.models import TaskRow
+from agent_tasks.taskgraph.neo4j.graph import TaskGraph
 from agent_tasks.worker import build_worker
 from tests.agent_tools import SCRIPTS, TOOL_NAMES, TOOLS
 from tests.approval_tools import APPROVAL_SCRIPTS, APPROVAL_TOOLS
@@ -70,7 +70,7 @@ async def low_limit_env() -> AsyncIterator[WorkflowEnvironment]:
 
 
 async def cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, Any]:
-    """Run ``python -m agent_tasks.starter ARGS`` (the ``agent-tasks`` CLI) against the local
+    """Run ``python -m agent_tasks.cli ARGS`` (the ``agent-tasks`` CLI) against the local
     stack; returns its exit code and its output parsed as JSON (pass a JSON output flag).
 
     Raises:
@@ -79,7 +79,7 @@ async def cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, Any]:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "agent_tasks.starter",
+        "agent_tasks.cli",
         *args,
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},

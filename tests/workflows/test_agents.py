@@ -15,6 +15,7 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
+from agent_tasks.cli.importer import all_events, all_steps
 from agent_tasks.contract import (
     AgentSpec,
     EventKind,
@@ -27,8 +28,7 @@ from agent_tasks.contract import (
 )
 from agent_tasks.contract.errors import ErrorCode
 from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.starter.importer import all_events, all_steps
-from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.taskgraph.neo4j.graph import TaskGraph
 from agent_tasks.worker import build_worker
 from tests.agent_tools import SCRIPTS, TOOL_NAMES, TOOLS, answer, calls
 from tests.conftest import eventually, mirrored
@@ -391,7 +391,7 @@ async def test_the_demo_agent_from_python(
     """The README's dozen lines: a worker whose file tools read a folder, the demo agent
     (the tool-calling loop with the scripted model), its answer and steps."""
     from agent_tasks.activities.files import file_tools
-    from agent_tasks.starter.cli.agents import demo_spec
+    from agent_tasks.cli.agents import demo_spec
 
     await asyncio.to_thread(_files, tmp_path)
     queue = f"demo-{uuid.uuid4().hex[:6]}"

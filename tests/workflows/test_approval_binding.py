@@ -18,6 +18,7 @@ from pydantic import JsonValue
 from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 
+from agent_tasks.cli.importer import all_events
 from agent_tasks.codec import DATA_CONVERTER
 from agent_tasks.contract import (
     AgentSpec,
@@ -31,8 +32,7 @@ from agent_tasks.contract import (
 )
 from agent_tasks.contract.errors import ErrorCode
 from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.starter.importer import all_events
-from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.taskgraph.neo4j.graph import TaskGraph
 from agent_tasks.worker import build_worker
 from tests.approval_tools import (
     APPROVAL_SCRIPTS,

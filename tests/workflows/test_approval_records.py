@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 
 from agent_tasks.activities.tools import ToolContext, tool
 from agent_tasks.activities.transcript import EDITED
+from agent_tasks.cli import app
 from agent_tasks.contract import (
     MIRROR_ACTIVITY,
     AgentSpec,
@@ -29,9 +30,8 @@ from agent_tasks.contract import (
     StepState,
     TaskStatus,
 )
-from agent_tasks.starter.cli import app
 from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.taskgraph.neo4j.graph import TaskGraph
 from agent_tasks.worker import build_worker
 from agent_tasks.workflows.agents import AgentContext, agent
 from agent_tasks.workflows.agents.approvals import APPROVAL_ACTIVITY, IGNORED

@@ -20,6 +20,8 @@ from temporalio.client import Client
 from typer.testing import CliRunner
 
 from agent_tasks.activities.transcript import NO_RESULT
+from agent_tasks.cli import app
+from agent_tasks.cli.importer import all_events, all_steps
 from agent_tasks.contract import (
     BRANCH_PAGE_EVENTS,
     AgentSpec,
@@ -30,10 +32,8 @@ from agent_tasks.contract import (
     TaskView,
 )
 from agent_tasks.contract.errors import ErrorCode
-from agent_tasks.starter.cli import app
 from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.starter.importer import all_events, all_steps
-from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.taskgraph.neo4j.graph import TaskGraph
 from agent_tasks.worker import build_worker
 from tests.agent_tools import SCRIPTS, TOOLS, answer, calls
 from tests.approval_tools import approval_spec, goal

@@ -19,6 +19,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
+from agent_tasks.cli.importer import all_events, all_steps
 from agent_tasks.contract import (
     AgentSpec,
     EventKind,
@@ -29,8 +30,7 @@ from agent_tasks.contract import (
 )
 from agent_tasks.contract.errors import ErrorCode
 from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.starter.importer import all_events, all_steps
-from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.taskgraph.neo4j.graph import TaskGraph
 from agent_tasks.worker import build_worker
 from tests.agent_tools import SCRIPTS, TOOLS, answer, calls
 from tests.conftest import eventually, mirrored

@@ -20,6 +20,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
 from agent_tasks.activities.tools import ToolContext, tool
+from agent_tasks.cli.importer import all_events, all_steps
 from agent_tasks.contract import (
     AgentSpec,
     EventKind,
@@ -30,8 +31,7 @@ from agent_tasks.contract import (
 )
 from agent_tasks.devstack import find_temporal_binary
 from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.starter.importer import all_events, all_steps
-from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.taskgraph.neo4j.graph import TaskGraph
 from agent_tasks.worker import build_worker
 from agent_tasks.workflows.agents import AgentContext, ChildFailed, agent
 from tests.agent_tools import SCRIPTS, TOOLS, Effect, answer, calls

@@ -12,11 +12,11 @@ import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
+from agent_tasks.cli.importer import all_events
 from agent_tasks.contract import AgentSpec, EventKind, TaskStatus, TaskView
 from agent_tasks.contract.errors import ErrorCode
 from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.starter.importer import all_events
-from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.taskgraph.neo4j.graph import TaskGraph
 from agent_tasks.worker import build_worker
 from tests.agent_tools import SCRIPTS, TOOLS
 from tests.conftest import eventually, mirrored

@@ -16,11 +16,11 @@ from contextlib import asynccontextmanager
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
+from agent_tasks.cli.importer import all_steps
 from agent_tasks.config import Settings
 from agent_tasks.contract import AgentSpec, StepState, TaskStatus
 from agent_tasks.devstack.process import parse_host_port
 from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.starter.importer import all_steps
 from agent_tasks.starter.results import WriteResult
 from agent_tasks.worker import build_worker, open_graph
 from tests.agent_tools import SCRIPTS, TOOLS

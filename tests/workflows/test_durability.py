@@ -17,8 +17,8 @@ from agent_tasks.codec import DATA_CONVERTER
 from agent_tasks.contract.search import SEARCH_ATTRIBUTE_KEYS
 from agent_tasks.devstack import Neo4jServer, find_temporal_binary, free_port
 from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.taskgraph.driver import open_driver
-from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.taskgraph.neo4j.driver import open_driver
+from agent_tasks.taskgraph.neo4j.graph import TaskGraph
 from agent_tasks.worker import build_worker
 from tests.conftest import mirrored
 

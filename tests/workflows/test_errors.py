@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
+from agent_tasks.cli.importer import all_events
 from agent_tasks.contract import AgentSpec, EventKind, ModelSpec, TaskStatus
 from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.starter.importer import all_events
-from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.taskgraph.neo4j.graph import TaskGraph
 from tests.model_server import ModelServer, error
 from tests.workflows.conftest import openai_worker
 

@@ -15,7 +15,7 @@ from temporalio.client import Client
 
 from agent_tasks.contract import AgentSpec, StepState, TaskStatus
 from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.taskgraph.neo4j.graph import TaskGraph
 from agent_tasks.worker import build_worker
 from tests.agent_tools import SCRIPTS, TOOLS
 

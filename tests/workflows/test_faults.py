@@ -17,6 +17,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
+from agent_tasks.cli.importer import all_events, all_steps
 from agent_tasks.codec import DATA_CONVERTER
 from agent_tasks.config import connect
 from agent_tasks.contract import StepState, StepWrite, TaskStatus, TaskView, sha256_hex
@@ -24,8 +25,7 @@ from agent_tasks.contract.errors import ErrorCode, TaskServiceUnavailable
 from agent_tasks.contract.search import SEARCH_ATTRIBUTE_KEYS
 from agent_tasks.devstack import find_temporal_binary
 from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.starter.importer import all_events, all_steps
-from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.taskgraph.neo4j.graph import TaskGraph
 from agent_tasks.worker import build_worker
 from tests.conftest import DEV_SERVER_ARGS, eventually, mirrored, private_dev_server
 from tests.workflows.conftest import CONTINUE_AS_NEW_AT

@@ -14,6 +14,7 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
+from agent_tasks.cli.importer import all_events, all_steps
 from agent_tasks.contract import (
     AgentSpec,
     Budgets,
@@ -24,8 +25,7 @@ from agent_tasks.contract import (
     TaskStatus,
 )
 from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.starter.importer import all_events, all_steps
-from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.taskgraph.neo4j.graph import TaskGraph
 from agent_tasks.worker import build_worker
 from tests.agent_tools import SCRIPTS, TOOLS, answer, calls
 from tests.conftest import eventually

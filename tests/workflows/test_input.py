@@ -12,6 +12,7 @@ from pathlib import Path
 from pydantic import JsonValue
 from temporalio.client import Client
 
+from agent_tasks.cli.importer import all_events, all_steps
 from agent_tasks.contract import (
     AgentSpec,
     Event,
@@ -22,8 +23,7 @@ from agent_tasks.contract import (
 )
 from agent_tasks.contract.errors import ErrorCode, TaskServiceUnavailable
 from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.starter.importer import all_events, all_steps
-from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.taskgraph.neo4j.graph import TaskGraph
 from agent_tasks.worker import build_worker
 from tests.agent_tools import SCRIPTS, TOOLS, Approval
 from tests.conftest import eventually, mirrored

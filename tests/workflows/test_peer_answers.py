@@ -10,10 +10,10 @@ from pathlib import Path
 
 from pydantic import JsonValue
 
+from agent_tasks.cli.importer import all_events
 from agent_tasks.contract import AgentSpec, EventKind, TaskStatus
 from agent_tasks.contract.errors import ErrorCode
 from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.starter.importer import all_events
 from tests.approval_tools import approval_spec, effects, goal
 from tests.conftest import eventually
 from tests.workflows.test_answers import asking

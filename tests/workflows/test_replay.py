@@ -27,13 +27,12 @@ from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
 import tests.agent_tools  # noqa: F401  (registers the agent code of the saved agent histories)
+from agent_tasks.cli.replay_check import replay_dir, replay_histories, replay_server
 from agent_tasks.codec import DATA_CONVERTER
 from agent_tasks.contract import TaskWorkflowInput
 from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.starter.replay import replay_dir, replay_histories, replay_server
 from agent_tasks.workflows.agents.registry import agent_function
 from agent_tasks.workflows.task import TaskWorkflow
-from tests.capture_histories import SCENARIOS
 from tests.conftest import eventually, mirrored
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,7 +70,13 @@ def replayer(workflow_class: type) -> Replayer:
 
 
 def test_every_scenario_has_a_documented_history() -> None:
-    expected = {file for scenario in SCENARIOS.values() for file in scenario.files}
+    """Each scenario of the capture tool (asked in a process of its own: the tool drives the
+    tests' agents, so the tests do not import it) has its files saved and described."""
+    listed = subprocess.run(
+        [sys.executable, "-m", "tools.capture_histories", "--list"],
+        cwd=ROOT, capture_output=True, text=True, check=True, timeout=120,
+    )  # fmt: skip
+    expected = {file for files in json.loads(listed.stdout).values() for file in files}
     assert expected <= {path.stem for path in FILES}
     readme = (HISTORIES / "README.md").read_text(encoding="utf-8")
     for path in FILES:
@@ -256,9 +261,9 @@ async def test_live_tasks_of_a_project_pass_the_check(
 
 
 async def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    """``python -m agent_tasks.starter replay ARGS`` in a subprocess (the entry point's code)."""
+    """``python -m agent_tasks.cli replay ARGS`` in a subprocess (the entry point's code)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-m", "agent_tasks.starter", "replay", *args]
+    command = [sys.executable, "-m", "agent_tasks.cli", "replay", *args]
     return await asyncio.to_thread(
         subprocess.run, command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=120
     )

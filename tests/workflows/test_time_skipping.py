@@ -20,7 +20,7 @@ from temporalio.testing import WorkflowEnvironment
 from agent_tasks.contract import TaskStatus
 from agent_tasks.contract.errors import TaskServiceUnavailable
 from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.taskgraph.neo4j.graph import TaskGraph
 from agent_tasks.worker import build_worker
 from tests.conftest import eventually, mirrored
 

@@ -19,6 +19,7 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from agent_tasks.activities.chat_protocol import fallback_call_id
+from agent_tasks.cli.importer import all_events, all_steps
 from agent_tasks.contract import (
     AgentSpec,
     Event,
@@ -30,8 +31,7 @@ from agent_tasks.contract import (
 )
 from agent_tasks.contract.errors import ErrorCode
 from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.starter.importer import all_events, all_steps
-from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.taskgraph.neo4j.graph import TaskGraph
 from agent_tasks.worker import build_worker
 from tests.agent_tools import SCRIPTS, TOOLS, answer, calls
 from tests.conftest import eventually, task_started

@@ -12,6 +12,7 @@ import json
 import pytest
 from temporalio.client import Client
 
+from agent_tasks.cli.importer import all_events
 from agent_tasks.contract import (
     CHILD_RESULT_PREVIEW_CHARS,
     MAX_EARLY_ANSWER_BYTES,
@@ -23,9 +24,8 @@ from agent_tasks.contract import (
 )
 from agent_tasks.contract.errors import ErrorCode
 from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.starter.importer import all_events
 from agent_tasks.starter.retention import HistoryRetention
-from agent_tasks.taskgraph.graph import TaskGraph
+from agent_tasks.taskgraph.neo4j.graph import TaskGraph
 from agent_tasks.workflows.task import TaskWorkflow
 from tests.conftest import eventually, mirrored
 from tests.workflows.test_children import child_results, spawned, view_of

@@ -1,0 +1,252 @@
+"""``agent-tasks task ...``: create, write and read one task."""
+
+from __future__ import annotations
+
+import shlex
+from datetime import UTC
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from agent_tasks.cli.common import (
+    AgentOpt,
+    JsonOpt,
+    LimitOpt,
+    ProjectOpt,
+    RequestOpt,
+    console,
+    emit,
+    not_found,
+    open_history,
+    run,
+    table,
+    within,
+    write_outcome,
+)
+from agent_tasks.contract import EventKind, Role, StepKind, StepState, TaskStatus
+from agent_tasks.starter.results import WriteResult
+from agent_tasks.taskgraph.models import TaskRow
+
+task_app = typer.Typer(help="Create, write and read tasks.")
+
+
+@task_app.command("create")
+def task_create(
+    name: str,
+    goal: Annotated[str, typer.Option(help="What the task is for.")],
+    project: ProjectOpt = "default",
+    agent: AgentOpt = "cli",
+    session: Annotated[str | None, typer.Option(help="Session id.")] = None,
+    parent: Annotated[str | None, typer.Option(help="Parent task name.")] = None,
+    meta: Annotated[list[str] | None, typer.Option(help="Metadata KEY=VALUE (repeat).")] = None,
+    request_id: RequestOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Create a task (or find it, same name and goal)."""
+    if any("=" not in item for item in meta or []):
+        raise typer.BadParameter("each --meta is KEY=VALUE", param_hint="--meta")
+    metadata = dict(item.split("=", 1) for item in meta or [])
+
+    async def go() -> WriteResult:
+        async with open_history(project, agent) as history:
+            history.session_id = session
+            return await history.create_task(
+                name, goal, request_id=request_id, metadata=metadata, parent=parent
+            )
+
+    write_outcome(run(go()), as_json)
+
+
+@task_app.command("event")
+def task_event(
+    name: str,
+    kind: Annotated[EventKind, typer.Option(help="Event kind.")],
+    payload: Annotated[str | None, typer.Option(help="Payload text.")] = None,
+    payload_file: Annotated[Path | None, typer.Option(help="Read the payload from a file.")] = None,
+    role: Annotated[Role | None, typer.Option(help="Message role.")] = None,
+    tool: Annotated[str | None, typer.Option("--name", help="Tool or label.")] = None,
+    call_id: Annotated[str | None, typer.Option(help="Tool call id.")] = None,
+    project: ProjectOpt = "default",
+    agent: AgentOpt = "cli",
+    request_id: RequestOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Record one event."""
+    try:
+        text = payload_file.read_text(encoding="utf-8") if payload_file else (payload or "")
+    except (OSError, UnicodeDecodeError) as err:
+        raise typer.BadParameter(str(err), param_hint="--payload-file") from err
+
+    async def go() -> WriteResult:
+        async with open_history(project, agent) as history:
+            return await history.record_event(
+                name, kind, text, role=role, name=tool, call_id=call_id, request_id=request_id
+            )
+
+    write_outcome(run(go()), as_json)
+
+
+@task_app.command("step")
+def task_step(
+    name: str,
+    step: str,
+    state: Annotated[StepState, typer.Option(help="New state.")],
+    kind: Annotated[StepKind | None, typer.Option(help="Step kind (new steps).")] = None,
+    result_seq: Annotated[int | None, typer.Option(help="Seq of the result event.")] = None,
+    project: ProjectOpt = "default",
+    agent: AgentOpt = "cli",
+    request_id: RequestOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Set a step's state."""
+
+    async def go() -> WriteResult:
+        async with open_history(project, agent, with_graph=False) as history:
+            return await history.set_step(
+                name, step, state, kind=kind, result_event_seq=result_seq, request_id=request_id
+            )
+
+    write_outcome(run(go()), as_json)
+
+
+@task_app.command("finish")
+def task_finish(
+    name: str,
+    status: Annotated[TaskStatus, typer.Option(help="done, failed or cancelled.")],
+    result: Annotated[str | None, typer.Option(help="Result text.")] = None,
+    error: Annotated[str | None, typer.Option(help="Error text.")] = None,
+    project: ProjectOpt = "default",
+    agent: AgentOpt = "cli",
+    request_id: RequestOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Finish a task."""
+
+    async def go() -> WriteResult:
+        async with open_history(project, agent, with_graph=False) as history:
+            return await history.finish_task(
+                name, status, result=result, error=error, request_id=request_id
+            )
+
+    write_outcome(run(go()), as_json)
+
+
+@task_app.command("show")
+def task_show(name: str, project: ProjectOpt = "default", as_json: JsonOpt = False) -> None:
+    """Show a task's view."""
+
+    async def go() -> Any:
+        async with open_history(project, "cli") as history:
+            return await history.get_task(name)
+
+    found = run(go())
+    if found.view is None:
+        not_found(name, project, as_json)
+    view = found.view
+    emit(
+        view,
+        as_json,
+        lambda v: table(
+            [{"field": k, "value": val} for k, val in v.model_dump(mode="json").items()],
+            ["field", "value"],
+            title=f"task {name}",
+        ),
+    )
+
+
+@task_app.command("events")
+def task_events(
+    name: str,
+    after: Annotated[int, typer.Option(callback=within(0), help="Events after this seq.")] = 0,
+    limit: LimitOpt = 50,
+    project: ProjectOpt = "default",
+    as_json: JsonOpt = False,
+) -> None:
+    """List a task's events (all runs)."""
+
+    async def go() -> Any:
+        async with open_history(project, "cli") as history:
+            return await history.list_events(name, after_seq=after, limit=limit)
+
+    page = run(go())
+    if not page.found:
+        not_found(name, project, as_json)
+
+    def render(p: Any) -> None:
+        rows = [
+            {
+                **e.model_dump(mode="json"),
+                "payload": e.payload[:80].replace("\n", " "),
+                "cut": "yes" if e.truncated else "",
+            }
+            for e in p.events
+        ]
+        table(rows, ["seq", "kind", "role", "name", "author", "time", "cut", "payload"])
+        if p.next_after_seq is not None:
+            console.print(f"more: --after {p.next_after_seq}")
+
+    emit(page, as_json, render)
+
+
+@task_app.command("steps")
+def task_steps(
+    name: str,
+    state: Annotated[StepState | None, typer.Option(help="Only steps in this state.")] = None,
+    project: ProjectOpt = "default",
+    as_json: JsonOpt = False,
+) -> None:
+    """List a task's steps."""
+
+    async def go() -> Any:
+        async with open_history(project, "cli") as history:
+            return await history.list_steps(name, state=state)
+
+    result = run(go())
+    if not result.found:
+        not_found(name, project, as_json)
+    emit(
+        result,
+        as_json,
+        lambda r: table(
+            [s.model_dump(mode="json") for s in r.steps],
+            ["step_name", "kind", "state", "attempt", "result_event_seq", "result_validity"],
+        ),
+    )
+
+
+@task_app.command("list")
+def task_list(
+    status: Annotated[TaskStatus | None, typer.Option(help="Only tasks in this status.")] = None,
+    after: Annotated[
+        str | None, typer.Option(help="Names after this one: the next page (printed under it).")
+    ] = None,
+    limit: LimitOpt = 50,
+    project: ProjectOpt = "default",
+    as_json: JsonOpt = False,
+) -> None:
+    """List the project's tasks in name order (A before B before a; --after NAME for the next
+    page): a table of status, agent, created (UTC) and the full name, read from the graph
+    store. --json prints each task's row (goal, session, parent, counts and times too)."""
+
+    async def go() -> list[TaskRow]:
+        async with open_history(project, "cli") as history:
+            return await history.find_tasks(status=status, after_name=after, limit=limit)
+
+    def render(rows: list[TaskRow]) -> None:
+        shown = [
+            {
+                "status": "" if r.status is None else r.status.value,
+                "agent": r.agent_id,
+                "created": r.created_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+                if r.created_at
+                else "",
+                "name": r.name,
+            }
+            for r in rows
+        ]
+        table(shown, ["status", "agent", "created", "name"])
+        if len(rows) == limit:
+            console.print(f"more: --after {shlex.quote(rows[-1].name)}", markup=False)
+
+    emit(run(go()), as_json, render)

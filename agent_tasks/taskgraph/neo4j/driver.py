@@ -1,0 +1,201 @@
+"""How the project talks to Neo4j: the driver (``open_driver``, every bound set), and the
+session every part of the task graph runs its transactions in (``GraphSession``).
+
+Each call opens its own session (one session per coroutine) and uses managed transactions
+(``execute_read`` / ``execute_write``), which retry transient errors (deadlocks, leader
+switches, unavailable servers) for up to ``NEO4J_RETRY_S``. Every transaction is bounded twice:
+by the server (``NEO4J_TRANSACTION_TIMEOUT_S``) and, with its retries, by the client
+(``NEO4J_CALL_TIMEOUT_S``), so a silent peer never holds a caller (an activity slot, a CLI
+command) for ever. Errors left leave a session as the port's (``taskgraph.errors``, by
+``graph_error``): ``GraphUnavailable`` for what may pass (the driver's ``is_retryable()``, a
+transaction out of time, ``OUT_OF_TIME_CODES``, and the client-side bound),
+``GraphAuthError``, else ``GraphDataError``; the driver's error is their ``__cause__``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, LiteralString, TypeVar
+
+from neo4j import (
+    AsyncDriver,
+    AsyncGraphDatabase,
+    AsyncManagedTransaction,
+    AsyncSession,
+    unit_of_work,
+)
+from neo4j.exceptions import AuthError, DriverError, Neo4jError
+
+from agent_tasks.taskgraph.dialect import GraphKind, Statement, spelled
+from agent_tasks.taskgraph.errors import (
+    GraphAuthError,
+    GraphDataError,
+    GraphError,
+    GraphUnavailable,
+)
+from agent_tasks.taskgraph.runner import StatementRunner
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Tracer
+
+
+_T = TypeVar("_T")
+
+NEO4J_CONNECT_TIMEOUT_S = 5.0
+"""Seconds a new connection may take to connect and finish the Bolt handshake (the driver's
+default is 30 s; a local or same-region Neo4j answers in milliseconds)."""
+NEO4J_ACQUIRE_TIMEOUT_S = 10.0
+"""Seconds to get a connection from the pool, a new one's connect or an idle one's liveness
+check included (the driver's default is 60 s)."""
+NEO4J_LIVENESS_CHECK_S = 10.0
+"""A pooled connection idle for longer than this (seconds) is checked with a round trip before
+it is used, within the acquisition timeout: one that died silently (a restarted server, a
+dropped NAT entry, a proxy that stopped forwarding) is replaced instead of hanging a
+transaction."""
+NEO4J_TRANSACTION_TIMEOUT_S = 10.0
+"""Seconds the server lets one transaction run (``unit_of_work(timeout=...)``) before it
+aborts it; one mirror page (``MIRROR_PAGE_EVENTS`` events, ``MAX_PAYLOAD_BYTES``) takes about
+0.1 s."""
+NEO4J_RETRY_S = 10.0
+"""Seconds the driver keeps retrying a transaction that failed with a transient error
+(``max_transaction_retry_time``, default 30 s); the mirror activity's retry policy and the
+workflow's pause retry after that."""
+NEO4J_CALL_TIMEOUT_S = NEO4J_RETRY_S + NEO4J_ACQUIRE_TIMEOUT_S + NEO4J_TRANSACTION_TIMEOUT_S + 5.0
+"""Client-side bound of one managed transaction with its retries (seconds): the last retry
+may start just before ``NEO4J_RETRY_S`` and then take an acquisition and a transaction, plus
+a margin. The server-side timeout cannot end a transaction whose peer went silent (a
+half-open TCP connection, a partition): this bound does, by cancelling the call (the async
+driver then drops that connection) and raising ``ServiceUnavailable``."""
+
+
+OUT_OF_TIME_CODES = frozenset(
+    {
+        "Neo.ClientError.Transaction.TransactionTimedOut",
+        "Neo.ClientError.Transaction.TransactionTimedOutClientConfiguration",
+        "Neo.ClientError.Transaction.LockClientStopped",
+    }
+)
+"""Neo4j status codes of a transaction the server ended because it ran out of time (its
+timeout, ``NEO4J_TRANSACTION_TIMEOUT_S``, or a lock wait it stopped with it). Neo4j files them
+as client errors (``is_retryable()`` is False), but they say the server was slow (load, lock
+waits between tasks' mirrors), not that the data is wrong: ``graph_error`` makes them
+``GraphUnavailable``, which the mirror retries."""
+
+
+def graph_error(err: Neo4jError | DriverError) -> GraphError:
+    """The port's error (``taskgraph.errors``) for a driver error: ``GraphAuthError`` for
+    refused credentials; ``GraphUnavailable`` for one that may pass (``is_retryable()``, or
+    one of ``OUT_OF_TIME_CODES``); else ``GraphDataError``. The message starts with
+    ``Neo4j``."""
+    if isinstance(err, AuthError):
+        return GraphAuthError(f"Neo4j refused the credentials: {err}")
+    if err.is_retryable() or getattr(err, "code", None) in OUT_OF_TIME_CODES:
+        return GraphUnavailable(f"Neo4j unavailable: {err}")
+    return GraphDataError(f"Neo4j refused the statement: {err}")
+
+
+def open_driver(uri: str, auth: tuple[str, str]) -> AsyncDriver:
+    """The async driver every part of the project uses: ``auth`` is ``(user, password)``;
+    connect, acquisition, liveness check and retry bounded (``NEO4J_*`` above); server
+    notifications (warnings about unknown property keys on an empty graph) are off."""
+    return AsyncGraphDatabase.driver(
+        uri,
+        auth=auth,
+        notifications_min_severity="OFF",
+        connection_timeout=NEO4J_CONNECT_TIMEOUT_S,
+        connection_acquisition_timeout=NEO4J_ACQUIRE_TIMEOUT_S,
+        liveness_check_timeout=NEO4J_LIVENESS_CHECK_S,
+        max_transaction_retry_time=NEO4J_RETRY_S,
+    )
+
+
+NEO4J_MAX_WRITES = 4
+"""The mirror's transactions one graph object runs at once, by default
+(``Settings.neo4j_max_writes``, whose default it is). Measured on a 2-core machine against a
+cold Neo4j, 16 tasks of 3 pages written at once: 6.3 to 9.7 s with no bound (each first page
+up to 9.4 s, near the 10 s transaction timeout), 3.0 to 3.5 s with 4 at a time after
+``ensure_ready``'s warm-up (``bench/RESULTS-issue-22.md``)."""
+
+bounded = unit_of_work(timeout=NEO4J_TRANSACTION_TIMEOUT_S)
+"""Marks a transaction function with the server-side ``NEO4J_TRANSACTION_TIMEOUT_S``."""
+
+
+class GraphSession(StatementRunner):
+    """The driver, the database and the tracer of a task graph, and its bounded sessions and
+    one-statement transactions (the base of ``taskgraph.neo4j.graph.TaskGraph``).
+
+    Args:
+        driver: from ``open_driver``.
+        database: the Neo4j database.
+        tracer: an OpenTelemetry tracer (``telemetry.setup``) for the mirror's write spans;
+            None: no OpenTelemetry code runs.
+        max_writes: the mirror's transactions this object runs at once (``write_task``;
+            ``Settings.neo4j_max_writes``).
+    """
+
+    def __init__(
+        self,
+        driver: AsyncDriver,
+        database: str = "neo4j",
+        tracer: Tracer | None = None,
+        max_writes: int = NEO4J_MAX_WRITES,
+    ) -> None:
+        self.driver = driver
+        self.database = database
+        self.tracer = tracer
+        self._schema_ready = False
+        self._schema_lock = asyncio.Lock()
+        self._warm = False
+        self._writes = asyncio.Semaphore(max_writes)
+        """The mirror's transactions at once (``Settings.neo4j_max_writes``)."""
+
+    @asynccontextmanager
+    async def _session(self) -> AsyncIterator[AsyncSession]:
+        """A session whose use is bounded by ``NEO4J_CALL_TIMEOUT_S``.
+
+        Raises:
+            GraphUnavailable: the bound passed (the call was cancelled), or the driver's
+                error may pass (``graph_error``).
+            GraphAuthError, GraphDataError: the driver's error (``graph_error``).
+        """
+        try:
+            async with (
+                asyncio.timeout(NEO4J_CALL_TIMEOUT_S),
+                self.driver.session(database=self.database) as session,
+            ):
+                yield session
+        except TimeoutError as err:
+            raise GraphUnavailable(
+                f"Neo4j did not answer within {NEO4J_CALL_TIMEOUT_S:g} s"
+            ) from err
+        except (Neo4jError, DriverError) as err:
+            raise graph_error(err) from err
+
+    kind: GraphKind = "neo4j"
+    """The store's dialect (``taskgraph.port.spelled``)."""
+
+    async def _read(self, query: Statement, **params: Any) -> list[dict[str, Any]]:
+        """The rows of one read statement, in a managed read transaction."""
+        return await self._run(spelled(query, self.kind), params, write=False)
+
+    async def _write(self, query: Statement, **params: Any) -> list[dict[str, Any]]:
+        """The rows of one write statement, in a managed write transaction."""
+        return await self._run(spelled(query, self.kind), params, write=True)
+
+    async def _write_work(self, work: Callable[[AsyncManagedTransaction], Awaitable[_T]]) -> _T:
+        """``work``'s result, run as one managed write transaction (bounded, retried)."""
+        async with self._session() as session:
+            return await session.execute_write(bounded(work))
+
+    async def _run(
+        self, query: LiteralString, params: dict[str, Any], *, write: bool
+    ) -> list[dict[str, Any]]:
+        async def work(tx: AsyncManagedTransaction) -> list[dict[str, Any]]:
+            result = await tx.run(query, **params)
+            return [record.data() async for record in result]
+
+        async with self._session() as session:
+            execute = session.execute_write if write else session.execute_read
+            return await execute(bounded(work))

@@ -1,0 +1,75 @@
+"""The task graph's schema in Neo4j: its constraints and indexes, created before the first
+write (FalkorDB's: ``taskgraph.falkordb.cypher.SCHEMA``)."""
+
+from __future__ import annotations
+
+from typing import LiteralString
+
+from neo4j.exceptions import ClientError
+
+from agent_tasks.taskgraph.neo4j.driver import GraphSession
+from agent_tasks.taskgraph.neo4j.keys import KEY_SCHEMA
+
+SCHEMA: tuple[LiteralString, ...] = (
+    "CREATE CONSTRAINT project_key IF NOT EXISTS FOR (n:Project) REQUIRE n.project_id IS UNIQUE",
+    "CREATE CONSTRAINT task_key IF NOT EXISTS FOR (n:Task) REQUIRE n.key IS UNIQUE",
+    "CREATE CONSTRAINT event_key IF NOT EXISTS FOR (n:Event) REQUIRE n.key IS UNIQUE",
+    "CREATE CONSTRAINT step_key IF NOT EXISTS FOR (n:Step) REQUIRE n.key IS UNIQUE",
+    "CREATE CONSTRAINT agent_key IF NOT EXISTS FOR (n:Agent) REQUIRE n.key IS UNIQUE",
+    "CREATE CONSTRAINT session_key IF NOT EXISTS FOR (n:Session) REQUIRE n.key IS UNIQUE",
+    "CREATE INDEX task_project_name IF NOT EXISTS FOR (n:Task) ON (n.project_id, n.name)",
+    "CREATE INDEX task_project_status_name IF NOT EXISTS FOR (n:Task) "
+    "ON (n.project_id, n.status, n.name)",
+    "CREATE INDEX event_project_kind IF NOT EXISTS FOR (n:Event) ON (n.project_id, n.kind)",
+    "CREATE INDEX event_project_time IF NOT EXISTS FOR (n:Event) ON (n.project_id, n.time)",
+    "CREATE INDEX step_project_state IF NOT EXISTS FOR (n:Step) ON (n.project_id, n.state)",
+    "CREATE CONSTRAINT event_id IF NOT EXISTS FOR (n:Event) REQUIRE n.id IS UNIQUE",
+    "CREATE CONSTRAINT decision_id IF NOT EXISTS FOR (n:Decision) REQUIRE n.id IS UNIQUE",
+    "CREATE INDEX decision_task IF NOT EXISTS FOR (n:Decision) ON (n.project_id, n.task_key)",
+    "CREATE CONSTRAINT tombstone_key IF NOT EXISTS FOR (n:TaskTombstone) REQUIRE n.key IS UNIQUE",
+    *KEY_SCHEMA,
+    # the HTTP API's records (``server.apikeys``, ``server.pagesessions``)
+    "CREATE CONSTRAINT api_key IF NOT EXISTS FOR (n:ApiKey) REQUIRE n.key_id IS UNIQUE",
+    "CREATE CONSTRAINT page_session IF NOT EXISTS FOR (n:PageSession) REQUIRE n.session_id "
+    "IS UNIQUE",
+)
+"""Constraints and indexes, created before the first write (all single-property uniqueness
+constraints and range indexes, which Neo4j Community has). ``task_project_status_name``
+replaced ``task_project_status`` (its prefix, which a graph made before still has: it is not
+dropped here, since workers of both versions run side by side during a deploy; an operator may
+drop it once every worker is new)."""
+
+
+SCHEMA_RULE_EXISTS = "Neo.ClientError.Schema.EquivalentSchemaRuleAlreadyExists"
+"""The error of a schema rule created by another session meanwhile (``init_schema``)."""
+
+
+class GraphSchema(GraphSession):
+    """Creates the schema (``init_schema``; ``ensure_schema`` runs it once per graph
+    object)."""
+
+    async def ensure_schema(self) -> None:
+        """``init_schema`` once per graph object, before its first write (so a worker can
+        start while Neo4j is down), however many first writes come at once: one runs it, the
+        others wait for it, where each used to run it."""
+        if self._schema_ready:
+            return
+        async with self._schema_lock:
+            if not self._schema_ready:
+                await self.init_schema()
+
+    async def init_schema(self) -> None:
+        """Create the constraints and indexes of ``SCHEMA`` (idempotent).
+
+        ``IF NOT EXISTS`` does not cover two sessions creating the same rule at once (workers
+        starting together): the one that loses gets ``EquivalentSchemaRuleAlreadyExists``,
+        which means the rule exists, so it is taken as done (seen when a benchmark's worker
+        processes started beside the test suite's)."""
+        async with self._session() as session:
+            for statement in SCHEMA:
+                try:
+                    await (await session.run(statement)).consume()
+                except ClientError as err:
+                    if err.code != SCHEMA_RULE_EXISTS:
+                        raise
+        self._schema_ready = True
