@@ -108,7 +108,7 @@ from temporalio.client import Client
 from temporalio.envconfig import ClientConfigProfile, ClientConnectConfig
 
 from agent_tasks import telemetry
-from agent_tasks.contract.errors import TaskServiceUnavailable
+from agent_tasks.contract.errors import ConfigurationError, TaskServiceUnavailable
 from agent_tasks.plugin import AgentTasksPlugin
 
 DEFAULT_TEMPORAL_ADDRESS = "127.0.0.1:7233"
@@ -273,7 +273,7 @@ class _OwnEnvironment(EnvSettingsSource):
         return super().get_field_value(field, field_name)
 
 
-class Neo4jPasswordMissing(RuntimeError):
+class Neo4jPasswordMissing(ConfigurationError):
     """No ``NEO4J_PASSWORD`` is set and the local stack's data folder holds no generated one."""
 
 

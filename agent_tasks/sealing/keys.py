@@ -19,7 +19,7 @@ class KeyStore(Protocol):
         """Store a new key tree of the task ``workflow_id`` (one transaction).
 
         Raises:
-            taskgraph.errors.GraphError: it was not stored.
+            contract.errors.GraphError: it was not stored.
         """
         ...
 

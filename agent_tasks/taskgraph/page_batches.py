@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from agent_tasks.contract import Event, StepView, TaskView
-from agent_tasks.taskgraph.errors import GraphAuthError, GraphUnavailable
+from agent_tasks.contract.errors import GraphAuthError, GraphUnavailable
 
 BATCH_PAGES = 64
 """Pages one batch holds at most (one transaction's size: 64 pages of one event each are

@@ -22,7 +22,7 @@ transaction log; FalkorDB keeps an acknowledged write when its server runs with
 ``appendonly yes`` and ``appendfsync always`` (``devstack``), and loses up to a second of
 acknowledged writes with Redis's default ``everysec``.
 
-Every method raises the port's errors (``taskgraph.errors``): ``GraphUnavailable`` (may pass),
+Every method raises the port's errors (``contract.errors``): ``GraphUnavailable`` (may pass),
 ``GraphAuthError``, ``GraphDataError``; never a driver's own.
 """
 

@@ -20,10 +20,9 @@ from temporalio.client import Client, WorkflowHistory
 
 from agent_tasks.config import Settings
 from agent_tasks.contract import MIRROR_ACTIVITY
-from agent_tasks.contract.errors import MIRROR_UNAVAILABLE
+from agent_tasks.contract.errors import MIRROR_UNAVAILABLE, GraphUnavailable
 from agent_tasks.devstack import free_port
 from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.taskgraph.errors import GraphUnavailable
 from agent_tasks.taskgraph.models import TaskFilter
 from agent_tasks.taskgraph.neo4j.driver import NEO4J_CALL_TIMEOUT_S, open_driver
 from agent_tasks.taskgraph.neo4j.graph import TaskGraph

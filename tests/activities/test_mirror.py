@@ -25,9 +25,13 @@ from agent_tasks.contract import (
     StepView,
     StepWrite,
 )
-from agent_tasks.contract.errors import MIRROR_DATA_ERROR, MIRROR_UNAVAILABLE
+from agent_tasks.contract.errors import (
+    MIRROR_DATA_ERROR,
+    MIRROR_UNAVAILABLE,
+    GraphDataError,
+    GraphUnavailable,
+)
 from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.taskgraph.errors import GraphDataError, GraphUnavailable
 from agent_tasks.taskgraph.models import StepFilter, TaskFilter, ToolFailures
 from agent_tasks.taskgraph.neo4j.driver import NEO4J_TRANSACTION_TIMEOUT_S, OUT_OF_TIME_CODES
 from agent_tasks.taskgraph.neo4j.graph import TaskGraph

@@ -16,12 +16,12 @@ from temporalio.client import Client
 
 from agent_tasks.activities.rebuild import rebuild
 from agent_tasks.contract import EventInput, EventKind, StepState, TaskStatus, TaskView
+from agent_tasks.contract.errors import TaskIncarnationError
 from agent_tasks.server import create_app
 from agent_tasks.server.apikeys import ApiKeyStore
 from agent_tasks.server.pagesessions import PageSessionStore
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.starter.retention import HistoryRetention
-from agent_tasks.taskgraph.errors import TaskIncarnationError
 from agent_tasks.taskgraph.models import EventFilter, StepFilter, TaskFilter
 from agent_tasks.taskgraph.port import GraphStore
 from agent_tasks.worker import Services

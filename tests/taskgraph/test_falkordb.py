@@ -21,7 +21,13 @@ from temporalio.client import Client
 
 from agent_tasks.activities.mirror import mirror_failure
 from agent_tasks.config import Settings
-from agent_tasks.contract.errors import MIRROR_DATA_ERROR, MIRROR_UNAVAILABLE
+from agent_tasks.contract.errors import (
+    MIRROR_DATA_ERROR,
+    MIRROR_UNAVAILABLE,
+    GraphAuthError,
+    GraphDataError,
+    GraphUnavailable,
+)
 from agent_tasks.devstack import free_port
 from agent_tasks.devstack.falkordb_server import FalkorDBServer, find_falkordb_module
 from agent_tasks.devstack.process import BIND_HOST, parse_host_port, port_is_open
@@ -29,7 +35,6 @@ from agent_tasks.devstack.redis_server import find_redis_server
 from agent_tasks.sealing.keytree import key_id, new_tree_id
 from agent_tasks.server.apikeys import ApiKeyStore
 from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.taskgraph.errors import GraphAuthError, GraphDataError, GraphUnavailable
 from agent_tasks.taskgraph.falkordb.cypher import UNIQUE
 from agent_tasks.taskgraph.falkordb.graph import FalkorGraph, falkor_error
 from agent_tasks.taskgraph.port import GraphStore

@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from agent_tasks.contract import TaskView, task_workflow_id
-from agent_tasks.taskgraph.errors import TaskIncarnationError
+from agent_tasks.contract.errors import TaskIncarnationError
 from agent_tasks.taskgraph.falkordb.graph import FalkorGraph
 from agent_tasks.taskgraph.neo4j.graph import TaskGraph
 from agent_tasks.taskgraph.page_batches import PageBatches, PageWrite

@@ -1,4 +1,4 @@
-"""The graph store's factory and errors (``taskgraph.store``, ``taskgraph.errors``): a kind or a
+"""The graph store's factory and errors (``taskgraph.store``, ``contract.errors``): a kind or a
 URI's scheme picks the adapter, anything else is refused by name before a connection is made,
 and a store that cannot be reached or refuses the credentials raises the port's errors, never a
 driver's."""
@@ -12,9 +12,9 @@ import pytest
 from pydantic import SecretStr
 
 from agent_tasks.config import Settings
+from agent_tasks.contract.errors import GraphAuthError, GraphError, GraphUnavailable
 from agent_tasks.devstack import free_port
 from agent_tasks.devstack.falkordb_server import FalkorDBServer
-from agent_tasks.taskgraph.errors import GraphAuthError, GraphError, GraphUnavailable
 from agent_tasks.taskgraph.store import graph_kind
 from agent_tasks.worker import build_graph_store
 from tests.test_docs import ROOT, python_blocks, run_snippet

@@ -60,18 +60,18 @@ from agent_tasks.contract import (
     TaskView,
     task_workflow_id,
 )
-from agent_tasks.sealing.keys import KeyLookup
-from agent_tasks.sealing.keytree import Node as TreeNode
-from agent_tasks.sealing.keytree import decode, encode, parse_key_id, puncture
-from agent_tasks.sealing.seal import unseal
-from agent_tasks.taskgraph.dialect import GraphKind, Statement, spelled
-from agent_tasks.taskgraph.errors import (
+from agent_tasks.contract.errors import (
     GraphAuthError,
     GraphDataError,
     GraphError,
     GraphUnavailable,
     TaskIncarnationError,
 )
+from agent_tasks.sealing.keys import KeyLookup
+from agent_tasks.sealing.keytree import Node as TreeNode
+from agent_tasks.sealing.keytree import decode, encode, parse_key_id, puncture
+from agent_tasks.sealing.seal import unseal
+from agent_tasks.taskgraph.dialect import GraphKind, Statement, spelled
 from agent_tasks.taskgraph.falkordb import cypher
 from agent_tasks.taskgraph.models import as_datetime, epoch_us, utc
 from agent_tasks.taskgraph.page_batches import PageBatches, PageWrite, check_batch

@@ -6,7 +6,7 @@ Each call opens its own session (one session per coroutine) and uses managed tra
 switches, unavailable servers) for up to ``NEO4J_RETRY_S``. Every transaction is bounded twice:
 by the server (``NEO4J_TRANSACTION_TIMEOUT_S``) and, with its retries, by the client
 (``NEO4J_CALL_TIMEOUT_S``), so a silent peer never holds a caller (an activity slot, a CLI
-command) for ever. Errors left leave a session as the port's (``taskgraph.errors``, by
+command) for ever. Errors left leave a session as the port's (``contract.errors``, by
 ``graph_error``): ``GraphUnavailable`` for what may pass (the driver's ``is_retryable()``, a
 transaction out of time, ``OUT_OF_TIME_CODES``, and the client-side bound),
 ``GraphAuthError``, else ``GraphDataError``; the driver's error is their ``__cause__``.
@@ -28,13 +28,13 @@ from neo4j import (
 )
 from neo4j.exceptions import AuthError, DriverError, Neo4jError
 
-from agent_tasks.taskgraph.dialect import GraphKind, Statement, spelled
-from agent_tasks.taskgraph.errors import (
+from agent_tasks.contract.errors import (
     GraphAuthError,
     GraphDataError,
     GraphError,
     GraphUnavailable,
 )
+from agent_tasks.taskgraph.dialect import GraphKind, Statement, spelled
 from agent_tasks.taskgraph.runner import StatementRunner
 
 if TYPE_CHECKING:
@@ -85,7 +85,7 @@ waits between tasks' mirrors), not that the data is wrong: ``graph_error`` makes
 
 
 def graph_error(err: Neo4jError | DriverError) -> GraphError:
-    """The port's error (``taskgraph.errors``) for a driver error: ``GraphAuthError`` for
+    """The port's error (``contract.errors``) for a driver error: ``GraphAuthError`` for
     refused credentials; ``GraphUnavailable`` for one that may pass (``is_retryable()``, or
     one of ``OUT_OF_TIME_CODES``); else ``GraphDataError``. The message starts with
     ``Neo4j``."""

@@ -2,7 +2,7 @@
 its schema, idempotent mirror writes, reads, retention and the key store of sealed text, each
 a module of its own (``taskgraph.neo4j.schema``, ``.writes``, ``.reads``, ``.neo4j_retention``,
 ``.keys``) on the driver's bounded sessions (``taskgraph.neo4j.driver``), whose errors leave it as
-the port's (``taskgraph.errors``).
+the port's (``contract.errors``).
 
 Graph model (every node carries ``project_id``; keys are unique by constraint)::
 
@@ -38,8 +38,8 @@ from typing import Any
 from neo4j import AsyncManagedTransaction
 from neo4j.exceptions import DriverError, Neo4jError
 
+from agent_tasks.contract.errors import GraphUnavailable
 from agent_tasks.taskgraph.dialect import Statement, spelled
-from agent_tasks.taskgraph.errors import GraphUnavailable
 from agent_tasks.taskgraph.models import plain
 from agent_tasks.taskgraph.neo4j.driver import bounded, graph_error
 from agent_tasks.taskgraph.neo4j.keys import fetch_keys, store_tree

@@ -25,10 +25,10 @@ from agent_tasks.contract import (
     TaskView,
     task_workflow_id,
 )
+from agent_tasks.contract.errors import TaskIncarnationError
 from agent_tasks.sealing.keys import KeyLookup
 from agent_tasks.sealing.seal import unseal
 from agent_tasks.taskgraph.dialect import SHARED_NODES
-from agent_tasks.taskgraph.errors import TaskIncarnationError
 from agent_tasks.taskgraph.models import utc
 from agent_tasks.taskgraph.neo4j.driver import bounded
 from agent_tasks.taskgraph.neo4j.keys import KEY_READS
