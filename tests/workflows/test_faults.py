@@ -182,6 +182,7 @@ async def test_content_that_grows_when_encoded_stops_no_read_and_no_mirror(
     assert [e.payload for e in in_neo4j] == [payload] * 25
 
 
+@pytest.mark.load
 async def test_200_concurrent_writers_on_one_task(
     history: ConversationHistory, task_queue: str
 ) -> None:
@@ -239,6 +240,7 @@ async def test_one_writers_order_holds_across_continue_as_new(
         await mirrored(history, "t")
 
 
+@pytest.mark.load
 async def test_ten_thousand_steps_across_continue_as_new(
     low_limit_env: WorkflowEnvironment, graph: TaskGraph, project_id: str
 ) -> None:
