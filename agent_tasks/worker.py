@@ -178,8 +178,6 @@ async def open_services(
         await release_runtime()
 
 
-# Long: one idempotent setup in order: namespace and retention, wait for it, then the search
-# attributes
 async def prepare_namespace(client: Client, retention: timedelta = DEFAULT_RETENTION) -> list[str]:
     """Ready ``client.namespace`` for task workflows; idempotent. Registers the namespace when
     missing, sets its retention when it differs, and adds the custom search attributes of

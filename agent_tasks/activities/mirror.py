@@ -186,8 +186,6 @@ class QueriedRun:
             delay = min(delay * 2, 0.5)
 
 
-# Long: one run's copy to the graph, page by page; the first page's view decides what the loop
-# copies
 async def copy_run(
     source: RunSource,
     graph: GraphStore,

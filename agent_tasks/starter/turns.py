@@ -177,8 +177,6 @@ class TaskTurns:
         )
         return WriteResult(recorded=True)
 
-    # Long: one published call: check the point, create the branch, wait for its copy; mostly
-    # docstring
     async def branch_from(
         self,
         source: str,

@@ -73,7 +73,6 @@ def split_events(events: Sequence[EventInput]) -> Iterator[list[EventInput]]:
         yield chunk
 
 
-# Long: ConversationHistory's write layer: the log's published write methods over one update path
 class TaskWrites:
     """The writes of ``ConversationHistory`` to a task's log (its published write methods)."""
 

@@ -93,8 +93,6 @@ async def _direct(call: Callable[[], Awaitable[_T]], workflow_id: str | None = N
     return await call()
 
 
-# Long: one task's reads across its runs; view, events and steps share the rule of where each part
-# lives
 class TaskReader:
     """Reads one task's view, events and steps across its runs.
 

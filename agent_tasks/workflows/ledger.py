@@ -62,8 +62,6 @@ from agent_tasks.workflows.steps import (
 )
 
 
-# Long: the task's one write path: check/apply pairs over one state; its other jobs already live in
-# rooms
 class Ledger:
     """One task's ledger: the carried ``state`` and this run's events (``run_events``).
 

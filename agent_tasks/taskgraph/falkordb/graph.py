@@ -440,7 +440,6 @@ class FalkorGraph(GraphReads, GraphRetention):
     _batches: PageBatches | None = None
     """The line of this object's mirror pages (made at the first write, in its event loop)."""
 
-    # Long: a batch of mirror pages in FalkorDB's statements, each over every page of the batch
     async def write_pages(self, pages: Sequence[PageWrite]) -> None:
         """Write a batch of pages (one project, a page per task) in one run of statements,
         each over all of them: the tasks' nodes (``TASK``, guarded), their events with their

@@ -87,8 +87,6 @@ class ChildFailed(AgentError):
 _NO_DEFAULT: Any = object()
 
 
-# Long: the agent API in one place: every method agent code calls is declared here (the step
-# machinery's delegate to the StepRunner it has), and input requests and child tasks are its own
 class AgentContext:
     """What agent code runs with: steps, events, the model, budgets and its carried state.
 
@@ -224,8 +222,6 @@ class AgentContext:
         ).first_seq
         return seq
 
-    # Long: one input request in workflow order: open it, wait with its timeout, take the answer;
-    # mostly docstring
     async def ask(
         self,
         input_id: str,
@@ -291,8 +287,6 @@ class AgentContext:
         )
         return answer
 
-    # Long: one child spawn in workflow order: memo, limits, record, start, a refused start; mostly
-    # docstring
     async def spawn(
         self,
         key: str,
