@@ -519,7 +519,7 @@ async def release_runtime(within_s: float = RUNTIME_SETTLE_S) -> None:
     event loop's wake-up socket. The awaiting coroutine can resume in that gap, the program
     end, and the interpreter start finalizing; the runtime thread then takes the GIL back
     during finalization and CPython aborts with ``Fatal Python error: PyGILState_Release``
-    (1 run in 4 of an app that connects, writes and exits; temporalio/sdk-python#300). Such a
+    (an app that connects, writes and exits). Such a
     thread shows in ``sys._current_frames()`` while it runs Python, and is not one of the
     ``threading`` module's threads; this waits until none is left (at most ``within_s``).
     """

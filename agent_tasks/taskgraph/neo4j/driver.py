@@ -113,10 +113,8 @@ def open_driver(uri: str, auth: tuple[str, str]) -> AsyncDriver:
 
 NEO4J_MAX_WRITES = 4
 """The mirror's transactions one graph object runs at once, by default
-(``Settings.neo4j_max_writes``, whose default it is). Measured on a 2-core machine against a
-cold Neo4j, 16 tasks of 3 pages written at once: 6.3 to 9.7 s with no bound (each first page
-up to 9.4 s, near the 10 s transaction timeout), 3.0 to 3.5 s with 4 at a time after
-``ensure_ready``'s warm-up (``bench/RESULTS-issue-22.md``)."""
+(``Settings.graph_max_writes``, whose default it is): unbounded, many first pages at once
+queue inside Neo4j until they run out of transaction time."""
 
 bounded = unit_of_work(timeout=NEO4J_TRANSACTION_TIMEOUT_S)
 """Marks a transaction function with the server-side ``NEO4J_TRANSACTION_TIMEOUT_S``."""

@@ -63,8 +63,7 @@ class GraphSchema(GraphSession):
 
         ``IF NOT EXISTS`` does not cover two sessions creating the same rule at once (workers
         starting together): the one that loses gets ``EquivalentSchemaRuleAlreadyExists``,
-        which means the rule exists, so it is taken as done (seen when a benchmark's worker
-        processes started beside the test suite's)."""
+        which means the rule exists, so it is taken as done."""
         async with self._session() as session:
             for statement in SCHEMA:
                 try:

@@ -75,12 +75,9 @@ version: a late, retried or cancelled mirror attempt never undoes a newer one); 
 each task (``placed``) the ``created_at`` its node had before when it is not the view's
 (``other``, as text; null for a new node or the same task) and whether the task's id has a
 tombstone (``deleted``), so the write can refuse a node that is not its task's before anything
-else is written (the times travel as ``epoch`` pairs and the node's comes back as text: the
-driver converts datetimes in pure Python, about 0.5 ms of the 14 ms of main-thread CPU a write
-took with 20 writers, profiled in ``bench/RESULTS-issue-36.md``); and, the nodes locked, the
-keys of the pages' sealed events (``KEY_READS``: one round trip for both, where a separate
-read of the keys was a third statement: a one-event sealed page 9.0 -> 7.2 ms p50,
-``bench/RESULTS-issue-22.md``)."""
+else is written (times travel as ``epoch`` pairs and come back as text: the driver converts
+datetimes in pure Python); and, the nodes locked, the keys of the pages' sealed events
+(``KEY_READS``, in the same round trip)."""
 
 _PAGE: LiteralString = (
     """
@@ -166,16 +163,14 @@ row, run in this order, so the NEXT links see the events merged before them, a s
 event is merged (as a placeholder) when not written yet, and a decision cites the steps as
 merged. The shared nodes come last because a new relationship locks both its nodes until the
 transaction commits: taken first, the project's and agent's locks were held through the
-whole page, and the mirrors of 16 tasks importing at once on a loaded machine queued on them
-past the transaction timeout (6 of 16 first pages at load 7). An event's ``AUTHORED_BY`` link
+whole page, and the mirrors of many tasks importing at once queued on them past the
+transaction timeout. An event's ``AUTHORED_BY`` link
 to its agent, the node every event of an agent shares, is created (``CREATE``) only with the
 event's node (one that had no ``kind``: new, or a step result's placeholder), where a
 ``MERGE`` that finds no link locks both nodes to make one: creating a relationship does not
 lock a dense node exclusively (Neo4j's locks for dense nodes), so the pages of concurrent
-tasks no longer queue on their agent (``python -m bench.bench_graph_write --writers 16``, in
-``bench/RESULTS-issue-22.md``: the slowest page 1.1-1.7 s with MERGE, 0.55-1.1 s with
-CREATE). Event and step times arrive as ``epoch`` pairs and are set as datetimes in the same
-SET."""
+tasks do not queue on their agent. Event and step times arrive as ``epoch`` pairs and are set
+as datetimes in the same SET."""
 
 
 Transaction = AsyncManagedTransaction | AsyncTransaction
@@ -384,11 +379,10 @@ class MirrorWrites(GraphSchema):
         then the mirror's statements planned and run in a transaction rolled back
         (``warm_up_page``).
 
-        A cold Neo4j (a fresh ``./run main``) plans and compiles each statement the first time
-        it runs, on a JVM that has not compiled itself yet: an import's 16 first mirror pages
-        did that at once and every one of them ran out of transaction time (the catch-up took
-        27 s). Done once, before them, they find the plans cached. (A client storing a key
-        tree needs the schema only: ``put_tree`` does not wait for this.)
+        A cold Neo4j plans and compiles each statement the first time it runs: many first
+        pages at once all ran out of transaction time. Done once, before them, they find the
+        plans cached. (A client storing a key tree needs the schema only: ``put_tree`` does
+        not wait for this.)
         """
         if self._warm:
             return
