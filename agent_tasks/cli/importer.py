@@ -287,7 +287,7 @@ async def verify_task(history: ConversationHistory, task: PlannedTask) -> list[s
         sources.append(
             (
                 "neo4j",
-                await history.graph.events(
+                await history.graph.reads.events(
                     history.project_id, history.workflow_id(name), 0, 10**12, 10**6
                 ),
             )

@@ -167,7 +167,7 @@ class TaskLifecycle:
         (``TaskIncarnationError``)."""
         if self.transport.graph is None:
             return None
-        state = await self.transport.graph.name_state(
+        state = await self.transport.graph.retention.name_state(
             self.transport.project_id, self.transport.workflow_id(name)
         )
         if state.deleted:

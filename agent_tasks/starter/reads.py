@@ -75,7 +75,7 @@ class TaskReads:
         writes = 0 if view is None else view.writes
         while view is not None and view.unmirrored_writes:
             if self.transport.graph is not None:
-                held = await self.transport.graph.mirrored_write(
+                held = await self.transport.graph.reads.mirrored_write(
                     self.transport.project_id, self.transport.workflow_id(task)
                 )
                 if held >= writes:
@@ -135,7 +135,7 @@ class TaskReads:
     ) -> DecisionsResult:
         """Runs ``ConversationHistory.list_decisions`` (whose docstring is the contract)."""
         read = DecisionsRead(task=task, after_seq=after_seq, limit=limit)
-        rows = await self.require_graph().decisions(
+        rows = await self.require_graph().reads.decisions(
             self.transport.project_id,
             workflow_id=self.transport.workflow_id(task),
             after_seq=read.after_seq,
@@ -148,7 +148,7 @@ class TaskReads:
     async def get_decision(self, decision_id: str) -> DecisionRow | None:
         """Runs ``ConversationHistory.get_decision`` (whose docstring is the contract)."""
         decision_id = checked(decision_id, ShortText, "decision_id")
-        rows = await self.require_graph().decisions(
+        rows = await self.require_graph().reads.decisions(
             self.transport.project_id, decision_id=decision_id, limit=1
         )
         return rows[0] if rows else None
@@ -182,11 +182,11 @@ class TaskReads:
             after_name=after_name,
             limit=limit,
         )
-        return await self.require_graph().find_tasks(self.transport.project_id, where)
+        return await self.require_graph().reads.find_tasks(self.transport.project_id, where)
 
     async def task_tree(self, task: str, depth: int = 3) -> list[TreeRow]:
         """Runs ``ConversationHistory.task_tree`` (whose docstring is the contract)."""
-        return await self.require_graph().task_tree(
+        return await self.require_graph().reads.task_tree(
             self.transport.project_id, TreeRead(task=task, depth=depth)
         )
 
@@ -204,19 +204,19 @@ class TaskReads:
         where = EventFilter(
             kind=kind, name=name, since=since, until=until, failed_only=failed_only, limit=limit
         )
-        return await self.require_graph().find_events(self.transport.project_id, where)
+        return await self.require_graph().reads.find_events(self.transport.project_id, where)
 
     async def find_steps(
         self, *, state: StepState | str | None = None, limit: int = 50
     ) -> list[StepRow]:
         """Runs ``ConversationHistory.find_steps`` (whose docstring is the contract)."""
-        return await self.require_graph().find_steps(
+        return await self.require_graph().reads.find_steps(
             self.transport.project_id, StepFilter(state=state, limit=limit)
         )
 
     async def failed_tool_calls(self) -> list[ToolFailures]:
         """Runs ``ConversationHistory.failed_tool_calls`` (whose docstring is the contract)."""
-        return await self.require_graph().failed_tool_calls(self.transport.project_id)
+        return await self.require_graph().reads.failed_tool_calls(self.transport.project_id)
 
     def require_graph(self) -> GraphStore:
         """The graph store, for a read that needs it.

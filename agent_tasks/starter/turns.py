@@ -119,7 +119,7 @@ class TaskTurns:
             return page.steps[0].state
         if self.transport.graph is None:
             return None
-        found = await self.transport.graph.step(
+        found = await self.transport.graph.reads.step(
             self.transport.project_id, self.transport.workflow_id(task), step
         )
         return None if found is None else found.state

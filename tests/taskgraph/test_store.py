@@ -82,10 +82,10 @@ async def test_the_guides_store_connects_and_closes(settings: Settings) -> None:
     it; after ``close()`` the store answers no more."""
     store = build_graph_store("neo4j", settings=settings)
     await store.connect()
-    assert await store.counts("no-such-project") == {}
+    assert await store.reads.counts("no-such-project") == {}
     await store.close()
     with pytest.raises((GraphError, RuntimeError)):
-        await store.counts("no-such-project")
+        await store.reads.counts("no-such-project")
 
 
 @pytest.mark.parametrize("kind", ["neo4j", "falkordb"])
@@ -112,7 +112,7 @@ def test_only_the_chosen_stores_driver_is_loaded() -> None:
     neither; building a FalkorDB store loads FalkorDB's client and not Neo4j's driver, and a
     Neo4j store the other way round (a fresh interpreter each)."""
     probe = (
-        "import sys, worker, starter; "
+        "import sys; from agent_tasks import worker, starter; "
         "before = ('neo4j' in sys.modules, 'falkordb' in sys.modules); "
         "worker.build_graph_store({kind!r}, settings=worker.Settings(neo4j_password='x')); "
         "print(before, ('neo4j' in sys.modules, 'falkordb' in sys.modules))"

@@ -3,11 +3,12 @@ write (FalkorDB's: ``taskgraph.falkordb.cypher.SCHEMA``)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import LiteralString
 
 from neo4j.exceptions import ClientError
 
-from agent_tasks.taskgraph.neo4j.driver import GraphSession
+from agent_tasks.taskgraph.neo4j.driver import Neo4jRunner
 from agent_tasks.taskgraph.neo4j.keys import KEY_SCHEMA
 
 SCHEMA: tuple[LiteralString, ...] = (
@@ -44,18 +45,28 @@ SCHEMA_RULE_EXISTS = "Neo.ClientError.Schema.EquivalentSchemaRuleAlreadyExists"
 """The error of a schema rule created by another session meanwhile (``init_schema``)."""
 
 
-class GraphSchema(GraphSession):
-    """Creates the schema (``init_schema``; ``ensure_schema`` runs it once per graph
-    object)."""
+class Neo4jSchema:
+    """Creates the schema (``init_schema``; ``ensure_schema`` runs it once per graph object).
+
+    Args:
+        runner: the graph's sessions.
+    """
+
+    def __init__(self, runner: Neo4jRunner) -> None:
+        self.runner = runner
+        self.ready = False
+        """Whether this object created the schema."""
+        self.lock = asyncio.Lock()
+        """Held while the schema is created (and while the mirror's statements warm up)."""
 
     async def ensure_schema(self) -> None:
         """``init_schema`` once per graph object, before its first write (so a worker can
         start while Neo4j is down), however many first writes come at once: one runs it, the
-        others wait for it, where each used to run it."""
-        if self._schema_ready:
+        others wait for it."""
+        if self.ready:
             return
-        async with self._schema_lock:
-            if not self._schema_ready:
+        async with self.lock:
+            if not self.ready:
                 await self.init_schema()
 
     async def init_schema(self) -> None:
@@ -64,11 +75,11 @@ class GraphSchema(GraphSession):
         ``IF NOT EXISTS`` does not cover two sessions creating the same rule at once (workers
         starting together): the one that loses gets ``EquivalentSchemaRuleAlreadyExists``,
         which means the rule exists, so it is taken as done."""
-        async with self._session() as session:
+        async with self.runner.session() as session:
             for statement in SCHEMA:
                 try:
                     await (await session.run(statement)).consume()
                 except ClientError as err:
                     if err.code != SCHEMA_RULE_EXISTS:
                         raise
-        self._schema_ready = True
+        self.ready = True

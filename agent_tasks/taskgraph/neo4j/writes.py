@@ -11,9 +11,10 @@ arbitrary JSON and any Unicode are stored exactly as recorded.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
-from typing import Any, LiteralString
+from typing import TYPE_CHECKING, Any, LiteralString
 
 from neo4j import AsyncManagedTransaction, AsyncTransaction
 
@@ -30,9 +31,9 @@ from agent_tasks.sealing.keys import KeyLookup
 from agent_tasks.sealing.seal import unseal
 from agent_tasks.taskgraph.dialect import SHARED_NODES
 from agent_tasks.taskgraph.models import utc
-from agent_tasks.taskgraph.neo4j.driver import bounded
+from agent_tasks.taskgraph.neo4j.driver import NEO4J_MAX_WRITES, Neo4jRunner, bounded
 from agent_tasks.taskgraph.neo4j.keys import KEY_READS
-from agent_tasks.taskgraph.neo4j.schema import GraphSchema
+from agent_tasks.taskgraph.neo4j.schema import Neo4jSchema
 from agent_tasks.taskgraph.page_batches import PageBatches, PageWrite, check_batch
 from agent_tasks.taskgraph.properties import (
     epoch,
@@ -42,6 +43,9 @@ from agent_tasks.taskgraph.properties import (
 )
 from agent_tasks.taskgraph.seeds import warm_up_page
 from agent_tasks.taskgraph.tracing import write_span
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Tracer
 
 WIPE_BATCH = 10_000
 """Event nodes ``wipe_project`` deletes per transaction."""
@@ -240,8 +244,33 @@ def _batch_writer(batch: Sequence[PageWrite]) -> Callable[[Transaction], Awaitab
     return work
 
 
-class MirrorWrites(GraphSchema):
-    """The mirror's writes (``write_task``) and the clean-ups of a rebuild and a project."""
+class MirrorWrites:
+    """The mirror's writes (``write_task``) and the clean-ups of a rebuild and a project.
+
+    Args:
+        runner: the graph's sessions.
+        schema: the graph's schema, created before the first write.
+        tracer: an OpenTelemetry tracer (``telemetry.setup``) for the write spans; None: no
+            OpenTelemetry code runs.
+        max_writes: the mirror's transactions this object runs at once
+            (``Settings.graph_max_writes``).
+    """
+
+    def __init__(
+        self,
+        runner: Neo4jRunner,
+        schema: Neo4jSchema,
+        tracer: Tracer | None = None,
+        max_writes: int = NEO4J_MAX_WRITES,
+    ) -> None:
+        self.runner = runner
+        self.schema = schema
+        self.tracer = tracer
+        self._writes = asyncio.Semaphore(max_writes)
+        """The mirror's transactions at once."""
+        self._warm = False
+        self._batches: PageBatches | None = None
+        """The line of this object's mirror pages (made at the first write, in its loop)."""
 
     async def wipe_project(self, project_id: str) -> int:
         """Delete every node of one project and its relationships, but for what the Temporal
@@ -272,10 +301,10 @@ class MirrorWrites(GraphSchema):
 
         deleted, batch = 0, WIPE_BATCH
         while batch:
-            async with self._session() as session:  # each batch bounded on its own
+            async with self.runner.session() as session:  # each batch bounded on its own
                 batch = await session.execute_write(bounded(events))
             deleted += batch
-        async with self._session() as session:
+        async with self.runner.session() as session:
             return deleted + await session.execute_write(bounded(rest))
 
     async def drop_unmarked(
@@ -314,7 +343,7 @@ class MirrorWrites(GraphSchema):
             record = await result.single(strict=True)
             return int(record["n"])
 
-        async with self._session() as session:
+        async with self.runner.session() as session:
             return await session.execute_write(bounded(work))
 
     async def write_task(
@@ -352,11 +381,9 @@ class MirrorWrites(GraphSchema):
             self._batches = PageBatches(self.write_pages)
         page = PageWrite(view, events, steps, mark, mirrored_write)
         seqs = [e.seq for e in events]
-        with write_span(self.tracer, self.kind, self.database, view, seqs, len(steps)):
+        kind, database = self.runner.kind, self.runner.database
+        with write_span(self.tracer, kind, database, view, seqs, len(steps)):
             await self._batches.write(page)
-
-    _batches: PageBatches | None = None
-    """The line of this object's mirror pages (made at the first write, in its event loop)."""
 
     async def write_pages(self, pages: Sequence[PageWrite]) -> None:
         """Write ``pages`` (of one project, a page per task: ``taskgraph.page_batches``) in
@@ -370,12 +397,12 @@ class MirrorWrites(GraphSchema):
             ValueError: pages of two projects, or two pages of one task.
         """
         check_batch(pages)
-        async with self._writes, self._session() as session:
+        async with self._writes, self.runner.session() as session:
             await session.execute_write(bounded(_batch_writer(pages)))
 
     async def ensure_ready(self) -> None:
         """Ready this graph object for the mirror's writes, once, however many first writes
-        come at once (one does it, the others wait for it): the schema (``ensure_schema``),
+        come at once (one does it, the others wait for it): the schema (``Neo4jSchema``),
         then the mirror's statements planned and run in a transaction rolled back
         (``warm_up_page``).
 
@@ -386,13 +413,13 @@ class MirrorWrites(GraphSchema):
         """
         if self._warm:
             return
-        await self.ensure_schema()
-        async with self._schema_lock:
+        await self.schema.ensure_schema()
+        async with self.schema.lock:
             if self._warm:
                 return
             view, events = warm_up_page()
             work = _batch_writer([PageWrite(view, events, [])])
-            async with self._session() as session, await session.begin_transaction() as tx:
+            async with self.runner.session() as session, await session.begin_transaction() as tx:
                 await work(tx)
                 await tx.rollback()
             self._warm = True
