@@ -21,7 +21,7 @@ STATUSES = ("open", "done", "failed")
 @pytest.fixture
 async def seeded(graph: TaskGraph) -> AsyncIterator[str]:
     """300 task nodes (a third of each status, two agents) and one placeholder (no status)."""
-    await graph.schema.init_schema()
+    await graph.init_schema()
     project = f"t-{uuid.uuid4().hex[:12]}"
     rows = [
         {
@@ -116,8 +116,8 @@ async def test_workers_creating_the_schema_at_once_all_succeed(graph: TaskGraph)
             "DROP INDEX task_project_status_name IF EXISTS", database_=graph.database
         )
         graphs = [TaskGraph(graph.driver, graph.database) for _ in range(6)]
-        await asyncio.gather(*(g.schema.init_schema() for g in graphs))
-        assert all(g.schema.ready for g in graphs)
+        await asyncio.gather(*(g.init_schema() for g in graphs))
+        assert all(g.schema_ready for g in graphs)
     records, _, _ = await graph.driver.execute_query(
         "SHOW INDEXES YIELD name WHERE name = 'task_project_status_name' RETURN count(*) AS n",
         database_=graph.database,

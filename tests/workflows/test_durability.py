@@ -140,7 +140,7 @@ async def test_neo4j_down_during_200_writes(client: Client, tmp_path: Path) -> N
     await server.wait_ready()
     driver = open_driver(server.uri, server.auth())
     graph = TaskGraph(driver)
-    await graph.schema.init_schema()
+    await graph.init_schema()
     queue, project = f"outage-{uuid.uuid4().hex[:6]}", f"n-{uuid.uuid4().hex[:8]}"
     history = ConversationHistory(client, project_id=project, agent_id="a", task_queue=queue)
     try:

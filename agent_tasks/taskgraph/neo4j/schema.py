@@ -3,7 +3,6 @@ write (FalkorDB's: ``taskgraph.falkordb.cypher.SCHEMA``)."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import LiteralString
 
 from neo4j.exceptions import ClientError
@@ -42,44 +41,19 @@ drop it once every worker is new)."""
 
 
 SCHEMA_RULE_EXISTS = "Neo.ClientError.Schema.EquivalentSchemaRuleAlreadyExists"
-"""The error of a schema rule created by another session meanwhile (``init_schema``)."""
+"""The error of a schema rule created by another session meanwhile (``create_schema``)."""
 
 
-class Neo4jSchema:
-    """Creates the schema (``init_schema``; ``ensure_schema`` runs it once per graph object).
+async def create_schema(runner: Neo4jRunner) -> None:
+    """Create the constraints and indexes of ``SCHEMA`` (idempotent).
 
-    Args:
-        runner: the graph's sessions.
-    """
-
-    def __init__(self, runner: Neo4jRunner) -> None:
-        self.runner = runner
-        self.ready = False
-        """Whether this object created the schema."""
-        self.lock = asyncio.Lock()
-        """Held while the schema is created (and while the mirror's statements warm up)."""
-
-    async def ensure_schema(self) -> None:
-        """``init_schema`` once per graph object, before its first write (so a worker can
-        start while Neo4j is down), however many first writes come at once: one runs it, the
-        others wait for it."""
-        if self.ready:
-            return
-        async with self.lock:
-            if not self.ready:
-                await self.init_schema()
-
-    async def init_schema(self) -> None:
-        """Create the constraints and indexes of ``SCHEMA`` (idempotent).
-
-        ``IF NOT EXISTS`` does not cover two sessions creating the same rule at once (workers
-        starting together): the one that loses gets ``EquivalentSchemaRuleAlreadyExists``,
-        which means the rule exists, so it is taken as done."""
-        async with self.runner.session() as session:
-            for statement in SCHEMA:
-                try:
-                    await (await session.run(statement)).consume()
-                except ClientError as err:
-                    if err.code != SCHEMA_RULE_EXISTS:
-                        raise
-        self.ready = True
+    ``IF NOT EXISTS`` does not cover two sessions creating the same rule at once (workers
+    starting together): the one that loses gets ``EquivalentSchemaRuleAlreadyExists``, which
+    means the rule exists, so it is taken as done."""
+    async with runner.session() as session:
+        for statement in SCHEMA:
+            try:
+                await (await session.run(statement)).consume()
+            except ClientError as err:
+                if err.code != SCHEMA_RULE_EXISTS:
+                    raise
