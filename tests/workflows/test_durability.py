@@ -137,13 +137,13 @@ async def test_neo4j_down_during_200_writes(client: Client, tmp_path: Path) -> N
     with every event once."""
     server = Neo4jServer(tmp_path / "neo4j", free_port(), password="outage-test-password")
     await server.start()
-    await server.wait_ready()
     driver = open_driver(server.uri, server.auth())
     graph = TaskGraph(driver)
-    await graph.init_schema()
     queue, project = f"outage-{uuid.uuid4().hex[:6]}", f"n-{uuid.uuid4().hex[:8]}"
     history = ConversationHistory(client, project_id=project, agent_id="a", task_queue=queue)
-    try:
+    try:  # the server is stopped however the test ends, a start that timed out included
+        await server.wait_ready()
+        await graph.init_schema()
         async with build_worker(client, graph, queue):
             await history.create_task("t", "outage")
             await mirrored(history, "t")
