@@ -221,6 +221,52 @@ async def test_a_call_that_needs_two_approvers_runs_after_two_distinct_people_ac
     assert ask.idempotency_key in decisions[1].payload
 
 
+async def test_one_person_under_two_spellings_is_one_approver(
+    agents: ConversationHistory, tmp_path: Path
+) -> None:
+    """``wire`` needs two approvers (palantir/policy-bot#33: approvals counted by a login's
+    spelling let one person approve twice). After ann's accept, the same person as ``"Ann "``
+    is refused ``approver_repeated`` by update, and as ``"ANN"`` in full-width letters with a
+    zero-width space is recorded ``rejected`` by signal, the request still open and nothing
+    run; bob's accept runs the call once. Before the fix both counted as a second person and
+    the call ran on ann's word alone."""
+    log = tmp_path / "wire.log"
+    await agents.create_task(
+        "t", goal(("wire", {"log": str(log), "amount": 500})), agent=approval_spec()
+    )
+    first = await open_request(agents, "t")
+    assert first.approval is not None and first.approval.digest is not None
+    assert (await person(agents, "ann").approve("t", first.input_id, "accept")).recorded
+    second = await open_request(agents, "t", f"{first.input_id}-2")
+    again = await person(agents, "Ann ").approve("t", second.input_id, "accept")
+    assert (again.recorded, again.error) == (False, ErrorCode.APPROVER_REPEATED)
+    assert "'Ann ' accepted this call already (as 'ann'" in (again.message or "")
+    wide = "\uff21\uff2e\u200b\uff2e"  # ANN in full-width letters, a zero-width space inside
+    accept: dict[str, JsonValue] = {"type": "accept", "digest": first.approval.digest}
+    signalled = await person(agents, wide).submit_input("t", accept, input_id=second.input_id)
+    assert signalled.recorded
+
+    async def rejected() -> list[Event]:
+        events = (await agents.list_events("t", limit=200)).events
+        return [e for e in events if e.kind is EventKind.INPUT_RESPONSE and e.name == "rejected"]
+
+    async def any_rejected() -> bool:
+        return bool(await rejected())
+
+    await eventually(any_rejected)
+    (refusal,) = await rejected()
+    assert refusal.author == wide
+    assert json.loads(refusal.payload)["error"].startswith("approver_repeated: ")
+    assert (await open_request(agents, "t")).input_id == second.input_id  # still open
+    assert effects(log) == []
+    assert (await person(agents, "bob").approve("t", second.input_id, "accept")).recorded
+    final = await agents.wait_task("t")
+    assert final is not None and final.status is TaskStatus.DONE
+    assert effects(log) == [f"{first.approval.idempotency_key} wire 500"]
+    events = (await agents.list_events("t", limit=200)).events
+    assert [d.author for d in events if d.kind is EventKind.DECISION] == ["ann", "bob"]
+
+
 async def test_the_cli_approves_the_call_it_was_shown(
     agents: ConversationHistory, tmp_path: Path
 ) -> None:
