@@ -71,6 +71,7 @@ from agent_tasks.contract.errors import (
 from agent_tasks.plugin import AgentTasksPlugin
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.starter.results import (
+    AnswerOutcome,
     DecisionsResult,
     DeleteResult,
     EventsResult,
@@ -171,6 +172,7 @@ __all__ = [
     "AgentSpec",
     "AgentTasksPlugin",
     "AgentTasksWorkerPlugin",
+    "AnswerOutcome",
     "BudgetExceeded",
     "Budgets",
     "ChildFailed",

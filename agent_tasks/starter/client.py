@@ -211,6 +211,7 @@ class ConversationHistory:
     get_task = _Runs("reads", TaskReads.get_task)
     wait_mirrored = _Runs("reads", TaskReads.wait_mirrored)
     list_events = _Runs("reads", TaskReads.list_events)
+    answer_outcome = _Runs("reads", TaskReads.answer_outcome)
     list_steps = _Runs("reads", TaskReads.list_steps)
     list_tasks = _Runs("reads", TaskReads.list_tasks)
     list_decisions = _Runs("reads", TaskReads.list_decisions)

@@ -5,6 +5,7 @@ visibility, and the decisions and cross-task reads from Neo4j."""
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -18,7 +19,13 @@ from agent_tasks.contract import (
 )
 from agent_tasks.contract.errors import GraphNotConfigured
 from agent_tasks.starter.arguments import checked
-from agent_tasks.starter.results import DecisionsResult, EventsResult, GetTaskResult, StepsResult
+from agent_tasks.starter.results import (
+    AnswerOutcome,
+    DecisionsResult,
+    EventsResult,
+    GetTaskResult,
+    StepsResult,
+)
 from agent_tasks.starter.transport import Transport
 from agent_tasks.taskgraph.models import (
     DecisionRow,
@@ -122,6 +129,41 @@ class TaskReads:
             return EventsResult(found=False)
         events, cursor = page
         return EventsResult(found=True, events=events, next_after_seq=cursor)
+
+    async def answer_outcome(
+        self, task: str, request_id: str, *, after_seq: int = 0
+    ) -> AnswerOutcome:
+        """What the task did with the answer sent by signal under ``request_id``
+        (``submit_input(..., request_id=...)``; a signal returns nothing of its fate): the
+        ``input_response`` event the task recorded with that request id, read from the task's
+        events after ``after_seq`` (``list_events``, a page of ``PAGE_LIMIT_MAX`` at a time, so
+        a closed task is read without a worker too).
+
+        Raises:
+            pydantic.ValidationError: an argument of the wrong shape.
+            GraphNotConfigured, GraphIncomplete: as ``list_events``.
+        """
+        after: int | None = after_seq
+        while after is not None:
+            page = await self.list_events(task, after_seq=after, limit=PAGE_LIMIT_MAX)
+            if not page.found:
+                return AnswerOutcome(found=False)
+            for event in page.events:
+                if event.kind is EventKind.INPUT_RESPONSE and event.request_id == request_id:
+                    if event.name not in ("rejected", "late"):
+                        return AnswerOutcome(
+                            found=True, outcome="taken", input_id=event.name, event=event
+                        )
+                    said = json.loads(event.payload)
+                    return AnswerOutcome(
+                        found=True,
+                        outcome="rejected" if event.name == "rejected" else "late",
+                        input_id=said.get("input_id"),
+                        error=said.get("error"),
+                        event=event,
+                    )
+            after = page.next_after_seq
+        return AnswerOutcome(found=True, outcome="pending")
 
     async def list_steps(
         self,

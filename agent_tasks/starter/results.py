@@ -84,6 +84,25 @@ class GetTaskResult(BaseModel):
     Temporal deleted after the namespace's retention."""
 
 
+class AnswerOutcome(BaseModel):
+    """``answer_outcome``: what a task did with an answer sent by signal (``submit_input``,
+    which returns ``recorded`` once the signal is in the history, whatever its fate)."""
+
+    found: bool
+    """True when the task exists in this project."""
+    outcome: Literal["pending", "taken", "rejected", "late"] | None = None
+    """``taken``: the answer of ``input_id``; ``rejected`` (``error`` says why: the schema,
+    a stale digest, a repeated approver...; the request stays open) or ``late`` (its request
+    had closed, or its deadline had passed); ``pending``: the task has recorded nothing of it
+    yet (not processed yet, or kept for a request not asked yet)."""
+    input_id: str | None = None
+    """The request it answered or was meant for (None when it named none and was rejected)."""
+    error: str | None = None
+    """Why it was not taken (``rejected``, ``late``)."""
+    event: Event | None = None
+    """The ``input_response`` event the task recorded of it."""
+
+
 class EventsResult(BaseModel):
     """``list_events``: a page of events and the cursor of the next page."""
 
