@@ -67,7 +67,8 @@ class TaskReads:
 
     async def get_task(self, name: str) -> GetTaskResult:
         """The task view (no event bodies); ``found`` False when the name is not in this
-        project. Works for running and finished tasks.
+        project. Works for running and finished tasks; a closed one is read without a worker
+        (``tasklog.reader``: its result, or the graph store), however its run closed.
 
         Raises:
             pydantic.ValidationError: ``name`` is not a task name (field ``task``).
@@ -76,8 +77,12 @@ class TaskReads:
         found = await self.reader.view(self.transport.workflow_id(name))
         if found is None:
             return GetTaskResult(found=False)
-        view, source = found
-        return GetTaskResult(found=True, view=view, source=source)
+        return GetTaskResult(
+            found=True,
+            view=found.view,
+            source=found.source,
+            workflow_status=found.workflow_status,
+        )
 
     async def wait_mirrored(self, task: str, timeout_s: float | None = None) -> bool:
         """Wait until Neo4j holds every write the task had taken when the call began, for a

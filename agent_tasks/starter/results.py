@@ -80,8 +80,15 @@ class GetTaskResult(BaseModel):
     view: TaskView | None = None
     """The task view (no event bodies)."""
     source: Literal["temporal", "neo4j"] | None = None
-    """Where the view comes from: the task's workflow, or Neo4j for a task whose history
-    Temporal deleted after the namespace's retention."""
+    """Where the view comes from: the task's workflow (a query of an open run, or a
+    completed run's result), or the graph store (a run closed otherwise, or a task whose
+    history Temporal deleted after the namespace's retention)."""
+    workflow_status: str | None = None
+    """How the task's latest run closed (Temporal's ``COMPLETED``, ``CANCELED``,
+    ``TERMINATED``, ``FAILED``, ``TIMED_OUT``); None while it runs, or when Temporal has no
+    history of it. ``TERMINATED``, ``TIMED_OUT`` or ``FAILED`` means the workflow ended
+    without closing its task (an operator's terminate, say): the view is what the graph
+    store had mirrored by then, its status the task's last (added later)."""
 
 
 class AnswerOutcome(BaseModel):
