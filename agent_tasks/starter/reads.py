@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from agent_tasks.contract import (
     PAGE_LIMIT_MAX,
+    Event,
     EventKind,
     ShortText,
     StepState,
@@ -51,6 +52,22 @@ if TYPE_CHECKING:  # the driver is loaded only by whoever makes the graph
 
 MIRRORED_POLL_S = 0.02
 """How often ``wait_mirrored`` reads the task node (seconds)."""
+
+
+def answer_outcome_of(event: Event) -> AnswerOutcome:
+    """What the ``input_response`` event ``event`` says of the answer it records: taken (named
+    by its request), or ``rejected`` / ``late`` with the request and the reason its payload
+    holds (``workflows.inbox``)."""
+    if event.name not in ("rejected", "late"):
+        return AnswerOutcome(found=True, outcome="taken", input_id=event.name, event=event)
+    said = json.loads(event.payload)
+    return AnswerOutcome(
+        found=True,
+        outcome="rejected" if event.name == "rejected" else "late",
+        input_id=said.get("input_id"),
+        error=said.get("error"),
+        event=event,
+    )
 
 
 class TaskReads:
@@ -155,18 +172,7 @@ class TaskReads:
                 return AnswerOutcome(found=False)
             for event in page.events:
                 if event.kind is EventKind.INPUT_RESPONSE and event.request_id == request_id:
-                    if event.name not in ("rejected", "late"):
-                        return AnswerOutcome(
-                            found=True, outcome="taken", input_id=event.name, event=event
-                        )
-                    said = json.loads(event.payload)
-                    return AnswerOutcome(
-                        found=True,
-                        outcome="rejected" if event.name == "rejected" else "late",
-                        input_id=said.get("input_id"),
-                        error=said.get("error"),
-                        event=event,
-                    )
+                    return answer_outcome_of(event)
             after = page.next_after_seq
         return AnswerOutcome(found=True, outcome="pending")
 

@@ -96,6 +96,22 @@ RETURN e ORDER BY e.time, e.task_name, e.seq LIMIT $limit
 """The events across tasks (``GraphReads.find_events``)."""
 
 
+def _closed_view(text: str) -> TaskView:
+    """A closed task's whole view from its node's ``closed_view`` (``properties.closed_view``),
+    caught up with the store (everything of a closed task is in it)."""
+    # json.loads, not pydantic's parser: it refuses a lone surrogate's escape
+    closed = TaskView.model_validate(json.loads(text))
+    return closed.model_copy(
+        update={
+            "mirrored_seq": closed.last_seq,
+            "unmirrored_writes": 0,
+            "mirror_error": None,
+            "mirror_failures": 0,
+            "mirror_backlog": [],
+        }
+    )
+
+
 class GraphReads(StatementRunner):
     """The reads of the task graph, in either store (``StatementRunner``)."""
 
@@ -118,18 +134,8 @@ class GraphReads(StatementRunner):
         if not rows:
             return None
         props = plain(rows[0]["t"])
-        if props.get("closed_view"):  # a closed task's whole view, caught up with the store
-            # json.loads, not pydantic's parser: it refuses a lone surrogate's escape
-            closed = TaskView.model_validate(json.loads(props["closed_view"]))
-            return closed.model_copy(
-                update={
-                    "mirrored_seq": closed.last_seq,
-                    "unmirrored_writes": 0,
-                    "mirror_error": None,
-                    "mirror_failures": 0,
-                    "mirror_backlog": [],
-                }
-            )
+        if props.get("closed_view"):
+            return _closed_view(props["closed_view"])
         counts = dict.fromkeys(StepState, 0)
         for state in rows[0]["states"]:
             counts[StepState(state)] += 1

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 
 from agent_tasks.contract import EventKind
+from agent_tasks.contract.errors import ErrorCode
 from agent_tasks.server.apikeys import ApiKeyStore
 from agent_tasks.server.page import PAGE_FILES
 from agent_tasks.starter.client import ConversationHistory
@@ -157,8 +158,9 @@ async def test_two_keys_of_one_person_are_one_approver(
     page session of the second: the first key's accept is a decision by ``ann``; the second
     key's, and the session's, are refused 409 ``approver_repeated`` (one person is one
     approver, however many keys: before, each key was its own author ``key-{id}`` and the
-    call ran on ann's word alone); ``/me`` names the person; a key of ``Bob`` runs the call
-    once. A key made before persons (none given) is its own person, ``key-{id}``."""
+    call ran on ann's word alone), and so is her accept as ``ANN`` from the Python client
+    (another channel); ``/me`` names the person; a key of ``Bob`` runs the call once. A key
+    made before persons (none given) is its own person, ``key-{id}``."""
     assert api.services.graph is not None
     keys = ApiKeyStore(api.services.graph)
     pid = project.project_id
@@ -214,6 +216,13 @@ async def test_two_keys_of_one_person_are_one_approver(
             csrf = {"X-CSRF-Token": site.cookies["atk_csrf"]}
             by_page = await site.post("/tasks/w/input", json=body, headers=csrf)
             assert by_page.status_code == 409 and "approver_repeated" in by_page.text
+        # go-gitea/gitea#7680: one approval counted twice (its author in two teams); here
+        # the same person through another channel, the Python client, as "ANN"
+        by_python = ConversationHistory(
+            api.services.client, pid, "ANN", task_queue=api.queue, graph=api.services.graph
+        )
+        python = await by_python.respond("w", accept, input_id=again["input_id"])
+        assert (python.recorded, python.error) == (False, ErrorCode.APPROVER_REPEATED)
         assert effects(log) == []
         assert (await third.post("/tasks/w/input", json=body)).status_code == 200
     final = await project.history.wait_task("w")

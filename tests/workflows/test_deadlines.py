@@ -157,7 +157,12 @@ async def test_an_accept_past_the_expiry_by_signal_is_recorded_late(
 ) -> None:
     """The same accept by signal (delivered: ``recorded``) is recorded ``late`` (an
     ``input_response`` named ``late`` saying the request expired), then the request's
-    ``input_timeout``; no decision, the call never runs."""
+    ``input_timeout``; no decision, the call never runs. The history holds the timer's
+    ``TIMER_FIRED`` before the signal, yet the handler runs first: the SDK's core moves
+    signals and updates before every other job of a workflow task (temporalio/sdk-rust#640
+    asked for a flag to keep the history's order, for a handler that looked at an activity
+    whose completion came before the signal and found it still running); the rule judges by
+    the workflow's time, not by which job ran first."""
 
     async def accept(request: InputRequest) -> WriteResult:
         assert request.approval is not None and request.approval.digest is not None
