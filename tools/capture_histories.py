@@ -1250,13 +1250,7 @@ async def approval_bound_scenario(stack: Stack) -> Captured:
     history.task_queue = queue
 
     def person(name: str) -> ConversationHistory:
-        return ConversationHistory(
-            stack.client,
-            project_id=history.project_id,
-            agent_id=name,
-            task_queue=queue,
-            graph=stack.graph,
-        )
+        return as_person(stack, history, name)
 
     with tempfile.TemporaryDirectory() as folder:
         log = str(Path(folder) / "effects.log")
@@ -1313,13 +1307,7 @@ async def one_person_scenario(stack: Stack) -> Captured:
     history.task_queue = queue
 
     def person(name: str) -> ConversationHistory:
-        return ConversationHistory(
-            stack.client,
-            project_id=history.project_id,
-            agent_id=name,
-            task_queue=queue,
-            graph=stack.graph,
-        )
+        return as_person(stack, history, name)
 
     with tempfile.TemporaryDirectory() as folder:
         log = str(Path(folder) / "effects.log")
@@ -1517,6 +1505,17 @@ async def open_calls_scenario(stack: Stack) -> Captured:
                     raise CaptureError("the wire should have run once")
         run1, run2 = await first_two_runs(history, "wire")
     return {"open_calls_run1": run1, "open_calls_run2": run2}
+
+
+def as_person(stack: Stack, history: ConversationHistory, name: str) -> ConversationHistory:
+    """``history``'s project and task queue, writing as the person ``name`` (an approver)."""
+    return ConversationHistory(
+        stack.client,
+        project_id=history.project_id,
+        agent_id=name,
+        task_queue=history.task_queue,
+        graph=stack.graph,
+    )
 
 
 async def quiet_until_asked(history: ConversationHistory, task: str) -> None:

@@ -14,6 +14,7 @@ import httpx
 
 from agent_tasks.contract import AgentSpec, EventKind, StepState, TaskStatus
 from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.taskgraph.port import GraphStore
 from agent_tasks.worker import build_worker
 from tests.agent_tools import SCRIPTS, TOOLS
 from tests.conftest import eventually
@@ -26,7 +27,9 @@ EVENTS = [
 ]
 
 
-async def test_closed_task_read_with_no_worker(api: Api, project: Project) -> None:
+def queue_history(api: Api, project: Project) -> tuple[str, GraphStore, ConversationHistory]:
+    """A task queue of the test's own (no worker polls it until the test starts one), the
+    graph store, and the project's client on that queue (calls of at most 5 s)."""
     queue = f"closed-{uuid.uuid4().hex[:8]}"
     graph = api.services.graph
     assert graph is not None
@@ -38,6 +41,11 @@ async def test_closed_task_read_with_no_worker(api: Api, project: Project) -> No
         graph=graph,
         timeout_s=5,
     )
+    return queue, graph, history
+
+
+async def test_closed_task_read_with_no_worker(api: Api, project: Project) -> None:
+    queue, graph, history = queue_history(api, project)
     async with build_worker(api.services.client, graph, queue):
         assert (await history.create_task("done-1", "book a flight")).recorded
         assert (await history.record_events("done-1", EVENTS)).recorded
@@ -112,17 +120,7 @@ async def test_every_closed_task_reads_without_a_worker(
     before, the read waited ``CANCELLED_VIEW_WAIT`` for a replay and then gave the store's
     view without them. With a worker running a closed task is read the same way (``source``
     ``neo4j``: no query)."""
-    queue = f"closed-{uuid.uuid4().hex[:8]}"
-    graph = api.services.graph
-    assert graph is not None
-    history = ConversationHistory(
-        api.services.client,
-        project.project_id,
-        "tests",
-        task_queue=queue,
-        graph=graph,
-        timeout_s=5,
-    )
+    queue, graph, history = queue_history(api, project)
     agent = AgentSpec(name="ask_positive", input={"log": str(tmp_path / "sync.log")})
     async with build_worker(api.services.client, graph, queue, tools=TOOLS, scripts=SCRIPTS):
         assert (await history.create_task("stopped", "terminated mid-way")).recorded
