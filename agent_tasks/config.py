@@ -37,6 +37,7 @@ address, the namespace, and whether TLS and an API key are on are ever shown.
 | ``AGENT_TASKS_GRAPH`` | ``neo4j`` | the graph store: ``neo4j`` or ``falkordb`` |
 | ``AGENT_TASKS_FALKORDB_URL`` | ``falkor://127.0.0.1:6380`` | FalkorDB URL (below; a secret) |
 | ``AGENT_TASKS_FALKORDB_GRAPH`` | ``agent_tasks`` | the FalkorDB graph (a Redis key) |
+| ``AGENT_TASKS_GRAPH_MAX_WRITES`` | ``4`` | graph-store writes of a worker at once (or NEO4J_...) |
 | ``AGENT_TASKS_DATA_DIR`` | the user's data folder | local stack data (below): SQLite, Neo4j |
 | ``AGENT_TASKS_FILES_ROOT`` | ``.`` | the folder the demo agent's file tools read, on the worker |
 | ``AGENT_TASKS_MCP_HEADERS`` | unset | MCP header sets (below; secrets): JSON, or its file |
@@ -96,7 +97,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -108,7 +109,7 @@ from temporalio.client import Client
 from temporalio.envconfig import ClientConfigProfile, ClientConnectConfig
 
 from agent_tasks import telemetry
-from agent_tasks.contract.errors import TaskServiceUnavailable
+from agent_tasks.contract.errors import ConfigurationError, TaskServiceUnavailable
 from agent_tasks.plugin import AgentTasksPlugin
 
 DEFAULT_TEMPORAL_ADDRESS = "127.0.0.1:7233"
@@ -273,7 +274,7 @@ class _OwnEnvironment(EnvSettingsSource):
         return super().get_field_value(field, field_name)
 
 
-class Neo4jPasswordMissing(RuntimeError):
+class Neo4jPasswordMissing(ConfigurationError):
     """No ``NEO4J_PASSWORD`` is set and the local stack's data folder holds no generated one."""
 
 
@@ -296,12 +297,17 @@ class Settings(BaseSettings):
     """Neo4j password; None means the one ``agent-tasks dev up`` generated in the data folder."""
     neo4j_database: str = "neo4j"
     """Neo4j database the mirror writes to."""
-    neo4j_max_writes: int = Field(default=4, ge=1, le=256)
-    """Mirror transactions one worker process runs at once (``TaskGraph.write_task``, whose
-    default is the same, ``NEO4J_MAX_WRITES``); the rest wait their turn. More of them than
-    the Neo4j server has cores only makes each one slower, and a cold server's first ones ran
-    out of transaction time (``./run main``, 16 at once). Raise it for a Neo4j with more
-    cores, or one far away."""
+    graph_max_writes: int = Field(
+        default=4,
+        ge=1,
+        le=256,
+        validation_alias=AliasChoices("AGENT_TASKS_GRAPH_MAX_WRITES", "NEO4J_MAX_WRITES"),
+    )
+    """Mirror transactions one worker process runs at once in the graph store, either store
+    (``NEO4J_MAX_WRITES``, its first name, is read too); the rest wait their turn. More of them
+    than the store's server has cores only makes each one slower, and a cold server's first
+    ones run out of transaction time. Raise it for a store with more cores, or one far
+    away."""
     graph: Literal["neo4j", "falkordb"] = Field(
         default="neo4j", validation_alias="AGENT_TASKS_GRAPH"
     )
@@ -415,6 +421,11 @@ class Settings(BaseSettings):
         """Where ``agent-tasks dev up`` keeps the generated Neo4j password (mode 0600)."""
         return self.data_dir / "neo4j" / "password"
 
+    @property
+    def neo4j_max_writes(self) -> int:
+        """Deprecated: ``graph_max_writes`` (the bound is the graph store's, either store)."""
+        return self.graph_max_writes
+
     def neo4j_auth(self) -> tuple[str, str]:
         """Return ``(username, password)`` for the Neo4j driver.
 
@@ -508,7 +519,7 @@ async def release_runtime(within_s: float = RUNTIME_SETTLE_S) -> None:
     event loop's wake-up socket. The awaiting coroutine can resume in that gap, the program
     end, and the interpreter start finalizing; the runtime thread then takes the GIL back
     during finalization and CPython aborts with ``Fatal Python error: PyGILState_Release``
-    (1 run in 4 of an app that connects, writes and exits; temporalio/sdk-python#300). Such a
+    (an app that connects, writes and exits). Such a
     thread shows in ``sys._current_frames()`` while it runs Python, and is not one of the
     ``threading`` module's threads; this waits until none is left (at most ``within_s``).
     """

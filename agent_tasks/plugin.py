@@ -45,9 +45,8 @@ PASSTHROUGH_MODULES = (
     "agent_tasks.workflows.mirroring",
     "agent_tasks.workflows.patches",
     # The workflow's module itself. The sandbox imports a workflow's module again for every
-    # run (its global-state isolation): for this one that was 158 KiB of every open task's
-    # memory, 2.17x a bare workflow's (``python -m bench --only rss``), and 1.13x passed
-    # through. What passing it through gives up is that isolation, so the module holds
+    # run (its global-state isolation), which cost every open task's memory a copy of this
+    # large module. What passing it through gives up is that isolation, so the module holds
     # nothing a run could change: constants, functions and the class, whose state lives in
     # its instances (``tests/test_plugin.py`` checks); determinism is held by the replay of
     # every saved history, as for the helpers above.

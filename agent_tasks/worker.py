@@ -54,10 +54,10 @@ from agent_tasks.activities.tools import Tool, ToolActivities
 from agent_tasks.broker import Broker, open_broker
 from agent_tasks.codec import ZlibCodec
 from agent_tasks.config import Settings, connect, release_runtime
+from agent_tasks.contract.errors import GraphError
 from agent_tasks.contract.search import SEARCH_ATTRIBUTE_KEYS
 from agent_tasks.plugin import PLUGIN_NAME, sandbox_passthrough
 from agent_tasks.taskgraph import store
-from agent_tasks.taskgraph.errors import GraphError
 from agent_tasks.taskgraph.port import GraphStore
 from agent_tasks.workflows.task import TaskWorkflow
 
@@ -128,7 +128,7 @@ async def open_graph(settings: Settings, *, schema: bool = False) -> AsyncIterat
     Raises:
         Neo4jPasswordMissing: Neo4j chosen, and no Neo4j password is set or generated.
         ValueError: traces asked for without the ``otel`` extra.
-        taskgraph.errors.GraphError, TimeoutError: ``schema`` was asked and the store
+        contract.errors.GraphError, TimeoutError: ``schema`` was asked and the store
             refused or did not answer.
     """
     tracer = telemetry.setup(settings.exporters()).tracer
@@ -163,7 +163,7 @@ async def open_services(
 
     Raises:
         TaskServiceUnavailable: Temporal cannot be reached.
-        RuntimeError, taskgraph.errors.GraphError, TimeoutError: as ``open_graph``.
+        RuntimeError, contract.errors.GraphError, TimeoutError: as ``open_graph``.
     """
     settings = settings or Settings()
     client = client or await connect(settings)
@@ -178,8 +178,6 @@ async def open_services(
         await release_runtime()
 
 
-# Long: one idempotent setup in order: namespace and retention, wait for it, then the search
-# attributes
 async def prepare_namespace(client: Client, retention: timedelta = DEFAULT_RETENTION) -> list[str]:
     """Ready ``client.namespace`` for task workflows; idempotent. Registers the namespace when
     missing, sets its retention when it differs, and adds the custom search attributes of

@@ -87,7 +87,7 @@ async def listing(store: GraphStore) -> float:
     for n in range(50):
         after = f"task-{(n * 10):05d}"
         began = time.perf_counter()
-        rows = await store.find_tasks(
+        rows = await store.reads.find_tasks(
             project, TaskFilter(status=TaskStatus.OPEN, after_name=after, limit=50)
         )
         took.append(time.perf_counter() - began)

@@ -43,7 +43,7 @@ async def measure(
             ack.append(time.perf_counter() - started)
             workflow_id = history.workflow_id("t")
             while True:
-                if await graph.events(history.project_id, workflow_id, seq - 1, seq, 1):
+                if await graph.reads.events(history.project_id, workflow_id, seq - 1, seq, 1):
                     break
                 await asyncio.sleep(0.005)
             visible.append(time.perf_counter() - started)

@@ -370,9 +370,11 @@ def test_the_mirrors_write_bound_is_the_graphs_default() -> None:
     takes, and is read from the environment."""
     from agent_tasks.taskgraph.neo4j.driver import NEO4J_MAX_WRITES
 
-    assert Settings.model_fields["neo4j_max_writes"].default == NEO4J_MAX_WRITES
-    assert Settings.model_validate({"NEO4J_MAX_WRITES": "16"}).neo4j_max_writes == 16
-    with pytest.raises(ValidationError, match="neo4j_max_writes"):
+    assert Settings.model_fields["graph_max_writes"].default == NEO4J_MAX_WRITES
+    assert Settings.model_validate({"NEO4J_MAX_WRITES": "16"}).graph_max_writes == 16
+    new_name = Settings.model_validate({"AGENT_TASKS_GRAPH_MAX_WRITES": "8"})
+    assert (new_name.graph_max_writes, new_name.neo4j_max_writes) == (8, 8)  # the old name
+    with pytest.raises(ValidationError, match="NEO4J_MAX_WRITES"):
         Settings.model_validate({"NEO4J_MAX_WRITES": "0"})
 
 

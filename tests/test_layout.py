@@ -494,10 +494,11 @@ def test_starter_is_the_one_way_in() -> None:
 
 MAX_FUNCTION_LINES = 60
 """Lines a function of the product (outside ``tests/`` and ``examples/``) may span, its
-docstring included, without a reason written next to it."""
+docstrings not counted, without a reason written next to it."""
 
 MAX_CLASS_LINES = 300
-"""Lines a class of the product may span without a reason written next to it."""
+"""Lines a class of the product may span, its docstrings not counted, without a reason
+written next to it."""
 
 LONG = "# Long: "
 """How the reason starts: a comment (of one or more lines) directly above the ``def`` or
@@ -514,9 +515,28 @@ def product_files() -> list[str]:
     return [name for name in listed if not name.startswith(test_code)]
 
 
+def docstring_lines(node: ast.AST) -> int:
+    """The lines of the docstrings inside ``node``: its own, its functions' and classes', and
+    the attribute docstrings (a string statement after an assignment) of its body."""
+    count = 0
+    for inner in ast.walk(node):
+        body = getattr(inner, "body", None)
+        if not isinstance(body, list):
+            continue
+        for statement in body:
+            if (
+                isinstance(statement, ast.Expr)
+                and isinstance(statement.value, ast.Constant)
+                and isinstance(statement.value.value, str)
+            ):
+                assert statement.end_lineno is not None
+                count += statement.end_lineno - statement.lineno + 1
+    return count
+
+
 def long_definitions(source: str) -> list[tuple[str, int, bool]]:
     """``(name, lines, has_reason)`` for each function over ``MAX_FUNCTION_LINES`` and each class
-    over ``MAX_CLASS_LINES`` lines in ``source``."""
+    over ``MAX_CLASS_LINES`` lines of code (docstrings not counted) in ``source``."""
     lines = source.splitlines()
     found: list[tuple[str, int, bool]] = []
     for node in ast.walk(ast.parse(source)):
@@ -527,7 +547,7 @@ def long_definitions(source: str) -> list[tuple[str, int, bool]]:
         else:
             continue
         assert node.end_lineno is not None
-        span = node.end_lineno - node.lineno + 1
+        span = node.end_lineno - node.lineno + 1 - docstring_lines(node)
         if span > limit:
             first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
             block = first - 1  # the comment block directly above, read upward
@@ -545,7 +565,10 @@ def test_long_definitions_are_found_with_and_without_their_reason() -> None:
     source = f"def short():\n    pass\n\n\ndef bare():\n{body}\n\n"
     reason = f"# a comment first\n{LONG}one computation whose steps\n# share every local\n"
     source += f"{reason}@decorated\ndef told():\n{body}\n\n# a comment, no reason\n"
-    source += f"def unsaid():\n{body}"
+    source += f"def unsaid():\n{body}\n\n"
+    docstring = '    """A docstring of\n    three lines\n    does not count."""\n'
+    shorter = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES - 1))
+    source += f"def documented():\n{docstring}{shorter}"  # 63 lines, 60 of them code
     assert long_definitions(source) == [
         ("bare", MAX_FUNCTION_LINES + 1, False),
         ("told", MAX_FUNCTION_LINES + 1, True),

@@ -221,8 +221,6 @@ class _Held:
         self.task: asyncio.Task[None] | None = None
 
 
-# Long: the activities share the worker's header sets and held sessions: the listing, the call,
-# a session's open and close, and the clients they use
 class McpActivities:
     """The activities of MCP servers' tools: the listing and the call.
 

@@ -74,8 +74,12 @@ from agent_tasks.contract import (
     model_size,
     project_of,
 )
-from agent_tasks.contract.errors import MIRROR_DATA_ERROR, MIRROR_UNAVAILABLE
-from agent_tasks.taskgraph.errors import GraphError, GraphUnavailable
+from agent_tasks.contract.errors import (
+    MIRROR_DATA_ERROR,
+    MIRROR_UNAVAILABLE,
+    GraphError,
+    GraphUnavailable,
+)
 from agent_tasks.taskgraph.port import GraphStore
 from agent_tasks.workflows.mirroring import MIRROR_RETRY
 from agent_tasks.workflows.task import TaskWorkflow
@@ -182,8 +186,6 @@ class QueriedRun:
             delay = min(delay * 2, 0.5)
 
 
-# Long: one run's copy to the graph, page by page; the first page's view decides what the loop
-# copies
 async def copy_run(
     source: RunSource,
     graph: GraphStore,
@@ -208,7 +210,7 @@ async def copy_run(
 
     Raises:
         ApplicationError: ``MirrorDataError`` when the run does not hold the asked events.
-        taskgraph.errors.GraphError: from the writes.
+        contract.errors.GraphError: from the writes.
         temporalio.service.RPCError: from the queries.
     """
     query = MirrorQuery(

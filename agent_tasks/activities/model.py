@@ -30,8 +30,7 @@ answer to one, raises ``asyncio.CancelledError`` in the call and leaves the resp
 ``async with``, which closes the HTTP connection: the server stops generating. The workflow
 waits for that before the task ends (``workflows.agents.steps.MODEL_CALL_CANCEL``), so no token
 of the call is published after the task's end. The bound: ``CANCEL_BEAT_S`` plus
-``HEARTBEAT_THROTTLE`` plus a round trip, about 2 s (the goal is 5 s); ``MODEL_HEARTBEAT``
-(10 s) when the call's worker died.
+``HEARTBEAT_THROTTLE`` plus a round trip; ``MODEL_HEARTBEAT`` when the call's worker died.
 """
 
 from __future__ import annotations

@@ -304,7 +304,7 @@ class ToolActivities:
             page = await handle.query(TaskWorkflow.steps, query, rpc_timeout=QUERY_TIMEOUT)
             if page.steps and page.steps[0].result_event_seq:
                 return page.steps[0].result_event_seq
-        step = await self.graph.step(view.project_id, workflow_id, name)
+        step = await self.graph.reads.step(view.project_id, workflow_id, name)
         if step is None or not step.result_event_seq:
             raise ApplicationError(f"{workflow_id}: no result of step {name!r} is found")
         return step.result_event_seq

@@ -231,8 +231,6 @@ def input_command(
     write_outcome(run(go()), as_json)
 
 
-# Long: one CLI command's flow: the four choices with their options (reason, digest) checked,
-# then the answer sent
 def approve_command(
     name: str,
     input_id: Annotated[str, typer.Argument(help="The approval request (`task show` lists it).")],

@@ -28,10 +28,9 @@ from rich.table import Table
 from agent_tasks import telemetry
 from agent_tasks.config import Neo4jPasswordMissing, Settings
 from agent_tasks.contract import ProjectId
-from agent_tasks.contract.errors import TaskServiceUnavailable
+from agent_tasks.contract.errors import GraphAuthError, GraphUnavailable, TaskServiceUnavailable
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.starter.results import WriteResult
-from agent_tasks.taskgraph.errors import GraphAuthError, GraphUnavailable
 from agent_tasks.worker import open_services
 
 console = Console(width=None if sys.stdout.isatty() else 160)

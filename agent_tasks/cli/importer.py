@@ -58,13 +58,13 @@ from agent_tasks.trajectories import (
 
 CONCURRENCY = 16
 """Tasks written at once. Each task's writes are sequential (at most one update in flight per
-workflow, far below the server's 10); 16 tasks keep a 2-core dev server busy without queueing
-(``bench/bench_import.py``)."""
+workflow, far below the server's 10); 16 tasks keep a small dev server busy without
+queueing."""
 KEY_STORE_RETRY_S = 60.0
 """How long an import sends a segment again (with its request id, once a second) while it is
 refused ``key_store_unavailable``: an app's write is refused after ``KEY_STORE_WAIT_S`` so that
 it never waits on Neo4j, while an import, a batch job, waits for the key store to store the
-task's key tree (a cold or loaded Neo4j took longer than that on a first run)."""
+task's key tree (a cold or loaded store takes longer than that on a first run)."""
 
 
 def _request_id(run: ParsedTrajectory, what: str) -> str:
@@ -287,7 +287,7 @@ async def verify_task(history: ConversationHistory, task: PlannedTask) -> list[s
         sources.append(
             (
                 "neo4j",
-                await history.graph.events(
+                await history.graph.reads.events(
                     history.project_id, history.workflow_id(name), 0, 10**12, 10**6
                 ),
             )

@@ -162,7 +162,7 @@ class AgentSpec(_Spec):
     def _mcp_prefixes_are_the_servers(self) -> AgentSpec:
         """A server's name is the prefix of its tools' names (``{name}_{tool}``): two servers
         of one name, or a worker's tool named with a server's prefix, would give two tools
-        one name, the later listed silently taking it (openai-agents-python#1167's kind)."""
+        one name, the later listed silently taking it."""
         names = [server.name for server in self.mcp_servers]
         twice = sorted({name for name in names if names.count(name) > 1})
         if twice:

@@ -13,14 +13,40 @@ What a caller can meet, and where it comes from::
     the mirror activity (ApplicationError types, seen in ``TaskView.mirror_error``)
       MIRROR_UNAVAILABLE             Neo4j unreachable or a transient error: retried
       MIRROR_DATA_ERROR              Neo4j refused the data: not retried, the workflow pauses
-    client exceptions (Python exceptions raised to the app)
-      TaskServiceUnavailable         Temporal, a worker or Neo4j did not answer: retry with the
-                                     same request id
-      pydantic.ValidationError       an argument of the wrong shape, before anything is sent
-      GraphNotConfigured             a read needs Neo4j and none was given
-      GraphIncomplete                Neo4j lacks events a read needs: rebuild the graph
+    pydantic.ValidationError         an argument of the wrong shape, before anything is sent
 
-This module is deterministic (stdlib and temporalio only), so the workflow imports it.
+Every exception of ours derives from ``AgentTasksError`` (``except AgentTasksError`` catches
+them all), in families; a built-in base stays a second base where callers catch it::
+
+    AgentTasksError
+    ├── ServiceUnavailable            a service did not answer: trying later can help
+    │   ├── TaskServiceUnavailable    Temporal or a worker (RuntimeError): retry with the same
+    │   │                             request id
+    │   ├── GraphUnavailable          the graph store (also a GraphError)
+    │   └── KeyStoreUnavailable       the key store of sealed text (sealing.seal)
+    ├── ConfigurationError            the setup is wrong; retrying does not help (RuntimeError)
+    │   ├── Neo4jPasswordMissing      no Neo4j password set or generated (config)
+    │   ├── GraphNotConfigured        a read needs the graph store and none was given
+    │   └── DevStackError             a local stack's server cannot start (devstack.process)
+    ├── GraphError                    the graph store, whichever is behind the port
+    │   ├── GraphUnavailable          (above)
+    │   ├── GraphAuthError            the store refused the credentials
+    │   ├── GraphDataError            the store refused the statement or its data
+    │   │   └── TaskIncarnationError  the mirror met a task node that is not its task's
+    │   └── GraphIncomplete           the store lacks events a read needs (RuntimeError):
+    │                                 rebuild it from the histories
+    ├── AgentError                    raised into agent code (workflows.agents)
+    │   ├── BudgetExceeded, InputTimeout, SpawnRefused, ChildFailed, ApprovalExpired
+    ├── TaskRefused                   the Tasks API refused a write (starter.task_records)
+    ├── ApiError                      an HTTP API error answer (server.errors)
+    └── TrajectoryFormatError         a file is not a trajectory we read (ValueError)
+
+    AgentTasksControlFlow (BaseException: agent code's ``except Exception`` passes it on)
+    └── AgentParked                   the task continues as new here; the agent is called again
+
+Control flow that agent code must not catch derives from ``BaseException``, as Temporal's
+``ContinueAsNewError`` and ``asyncio.CancelledError`` (a cancel) do. This module is
+deterministic (stdlib and temporalio only), so the workflow imports it.
 """
 
 from __future__ import annotations
@@ -149,20 +175,71 @@ def error_code(type_: str | None) -> ErrorCode | None:
     return ErrorCode(type_)
 
 
-class TaskServiceUnavailable(RuntimeError):
-    """Temporal (or Neo4j, for graph reads) could not be reached, or the connection was lost
-    before the server answered. The write may or may not have been recorded: retry it with the
-    same request id."""
+class AgentTasksError(Exception):
+    """The base of every error of durable-agent-tasks (the tree: the module docstring)."""
 
 
-class GraphNotConfigured(RuntimeError):
-    """A read needs the Neo4j task graph (older runs' events, cross-task reads) and the client
-    was made without one: pass ``graph=`` to ``ConversationHistory``."""
+class AgentTasksControlFlow(BaseException):
+    """The base of control flow that agent code must not catch: a ``BaseException``, so an
+    agent's ``except Exception`` passes it on to the workflow."""
 
 
-class GraphIncomplete(RuntimeError):
-    """Neo4j lacks events of a task's earlier run that a read needs (the graph was wiped or
-    lost): rebuild it from the Temporal histories with ``agent-tasks graph rebuild``."""
+class ServiceUnavailable(AgentTasksError):
+    """A service (Temporal, a worker, the graph store, the key store) did not answer, or the
+    connection was lost before it did: trying later can help."""
+
+
+class ConfigurationError(AgentTasksError, RuntimeError):
+    """The setup is wrong (a missing password, a missing graph store, a server that cannot
+    start): the message says what to change; retrying does not help."""
+
+
+class TaskServiceUnavailable(ServiceUnavailable, RuntimeError):
+    """Temporal (or the graph store, for graph reads) could not be reached, or the connection
+    was lost before the server answered. The write may or may not have been recorded: retry it
+    with the same request id."""
+
+
+class GraphError(AgentTasksError):
+    """A failure of the graph store (the base of the port's errors: each adapter maps its
+    driver's errors to these, so nothing outside an adapter imports a driver; the driver's own
+    error stays attached as ``__cause__``)."""
+
+
+class GraphUnavailable(GraphError, ServiceUnavailable):
+    """The graph store did not answer, or answered with an error that may pass (a transient
+    error, a deadlock, a transaction out of time): trying later can help."""
+
+
+class GraphAuthError(GraphError):
+    """The graph store refused the credentials (``NEO4J_USERNAME``/``NEO4J_PASSWORD``, or the
+    FalkorDB URL's user and password)."""
+
+
+class GraphDataError(GraphError):
+    """The graph store refused a statement or its data (a constraint, a value it cannot
+    store, a statement it cannot run): the same input fails the same way again."""
+
+
+class TaskIncarnationError(GraphDataError, ValueError):
+    """The mirror met a task node that is not its task's: one created by an earlier task of
+    the same workflow id whose history Temporal deleted (retention), or the tombstone of a
+    deleted task. A data error (the mirror does not retry it): the name is taken."""
+
+
+class GraphNotConfigured(ConfigurationError):
+    """A read needs the graph store (older runs' events, cross-task reads) and the client was
+    made without one: pass ``graph=`` to ``ConversationHistory``."""
+
+
+class GraphIncomplete(GraphError, RuntimeError):
+    """The graph store lacks events of a task's earlier run that a read needs (the graph was
+    wiped or lost): rebuild it from the Temporal histories with ``agent-tasks graph rebuild``."""
+
+
+class AgentError(AgentTasksError):
+    """An error raised into agent code by its context (a budget spent, an unanswered
+    question, a refused spawn, a failed child, an expired approval): agent code may catch it."""
 
 
 def failure_text(err: BaseException) -> str:

@@ -18,6 +18,8 @@ from types import TracebackType
 from typing import ClassVar, NamedTuple, Self
 from urllib.parse import urlsplit
 
+from agent_tasks.contract.errors import ConfigurationError
+
 BIND_HOST = "127.0.0.1"
 """The address every server started here listens on (also when the settings say ``localhost``)."""
 
@@ -29,7 +31,7 @@ _POLL_S = 0.1
 _Popen = subprocess.Popen[bytes]
 
 
-class DevStackError(RuntimeError):
+class DevStackError(ConfigurationError):
     """A service of the local stack cannot be started, reached or stopped; the message says why."""
 
 

@@ -48,7 +48,7 @@ def _redis_url(url: str) -> str:
 
 def _shown(url: str) -> str:
     """``url`` without its user and password, as reports and errors show it (a password in a
-    URL must not reach a terminal or a log: dbos-inc/dbos-transact-ts#1180's kind)."""
+    URL must not reach a terminal or a log)."""
     scheme, sep, rest = url.partition("://")
     netloc, slash, path = rest.partition("/")
     return scheme + sep + netloc.rpartition("@")[2] + slash + path

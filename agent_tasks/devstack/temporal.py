@@ -39,9 +39,8 @@ DEFAULT_DYNAMIC_CONFIG: Mapping[str, str] = {
 One partition per task queue (the server's default is four): a local stack's worker polls a
 task queue's workflow tasks with one poller or two (the SDK gives the rest of its polls to
 its sticky queue), and a query to a closed task, which has left the worker's cache and so
-goes to the task queue itself, waited while that poller sat on another partition: for 8 s
-to over 50 s in 2 of 5 runs of a test reading a parent's events after its deleted child's
-end. A production cluster keeps its partitions and runs more pollers."""
+goes to the task queue itself, waits while that poller sits on another partition. A
+production cluster keeps its partitions and runs more pollers."""
 
 
 async def probe_temporal(

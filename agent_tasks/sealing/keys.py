@@ -13,13 +13,13 @@ from agent_tasks.sealing.keytree import decode, leaf_keys, parse_key_id
 
 class KeyStore(Protocol):
     """Where the data keys of sealed event text are kept (part of ``taskgraph.port.GraphStore``:
-    ``taskgraph.graph.TaskGraph``, ``taskgraph.falkor.FalkorGraph``)."""
+    ``taskgraph.neo4j.graph.TaskGraph``, ``taskgraph.falkordb.graph.FalkorGraph``)."""
 
     async def put_tree(self, project_id: str, workflow_id: str, tree_id: str, root: bytes) -> None:
         """Store a new key tree of the task ``workflow_id`` (one transaction).
 
         Raises:
-            taskgraph.errors.GraphError: it was not stored.
+            contract.errors.GraphError: it was not stored.
         """
         ...
 

@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from agent_tasks.contract import Event, EventInput
-from agent_tasks.contract.errors import GraphIncomplete, GraphNotConfigured
+from agent_tasks.contract.errors import GraphIncomplete, GraphNotConfigured, ServiceUnavailable
 from agent_tasks.sealing.keys import KeyStore
 from agent_tasks.sealing.keytree import (
     PAGE_LEAF,
@@ -58,7 +58,7 @@ KEY_TREES_HELD = 4_096
 first)."""
 
 
-class KeyStoreUnavailable(Exception):
+class KeyStoreUnavailable(ServiceUnavailable):
     """The key store did not store a task's key tree within ``KEY_STORE_WAIT_S``, or refused
     it: the write that needed it sends nothing (``ErrorCode.KEY_STORE_UNAVAILABLE``)."""
 

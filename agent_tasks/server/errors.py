@@ -29,7 +29,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 
-from agent_tasks.contract.errors import ErrorCode
+from agent_tasks.contract.errors import AgentTasksError, ErrorCode
 
 STATUS: dict[str, int] = {
     ErrorCode.TASK_NOT_FOUND: 404,
@@ -62,7 +62,7 @@ class ErrorResponse(BaseModel):
     error: ErrorBody
 
 
-class ApiError(Exception):
+class ApiError(AgentTasksError):
     """An error answer: raised by a route, turned into ``ErrorResponse`` JSON."""
 
     def __init__(

@@ -36,6 +36,7 @@ from fastapi import Request
 from fastapi.sse import ServerSentEvent
 
 from agent_tasks.broker import Message, RevokedMessage, Subscriber, key_channel
+from agent_tasks.contract.errors import AgentTasksError
 from agent_tasks.server.apikeys import ApiKey, ApiKeyStore, digest
 from agent_tasks.server.auth import SESSION_COOKIE, presented_key
 from agent_tasks.server.pagesessions import PageSessionStore
@@ -122,7 +123,7 @@ class GrantChecks:
         return record is not None and record.key_id == grant.key.key_id
 
 
-class GrantEnded(Exception):
+class GrantEnded(AgentTasksError):
     """The stream's grant ended (``reason``: ``unauthorized`` or ``unavailable``)."""
 
     def __init__(self, reason: str) -> None:

@@ -169,7 +169,6 @@ class SessionStream:
             self.cursor.seqs[name] = seq
             self.cursor.ended.discard(name)  # resumed: more, then a new end
 
-    # Long: one session's stream: follow its tasks, merge their events under one cursor, keep-alives
     async def events(self) -> AsyncGenerator[ServerSentEvent, None]:
         """The stream (it ends only when the client leaves).
 

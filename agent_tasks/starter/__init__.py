@@ -20,7 +20,9 @@
   call with the step's idempotency key ``http_call`` (docs/agent-tasks.md), an MCP
   server as a tool source ``McpServer`` (docs/mcp.md); scripted
   models: ``ScriptedModel``, ``Script``, ``ModelTurn``, ``ToolCall``, ``TokenUsage``.
-- Errors: ``TaskServiceUnavailable``, ``GraphNotConfigured``, ``GraphIncomplete``,
+- Errors: every one an ``AgentTasksError`` (families ``ServiceUnavailable``,
+  ``ConfigurationError``, ``GraphError``, ``AgentError``; docs/codes.md draws the tree):
+  ``TaskServiceUnavailable``, ``GraphNotConfigured``, ``GraphIncomplete``,
   ``Neo4jPasswordMissing``; the graph store's (either store's: ``GraphError``,
   ``GraphUnavailable``, ``GraphAuthError``, ``GraphDataError``); in agent code
   ``BudgetExceeded``, ``InputTimeout``, ``SpawnRefused``, ``ChildFailed``.
@@ -63,9 +65,18 @@ from agent_tasks.contract import (
     ToolCall,
 )
 from agent_tasks.contract.errors import (
+    AgentError,
+    AgentTasksControlFlow,
+    AgentTasksError,
+    ConfigurationError,
     ErrorCode,
+    GraphAuthError,
+    GraphDataError,
+    GraphError,
     GraphIncomplete,
     GraphNotConfigured,
+    GraphUnavailable,
+    ServiceUnavailable,
     TaskServiceUnavailable,
 )
 from agent_tasks.plugin import AgentTasksPlugin
@@ -81,12 +92,6 @@ from agent_tasks.starter.results import (
     WriteResult,
 )
 from agent_tasks.starter.retention import HistoryRetention
-from agent_tasks.taskgraph.errors import (
-    GraphAuthError,
-    GraphDataError,
-    GraphError,
-    GraphUnavailable,
-)
 from agent_tasks.taskgraph.models import (
     DecisionRow,
     EventRow,
@@ -169,7 +174,10 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "DATA_CONVERTER",
     "AgentContext",
+    "AgentError",
     "AgentSpec",
+    "AgentTasksControlFlow",
+    "AgentTasksError",
     "AgentTasksPlugin",
     "AgentTasksWorkerPlugin",
     "AnswerOutcome",
@@ -177,6 +185,7 @@ __all__ = [
     "Budgets",
     "ChildFailed",
     "ChildOutcome",
+    "ConfigurationError",
     "ConversationHistory",
     "DecisionRow",
     "DecisionsResult",
@@ -205,6 +214,7 @@ __all__ = [
     "Role",
     "Script",
     "ScriptedModel",
+    "ServiceUnavailable",
     "Settings",
     "SpawnRefused",
     "StepKind",

@@ -99,39 +99,7 @@ class TaskLifecycle:
         branched_from: BranchPoint | None = None,
         task_queue: str | None = None,
     ) -> WriteResult:
-        """Create a task, or return the existing one of that name and goal.
-
-        Uses update-with-start: the workflow starts if it is not running and the
-        ``create_task`` update runs in its first workflow task. The same name with the same
-        goal returns the existing task (``duplicate`` True, ``created`` False, ``task`` its view,
-        as the ledger's guide has it); another goal is ``task_exists``.
-        A finished task's name is never reused (id reuse policy REJECT_DUPLICATE), nor,
-        with a graph, the name of a deleted task (its tombstone) or of one whose history
-        passed the namespace's retention (its Neo4j node): both ``task_exists``. The
-        result's ``task`` is the task's view.
-
-        Args:
-            name: 1 to 200 characters, no control characters.
-            goal: at most 4,000 characters.
-            request_id: 1 to 64 characters; a new UUID when None.
-            metadata: at most 16 entries, keys up to 128 and values up to 500 characters.
-            parent: name of the parent task in this project (child tasks); it must exist
-                (``parent_not_found``).
-            parent_may_follow: skip that check: the importer's case, where a published
-                trajectory's subagent run may be imported before its parent (Neo4j's
-                ``CHILD_OF`` then points at a placeholder node until the parent comes).
-            session_id: the session of this task; None: this object's ``session_id``.
-            agent: the agent that runs the task (an agent task: ``queued``, then
-                ``in_progress`` once its agent starts); None: a recorded task (``open``).
-            branched_from: the task's log starts as a copy of this task's events up to this
-                seq (``branch_from`` is the way to ask for it).
-            task_queue: the task queue its workflow runs on (its agent, tools and model
-                calls); None: this object's ``task_queue``.
-
-        Raises:
-            pydantic.ValidationError: an argument of the wrong shape (``TaskStart``), naming
-                the field; nothing is sent.
-        """
+        """Runs ``ConversationHistory.create_task`` (whose docstring is the contract)."""
         request_id = request_id_or_new(request_id)
         if not valid_request_id(request_id):
             return refused(ErrorCode.INVALID_REQUEST_ID, "request_id must be 1 to 64 characters")
@@ -199,7 +167,7 @@ class TaskLifecycle:
         (``TaskIncarnationError``)."""
         if self.transport.graph is None:
             return None
-        state = await self.transport.graph.name_state(
+        state = await self.transport.graph.retention.name_state(
             self.transport.project_id, self.transport.workflow_id(name)
         )
         if state.deleted:
@@ -217,23 +185,7 @@ class TaskLifecycle:
         return None
 
     async def cancel_task(self, task: str, *, cascade: bool = True) -> WriteResult:
-        """Cancel the task: a Temporal cancel request, the same as ``temporal workflow cancel``
-        or the Web UI's. The task cancels its agent (a running tool sees the cancellation) and,
-        unless ``cascade`` is False, the child tasks its agent spawned (each reports
-        ``cancelled`` back); it settles every step left ``in_progress`` as ``unknown``, records
-        a final event, ends ``cancelled`` (view, search attribute, Neo4j) and its workflow
-        closes as cancelled. (Terminating the workflow instead is the unclean path: nothing of
-        this happens.) A task that already ended ``done`` or ``failed`` while children it
-        spawned still run (its workflow open for their ends) keeps its status: the cancel is
-        recorded (a ``cancel_after_end`` note), its running children are cancelled, and the
-        view, the search attribute, Neo4j and Temporal (``COMPLETED``) keep saying how it
-        ended (``workflows.task.TaskWorkflow._cancelled_after_end`` says why it is recorded,
-        not refused).
-
-        Returns:
-            ``recorded`` True once requested (``wait_task`` waits for the end);
-            ``task_not_found``; ``task_closed`` when the task's workflow had already closed.
-        """
+        """Runs ``ConversationHistory.cancel_task`` (whose docstring is the contract)."""
         handle = self.transport.handle(task)
         try:
             description = await self.transport.call(handle.describe)
@@ -299,24 +251,7 @@ class TaskLifecycle:
         input_id: str | None = None,
         request_id: str | None = None,
     ) -> WriteResult:
-        """Answer an input request by signal (fire and forget): ``recorded`` True once the
-        signal is in the task's history. Signals of one client to one task are sent in call
-        order (the task's lane, as writes are), so answers sent one after the other reach the
-        task in that order. The task takes it when it runs (``inbox.take_answer``): a repeat
-        of the request id is ignored; an answer is bound to one request, the one it names
-        (kept until that request is asked, if it is not yet) or, with ``input_id`` None, the
-        oldest request open when it arrives (with none open it is rejected, never kept for a
-        later one); one that fails the request's schema is recorded as rejected (an
-        ``input_response`` event named ``rejected``) and the request stays open; one naming a
-        request that timed out is recorded as ``late`` and changes nothing.
-
-        Returns:
-            ``recorded``; ``task_closed`` when the task has ended; ``task_not_found``.
-
-        Raises:
-            pydantic.ValidationError: an argument of the wrong shape, naming the field, or
-                an answer no request may take (``_input_answer``); nothing is sent.
-        """
+        """Runs ``ConversationHistory.submit_input`` (whose docstring is the contract)."""
         signal = self._input_answer(answer, input_id, request_id)
         handle = self.transport.handle(task)
         try:
@@ -343,16 +278,7 @@ class TaskLifecycle:
         input_id: str | None = None,
         request_id: str | None = None,
     ) -> WriteResult:
-        """Answer an input request by update, validated on arrival: ``recorded`` with the
-        ``input_response`` event's seq, or refused with nothing recorded: ``input_not_requested``
-        (no such open request, or ``input_id`` None while several are open),
-        ``input_invalid`` (the schema's message), ``input_closed`` (the
-        request timed out or closed), ``task_closed`` (the task has ended).
-
-        Raises:
-            pydantic.ValidationError: an argument of the wrong shape, naming the field, or
-                an answer no request may take (``_input_answer``); nothing is sent.
-        """
+        """Runs ``ConversationHistory.respond`` (whose docstring is the contract)."""
         update = self._input_answer(answer, input_id, request_id)
         return await self.writes.update(task, Update.RESPOND, update)
 
@@ -367,22 +293,7 @@ class TaskLifecycle:
         digest: str | None = None,
         request_id: str | None = None,
     ) -> WriteResult:
-        """Answer the approval request ``input_id`` of a tool call (``respond`` with an
-        ``ApprovalChoice``; ``workflows.agents.approvals`` says what each choice does):
-        ``accept``, ``edit`` with ``arguments`` (checked against the tool's argument model's
-        JSON Schema on arrival: ``input_invalid`` names the field), ``answer`` with ``text``
-        (the tool's result for the model) or ``ignore``. The decision's author is this
-        client's ``agent_id``.
-
-        ``digest`` is the digest of the call the person was shown (``ApprovalAsk.digest``, in
-        full or its first 12 or more characters): the task refuses the answer
-        (``approval_stale``) when the request now asks about another call. None: the digest of
-        the call the request asks about when this reads it (for code that decides on what it
-        reads itself).
-
-        Raises:
-            pydantic.ValidationError: a choice of the wrong shape; nothing is sent.
-        """
+        """Runs ``ConversationHistory.approve`` (whose docstring is the contract)."""
         request = None
         found = (await self.reads.get_task(task)).view
         if found is not None:
@@ -424,15 +335,7 @@ class TaskLifecycle:
     async def set_status(
         self, task: str, status: TaskStatus | str, *, request_id: str | None = None
     ) -> WriteResult:
-        """Set a recorded task's status: ``queued``, ``in_progress`` or ``awaiting_children``
-        (``workflows.lifecycle``; ``awaiting_children`` with no child running is ``queued`` at
-        once). Refusals: ``run_by_agent`` (an agent task's agent sets its own), ``task_closed``
-        and those of every write.
-
-        Raises:
-            pydantic.ValidationError: another status (``done``, ``failed``, ``cancelled``:
-                ``finish_task``; ``awaiting_input``: ``request_input``).
-        """
+        """Runs ``ConversationHistory.set_status`` (whose docstring is the contract)."""
         write = SetStatusInput.model_validate(
             {
                 "agent_id": self.transport.agent_id,
@@ -451,15 +354,7 @@ class TaskLifecycle:
         *,
         request_id: str | None = None,
     ) -> WriteResult:
-        """Ask a person for input on a recorded task (its agent runs in the app): an
-        ``input_request`` event (``result.seq``), the request in the view, status
-        ``awaiting_input`` until every open request is answered (``respond``,
-        ``submit_input``), then ``queued``. Refusals: ``input_exists``, ``schema_invalid``,
-        ``input_limit_reached``, ``run_by_agent`` and those of every write.
-
-        Raises:
-            pydantic.ValidationError: an argument of the wrong shape, naming the field.
-        """
+        """Runs ``ConversationHistory.request_input`` (whose docstring is the contract)."""
         write = AskInput.model_validate(
             {
                 "agent_id": self.transport.agent_id,
@@ -481,16 +376,7 @@ class TaskLifecycle:
         session_id: str | None = None,
         request_id: str | None = None,
     ) -> WriteResult:
-        """Start a child task ``name`` of the recorded task ``parent`` (a child workflow, a
-        recorded task one level below it, labelled ``spawn_key`` in the parent): returns once
-        it has started; its end comes back to the parent as a ``child_result`` event. The
-        parent's status is left as it is (set ``awaiting_children`` to wait). Refusals:
-        ``task_exists`` (the key or name used already), ``child_limit_reached``,
-        ``run_by_agent`` and those of every write.
-
-        Raises:
-            pydantic.ValidationError: an argument of the wrong shape, naming the field.
-        """
+        """Runs ``ConversationHistory.spawn_child`` (whose docstring is the contract)."""
         write = SpawnInput(
             agent_id=self.transport.agent_id,
             spawn_key=spawn_key,
@@ -504,18 +390,7 @@ class TaskLifecycle:
     async def wait_task(
         self, task: str, *, until: TaskStatus | str | None = None
     ) -> TaskView | None:
-        """Wait until the task's workflow has ended (an agent task finished, failed or was
-        cancelled, and the mirror caught up) and return its final view; None when the task is
-        not in this project. Waits without a time limit (wrap it in ``asyncio.timeout``).
-
-        With ``until`` (a ``TaskStatus`` or its value, ``"awaiting_input"`` say), return the
-        view as soon as the task has that status or has ended, whichever comes first (its
-        ``status`` says which): the view is read by query every ``STATUS_POLL_S`` seconds, so a
-        status held for less than that may be missed (an ended status never is).
-
-        Raises:
-            pydantic.ValidationError: ``until`` is not a status (field ``until``).
-        """
+        """Runs ``ConversationHistory.wait_task`` (whose docstring is the contract)."""
         if until is not None:
             return await self._wait_status(task, checked(until, TaskStatus, "until"))
         handle = self.transport.client.get_workflow_handle(

@@ -167,7 +167,7 @@ class HistoryRetention:
         graph = self.tasks.reads.require_graph()
         workflow_id = self.tasks.workflow_id(name)
         runs = await self._runs(workflow_id)
-        state = await graph.name_state(self.project_id, workflow_id)
+        state = await graph.retention.name_state(self.project_id, workflow_id)
         if not (runs or state.mirrored or state.deleted):
             return DeleteResult(
                 recorded=False,
@@ -182,11 +182,11 @@ class HistoryRetention:
             view = (await self.tasks.get_task(name)).view
         if view is not None:
             cancelled = await self._cancel_children(view)
-        new = await graph.tombstone(self.project_id, workflow_id, name, self.agent_id)
+        new = await graph.retention.tombstone(self.project_id, workflow_id, name, self.agent_id)
         pending = await self._delete_runs(workflow_id, runs)
         if view is not None and view.parent is not None and view.status not in CLOSED_STATUSES:
             await self._tell_parent(view.parent, name)
-        removed = await graph.delete_task_nodes(
+        removed = await graph.retention.delete_task_nodes(
             self.project_id, workflow_id, include_decisions=include_decisions
         )
         return DeleteResult(
@@ -241,7 +241,7 @@ class HistoryRetention:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + FIND_WAIT_S
         while True:
-            location = await graph.find_event(self.project_id, event_id)
+            location = await graph.retention.find_event(self.project_id, event_id)
             if location is not None or loop.time() >= deadline:
                 return location
             await asyncio.sleep(POLL_S)

@@ -18,7 +18,7 @@ from agent_tasks.contract import (
     InputRequest,
     TaskStatus,
 )
-from agent_tasks.contract.errors import ErrorCode
+from agent_tasks.contract.errors import AgentTasksError, ErrorCode
 from agent_tasks.starter.results import WriteResult
 
 UPDATES_READ = 200
@@ -106,7 +106,7 @@ class Task(BaseModel):
     """Workflow time of its last write (UTC)."""
 
 
-class TaskRefused(Exception):
+class TaskRefused(AgentTasksError):
     """A write was refused; nothing was recorded. ``code`` is the product's ``ErrorCode``."""
 
     def __init__(self, code: ErrorCode, message: str) -> None:

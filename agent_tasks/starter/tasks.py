@@ -93,7 +93,6 @@ __all__ = [
 ]
 
 
-# Long: the published Tasks API's facade: its method set is the published API's
 class TaskManager:
     """The published API's task manager over a project's tasks.
 

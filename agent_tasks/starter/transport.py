@@ -118,9 +118,9 @@ _NOT_READY = (
 """Messages of the server's ``WorkflowNotReady`` (FAILED_PRECONDITION) that mean the call was
 turned away before anything was written: a query before a new run's first workflow task, an
 update delivered in a workflow task that then failed or timed out (as after a server restart:
-the worker's completion of a task the restarted server no longer knows; since server 1.27,
-temporalio/temporal#7296, such an update is aborted with this answer instead of the UNAVAILABLE
-"workflow update was aborted"), an update refused while the workflow task keeps failing (its
+the worker's completion of a task the restarted server no longer knows; since server 1.27 such
+an update is aborted with this answer instead of the UNAVAILABLE "workflow update was
+aborted"), an update refused while the workflow task keeps failing (its
 attempt 3 and on)."""
 
 

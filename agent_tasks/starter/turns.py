@@ -54,46 +54,15 @@ class TaskTurns:
         self.lifecycle = lifecycle
 
     async def resume_task(self, task: str, *, retry: Sequence[StepRetry] = ()) -> WriteResult:
-        """Run a failed or cancelled agent task's agent again, in a new run of the same task
-        (its workflow id, started from the last run's state), replaying the turn it set out to
-        run: steps that completed keep their results and ``unknown`` ones their ``unknown``
-        outcome (agent code's steps are memoized by name; nothing runs an ``unknown`` step
-        again unless ``retry`` names it), a failed one runs again under a new idempotency key;
-        the budgets count afresh. Only a turn that committed nothing resumes: a failed run was
-        rolled back (its events hidden from the model), so its turn resumes; a run cancelled
-        after its tools ran is continued instead (``continue_task``), never replayed.
-
-        Args:
-            task: the task's name.
-            retry: steps a person asks to run again (``retry_step`` of a closed task).
-
-        Returns:
-            ``recorded`` True once started; ``task_not_found``; ``not_resumable`` for a task
-            that runs, a recorded task, or one that ended ``done``; ``no_resumable_turn`` for
-            an interrupted turn that committed something.
-        """
+        """Runs ``ConversationHistory.resume_task`` (whose docstring is the contract)."""
         return await self._run_again(task, continuation=False, retry=retry)
 
     async def continue_task(self, task: str, *, retry: Sequence[StepRetry] = ()) -> WriteResult:
-        """Continue a failed or cancelled agent task's interrupted turn (one whose tools ran
-        before it was cancelled: ``has_interrupted_turn``) in a new run: the model is asked
-        again with what the turn committed, its closed calls included (an ``unknown`` one with
-        its "effect unknown" result), with no new user message; no interrupted call is run
-        again (the model decides). If the model calls the same tool with the same arguments as
-        a call that ended ``unknown``, that call runs as a retry of the unknown step, under its
-        idempotency key (``same-call-same-key``), so a server that deduplicates by key performs
-        the effect once. Agent code starts again from the top, its steps memoized.
-
-        Returns:
-            as ``resume_task``; ``no_interrupted_turn`` when the last turn was not interrupted
-            after its tools ran (``resume_task`` it).
-        """
+        """Runs ``ConversationHistory.continue_task`` (whose docstring is the contract)."""
         return await self._run_again(task, continuation=True, retry=retry)
 
     async def has_interrupted_turn(self, task: str) -> bool:
-        """True when the task's last turn was interrupted after its tools ran and the model has
-        not answered since (continue it with ``continue_task``); False for a task of this
-        project that has none, or no such task."""
+        """Runs ``ConversationHistory.has_interrupted_turn`` (whose docstring is the contract)."""
         view = (await self.reads.get_task(task)).view
         if view is None:
             return False
@@ -116,22 +85,7 @@ class TaskTurns:
     async def retry_step(
         self, task: str, step: str, *, reason: str, request_id: str | None = None
     ) -> WriteResult:
-        """Ask that the agent task's ``unknown`` or ``failed`` step run again when its agent
-        code reaches it (recorded as a decision citing the step, by this client's agent id):
-        an ``unknown`` step under its old idempotency key (its effect may have happened), a
-        failed one as a new attempt. A running task takes it at once (the ``retry_step``
-        update); a failed or cancelled one is run again with it (``continue_task`` for an
-        interrupted turn, else ``resume_task``). The tool loop names a step by its round, so
-        its model, not a retry, decides whether a call runs again.
-
-        Returns:
-            ``recorded``; ``task_not_found``; ``step_not_found``; ``invalid_transition`` (the
-            step is not ``unknown`` or ``failed``); ``not_resumable`` (a recorded task, or one
-            that ended ``done``).
-
-        Raises:
-            pydantic.ValidationError: a malformed step name or reason.
-        """
+        """Runs ``ConversationHistory.retry_step`` (whose docstring is the contract)."""
         ask = StepRetry(
             step_name=step,
             agent_id=self.transport.agent_id,
@@ -165,7 +119,7 @@ class TaskTurns:
             return page.steps[0].state
         if self.transport.graph is None:
             return None
-        found = await self.transport.graph.step(
+        found = await self.transport.graph.reads.step(
             self.transport.project_id, self.transport.workflow_id(task), step
         )
         return None if found is None else found.state
@@ -223,8 +177,6 @@ class TaskTurns:
         )
         return WriteResult(recorded=True)
 
-    # Long: one published call: check the point, create the branch, wait for its copy; mostly
-    # docstring
     async def branch_from(
         self,
         source: str,
@@ -234,39 +186,7 @@ class TaskTurns:
         request_id: str | None = None,
         task_queue: str | None = None,
     ) -> WriteResult:
-        """Start a new line from a point of a task's log: a new task ``name`` (same goal,
-        agent, session and metadata) whose log is a copy of ``source``'s events 1 to ``seq``
-        (the same kinds, authors and text; sealed text sealed again under the branch's own
-        keys), linked in Neo4j by ``BRANCHED_FROM {seq}``. The source is untouched. An agent
-        task's branch then continues from there: it reuses what its source settled before the
-        point (a step that ended ``completed`` or ``unknown`` with its result at ``seq`` or
-        before returns that result, its tool not called again; a question answered at ``seq``
-        or before returns its answer, nobody asked; a child whose end was recorded at ``seq``
-        or before is not spawned again), its agent code runs again from the top,
-        live from the point on, the model asked with the copied transcript and no new user
-        message (docs/agent-tasks.md, "Branch"); a recorded one takes writes once the copy is
-        done (this call returns then).
-
-        The branch runs on the task queue its source's workflow runs on (where its agent's
-        code, tools and model are: the source's workers), whatever this object's
-        ``task_queue`` is; ``task_queue`` names another (say, workers with a newer model). A
-        source whose task queue Temporal no longer knows (its history passed the namespace's
-        retention) branches onto this object's.
-
-        Unlike Temporal's reset, which rewinds a workflow's own history to a workflow task and
-        runs it again under the same workflow id (its later events gone from the new run), a
-        branch is a second task: both lines stay, each with its own log, steps and
-        decisions, and a branch point is any event seq, not a workflow task.
-
-        Returns:
-            ``recorded`` with the branch's view once its log holds the copy;
-            ``task_not_found`` (no source); ``event_not_found`` (``seq`` past the source's
-            last event); ``task_exists`` (the name is taken); ``task_busy`` (the copy did
-            not finish within ``timeout_s``: it goes on).
-
-        Raises:
-            pydantic.ValidationError: a malformed name or seq.
-        """
+        """Runs ``ConversationHistory.branch_from`` (whose docstring is the contract)."""
         checked(source, TaskName, "source")
         checked(name, TaskName, "name")
         point = BranchPoint(task=source, seq=checked(seq, Seq, "seq"))

@@ -73,7 +73,6 @@ def split_events(events: Sequence[EventInput]) -> Iterator[list[EventInput]]:
         yield chunk
 
 
-# Long: ConversationHistory's write layer: the log's published write methods over one update path
 class TaskWrites:
     """The writes of ``ConversationHistory`` to a task's log (its published write methods)."""
 
@@ -134,9 +133,7 @@ class TaskWrites:
         call_id: str | None = None,
         request_id: str | None = None,
     ) -> WriteResult:
-        """Append one event; ``result.event`` is the recorded event (``result.seq`` its
-        seq). A payload over ``MAX_PAYLOAD_CHARS`` characters is cut (the event keeps the full
-        length and SHA-256). See ``record_events``."""
+        """Runs ``ConversationHistory.record_event`` (whose docstring is the contract)."""
         event = EventInput.model_validate(
             {"kind": kind, "payload": payload, "role": role, "name": name, "call_id": call_id}
         )
@@ -175,23 +172,7 @@ class TaskWrites:
         *,
         request_id: str | None = None,
     ) -> WriteResult:
-        """Append events in order, with consecutive seqs.
-
-        A batch over one update's bounds (``MAX_EVENTS_PER_UPDATE`` events or
-        ``MAX_PAYLOAD_BYTES`` of JSON) is sent as several updates,
-        each under a request id derived from ``request_id`` (``chunk_request_id``). They are
-        not atomic together: on a refusal, the updates before it stay recorded, the result
-        has ``recorded`` False and ``first_seq``/``last_seq`` of what was recorded, and a
-        retry with the same request id records the rest once.
-
-        With a graph, each event's text is sealed first (``sealing.seal``) under its own
-        key, a leaf of the task's key tree, and the split is of the sealed events. The tree is
-        stored in Neo4j before this process's first write to the task is sent (one
-        transaction, waited for at most ``KEY_STORE_WAIT_S``: else the write is refused
-        ``key_store_unavailable`` and nothing is sent); later writes need no Neo4j. Keys of
-        events the workflow did not take (a refusal, a repeated request id) were never
-        stored: they cost nothing.
-        """
+        """Runs ``ConversationHistory.record_events`` (whose docstring is the contract)."""
         inputs: list[EventInput] = checked(events, list[EventInput], "events")
         result, _ = await self._record(task, inputs, request_id_or_new(request_id))
         return result
@@ -263,8 +244,7 @@ class TaskWrites:
         result_event_seq: int | None = None,
         request_id: str | None = None,
     ) -> WriteResult:
-        """Set one step's state (``STEP_TRANSITIONS``). ``result_event_seq`` must name an
-        event of this task (else ``event_not_found``). A new step's kind defaults to tool."""
+        """Runs ``ConversationHistory.set_step`` (whose docstring is the contract)."""
         write = StepWrite.model_validate(
             {
                 "step_name": step_name,
@@ -278,9 +258,7 @@ class TaskWrites:
     async def set_steps(
         self, task: str, steps: Sequence[StepWrite], *, request_id: str | None = None
     ) -> WriteResult:
-        """Apply step writes in order. Up to ``MAX_STEPS_PER_UPDATE`` writes are one update, all or
-        nothing; larger lists are split like ``record_events``. A list naming more distinct steps
-        than a task may hold is refused (``step_limit_reached``) before anything is sent."""
+        """Runs ``ConversationHistory.set_steps`` (whose docstring is the contract)."""
         request_id = request_id_or_new(request_id)
         if len({write.step_name for write in steps}) > MAX_STEPS_PER_TASK:
             return refused(
@@ -310,9 +288,7 @@ class TaskWrites:
         error: str | None = None,
         request_id: str | None = None,
     ) -> WriteResult:
-        """Close the task as done, failed or cancelled. The workflow completes once the
-        mirror has caught up; later writes are refused with ``task_closed``. A retry with
-        the same request id after the close still returns the stored result."""
+        """Runs ``ConversationHistory.finish_task`` (whose docstring is the contract)."""
         return await self.update(
             task,
             Update.FINISH_TASK,
@@ -336,19 +312,7 @@ class TaskWrites:
         cites_steps: Sequence[str] = (),
         request_id: str | None = None,
     ) -> WriteResult:
-        """Record a decision: an event of kind ``decision`` whose payload is ``statement``
-        (sealed and cut like any payload), citing earlier events of the task by seq or by id
-        (at most 100) and steps of the task by name (at most 100). ``result.event`` is the
-        decision: its ``id`` is the decision's id, its ``cites`` the cited seqs and the cited
-        steps with their state and attempt now, which later reads compare with
-        (``list_decisions``: ``needs_review``).
-
-        Refusals: ``event_not_found`` (a seq that does not precede the decision, an id of no
-        event of the task), ``step_not_found``, and those of every write.
-
-        Raises:
-            pydantic.ValidationError: an argument of the wrong shape, naming the field.
-        """
+        """Runs ``ConversationHistory.record_decision`` (whose docstring is the contract)."""
         cited = checked(cites_events, list[StrictInt | StrictStr], "cites_events")
         steps = checked(cites_steps, list[StepName], "cites_steps")
         event = EventInput.model_validate(

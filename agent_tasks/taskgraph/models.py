@@ -1,20 +1,19 @@
-"""Typed results and filters of the cross-task reads (no Neo4j driver here).
+"""Typed results and filters of the cross-task reads (no driver here).
 
 Each filter is defined once and used by the client, the CLI and ``TaskGraph``: a bad argument
 raises pydantic's ``ValidationError`` naming the field, before any query is sent.
 
 Every datetime handed to the Neo4j driver goes through ``utc`` first (the filters' bounds here,
-the node properties in ``taskgraph.neo4j.graph``), for two reasons measured with the driver 6.4:
+the node properties in ``taskgraph.neo4j.graph``), for two reasons of the driver's:
 
 - Cypher compares two datetimes of the same instant in different offsets as unequal and orders
   them by offset, so ``e.time >= $since`` with ``since`` at ``+05:30`` missed the event stored
   in UTC at that very instant.
 - The driver's pure-Python encoding of a datetime with a ``zoneinfo.ZoneInfo`` passes its own
   ``neo4j.time.DateTime`` to ``ZoneInfo.utcoffset``, which CPython's C zoneinfo reads as a
-  ``datetime`` without checking: the process dies with SIGSEGV (every run of a loop of
-  20,000 encodings). ``datetime.UTC`` (``timezone.utc``) takes the driver's fixed-offset path.
-  The driver's Rust extension (``neo4j-rust-ext`` 6.4.1) is no fix: its packer calls the same
-  Python encoding for datetimes and crashes the same way.
+  ``datetime`` without checking: the process dies with SIGSEGV. ``datetime.UTC``
+  (``timezone.utc``) takes the driver's fixed-offset path. The driver's Rust extension is no
+  fix: its packer calls the same Python encoding for datetimes and crashes the same way.
 """
 
 from __future__ import annotations

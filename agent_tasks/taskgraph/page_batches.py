@@ -7,8 +7,7 @@ batches are written gather for the next one: a page waits for one batch in fligh
 (and the gather window below) before its own is sent. While pages come fast (the last batch
 was sent less than ``GATHER_S`` ago), the next batch waits until ``GATHER_S`` after it, or
 until it is full, so that more pages share its transaction (a transaction's cost is mostly
-per transaction: in Neo4j a page of one event alone cost the driver 2.0 ms of CPU, each page
-of a batch of 4, 0.5 ms); a page that comes after a quiet ``GATHER_S`` is sent at once. A
+per transaction, not per page); a page that comes after a quiet ``GATHER_S`` is sent at once. A
 batch holds at most ``BATCH_PAGES`` pages, of one project, at most one page per task (a
 second page of a task waits for the next batch: the write counter rule, a page applies only
 if newer, is then checked against the node the earlier page left, as with one transaction
@@ -33,7 +32,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from agent_tasks.contract import Event, StepView, TaskView
-from agent_tasks.taskgraph.errors import GraphAuthError, GraphUnavailable
+from agent_tasks.contract.errors import GraphAuthError, GraphUnavailable
 
 BATCH_PAGES = 64
 """Pages one batch holds at most (one transaction's size: 64 pages of one event each are
@@ -43,8 +42,8 @@ BATCHES_IN_FLIGHT = 2
 on; more made Neo4j's transactions of the same project's tasks wait on each other's locks on
 the shared project and agent nodes)."""
 GATHER_S = 0.05
-"""How long after a batch was sent the next one gathers pages (seconds): 50 ms of mirror lag
-at most, while pages come faster than that (``bench/RESULTS-issue-36.md``)."""
+"""How long after a batch was sent the next one gathers pages (seconds): the mirror lag it
+adds at most, while pages come faster than that."""
 
 
 @dataclass(frozen=True)

@@ -5,15 +5,20 @@ the adapter from configuration is ``taskgraph.store.build_graph_store``.
 
 - ``MirrorStore``: the mirror's writes (a page of a task, ordered: a write applies only if it
   is newer than what the node holds), the rebuild's clean-ups.
-- ``TaskReads``: one task's mirrored view, events, steps and decisions; the cross-task reads.
-- ``KeyStore`` (``taskgraph.neo4j.keys``): the data keys of sealed text. The crypto
+- ``TaskReads`` (``store.reads``): one task's mirrored view, events, steps and decisions; the
+  cross-task reads; the store-neutral ``taskgraph.reads.GraphReads`` on the adapter's statement
+  runner (``taskgraph.runner``), for either store.
+- ``KeyStore`` (``sealing.keys``): the data keys of sealed text. The crypto
   (``sealing.seal``, ``sealing.keytree``) sits below the adapters: a store keeps
   opaque key material only.
-- ``RetentionStore``: redaction and deletion (``taskgraph.retention`` has its results).
+- ``RetentionStore`` (``store.retention``): finding an event, tombstones and deletion
+  (``taskgraph.retention.GraphRetention``); the redaction itself is the adapter's
+  (``GraphStore.redact``).
 - ``RecordStore``: the one-statement records of the HTTP API (``server.apikeys``,
   ``server.pagesessions``), written once per dialect (``Statement``).
-- ``GraphStore``: all of these, with ``connect()`` and ``close()`` (the ledger's guide opens a
-  store with ``build_graph_store(...)``, ``await store.connect()``, ``await store.close()``).
+- ``GraphStore``: all of these, with ``connect()``, ``ping()`` and ``close()`` (the ledger's
+  guide opens a store with ``build_graph_store(...)``, ``await store.connect()``,
+  ``await store.close()``).
 
 What a store must keep durable: the key store's trees, the API keys, the page sessions and
 the tombstones of deleted tasks cannot be rebuilt from the Temporal histories; the rest (the
@@ -22,7 +27,7 @@ transaction log; FalkorDB keeps an acknowledged write when its server runs with
 ``appendonly yes`` and ``appendfsync always`` (``devstack``), and loses up to a second of
 acknowledged writes with Redis's default ``everysec``.
 
-Every method raises the port's errors (``taskgraph.errors``): ``GraphUnavailable`` (may pass),
+Every method raises the port's errors (``contract.errors``): ``GraphUnavailable`` (may pass),
 ``GraphAuthError``, ``GraphDataError``; never a driver's own.
 """
 
@@ -113,13 +118,14 @@ class MirrorStore(Protocol):
         what it covered; returns nodes deleted."""
         ...
 
+
+class TaskReads(Protocol):
+    """One task's mirrored state and the cross-task reads, each filtered by project
+    (``GraphStore.reads``: ``taskgraph.reads.GraphReads`` on the adapter's statement runner)."""
+
     async def mirrored_write(self, project_id: str, workflow_id: str) -> int:
         """The write counter up to which the store holds every write of the task; 0 before."""
         ...
-
-
-class TaskReads(Protocol):
-    """One task's mirrored state and the cross-task reads, each filtered by project."""
 
     async def task_view(self, project_id: str, workflow_id: str) -> TaskView | None:
         """The task's view as the store holds it; None when it has no such task."""
@@ -186,15 +192,12 @@ class TaskReads(Protocol):
 
 
 class RetentionStore(Protocol):
-    """Redaction and deletion (``starter.retention.HistoryRetention``)."""
+    """Finding an event, tombstones and deletion (``GraphStore.retention``:
+    ``taskgraph.retention.GraphRetention`` on the adapter's statement runner; the redaction is
+    the adapter's own, ``GraphStore.redact``)."""
 
     async def find_event(self, project_id: str, event_id: str) -> EventLocation | None:
         """Where the event ``event_id`` is; None when the store has no such event."""
-        ...
-
-    async def redact(self, project_id: str, location: EventLocation, agent_id: str) -> list[str]:
-        """Empty the event's text and destroy its data key, atomically with respect to the
-        mirror's writes of the task; returns the ids of the decisions it affects."""
         ...
 
     async def name_state(self, project_id: str, workflow_id: str) -> NameState:
@@ -228,8 +231,24 @@ class RecordStore(Protocol):
         ...
 
 
-class GraphStore(MirrorStore, TaskReads, KeyStore, RetentionStore, RecordStore, Protocol):
-    """A whole graph store, as ``build_graph_store`` gives it."""
+class GraphStore(MirrorStore, KeyStore, RecordStore, Protocol):
+    """A whole graph store, as ``build_graph_store`` gives it: the adapter's own writes, key
+    store, records and redaction, and the store-neutral reads and retention it is given."""
+
+    @property
+    def reads(self) -> TaskReads:
+        """One task's mirrored state and the cross-task reads."""
+        ...
+
+    @property
+    def retention(self) -> RetentionStore:
+        """Finding an event, tombstones and deletion."""
+        ...
+
+    async def redact(self, project_id: str, location: EventLocation, agent_id: str) -> list[str]:
+        """Empty the event's text and destroy its data key, atomically with respect to the
+        mirror's writes of the task; returns the ids of the decisions it affects."""
+        ...
 
     async def connect(self) -> None:
         """Check that the store answers, and create its schema (idempotent).

@@ -112,8 +112,15 @@ def _closed_view(text: str) -> TaskView:
     )
 
 
-class GraphReads(StatementRunner):
-    """The reads of the task graph, in either store (``StatementRunner``)."""
+class GraphReads:
+    """The reads of the task graph, in either store, run on the adapter's statement runner.
+
+    Args:
+        runner: the adapter's one-statement reads and writes (``StatementRunner``).
+    """
+
+    def __init__(self, runner: StatementRunner) -> None:
+        self.runner = runner
 
     async def task_view(self, project_id: str, workflow_id: str) -> TaskView | None:
         """The task view as the store holds it (the task's mirrored state), for a closed run
@@ -122,7 +129,7 @@ class GraphReads(StatementRunner):
         (``closed_view``); another's is built from the node's properties (no agent, run,
         children or closed requests: the node does not keep them). Either says
         ``unmirrored_writes`` 0: the store is all there is of it."""
-        rows = await self._read(
+        rows = await self.runner.read(
             """
             MATCH (t:Task {key: $key, project_id: $p}) WHERE t.status IS NOT NULL
             OPTIONAL MATCH (t)-[:HAS_STEP]->(s:Step)
@@ -176,7 +183,7 @@ class GraphReads(StatementRunner):
     async def mirrored_write(self, project_id: str, workflow_id: str) -> int:
         """The write counter up to which Neo4j holds every write of the task (the task node's
         ``mirrored_write``, set by the last page of each copy); 0 before the first."""
-        rows = await self._read(
+        rows = await self.runner.read(
             "MATCH (t:Task {key: $key, project_id: $p}) RETURN t.mirrored_write AS w",
             key=workflow_id,
             p=project_id,
@@ -196,7 +203,7 @@ class GraphReads(StatementRunner):
         after ``after_seq``, at most ``limit``, each with the cited events redacted since and
         the cited steps changed since (``DecisionRow.needs_review``). A decision kept when its
         task was deleted is found by its task's workflow id and by its id."""
-        rows = await self._read(
+        rows = await self.runner.read(
             """
             MATCH (d:Decision {project_id: $p})
             WHERE ($key IS NULL OR d.task_key = $key) AND ($id IS NULL OR d.id = $id)
@@ -242,7 +249,7 @@ class GraphReads(StatementRunner):
     ) -> list[Event]:
         """One task's mirrored events with ``after_seq < seq <= up_to_seq``, in seq order,
         at most ``limit``."""
-        rows = await self._read(
+        rows = await self.runner.read(
             """
             MATCH (t:Task {key: $key, project_id: $p})-[:HAS_EVENT]->(e:Event)
             WHERE e.seq > $after AND e.seq <= $upto AND e.kind IS NOT NULL
@@ -269,7 +276,7 @@ class GraphReads(StatementRunner):
         """One task's mirrored steps last changed at or before write ``up_to_write`` (the
         earlier runs' steps: ``StepsPage.run_first_write``), in name order after ``after_name``,
         in ``state`` when not None, at most ``limit``."""
-        rows = await self._read(
+        rows = await self.runner.read(
             """
             MATCH (t:Task {key: $key, project_id: $p})-[:HAS_STEP]->(s:Step)
             WHERE coalesce(s.changed_write, 0) <= $upto
@@ -288,7 +295,7 @@ class GraphReads(StatementRunner):
 
     async def step(self, project_id: str, workflow_id: str, name: str) -> StepView | None:
         """One task's mirrored step ``name``, None when Neo4j has no such step."""
-        rows = await self._read(
+        rows = await self.runner.read(
             "MATCH (s:Step {key: $key, project_id: $p}) RETURN s",
             key=f"{workflow_id}/{name}",
             p=project_id,
@@ -299,7 +306,7 @@ class GraphReads(StatementRunner):
         """Tasks of a project in name order, after ``where.after_name`` (the paging cursor),
         each filter applied when not None; placeholder nodes (no status) are left out. Reads
         one page from an index (``tasks_statement``)."""
-        rows = await self._read(
+        rows = await self.runner.read(
             tasks_statement(where),
             p=project_id,
             status=None if where.status is None else where.status.value,
@@ -318,7 +325,7 @@ class GraphReads(StatementRunner):
         """The task ``where.task`` and its descendants up to ``where.depth`` levels (at most
         ``MAX_TREE_DEPTH``), each with its ``depth`` (0 for the task itself), ordered by
         depth then name."""
-        rows = await self._read(
+        rows = await self.runner.read(
             """
             MATCH (root:Task {key: $key, project_id: $p})
             MATCH path = (root)<-[:CHILD_OF*0..20]-(t:Task)
@@ -335,7 +342,7 @@ class GraphReads(StatementRunner):
     async def find_events(self, project_id: str, where: EventFilter) -> list[EventRow]:
         """Events across the project's tasks, by kind, name and time range (``since`` <=
         time < ``until``), oldest first. ``failed_only`` keeps tool results of failed steps."""
-        rows = await self._read(
+        rows = await self.runner.read(
             _FIND_EVENTS,
             p=project_id,
             kind=None if where.kind is None else where.kind.value,
@@ -349,7 +356,7 @@ class GraphReads(StatementRunner):
 
     async def find_steps(self, project_id: str, where: StepFilter) -> list[StepRow]:
         """Steps across the project's tasks in a state, ordered by task then step name."""
-        rows = await self._read(
+        rows = await self.runner.read(
             """
             MATCH (s:Step {project_id: $p})
             WHERE $state IS NULL OR s.state = $state
@@ -365,7 +372,7 @@ class GraphReads(StatementRunner):
         """Failed tool calls across the project's tasks, counted by tool name case-folded
         (steps of kind ``tool`` in state ``failed``, by the name of their result event:
         ``bash`` and ``Bash`` are one tool, its ``spellings`` both), most failures first."""
-        rows = await self._read(
+        rows = await self.runner.read(
             """
             MATCH (s:Step {project_id: $p, state: 'failed', kind: 'tool'})-[:RESULT]->(e:Event)
             WITH s, coalesce(e.name, '?') AS spelled
@@ -380,7 +387,7 @@ class GraphReads(StatementRunner):
     async def counts(self, project_id: str) -> dict[str, int]:
         """Nodes by (first) label and relationships of the project's task graph, the key
         store left out (a fingerprint for tests and rebuild checks)."""
-        rows = await self._read(
+        rows = await self.runner.read(
             """
             MATCH (n {project_id: $p}) WHERE NOT n:DataKey AND NOT n:KeyTree
             WITH labels(n)[0] AS label, count(n) AS c

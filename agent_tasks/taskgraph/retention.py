@@ -115,14 +115,21 @@ SET d.detached_at = $now, d.key_id = NULL
 """A deleted task's decisions kept: detached from everything, no longer events."""
 
 
-class GraphRetention(StatementRunner):
-    """Finding an event, tombstones and deletion, in either store (``StatementRunner``); each
-    adapter adds its ``redact`` (``taskgraph.port.RetentionStore``)."""
+class GraphRetention:
+    """Finding an event, tombstones and deletion, in either store, run on the adapter's
+    statement runner; each adapter has its own ``redact`` (``taskgraph.port.GraphStore``).
+
+    Args:
+        runner: the adapter's one-statement reads and writes (``StatementRunner``).
+    """
+
+    def __init__(self, runner: StatementRunner) -> None:
+        self.runner = runner
 
     async def find_event(self, project_id: str, event_id: str) -> EventLocation | None:
         """The event with id ``event_id`` in ``project_id`` as the store has it, None when it has
         no such event (yet: the mirror copies an event tens of milliseconds after its write)."""
-        rows = await self._read(
+        rows = await self.runner.read(
             """
             MATCH (e:Event {id: $id}) WHERE e.project_id = $p
             RETURN e.task_key AS task_key, e.task_name AS task_name, e.seq AS seq,
@@ -136,7 +143,7 @@ class GraphRetention(StatementRunner):
     async def name_state(self, project_id: str, workflow_id: str) -> NameState:
         """Whether a task of this workflow id was deleted, or is in the store (the checks of
         ``create_task`` before it starts a workflow)."""
-        rows = await self._read(
+        rows = await self.runner.read(
             """
             OPTIONAL MATCH (x:TaskTombstone {key: $key})
             OPTIONAL MATCH (t:Task {key: $key, project_id: $p}) WHERE t.status IS NOT NULL
@@ -150,7 +157,7 @@ class GraphRetention(StatementRunner):
     async def tombstone(self, project_id: str, workflow_id: str, name: str, agent_id: str) -> bool:
         """Keep the name of a task being deleted taken for ever; returns False when it was
         tombstoned before (a repeated deletion)."""
-        rows = await self._write(
+        rows = await self.runner.write(
             _TOMBSTONE,
             key=workflow_id,
             p=project_id,
@@ -165,7 +172,7 @@ class GraphRetention(StatementRunner):
         ``n``) until it deletes none; returns the total."""
         total = 0
         while True:
-            rows = await self._write(query, batch=DELETE_BATCH, **params)
+            rows = await self.runner.write(query, batch=DELETE_BATCH, **params)
             if not rows[0]["n"]:
                 return total
             total += rows[0]["n"]
@@ -183,13 +190,13 @@ class GraphRetention(StatementRunner):
         ``$key + ('#' AND ...)`` (a type error); Neo4j reads both the same.
         """
         params = {"p": project_id, "key": workflow_id}
-        rows = await self._read(
+        rows = await self.runner.read(
             "MATCH (d:Decision {project_id: $p, task_key: $key}) RETURN collect(d.id) AS ids",
             **params,
         )
         decisions = sorted(rows[0]["ids"])
         if not include_decisions:
-            await self._write(_DETACH, now=epoch_us(datetime.now(UTC)), **params)
+            await self.runner.write(_DETACH, now=epoch_us(datetime.now(UTC)), **params)
         events = await self._in_batches(
             """
             MATCH (e:Event) WHERE e.key STARTS WITH ($key + '#') AND e.task_key = $key
@@ -211,5 +218,7 @@ class GraphRetention(StatementRunner):
             """,
             **params,
         )
-        await self._write("MATCH (t:Task {key: $key, project_id: $p}) DETACH DELETE t", **params)
+        await self.runner.write(
+            "MATCH (t:Task {key: $key, project_id: $p}) DETACH DELETE t", **params
+        )
         return GraphDeletion(events=events, steps=steps, keys=keys, decisions=decisions)

@@ -1,29 +1,34 @@
 """What the store-neutral parts of the graph store (``taskgraph.reads``, ``taskgraph.retention``)
-need of an adapter: its dialect and one-statement reads and writes (``StatementRunner``). Each
-adapter implements ``_read`` and ``_write`` on its driver (Neo4j: ``taskgraph.neo4j.driver``;
-FalkorDB: ``taskgraph.falkordb.graph``), so a statement the dialects agree on is written once."""
+are given by an adapter: its dialect and one-statement reads and writes (``StatementRunner``),
+so a statement the dialects agree on is written once. Neo4j's runner is
+``taskgraph.neo4j.driver.Neo4jRunner``; FalkorDB's adapter is its own
+(``taskgraph.falkordb.graph.FalkorGraph``)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from agent_tasks.taskgraph.dialect import GraphKind, Statement
 
 
-class StatementRunner:
+class StatementRunner(Protocol):
     """One-statement reads and writes in the store's dialect (``Statement``: one text, or one
     per store). Rows are dicts; a node is the dict of its properties; times come back as
     aware datetimes (Neo4j's temporal values) or, from FalkorDB, as they are stored (integer
     microseconds, ``taskgraph.models.as_datetime`` reads both); a datetime parameter is sent
     as the store keeps times."""
 
-    kind: GraphKind
-    """The store's dialect."""
+    @property
+    def kind(self) -> GraphKind:
+        """The store's dialect."""
+        ...
 
-    async def _read(self, query: Statement, **params: Any) -> list[dict[str, Any]]:
-        """The rows of one read statement."""
-        raise NotImplementedError
+    async def read(self, query: Statement, **params: Any) -> list[dict[str, Any]]:
+        """The rows of one read statement (a managed read transaction where the store has
+        them)."""
+        ...
 
-    async def _write(self, query: Statement, **params: Any) -> list[dict[str, Any]]:
-        """The rows of one write statement."""
-        raise NotImplementedError
+    async def write(self, query: Statement, **params: Any) -> list[dict[str, Any]]:
+        """The rows of one write statement (a managed write transaction where the store has
+        them)."""
+        ...

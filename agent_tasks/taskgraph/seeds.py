@@ -1,5 +1,5 @@
 """Pages of made-up tasks in the shapes the mirror writes: the page a graph object writes and
-rolls back to plan its statements (``MirrorWrites.ensure_ready``), and the benchmarks'
+rolls back to plan its statements (``TaskGraph.ensure_ready``), and the benchmarks'
 pages and seeded tasks."""
 
 from __future__ import annotations

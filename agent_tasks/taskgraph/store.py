@@ -35,7 +35,7 @@ class GraphSettings(Protocol):
     graph: GraphKind
     neo4j_uri: str
     neo4j_database: str
-    neo4j_max_writes: int
+    graph_max_writes: int
     falkordb_url: SecretStr
     falkordb_graph: str
 
@@ -93,10 +93,10 @@ def build_graph_store(
         from agent_tasks.taskgraph.neo4j.graph import TaskGraph
 
         driver = open_driver(uri or settings.neo4j_uri, settings.neo4j_auth())
-        return TaskGraph(driver, settings.neo4j_database, tracer, settings.neo4j_max_writes)
+        return TaskGraph(driver, settings.neo4j_database, tracer, settings.graph_max_writes)
     from agent_tasks.taskgraph.falkordb.graph import FalkorGraph
 
     url = uri or settings.falkordb_url.get_secret_value()
     return FalkorGraph(
-        url, settings.falkordb_graph, tracer=tracer, max_writes=settings.neo4j_max_writes
+        url, settings.falkordb_graph, tracer=tracer, max_writes=settings.graph_max_writes
     )

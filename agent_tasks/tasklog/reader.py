@@ -104,8 +104,6 @@ async def _direct(call: Callable[[], Awaitable[_T]], workflow_id: str | None = N
     return await call()
 
 
-# Long: one task's reads across its runs; view, events and steps share the rule of where each part
-# lives
 class TaskReader:
     """Reads one task's view, events and steps across its runs.
 
@@ -193,7 +191,7 @@ class TaskReader:
         when it has no such task."""
         if self.graph is None:
             return None
-        return await self.graph.task_view(project_of(workflow_id), workflow_id)
+        return await self.graph.reads.task_view(project_of(workflow_id), workflow_id)
 
     async def events(
         self, workflow_id: str, after_seq: int, limit: int
@@ -245,7 +243,9 @@ class TaskReader:
         if self.graph is None:
             return None
         project = project_of(workflow_id)
-        events = await self.graph.events(project, workflow_id, after_seq, view.last_seq, limit)
+        events = await self.graph.reads.events(
+            project, workflow_id, after_seq, view.last_seq, limit
+        )
         last = min(view.last_seq, after_seq + limit)
         if [e.seq for e in events] != list(range(after_seq + 1, last + 1)):
             return None
@@ -279,7 +279,7 @@ class TaskReader:
                     "this read needs Neo4j: pass graph= to ConversationHistory"
                 )
             stop = min(up_to, page.mirrored_seq)
-            events = await self.graph.events(
+            events = await self.graph.reads.events(
                 project_of(workflow_id), workflow_id, after_seq, stop, stop - after_seq
             )
             if [e.seq for e in events] != list(range(after_seq + 1, stop + 1)):
@@ -373,7 +373,7 @@ class TaskReader:
             return page.steps, page.next_after_name
         if self.graph is None:
             raise GraphNotConfigured("this read needs Neo4j: pass graph= to ConversationHistory")
-        older = await self.graph.steps(
+        older = await self.graph.reads.steps(
             project_of(workflow_id),
             workflow_id,
             state=state,

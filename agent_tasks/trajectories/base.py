@@ -67,6 +67,7 @@ from agent_tasks.contract import (
     clean_text,
     sha256_hex,
 )
+from agent_tasks.contract.errors import AgentTasksError
 
 Format = Literal["atif", "mini-swe-agent", "swe-agent"]
 """The formats read (an ``export_atif`` export is ATIF)."""
@@ -80,7 +81,7 @@ _NAME_CHARS = 200
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
-class TrajectoryFormatError(ValueError):
+class TrajectoryFormatError(AgentTasksError, ValueError):
     """A file is not a trajectory this package reads; the message names the file, the run in
     it (when it holds several) and the field at fault."""
 

@@ -132,7 +132,6 @@ def _text(content: str | list[dict[str, Any]] | None) -> str:
     return payload_text(content)
 
 
-# Long: one trajectory's messages mapped to events by role, then its run; one role table
 def read(data: Trajectory, source: str) -> list[ParsedTrajectory]:
     """The one run of a mini-swe-agent trajectory, mapped as the module docstring says."""
     log = EventLog()

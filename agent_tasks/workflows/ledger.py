@@ -62,8 +62,6 @@ from agent_tasks.workflows.steps import (
 )
 
 
-# Long: the task's one write path: check/apply pairs over one state; its other jobs already live in
-# rooms
 class Ledger:
     """One task's ledger: the carried ``state`` and this run's events (``run_events``).
 
@@ -139,8 +137,7 @@ class Ledger:
         """The stored outcome of ``request_id`` if ``input``'s arguments digest
         (``args_digest``) matches its stored one, None if the id is new. The digest is computed
         only for an id the window holds: a new write, the common case, costs its validator no
-        digest (about 8 us an event, ``bench/RESULTS-issue-22.md``, fifth session); the handler
-        computes it once to remember it (``accept``).
+        digest; the handler computes it once to remember it (``accept``).
 
         Raises:
             ApplicationError: refusal ``invalid_request_id`` or ``request_id_reused``.

@@ -9,10 +9,8 @@ written to (``MirrorInput.follow``, ``activities.mirror``): it waits for each ne
 task of the run by a long poll of the run's history, copies what it wrote (at most once per
 ``MIRROR_FOLLOW_AGE``: a cadence that costs no timer), and ends when the run has been idle for
 ``MIRROR_FOLLOW_IDLE``, after ``MIRROR_FOLLOW_MAX``, or once the run ends and everything is
-copied. So a write adds no workflow task and no activity of its own (main's mirror, a call
-per waiting write, added an activity and a second workflow task to every write that came
-alone); the workflow learns how far Neo4j got when the call ends (``MirrorOutcome``).
-``bench/RESULTS-issue-22.md`` has the designs compared before this one was chosen.
+copied. So a write adds no workflow task and no activity of its own; the workflow learns how
+far the graph store got when the call ends (``MirrorOutcome``).
 """
 
 from __future__ import annotations
@@ -113,7 +111,8 @@ MIRROR_RETRY = RetryPolicy(
 """One mirror call: three attempts, 1 s then 2 s apart; a data error fails at once."""
 MIRROR_START_TO_CLOSE = timedelta(seconds=60)
 """Longest one mirror attempt may run (at most ``MIRROR_MAX_EVENTS`` events, in pages of one
-query and one bounded Neo4j transaction each); a follower's is ``MIRROR_FOLLOW_MAX`` longer."""
+query and one bounded graph-store transaction each); a follower's is ``MIRROR_FOLLOW_MAX``
+longer."""
 MIRROR_FOLLOW_IDLE = timedelta(seconds=5)
 """A follower ends once its run has had no new workflow task for this long: long enough to
 cover a writer's pauses (a model's turn, a person's typing), short enough that idle tasks
@@ -125,8 +124,7 @@ MIRROR_FOLLOW_AGE = timedelta(milliseconds=100)
 """The follower's cadence: a copy at most this often (the rest of this age is waited out
 before the next long poll), so the writes that come back to back share one long poll and one
 page (built from the history, or read by one query) per 100 ms, and a lone write is copied at
-once (on the worker's clock: no timer in the history). Measured in
-``bench/RESULTS-issue-22.md`` and ``bench/RESULTS-issue-36.md``."""
+once (on the worker's clock: no timer in the history)."""
 MIRROR_FOLLOW_GAP = timedelta(seconds=1)
 """The follower's cadence while its run's writes come as published pages (``broker``
 ``PageMessage``: each copied as it comes, no poll needed): it polls the history at most this
@@ -139,13 +137,13 @@ off) is retried once this passes without a heartbeat, not after ``MIRROR_START_T
 MIRROR_PAUSE = timedelta(seconds=1)
 """After a failed mirror call the workflow records ``mirror_error``, keeps accepting writes,
 and calls again after ``mirror_pause(failures)``: 2 s, 4 s, 8 s, 16 s, then 30 s, and 5 minutes
-once an outage has lasted ``MIRROR_LONG_OUTAGE_FAILURES`` calls; without end (Neo4j may be
+once an outage has lasted ``MIRROR_LONG_OUTAGE_FAILURES`` calls; without end (the store may be
 down for days; a data error may be fixed by deploying a new worker)."""
 MIRROR_PAUSE_MAX = timedelta(seconds=30)
 """The longest pause between failed mirror calls in a short outage."""
 MIRROR_PAUSE_LONG = timedelta(minutes=5)
 """The pause in a long outage: few enough calls that a week of outage adds a few thousand
-history events, at the cost of up to 5 minutes before the mirror notices Neo4j is back."""
+history events, at the cost of up to 5 minutes before the mirror notices the store is back."""
 MIRROR_LONG_OUTAGE_FAILURES = 20
 """Failed calls in a row (about 9 minutes of pauses) after which the outage counts as long."""
 MIRROR_PAUSE_DOUBLINGS = 5

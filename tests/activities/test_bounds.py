@@ -20,10 +20,9 @@ from temporalio.client import Client, WorkflowHistory
 
 from agent_tasks.config import Settings
 from agent_tasks.contract import MIRROR_ACTIVITY
-from agent_tasks.contract.errors import MIRROR_UNAVAILABLE
+from agent_tasks.contract.errors import MIRROR_UNAVAILABLE, GraphUnavailable
 from agent_tasks.devstack import free_port
 from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.taskgraph.errors import GraphUnavailable
 from agent_tasks.taskgraph.models import TaskFilter
 from agent_tasks.taskgraph.neo4j.driver import NEO4J_CALL_TIMEOUT_S, open_driver
 from agent_tasks.taskgraph.neo4j.graph import TaskGraph
@@ -147,7 +146,7 @@ async def test_a_silent_neo4j_holds_no_mirror_attempt_and_no_read(
         await history.create_task("t", "silent peer")
         await mirrored(history, "t")
         proxy.silence()
-        read = asyncio.create_task(graph.find_tasks(project_id, TaskFilter()))
+        read = asyncio.create_task(graph.reads.find_tasks(project_id, TaskFilter()))
         loop = asyncio.get_running_loop()
         started = loop.time()
         for i in range(10):
@@ -159,7 +158,7 @@ async def test_a_silent_neo4j_holds_no_mirror_attempt_and_no_read(
         assert loop.time() - started < NEO4J_CALL_TIMEOUT_S + 10
         proxy.resume()
         await mirrored(history, "t", within=120)
-        rows = await graph.find_tasks(project_id, TaskFilter())
+        rows = await graph.reads.find_tasks(project_id, TaskFilter())
         assert [(row.name, row.last_seq, row.mirrored_seq) for row in rows] == [("t", 10, 10)]
         handle = client.get_workflow_handle(history.workflow_id("t"))
         failures = mirror_attempt_failures(await handle.fetch_history())

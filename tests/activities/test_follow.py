@@ -70,7 +70,7 @@ async def test_single_writes_back_to_back_take_one_mirror_call(
     seqs = [(await history.record_event("t", "message", f"m{i}")).seq for i in range(30)]
     assert seqs == list(range(1, 31))
     await mirrored(history, "t", within=10)  # Neo4j holds all 30 while the call still follows
-    in_neo4j = await graph.events(history.project_id, history.workflow_id("t"), 0, 99, 99)
+    in_neo4j = await graph.reads.events(history.project_id, history.workflow_id("t"), 0, 99, 99)
     assert [e.payload for e in in_neo4j] == [f"m{i}" for i in range(30)]
     assert await scheduled_mirrors(client, history.workflow_id("t")) == 1
     view = (await history.get_task("t")).view
@@ -88,7 +88,7 @@ async def test_single_writes_back_to_back_take_one_mirror_call(
     assert final is not None
     assert (final.mirrored_seq, final.unmirrored_writes) == (31, 0)
     assert await scheduled_mirrors(client, history.workflow_id("t")) == 2
-    assert await graph.mirrored_write(history.project_id, history.workflow_id("t")) == 33
+    assert await graph.reads.mirrored_write(history.project_id, history.workflow_id("t")) == 33
 
 
 async def test_a_worker_past_its_followers_mirrors_a_call_per_batch(
@@ -108,7 +108,7 @@ async def test_a_worker_past_its_followers_mirrors_a_call_per_batch(
                 return found is not None and found.unmirrored_writes == 0
 
             await eventually(reported, within=20)  # each call ended at once: the view knows
-    events = await graph.events(project_id, history.workflow_id("t"), 0, 99, 99)
+    events = await graph.reads.events(project_id, history.workflow_id("t"), 0, 99, 99)
     assert [e.payload for e in events] == [f"m{i}" for i in range(5)]
     assert await scheduled_mirrors(client, history.workflow_id("t")) >= 2
 
@@ -136,7 +136,7 @@ async def test_a_follower_ends_when_its_worker_shuts_down(
     async with build_worker(client, graph, queue):
         assert (await history.record_event("t", "message", "m1")).recorded
         await mirrored(history, "t")
-    events = await graph.events(project_id, history.workflow_id("t"), 0, 99, 99)
+    events = await graph.reads.events(project_id, history.workflow_id("t"), 0, 99, 99)
     assert [e.payload for e in events] == ["m0", "m1"]
 
 

@@ -25,9 +25,13 @@ from agent_tasks.contract import (
     StepView,
     StepWrite,
 )
-from agent_tasks.contract.errors import MIRROR_DATA_ERROR, MIRROR_UNAVAILABLE
+from agent_tasks.contract.errors import (
+    MIRROR_DATA_ERROR,
+    MIRROR_UNAVAILABLE,
+    GraphDataError,
+    GraphUnavailable,
+)
 from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.taskgraph.errors import GraphDataError, GraphUnavailable
 from agent_tasks.taskgraph.models import StepFilter, TaskFilter, ToolFailures
 from agent_tasks.taskgraph.neo4j.driver import NEO4J_TRANSACTION_TIMEOUT_S, OUT_OF_TIME_CODES
 from agent_tasks.taskgraph.neo4j.graph import TaskGraph
@@ -55,13 +59,13 @@ async def mixed_writes(history: ConversationHistory, task: str) -> None:
 
 
 async def graph_state(graph: TaskGraph, history: ConversationHistory, task: str):
-    events = await graph.events(history.project_id, history.workflow_id(task), 0, 10**9, 200)
+    events = await graph.reads.events(history.project_id, history.workflow_id(task), 0, 10**9, 200)
     steps = [
         StepView.model_validate(row.model_dump())
-        for row in await graph.find_steps(history.project_id, StepFilter(limit=200))
+        for row in await graph.reads.find_steps(history.project_id, StepFilter(limit=200))
         if row.task_name == task
     ]
-    tasks = await graph.find_tasks(history.project_id, TaskFilter(limit=200))
+    tasks = await graph.reads.find_tasks(history.project_id, TaskFilter(limit=200))
     return events, steps, {t.name: t for t in tasks}
 
 
@@ -91,7 +95,7 @@ async def test_neo4j_holds_exactly_what_the_workflow_holds(
 async def test_graph_shape(graph: TaskGraph, history: ConversationHistory) -> None:
     await mixed_writes(history, "t")
     await mirrored(history, "t")
-    counts = await graph.counts(history.project_id)
+    counts = await graph.reads.counts(history.project_id)
     # 1 project, 1 task, 1 agent, 4 events, 2 steps; HAS_TASK 1, CREATED_BY 1, HAS_EVENT 4,
     # NEXT 3, AUTHORED_BY 4, HAS_STEP 2, RESULT 1 (only call-1 names a result event).
     assert counts == {
@@ -115,8 +119,10 @@ async def test_rerunning_a_mirror_batch_changes_nothing(
 ) -> None:
     await mixed_writes(history, "t")
     await mirrored(history, "t")
-    before = await graph.counts(history.project_id)
-    events_before = await graph.events(history.project_id, history.workflow_id("t"), 0, 99, 99)
+    before = await graph.reads.counts(history.project_id)
+    events_before = await graph.reads.events(
+        history.project_id, history.workflow_id("t"), 0, 99, 99
+    )
     handle = client.get_workflow_handle(history.workflow_id("t"))
     run_id = (await handle.describe()).run_id
     outcome = await ActivityEnvironment().run(
@@ -130,9 +136,10 @@ async def test_rerunning_a_mirror_batch_changes_nothing(
         ),
     )
     assert (outcome.events, outcome.steps) == (4, 2)
-    assert await graph.counts(history.project_id) == before
+    assert await graph.reads.counts(history.project_id) == before
     assert (
-        await graph.events(history.project_id, history.workflow_id("t"), 0, 99, 99) == events_before
+        await graph.reads.events(history.project_id, history.workflow_id("t"), 0, 99, 99)
+        == events_before
     )
 
 
@@ -144,7 +151,7 @@ async def test_twenty_tasks_share_one_agent_node(
     await asyncio.gather(*(history.record_event(n, "message", n) for n in names))
     for name in names:
         await mirrored(history, name)
-    counts = await graph.counts(history.project_id)
+    counts = await graph.reads.counts(history.project_id)
     assert counts["Agent"] == 1 and counts["Task"] == 20 and counts["Event"] == 20
     assert counts["AUTHORED_BY"] == 20 and counts["CREATED_BY"] == 20
 
@@ -158,7 +165,7 @@ async def test_large_integers_and_unicode_round_trip(
     await history.record_event("t", "tool_call", text, name="calc")
     await history.record_event("t", "message", "\u4e2d\u6587 \U0001f9e9 \u00e9\u0301")
     await mirrored(history, "t")
-    stored = await graph.events(history.project_id, history.workflow_id("t"), 0, 9, 9)
+    stored = await graph.reads.events(history.project_id, history.workflow_id("t"), 0, 9, 9)
     assert stored[0].payload == text
     assert json.loads(stored[0].payload) == args
     assert stored[1].payload == "\u4e2d\u6587 \U0001f9e9 \u00e9\u0301"
@@ -173,17 +180,17 @@ async def test_wipe_and_rebuild_gives_the_same_graph(
     await history.finish_task("b", "failed", error="no")
     for name in ("a", "b"):
         await mirrored(history, name)
-    before = await graph.counts(history.project_id)
+    before = await graph.reads.counts(history.project_id)
     snapshot = await graph_state(graph, history, "a")
     await graph.wipe_project(history.project_id)
-    assert await graph.counts(history.project_id) == {}
+    assert await graph.reads.counts(history.project_id) == {}
     report = await rebuild(client, graph, history.project_id)
     assert report == RebuildReport(tasks=2, runs=2, events=5, failed=[])
-    assert await graph.counts(history.project_id) == before
+    assert await graph.reads.counts(history.project_id) == before
     assert await graph_state(graph, history, "a") == snapshot
     one = await rebuild(client, graph, history.project_id, "b")
     assert one == RebuildReport(tasks=1, runs=1, events=1, failed=[])
-    assert await graph.counts(history.project_id) == before
+    assert await graph.reads.counts(history.project_id) == before
 
 
 async def test_cross_task_reads(graph: TaskGraph, history: ConversationHistory) -> None:
@@ -231,7 +238,7 @@ async def test_events_are_equal_models(graph: TaskGraph, history: ConversationHi
     await history.create_task("t", "g")
     await history.record_event("t", "message", "one", role="user")
     await mirrored(history, "t")
-    (stored,) = await graph.events(history.project_id, history.workflow_id("t"), 0, 1, 1)
+    (stored,) = await graph.reads.events(history.project_id, history.workflow_id("t"), 0, 1, 1)
     assert isinstance(stored, Event)
     assert stored.time.utcoffset() == timedelta(0)
 
@@ -243,14 +250,14 @@ async def test_rebuild_of_odd_names_and_bad_project_ids(
     await history.create_task(odd, "g")
     await history.record_event(odd, "message", "kept")
     await mirrored(history, odd)
-    before = await graph.counts(history.project_id)
+    before = await graph.reads.counts(history.project_id)
     report = await rebuild(client, graph, history.project_id, odd)
     assert report == RebuildReport(tasks=1, runs=1, events=1, failed=[])
-    assert await graph.counts(history.project_id) == before
+    assert await graph.reads.counts(history.project_id) == before
     assert await rebuild(client, graph, history.project_id, "no such task") == RebuildReport(
         tasks=0, runs=0, events=0, failed=[]
     )
-    assert await graph.counts(history.project_id) == before
+    assert await graph.reads.counts(history.project_id) == before
     with pytest.raises(ValidationError):
         await rebuild(client, graph, "x' OR ProjectId != 'zz")
 
@@ -270,10 +277,10 @@ async def test_a_transaction_that_ran_out_of_time_is_retried_not_refused(
         await (await tx.run("MERGE (n:Task {key: }) RETURN n")).consume()
 
     with pytest.raises(GraphUnavailable) as timed_out:  # raised as the session closes
-        async with graph._session() as session:
+        async with graph.runner.session() as session:
             await session.execute_write(unit_of_work(timeout=0.05)(slow))
     with pytest.raises(GraphDataError) as refused:
-        async with graph._session() as session:
+        async with graph.runner.session() as session:
             await session.execute_write(wrong)
     cause = timed_out.value.__cause__
     assert isinstance(cause, Neo4jError) and cause.code in OUT_OF_TIME_CODES
@@ -310,11 +317,11 @@ async def test_an_event_first_merged_as_a_step_results_placeholder_gets_its_auth
         "MATCH (e:Event {key: $k}) DETACH DELETE e", k=f"{key}#3", database_=graph.database
     )
     await graph.write_task(view, events[:2], steps)  # the step's page: 3 is a placeholder
-    placeholder = await graph.counts(history.project_id)
+    placeholder = await graph.reads.counts(history.project_id)
     assert (placeholder["Event"], placeholder["AUTHORED_BY"]) == (3, 2)
     for _ in range(2):  # event 3's page, and the same page again
         await graph.write_task(view, events[2:], [])
-    counts = await graph.counts(history.project_id)
+    counts = await graph.reads.counts(history.project_id)
     assert (counts["Event"], counts["AUTHORED_BY"], counts["RESULT"]) == (3, 3, 1)
     linked = await graph.driver.execute_query(
         "MATCH (e:Event {key: $k})-[r:AUTHORED_BY]->(:Agent) RETURN count(r) AS n",
@@ -354,5 +361,5 @@ async def test_a_mirror_attempt_that_waits_out_a_lock_is_retried_without_a_trace
     assert failed.levelno == logging.DEBUG and MIRROR_UNAVAILABLE in str(failed.exc_info)
     warned = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert not [r for r in warned if r.name.startswith("temporalio")], warned
-    events = await graph.events(history.project_id, key, 0, 10, 10)
+    events = await graph.reads.events(history.project_id, key, 0, 10, 10)
     assert [e.payload for e in events] == ["while held"]

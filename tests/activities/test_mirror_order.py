@@ -47,7 +47,7 @@ async def test_a_held_back_mirror_attempt_never_undoes_a_newer_one(
     async with TcpProxy(host, port).running() as proxy:
         slow = _through(store, proxy.port, settings)
         try:
-            await slow.counts(history.project_id)  # a pooled connection to hold
+            await slow.reads.counts(history.project_id)  # a pooled connection to hold
             proxy.hold()
             late = asyncio.create_task(
                 copy_run(QueriedRun(client, handle.id, run_id), slow, "the late attempt")

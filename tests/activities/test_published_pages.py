@@ -120,7 +120,9 @@ def stretch(monkeypatch: pytest.MonkeyPatch, *cadences: str) -> None:
 
 async def stored(graph: TaskGraph, history: ConversationHistory, task: str) -> list[str]:
     """The payloads of the task's events in Neo4j, in seq order (seqs 1, 2, ... checked)."""
-    events = await graph.events(history.project_id, history.workflow_id(task), 0, 1_000, 1_000)
+    events = await graph.reads.events(
+        history.project_id, history.workflow_id(task), 0, 1_000, 1_000
+    )
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
     return [e.payload for e in events]
 
@@ -129,7 +131,7 @@ async def same_view(client: Client, graph: TaskGraph, history: ConversationHisto
     """Neo4j's view of task ``t`` is the workflow's (its seq, write counter and time)."""
     wid = history.workflow_id("t")
     view = await client.get_workflow_handle(wid).query(TaskWorkflow.view)
-    held = await graph.task_view(history.project_id, wid)
+    held = await graph.reads.task_view(history.project_id, wid)
     assert held is not None
     assert (held.last_seq, held.writes, held.updated_at) == (
         view.last_seq,
@@ -247,7 +249,7 @@ async def test_a_writers_other_write_makes_the_follower_poll_at_once(
     assert (await publishing.set_step("t", "fetch", "in_progress")).recorded
     await mirrored(publishing, "t", WITHIN_S)
 
-    step = await graph.step(publishing.project_id, publishing.workflow_id("t"), "fetch")
+    step = await graph.reads.step(publishing.project_id, publishing.workflow_id("t"), "fetch")
     assert step is not None and step.state.value == "in_progress"
     await same_view(client, graph, publishing)
 
@@ -280,7 +282,7 @@ async def test_a_page_that_does_not_follow_makes_the_follower_poll_at_once(
     await mirrored(publishing, "t", WITHIN_S)
 
     assert await stored(graph, publishing, "t") == [f"m{n}" for n in range(1, 7)]
-    step = await graph.step(publishing.project_id, publishing.workflow_id("t"), "fetch")
+    step = await graph.reads.step(publishing.project_id, publishing.workflow_id("t"), "fetch")
     assert step is not None and step.state.value == "in_progress"
     await same_view(client, graph, publishing)
 

@@ -55,10 +55,10 @@ async def low_limit_env(tmp_path: Path) -> AsyncIterator[WorkflowEnvironment]:
 async def snapshot(
     graph: TaskGraph, history: ConversationHistory, task: str
 ) -> tuple[list[Event], list[StepView]]:
-    events = await graph.events(history.project_id, history.workflow_id(task), 0, 10**9, 1000)
+    events = await graph.reads.events(history.project_id, history.workflow_id(task), 0, 10**9, 1000)
     steps = [
         StepView.model_validate(row.model_dump())
-        for row in await graph.find_steps(history.project_id, StepFilter(limit=200))
+        for row in await graph.reads.find_steps(history.project_id, StepFilter(limit=200))
         if row.task_name == task
     ]
     return events, steps
@@ -94,7 +94,7 @@ async def test_rebuild_replays_each_run_once_and_deletes_nothing_before_its_repl
             task: (v.runs, v.last_seq, v.status) if v else None for task, v in views.items()
         }
         before = {task: await snapshot(graph, history, task) for task in ("done", "open")}
-        counts = await graph.counts(project)
+        counts = await graph.reads.counts(project)
         assert [e.seq for e in before["done"][0]] == list(range(1, 31))
 
         # A rebuild stopped after its first run: every event is still there, unchanged.
@@ -136,7 +136,7 @@ async def test_rebuild_replays_each_run_once_and_deletes_nothing_before_its_repl
     assert report == RebuildReport(tasks=2, runs=runs, events=60, failed=[])
     assert await snapshot(graph, history, "done") == before["done"]
     assert await snapshot(graph, history, "open") == before["open"]
-    after = await graph.counts(project)
+    after = await graph.reads.counts(project)
     assert after == {**counts, "Event": counts["Event"] + 1}  # the open task's seq 31
     records, _, _ = await graph.driver.execute_query(
         "MATCH (e:Event {project_id: $p, seq: 31}) RETURN e.task_key AS key",
@@ -149,7 +149,7 @@ async def test_rebuild_replays_each_run_once_and_deletes_nothing_before_its_repl
     assert await rebuild(client, graph, project, "done") == RebuildReport(
         tasks=1, runs=views["done"].runs if views["done"] else 0, events=30, failed=[]
     )
-    assert await graph.counts(project) == after
+    assert await graph.reads.counts(project) == after
 
 
 async def test_a_run_before_its_first_workflow_task_is_passed_over_not_waited_for(
@@ -185,7 +185,7 @@ async def test_a_run_before_its_first_workflow_task_is_passed_over_not_waited_fo
         assert await rebuild(client, graph, project) == RebuildReport(
             tasks=1, runs=1, events=0, failed=[]
         )
-        assert await graph.counts(project) == {}  # nothing written, nothing waited for
+        assert await graph.reads.counts(project) == {}  # nothing written, nothing waited for
         (result,) = await replay_server(client, project=project)
         assert (result.workflow_id, result.events, result.result) == (workflow_id, 1, "ok")
         assert result.message is not None and "no workflow task yet" in result.message

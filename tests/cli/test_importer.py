@@ -104,7 +104,7 @@ async def test_a_refused_import_writes_nothing(
     before = (
         await history_length(client, history, run.name),
         (await history.get_task(run.name)).view,
-        await graph.counts(history.project_id),
+        await graph.reads.counts(history.project_id),
     )
     (report,) = await import_paths(history, [HUMANEVAL])
     assert report.status == "refused"
@@ -114,7 +114,7 @@ async def test_a_refused_import_writes_nothing(
     after = (
         await history_length(client, history, run.name),
         (await history.get_task(run.name)).view,
-        await graph.counts(history.project_id),
+        await graph.reads.counts(history.project_id),
     )
     assert after == before
     # The same name and goal, created by another writer: not this import's task either.

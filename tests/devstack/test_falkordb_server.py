@@ -41,7 +41,7 @@ async def test_dev_up_starts_falkordb_when_it_is_the_graph_store(
         store = build_graph_store(settings=local)
         await store.connect()
         try:
-            assert store.kind == "falkordb" and await store.counts("nobody") == {}
+            assert store.kind == "falkordb" and await store.reads.counts("nobody") == {}
         finally:
             await store.close()
         assert (tmp_path / "falkordb" / "appendonlydir").is_dir()  # every write logged

@@ -299,7 +299,7 @@ async def _mirror_through_a_restart(
     async def caught_up() -> bool:
         for task in tasks:
             key = history.workflow_id(task)
-            mirrored = await graph.events(history.project_id, key, 0, 10**6, 10**6)
+            mirrored = await graph.reads.events(history.project_id, key, 0, 10**6, 10**6)
             if [(e.seq, e.payload) for e in mirrored] != expected[task]:
                 return False
         return True

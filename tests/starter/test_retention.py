@@ -50,7 +50,7 @@ def sealed_inputs(history_json: str) -> dict[str, str]:
 
 async def project_strings(graph: TaskGraph, project_id: str) -> str:
     """Every property of every node and relationship of the project in Neo4j, as text."""
-    rows = await graph._read(
+    rows = await graph.runner.read(
         """
         MATCH (n {project_id: $p})
         OPTIONAL MATCH (n)-[r]-()
@@ -112,7 +112,7 @@ async def test_a_redacted_event_is_gone_from_reads_neo4j_and_the_raw_history(
     assert await graph.get_keys(history.project_id, [leak.event.key_id]) == {
         leak.event.key_id: None
     }
-    (in_neo4j,) = await graph.events(history.project_id, workflow_id, 1, 2, 1)
+    (in_neo4j,) = await graph.reads.events(history.project_id, workflow_id, 1, 2, 1)
     assert (in_neo4j.payload, in_neo4j.redacted, in_neo4j.full_length) == ("", True, len(leak_text))
     # Temporal: the raw history still holds the ciphertext, which nothing can open now.
     after = await raw_history(client, workflow_id)
@@ -250,7 +250,9 @@ async def test_delete_a_task_of_several_runs(
     workflow_id = history.workflow_id("t")
     view = (await history.get_task("t")).view
     assert view is not None and view.runs >= 3
-    other_before = await graph.events(history.project_id, history.workflow_id("other"), 0, 9, 9)
+    other_before = await graph.reads.events(
+        history.project_id, history.workflow_id("other"), 0, 9, 9
+    )
 
     deleted = await retention_of(history).delete_task("t", include_decisions=include_decisions)
     assert deleted.recorded and not deleted.duplicate
@@ -263,7 +265,7 @@ async def test_delete_a_task_of_several_runs(
         with pytest.raises(RPCError) as caught:
             await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
         assert caught.value.status == RPCStatusCode.NOT_FOUND
-    rows = await graph._read(
+    rows = await graph.runner.read(
         """
         MATCH (n {project_id: $p}) WHERE n.task_key = $key OR n.key = $key
         RETURN labels(n) AS labels, count(*) AS c ORDER BY labels
@@ -290,7 +292,7 @@ async def test_delete_a_task_of_several_runs(
         assert (await history.list_decisions("t")).decisions == [row]
     # The other task is untouched; deleting again changes nothing.
     assert (
-        await graph.events(history.project_id, history.workflow_id("other"), 0, 9, 9)
+        await graph.reads.events(history.project_id, history.workflow_id("other"), 0, 9, 9)
         == other_before
     )
     repeat = await retention_of(history).delete_task("t", include_decisions=include_decisions)
@@ -339,7 +341,7 @@ async def test_a_task_past_retention_reads_from_neo4j_and_keeps_its_name(
         (await history.list_steps("old")).steps,
         (await history.list_decisions("old")).decisions,
     )
-    counts = await graph.counts(history.project_id)
+    counts = await graph.reads.counts(history.project_id)
 
     await delete_executions(client, history.workflow_id("old"))
 
@@ -362,7 +364,7 @@ async def test_a_task_past_retention_reads_from_neo4j_and_keeps_its_name(
     assert (again.recorded, again.error) == (False, ErrorCode.TASK_EXISTS)
     late = await history.record_event("old", "message", "late")
     assert (late.recorded, late.error) == (False, ErrorCode.TASK_CLOSED)
-    assert await graph.counts(history.project_id) == counts
+    assert await graph.reads.counts(history.project_id) == counts
 
     # A client without Neo4j cannot see that the name is taken, and Temporal starts a new
     # task; the mirror refuses to write it into the old task's node.
@@ -378,7 +380,7 @@ async def test_a_task_past_retention_reads_from_neo4j_and_keeps_its_name(
     error = (await blind.get_task("old")).view
     assert error is not None and error.mirror_error is not None
     assert "Neo4j keeps the earlier one" in error.mirror_error
-    assert await graph.counts(history.project_id) == counts
+    assert await graph.reads.counts(history.project_id) == counts
     await client.get_workflow_handle(history.workflow_id("old")).terminate("test over")
 
 

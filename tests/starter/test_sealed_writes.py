@@ -26,7 +26,7 @@ from tests.trajectories.test_trajectories import one_run
 
 
 async def trees_of(graph: TaskGraph, project_id: str, workflow_id: str) -> int:
-    rows = await graph._read(
+    rows = await graph.runner.read(
         "MATCH (k:KeyTree {task_key: $key}) WHERE k.project_id = $p RETURN count(k) AS n",
         key=workflow_id,
         p=project_id,
@@ -130,7 +130,7 @@ async def test_a_redaction_shreds_one_event_and_its_neighbours_still_open(
         else:
             assert key is not None and open_text(raw[key_id], key, key_id) == f"text {i}"
     # What the key store holds of the tree derives no key of the redacted leaf any more.
-    (row,) = await graph._read(
+    (row,) = await graph.runner.read(
         "MATCH (k:KeyTree {task_key: $key}) WHERE k.project_id = $p "
         "RETURN k.nodes AS nodes, k.destroyed AS destroyed",
         key=history.workflow_id("t"),

@@ -23,12 +23,12 @@ from agent_tasks.contract import (
     TaskStatus,
     TaskView,
 )
+from agent_tasks.contract.errors import TaskIncarnationError
 from agent_tasks.server import create_app
 from agent_tasks.server.apikeys import ApiKeyStore
 from agent_tasks.server.pagesessions import PageSessionStore
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.starter.retention import HistoryRetention
-from agent_tasks.taskgraph.errors import TaskIncarnationError
 from agent_tasks.taskgraph.models import EventFilter, StepFilter, TaskFilter
 from agent_tasks.taskgraph.port import GraphStore
 from agent_tasks.worker import Services
@@ -58,24 +58,26 @@ async def test_a_mirrored_task_reads_back_as_written(
 ) -> None:
     view = await _task_with_a_tool_step(store_history, "t")
     p, key = store_history.project_id, view.workflow_id
-    held = await store.task_view(p, key)
+    held = await store.reads.task_view(p, key)
     assert held is not None
     assert (held.name, held.goal, held.status, held.last_seq) == ("t", "goal of t", view.status, 3)
     assert held.created_at == view.created_at and held.updated_at == view.updated_at
     assert held.step_counts[StepState.COMPLETED] == 1
-    events = await store.events(p, key, 0, 3, 10)
+    events = await store.reads.events(p, key, 0, 3, 10)
     assert [e.payload for e in events] == ["question of t", '{"q": "x"}', "answer of t é ✓"]
     assert [e.seq for e in events] == [1, 2, 3]
-    steps = await store.steps(p, key, state=None, after_name=None, limit=10, up_to_write=10**6)
+    steps = await store.reads.steps(
+        p, key, state=None, after_name=None, limit=10, up_to_write=10**6
+    )
     assert [(s.step_name, s.state, s.result_event_seq) for s in steps] == [
         ("look", StepState.COMPLETED, 3)
     ]
-    assert await store.counts(p) == {
+    assert await store.reads.counts(p) == {
         "Task": 1, "Event": 3, "Step": 1, "Project": 1, "Agent": 1,
         "HAS_TASK": 1, "CREATED_BY": 1, "HAS_EVENT": 3, "NEXT": 2, "AUTHORED_BY": 3,
         "HAS_STEP": 1, "RESULT": 1,
     }  # fmt: skip
-    assert await store.mirrored_write(p, key) == view.writes
+    assert await store.reads.mirrored_write(p, key) == view.writes
 
 
 async def test_a_page_written_again_changes_nothing(
@@ -83,13 +85,13 @@ async def test_a_page_written_again_changes_nothing(
 ) -> None:
     view = await _task_with_a_tool_step(store_history, "again")
     p = store_history.project_id
-    before = await store.counts(p)
-    events = await store.events(p, view.workflow_id, 0, 3, 10)
-    steps = await store.steps(
+    before = await store.reads.counts(p)
+    events = await store.reads.events(p, view.workflow_id, 0, 3, 10)
+    steps = await store.reads.steps(
         p, view.workflow_id, state=None, after_name=None, limit=10, up_to_write=10**6
     )
     await store.write_task(view, events, steps)
-    assert await store.counts(p) == before
+    assert await store.reads.counts(p) == before
 
 
 async def test_a_write_applies_only_if_newer(
@@ -99,18 +101,20 @@ async def test_a_write_applies_only_if_newer(
     changes nothing; a newer view applies."""
     view = await _task_with_a_tool_step(store_history, "order")
     p, key = store_history.project_id, view.workflow_id
-    (step,) = await store.steps(p, key, state=None, after_name=None, limit=10, up_to_write=10**6)
+    (step,) = await store.reads.steps(
+        p, key, state=None, after_name=None, limit=10, up_to_write=10**6
+    )
     older = view.model_copy(update={"writes": view.writes - 1, "goal": "older goal"})
     old_step = step.model_copy(
         update={"changed_write": step.changed_write - 1, "state": StepState.FAILED}
     )
     await store.write_task(older, [], [old_step])
-    held = await store.task_view(p, key)
+    held = await store.reads.task_view(p, key)
     assert held is not None and held.goal == "goal of order"
-    assert (await store.step(p, key, "look")) == step
+    assert (await store.reads.step(p, key, "look")) == step
     newer = view.model_copy(update={"writes": view.writes + 1, "goal": "newer goal"})
     await store.write_task(newer, [], [])
-    held = await store.task_view(p, key)
+    held = await store.reads.task_view(p, key)
     assert held is not None and held.goal == "newer goal"
 
 
@@ -135,7 +139,7 @@ async def test_a_closed_task_keeps_its_whole_view_and_a_reopened_one_drops_it(
         }
     )
     await store.write_task(closed, [], [])
-    held = await store.task_view(p, key)
+    held = await store.reads.task_view(p, key)
     expected = closed.model_copy(
         update={"unmirrored_writes": 0, "mirrored_seq": closed.last_seq, "mirror_backlog": []}
     )
@@ -144,10 +148,10 @@ async def test_a_closed_task_keeps_its_whole_view_and_a_reopened_one_drops_it(
         update={"writes": closed.writes + 1, "status": TaskStatus.IN_PROGRESS}
     )
     await store.write_task(reopened, [], [])
-    held = await store.task_view(p, key)
+    held = await store.reads.task_view(p, key)
     assert held is not None and held.status is TaskStatus.IN_PROGRESS
     assert held.closed_inputs == {} and held.children == {}
-    listed = await store.find_tasks(p, TaskFilter(limit=10))
+    listed = await store.reads.find_tasks(p, TaskFilter(limit=10))
     assert [row.name for row in listed] == ["closed"]
 
 
@@ -156,14 +160,14 @@ async def test_another_incarnation_of_the_task_is_refused_and_nothing_written(
 ) -> None:
     view = await _task_with_a_tool_step(store_history, "twice")
     p = store_history.project_id
-    before = await store.counts(p)
+    before = await store.reads.counts(p)
     other = view.model_copy(
         update={"created_at": view.created_at + timedelta(seconds=1), "goal": "another"}
     )
     with pytest.raises(TaskIncarnationError, match="created at"):
         await store.write_task(other, [], [])
-    assert await store.counts(p) == before
-    held = await store.task_view(p, view.workflow_id)
+    assert await store.reads.counts(p) == before
+    held = await store.reads.task_view(p, view.workflow_id)
     assert held is not None and held.goal == "goal of twice"
 
 
@@ -174,11 +178,11 @@ async def test_redaction_empties_the_text_and_destroys_its_key_only(
     key tree; the other events still open, in the store and through the client."""
     view = await _task_with_a_tool_step(store_history, "secret")
     p = store_history.project_id
-    events = await store.events(p, view.workflow_id, 0, 3, 10)
+    events = await store.reads.events(p, view.workflow_id, 0, 3, 10)
     retention = HistoryRetention(client, p, "agent-1", graph=store, task_queue=store_queue)
     redacted = await retention.redact_event(events[2].id)
     assert redacted.recorded
-    after = await store.events(p, view.workflow_id, 0, 3, 10)
+    after = await store.reads.events(p, view.workflow_id, 0, 3, 10)
     assert [e.payload for e in after] == ["question of secret", '{"q": "x"}', ""]
     assert after[2].redacted and after[2].seq == 3
     listed = (await store_history.list_events("secret")).events
@@ -190,7 +194,7 @@ async def test_two_redactions_of_one_key_tree_at_once_both_hold(
 ) -> None:
     view = await _task_with_a_tool_step(store_history, "two")
     p = store_history.project_id
-    events = await store.events(p, view.workflow_id, 0, 3, 10)
+    events = await store.reads.events(p, view.workflow_id, 0, 3, 10)
     retention = HistoryRetention(client, p, "agent-1", graph=store, task_queue=store_queue)
     done = await asyncio.gather(*(retention.redact_event(e.id) for e in events[:2]))
     assert all(r.recorded for r in done)
@@ -205,10 +209,10 @@ async def test_deleting_a_task_removes_its_nodes_and_keeps_its_name_taken(
     p = store_history.project_id
     retention = HistoryRetention(client, p, "agent-1", graph=store, task_queue=store_queue)
     assert (await retention.delete_task("gone")).recorded
-    assert await store.task_view(p, view.workflow_id) is None
-    counts = await store.counts(p)
+    assert await store.reads.task_view(p, view.workflow_id) is None
+    counts = await store.reads.counts(p)
     assert not {"Task", "Event", "Step"} & set(counts)
-    assert (await store.name_state(p, view.workflow_id)).deleted
+    assert (await store.retention.name_state(p, view.workflow_id)).deleted
     again = await store_history.create_task("gone", "goal of gone")
     assert not again.recorded
     with pytest.raises(TaskIncarnationError, match="deleted"):
@@ -221,12 +225,12 @@ async def test_a_rebuild_gives_back_what_a_wipe_took(
     await _task_with_a_tool_step(store_history, "a")
     await _task_with_a_tool_step(store_history, "b")
     p = store_history.project_id
-    before = await store.counts(p)
+    before = await store.reads.counts(p)
     assert await store.wipe_project(p) > 0
-    assert await store.counts(p) == {}
+    assert await store.reads.counts(p) == {}
     report = await rebuild(client, store, p)
     assert (report.tasks, report.failed) == (2, [])
-    assert await store.counts(p) == before
+    assert await store.reads.counts(p) == before
     assert [e.payload for e in (await store_history.list_events("b")).events][2] == (
         "answer of b é ✓"
     )
@@ -241,22 +245,24 @@ async def test_cross_task_reads(store: GraphStore, store_history: ConversationHi
     for name in ("child", "beta", "gamma"):
         await mirrored(store_history, name)
     p = store_history.project_id
-    rows = await store.find_tasks(p, TaskFilter())
+    rows = await store.reads.find_tasks(p, TaskFilter())
     assert [r.name for r in rows] == ["alpha", "beta", "child", "gamma"]
-    page = await store.find_tasks(p, TaskFilter(after_name="beta", limit=1))
+    page = await store.reads.find_tasks(p, TaskFilter(after_name="beta", limit=1))
     assert [r.name for r in page] == ["child"]
-    done = await store.find_tasks(p, TaskFilter(status=TaskStatus.DONE))
+    done = await store.reads.find_tasks(p, TaskFilter(status=TaskStatus.DONE))
     assert [(r.name, r.result) for r in done] == [("gamma", "fine")]
-    assert [r.name for r in await store.find_tasks(p, TaskFilter(name_contains="AMM"))] == ["gamma"]
+    assert [r.name for r in await store.reads.find_tasks(p, TaskFilter(name_contains="AMM"))] == [
+        "gamma"
+    ]
     tree = await store_history.task_tree("alpha")
     assert [(r.name, r.depth) for r in tree] == [("alpha", 0), ("child", 1)]
-    calls = await store.find_events(p, EventFilter(kind=EventKind.TOOL_CALL))
+    calls = await store.reads.find_events(p, EventFilter(kind=EventKind.TOOL_CALL))
     assert sorted(r.task_name for r in calls) == ["alpha", "beta", "gamma"]
-    failed = await store.find_events(p, EventFilter(failed_only=True))
+    failed = await store.reads.find_events(p, EventFilter(failed_only=True))
     assert [(r.task_name, r.seq) for r in failed] == [("beta", 2)]
-    steps = await store.find_steps(p, StepFilter(state=StepState.FAILED))
+    steps = await store.reads.find_steps(p, StepFilter(state=StepState.FAILED))
     assert [(s.task_name, s.step_name) for s in steps] == [("beta", "break")]
-    (tools,) = await store.failed_tool_calls(p)
+    (tools,) = await store.reads.failed_tool_calls(p)
     assert (tools.tool, tools.failed, tools.tasks) == ("search", 1, 1)
 
 
@@ -291,21 +297,21 @@ async def test_a_decision_cites_events_and_steps_and_says_what_changed_since(
     )
     assert made.recorded and made.event is not None
     await mirrored(store_history, "choose")
-    (row,) = await store.decisions(p, workflow_id=view.workflow_id)
+    (row,) = await store.reads.decisions(p, workflow_id=view.workflow_id)
     assert (row.seq, row.statement, row.redacted_events, row.changed_steps) == (
         4,
         "use the search answer",
         [],
         [],
     )
-    counts = await store.counts(p)
+    counts = await store.reads.counts(p)
     assert counts["CITES"] == 4 and counts["Event"] == 4
-    events = await store.events(p, view.workflow_id, 0, 3, 10)
+    events = await store.reads.events(p, view.workflow_id, 0, 3, 10)
     retention = HistoryRetention(client, p, "agent-1", graph=store, task_queue=store_queue)
     assert (await retention.redact_event(events[0].id)).affected_decision_ids == [row.id]
     assert (await store_history.set_step("choose", "check", StepState.COMPLETED)).recorded
     await mirrored(store_history, "choose")
-    (row,) = await store.decisions(p, decision_id=row.id)
+    (row,) = await store.reads.decisions(p, decision_id=row.id)
     assert row.redacted_events == [1]
     assert [(c.name, c.state, c.state_then) for c in row.changed_steps] == [
         ("check", "completed", "in_progress")
@@ -320,14 +326,14 @@ async def test_the_same_page_written_ten_times_at_once_adds_nothing_twice(
     kind: duplicate relationships from concurrent MERGE)."""
     view = await _task_with_a_tool_step(store_history, "crowd")
     p = store_history.project_id
-    before = await store.counts(p)
+    before = await store.reads.counts(p)
     await store.wipe_project(p)
     events = [
         e.model_copy(update={"payload": f"text {e.seq}", "sealed": None, "key_id": None})
         for e in (await store_history.list_events("crowd")).events
     ]
     await asyncio.gather(*(store.write_task(view, events, []) for _ in range(10)))
-    after = await store.counts(p)
+    after = await store.reads.counts(p)
     assert after == {k: v for k, v in before.items() if k not in ("Step", "HAS_STEP", "RESULT")}
 
 
@@ -342,11 +348,11 @@ async def test_deleting_a_task_can_keep_its_decisions_detached(
     retention = HistoryRetention(client, p, "agent-1", graph=store, task_queue=store_queue)
     deleted = await retention.delete_task("kept", include_decisions=False)
     assert deleted.recorded
-    (row,) = await store.decisions(p, decision_id=made.event.id)
+    (row,) = await store.reads.decisions(p, decision_id=made.event.id)
     assert (row.statement, row.detached, row.task_name) == ("keep this", True, "kept")
-    counts = await store.counts(p)
+    counts = await store.reads.counts(p)
     assert counts["Decision"] == 1 and "Event" not in counts and "CITES" not in counts
-    assert await store.task_view(p, view.workflow_id) is None
+    assert await store.reads.task_view(p, view.workflow_id) is None
 
 
 async def test_the_http_api_serves_the_store_with_its_keys(
@@ -387,10 +393,10 @@ async def test_time_bounds_in_any_offset_find_what_was_written_at_that_instant(
     india = timezone(timedelta(hours=5, minutes=30))
     at = first.time.astimezone(india)
     tick = timedelta(microseconds=1)
-    found = await store.find_events(p, EventFilter(since=at, until=at + tick))
+    found = await store.reads.find_events(p, EventFilter(since=at, until=at + tick))
     assert [(r.task_name, r.seq) for r in found] == at_first
-    assert await store.find_events(p, EventFilter(since=at + tick, until=at + 2 * tick)) == []
+    assert await store.reads.find_events(p, EventFilter(since=at + tick, until=at + 2 * tick)) == []
     created = view.created_at.astimezone(india)
-    tasks = await store.find_tasks(p, TaskFilter(since=created, until=created + tick))
+    tasks = await store.reads.find_tasks(p, TaskFilter(since=created, until=created + tick))
     assert [r.name for r in tasks] == ["when"]
-    assert await store.find_tasks(p, TaskFilter(until=created)) == []
+    assert await store.reads.find_tasks(p, TaskFilter(until=created)) == []

@@ -21,7 +21,13 @@ from temporalio.client import Client
 
 from agent_tasks.activities.mirror import mirror_failure
 from agent_tasks.config import Settings
-from agent_tasks.contract.errors import MIRROR_DATA_ERROR, MIRROR_UNAVAILABLE
+from agent_tasks.contract.errors import (
+    MIRROR_DATA_ERROR,
+    MIRROR_UNAVAILABLE,
+    GraphAuthError,
+    GraphDataError,
+    GraphUnavailable,
+)
 from agent_tasks.devstack import free_port
 from agent_tasks.devstack.falkordb_server import FalkorDBServer, find_falkordb_module
 from agent_tasks.devstack.process import BIND_HOST, parse_host_port, port_is_open
@@ -29,7 +35,6 @@ from agent_tasks.devstack.redis_server import find_redis_server
 from agent_tasks.sealing.keytree import key_id, new_tree_id
 from agent_tasks.server.apikeys import ApiKeyStore
 from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.taskgraph.errors import GraphAuthError, GraphDataError, GraphUnavailable
 from agent_tasks.taskgraph.falkordb.cypher import UNIQUE
 from agent_tasks.taskgraph.falkordb.graph import FalkorGraph, falkor_error
 from agent_tasks.taskgraph.port import GraphStore
@@ -116,12 +121,12 @@ async def test_a_redacted_event_keeps_its_redaction_when_a_page_writes_it_again(
         pytest.skip("FalkorDB's rule (Neo4j locks the task node instead)")
     view = await _task_with_a_tool_step(store_history, "late")
     p = store_history.project_id
-    events = await store.events(p, view.workflow_id, 0, 3, 10)
-    location = await store.find_event(p, events[2].id)
+    events = await store.reads.events(p, view.workflow_id, 0, 3, 10)
+    location = await store.retention.find_event(p, events[2].id)
     assert location is not None
     await store.redact(p, location, "agent-1")
     await store.write_task(view, events, [])  # the late page, with the text it opened before
-    after = await store.events(p, view.workflow_id, 0, 3, 10)
+    after = await store.reads.events(p, view.workflow_id, 0, 3, 10)
     assert (after[2].payload, after[2].redacted) == ("", True)
     assert after[1].payload == events[1].payload
 
@@ -156,7 +161,7 @@ async def test_times_keep_their_microseconds_where_localdatetime_drops_them(
     assert row["same"] is True  # the server's own temporal type would lose them
     view = await _task_with_a_tool_step(store_history, "micro")
     written = (await store_history.list_events("micro")).events
-    read = await store.events(store_history.project_id, view.workflow_id, 0, 3, 10)
+    read = await store.reads.events(store_history.project_id, view.workflow_id, 0, 3, 10)
     assert [e.time for e in read] == [e.time for e in written]
     assert any(e.time.microsecond for e in read)
 
@@ -221,7 +226,7 @@ async def test_wrong_falkordb_credentials_raise_graph_auth_error(
         store = build_graph_store(f"falkor://:right-one@127.0.0.1:{port}", settings=settings)
         try:
             await store.connect()
-            assert await store.counts("nobody") == {}
+            assert await store.reads.counts("nobody") == {}
         finally:
             await store.close()
     finally:
@@ -271,9 +276,9 @@ async def test_a_falkordb_outage_loses_no_acknowledged_write(
                 return view is not None and view.mirror_error is None
 
             await eventually(cleared, within=60)
-        held = await store.events(project_id, writer.workflow_id("t"), 0, 100, 100)
+        held = await store.reads.events(project_id, writer.workflow_id("t"), 0, 100, 100)
         assert [(e.seq, e.payload) for e in held] == list(enumerate(written, start=1))
-        counts = await store.counts(project_id)
+        counts = await store.reads.counts(project_id)
         assert (counts["Event"], counts["NEXT"], counts["HAS_EVENT"]) == (8, 7, 8)
     finally:
         await store.close()

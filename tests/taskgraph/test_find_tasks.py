@@ -95,14 +95,16 @@ async def test_a_page_is_read_in_index_order(
 
 async def test_pages_follow_name_order_per_filter(graph: TaskGraph, seeded: str) -> None:
     done = [f"n{n:03d}" for n in range(300) if STATUSES[n % 3] == "done"]
-    first = await graph.find_tasks(seeded, TaskFilter(status="done", limit=40))
-    second = await graph.find_tasks(
+    first = await graph.reads.find_tasks(seeded, TaskFilter(status="done", limit=40))
+    second = await graph.reads.find_tasks(
         seeded, TaskFilter(status="done", limit=40, after_name=first[-1].name)
     )
     assert [t.name for t in first + second] == done[:80]
-    agent = await graph.find_tasks(seeded, TaskFilter(agent_id="a1", status="open", limit=200))
+    agent = await graph.reads.find_tasks(
+        seeded, TaskFilter(agent_id="a1", status="open", limit=200)
+    )
     assert [t.name for t in agent] == [f"n{n:03d}" for n in range(300) if n % 6 == 3]
-    everything = await graph.find_tasks(seeded, TaskFilter(limit=200))
+    everything = await graph.reads.find_tasks(seeded, TaskFilter(limit=200))
     assert [t.name for t in everything] == [f"n{n:03d}" for n in range(200)]  # no placeholder
 
 
@@ -115,7 +117,7 @@ async def test_workers_creating_the_schema_at_once_all_succeed(graph: TaskGraph)
         )
         graphs = [TaskGraph(graph.driver, graph.database) for _ in range(6)]
         await asyncio.gather(*(g.init_schema() for g in graphs))
-        assert all(g._schema_ready for g in graphs)
+        assert all(g.schema_ready for g in graphs)
     records, _, _ = await graph.driver.execute_query(
         "SHOW INDEXES YIELD name WHERE name = 'task_project_status_name' RETURN count(*) AS n",
         database_=graph.database,

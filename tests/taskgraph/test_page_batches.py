@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from agent_tasks.contract import TaskView, task_workflow_id
-from agent_tasks.taskgraph.errors import TaskIncarnationError
+from agent_tasks.contract.errors import TaskIncarnationError
 from agent_tasks.taskgraph.falkordb.graph import FalkorGraph
 from agent_tasks.taskgraph.neo4j.graph import TaskGraph
 from agent_tasks.taskgraph.page_batches import PageBatches, PageWrite
@@ -49,7 +49,9 @@ def _batching(store: GraphStore) -> TaskGraph | FalkorGraph:
 
 
 async def _payloads(store: GraphStore, view: TaskView) -> list[str]:
-    return [e.payload for e in await store.events(view.project_id, view.workflow_id, 0, 99, 99)]
+    return [
+        e.payload for e in await store.reads.events(view.project_id, view.workflow_id, 0, 99, 99)
+    ]
 
 
 async def test_a_batch_writes_every_page_of_it(store: GraphStore, project_id: str) -> None:
@@ -60,8 +62,8 @@ async def test_a_batch_writes_every_page_of_it(store: GraphStore, project_id: st
 
     for i, page in enumerate(pages):
         assert await _payloads(store, page.view) == [f"t{i}/{s}" for s in range(1, i + 2)]
-        assert await store.mirrored_write(project_id, page.view.workflow_id) == i + 2
-    counts = await store.counts(project_id)
+        assert await store.reads.mirrored_write(project_id, page.view.workflow_id) == i + 2
+    counts = await store.reads.counts(project_id)
     assert (counts["Task"], counts["Event"], counts["NEXT"]) == (5, 15, 10)
     assert (counts["Project"], counts["Agent"], counts["HAS_TASK"]) == (1, 1, 5)
 
@@ -85,7 +87,7 @@ async def test_a_page_the_store_refuses_fails_its_own_caller_only(
     with pytest.raises(TaskIncarnationError, match="created at"):
         await _batching(store).write_pages(pages)
     if store.kind == "neo4j":  # one transaction: nothing of the batch is written
-        assert (await store.counts(project_id))["Task"] == 1
+        assert (await store.reads.counts(project_id))["Task"] == 1
 
     outcomes = await asyncio.gather(
         *(store.write_task(p.view, p.events, [], mirrored_write=2) for p in pages),
@@ -98,7 +100,7 @@ async def test_a_page_the_store_refuses_fails_its_own_caller_only(
     for page in good:
         name = page.view.name
         assert await _payloads(store, page.view) == [f"{name}/1", f"{name}/2"]
-        assert await store.mirrored_write(project_id, page.view.workflow_id) == 2
+        assert await store.reads.mirrored_write(project_id, page.view.workflow_id) == 2
     assert await _payloads(store, first.view) == ["taken/1"]  # the first incarnation's only
 
 
@@ -119,10 +121,12 @@ async def test_pages_of_one_task_at_once_apply_only_if_newer(
     )
 
     for page in (newer, newest_other):
-        held = await store.task_view(project_id, page.view.workflow_id)
+        held = await store.reads.task_view(project_id, page.view.workflow_id)
         assert held is not None
         assert (held.last_seq, held.writes) == (page.view.last_seq, page.view.writes)
-        assert await store.mirrored_write(project_id, page.view.workflow_id) == page.view.writes
+        assert (
+            await store.reads.mirrored_write(project_id, page.view.workflow_id) == page.view.writes
+        )
     assert await _payloads(store, newer.view) == ["t/1", "t/2", "t/3"]
 
 
@@ -135,8 +139,8 @@ async def test_a_batch_of_two_pages_of_one_task_or_two_projects_is_refused(
     for pages in (twice, apart):
         with pytest.raises(ValueError, match="one project, with one page per task"):
             await _batching(store).write_pages(pages)
-    assert (await store.counts(project_id)).get("Task", 0) == 0
-    assert (await store.counts(f"{project_id}-b")).get("Task", 0) == 0
+    assert (await store.reads.counts(project_id)).get("Task", 0) == 0
+    assert (await store.reads.counts(f"{project_id}-b")).get("Task", 0) == 0
 
 
 async def test_pages_that_come_right_after_a_batch_gather_into_the_next(
@@ -157,4 +161,4 @@ async def test_pages_that_come_right_after_a_batch_gather_into_the_next(
 
     assert sent == [["t0"], ["t1", "t2", "t3"]]
     for page in (first, *rest):
-        assert await store.mirrored_write(project_id, page.view.workflow_id) == 2
+        assert await store.reads.mirrored_write(project_id, page.view.workflow_id) == 2

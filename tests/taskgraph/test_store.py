@@ -1,4 +1,4 @@
-"""The graph store's factory and errors (``taskgraph.store``, ``taskgraph.errors``): a kind or a
+"""The graph store's factory and errors (``taskgraph.store``, ``contract.errors``): a kind or a
 URI's scheme picks the adapter, anything else is refused by name before a connection is made,
 and a store that cannot be reached or refuses the credentials raises the port's errors, never a
 driver's."""
@@ -12,9 +12,9 @@ import pytest
 from pydantic import SecretStr
 
 from agent_tasks.config import Settings
+from agent_tasks.contract.errors import GraphAuthError, GraphError, GraphUnavailable
 from agent_tasks.devstack import free_port
 from agent_tasks.devstack.falkordb_server import FalkorDBServer
-from agent_tasks.taskgraph.errors import GraphAuthError, GraphError, GraphUnavailable
 from agent_tasks.taskgraph.store import graph_kind
 from agent_tasks.worker import build_graph_store
 from tests.test_docs import ROOT, python_blocks, run_snippet
@@ -82,10 +82,10 @@ async def test_the_guides_store_connects_and_closes(settings: Settings) -> None:
     it; after ``close()`` the store answers no more."""
     store = build_graph_store("neo4j", settings=settings)
     await store.connect()
-    assert await store.counts("no-such-project") == {}
+    assert await store.reads.counts("no-such-project") == {}
     await store.close()
     with pytest.raises((GraphError, RuntimeError)):
-        await store.counts("no-such-project")
+        await store.reads.counts("no-such-project")
 
 
 @pytest.mark.parametrize("kind", ["neo4j", "falkordb"])
@@ -112,7 +112,7 @@ def test_only_the_chosen_stores_driver_is_loaded() -> None:
     neither; building a FalkorDB store loads FalkorDB's client and not Neo4j's driver, and a
     Neo4j store the other way round (a fresh interpreter each)."""
     probe = (
-        "import sys, worker, starter; "
+        "import sys; from agent_tasks import worker, starter; "
         "before = ('neo4j' in sys.modules, 'falkordb' in sys.modules); "
         "worker.build_graph_store({kind!r}, settings=worker.Settings(neo4j_password='x')); "
         "print(before, ('neo4j' in sys.modules, 'falkordb' in sys.modules))"

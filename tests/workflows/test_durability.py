@@ -158,10 +158,10 @@ async def test_neo4j_down_during_200_writes(client: Client, tmp_path: Path) -> N
             await server.start()
             await server.wait_ready()
             await mirrored(history, "t", within=240)
-        events = await graph.events(project, history.workflow_id("t"), 0, 10**6, 1000)
+        events = await graph.reads.events(project, history.workflow_id("t"), 0, 10**6, 1000)
         assert [e.seq for e in events] == list(range(1, 201))
         assert sorted(e.payload for e in events) == sorted(f"m{i}" for i in range(200))
-        counts = await graph.counts(project)
+        counts = await graph.reads.counts(project)
         assert (counts["Event"], counts["NEXT"], counts["HAS_EVENT"]) == (200, 199, 200)
     finally:
         await driver.close()

@@ -22,6 +22,7 @@ from tests.agent_tools import SCRIPTS, TOOLS
 STEPS = 480
 
 
+@pytest.mark.load
 async def test_480_cpu_heavy_steps_at_once_run_exactly_once(
     client: Client,
     graph: TaskGraph,

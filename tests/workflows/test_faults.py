@@ -136,9 +136,9 @@ async def test_a_12_hour_neo4j_outage_in_skipped_time(
         None,
         [],
     )
-    in_neo4j = await graph.events(project_id, history.workflow_id("t"), 0, 10**6, 1000)
+    in_neo4j = await graph.reads.events(project_id, history.workflow_id("t"), 0, 10**6, 1000)
     assert [(e.seq, e.payload) for e in in_neo4j] == list(enumerate(written, start=1))
-    counts = await graph.counts(project_id)
+    counts = await graph.reads.counts(project_id)
     assert (counts["Event"], counts["NEXT"], counts["HAS_EVENT"]) == (51, 50, 51)
 
 
@@ -178,10 +178,11 @@ async def test_content_that_grows_when_encoded_stops_no_read_and_no_mirror(
         history.workflow_id("t"), result_type=TaskView
     ).result()
     assert done.status is TaskStatus.DONE and done.mirrored_seq == 25
-    in_neo4j = await graph.events(history.project_id, history.workflow_id("t"), 0, 99, 99)
+    in_neo4j = await graph.reads.events(history.project_id, history.workflow_id("t"), 0, 99, 99)
     assert [e.payload for e in in_neo4j] == [payload] * 25
 
 
+@pytest.mark.load
 async def test_200_concurrent_writers_on_one_task(
     history: ConversationHistory, task_queue: str
 ) -> None:
@@ -239,6 +240,7 @@ async def test_one_writers_order_holds_across_continue_as_new(
         await mirrored(history, "t")
 
 
+@pytest.mark.load
 async def test_ten_thousand_steps_across_continue_as_new(
     low_limit_env: WorkflowEnvironment, graph: TaskGraph, project_id: str
 ) -> None:

@@ -76,7 +76,7 @@ async def test_mirror_failures_pause_with_backoff_and_writes_go_on(
         await eventually(caught_up)
         view = (await history.get_task("t")).view
         assert view is not None and view.mirror_error is None and view.mirrored_seq == 1
-    in_neo4j = await graph.events(project_id, history.workflow_id("t"), 0, 9, 9)
+    in_neo4j = await graph.reads.events(project_id, history.workflow_id("t"), 0, 9, 9)
     assert [e.payload for e in in_neo4j] == ["still writable"]
 
 

@@ -347,7 +347,7 @@ async def test_a_branch_copies_the_log_up_to_a_seq_and_leaves_the_source_as_it_w
 
 
 async def _branched_in_neo4j(graph: TaskGraph, history: ConversationHistory) -> bool:
-    rows = await graph._read(
+    rows = await graph.runner.read(
         "MATCH (b:Task {key: $b})-[r:BRANCHED_FROM]->(s:Task {key: $s}) RETURN r.seq AS seq",
         b=history.workflow_id("src-b"),
         s=history.workflow_id("src"),

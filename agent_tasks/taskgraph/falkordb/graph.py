@@ -60,18 +60,18 @@ from agent_tasks.contract import (
     TaskView,
     task_workflow_id,
 )
-from agent_tasks.sealing.keys import KeyLookup
-from agent_tasks.sealing.keytree import Node as TreeNode
-from agent_tasks.sealing.keytree import decode, encode, parse_key_id, puncture
-from agent_tasks.sealing.seal import unseal
-from agent_tasks.taskgraph.dialect import GraphKind, Statement, spelled
-from agent_tasks.taskgraph.errors import (
+from agent_tasks.contract.errors import (
     GraphAuthError,
     GraphDataError,
     GraphError,
     GraphUnavailable,
     TaskIncarnationError,
 )
+from agent_tasks.sealing.keys import KeyLookup
+from agent_tasks.sealing.keytree import Node as TreeNode
+from agent_tasks.sealing.keytree import decode, encode, parse_key_id, puncture
+from agent_tasks.sealing.seal import unseal
+from agent_tasks.taskgraph.dialect import GraphKind, Statement, spelled
 from agent_tasks.taskgraph.falkordb import cypher
 from agent_tasks.taskgraph.models import as_datetime, epoch_us, utc
 from agent_tasks.taskgraph.page_batches import PageBatches, PageWrite, check_batch
@@ -163,9 +163,9 @@ def _shared_row(page: PageWrite) -> dict[str, Any]:
     }
 
 
-# Long: the FalkorDB adapter of the GraphStore port; reads and retention are mixins, the rest shares
-# one client
-class FalkorGraph(GraphReads, GraphRetention):
+# Long: the FalkorDB adapter of the GraphStore port: its own writes, schema, key store and
+# redaction share one client (the store-neutral reads and retention are given it as a runner)
+class FalkorGraph:
     """The task graph in one FalkorDB graph (``taskgraph.port.GraphStore``).
 
     Args:
@@ -178,6 +178,7 @@ class FalkorGraph(GraphReads, GraphRetention):
     """
 
     kind: GraphKind = "falkordb"
+    """The store's dialect (``taskgraph.runner.StatementRunner``)."""
 
     def __init__(
         self,
@@ -207,6 +208,10 @@ class FalkorGraph(GraphReads, GraphRetention):
         self._schema_ready = False
         self._schema_lock = asyncio.Lock()
         self._writes = asyncio.Semaphore(max_writes)
+        self.reads = GraphReads(self)
+        """One task's mirrored state and the cross-task reads (``taskgraph.port.TaskReads``)."""
+        self.retention = GraphRetention(self)
+        """Finding an event, tombstones, deletion (``taskgraph.port.RetentionStore``)."""
 
     async def _client(self) -> Any:
         """The client's graph, made on first use. The client's constructor asks the server
@@ -277,11 +282,11 @@ class FalkorGraph(GraphReads, GraphRetention):
         names = [column[1] for column in result.header]
         return [dict(zip(names, map(_value, row), strict=True)) for row in result.result_set]
 
-    async def _read(self, query: Statement, **params: Any) -> list[dict[str, Any]]:
+    async def read(self, query: Statement, **params: Any) -> list[dict[str, Any]]:
         """The rows of one read statement (``GRAPH.RO_QUERY``)."""
         return await self._rows(query, params, write=False)
 
-    async def _write(self, query: Statement, **params: Any) -> list[dict[str, Any]]:
+    async def write(self, query: Statement, **params: Any) -> list[dict[str, Any]]:
         """The rows of one write statement (``GRAPH.QUERY``: atomic)."""
         return await self._rows(query, params, write=True)
 
@@ -335,7 +340,7 @@ class FalkorGraph(GraphReads, GraphRetention):
 
     async def constraints(self) -> list[tuple[str, str, str]]:
         """The graph's unique constraints as ``(label, property, status)``."""
-        rows = await self._read("CALL db.constraints()")
+        rows = await self.read("CALL db.constraints()")
         return [
             (str(row["label"]), str(p), str(row["status"]))
             for row in rows
@@ -348,7 +353,7 @@ class FalkorGraph(GraphReads, GraphRetention):
     async def put_tree(self, project_id: str, workflow_id: str, tree_id: str, root: bytes) -> None:
         """Store a new key tree of the task ``workflow_id`` (one statement)."""
         await self.ensure_schema()
-        await self._write(
+        await self.write(
             cypher.PUT_TREE,
             tree=tree_id,
             p=project_id,
@@ -363,7 +368,7 @@ class FalkorGraph(GraphReads, GraphRetention):
         if not key_ids:
             return {}
         lookup = KeyLookup(key_ids)
-        trees = await self._read(cypher.KEY_TREES, trees=lookup.parameters()["trees"], p=project_id)
+        trees = await self.read(cypher.KEY_TREES, trees=lookup.parameters()["trees"], p=project_id)
         return lookup.keys(trees, [])
 
     async def _puncture(self, project_id: str, key: str) -> bool:
@@ -379,7 +384,7 @@ class FalkorGraph(GraphReads, GraphRetention):
             return False
         tree_id, leaf = where
         for _ in range(PUNCTURE_TRIES):
-            rows = await self._read(
+            rows = await self.read(
                 "MATCH (k:KeyTree {tree_id: $id}) WHERE k.project_id = $p RETURN k.nodes AS nodes",
                 id=tree_id,
                 p=project_id,
@@ -388,7 +393,7 @@ class FalkorGraph(GraphReads, GraphRetention):
                 return False
             was = rows[0]["nodes"]
             nodes = encode(puncture(decode(was), leaf))
-            done = await self._write(
+            done = await self.write(
                 cypher.PUNCTURE, id=tree_id, p=project_id, was=was, nodes=nodes, leaf=leaf
             )
             if done[0]["n"]:
@@ -400,7 +405,7 @@ class FalkorGraph(GraphReads, GraphRetention):
     async def redact(self, project_id: str, location: EventLocation, agent_id: str) -> list[str]:
         """Empty the event's text (a redacted node keeps its redaction from then on), then
         destroy its key tree leaf (``_puncture``); returns the decisions it affects."""
-        rows = await self._write(
+        rows = await self.write(
             cypher.REDACT, key=location.task_key, p=project_id, seq=location.seq
         )
         if not rows:
@@ -440,7 +445,6 @@ class FalkorGraph(GraphReads, GraphRetention):
     _batches: PageBatches | None = None
     """The line of this object's mirror pages (made at the first write, in its event loop)."""
 
-    # Long: a batch of mirror pages in FalkorDB's statements, each over every page of the batch
     async def write_pages(self, pages: Sequence[PageWrite]) -> None:
         """Write a batch of pages (one project, a page per task) in one run of statements,
         each over all of them: the tasks' nodes (``TASK``, guarded), their events with their
@@ -467,7 +471,7 @@ class FalkorGraph(GraphReads, GraphRetention):
             props["updated_at"] = epoch_us(page.view.updated_at)
             tasks.append(props)
         async with self._writes:
-            placed = {row["key"] for row in await self._write(cypher.TASK, tasks=tasks)}
+            placed = {row["key"] for row in await self.write(cypher.TASK, tasks=tasks)}
             for page in pages:
                 if page.view.workflow_id not in placed:
                     raise await self._incarnation(page.view)
@@ -487,18 +491,18 @@ class FalkorGraph(GraphReads, GraphRetention):
                 ]
                 decisions += [(key, e) for e in page_events if e.kind is EventKind.DECISION]
             if events:
-                await self._write(cypher.EVENTS, events=events)
-                await self._write(cypher.NEXT, pairs=pairs)
+                await self.write(cypher.EVENTS, events=events)
+                await self.write(cypher.NEXT, pairs=pairs)
             if steps:
-                await self._write(cypher.STEPS, steps=steps)
+                await self.write(cypher.STEPS, steps=steps)
             if decisions:
                 await self._decisions(decisions)
-            await self._write(cypher.SHARED, pages=[_shared_row(page) for page in pages])
+            await self.write(cypher.SHARED, pages=[_shared_row(page) for page in pages])
 
     async def _incarnation(self, view: TaskView) -> TaskIncarnationError:
         """Why the task node of ``view`` was not written: deleted, or another incarnation."""
         key = view.workflow_id
-        found = (await self._read(cypher.INCARNATION, key=key))[0]
+        found = (await self.read(cypher.INCARNATION, key=key))[0]
         was = found["was"]
         return TaskIncarnationError(
             f"task {key}: "
@@ -510,7 +514,7 @@ class FalkorGraph(GraphReads, GraphRetention):
     async def _decisions(self, decisions: Sequence[tuple[str, Event]]) -> None:
         """The decisions' label and their CITES links to events and steps (each with its
         task's key)."""
-        await self._write(cypher.DECISIONS, keys=[f"{key}#{d.seq}" for key, d in decisions])
+        await self.write(cypher.DECISIONS, keys=[f"{key}#{d.seq}" for key, d in decisions])
         event_pairs, step_cites = [], []
         for key, d in decisions:
             cites = d.cites or Citations()
@@ -525,19 +529,19 @@ class FalkorGraph(GraphReads, GraphRetention):
                 for s in cites.steps
             ]
         if event_pairs:
-            await self._write(cypher.CITES_EVENTS, pairs=event_pairs)
+            await self.write(cypher.CITES_EVENTS, pairs=event_pairs)
         if step_cites:
-            await self._write(cypher.CITES_STEPS, cites=step_cites)
+            await self.write(cypher.CITES_STEPS, cites=step_cites)
 
     async def wipe_project(self, project_id: str) -> int:
         """Delete the project's nodes but the key store and the tombstones (events first,
         ``WIPE_BATCH`` per statement); returns nodes deleted."""
         deleted, batch = 0, cypher.WIPE_BATCH
         while batch:
-            rows = await self._write(cypher.WIPE_EVENTS, p=project_id, batch=cypher.WIPE_BATCH)
+            rows = await self.write(cypher.WIPE_EVENTS, p=project_id, batch=cypher.WIPE_BATCH)
             batch = rows[0]["n"]
             deleted += batch
-        return deleted + int((await self._write(cypher.WIPE_REST, p=project_id))[0]["n"])
+        return deleted + int((await self.write(cypher.WIPE_REST, p=project_id))[0]["n"])
 
     async def drop_unmarked(
         self,
@@ -549,7 +553,7 @@ class FalkorGraph(GraphReads, GraphRetention):
         as_of: datetime | None,
     ) -> int:
         """The end of a rebuild of one task (``taskgraph.port.MirrorStore.drop_unmarked``)."""
-        rows = await self._write(
+        rows = await self.write(
             cypher.DROP_UNMARKED,
             p=project_id,
             key=workflow_id,

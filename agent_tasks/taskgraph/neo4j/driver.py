@@ -1,12 +1,12 @@
-"""How the project talks to Neo4j: the driver (``open_driver``, every bound set), and the
-session every part of the task graph runs its transactions in (``GraphSession``).
+"""How the project talks to Neo4j: the driver (``open_driver``, every bound set), and the bounded
+sessions every part of the task graph runs its transactions in (``Neo4jRunner``).
 
 Each call opens its own session (one session per coroutine) and uses managed transactions
 (``execute_read`` / ``execute_write``), which retry transient errors (deadlocks, leader
 switches, unavailable servers) for up to ``NEO4J_RETRY_S``. Every transaction is bounded twice:
 by the server (``NEO4J_TRANSACTION_TIMEOUT_S``) and, with its retries, by the client
 (``NEO4J_CALL_TIMEOUT_S``), so a silent peer never holds a caller (an activity slot, a CLI
-command) for ever. Errors left leave a session as the port's (``taskgraph.errors``, by
+command) for ever. Errors left leave a session as the port's (``contract.errors``, by
 ``graph_error``): ``GraphUnavailable`` for what may pass (the driver's ``is_retryable()``, a
 transaction out of time, ``OUT_OF_TIME_CODES``, and the client-side bound),
 ``GraphAuthError``, else ``GraphDataError``; the driver's error is their ``__cause__``.
@@ -28,17 +28,16 @@ from neo4j import (
 )
 from neo4j.exceptions import AuthError, DriverError, Neo4jError
 
-from agent_tasks.taskgraph.dialect import GraphKind, Statement, spelled
-from agent_tasks.taskgraph.errors import (
+from agent_tasks.contract.errors import (
     GraphAuthError,
     GraphDataError,
     GraphError,
     GraphUnavailable,
 )
-from agent_tasks.taskgraph.runner import StatementRunner
+from agent_tasks.taskgraph.dialect import GraphKind, Statement, spelled
 
 if TYPE_CHECKING:
-    from opentelemetry.trace import Tracer
+    pass
 
 
 _T = TypeVar("_T")
@@ -85,7 +84,7 @@ waits between tasks' mirrors), not that the data is wrong: ``graph_error`` makes
 
 
 def graph_error(err: Neo4jError | DriverError) -> GraphError:
-    """The port's error (``taskgraph.errors``) for a driver error: ``GraphAuthError`` for
+    """The port's error (``contract.errors``) for a driver error: ``GraphAuthError`` for
     refused credentials; ``GraphUnavailable`` for one that may pass (``is_retryable()``, or
     one of ``OUT_OF_TIME_CODES``); else ``GraphDataError``. The message starts with
     ``Neo4j``."""
@@ -113,46 +112,31 @@ def open_driver(uri: str, auth: tuple[str, str]) -> AsyncDriver:
 
 NEO4J_MAX_WRITES = 4
 """The mirror's transactions one graph object runs at once, by default
-(``Settings.neo4j_max_writes``, whose default it is). Measured on a 2-core machine against a
-cold Neo4j, 16 tasks of 3 pages written at once: 6.3 to 9.7 s with no bound (each first page
-up to 9.4 s, near the 10 s transaction timeout), 3.0 to 3.5 s with 4 at a time after
-``ensure_ready``'s warm-up (``bench/RESULTS-issue-22.md``)."""
+(``Settings.graph_max_writes``, whose default it is): unbounded, many first pages at once
+queue inside Neo4j until they run out of transaction time."""
 
 bounded = unit_of_work(timeout=NEO4J_TRANSACTION_TIMEOUT_S)
 """Marks a transaction function with the server-side ``NEO4J_TRANSACTION_TIMEOUT_S``."""
 
 
-class GraphSession(StatementRunner):
-    """The driver, the database and the tracer of a task graph, and its bounded sessions and
-    one-statement transactions (the base of ``taskgraph.neo4j.graph.TaskGraph``).
+class Neo4jRunner:
+    """The driver and the database of a task graph: its bounded sessions and one-statement
+    managed transactions (the Neo4j adapter's ``taskgraph.runner.StatementRunner``).
 
     Args:
         driver: from ``open_driver``.
         database: the Neo4j database.
-        tracer: an OpenTelemetry tracer (``telemetry.setup``) for the mirror's write spans;
-            None: no OpenTelemetry code runs.
-        max_writes: the mirror's transactions this object runs at once (``write_task``;
-            ``Settings.neo4j_max_writes``).
     """
 
-    def __init__(
-        self,
-        driver: AsyncDriver,
-        database: str = "neo4j",
-        tracer: Tracer | None = None,
-        max_writes: int = NEO4J_MAX_WRITES,
-    ) -> None:
+    kind: GraphKind = "neo4j"
+    """The store's dialect (``taskgraph.port.spelled``)."""
+
+    def __init__(self, driver: AsyncDriver, database: str = "neo4j") -> None:
         self.driver = driver
         self.database = database
-        self.tracer = tracer
-        self._schema_ready = False
-        self._schema_lock = asyncio.Lock()
-        self._warm = False
-        self._writes = asyncio.Semaphore(max_writes)
-        """The mirror's transactions at once (``Settings.neo4j_max_writes``)."""
 
     @asynccontextmanager
-    async def _session(self) -> AsyncIterator[AsyncSession]:
+    async def session(self) -> AsyncIterator[AsyncSession]:
         """A session whose use is bounded by ``NEO4J_CALL_TIMEOUT_S``.
 
         Raises:
@@ -173,29 +157,28 @@ class GraphSession(StatementRunner):
         except (Neo4jError, DriverError) as err:
             raise graph_error(err) from err
 
-    kind: GraphKind = "neo4j"
-    """The store's dialect (``taskgraph.port.spelled``)."""
-
-    async def _read(self, query: Statement, **params: Any) -> list[dict[str, Any]]:
+    async def read(self, query: Statement, **params: Any) -> list[dict[str, Any]]:
         """The rows of one read statement, in a managed read transaction."""
-        return await self._run(spelled(query, self.kind), params, write=False)
+        return await self.run(spelled(query, self.kind), params, write=False)
 
-    async def _write(self, query: Statement, **params: Any) -> list[dict[str, Any]]:
+    async def write(self, query: Statement, **params: Any) -> list[dict[str, Any]]:
         """The rows of one write statement, in a managed write transaction."""
-        return await self._run(spelled(query, self.kind), params, write=True)
+        return await self.run(spelled(query, self.kind), params, write=True)
 
-    async def _write_work(self, work: Callable[[AsyncManagedTransaction], Awaitable[_T]]) -> _T:
+    async def write_work(self, work: Callable[[AsyncManagedTransaction], Awaitable[_T]]) -> _T:
         """``work``'s result, run as one managed write transaction (bounded, retried)."""
-        async with self._session() as session:
+        async with self.session() as session:
             return await session.execute_write(bounded(work))
 
-    async def _run(
+    async def run(
         self, query: LiteralString, params: dict[str, Any], *, write: bool
     ) -> list[dict[str, Any]]:
+        """The rows of ``query`` (Neo4j's Cypher), in a managed write or read transaction."""
+
         async def work(tx: AsyncManagedTransaction) -> list[dict[str, Any]]:
             result = await tx.run(query, **params)
             return [record.data() async for record in result]
 
-        async with self._session() as session:
+        async with self.session() as session:
             execute = session.execute_write if write else session.execute_read
             return await execute(bounded(work))

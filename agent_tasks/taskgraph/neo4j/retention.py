@@ -12,7 +12,7 @@ from typing import LiteralString
 
 from neo4j import AsyncManagedTransaction
 
-from agent_tasks.taskgraph.neo4j.driver import GraphSession
+from agent_tasks.taskgraph.neo4j.driver import Neo4jRunner
 from agent_tasks.taskgraph.neo4j.keys import destroy_leaf
 from agent_tasks.taskgraph.retention import EventLocation
 
@@ -35,23 +35,22 @@ interleaves), the event's text emptied, a single data key of before destroyed (i
 as the tombstone); returns the decisions citing the event and its key id."""
 
 
-class Neo4jRedaction(GraphSession):
-    """Redaction in Neo4j (``taskgraph.port.RetentionStore.redact``)."""
+async def redact(
+    runner: Neo4jRunner, project_id: str, location: EventLocation, agent_id: str
+) -> list[str]:
+    """Remove the text of the event at ``location`` from Neo4j and destroy its data key (a
+    key tree's leaf punctured: ``taskgraph.neo4j.keys.destroy_leaf``), in one transaction;
+    returns the ids of the decisions that cite it (and its own, when it is a decision)."""
 
-    async def redact(self, project_id: str, location: EventLocation, agent_id: str) -> list[str]:
-        """Remove the text of the event at ``location`` from Neo4j and destroy its data key (a
-        key tree's leaf punctured: ``taskgraph.neo4j.keys.destroy_leaf``), in one transaction;
-        returns the ids of the decisions that cite it (and its own, when it is a decision)."""
+    async def work(tx: AsyncManagedTransaction) -> list[str]:
+        result = await tx.run(
+            _REDACT, key=location.task_key, p=project_id, seq=location.seq, agent=agent_id
+        )
+        record = await result.single()
+        if record is None:
+            return []
+        if record["key_id"] is not None:
+            await destroy_leaf(tx, project_id, record["key_id"])
+        return sorted(record["affected"])
 
-        async def work(tx: AsyncManagedTransaction) -> list[str]:
-            result = await tx.run(
-                _REDACT, key=location.task_key, p=project_id, seq=location.seq, agent=agent_id
-            )
-            record = await result.single()
-            if record is None:
-                return []
-            if record["key_id"] is not None:
-                await destroy_leaf(tx, project_id, record["key_id"])
-            return sorted(record["affected"])
-
-        return await self._write_work(work)
+    return await runner.write_work(work)

@@ -7,7 +7,7 @@ from typing import LiteralString
 
 from neo4j.exceptions import ClientError
 
-from agent_tasks.taskgraph.neo4j.driver import GraphSession
+from agent_tasks.taskgraph.neo4j.driver import Neo4jRunner
 from agent_tasks.taskgraph.neo4j.keys import KEY_SCHEMA
 
 SCHEMA: tuple[LiteralString, ...] = (
@@ -41,35 +41,19 @@ drop it once every worker is new)."""
 
 
 SCHEMA_RULE_EXISTS = "Neo.ClientError.Schema.EquivalentSchemaRuleAlreadyExists"
-"""The error of a schema rule created by another session meanwhile (``init_schema``)."""
+"""The error of a schema rule created by another session meanwhile (``create_schema``)."""
 
 
-class GraphSchema(GraphSession):
-    """Creates the schema (``init_schema``; ``ensure_schema`` runs it once per graph
-    object)."""
+async def create_schema(runner: Neo4jRunner) -> None:
+    """Create the constraints and indexes of ``SCHEMA`` (idempotent).
 
-    async def ensure_schema(self) -> None:
-        """``init_schema`` once per graph object, before its first write (so a worker can
-        start while Neo4j is down), however many first writes come at once: one runs it, the
-        others wait for it, where each used to run it."""
-        if self._schema_ready:
-            return
-        async with self._schema_lock:
-            if not self._schema_ready:
-                await self.init_schema()
-
-    async def init_schema(self) -> None:
-        """Create the constraints and indexes of ``SCHEMA`` (idempotent).
-
-        ``IF NOT EXISTS`` does not cover two sessions creating the same rule at once (workers
-        starting together): the one that loses gets ``EquivalentSchemaRuleAlreadyExists``,
-        which means the rule exists, so it is taken as done (seen when a benchmark's worker
-        processes started beside the test suite's)."""
-        async with self._session() as session:
-            for statement in SCHEMA:
-                try:
-                    await (await session.run(statement)).consume()
-                except ClientError as err:
-                    if err.code != SCHEMA_RULE_EXISTS:
-                        raise
-        self._schema_ready = True
+    ``IF NOT EXISTS`` does not cover two sessions creating the same rule at once (workers
+    starting together): the one that loses gets ``EquivalentSchemaRuleAlreadyExists``, which
+    means the rule exists, so it is taken as done."""
+    async with runner.session() as session:
+        for statement in SCHEMA:
+            try:
+                await (await session.run(statement)).consume()
+            except ClientError as err:
+                if err.code != SCHEMA_RULE_EXISTS:
+                    raise

@@ -12,36 +12,27 @@ arbitrary JSON and any Unicode are stored exactly as recorded.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import datetime
 from typing import Any, LiteralString
 
 from neo4j import AsyncManagedTransaction, AsyncTransaction
 
 from agent_tasks.contract import (
     Citations,
-    Event,
     EventKind,
-    StepView,
-    TaskView,
     task_workflow_id,
 )
+from agent_tasks.contract.errors import TaskIncarnationError
 from agent_tasks.sealing.keys import KeyLookup
 from agent_tasks.sealing.seal import unseal
 from agent_tasks.taskgraph.dialect import SHARED_NODES
-from agent_tasks.taskgraph.errors import TaskIncarnationError
-from agent_tasks.taskgraph.models import utc
-from agent_tasks.taskgraph.neo4j.driver import bounded
 from agent_tasks.taskgraph.neo4j.keys import KEY_READS
-from agent_tasks.taskgraph.neo4j.schema import GraphSchema
-from agent_tasks.taskgraph.page_batches import PageBatches, PageWrite, check_batch
+from agent_tasks.taskgraph.page_batches import PageWrite
 from agent_tasks.taskgraph.properties import (
     epoch,
     event_properties,
     step_properties,
     task_properties,
 )
-from agent_tasks.taskgraph.seeds import warm_up_page
-from agent_tasks.taskgraph.tracing import write_span
 
 WIPE_BATCH = 10_000
 """Event nodes ``wipe_project`` deletes per transaction."""
@@ -75,12 +66,9 @@ version: a late, retried or cancelled mirror attempt never undoes a newer one); 
 each task (``placed``) the ``created_at`` its node had before when it is not the view's
 (``other``, as text; null for a new node or the same task) and whether the task's id has a
 tombstone (``deleted``), so the write can refuse a node that is not its task's before anything
-else is written (the times travel as ``epoch`` pairs and the node's comes back as text: the
-driver converts datetimes in pure Python, about 0.5 ms of the 14 ms of main-thread CPU a write
-took with 20 writers, profiled in ``bench/RESULTS-issue-36.md``); and, the nodes locked, the
-keys of the pages' sealed events (``KEY_READS``: one round trip for both, where a separate
-read of the keys was a third statement: a one-event sealed page 9.0 -> 7.2 ms p50,
-``bench/RESULTS-issue-22.md``)."""
+else is written (times travel as ``epoch`` pairs and come back as text: the driver converts
+datetimes in pure Python); and, the nodes locked, the keys of the pages' sealed events
+(``KEY_READS``, in the same round trip)."""
 
 _PAGE: LiteralString = (
     """
@@ -166,16 +154,14 @@ row, run in this order, so the NEXT links see the events merged before them, a s
 event is merged (as a placeholder) when not written yet, and a decision cites the steps as
 merged. The shared nodes come last because a new relationship locks both its nodes until the
 transaction commits: taken first, the project's and agent's locks were held through the
-whole page, and the mirrors of 16 tasks importing at once on a loaded machine queued on them
-past the transaction timeout (6 of 16 first pages at load 7). An event's ``AUTHORED_BY`` link
+whole page, and the mirrors of many tasks importing at once queued on them past the
+transaction timeout. An event's ``AUTHORED_BY`` link
 to its agent, the node every event of an agent shares, is created (``CREATE``) only with the
 event's node (one that had no ``kind``: new, or a step result's placeholder), where a
 ``MERGE`` that finds no link locks both nodes to make one: creating a relationship does not
 lock a dense node exclusively (Neo4j's locks for dense nodes), so the pages of concurrent
-tasks no longer queue on their agent (``python -m bench.bench_graph_write --writers 16``, in
-``bench/RESULTS-issue-22.md``: the slowest page 1.1-1.7 s with MERGE, 0.55-1.1 s with
-CREATE). Event and step times arrive as ``epoch`` pairs and are set as datetimes in the same
-SET."""
+tasks do not queue on their agent. Event and step times arrive as ``epoch`` pairs and are set
+as datetimes in the same SET."""
 
 
 Transaction = AsyncManagedTransaction | AsyncTransaction
@@ -206,8 +192,8 @@ def _page_row(page: PageWrite) -> dict[str, Any]:
     }
 
 
-def _batch_writer(batch: Sequence[PageWrite]) -> Callable[[Transaction], Awaitable[None]]:
-    """The transaction function of a batch of mirror pages (``MirrorWrites.write_task``; one
+def batch_writer(batch: Sequence[PageWrite]) -> Callable[[Transaction], Awaitable[None]]:
+    """The transaction function of a batch of mirror pages (``TaskGraph.write_task``; one
     project, a page per task: ``taskgraph.page_batches``)."""
     pages = sorted(batch, key=lambda page: page.view.workflow_id)
     project = pages[0].view.project_id
@@ -243,162 +229,3 @@ def _batch_writer(batch: Sequence[PageWrite]) -> Callable[[Transaction], Awaitab
         await (await tx.run(_PAGE, pages=rows)).consume()
 
     return work
-
-
-class MirrorWrites(GraphSchema):
-    """The mirror's writes (``write_task``) and the clean-ups of a rebuild and a project."""
-
-    async def wipe_project(self, project_id: str) -> int:
-        """Delete every node of one project and its relationships, but for what the Temporal
-        histories cannot give back (``graph rebuild``): the key store and the tombstones of
-        deleted tasks. Events go first, ``WIPE_BATCH`` per transaction (found by the
-        ``(project_id, kind)`` index; a corpus deleted in one transaction outgrows Neo4j's
-        transaction memory), then the rest in one. Returns nodes deleted."""
-
-        async def events(tx: AsyncManagedTransaction) -> int:
-            result = await tx.run(
-                "MATCH (n:Event {project_id: $p}) WITH n LIMIT $batch DETACH DELETE n "
-                "RETURN count(n) AS n",
-                p=project_id,
-                batch=WIPE_BATCH,
-            )
-            return int((await result.single(strict=True))["n"])
-
-        async def rest(tx: AsyncManagedTransaction) -> int:
-            result = await tx.run(
-                """
-                MATCH (n {project_id: $p})
-                WHERE NOT n:DataKey AND NOT n:KeyTree AND NOT n:TaskTombstone
-                DETACH DELETE n RETURN count(n) AS n
-                """,
-                p=project_id,
-            )
-            return int((await result.single(strict=True))["n"])
-
-        deleted, batch = 0, WIPE_BATCH
-        while batch:
-            async with self._session() as session:  # each batch bounded on its own
-                batch = await session.execute_write(bounded(events))
-            deleted += batch
-        async with self._session() as session:
-            return deleted + await session.execute_write(bounded(rest))
-
-    async def drop_unmarked(
-        self,
-        project_id: str,
-        workflow_id: str,
-        mark: str,
-        *,
-        up_to_seq: int | None,
-        as_of: datetime | None,
-    ) -> int:
-        """The end of a rebuild of one task: delete its event and step nodes that the rebuild
-        did not write (``mark``), within what the rebuild covered. ``up_to_seq`` and ``as_of``
-        None (a closed task: nothing else can be written to it) delete every unmarked one;
-        otherwise only events with seq <= ``up_to_seq`` and steps changed at or before
-        ``as_of``, since the live mirror may have written newer ones meanwhile. The task node
-        stays, with its links to parent and children. Returns nodes deleted."""
-
-        async def work(tx: AsyncManagedTransaction) -> int:
-            result = await tx.run(
-                """
-                MATCH (n {project_id: $p, task_key: $key})
-                WHERE (n:Event OR n:Step) AND coalesce(n.rebuild, '') <> $mark
-                  AND ($upto IS NULL
-                       OR (n:Event AND n.seq <= $upto)
-                       OR (n:Step AND n.updated_at <= $as_of))
-                DETACH DELETE n
-                RETURN count(n) AS n
-                """,
-                p=project_id,
-                key=workflow_id,
-                mark=mark,
-                upto=up_to_seq,
-                as_of=None if as_of is None else utc(as_of),
-            )
-            record = await result.single(strict=True)
-            return int(record["n"])
-
-        async with self._session() as session:
-            return await session.execute_write(bounded(work))
-
-    async def write_task(
-        self,
-        view: TaskView,
-        events: Sequence[Event],
-        steps: Sequence[StepView],
-        *,
-        mark: str | None = None,
-        mirrored_write: int | None = None,
-    ) -> None:
-        """Merge the task node, ``events`` (with their NEXT links, decisions with their
-        citations) and ``steps``, in one transaction of two statements (``_TASK``, which
-        also reads the keys of sealed events, then ``_PAGE``) with the pages of other tasks
-        of the project that wait meanwhile (``taskgraph.page_batches``; a batch that fails
-        is written again page by page, so this page's error is its own), at most
-        ``max_writes`` transactions at once per graph object. Idempotent: repeating it changes
-        nothing.
-        ``mark`` (a rebuild's id) is stamped on the event and step nodes as property
-        ``rebuild`` (``drop_unmarked``). ``mirrored_write`` (the last page of a copy that
-        reached the run's newest write: ``view.writes``) raises the node's
-        ``mirrored_write``, what ``mirror_holds`` reads.
-
-        Sealed events are opened with their keys inside the transaction, once the task node
-        is locked (its MERGE and SET), so a redaction, which locks the task node first, is
-        never undone: a destroyed key writes the event redacted.
-
-        Raises:
-            TaskIncarnationError: the task's node belongs to another task of the same
-                workflow id, or the id was deleted (nothing is written).
-            GraphIncomplete: a sealed event's key is not in the key store.
-        """
-        await self.ensure_ready()
-        if self._batches is None:
-            self._batches = PageBatches(self.write_pages)
-        page = PageWrite(view, events, steps, mark, mirrored_write)
-        seqs = [e.seq for e in events]
-        with write_span(self.tracer, self.kind, self.database, view, seqs, len(steps)):
-            await self._batches.write(page)
-
-    _batches: PageBatches | None = None
-    """The line of this object's mirror pages (made at the first write, in its event loop)."""
-
-    async def write_pages(self, pages: Sequence[PageWrite]) -> None:
-        """Write ``pages`` (of one project, a page per task: ``taskgraph.page_batches``) in
-        one managed transaction (``_TASK``, then ``_PAGE``), all or nothing; ``write_task``
-        sends its pages through here.
-
-        Raises:
-            TaskIncarnationError: a page's task node belongs to another task of its workflow
-                id, or the id was deleted (nothing of the batch is written).
-            GraphIncomplete: a sealed event's key is not in the key store.
-            ValueError: pages of two projects, or two pages of one task.
-        """
-        check_batch(pages)
-        async with self._writes, self._session() as session:
-            await session.execute_write(bounded(_batch_writer(pages)))
-
-    async def ensure_ready(self) -> None:
-        """Ready this graph object for the mirror's writes, once, however many first writes
-        come at once (one does it, the others wait for it): the schema (``ensure_schema``),
-        then the mirror's statements planned and run in a transaction rolled back
-        (``warm_up_page``).
-
-        A cold Neo4j (a fresh ``./run main``) plans and compiles each statement the first time
-        it runs, on a JVM that has not compiled itself yet: an import's 16 first mirror pages
-        did that at once and every one of them ran out of transaction time (the catch-up took
-        27 s). Done once, before them, they find the plans cached. (A client storing a key
-        tree needs the schema only: ``put_tree`` does not wait for this.)
-        """
-        if self._warm:
-            return
-        await self.ensure_schema()
-        async with self._schema_lock:
-            if self._warm:
-                return
-            view, events = warm_up_page()
-            work = _batch_writer([PageWrite(view, events, [])])
-            async with self._session() as session, await session.begin_transaction() as tx:
-                await work(tx)
-                await tx.rollback()
-            self._warm = True

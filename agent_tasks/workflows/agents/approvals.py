@@ -66,6 +66,7 @@ from agent_tasks.contract import (
     ToolInput,
     internal_request_id,
 )
+from agent_tasks.contract.errors import AgentError
 from agent_tasks.workflows import inbox
 from agent_tasks.workflows.agents.registry import ToolSpec
 from agent_tasks.workflows.agents.runner import Runner
@@ -101,7 +102,7 @@ class ApprovalCheck(BaseModel):
     """The call's digest (``call_digest``); None from workers deployed before it."""
 
 
-class ApprovalExpired(Exception):
+class ApprovalExpired(AgentError):
     """The expiry of an approval request passed before enough decisions came."""
 
 

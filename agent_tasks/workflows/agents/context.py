@@ -38,6 +38,7 @@ from agent_tasks.contract import (
     internal_request_id,
     valid_step_name,
 )
+from agent_tasks.contract.errors import AgentError
 from agent_tasks.contract.waits import answer_error, answer_text, check_schema
 from agent_tasks.workflows import children, inbox
 from agent_tasks.workflows.agents.approvals import Approvals
@@ -48,7 +49,7 @@ from agent_tasks.workflows.ledger import Ledger
 from agent_tasks.workflows.patches import PARK_ON_SUGGESTION, PROGRESS_BEFORE_PARKING
 
 
-class InputTimeout(Exception):
+class InputTimeout(AgentError):
     """``ask`` waited past its timeout without an answer (and the agent gave no default)."""
 
     def __init__(self, input_id: str) -> None:
@@ -56,7 +57,7 @@ class InputTimeout(Exception):
         self.input_id = input_id
 
 
-class SpawnRefused(Exception):
+class SpawnRefused(AgentError):
     """``spawn`` past a limit: ``MAX_CHILDREN`` children, or ``MAX_DEPTH`` levels."""
 
 
@@ -73,7 +74,7 @@ class ChildOutcome(BaseModel):
     """Its result (done) or error text."""
 
 
-class ChildFailed(Exception):
+class ChildFailed(AgentError):
     """A child spawned with ``mode="propagate"`` did not end ``done``."""
 
     def __init__(self, outcome: ChildOutcome) -> None:
@@ -86,8 +87,6 @@ class ChildFailed(Exception):
 _NO_DEFAULT: Any = object()
 
 
-# Long: the agent API in one place: every method agent code calls is declared here (the step
-# machinery's delegate to the StepRunner it has), and input requests and child tasks are its own
 class AgentContext:
     """What agent code runs with: steps, events, the model, budgets and its carried state.
 
@@ -223,8 +222,6 @@ class AgentContext:
         ).first_seq
         return seq
 
-    # Long: one input request in workflow order: open it, wait with its timeout, take the answer;
-    # mostly docstring
     async def ask(
         self,
         input_id: str,
@@ -290,8 +287,6 @@ class AgentContext:
         )
         return answer
 
-    # Long: one child spawn in workflow order: memo, limits, record, start, a refused start; mostly
-    # docstring
     async def spawn(
         self,
         key: str,

@@ -30,6 +30,7 @@ from agent_tasks.contract import (
     WriteOutcome,
     bound_text,
 )
+from agent_tasks.contract.errors import AgentError, AgentTasksControlFlow
 from agent_tasks.workflows.agents.registry import McpSessions, ToolSpec
 from agent_tasks.workflows.ledger import Ledger
 from agent_tasks.workflows.patches import CANCEL_RULE
@@ -40,12 +41,12 @@ run)."""
 _R = TypeVar("_R")
 
 
-class AgentParked(Exception):
+class AgentParked(AgentTasksControlFlow):
     """Raised by ``checkpoint()`` (and by a wait) when the task is to continue-as-new: the
     agent stops here and is called again in the next run."""
 
 
-class BudgetExceeded(Exception):
+class BudgetExceeded(AgentError):
     """A budget of the run is spent; the task ends ``failed`` with an ``error`` event."""
 
     def __init__(self, budget: str, limit: float) -> None:
