@@ -69,6 +69,15 @@ def _row(key: ApiKey) -> str:
     return f"{key.key_id}  {key.project_id}  {key.name}  held by {key.author}  {made}{revoked}"
 
 
+def _login() -> str | None:
+    """The login name of whoever runs the command, None when the system has none (a
+    container's user without a passwd entry: the key is then its own person)."""
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):
+        return None
+
+
 @keys_app.command("create")
 def keys_create(
     project: Annotated[str, typer.Option(help="The one project the key reads and writes.")],
@@ -77,13 +86,14 @@ def keys_create(
         str | None,
         typer.Option(
             help="Who holds the key: the author of its writes and one approver however many "
-            "keys they hold. Default: the login name of whoever runs this command."
+            "keys they hold. Default: the login name of whoever runs this command (none: the "
+            "key is its own person)."
         ),
     ] = None,
 ) -> None:
     """Make an API key for PROJECT held by PERSON and print it once (only its SHA-256 is
     stored). Keys of one person count as one approver of a call that needs several."""
-    holder = person if person is not None else getpass.getuser()
+    holder = person if person is not None else _login()
 
     async def go() -> tuple[ApiKey, str]:
         async with open_graph(Settings()) as graph:
