@@ -130,7 +130,29 @@ async def deploy(args: Mail, context: ToolContext) -> str:
     return f"deployed {args.subject}"
 
 
-APPROVAL_TOOLS: list[Tool] = [send_mail, pay, pay_broken, wire, page_oncall, deploy]
+class Host(BaseModel):
+    """Arguments of ``reboot``."""
+
+    log: str
+    host: str = Field(min_length=1, max_length=80)
+
+
+@tool(
+    "reboot",
+    arguments=Host,
+    idempotent=False,
+    description="Reboot a host.",
+    approval=True,
+    approval_expires_after=timedelta(seconds=10),
+)
+async def reboot(args: Host, context: ToolContext) -> str:
+    """Asks first; the request expires after 10 s (long enough for a test to stop its worker
+    before the deadline)."""
+    _effect(args.log, context, f"reboot {args.host}")
+    return f"rebooted {args.host}"
+
+
+APPROVAL_TOOLS: list[Tool] = [send_mail, pay, pay_broken, wire, page_oncall, deploy, reboot]
 
 
 def call_then_report(transcript: Any) -> ModelTurn:

@@ -1250,13 +1250,7 @@ async def approval_bound_scenario(stack: Stack) -> Captured:
     history.task_queue = queue
 
     def person(name: str) -> ConversationHistory:
-        return ConversationHistory(
-            stack.client,
-            project_id=history.project_id,
-            agent_id=name,
-            task_queue=queue,
-            graph=stack.graph,
-        )
+        return as_person(stack, history, name)
 
     with tempfile.TemporaryDirectory() as folder:
         log = str(Path(folder) / "effects.log")
@@ -1292,6 +1286,120 @@ async def approval_bound_scenario(stack: Stack) -> Captured:
             if sum(" wire 500" in line for line in effects(Path(log))) != 1:
                 raise CaptureError("the wire should have run once")
     return {"approval_bound": await fetch(history, "bound")}
+
+
+async def one_person_scenario(stack: Stack) -> Captured:
+    """The ``one-person-one-approver`` patch: a ``wire`` (two approvers) accepted by ann; the
+    same person's accept as ``"ANN "`` by signal is recorded rejected (the marker), by update
+    as ``"Ann"`` refused (nothing in the history); bob's accept runs it once."""
+    import tempfile
+
+    from tests.approval_tools import (
+        APPROVAL_SCRIPTS,
+        APPROVAL_TOOLS,
+        approval_spec,
+        effects,
+        goal,
+    )
+
+    queue = f"capture-one-person-{uuid.uuid4().hex[:8]}"
+    history = stack.history("one_person")
+    history.task_queue = queue
+
+    def person(name: str) -> ConversationHistory:
+        return as_person(stack, history, name)
+
+    with tempfile.TemporaryDirectory() as folder:
+        log = str(Path(folder) / "effects.log")
+        async with build_worker(
+            stack.client, stack.graph, queue, tools=APPROVAL_TOOLS, scripts=APPROVAL_SCRIPTS
+        ):
+            wire = goal(("wire", {"log": log, "amount": 500}))
+            expect(await history.create_task("one", wire, agent=approval_spec()))
+            await quiet_until_asked(history, "one")
+            view = (await history.get_task("one")).view
+            assert view is not None
+            (first,) = view.pending_inputs
+            assert first.approval is not None and first.approval.digest is not None
+            expect(await person("ann").approve("one", first.input_id, "accept"))
+            second = f"{first.input_id}-2"
+            handle = history.client.get_workflow_handle(history.workflow_id("one"))
+
+            async def asked_again() -> bool:
+                found = (await history.get_task("one")).view
+                return found is not None and any(r.input_id == second for r in found.pending_inputs)
+
+            await quiet(handle, asked_again)
+            accept: dict[str, Any] = {"type": "accept", "digest": first.approval.digest}
+            expect(await person("ANN ").submit_input("one", accept, input_id=second))
+
+            async def rejected() -> bool:
+                events = (await history.list_events("one", limit=200)).events
+                return any(e.name == "rejected" for e in events)
+
+            await quiet(handle, rejected)
+            again = await person("Ann").approve("one", second, "accept")
+            expect(again, error=ErrorCode.APPROVER_REPEATED)
+            expect(await person("bob").approve("one", second, "accept"))
+            final = await history.wait_task("one")
+            if final is None or final.status is not TaskStatus.DONE:
+                raise CaptureError(f"the task should have ended done: {final!r}")
+            if sum(" wire 500" in line for line in effects(Path(log))) != 1:
+                raise CaptureError("the wire should have run once")
+    return {"one_person": await fetch(history, "one")}
+
+
+async def answers_by_deadline_scenario(stack: Stack) -> Captured:
+    """The ``answers-by-deadline`` patch: a ``reboot`` whose request expires after 10 s; the
+    worker stops before the deadline, an accept comes by signal 4 s after it, then a worker
+    starts: the workflow sees the answer before the timer in one workflow task, records it
+    late (the marker) and closes the request at the timer; the call never runs."""
+    import tempfile
+    from datetime import UTC, datetime
+
+    from tests.approval_tools import (
+        APPROVAL_SCRIPTS,
+        APPROVAL_TOOLS,
+        approval_spec,
+        effects,
+        goal,
+    )
+
+    queue = f"capture-deadline-{uuid.uuid4().hex[:8]}"
+    history = stack.history("deadline")
+    history.task_queue = queue
+
+    def worker() -> Any:
+        return build_worker(
+            stack.client, stack.graph, queue, tools=APPROVAL_TOOLS, scripts=APPROVAL_SCRIPTS
+        )
+
+    with tempfile.TemporaryDirectory() as folder:
+        log = str(Path(folder) / "effects.log")
+        async with worker():
+            call = goal(("reboot", {"log": log, "host": "db-1"}))
+            expect(await history.create_task("late", call, agent=approval_spec()))
+            await quiet_until_asked(history, "late")
+            view = (await history.get_task("late")).view
+            assert view is not None
+            (request,) = view.pending_inputs
+        ask = request.approval
+        assert request.deadline is not None and ask is not None and ask.digest is not None
+        if datetime.now(UTC) >= request.deadline:
+            raise CaptureError("the worker stopped after the deadline")
+        await asyncio.sleep((request.deadline - datetime.now(UTC)).total_seconds() + 4)
+        accept: dict[str, Any] = {"type": "accept", "digest": ask.digest}
+        expect(await history.submit_input("late", accept, input_id=request.input_id))
+        async with worker():
+            final = await history.wait_task("late")
+            if final is None or final.result is None or "expired" not in final.result.text:
+                raise CaptureError(f"the request should have expired: {final!r}")
+            events = (await history.list_events("late", limit=200)).events
+            if [e.name for e in events if e.kind.value == "input_response"] != ["late"]:
+                raise CaptureError("the accept should have been recorded late")
+            if effects(Path(log)):
+                raise CaptureError("the call should never have run")
+    return {"answers_by_deadline": await fetch(history, "late")}
 
 
 async def same_call_scenario(stack: Stack) -> Captured:
@@ -1397,6 +1505,17 @@ async def open_calls_scenario(stack: Stack) -> Captured:
                     raise CaptureError("the wire should have run once")
         run1, run2 = await first_two_runs(history, "wire")
     return {"open_calls_run1": run1, "open_calls_run2": run2}
+
+
+def as_person(stack: Stack, history: ConversationHistory, name: str) -> ConversationHistory:
+    """``history``'s project and task queue, writing as the person ``name`` (an approver)."""
+    return ConversationHistory(
+        stack.client,
+        project_id=history.project_id,
+        agent_id=name,
+        task_queue=history.task_queue,
+        graph=stack.graph,
+    )
 
 
 async def quiet_until_asked(history: ConversationHistory, task: str) -> None:
@@ -1826,6 +1945,16 @@ SCENARIOS: dict[str, Scenario] = {
         approval_bound_scenario,
         ("approval_bound",),
         "an approval bound to its call: two approvers, a stale accept, an expiry",
+    ),
+    "one_person": Scenario(
+        one_person_scenario,
+        ("one_person",),
+        "one person under two spellings is one approver (patched)",
+    ),
+    "answers_by_deadline": Scenario(
+        answers_by_deadline_scenario,
+        ("answers_by_deadline",),
+        "an accept by signal past the expiry, no worker at the deadline, is late (patched)",
     ),
     "ignore_reason": Scenario(
         ignore_reason_scenario,

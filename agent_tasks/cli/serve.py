@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import shlex
 import urllib.request
 from typing import Annotated
@@ -64,30 +65,53 @@ def page_command(
 
 def _row(key: ApiKey) -> str:
     revoked = f"  revoked {key.revoked_at:%Y-%m-%d %H:%M}" if key.revoked_at else ""
-    return f"{key.key_id}  {key.project_id}  {key.name}  {key.created_at:%Y-%m-%d %H:%M}{revoked}"
+    made = f"{key.created_at:%Y-%m-%d %H:%M}"
+    return f"{key.key_id}  {key.project_id}  {key.name}  held by {key.author}  {made}{revoked}"
+
+
+def _login() -> str | None:
+    """The login name of whoever runs the command, None when the system has none (a
+    container's user without a passwd entry: the key is then its own person)."""
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):
+        return None
 
 
 @keys_app.command("create")
 def keys_create(
     project: Annotated[str, typer.Option(help="The one project the key reads and writes.")],
     name: Annotated[str, typer.Option(help="What the key is for.")] = "",
+    person: Annotated[
+        str | None,
+        typer.Option(
+            help="Who holds the key: the author of its writes and one approver however many "
+            "keys they hold. Default: the login name of whoever runs this command (none: the "
+            "key is its own person)."
+        ),
+    ] = None,
 ) -> None:
-    """Make an API key for PROJECT and print it once (only its SHA-256 is stored)."""
+    """Make an API key for PROJECT held by PERSON and print it once (only its SHA-256 is
+    stored). Keys of one person count as one approver of a call that needs several."""
+    holder = person if person is not None else _login()
 
     async def go() -> tuple[ApiKey, str]:
         async with open_graph(Settings()) as graph:
             store = ApiKeyStore(graph)
             await store.init_schema()
-            return await store.create(project, name)
+            return await store.create(project, name, holder)
 
     record, key = run(go())
-    console.print(f"key id {record.key_id} for project {record.project_id}; the key (shown once):")
+    console.print(
+        f"key id {record.key_id} for project {record.project_id}, held by {record.author!r}; "
+        "the key (shown once):"
+    )
     print(key, flush=True)
 
 
 @keys_app.command("list")
 def keys_list(project: Annotated[str, typer.Option(help="The project.")]) -> None:
-    """The project's keys (ids, names, dates; never the keys)."""
+    """The project's keys (ids, persons, names, dates; never the keys)."""
 
     async def go() -> list[ApiKey]:
         async with open_graph(Settings()) as graph:

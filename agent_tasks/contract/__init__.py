@@ -59,6 +59,7 @@ from agent_tasks.contract.human import (
     FailureMode,
     InputAnswer,
     InputRequest,
+    person_key,
 )
 from agent_tasks.contract.inputs import (
     BranchPoint,
@@ -267,6 +268,7 @@ __all__ = [
     "internal_request_id",
     "json_within",
     "model_size",
+    "person_key",
     "project_of",
     "request_key",
     "sha256_hex",

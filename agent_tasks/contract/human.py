@@ -10,6 +10,7 @@ and ``MAX_EARLY_ANSWER_BYTES`` of them, ``MAX_CHILDREN`` children a task with a 
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Annotated, Literal
 
 from pydantic import AwareDatetime, BaseModel, Field, JsonValue, StrictStr
@@ -50,6 +51,18 @@ parent's agent, ``collect`` returns it as a value, ``ignore`` leaves it out."""
 
 APPROVAL_DESCRIPTION_CHARS = 4_000
 """Characters of an approval request's Markdown description (longer ones are cut)."""
+
+
+def person_key(name: str) -> str:
+    """The form in which two names of people are compared (who accepted a call, who answers):
+    Unicode NFKC with case folded (Unicode's NFKC_Casefold recipe: NFKC, fold, NFKC again),
+    format characters dropped (zero-width spaces and joiners, the soft hyphen, a byte order
+    mark), each run of white space one space, none around. So ``"ann"``, ``"Ann "``, ``"ANN"``
+    in full-width letters and ``"an\u200bn"`` name one person; ``"ann"`` and ``"anna"`` two.
+    Names are kept as written; only comparisons use this form."""
+    folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", name).casefold())
+    kept = "".join(c for c in folded if unicodedata.category(c) != "Cf")
+    return " ".join(kept.split())
 
 
 class ApprovalAsk(BaseModel):

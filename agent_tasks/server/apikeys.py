@@ -1,7 +1,13 @@
 """API keys of the HTTP API (``server``), stored hashed in the graph store (either:
 ``taskgraph.port.RecordStore``): one ``ApiKey`` node per key, scoped to one project.
 
-    (:ApiKey {key_id, project_id, name, digest, created_at, revoked_at})
+    (:ApiKey {key_id, project_id, name, person, digest, created_at, revoked_at})
+
+A key names the person who holds it (``person``, given at creation): what a request made with
+it writes is authored by that person, so one person holding several keys (and the page's
+sessions of any of them) is one author, and one approver of a call that needs several
+(``ApiKey.author``). A key made before persons were kept (no ``person``) is its own person,
+``key-{key_id}``, as every key was then.
 
 Neo4j keeps the times as datetimes; FalkorDB, which has no zoned datetime and keeps whole
 seconds in its ``localdatetime``, as integer microseconds since the Unix epoch, sent by the
@@ -24,9 +30,9 @@ import hmac
 import re
 import secrets
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field, StrictStr, TypeAdapter
 
 from agent_tasks.taskgraph.models import as_datetime, epoch_us
 from agent_tasks.taskgraph.port import GraphStore, Statement
@@ -34,17 +40,24 @@ from agent_tasks.taskgraph.port import GraphStore, Statement
 KEY_PREFIX = "atk_"
 """How every key starts (so a leaked one is recognised by secret scanners and people)."""
 _KEY = re.compile(r"^atk_([0-9a-f]{16})_([A-Za-z0-9_-]{43})$")
+_CONTROL = r"\x00-\x1f\x7f-\x9f"
+_PERSON_PATTERN = rf"^[^{_CONTROL}]*[^\s{_CONTROL}][^{_CONTROL}]*$"
+_PERSON: TypeAdapter[str] = TypeAdapter(
+    Annotated[StrictStr, Field(min_length=1, max_length=128, pattern=_PERSON_PATTERN)]
+)
+"""A key's person: an author's name (``contract.ShortText``), no control characters, not
+blank."""
 
 _CREATE: Statement = {
     # the time: Neo4j's datetime(); FalkorDB's $now, microseconds (module docstring)
     "neo4j": """
-CREATE (k:ApiKey {key_id: $key_id, project_id: $project_id, name: $name, digest: $digest,
-                  created_at: datetime()})
+CREATE (k:ApiKey {key_id: $key_id, project_id: $project_id, name: $name, person: $person,
+                  digest: $digest, created_at: datetime()})
 RETURN k
 """,
     "falkordb": """
-CREATE (k:ApiKey {key_id: $key_id, project_id: $project_id, name: $name, digest: $digest,
-                  created_at: $now})
+CREATE (k:ApiKey {key_id: $key_id, project_id: $project_id, name: $name, person: $person,
+                  digest: $digest, created_at: $now})
 RETURN k
 """,
 }
@@ -76,10 +89,19 @@ class ApiKey(BaseModel):
     """The one project it reads and writes."""
     name: str
     """What it is for (given at creation)."""
+    person: str | None = None
+    """Who holds it (given at creation); None for a key made before persons were kept."""
     created_at: datetime
     """When it was made."""
     revoked_at: datetime | None = None
     """When it was revoked; a revoked key is refused."""
+
+    @property
+    def author(self) -> str:
+        """Who a request made with this key (or a page's session of it) is: the author of
+        what it writes and the approver of what it accepts. The key's person, or
+        ``key-{key_id}`` for a key without one."""
+        return self.person if self.person is not None else f"key-{self.key_id}"
 
 
 def digest(key: str) -> str:
@@ -106,6 +128,7 @@ def record_of(node: Any) -> ApiKey:
         key_id=node["key_id"],
         project_id=node["project_id"],
         name=node["name"],
+        person=node.get("person"),
         created_at=as_datetime(node["created_at"]),
         revoked_at=None if revoked is None else as_datetime(revoked),
     )
@@ -138,12 +161,26 @@ class Records:
 class ApiKeyStore(Records):
     """The API keys in the graph store (unique ``key_id``)."""
 
-    async def create(self, project_id: str, name: str) -> tuple[ApiKey, str]:
-        """Make a key for ``project_id``; returns its record and the key (shown once, never
-        stored)."""
+    async def create(
+        self, project_id: str, name: str, person: str | None = None
+    ) -> tuple[ApiKey, str]:
+        """Make a key for ``project_id`` held by ``person`` (None: the key is its own person,
+        ``key-{key_id}``); returns its record and the key (shown once, never stored).
+
+        Raises:
+            pydantic.ValidationError: ``person`` is not an author's name (1 to 128 characters,
+                no control characters, not blank).
+        """
+        if person is not None:
+            person = _PERSON.validate_python(person)
         key_id, key = new_key()
         rows = await self._run(
-            _CREATE, key_id=key_id, project_id=project_id, name=name, digest=digest(key)
+            _CREATE,
+            key_id=key_id,
+            project_id=project_id,
+            name=name,
+            person=person,
+            digest=digest(key),
         )
         return record_of(rows[0]["k"]), key
 

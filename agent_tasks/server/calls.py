@@ -46,13 +46,13 @@ class Caller:
 
 async def caller(request: Request) -> Caller:
     """The dependency of every route but ``/health``: authenticate, and the project's client
-    (its writes authored by ``key-{key id}``)."""
+    (its writes authored by the key's person, ``ApiKey.author``)."""
     state = request.app.state.api
     key = await authenticate(request, state.keys, state.sessions)
     history = ConversationHistory(
         state.services.client,
         key.project_id,
-        f"key-{key.key_id}",
+        key.author,
         task_queue=state.settings.temporal_task_queue,
         graph=state.services.graph,
         broker=state.services.broker,

@@ -19,6 +19,9 @@ class Caller(BaseModel):
     project_id: str
     key_id: str
     key_name: str
+    person: str
+    """Who the key's holder is: the author of what the request writes and the approver of
+    what it accepts (``ApiKey.author``: one person however many keys they hold)."""
     temporal_ui: str
     """The Temporal Web UI's base URL (``AGENT_TASKS_TEMPORAL_UI_URL``)."""
     namespace: str
@@ -27,12 +30,13 @@ class Caller(BaseModel):
 
 @router.get("/me", response_model=Caller, responses=ERRORS, tags=["people"])
 async def me(call: Call) -> Caller:
-    """The calling key's project and id (never the key), and the Temporal Web UI."""
+    """The calling key's project, id and person (never the key), and the Temporal Web UI."""
     settings = call.request.app.state.api.settings
     return Caller(
         project_id=call.key.project_id,
         key_id=call.key.key_id,
         key_name=call.key.name,
+        person=call.key.author,
         temporal_ui=settings.temporal_ui,
         namespace=settings.temporal.namespace,
     )

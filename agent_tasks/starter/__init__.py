@@ -82,6 +82,7 @@ from agent_tasks.contract.errors import (
 from agent_tasks.plugin import AgentTasksPlugin
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.starter.results import (
+    AnswerOutcome,
     DecisionsResult,
     DeleteResult,
     EventsResult,
@@ -179,6 +180,7 @@ __all__ = [
     "AgentTasksError",
     "AgentTasksPlugin",
     "AgentTasksWorkerPlugin",
+    "AnswerOutcome",
     "BudgetExceeded",
     "Budgets",
     "ChildFailed",

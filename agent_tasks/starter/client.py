@@ -52,6 +52,7 @@ from agent_tasks.starter.arguments import checked
 from agent_tasks.starter.lifecycle import TaskLifecycle
 from agent_tasks.starter.reads import TaskReads
 from agent_tasks.starter.results import (
+    AnswerOutcome,
     DecisionsResult,
     EventsResult,
     GetTaskResult,
@@ -208,7 +209,8 @@ class ConversationHistory:
 
     async def get_task(self, name: str) -> GetTaskResult:
         """The task view (no event bodies); ``found`` False when the name is not in this
-        project. Works for running and finished tasks.
+        project. Works for running and finished tasks; a closed one is read without a worker
+        (``tasklog.reader``: its result, or the graph store), however its run closed.
 
         Raises:
             pydantic.ValidationError: ``name`` is not a task name (field ``task``).
@@ -244,6 +246,22 @@ class ConversationHistory:
             GraphIncomplete: Neo4j lacks some of them (run ``agent-tasks graph rebuild``).
         """
         return await self.reads.list_events(task, after_seq, limit)
+
+    async def answer_outcome(
+        self, task: str, request_id: str, *, after_seq: int = 0
+    ) -> AnswerOutcome:
+        """What the task did with the answer sent by signal under ``request_id``
+        (``submit_input(..., request_id=...)``; a signal returns nothing of its fate): the
+        ``input_response`` event the task recorded with that request id, read from the task's
+        events after ``after_seq`` (``list_events``, a page of ``PAGE_LIMIT_MAX`` at a time, so
+        a closed task is read without a worker too). ``outcome`` is ``taken``, ``rejected``
+        or ``late`` (with ``error``), or ``pending`` while the task has recorded nothing of it.
+
+        Raises:
+            pydantic.ValidationError: an argument of the wrong shape.
+            GraphNotConfigured, GraphIncomplete: as ``list_events``.
+        """
+        return await self.reads.answer_outcome(task, request_id, after_seq=after_seq)
 
     async def list_steps(
         self,

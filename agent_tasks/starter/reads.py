@@ -5,11 +5,13 @@ visibility, and the decisions and cross-task reads from Neo4j."""
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 from agent_tasks.contract import (
     PAGE_LIMIT_MAX,
+    Event,
     EventKind,
     ShortText,
     StepState,
@@ -18,7 +20,13 @@ from agent_tasks.contract import (
 )
 from agent_tasks.contract.errors import GraphNotConfigured
 from agent_tasks.starter.arguments import checked
-from agent_tasks.starter.results import DecisionsResult, EventsResult, GetTaskResult, StepsResult
+from agent_tasks.starter.results import (
+    AnswerOutcome,
+    DecisionsResult,
+    EventsResult,
+    GetTaskResult,
+    StepsResult,
+)
 from agent_tasks.starter.transport import Transport
 from agent_tasks.taskgraph.models import (
     DecisionRow,
@@ -46,6 +54,22 @@ MIRRORED_POLL_S = 0.02
 """How often ``wait_mirrored`` reads the task node (seconds)."""
 
 
+def answer_outcome_of(event: Event) -> AnswerOutcome:
+    """What the ``input_response`` event ``event`` says of the answer it records: taken (named
+    by its request), or ``rejected`` / ``late`` with the request and the reason its payload
+    holds (``workflows.inbox``)."""
+    if event.name not in ("rejected", "late"):
+        return AnswerOutcome(found=True, outcome="taken", input_id=event.name, event=event)
+    said = json.loads(event.payload)
+    return AnswerOutcome(
+        found=True,
+        outcome="rejected" if event.name == "rejected" else "late",
+        input_id=said.get("input_id"),
+        error=said.get("error"),
+        event=event,
+    )
+
+
 class TaskReads:
     """The reads of ``ConversationHistory`` (its published read methods)."""
 
@@ -64,8 +88,12 @@ class TaskReads:
         found = await self.reader.view(self.transport.workflow_id(name))
         if found is None:
             return GetTaskResult(found=False)
-        view, source = found
-        return GetTaskResult(found=True, view=view, source=source)
+        return GetTaskResult(
+            found=True,
+            view=found.view,
+            source=found.source,
+            workflow_status=found.workflow_status,
+        )
 
     async def wait_mirrored(self, task: str, timeout_s: float | None = None) -> bool:
         """Runs ``ConversationHistory.wait_mirrored`` (whose docstring is the contract)."""
@@ -95,6 +123,21 @@ class TaskReads:
             return EventsResult(found=False)
         events, cursor = page
         return EventsResult(found=True, events=events, next_after_seq=cursor)
+
+    async def answer_outcome(
+        self, task: str, request_id: str, *, after_seq: int = 0
+    ) -> AnswerOutcome:
+        """Runs ``ConversationHistory.answer_outcome`` (whose docstring is the contract)."""
+        after: int | None = after_seq
+        while after is not None:
+            page = await self.list_events(task, after_seq=after, limit=PAGE_LIMIT_MAX)
+            if not page.found:
+                return AnswerOutcome(found=False)
+            for event in page.events:
+                if event.kind is EventKind.INPUT_RESPONSE and event.request_id == request_id:
+                    return answer_outcome_of(event)
+            after = page.next_after_seq
+        return AnswerOutcome(found=True, outcome="pending")
 
     async def list_steps(
         self,

@@ -80,8 +80,34 @@ class GetTaskResult(BaseModel):
     view: TaskView | None = None
     """The task view (no event bodies)."""
     source: Literal["temporal", "neo4j"] | None = None
-    """Where the view comes from: the task's workflow, or Neo4j for a task whose history
-    Temporal deleted after the namespace's retention."""
+    """Where the view comes from: the task's workflow (a query of an open run, or a
+    completed run's result), or the graph store (a run closed otherwise, or a task whose
+    history Temporal deleted after the namespace's retention)."""
+    workflow_status: str | None = None
+    """How the task's latest run closed (Temporal's ``COMPLETED``, ``CANCELED``,
+    ``TERMINATED``, ``FAILED``, ``TIMED_OUT``); None while it runs, or when Temporal has no
+    history of it. ``TERMINATED``, ``TIMED_OUT`` or ``FAILED`` means the workflow ended
+    without closing its task (an operator's terminate, say): the view is what the graph
+    store had mirrored by then, its status the task's last (added later)."""
+
+
+class AnswerOutcome(BaseModel):
+    """``answer_outcome``: what a task did with an answer sent by signal (``submit_input``,
+    which returns ``recorded`` once the signal is in the history, whatever its fate)."""
+
+    found: bool
+    """True when the task exists in this project."""
+    outcome: Literal["pending", "taken", "rejected", "late"] | None = None
+    """``taken``: the answer of ``input_id``; ``rejected`` (``error`` says why: the schema,
+    a stale digest, a repeated approver...; the request stays open) or ``late`` (its request
+    had closed, or its deadline had passed); ``pending``: the task has recorded nothing of it
+    yet (not processed yet, or kept for a request not asked yet)."""
+    input_id: str | None = None
+    """The request it answered or was meant for (None when it named none and was rejected)."""
+    error: str | None = None
+    """Why it was not taken (``rejected``, ``late``)."""
+    event: Event | None = None
+    """The ``input_response`` event the task recorded of it."""
 
 
 class EventsResult(BaseModel):

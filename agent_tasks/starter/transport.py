@@ -17,13 +17,16 @@ import random
 import uuid
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from temporalio.client import (
     Client,
     WithStartWorkflowOperation,
+    WorkflowExecutionStatus,
     WorkflowHandle,
     WorkflowUpdateFailedError,
+    WorkflowUpdateHandle,
     WorkflowUpdateRPCTimeoutOrCancelledError,
     WorkflowUpdateStage,
 )
@@ -56,6 +59,13 @@ turns it away (``_RESEND``: normally one mirror call, tens of ms); then ``task_b
 
 DESCRIBE_TIMEOUT_S = 5.0
 """How long the description that names a task's task queue in an error may take (seconds)."""
+
+CLOSED_CHECK_S = 2.0
+"""How long a write waits for its update before it looks whether the task's workflow has
+closed meanwhile, and then how often (seconds; ``Transport.execute_update``): Temporal does
+not end the call of an update it holds for a workflow that closes before a worker took it (a
+terminate while no worker runs), so without a look the write waited out ``timeout_s`` and
+said no worker polled. A write answered sooner makes no look."""
 
 _T = TypeVar("_T")
 
@@ -182,6 +192,68 @@ def _no_worker(err: RPCError) -> bool:
     return err.status == RPCStatusCode.FAILED_PRECONDITION and "poller" in err.message
 
 
+async def _first_or_closed(
+    sent: asyncio.Future[Any], handle: WorkflowHandle[Any, Any]
+) -> str | None:
+    """Wait for ``sent`` (an update's call); None once it is done (its result or error is
+    ``sent``'s), or, when the task's workflow closed first (looked at after
+    ``CLOSED_CHECK_S`` and then as often), the close status's name, ``sent`` cancelled."""
+    while True:
+        done, _ = await asyncio.wait({sent}, timeout=CLOSED_CHECK_S)
+        if done:
+            return None
+        try:
+            description = await handle.describe(rpc_timeout=timedelta(seconds=DESCRIBE_TIMEOUT_S))
+        except RPCError:
+            continue  # the call itself says what went wrong, in its time
+        if description.status not in (None, WorkflowExecutionStatus.RUNNING):
+            sent.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await sent
+            return description.status.name
+
+
+def _aborted_by_close(err: RPCError) -> bool:
+    """The server ended an update's call because its workflow closed before any workflow
+    task took the update: nothing of it is in the history."""
+    return err.status == RPCStatusCode.NOT_FOUND and "closing workflow" in err.message
+
+
+def _ended_first(task: str, status: str) -> WriteResult:
+    """The result of a write whose task's workflow closed (``status``) before it took it."""
+    return refused(
+        ErrorCode.TASK_CLOSED,
+        f"task {task!r} ended ({status}) before it took this write: nothing of it was recorded",
+    )
+
+
+async def _close_status(handle: WorkflowHandle[Any, Any]) -> str:
+    """The name of the workflow's close status (``closed`` when it cannot be read)."""
+    try:
+        description = await handle.describe(rpc_timeout=timedelta(seconds=DESCRIBE_TIMEOUT_S))
+    except RPCError:
+        return "closed"
+    return "closed" if description.status is None else description.status.name
+
+
+async def _after_close(handle: WorkflowHandle[Any, Any], update_id: str) -> WriteOutcome | None:
+    """The outcome of the update ``update_id`` of a workflow that closed while its call
+    waited: the workflow took it before it closed, or None when the server aborted it with
+    the workflow (it is in no history: nothing was recorded).
+
+    Raises:
+        WorkflowUpdateFailedError: the workflow's validator refused it before it closed.
+    """
+    taken = handle.get_update_handle(update_id, result_type=WriteOutcome)
+    try:
+        outcome: WriteOutcome = await taken.result(
+            rpc_timeout=timedelta(seconds=DESCRIBE_TIMEOUT_S)
+        )
+    except RPCError:
+        return None
+    return outcome
+
+
 async def retrieve_start(operation: WithStartWorkflowOperation[Any, Any]) -> None:
     """Retrieve the start operation's own outcome. The SDK keeps it in a future that it
     settles before the update-with-start call returns or raises, with the call's error when
@@ -304,7 +376,9 @@ class Transport:
     async def execute_update(self, task: str, update: Any, input: Any) -> WriteResult:
         """Send one write update (the caller holds the task's lane): resend it while the task
         turns it away as it drains (``_RESEND``, up to ``_DRAIN_WAIT_S``), and map refusals and
-        duplicates to their results.
+        duplicates to their results. A write whose task's workflow closes while it waits (a
+        terminate while no worker runs) is ``task_closed`` at the next look
+        (``CLOSED_CHECK_S``), or its outcome when the workflow took it before it closed.
 
         Raises:
             temporalio.service.RPCError: ``NOT_FOUND`` when no workflow of the task runs (the
@@ -316,18 +390,28 @@ class Transport:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + _DRAIN_WAIT_S
         delay = 0.02
+        ids: list[str] = []  # each call's update id: random, as the SDK's, and known
+
+        async def start() -> WorkflowUpdateHandle[WriteOutcome]:
+            ids.append(str(uuid.uuid4()))
+            return await handle.start_update(
+                update,
+                input,
+                id=ids[-1],
+                wait_for_stage=WorkflowUpdateStage.COMPLETED,
+                result_type=WriteOutcome,
+            )
+
         while True:
             try:
-                # started and waited for as execute_update does, keeping the run that took it
-                started = await self.call(
-                    lambda: handle.start_update(
-                        update,
-                        input,
-                        wait_for_stage=WorkflowUpdateStage.COMPLETED,
-                        result_type=WriteOutcome,
-                    ),
-                    handle.id,  # no answer in time names the task's own queue, not ours
-                )
+                # started and waited for as execute_update does, keeping the run that took it;
+                # no answer in time names the task's own queue, not ours
+                sent = asyncio.ensure_future(self.call(start, handle.id))
+                closed = await _first_or_closed(sent, handle)
+                if closed is not None:
+                    ended = await _after_close(handle, ids[-1]) if ids else None
+                    return _ended_first(task, closed) if ended is None else from_outcome(ended)
+                started = sent.result()
                 outcome = await started.result()
             except WorkflowUpdateFailedError as err:
                 if _resend(err) and loop.time() < deadline:
@@ -335,6 +419,10 @@ class Transport:
                     delay = min(delay * 2, 0.5)
                     continue
                 return from_update_failure(err)
+            except RPCError as err:
+                if not _aborted_by_close(err):
+                    raise
+                return _ended_first(task, await _close_status(handle))
             if self.pages is not None:
                 self.pages.wrote(handle.id, started.workflow_run_id, input, outcome)
             return from_outcome(outcome)

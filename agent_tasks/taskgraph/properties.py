@@ -8,14 +8,17 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from agent_tasks.contract import BoundedText, Event, StepView, TaskView
+from agent_tasks.contract import CLOSED_STATUSES, BoundedText, Event, StepView, TaskView
 from agent_tasks.taskgraph.models import utc
 
 
 def task_properties(view: TaskView) -> dict[str, Any]:
     """Task node properties from a view (metadata, result and error as JSON text; the open
     input requests as the list ``pending_inputs`` of their ids, each one's prompt and schema
-    being its ``input_request`` event)."""
+    being its ``input_request`` event). A closed task's node also keeps its whole view as
+    JSON (``closed_view``: ASCII, every other character escaped), so a closed run is read
+    whole without a worker (``tasklog.reader``); an open one's has none (a task resumed drops
+    it)."""
     return {
         "key": view.workflow_id,
         "project_id": view.project_id,
@@ -35,9 +38,19 @@ def task_properties(view: TaskView) -> dict[str, Any]:
         "branched_at_seq": None if view.branched_from is None else view.branched_from.seq,
         "runs": view.runs,
         "pending_inputs": [request.input_id for request in view.pending_inputs],
+        "closed_view": closed_view(view),
         "created_at": utc(view.created_at),
         "updated_at": utc(view.updated_at),
     }
+
+
+def closed_view(view: TaskView) -> str | None:
+    """The ``closed_view`` property of a task node: the view as JSON when its task is closed
+    (``CLOSED_STATUSES``), ASCII (``ensure_ascii``: no control character or other script
+    reaches either store's string), else None (the property removed)."""
+    if view.status not in CLOSED_STATUSES:
+        return None
+    return json.dumps(view.model_dump(mode="json"), ensure_ascii=True, separators=(",", ":"))
 
 
 def _full(field: str, text: BoundedText | None) -> dict[str, Any]:

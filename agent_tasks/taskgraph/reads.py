@@ -96,6 +96,22 @@ RETURN e ORDER BY e.time, e.task_name, e.seq LIMIT $limit
 """The events across tasks (``GraphReads.find_events``)."""
 
 
+def _closed_view(text: str) -> TaskView:
+    """A closed task's whole view from its node's ``closed_view`` (``properties.closed_view``),
+    caught up with the store (everything of a closed task is in it)."""
+    # json.loads, not pydantic's parser: it refuses a lone surrogate's escape
+    closed = TaskView.model_validate(json.loads(text))
+    return closed.model_copy(
+        update={
+            "mirrored_seq": closed.last_seq,
+            "unmirrored_writes": 0,
+            "mirror_error": None,
+            "mirror_failures": 0,
+            "mirror_backlog": [],
+        }
+    )
+
+
 class GraphReads:
     """The reads of the task graph, in either store, run on the adapter's statement runner.
 
@@ -107,10 +123,12 @@ class GraphReads:
         self.runner = runner
 
     async def task_view(self, project_id: str, workflow_id: str) -> TaskView | None:
-        """The task view as Neo4j holds it (the task's mirrored state), for a task whose
-        history Temporal no longer has (deleted after the namespace's retention); None when
-        Neo4j has no such task. ``unmirrored_writes`` is 0 and ``run_first_seq`` follows
-        ``last_seq``: Neo4j is all there is of it."""
+        """The task view as the store holds it (the task's mirrored state), for a closed run
+        or a task whose history Temporal no longer has (deleted after the namespace's
+        retention); None when the store has no such task. A closed task's is its whole view
+        (``closed_view``); another's is built from the node's properties (no agent, run,
+        children or closed requests: the node does not keep them). Either says
+        ``unmirrored_writes`` 0: the store is all there is of it."""
         rows = await self.runner.read(
             """
             MATCH (t:Task {key: $key, project_id: $p}) WHERE t.status IS NOT NULL
@@ -123,6 +141,8 @@ class GraphReads:
         if not rows:
             return None
         props = plain(rows[0]["t"])
+        if props.get("closed_view"):
+            return _closed_view(props["closed_view"])
         counts = dict.fromkeys(StepState, 0)
         for state in rows[0]["states"]:
             counts[StepState(state)] += 1

@@ -9,19 +9,22 @@ read never waits for the mirror. Steps the same way: the current run holds its o
 those changed in it, Neo4j the steps closed in earlier runs, the backlog runs what Neo4j lacks.
 A task whose history Temporal deleted (the namespace's retention) is read from Neo4j alone.
 
-A CLOSED task is read without a query, so no worker runs (or replays) its code: every query
-is sent with ``reject_condition=NOT_OPEN``, which the server answers at once for a closed run
-(``WorkflowQueryRejectedError``) without a worker. Its view is then the workflow's result (a
+A CLOSED task is read without a query, so no worker runs (or replays) its code and none needs
+to be polling its queue: every query is sent with ``reject_condition=NOT_OPEN``, which the
+server answers at once for a closed run (``WorkflowQueryRejectedError``, with the run's
+status) without a worker. Its view is then the workflow's result when the run COMPLETED (a
 task that completed returns its final view once mirrored: one read of the close event of its
-history) or, for a task cancelled (a run that closes cancelled has no result, but mirrors
-everything before it closes), a worker's replay when one answers within ``CANCELLED_VIEW_WAIT``
-(the whole view), else the view the graph store keeps (without the closed input requests and
-the agent run, which it does not hold); its events and steps come from the
-graph store, which holds all of them (the run closed only once mirrored). Why these and not a
-replay of the history: a replay is what a query costs (the worker's whole last run, with the code
-it has now); the result is one small payload the server already stores, and the graph store is
-the read model built for exactly these reads. A run that ended otherwise (terminated, failed,
-timed out: its mirror may lag), and any read without a graph store, is still a query.
+history), else (CANCELED, TERMINATED, FAILED, TIMED_OUT) the view the graph store keeps: a
+task closed by its own run (cancelled: a run that closes cancelled has no result, but
+mirrors everything before it closes) left its whole closed view there (``closed_view``),
+while a run that ended without closing its task (terminated, timed out, failed) left what its
+mirror had written by then. Its events and steps come from the graph store, which holds all
+of them (the run closed only once mirrored) or, for a run ended from outside, those its
+mirror had written, up to the view's ``last_seq``. Why these and not a replay of the history:
+a replay is what a query costs (the worker's whole last run, with the code it has now, and
+no answer at all while no worker polls the queue); the result is one small payload the server
+already stores, and the graph store is the read model built for exactly these reads. Only a
+reader without a graph store, or a closed task the store lacks, still queries.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from functools import partial
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, TypeVar
 
 from temporalio.client import (
     Client,
@@ -64,11 +67,6 @@ QUERY_TIMEOUT = timedelta(seconds=10)
 """RPC timeout of each query the reader sends to an earlier run or from an activity
 (answered by a worker from its cache, or by a replay of a closed run)."""
 
-CANCELLED_VIEW_WAIT = timedelta(seconds=2)
-"""How long a cancelled task's view waits for a worker's replay (which gives the whole view,
-its closed input requests and agent run included) before the graph store's view is taken (a
-cancelled run has no result, and the store keeps no closed input requests or agent run)."""
-
 _T = TypeVar("_T")
 
 
@@ -84,7 +82,20 @@ class Call(Protocol):
 
 Source = Literal["temporal", "neo4j"]
 """Where a task's view came from: its workflow (its query or its result), or the graph store
-(a task cancelled, or one Temporal has no history of)."""
+(a closed run that did not complete, or a task Temporal has no history of)."""
+
+
+class Found(NamedTuple):
+    """A task's view as ``TaskReader.view`` found it."""
+
+    view: TaskView
+    source: Source
+    """Where it came from."""
+    workflow_status: str | None = None
+    """The latest run's close status when it is closed (``COMPLETED``, ``CANCELED``,
+    ``TERMINATED``, ``FAILED``, ``TIMED_OUT``); None for an open run, or a task Temporal has
+    no history of."""
+
 
 _NOT_OPEN = QueryRejectCondition.NOT_OPEN
 
@@ -122,43 +133,32 @@ class TaskReader:
                 return False, None
             raise
 
-    async def view(self, workflow_id: str) -> tuple[TaskView, Source] | None:
-        """The task's view and where it came from; None when neither Temporal nor Neo4j has
-        the task."""
+    async def view(self, workflow_id: str) -> Found | None:
+        """The task's view, where it came from and how its run closed; None when neither
+        Temporal nor the graph store has the task."""
         handle = self.client.get_workflow_handle(workflow_id)
         found, view, closed = await self._ask(
             workflow_id, lambda when: VIEW.on(handle, reject_condition=when)
         )
         if closed is not None:
-            if closed[1] == "neo4j":  # cancelled: the store lacks closed_inputs, agent, agent_run
-                replayed = await self._replayed_view(handle)
-                if replayed is not None:
-                    return replayed, "temporal"
             return closed
         if found:
             assert view is not None
-            return view, "temporal"
+            return Found(view, "temporal")
         view = await self.expired(workflow_id)
-        return None if view is None else (view, "neo4j")
-
-    async def _replayed_view(self, handle: WorkflowHandle[Any, Any]) -> TaskView | None:
-        """The whole view of a closed run from a worker's replay, when a worker answers within
-        ``CANCELLED_VIEW_WAIT``; None when none does (the caller keeps the store's view)."""
-        try:
-            return await VIEW.on(handle, rpc_timeout=CANCELLED_VIEW_WAIT)
-        except RPCError:
-            return None
+        return None if view is None else Found(view, "neo4j")
 
     async def _ask(
         self,
         workflow_id: str,
         ask: Callable[[QueryRejectCondition | None], Awaitable[_T]],
         graph_needed: bool = False,
-    ) -> tuple[bool, _T | None, tuple[TaskView, Source] | None]:
+    ) -> tuple[bool, _T | None, Found | None]:
         """``ask``'s query of ``workflow_id`` sent to an open run only: ``(found, answer,
         None)``, ``found`` False when the workflow does not exist; for a closed task read
         without a worker (``closed``; with ``graph_needed``, only when a graph store is given)
-        ``(True, None, its view)``; any other closed run is queried (a worker replays it)."""
+        ``(True, None, its view)``; a closed run read so cannot be (no graph store, or the
+        store lacks the task) is queried (a worker replays it)."""
         try:
             found, answer = await self._found(lambda: ask(_NOT_OPEN), workflow_id)
             return found, answer, None
@@ -172,23 +172,23 @@ class TaskReader:
 
     async def closed(
         self, workflow_id: str, status: WorkflowExecutionStatus | None
-    ) -> tuple[TaskView, Source] | None:
+    ) -> Found | None:
         """The view of a closed task read without a worker (the module docstring): a task
-        whose latest run ``status`` is COMPLETED from its result ("temporal"), one CANCELED
-        from the graph store ("neo4j"); None when it must be queried (another status, no
-        graph store, or the store lacks the task)."""
+        whose latest run ``status`` is COMPLETED from its result ("temporal"), one that closed
+        otherwise from the graph store ("neo4j"); None when it must be queried (no graph
+        store, or the store lacks the task)."""
+        closed_as = None if status is None else status.name
         if status is WorkflowExecutionStatus.COMPLETED:
             handle = self.client.get_workflow_handle(workflow_id, result_type=TaskView)
             view = await self.call(lambda: handle.result(follow_runs=False), workflow_id)
-            return view, "temporal"
-        if status is WorkflowExecutionStatus.CANCELED:
-            found = await self.expired(workflow_id)
-            return None if found is None else (found, "neo4j")
-        return None
+            return Found(view, "temporal", closed_as)
+        found = await self.expired(workflow_id)
+        return None if found is None else Found(found, "neo4j", closed_as)
 
     async def expired(self, workflow_id: str) -> TaskView | None:
-        """The view Neo4j keeps of a task Temporal has no history of (deleted after the
-        namespace's retention); None without a graph or when Neo4j has no such task."""
+        """The view the graph store keeps of a task (a closed run's, or one Temporal has no
+        history of: deleted after the namespace's retention); None without a graph store or
+        when it has no such task."""
         if self.graph is None:
             return None
         return await self.graph.reads.task_view(project_of(workflow_id), workflow_id)

@@ -8,15 +8,24 @@ kept for it, one per request, at most ``MAX_EARLY_ANSWERS`` and ``MAX_EARLY_ANSW
 together (carried across continue-as-new), and taken when it is asked; one naming none while
 none is open is rejected, never kept for a later request; one naming a request closed without
 it (timed out, its task ended: ``close_inputs``) is recorded late and changes nothing.
+
+A request's deadline is kept by the workflow's time, whichever the workflow sees first, the
+answer or the timer (Temporal hands a workflow the signals and updates of a workflow task
+before the timers that fired in it, so a worker that was down at the deadline sees both at
+once): an answer past it is refused ``input_closed`` by the ``respond`` validator, or recorded
+late by signal (``answers-by-deadline``), and the request closes at its timer. Who accepted an
+approval is compared by ``person_key``: one person is one approver, however the name is
+spelled (``one-person-one-approver``).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 
 from pydantic import JsonValue
+from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 from agent_tasks.contract import (
@@ -36,12 +45,28 @@ from agent_tasks.contract import (
     args_digest,
     json_within,
     model_size,
+    person_key,
     request_key,
     valid_request_id,
 )
 from agent_tasks.contract.errors import ErrorCode, refusal
 from agent_tasks.contract.waits import answer_error, answer_text
 from agent_tasks.workflows.book import Book
+from agent_tasks.workflows.patches import ANSWERS_BY_DEADLINE, ONE_PERSON_ONE_APPROVER
+
+TIMED_OUT = "timed out"
+"""Why a request closed when its deadline passed unanswered (its entry in ``closed_inputs``)."""
+EXPIRED = "expired"
+"""Why an approval request closed when its expiry passed without the decisions it needed."""
+
+
+def past_deadline(request: InputRequest, now: datetime) -> str | None:
+    """Why ``request`` takes no answer at ``now`` (workflow time) although it is still open:
+    its deadline has passed (``EXPIRED`` for an approval, ``TIMED_OUT`` for a question; its
+    timer closes it with that reason); None before its deadline, or without one."""
+    if request.deadline is None or now < request.deadline:
+        return None
+    return EXPIRED if request.approval is not None else TIMED_OUT
 
 
 def _request_for(book: Book, answer: InputAnswer) -> InputRequest | None:
@@ -101,7 +126,7 @@ def open_input(
 
 
 def close_input(
-    book: Book, input_id: str, default_json: str | None, now: datetime, reason: str = "timed out"
+    book: Book, input_id: str, default_json: str | None, now: datetime, reason: str = TIMED_OUT
 ) -> None:
     """Close an open request whose deadline passed: an ``error`` event named
     ``input_timeout``; with a default (``default_json``, the default as JSON text) also the
@@ -125,12 +150,13 @@ def take_answer(book: Book, answer: InputAnswer, now: datetime, *, bound: bool =
     """An answer by signal (fire and forget, so never refused): a repeat of its request id
     is ignored; an answer to the open request it names (or, naming none, to the oldest open
     one) is that request's ``input_response`` if valid; an answer naming a request closed
-    without it (timed out, ``close_inputs``) is recorded as late (an ``input_response`` event
-    named ``late``) and changes nothing; one naming a request not asked yet is kept for it (one
-    per request id, at most ``MAX_EARLY_ANSWERS`` and ``MAX_EARLY_ANSWER_BYTES``); anything
-    else (an answer naming none while none is open, one that fails the schema or the rules of
-    every answer, ``answer_error``, one naming a request answered already) is recorded as
-    rejected (an ``input_response`` event named ``rejected``), and an open request stays open.
+    without it (timed out, ``close_inputs``), or open past its deadline (``_late``), is
+    recorded as late (an ``input_response`` event named ``late``) and changes nothing; one
+    naming a request not asked yet is kept for it (one per request id, at most
+    ``MAX_EARLY_ANSWERS`` and ``MAX_EARLY_ANSWER_BYTES``); anything else (an answer naming
+    none while none is open, one that fails the schema or the rules of every answer,
+    ``answer_error``, one naming a request answered already) is recorded as rejected (an
+    ``input_response`` event named ``rejected``), and an open request stays open.
 
     ``bound`` False keeps the rules of tasks recorded before answers were bound to one
     request (the ``answers-bound-to-requests`` patch): an answer naming none, with none open,
@@ -148,7 +174,9 @@ def take_answer(book: Book, answer: InputAnswer, now: datetime, *, bound: bool =
         return
     request = _request_for(book, answer)
     room = MAX_EARLY_ANSWERS if bound else LEGACY_EARLY_ANSWERS
-    if request is not None:
+    if request is not None and (late := _late(request, now)) is not None:
+        _reject(book, answer, late, now, name="late")
+    elif request is not None:
         _decide(book, answer, request, now)
     elif answer.input_id in book.state.answered:
         _reject(book, answer, f"input {answer.input_id!r} was answered already", now)
@@ -180,6 +208,16 @@ def take_answer(book: Book, answer: InputAnswer, now: datetime, *, bound: bool =
         book.accept(answer.request_id, args_digest(answer), 0, 0, now)
 
 
+def _late(request: InputRequest, now: datetime) -> str | None:
+    """Why an answer by signal to the open ``request`` is late at ``now``: its deadline has
+    passed by the workflow's time (``past_deadline``; its timer closes it), under the
+    ``answers-by-deadline`` patch (asked only then, so only such runs carry its marker)."""
+    reason = past_deadline(request, now)
+    if reason is None or not workflow.patched(ANSWERS_BY_DEADLINE):
+        return None
+    return f"input {request.input_id!r} {reason}"
+
+
 def close_inputs(book: Book, reason: str, now: datetime) -> None:
     """Close every open input request because the task ends (``reason``: ``task
     cancelled``, ``task failed``, ``task done``): an ``input_closed`` note each, whose payload
@@ -201,12 +239,21 @@ def close_inputs(book: Book, reason: str, now: datetime) -> None:
     book.state.inputs = []
 
 
-def check_respond(book: Book, answer: InputAnswer) -> InputRequest:
+def check_respond(
+    book: Book, answer: InputAnswer, admitted_at: datetime | None = None
+) -> InputRequest:
     """The state rules of the ``respond`` update; returns the request it answers.
+
+    Args:
+        admitted_at: the validator's workflow time: the rules added since updates were first
+            accepted are checked too (a deadline passed, ``past_deadline``; an approver's second
+            accept under another spelling). None in the handler, which replays updates accepted
+            before those rules (a live update met them in its validator).
 
     Raises:
         ApplicationError: as ``check_write``, or a refusal ``input_not_requested``,
-            ``input_invalid`` (with the validation message) or ``input_closed``.
+            ``input_invalid`` (with the validation message), ``input_closed`` (closed, or its
+            deadline passed), ``approval_stale`` or ``approver_repeated``.
     """
     book.check_write(answer.request_id, answer)
     closed = book.state.closed_inputs.get(answer.input_id or "")
@@ -216,17 +263,21 @@ def check_respond(book: Book, answer: InputAnswer) -> InputRequest:
     if request is None:
         named = f" {answer.input_id!r}" if answer.input_id else ""
         raise refusal(ErrorCode.INPUT_NOT_REQUESTED, f"no input request{named} is open")
+    late = None if admitted_at is None else past_deadline(request, admitted_at)
+    if late is not None:
+        raise refusal(ErrorCode.INPUT_CLOSED, f"input {request.input_id!r} {late}")
     error = answer_error(request.json_schema, answer.answer)
     if error is not None:
         raise refusal(ErrorCode.INPUT_INVALID, error)
-    bound = approval_error(request, answer)
+    bound = approval_error(request, answer, one_person=lambda: admitted_at is not None)
     if bound is not None:
         raise refusal(*bound)
     return request
 
 
-def admit_respond(book: Book, answer: InputAnswer) -> InputRequest:
-    """The ``respond`` update's validator: ``check_respond``, and first an answer naming no
+def admit_respond(book: Book, answer: InputAnswer, now: datetime) -> InputRequest:
+    """The ``respond`` update's validator at workflow time ``now``: ``check_respond`` with the
+    rules only validators apply (``admitted_at``), and first an answer naming no
     request while more than one is open is refused ``input_not_requested`` naming them (which
     one a person meant is not for the task to guess: langchain-ai/langgraph#6108, #8579). By
     signal such an answer still goes to the oldest (recorded, never refused). Validator only:
@@ -242,7 +293,7 @@ def admit_respond(book: Book, answer: InputAnswer) -> InputRequest:
             f"{len(book.state.inputs)} input requests are open ({named}): name the one this "
             "answers (input_id)",
         )
-    return check_respond(book, answer)
+    return check_respond(book, answer, admitted_at=now)
 
 
 def respond(book: Book, answer: InputAnswer, now: datetime) -> WriteOutcome:
@@ -251,11 +302,15 @@ def respond(book: Book, answer: InputAnswer, now: datetime) -> WriteOutcome:
     return _answer(book, answer, request, now)
 
 
-def approval_error(request: InputRequest, answer: InputAnswer) -> tuple[ErrorCode, str] | None:
+def approval_error(
+    request: InputRequest, answer: InputAnswer, *, one_person: Callable[[], bool]
+) -> tuple[ErrorCode, str] | None:
     """Why an answer that satisfies its request's schema cannot decide an approval request,
     or None: it names a digest other than the request's call's (``approval_stale``: the call
     changed since the person was shown it), or its author accepted this call already
-    (``approver_repeated``). Requests asked before digests (no ``digest``) take any."""
+    (``approver_repeated``): under the same name, or, when ``one_person()`` says the rule
+    applies, under a name of the same ``person_key``. Requests asked before digests (no
+    ``digest``) take any."""
     ask = request.approval
     if ask is None or ask.digest is None or not isinstance(answer.answer, dict):
         return None
@@ -267,18 +322,34 @@ def approval_error(request: InputRequest, answer: InputAnswer) -> tuple[ErrorCod
             f"about the call {ask.digest[:12]} ({ask.tool}): the call changed since it was "
             "shown; read the request again",
         )
-    if answer.answer.get("type") == "accept" and answer.agent_id in ask.approved_by:
+    if answer.answer.get("type") != "accept":
+        return None
+    so_far = f"it needs {ask.approvers} distinct approvers (so far: {', '.join(ask.approved_by)})"
+    if answer.agent_id in ask.approved_by:  # the text runs recorded before keep on replay
         return (
             ErrorCode.APPROVER_REPEATED,
-            f"{answer.agent_id!r} accepted this call already; it needs {ask.approvers} "
-            f"distinct approvers (so far: {', '.join(ask.approved_by)})",
+            f"{answer.agent_id!r} accepted this call already; {so_far}",
         )
-    return None
+    who = person_key(answer.agent_id)
+    same = next((a for a in ask.approved_by if person_key(a) == who), None)
+    if same is None or not one_person():
+        return None
+    return (
+        ErrorCode.APPROVER_REPEATED,
+        f"{answer.agent_id!r} accepted this call already (as {same!r}: names are compared "
+        f"without case, surrounding white space or Unicode forms); {so_far}",
+    )
 
 
 def _decide(book: Book, answer: InputAnswer, request: InputRequest, now: datetime) -> None:
+    """Take ``answer`` for ``request`` (a signal's, or one kept for it), or record it
+    rejected saying why."""
     error = answer_error(request.json_schema, answer.answer)
-    if error is None and (bound := approval_error(request, answer)) is not None:
+
+    def one_person() -> bool:  # asked only where the rule changes the outcome: a marker there
+        return workflow.patched(ONE_PERSON_ONE_APPROVER)
+
+    if error is None and (bound := approval_error(request, answer, one_person=one_person)):
         error = f"{bound[0].value}: {bound[1]}"
     if error is None:
         _answer(book, answer, request, now)

@@ -193,6 +193,22 @@ MCP_OPEN_CANCEL = "mcp-open-cancel"
 task cancels it (as ``MCP_LIST_CANCEL`` the listing), waiting for it to end; runs recorded
 before it waited for the open (up to three attempts of a minute)."""
 
+ANSWERS_BY_DEADLINE = "answers-by-deadline"
+"""Patch id: an answer by signal to an open request whose deadline has passed by the
+workflow's time (``workflow.now()``) is recorded ``late`` and changes nothing; the request
+closes at its timer as it would have unanswered. Temporal hands a workflow the signals of a
+workflow task before the timers that fired in it (a worker down at the deadline sees both at
+once), so runs recorded before it took such an answer and then closed the request too. The
+``respond`` update's validator refuses the same answer ``input_closed`` (validators never run
+on replay: no patch)."""
+
+ONE_PERSON_ONE_APPROVER = "one-person-one-approver"
+"""Patch id: a second accept of a call by an author whose name is one of the earlier
+approvers' under another spelling (``contract.person_key``: case, white space, Unicode
+forms) is recorded ``rejected`` when it comes by signal, so one person never counts as two
+approvers. Runs recorded before it compared names exactly. The ``respond`` update's validator
+refuses it ``approver_repeated`` (no patch: validators never run on replay)."""
+
 PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
     {
         MIRROR_WITHOUT_DEBOUNCE: Patch(
@@ -203,6 +219,7 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
                 "agent_loop.json",
                 "agent_resumed.json",
                 "answers_bound.json",
+                "answers_by_deadline.json",
                 "app_lifecycle.json",
                 "app_lifecycle_child.json",
                 "approval_bound.json",
@@ -233,6 +250,7 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
                 "mirror_follows.json",
                 "model_cancel.json",
                 "model_mistake.json",
+                "one_person.json",
                 "open_calls_run1.json",
                 "open_calls_run2.json",
                 "parked_run1.json",
@@ -275,6 +293,7 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
             since=date(2026, 12, 1),
             pinned_by=(
                 "answers_bound.json",
+                "answers_by_deadline.json",
                 "approval_bound.json",
                 "approval_choices.json",
                 "approval_ignore_reason.json",
@@ -293,6 +312,7 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
                 "mcp_stateful.json",
                 "model_cancel.json",
                 "model_mistake.json",
+                "one_person.json",
                 "open_calls_run1.json",
                 "open_calls_run2.json",
                 "parked_run1.json",
@@ -313,11 +333,16 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
         ),
         ANSWERS_BOUND: Patch(
             since=date(2026, 12, 1),
-            pinned_by=("answers_bound.json",),
+            pinned_by=(
+                "answers_bound.json",
+                "answers_by_deadline.json",
+                "one_person.json",
+            ),
         ),
         TURN_RULES: Patch(
             since=date(2026, 12, 1),
             pinned_by=(
+                "answers_by_deadline.json",
                 "approval_bound.json",
                 "approval_choices.json",
                 "approval_ignore_reason.json",
@@ -333,6 +358,7 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
                 "mcp_stateful.json",
                 "model_cancel.json",
                 "model_mistake.json",
+                "one_person.json",
                 "open_calls_run1.json",
                 "parked_run1.json",
                 "same_call_continued.json",
@@ -364,9 +390,11 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
         TOOL_APPROVAL: Patch(
             since=date(2026, 12, 2),
             pinned_by=(
+                "answers_by_deadline.json",
                 "approval_bound.json",
                 "approval_choices.json",
                 "approval_ignore_reason.json",
+                "one_person.json",
                 "open_calls_run1.json",
                 "open_calls_run2.json",
             ),
@@ -374,6 +402,7 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
         MIRROR_FOLLOWS_RUN: Patch(
             since=date(2026, 12, 2),
             pinned_by=(
+                "answers_by_deadline.json",
                 "approval_bound.json",
                 "approval_ignore_reason.json",
                 "branch_reused.json",
@@ -389,6 +418,7 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
                 "mirror_follows.json",
                 "model_cancel.json",
                 "model_mistake.json",
+                "one_person.json",
                 "open_calls_run1.json",
                 "open_calls_run2.json",
                 "same_call_continued.json",
@@ -398,12 +428,14 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
         MODEL_CALL_CANCEL: Patch(
             since=date(2026, 12, 4),
             pinned_by=(
+                "answers_by_deadline.json",
                 "approval_bound.json",
                 "approval_ignore_reason.json",
                 "mcp_call.json",
                 "mcp_stateful.json",
                 "model_cancel.json",
                 "model_mistake.json",
+                "one_person.json",
                 "open_calls_run1.json",
                 "open_calls_run2.json",
                 "same_call_continued.json",
@@ -424,7 +456,9 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
         APPROVAL_BOUND: Patch(
             since=date(2026, 12, 4),
             pinned_by=(
+                "answers_by_deadline.json",
                 "approval_bound.json",
+                "one_person.json",
                 "open_calls_run1.json",
             ),
         ),
@@ -435,7 +469,9 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
         RESUME_OPEN_CALLS: Patch(
             since=date(2026, 12, 5),
             pinned_by=(
+                "answers_by_deadline.json",
                 "mcp_stateful.json",
+                "one_person.json",
                 "open_calls_run1.json",
                 "same_call_continued.json",
             ),
@@ -451,6 +487,14 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
         SAME_CALL_SAME_KEY: Patch(
             since=date(2026, 12, 5),
             pinned_by=("same_call_continued.json",),
+        ),
+        ANSWERS_BY_DEADLINE: Patch(
+            since=date(2026, 12, 7),
+            pinned_by=("answers_by_deadline.json",),
+        ),
+        ONE_PERSON_ONE_APPROVER: Patch(
+            since=date(2026, 12, 7),
+            pinned_by=("one_person.json",),
         ),
     }
 )

@@ -543,7 +543,7 @@ class TaskWorkflow:
 
     @respond.validator
     def _check_respond(self, answer: InputAnswer) -> None:
-        inbox.admit_respond(self.ledger, answer)
+        inbox.admit_respond(self.ledger, answer, workflow.now())
         self._admit()
 
     @workflow.update

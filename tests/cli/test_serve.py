@@ -4,6 +4,7 @@ subprocesses against the local stack."""
 from __future__ import annotations
 
 import asyncio
+import getpass
 import os
 import signal
 import sys
@@ -66,3 +67,20 @@ async def test_keys_create_list_revoke_and_serve(project_id: str) -> None:
     assert "GET /tasks HTTP/1.1" in logs.decode()
     code, out = await cli("keys", "revoke", "0000000000000000")
     assert code == 1
+
+
+async def test_keys_create_names_the_person_who_holds_the_key(project_id: str) -> None:
+    """``keys create --person`` stores who holds the key (its writes' author, one approver
+    however many keys); without it, the login name of whoever runs the command; a blank
+    person is refused (exit 2) and no key is made."""
+    code, out = await cli(
+        "keys", "create", "--project", project_id, "--name", "laptop", "--person", "Ann Lee"
+    )
+    assert code == 0 and "held by 'Ann Lee'" in out, out
+    code, out = await cli("keys", "create", "--project", project_id, "--name", "ci")
+    assert code == 0 and f"held by {getpass.getuser()!r}" in out, out
+    code, out = await cli("keys", "create", "--project", project_id, "--person", "  ")
+    assert code == 2 and "invalid arguments" in out, out
+    code, listed = await cli("keys", "list", "--project", project_id)
+    rows = sorted(line.split("  ")[2:4] for line in listed.strip().splitlines())
+    assert rows == sorted([["laptop", "held by Ann Lee"], ["ci", f"held by {getpass.getuser()}"]])

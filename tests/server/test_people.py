@@ -10,9 +10,12 @@ import re
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 
+from agent_tasks.contract import EventKind
+from agent_tasks.contract.errors import ErrorCode
 from agent_tasks.server.apikeys import ApiKeyStore
 from agent_tasks.server.page import PAGE_FILES
 from agent_tasks.starter.client import ConversationHistory
@@ -146,6 +149,87 @@ async def test_an_approval_answered_over_http_is_a_decision_citing_the_call(
     assert decisions[0]["cites"]["events"] == [approval["call_seq"]]
     steps = (await http.get("/tasks/mail/steps")).json()["steps"]
     assert [s["idempotency_key"] for s in steps] == [approval["idempotency_key"]]
+
+
+async def test_two_keys_of_one_person_are_one_approver(
+    api: Api, project: Project, tmp_path: Path
+) -> None:
+    """``wire`` needs two approvers. Ann holds two keys (``keys create --person ann``) and a
+    page session of the second: the first key's accept is a decision by ``ann``; the second
+    key's, and the session's, are refused 409 ``approver_repeated`` (one person is one
+    approver, however many keys: before, each key was its own author ``key-{id}`` and the
+    call ran on ann's word alone), and so is her accept as ``ANN`` from the Python client
+    (another channel); ``/me`` names the person; a key of ``Bob`` runs the call once. A key
+    made before persons (none given) is its own person, ``key-{id}``."""
+    assert api.services.graph is not None
+    keys = ApiKeyStore(api.services.graph)
+    pid = project.project_id
+    (laptop, ann_1), (_, ann_2), (_, bob) = [
+        await keys.create(pid, name, person) for name, person in (
+            ("laptop", "ann"), ("phone", "ann"), ("desk", "Bob"))
+    ]  # fmt: skip
+    legacy, _ = await keys.create(pid, "old")
+    assert (laptop.person, laptop.author, legacy.person) == ("ann", "ann", None)
+    assert legacy.author == f"key-{legacy.key_id}"
+    log = tmp_path / "wire.log"
+    created = await project.history.create_task(
+        "w", goal(("wire", {"log": str(log), "amount": 500})), agent=approval_spec()
+    )
+    assert created.recorded, created
+
+    def as_(key: str) -> httpx.AsyncClient:
+        return httpx.AsyncClient(
+            base_url=api.url, headers={"Authorization": f"Bearer {key}"}, timeout=30
+        )
+
+    async with as_(ann_1) as first, as_(ann_2) as second, as_(bob) as third:
+        me = (await second.get("/me")).json()
+        assert (me["person"], me["key_name"]) == ("ann", "phone")
+
+        async def asking(input_id: str | None = None) -> dict[str, Any]:
+            found: list[dict[str, Any]] = []
+
+            async def listed() -> bool:
+                items = (await first.get("/tasks/w/inputs")).json()["items"]
+                found[:] = [i for i in items if input_id in (None, i["input_id"])]
+                return bool(found)
+
+            await eventually(listed)
+            return found[0]
+
+        item = await asking()
+        digest = item["approval"]["digest"]
+        accept = {"type": "accept", "digest": digest}
+        taken = await first.post(
+            "/tasks/w/input", json={"input_id": item["input_id"], "answer": accept}
+        )
+        assert taken.status_code == 200, taken.text
+        again = await asking(f"{item['input_id']}-2")
+        assert again["approval"]["approved_by"] == ["ann"]
+        body = {"input_id": again["input_id"], "answer": accept}
+        refused = await second.post("/tasks/w/input", json=body)
+        assert refused.status_code == 409, refused.text
+        assert refused.json()["error"]["code"] == "approver_repeated"
+        async with httpx.AsyncClient(base_url=api.url, timeout=30) as site:
+            assert (await _sign_in(site, ann_2)).status_code == 303
+            assert (await site.get("/me")).json()["person"] == "ann"
+            csrf = {"X-CSRF-Token": site.cookies["atk_csrf"]}
+            by_page = await site.post("/tasks/w/input", json=body, headers=csrf)
+            assert by_page.status_code == 409 and "approver_repeated" in by_page.text
+        # go-gitea/gitea#7680: one approval counted twice (its author in two teams); here
+        # the same person through another channel, the Python client, as "ANN"
+        by_python = ConversationHistory(
+            api.services.client, pid, "ANN", task_queue=api.queue, graph=api.services.graph
+        )
+        python = await by_python.respond("w", accept, input_id=again["input_id"])
+        assert (python.recorded, python.error) == (False, ErrorCode.APPROVER_REPEATED)
+        assert effects(log) == []
+        assert (await third.post("/tasks/w/input", json=body)).status_code == 200
+    final = await project.history.wait_task("w")
+    assert final is not None and final.result is not None
+    assert effects(log) == [f"{item['approval']['idempotency_key']} wire 500"]
+    events = (await project.history.list_events("w", limit=200)).events
+    assert [e.author for e in events if e.kind is EventKind.DECISION] == ["ann", "Bob"]
 
 
 async def test_the_tasks_list_by_agent_name_and_creation_time(

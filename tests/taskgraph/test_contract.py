@@ -15,7 +15,14 @@ import pytest
 from temporalio.client import Client
 
 from agent_tasks.activities.rebuild import rebuild
-from agent_tasks.contract import EventInput, EventKind, StepState, TaskStatus, TaskView
+from agent_tasks.contract import (
+    ChildRecord,
+    EventInput,
+    EventKind,
+    StepState,
+    TaskStatus,
+    TaskView,
+)
 from agent_tasks.contract.errors import TaskIncarnationError
 from agent_tasks.server import create_app
 from agent_tasks.server.apikeys import ApiKeyStore
@@ -109,6 +116,43 @@ async def test_a_write_applies_only_if_newer(
     await store.write_task(newer, [], [])
     held = await store.reads.task_view(p, key)
     assert held is not None and held.goal == "newer goal"
+
+
+async def test_a_closed_task_keeps_its_whole_view_and_a_reopened_one_drops_it(
+    store: GraphStore, store_history: ConversationHistory
+) -> None:
+    """A closed view (``cancelled``, with what the node's properties do not hold: closed
+    requests, a child, text of other scripts and a control character) reads back whole, as
+    caught up with the store (``closed_view``); written open again (a resume) the node's
+    properties are the view again."""
+    view = await _task_with_a_tool_step(store_history, "closed")
+    p, key = store_history.project_id, view.workflow_id
+    text = "é ✓ \x00 \U0001f600 \ud800"
+    child = ChildRecord(name="closed/k", status=TaskStatus.DONE, result=text)
+    closed = view.model_copy(
+        update={
+            "writes": view.writes + 1,
+            "status": TaskStatus.CANCELLED,
+            "closed_inputs": {"n": "task cancelled", "q\u2028": "timed out"},
+            "children": {"k": child},
+            "unmirrored_writes": 1,
+        }
+    )
+    await store.write_task(closed, [], [])
+    held = await store.reads.task_view(p, key)
+    expected = closed.model_copy(
+        update={"unmirrored_writes": 0, "mirrored_seq": closed.last_seq, "mirror_backlog": []}
+    )
+    assert held == expected
+    reopened = closed.model_copy(
+        update={"writes": closed.writes + 1, "status": TaskStatus.IN_PROGRESS}
+    )
+    await store.write_task(reopened, [], [])
+    held = await store.reads.task_view(p, key)
+    assert held is not None and held.status is TaskStatus.IN_PROGRESS
+    assert held.closed_inputs == {} and held.children == {}
+    listed = await store.reads.find_tasks(p, TaskFilter(limit=10))
+    assert [row.name for row in listed] == ["closed"]
 
 
 async def test_another_incarnation_of_the_task_is_refused_and_nothing_written(

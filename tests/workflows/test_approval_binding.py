@@ -221,6 +221,98 @@ async def test_a_call_that_needs_two_approvers_runs_after_two_distinct_people_ac
     assert ask.idempotency_key in decisions[1].payload
 
 
+async def test_one_person_under_two_spellings_is_one_approver(
+    agents: ConversationHistory, tmp_path: Path
+) -> None:
+    """``wire`` needs two approvers (palantir/policy-bot#33: approvals counted by a login's
+    spelling let one person approve twice). After ann's accept, the same person as ``"Ann "``
+    is refused ``approver_repeated`` by update, and as ``"ANN"`` in full-width letters with a
+    zero-width space is recorded ``rejected`` by signal, the request still open and nothing
+    run; bob's accept runs the call once. Before the fix both counted as a second person and
+    the call ran on ann's word alone."""
+    log = tmp_path / "wire.log"
+    await agents.create_task(
+        "t", goal(("wire", {"log": str(log), "amount": 500})), agent=approval_spec()
+    )
+    first = await open_request(agents, "t")
+    assert first.approval is not None and first.approval.digest is not None
+    assert (await person(agents, "ann").approve("t", first.input_id, "accept")).recorded
+    second = await open_request(agents, "t", f"{first.input_id}-2")
+    again = await person(agents, "Ann ").approve("t", second.input_id, "accept")
+    assert (again.recorded, again.error) == (False, ErrorCode.APPROVER_REPEATED)
+    assert "'Ann ' accepted this call already (as 'ann'" in (again.message or "")
+    wide = "\uff21\uff2e\u200b\uff2e"  # ANN in full-width letters, a zero-width space inside
+    accept: dict[str, JsonValue] = {"type": "accept", "digest": first.approval.digest}
+    signalled = await person(agents, wide).submit_input("t", accept, input_id=second.input_id)
+    assert signalled.recorded
+
+    async def rejected() -> list[Event]:
+        events = (await agents.list_events("t", limit=200)).events
+        return [e for e in events if e.kind is EventKind.INPUT_RESPONSE and e.name == "rejected"]
+
+    async def any_rejected() -> bool:
+        return bool(await rejected())
+
+    await eventually(any_rejected)
+    (refusal,) = await rejected()
+    assert refusal.author == wide
+    assert json.loads(refusal.payload)["error"].startswith("approver_repeated: ")
+    assert (await open_request(agents, "t")).input_id == second.input_id  # still open
+    assert effects(log) == []
+    assert (await person(agents, "bob").approve("t", second.input_id, "accept")).recorded
+    final = await agents.wait_task("t")
+    assert final is not None and final.status is TaskStatus.DONE
+    assert effects(log) == [f"{first.approval.idempotency_key} wire 500"]
+    events = (await agents.list_events("t", limit=200)).events
+    assert [d.author for d in events if d.kind is EventKind.DECISION] == ["ann", "bob"]
+
+
+async def test_an_old_clients_accept_without_the_digest_is_refused_where_it_can_read_it(
+    agents: ConversationHistory, tmp_path: Path
+) -> None:
+    """The answer's shape changed (``approval-bound-to-call``: the digest is required). A
+    client written before it: by update it is refused ``input_invalid`` naming the field; by
+    signal it is told ``recorded`` (delivered), and ``answer_outcome`` of its request id reads
+    ``rejected`` with the same reason from the task's log, the request still open; the accept
+    with the digest then reads ``taken``."""
+    log = tmp_path / "mail.log"
+    arguments = {"log": str(log), "to": "ops@example.com", "subject": "old client"}
+    await agents.create_task("t", goal(("send_mail", arguments)), agent=approval_spec())
+    request = await open_request(agents, "t")
+    assert request.approval is not None and request.approval.digest is not None
+    old: dict[str, JsonValue] = {"type": "accept"}
+    by_update = await agents.respond("t", old, input_id=request.input_id)
+    assert (by_update.recorded, by_update.error) == (False, ErrorCode.INPUT_INVALID)
+    assert "'digest' is a required property" in (by_update.message or "")
+    assert (await agents.answer_outcome("t", "old-1")).outcome == "pending"
+    sent = await agents.submit_input("t", old, input_id=request.input_id, request_id="old-1")
+    assert sent.recorded  # delivered: a signal says nothing of its fate
+
+    async def decided() -> bool:
+        return (await agents.answer_outcome("t", "old-1")).outcome != "pending"
+
+    await eventually(decided)
+    outcome = await agents.answer_outcome("t", "old-1")
+    assert (outcome.found, outcome.outcome, outcome.input_id) == (
+        True,
+        "rejected",
+        request.input_id,
+    )
+    assert "'digest' is a required property" in (outcome.error or "")
+    assert outcome.event is not None and outcome.event.request_id == "old-1"
+    assert (await open_request(agents, "t")).input_id == request.input_id  # still open
+    assert effects(log) == []
+    new: dict[str, JsonValue] = {"type": "accept", "digest": request.approval.digest}
+    assert (
+        await agents.submit_input("t", new, input_id=request.input_id, request_id="new-1")
+    ).recorded
+    await agents.wait_task("t")
+    taken = await agents.answer_outcome("t", "new-1")
+    assert (taken.outcome, taken.input_id, taken.error) == ("taken", request.input_id, None)
+    assert len(effects(log)) == 1
+    assert not (await agents.answer_outcome("missing", "new-1")).found
+
+
 async def test_the_cli_approves_the_call_it_was_shown(
     agents: ConversationHistory, tmp_path: Path
 ) -> None:

@@ -84,7 +84,7 @@ IGNORED = "a person chose not to run this call: the tool was not run"
 """The result of an ignored call (the model reads it)."""
 
 
-APPROVAL_EXPIRED = "expired"
+APPROVAL_EXPIRED = inbox.EXPIRED
 """Why an approval request closed when its expiry passed unanswered (the request's entry in
 ``closed_inputs``: a later answer is refused ``input_closed`` saying so)."""
 

@@ -73,7 +73,7 @@ export async function header(current) {
       el("ul", {}, link("/ui/inbox", "Inbox", "inbox"), link("/ui/tasks", "Tasks", "tasks"))),
     who, out);
   const me = await whoami();
-  if (me) who.textContent = `project ${me.project_id} · key ${me.key_id}`;
+  if (me) who.textContent = `${me.person} · project ${me.project_id} · key ${me.key_id}`;
   return me;
 }
 
