@@ -213,6 +213,7 @@ async def test_the_listing_is_the_models_offer(services: Services, queue: str) -
         "bill_charge",
         "bill_charge_crashing",
         "bill_charge_held",
+        "bill_charge_garbled",
         "bill_slow",
         "bill_refuse",
         "bill_rpc_error",
@@ -848,11 +849,14 @@ async def test_a_listing_that_fails_ends_the_task_with_a_named_error(
 
 
 @contextmanager
-def _gateway(upstream: str, status: int) -> Iterator[str]:
+def _gateway(
+    upstream: str, status: int, headers: dict[str, str] | None = None, body: bytes = b"bad gateway"
+) -> Iterator[str]:
     """A gateway in front of the MCP server at ``upstream``: it forwards every POST and
-    DELETE, but answers a ``tools/call`` with ``status`` and a text body after the server
-    answered it (the server performed the call; the client sees only the status). GET (the
-    server's own stream) is 405, which the client accepts. Yields the gateway's URL."""
+    DELETE, but answers a ``tools/call`` with ``status``, ``headers`` (default: a text body)
+    and ``body`` after the server answered it (the server performed the call; the client sees
+    only the gateway's answer). GET (the server's own stream) is 405, which the client
+    accepts. Yields the gateway's URL."""
     import http.client
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -862,20 +866,21 @@ def _gateway(upstream: str, status: int) -> Iterator[str]:
 
     class Gateway(BaseHTTPRequestHandler):
         def _forward(self) -> None:
-            body = self.rfile.read(int(self.headers.get("content-length") or 0))
+            sent = self.rfile.read(int(self.headers.get("content-length") or 0))
             conn = http.client.HTTPConnection(target.hostname or "", target.port, timeout=60)
             skip = {"host", "content-length", "connection"}
-            headers = {k: v for k, v in self.headers.items() if k.lower() not in skip}
-            conn.request(self.command, target.path, body=body, headers=headers)
+            forwarded = {k: v for k, v in self.headers.items() if k.lower() not in skip}
+            conn.request(self.command, target.path, body=sent, headers=forwarded)
             answer = conn.getresponse()
             data = answer.read()  # a POST's event stream ends with its answer
             conn.close()
-            if b'"tools/call"' in body:
+            if b'"tools/call"' in sent:
                 self.send_response(status)
-                self.send_header("content-type", "text/plain")
-                self.send_header("content-length", "11")
+                for name, value in (headers or {"content-type": "text/plain"}).items():
+                    self.send_header(name, value)
+                self.send_header("content-length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(b"bad gateway")
+                self.wfile.write(body)
                 return
             self.send_response(answer.status)
             for name, value in answer.getheaders():
@@ -1288,7 +1293,7 @@ async def test_a_stateful_stdio_server_that_exits_mid_run_is_a_lost_session_the_
     steps = await _tallied(history)
     assert [state for state, _ in steps] == ["completed", "unknown", "failed", "completed"]
     assert steps[0][1] == steps[3][1] == "1"  # the last call's session is a new one
-    assert "charge_crashing' of MCP server 'bill' was lost after the call was sent" in steps[1][1]
+    assert "charge_crashing' of MCP server 'bill' got no answer of the server's own" in steps[1][1]
     assert "the server's program ended, and with it the session and its state" in steps[1][1]
     assert steps[2][1].startswith("McpSessionLost: the session of MCP server 'bill' was lost")
     assert "the call did not run" in steps[2][1]
