@@ -10,25 +10,32 @@ attempt (a retry of a step that ended ``failed``) has a new key.
 
 The answer is mapped to the activity's outcome at the activity edge (``http_failure``):
 
-====================  ==============================================================
-status                the activity
-====================  ==============================================================
-2xx, 3xx              returns the response
-429, 503              retryable, after the server's ``Retry-After`` (seconds or an HTTP
-                      date) as the next retry's delay (``next_retry_delay``); without
-                      one, the retry policy's own backoff
-other 4xx             not retryable: the step fails with the status and at most
-                      ``ERROR_BODY_CHARS`` characters of the body
-5xx                   retryable (the retry policy's backoff)
-no answer             retryable (a lost connection, a timeout): the server may have
-                      taken the request, and the retry sends the same key
-====================  ==============================================================
+=======================  ===========================================================
+the answer               the activity
+=======================  ===========================================================
+2xx, 3xx                 returns the response
+429, 503                 retryable, after the server's ``Retry-After`` (seconds or an
+                         HTTP date) as the next retry's delay (``next_retry_delay``);
+                         without one, the retry policy's own backoff
+other 4xx                not retryable: the step fails with the status and at most
+                         ``ERROR_BODY_CHARS`` characters of the body
+502, 504                 a gateway's answer, not the server's: ``ToolOutcomeUnknown``
+other 5xx                retryable (the retry policy's backoff)
+not sent                 retryable (no connection: ``NOT_SENT``)
+sent, none readable      ``ToolOutcomeUnknown`` (a connection lost or cut before the
+                         whole answer, a timeout, a body that cannot be decoded, and
+                         for ``http_json`` a body that is not JSON)
+=======================  ===========================================================
 
-Whether a retryable failure is retried is the tool's declaration: an ``idempotent=True`` tool
-is retried by its retry policy (``max_attempts``), one declared ``idempotent=False`` runs once
-and its step fails (or, when its worker died during the call, ends ``unknown``: a person's
-``retry`` then sends the same key). A tool that sends the key may declare itself idempotent
-when the API deduplicates by it.
+Only an answer the server itself produced is its answer. A request that may have reached the
+server and got none it can read ends ``ToolOutcomeUnknown`` (``registry.OUTCOME_UNKNOWN``), its
+text saying that the server may have performed it: retried under the same key by an
+``idempotent=True`` tool's retry policy, and the last attempt's ends the step ``unknown`` (run
+again only under the same key: a person's ``retry``, the model's same call again), never
+``failed``, whose next call would carry a new key. Otherwise whether a retryable failure is
+retried is the tool's declaration: an ``idempotent=True`` tool is retried by its retry policy
+(``max_attempts``), one declared ``idempotent=False`` runs once and its step fails. A tool
+that sends the key may declare itself idempotent when the API deduplicates by it.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from pydantic import JsonValue
 from temporalio.exceptions import ApplicationError
 
 from agent_tasks.activities.tools import ToolContext
+from agent_tasks.workflows.agents.registry import OUTCOME_UNKNOWN
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 """The request header that carries the step's idempotency key."""
@@ -53,6 +61,20 @@ HTTP_TOOL_ERROR = "HttpToolError"
 """ApplicationError type of a failed HTTP call (its details: the status, 0 for no answer)."""
 RETRY_AFTER_STATUS = frozenset({429, 503})
 """Statuses whose ``Retry-After`` sets the next retry's delay."""
+GATEWAY_STATUS = frozenset({502, 504})
+"""Statuses a gateway or proxy answers with for the server (bad gateway, gateway timeout): no
+answer of the server's own, which may have taken the request."""
+NOT_SENT: tuple[type[httpx.TransportError], ...] = (
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+    httpx.PoolTimeout,
+    httpx.ProxyError,
+    httpx.UnsupportedProtocol,
+    httpx.LocalProtocolError,
+)
+"""``httpx`` errors raised before a request left the client (no connection, none free, a
+request it refused to send); every other failure of a request may come after the server took
+it."""
 HTTP_TIMEOUT_S = 30.0
 """Seconds a request waits for the server by default (keep it under the tool's
 ``start_to_close_s``)."""
@@ -104,17 +126,32 @@ def http_failure(
 ) -> ApplicationError | None:
     """The activity's error for an answer (``retry_decision``), or None for a success: its
     message names the call and the status and holds at most ``ERROR_BODY_CHARS`` of
-    ``body``; its details the status."""
+    ``body``; its details the status. A gateway's status (``GATEWAY_STATUS``) is
+    ``unknown_outcome``'s."""
     decision = retry_decision(status, headers, now)
     if decision.ok:
         return None
     shown = body if len(body) <= ERROR_BODY_CHARS else body[:ERROR_BODY_CHARS] + "…"
+    if status in GATEWAY_STATUS:
+        return unknown_outcome(method, url, f"a gateway's HTTP {status}: {shown}", status)
     return ApplicationError(
         f"{method} {url} answered HTTP {status}: {shown}",
         status,
         type=HTTP_TOOL_ERROR,
         non_retryable=not decision.retryable,
         next_retry_delay=decision.delay,
+    )
+
+
+def unknown_outcome(method: str, url: str, what: str, status: int = 0) -> ApplicationError:
+    """The ``ToolOutcomeUnknown`` of a request that may have reached the server and got no
+    answer of its own that could be read (``what`` came instead; details: ``status``, 0 for
+    none): retryable, under the same key."""
+    return ApplicationError(
+        f"{method} {url} got no answer of the server's own after the request was sent "
+        f"({what}): the server may have performed it",
+        status,
+        type=OUTCOME_UNKNOWN,
     )
 
 
@@ -142,12 +179,14 @@ async def http_call(
             this call.
 
     Returns:
-        The response of a 2xx or 3xx answer.
+        The response of a 2xx or 3xx answer, its body read.
 
     Raises:
         ApplicationError: ``HttpToolError``: not retryable for a 4xx other than 429 (status
-            and bounded body in the message); retryable for 429, 5xx and no answer, with the
-            server's ``Retry-After`` as ``next_retry_delay`` for 429 and 503.
+            and bounded body in the message); retryable for 429, 5xx and a request not sent,
+            with the server's ``Retry-After`` as ``next_retry_delay`` for 429 and 503.
+            ``ToolOutcomeUnknown`` (``unknown_outcome``): sent, and no answer of the
+            server's own could be read (the module's table).
     """
     sent = {k: v for k, v in (headers or {}).items() if k.lower() != IDEMPOTENCY_HEADER.lower()}
     sent[IDEMPOTENCY_HEADER] = context.idempotency_key
@@ -161,10 +200,12 @@ async def http_call(
             headers=sent,
             timeout=timeout_s,
         )
-    except httpx.TransportError as err:  # no answer: the request may have been taken
+    except NOT_SENT as err:  # no connection: the server did not get the request
         raise ApplicationError(
-            f"{method} {url} got no answer: {type(err).__name__}: {err}", 0, type=HTTP_TOOL_ERROR
+            f"{method} {url} was not sent: {type(err).__name__}: {err}", 0, type=HTTP_TOOL_ERROR
         ) from err
+    except httpx.RequestError as err:  # sent: the answer was lost, cut, late or undecodable
+        raise unknown_outcome(method, url, f"{type(err).__name__}: {err}") from err
     finally:
         if own:
             await session.aclose()
@@ -174,3 +215,34 @@ async def http_call(
     if failure is not None:
         raise failure
     return response
+
+
+async def http_json(
+    context: ToolContext,
+    method: str,
+    url: str,
+    *,
+    json: JsonValue = None,
+    headers: Mapping[str, str] | None = None,
+    timeout_s: float = HTTP_TIMEOUT_S,
+    client: httpx.AsyncClient | None = None,
+) -> JsonValue:
+    """``http_call`` (the same arguments), then the answer's body read as JSON: None for an
+    empty body (a 204).
+
+    Raises:
+        ApplicationError: ``http_call``'s; ``ToolOutcomeUnknown`` for a body that is not JSON
+            (the server answered and its answer cannot be read: it may have performed the
+            call).
+    """
+    response = await http_call(
+        context, method, url, json=json, headers=headers, timeout_s=timeout_s, client=client
+    )
+    if not response.content:
+        return None
+    try:
+        answer: JsonValue = response.json()
+    except ValueError as err:  # not JSON, or not UTF-8 (the JSON decoder's UnicodeDecodeError)
+        what = f"HTTP {response.status_code} whose body is not JSON: {err}"
+        raise unknown_outcome(method, url, what, response.status_code) from err
+    return answer

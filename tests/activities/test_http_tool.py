@@ -9,12 +9,14 @@ import pytest
 
 from agent_tasks.activities.http_tool import (
     ERROR_BODY_CHARS,
+    GATEWAY_STATUS,
     HTTP_TOOL_ERROR,
     RetryDecision,
     http_failure,
     retry_after,
     retry_decision,
 )
+from agent_tasks.workflows.agents.registry import OUTCOME_UNKNOWN
 
 NOW = datetime(2026, 12, 5, 0, 0, 0, tzinfo=UTC)
 
@@ -83,3 +85,20 @@ def test_a_503_is_retried_after_its_retry_after() -> None:
     assert failure is not None
     assert (failure.non_retryable, failure.next_retry_delay) == (False, timedelta(seconds=4))
     assert failure.message == "GET http://api/x answered HTTP 503: busy"
+
+
+@pytest.mark.parametrize("status", sorted(GATEWAY_STATUS))
+def test_a_gateways_status_is_no_answer_of_the_servers(status: int) -> None:
+    """A 502 or 504 comes from a gateway in front of the server, which may have taken the
+    request: an unknown outcome (retried under the same key), naming the status and body."""
+    failure = http_failure("POST", "http://api/charge", status, {}, "upstream hung up", NOW)
+    assert failure is not None
+    assert (failure.type, failure.non_retryable, failure.details) == (
+        OUTCOME_UNKNOWN,
+        False,
+        (status,),
+    )
+    assert failure.message == (
+        f"POST http://api/charge got no answer of the server's own after the request was sent "
+        f"(a gateway's HTTP {status}: upstream hung up): the server may have performed it"
+    )
