@@ -15,8 +15,10 @@ the answer               the activity
 =======================  ===========================================================
 2xx, 3xx                 returns the response
 429, 503                 retryable, after the server's ``Retry-After`` (seconds or an
-                         HTTP date) as the next retry's delay (``next_retry_delay``);
-                         without one, the retry policy's own backoff
+                         HTTP date: ``activities.retry_after``) as the next retry's
+                         delay (``next_retry_delay``); without one, the retry policy's
+                         own backoff; one over ``MAX_SERVER_WAIT`` (5 minutes) is not
+                         retried, the step failing with the wait the server asked for
 other 4xx                not retryable: the step fails with the status and at most
                          ``ERROR_BODY_CHARS`` characters of the body
 502, 504                 a gateway's answer, not the server's: ``ToolOutcomeUnknown``
@@ -40,7 +42,6 @@ that sends the key may declare itself idempotent when the API deduplicates by it
 
 from __future__ import annotations
 
-import email.utils
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -49,6 +50,7 @@ import httpx
 from pydantic import JsonValue
 from temporalio.exceptions import ApplicationError
 
+from agent_tasks.activities.retry_after import asked_wait_s, retry_delay, too_long
 from agent_tasks.activities.tools import ToolContext
 from agent_tasks.workflows.agents.registry import OUTCOME_UNKNOWN
 
@@ -90,24 +92,8 @@ class RetryDecision:
     """A failure a retry may cure (429, 5xx); False for a success and for other 4xx."""
     delay: timedelta | None = None
     """The server's ``Retry-After`` for 429 and 503 (None: the retry policy's backoff)."""
-
-
-def retry_after(value: str | None, now: datetime) -> timedelta | None:
-    """The wait a ``Retry-After`` header value asks for, at ``now`` (aware): seconds (a
-    non-negative integer) or an HTTP date (a date in the past is no wait); None for no value
-    or one that is neither."""
-    if value is None:
-        return None
-    text = value.strip()
-    if text.isdigit():
-        return timedelta(seconds=int(text))
-    try:
-        when = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:  # "-0000": the RFC's UTC
-        when = when.replace(tzinfo=UTC)
-    return max(when - now, timedelta(0))
+    asked_s: float | None = None
+    """Set when the server asked for a wait over ``MAX_SERVER_WAIT`` (seconds): not retried."""
 
 
 def retry_decision(status: int, headers: Mapping[str, str], now: datetime) -> RetryDecision:
@@ -116,8 +102,10 @@ def retry_decision(status: int, headers: Mapping[str, str], now: datetime) -> Re
     if status < 400:
         return RetryDecision(ok=True, retryable=False)
     if status in RETRY_AFTER_STATUS:
-        lower = {k.lower(): v for k, v in headers.items()}
-        return RetryDecision(False, True, retry_after(lower.get("retry-after"), now))
+        wait_s = asked_wait_s(headers, now)
+        if too_long(wait_s) is not None:
+            return RetryDecision(ok=False, retryable=False, asked_s=wait_s)
+        return RetryDecision(False, True, retry_delay(wait_s))
     return RetryDecision(ok=False, retryable=status >= 500)
 
 
@@ -134,8 +122,9 @@ def http_failure(
     shown = body if len(body) <= ERROR_BODY_CHARS else body[:ERROR_BODY_CHARS] + "…"
     if status in GATEWAY_STATUS:
         return unknown_outcome(method, url, f"a gateway's HTTP {status}: {shown}", status)
+    long = too_long(decision.asked_s)
     return ApplicationError(
-        f"{method} {url} answered HTTP {status}: {shown}",
+        f"{method} {url} answered HTTP {status}{'' if long is None else f'; {long}'}: {shown}",
         status,
         type=HTTP_TOOL_ERROR,
         non_retryable=not decision.retryable,
@@ -183,8 +172,9 @@ async def http_call(
 
     Raises:
         ApplicationError: ``HttpToolError``: not retryable for a 4xx other than 429 (status
-            and bounded body in the message); retryable for 429, 5xx and a request not sent,
-            with the server's ``Retry-After`` as ``next_retry_delay`` for 429 and 503.
+            and bounded body in the message, and for a 429 or 503 whose ``Retry-After`` is
+            over ``MAX_SERVER_WAIT``, naming it); retryable for 429, 5xx and a request not
+            sent, with the server's ``Retry-After`` as ``next_retry_delay`` for 429 and 503.
             ``ToolOutcomeUnknown`` (``unknown_outcome``): sent, and no answer of the
             server's own could be read (the module's table).
     """

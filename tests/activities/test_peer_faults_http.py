@@ -94,3 +94,31 @@ async def test_an_idempotent_tool_retries_a_cut_answer_under_its_key_and_ends_un
     assert failed.status is TaskStatus.FAILED and failed.error is not None
     assert "the charge is unknown" in failed.error.text
     assert (step.state, api.requests, api.effects) == (StepState.UNKNOWN, {key: 3}, {key: 1})
+
+
+async def test_a_429_asking_for_a_day_fails_the_step_at_once_naming_the_wait(
+    client: Client, graph: TaskGraph, project_id: str
+) -> None:
+    """hashicorp/go-retryablehttp#247 (a ``Retry-After: 3600`` slept past the client's maximum
+    wait); the rule of curl/curl#7675 (a wait longer than retries may take stops the retries):
+    an idempotent tool's API answers 429 with ``Retry-After: 86400``. Before, the step stayed
+    ``in_progress`` with its next attempt a day away. Now it fails at once, not retried, and
+    the text names the wait the API asked for and the bound; no effect."""
+    history = history_of(client, graph, project_id)
+    api = EffectServer()
+    async with served(api.app) as url, http_worker(client, graph, history.task_queue):
+        agent = AgentSpec(
+            name="http_once",
+            tools=["http_charge_retried"],
+            input={"tool": "http_charge_retried", "args": charge(url, "busy_for_a_day")},
+        )
+        assert (await history.create_task("t", "charge", agent=agent)).recorded
+        failed = await ended(history)
+        (step,) = await all_steps(history, "t")
+    key = step.idempotency_key
+    assert failed.status is TaskStatus.FAILED and failed.error is not None
+    assert (step.state, api.requests, api.effects) == (StepState.FAILED, {key: 1}, {})
+    assert (
+        "answered HTTP 429; it asks to wait 86,400 s before a retry, longer than a retry waits "
+        "for a server (300 s): not retried: come back tomorrow"
+    ) in failed.error.text

@@ -5,13 +5,16 @@ names the public report it comes from."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -137,3 +140,115 @@ async def test_what_the_sdk_makes_up_for_a_gateways_answer_is_no_answer_of_the_s
     (result,) = [e.payload for e in events if e.kind is EventKind.TOOL_RESULT]
     assert made_up in result and "the server may have performed the call" in result
     assert [e["event"] for e in ledger(ledger_path)] == ["request", "effect"]
+
+
+class _Resuming:
+    """What ``_resuming_gateway`` saw: the GETs that asked to resume a stream."""
+
+    def __init__(self) -> None:
+        self.resumes = 0
+
+
+@contextmanager
+def _resuming_gateway(upstream: str, retry_ms: int | None) -> Iterator[tuple[str, _Resuming]]:
+    """A gateway in front of the MCP server at ``upstream`` that forwards every request, but
+    answers a ``tools/call`` (after the server performed it) with an event stream holding one
+    priming event (an id, no data; ``retry: retry_ms`` when given) and then ends it, cleanly:
+    the client resumes with a GET naming the event's id, which the gateway answers the same
+    way, for ever. A GET without an id (the server's own stream) is 405. Yields the URL and
+    what it saw."""
+    import http.client
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from urllib.parse import urlsplit
+
+    target = urlsplit(upstream)
+    seen = _Resuming()
+    retry = b"" if retry_ms is None else f"retry: {retry_ms}\n".encode()
+    primed = b"id: e1\n" + retry + b"data: \n\n"
+
+    class Gateway(BaseHTTPRequestHandler):
+        def _primed(self) -> None:
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("content-length", str(len(primed)))
+            self.end_headers()
+            self.wfile.write(primed)
+
+        def _forward(self) -> None:
+            sent = self.rfile.read(int(self.headers.get("content-length") or 0))
+            conn = http.client.HTTPConnection(target.hostname or "", target.port, timeout=60)
+            skip = {"host", "content-length", "connection"}
+            forwarded = {k: v for k, v in self.headers.items() if k.lower() not in skip}
+            conn.request(self.command, target.path, body=sent, headers=forwarded)
+            answer = conn.getresponse()
+            data = answer.read()
+            conn.close()
+            if b'"tools/call"' in sent:
+                self._primed()
+                return
+            self.send_response(answer.status)
+            for name, value in answer.getheaders():
+                if name.lower() not in {"transfer-encoding", "content-length", "connection"}:
+                    self.send_header(name, value)
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_POST = do_DELETE = _forward
+
+        def do_GET(self) -> None:
+            if self.headers.get("last-event-id"):
+                seen.resumes += 1
+                self._primed()
+                return
+            self.send_response(405)
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Gateway)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/mcp", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+@pytest.mark.parametrize("retry_ms", [86_400_000, None])
+async def test_a_stream_that_asks_to_resume_a_day_later_or_for_ever_ends_at_the_attempts_bound(
+    services: Services,
+    project_id: str,
+    queue: str,  # noqa: F811
+    http_server: str,  # noqa: F811
+    ledger_path: Path,  # noqa: F811
+    retry_ms: int | None,
+) -> None:
+    """modelcontextprotocol/ruby-sdk#504 (a server primes a stream with an event id, ends it
+    cleanly and asks, by the SSE ``retry:`` field, for a day's wait before the client resumes:
+    the client slept as asked) and modelcontextprotocol/python-sdk#2393 (a server that ends
+    every resumed stream again: the client resumed for ever). The MCP SDK here does both, so
+    the call is bounded by its attempt's start-to-close timeout (5 s): the step (not
+    idempotent) ends ``unknown``, the effect once, the task goes on, and the resumes end with
+    the call's session (none after it)."""
+    with _resuming_gateway(http_server, retry_ms) as (url, seen):
+        server = McpServer(name="bill", url=url, start_to_close_s=5)
+        turns = [calls(("bill_charge", {"account": "acme", "cents": 9})), answer("ok")]
+        began = time.monotonic()
+        history = await _run(services, project_id, queue, server, turns, [])
+        final = await history.wait_task("t")
+        took = time.monotonic() - began
+        resumed = seen.resumes
+        await asyncio.sleep(3)
+        assert seen.resumes == resumed  # no resume after the call's end
+    assert final is not None and final.status.value == "done", final
+    assert took < 30
+    steps = (await history.list_steps("t")).steps
+    assert [s.state for s in steps] == [StepState.UNKNOWN]
+    assert [e["event"] for e in ledger(ledger_path)] == ["request", "effect"]
+    assert resumed == 0 if retry_ms else resumed >= 2
