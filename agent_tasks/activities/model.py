@@ -5,7 +5,7 @@ Providers:
 - ``scripted``: a deterministic script registered on the worker by name, for tests and the
   demo; turn ``n`` of a ``ScriptedModel`` answers the ``n``-th model call of the task (the
   assistant messages already in the transcript say which call this is), or a function of the
-  transcript does.
+  transcript does. Its turn keeps the bounds an API model's does (below).
 - ``openai``: an OpenAI-compatible chat completions API through the ``openai`` package
   (install the ``openai`` extra), configured by its own environment (``OPENAI_API_KEY``,
   ``OPENAI_BASE_URL``). HTTP 408, 409, 429 and 5xx are retryable (the activity's retry policy,
@@ -16,7 +16,11 @@ Providers:
   arrives, and the usage comes from the stream's final chunk (``stream_options``'
   ``include_usage``). Either way the answer becomes the turn by the rules of
   ``activities.chat_protocol`` (tool calls assembled by index and id, finish reasons by name, a
-  cut stream retried, calls bounded so the workflow can record them).
+  cut stream retried).
+
+Every provider's turn, the scripted one's too, leaves the activity within the same bounds
+(``chat_protocol.bounded_answer``: names, call ids, arguments' sizes, an empty answer), so the
+workflow records whatever a model or a script answers and the model reads what was wrong.
 
 Tokens (``activities.tokens``): with a broker, the scripted provider publishes its turn's text
 word by word and the streamed ``openai`` path each delta, the same way
@@ -47,7 +51,12 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
-from agent_tasks.activities.chat_protocol import SseDecoder, StreamAssembler, completion_turn
+from agent_tasks.activities.chat_protocol import (
+    SseDecoder,
+    StreamAssembler,
+    bounded_answer,
+    completion_turn,
+)
 from agent_tasks.activities.heartbeat import CANCEL_BEAT_S, heartbeating
 from agent_tasks.activities.retry_after import asked_wait_s, retry_delay, too_long
 from agent_tasks.activities.tokens import TokenPublisher, TokenStream, split_tokens
@@ -121,6 +130,12 @@ class ModelActivities:
         return await heartbeating(self._turn(input), every_s=CANCEL_BEAT_S)
 
     async def _turn(self, input: ModelInput) -> ModelTurn:
+        """The provider's turn within the bounds every turn keeps (``bounded_answer``; its
+        fallback call ids made from the call's place in the task, stable across retries)."""
+        turn = await self._answer(input)
+        return bounded_answer(turn, f"{input.workflow_id}/{input.up_to_seq}")
+
+    async def _answer(self, input: ModelInput) -> ModelTurn:
         reader = TaskReader(self.client, self.graph)
         transcript = shown(
             await reader.task_events(input.workflow_id, input.run_id, 0, input.up_to_seq)
@@ -301,7 +316,9 @@ async def _read_stream(
     request: dict[str, Any], stream_options: Any, tokens: TokenStream, timeout_s: float
 ) -> ModelTurn:
     """One streamed request and its turn (``openai_streamed_turn``; errors not mapped)."""
-    assembler = StreamAssembler()
+    tools = request.get("tools")
+    offered = [t["function"]["name"] for t in tools] if isinstance(tools, list) else []
+    assembler = StreamAssembler(offered=frozenset(offered))
     decoder = SseDecoder()
     async with (
         openai_client(timeout_s) as client,  # closed here, not by the collector

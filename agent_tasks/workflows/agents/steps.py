@@ -131,12 +131,17 @@ class StepRunner:
         *,
         call_id: str | None = None,
         kind: StepKind = StepKind.TOOL,
+        full_length: int | None = None,
+        full_sha256: str | None = None,
     ) -> StepOutcome:
         """Run ``tool`` as the step ``name`` (memoized: a completed step returns its recorded
         result). A tool this agent may not call, or that no worker registered, fails the step
         with that as its result; so do arguments the tool's model refuses. The loop goes on.
         A tool that needs approval is asked about first, and its call runs as the person
         chose (``workflows.agents.approvals``; the task is ``awaiting_input`` meanwhile).
+        ``full_length`` and ``full_sha256``: set when ``arguments`` are a cut of a longer text
+        (``ToolCall.arguments_full_length``): the call is refused, its event and its result
+        naming the full text's length.
 
         Raises:
             BudgetExceeded: ``max_tool_calls`` or ``max_seconds`` is spent.
@@ -170,11 +175,17 @@ class StepRunner:
             if budget is not None and self.runner.run.tool_calls >= budget:
                 raise BudgetExceeded("max_tool_calls", budget)
             self.runner.run.tool_calls += 1
+            cut = full_length if full_length is not None and full_length > len(text) else None
             call = EventInput(
-                kind=EventKind.TOOL_CALL, name=tool or None, call_id=call_id, payload=text
+                kind=EventKind.TOOL_CALL,
+                name=tool or None,
+                call_id=call_id,
+                payload=text if cut is None else text[:MAX_PAYLOAD_CHARS],
+                full_length=cut,
+                full_sha256=None if cut is None else full_sha256,
             )
             call_seq = self.runner.append(call, f"step/{name}/call").first_seq
-            refused = _refused_call(tool, text)
+            refused = _refused_call(tool, len(text) if cut is None else cut)
             sent = text
         ended: tuple[StepState, str] | None = None
         if (
@@ -373,15 +384,16 @@ class StepRunner:
         return await self.model_turn()
 
 
-def _refused_call(tool: str, arguments: str) -> str | None:
+def _refused_call(tool: str, length: int) -> str | None:
     """Why a tool call is not run (its step fails with this as its result, which the model
-    reads), or None: a call that names no tool, or whose arguments are longer than an event
-    holds (``MAX_PAYLOAD_CHARS``: they would reach the tool cut)."""
+    reads), or None: a call that names no tool, or whose arguments (``length`` characters, the
+    full text's) are longer than an event holds (``MAX_PAYLOAD_CHARS``: they would reach the
+    tool cut)."""
     if not tool:
         return "the call names no tool: call one of the tools offered, by name"
-    if len(arguments) > MAX_PAYLOAD_CHARS:
+    if length > MAX_PAYLOAD_CHARS:
         return (
-            f"the call's arguments are {len(arguments):,} characters; a tool call's arguments "
+            f"the call's arguments are {length:,} characters; a tool call's arguments "
             f"are at most {MAX_PAYLOAD_CHARS:,}: the tool was not run"
         )
     return None
