@@ -1554,6 +1554,53 @@ async def model_mistake_scenario(stack: Stack) -> Captured:
                 os.environ[name] = value
 
 
+async def cut_arguments_scenario(stack: Stack) -> Captured:
+    """Arguments over the event bound, cut by the model call with their full length and
+    SHA-256 (``ToolCall.arguments_full_length``): the tool loop with an ``openai`` model
+    answering from the tests' scripted server (``tests.model_server``) with one call of
+    100,000 characters of arguments, then a final answer (``cut_arguments``): the call's event
+    records the full length and digest, its step fails naming the real length (no tool
+    activity), the second model call, the answer, ``done``."""
+    import os
+
+    from agent_tasks.contract import AgentSpec, ModelSpec
+    from tests.agent_tools import TOOLS
+    from tests.model_server import ModelServer, Reply, completion
+
+    queue = f"capture-cut-arguments-{uuid.uuid4().hex[:8]}"
+    history = stack.history("cut_arguments")
+    history.task_queue = queue
+    arguments = json.dumps({"text": "x" * 100_000})
+    call = {"id": "c1", "type": "function", "function": {"name": "echo", "arguments": arguments}}
+    server = ModelServer(
+        [Reply(body=completion(tool_calls=[call])), Reply(body=completion("shorter now"))]
+    )
+    before = {name: os.environ.get(name) for name in ("OPENAI_BASE_URL", "OPENAI_API_KEY")}
+    os.environ.update(OPENAI_BASE_URL=server.url, OPENAI_API_KEY="capture-key")
+    try:
+        with server.running():
+            async with build_worker(stack.client, stack.graph, queue, tools=TOOLS):
+                model = ModelSpec(provider="openai", model="m", stream=False)
+                spec = AgentSpec(tools=["echo"], model=model)
+                expect(await history.create_task("t", "arguments too long", agent=spec))
+                final = await history.wait_task("t")
+                if final is None or final.status is not TaskStatus.DONE:
+                    raise CaptureError(f"the task did not end done: {final!r}")
+                told = [m for m in server.requests[1]["messages"] if m["role"] == "tool"]
+                if [m["content"] for m in told] != [
+                    f"the call's arguments are {len(arguments):,} characters; a tool call's "
+                    "arguments are at most 32,000: the tool was not run"
+                ]:
+                    raise CaptureError(f"the model was told {told!r}")
+                return {"cut_arguments": await fetch(history, "t")}
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 async def model_cancel_scenario(stack: Stack) -> Captured:
     """The ``model-call-cancel`` patch: the tool loop with an ``openai`` model streaming from
     the tests' scripted server (``tests.model_server``, a chunk every 0.1 s for a minute), a
@@ -1851,6 +1898,11 @@ SCENARIOS: dict[str, Scenario] = {
         model_mistake_scenario,
         ("model_mistake",),
         "an answer over the payload budget: its calls dropped, the model told and asked again",
+    ),
+    "cut_arguments": Scenario(
+        cut_arguments_scenario,
+        ("cut_arguments",),
+        "arguments over the event bound: cut with their full length, refused naming it",
     ),
     "mcp": Scenario(
         mcp_scenario, ("mcp_call",), "an MCP server's tools listed and called as steps"
