@@ -121,6 +121,18 @@ async def charge_garbled(account: str, ctx: Context) -> str:
     return f"charged {account} {GARBLE}"
 
 
+@server.tool(description="Charge, saying so on standard output first.")
+async def charge_chatty(account: str, ctx: Context) -> str:
+    """Write a log line that is no MCP message to standard output (fd 1: past any diversion of
+    ``print``), as servers that log to stdout do (Kapeli/dash-mcp-server#10), then charge once
+    per key."""
+    os.write(1, b"Processing request of type CallToolRequest\n")
+    key = _write("request", "charge_chatty", ctx)
+    if not _charged(key):
+        _write("effect", "charge_chatty", ctx)
+    return f"charged {account}"
+
+
 def garbling(app: ASGIApp) -> ASGIApp:
     """``app`` with ``GARBLE`` in every response body replaced by ``LONE_SURROGATE``."""
 

@@ -225,17 +225,19 @@ class _Unreadable(Exception):
 
 
 class _Faults:
-    """The transport faults one client's SDK reports while calls wait (its
-    ``message_handler``: a line of a stdio server that it cannot parse, which it drops, so the
-    call it answered would wait for its attempt's timeout). ``watch`` runs a call and ends it
-    as soon as a fault arrives: the fault may have been its answer. A stateful session's calls
-    share the client, so a fault ends every call then waiting."""
+    """The lines of a stdio server that its client's SDK could not parse (its
+    ``message_handler`` gets each; the SDK drops the line, so a call whose answer it was would
+    wait for its attempt's timeout). ``watch`` runs a call and ends it as soon as such a line
+    that reads as a JSON-RPC answer arrives (``_an_answer``): it may have been the call's. A
+    line that does not (a log line a server writes on its output) is no answer and is
+    ignored. A stateful session's calls share the client, so such a line ends every call then
+    waiting."""
 
     def __init__(self) -> None:
         self._waiting: set[asyncio.Future[Exception]] = set()
 
     async def __call__(self, message: object) -> None:
-        if isinstance(message, Exception):
+        if isinstance(message, Exception) and _an_answer(message):
             for waiter in self._waiting:
                 if not waiter.done():
                     waiter.set_result(message)
@@ -260,6 +262,22 @@ class _Faults:
         if running.cancelled() and fault.done():
             raise _Unreadable(fault.result())
         return running.result()
+
+
+def _an_answer(fault: Exception) -> bool:
+    """Whether the line the SDK could not parse (``fault``: its ``ValidationError``, whose
+    input is the line) reads as a JSON-RPC answer: ``"jsonrpc"`` and ``"result"`` or
+    ``"error"`` in it. A fault without the line is taken as one."""
+    errors = getattr(fault, "errors", None)
+    try:
+        line = errors()[0].get("input") if callable(errors) else None
+    except (IndexError, TypeError, AttributeError):
+        line = None
+    if isinstance(line, bytes):
+        line = line.decode("utf-8", "replace")
+    if not isinstance(line, str):
+        return True
+    return '"jsonrpc"' in line and ('"result"' in line or '"error"' in line)
 
 
 async def _key_header(request: httpx2.Request) -> None:
@@ -325,7 +343,7 @@ class McpActivities:
         self._held: dict[tuple[str, str], _Held] = {}
         """Open stateful sessions by (workflow run id, server name)."""
         self._faults: dict[int, _Faults] = {}
-        """The transport faults of each open client, by its ``id``."""
+        """The unparsed lines of each open stdio client, by its ``id``."""
 
     def activities(self) -> list[Callable[..., Any]]:
         """The activity functions to register on the worker's task queue."""
@@ -433,8 +451,9 @@ class McpActivities:
 
     @asynccontextmanager
     async def session(self, server: McpServer) -> AsyncIterator[Client]:
-        """A connected client of ``server`` (one session): a started stdio program, or an HTTP
-        session whose requests carry the named header set, and each call's request its key as
+        """A connected client of ``server`` (one session): a started stdio program (the lines
+        it writes that the SDK cannot parse watched, ``_Faults``), or an HTTP session whose
+        requests carry the named header set, and each call's request its key as
         ``Idempotency-Key`` (``_key_header``).
 
         Raises:
@@ -444,11 +463,11 @@ class McpActivities:
         from mcp.client.streamable_http import streamable_http_client
         from mcp.shared._httpx_utils import create_mcp_http_client
 
-        faults = _Faults()
         if server.command is not None:
             params = StdioServerParameters(
                 command=server.command, args=server.args, env=server.env or None
             )
+            faults = _Faults()
             async with Client(params, cache=None, message_handler=faults) as client:
                 self._faults[id(client)] = faults
                 try:
@@ -469,16 +488,11 @@ class McpActivities:
             headers.update(self.headers[server.headers])
         http_client = create_mcp_http_client(headers=headers)
         http_client.event_hooks["request"].append(_key_header)
-        transport = streamable_http_client(server.url, http_client=http_client)
         async with (
-            http_client,
-            Client(transport, cache=None, message_handler=faults) as client,
+            http_client as http,
+            Client(streamable_http_client(server.url, http_client=http), cache=None) as client,
         ):
-            self._faults[id(client)] = faults
-            try:
-                yield client
-            finally:
-                del self._faults[id(client)]
+            yield client
 
     @activity.defn(name=MCP_LIST_ACTIVITY)
     async def list_tools(self, server: McpServer) -> ToolSpecs:

@@ -214,6 +214,7 @@ async def test_the_listing_is_the_models_offer(services: Services, queue: str) -
         "bill_charge_crashing",
         "bill_charge_held",
         "bill_charge_garbled",
+        "bill_charge_chatty",
         "bill_slow",
         "bill_refuse",
         "bill_rpc_error",

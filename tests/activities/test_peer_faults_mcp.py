@@ -6,6 +6,7 @@ names the public report it comes from."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import subprocess
@@ -252,3 +253,54 @@ async def test_a_stream_that_asks_to_resume_a_day_later_or_for_ever_ends_at_the_
     assert [s.state for s in steps] == [StepState.UNKNOWN]
     assert [e["event"] for e in ledger(ledger_path)] == ["request", "effect"]
     assert resumed == 0 if retry_ms else resumed >= 2
+
+
+async def test_a_log_line_on_a_stdio_servers_output_is_no_answer(
+    services: Services,
+    project_id: str,
+    queue: str,  # noqa: F811
+    ledger_path: Path,  # noqa: F811
+) -> None:
+    """Kapeli/dash-mcp-server#10 (a server that writes "Processing request of type ..." to
+    stdout on every request): the MCP SDK drops the line it cannot parse and takes the answer
+    that follows. A line that is no JSON-RPC answer must not end the call: the step completes
+    with the server's answer, one effect."""
+    args = ["-m", "tests.mcp_server", str(ledger_path), "stdio"]
+    server = McpServer(name="bill", command=sys.executable, args=args, start_to_close_s=30)
+    turns = [calls(("bill_charge_chatty", {"account": "acme"})), answer("done")]
+    history = await _run(services, project_id, queue, server, turns, [])
+    final = await history.wait_task("t")
+    assert final is not None and final.status.value == "done", final
+    steps = (await history.list_steps("t")).steps
+    assert [s.state for s in steps] == [StepState.COMPLETED]
+    events = (await history.list_events("t", limit=100)).events
+    assert [e.payload for e in events if e.kind is EventKind.TOOL_RESULT] == ["charged acme"]
+    assert [e["event"] for e in ledger(ledger_path)] == ["request", "effect"]
+
+
+async def test_a_json_rpc_error_in_an_error_status_is_the_servers_own_answer(
+    services: Services,
+    project_id: str,
+    queue: str,  # noqa: F811
+    http_server: str,  # noqa: F811
+) -> None:
+    """modelcontextprotocol/python-sdk#1212 (a server's 400 with its own message in the body:
+    the client disregarded the message): an HTTP error status whose body is a JSON-RPC error is
+    the server's own answer, not an unknown outcome. The step fails with the server's code and
+    message (``McpToolError``), which the model reads."""
+    error = {"jsonrpc": "2.0", "id": None, "error": {"code": -32602, "message": "no account x"}}
+    body = json.dumps(error).encode()
+    with _gateway(http_server, 400, {"content-type": "application/json"}, body) as url:
+        server = McpServer(name="bill", url=url)
+        turns = [calls(("bill_balance", {"account": "x"})), answer("ok")]
+        history = await _run(services, project_id, queue, server, turns, [])
+        final = await history.wait_task("t")
+    assert final is not None and final.status.value == "done", final
+    steps = (await history.list_steps("t")).steps
+    assert [s.state for s in steps] == [StepState.FAILED]
+    events = (await history.list_events("t", limit=100)).events
+    (result,) = [e.payload for e in events if e.kind is EventKind.TOOL_RESULT]
+    assert result == (
+        "McpToolError: 'balance' of MCP server 'bill' answered the call with an error "
+        "(JSON-RPC -32602): no account x"
+    )

@@ -142,3 +142,39 @@ def test_the_whole_arguments_sent_again_at_the_end_are_taken_once() -> None:
     assembler.add(chunk(finish="tool_calls"))
     (call,) = assembler.turn().tool_calls
     assert (call.name, json.loads(call.arguments), call.call_id) == ("weather", args, "c1")
+
+
+def test_an_empty_name_on_every_continuation_delta_is_no_new_call() -> None:
+    """bitrouter/bitrouter#552 (upstreams that send ``"name": ""`` on every argument
+    continuation chunk: a present, empty name was taken as the start of a new call, and one
+    call became many, the first without arguments, the others without a name): one call."""
+    assembler = StreamAssembler()
+    assembler.add(chunk({"index": 0, "id": "c1", "function": {"name": "echo", "arguments": ""}}))
+    for piece in ('{"te', 'xt": ', '"hi"}'):
+        assembler.add(chunk({"index": 0, "function": {"name": "", "arguments": piece}}))
+    assembler.add(chunk(finish="tool_calls"))
+    assert assembler.turn().tool_calls == [
+        ToolCall(name="echo", arguments='{"text": "hi"}', call_id="c1")
+    ]
+
+
+def test_an_id_type_and_name_repeated_in_every_delta_are_taken_once() -> None:
+    """SillyTavern/SillyTavern PR #5948 (Fireworks repeats ``id``, ``type`` and ``name`` in
+    every chunk: the tool call id became ``chatcmpl-tool-aa62chatcmpl-tool-aa62...`` and the
+    next request was refused): the id, the type and the name are each taken once."""
+    assembler = StreamAssembler()
+    for piece in ('{"text"', ': "hi"}'):
+        assembler.add(
+            chunk(
+                {
+                    "index": 0,
+                    "id": "chatcmpl-tool-aa62",
+                    "type": "function",
+                    "function": {"name": "echo", "arguments": piece},
+                }
+            )
+        )
+    assembler.add(chunk(finish="tool_calls"))
+    assert assembler.turn().tool_calls == [
+        ToolCall(name="echo", arguments='{"text": "hi"}', call_id="chatcmpl-tool-aa62")
+    ]
