@@ -19,17 +19,20 @@ from typing import Any
 
 import pytest
 
-from agent_tasks.contract import EventKind, McpServer, StepState, task_workflow_id
+from agent_tasks.contract import AgentSpec, EventKind, McpServer, StepState, task_workflow_id
+from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.worker import Services
 from tests.activities.test_mcp import (  # noqa: F401  (fixtures)
     _free_port,
     _gateway,
     _run,
+    _tallied,
     http_server,
     ledger_path,
     queue,
 )
 from tests.agent_tools import answer, calls
+from tests.conftest import eventually
 from tests.mcp_server import ledger
 
 
@@ -304,3 +307,42 @@ async def test_a_json_rpc_error_in_an_error_status_is_the_servers_own_answer(
         "McpToolError: 'balance' of MCP server 'bill' answered the call with an error "
         "(JSON-RPC -32602): no account x"
     )
+
+
+async def test_a_call_past_its_timeout_leaves_the_stateful_session_and_its_state(
+    services: Services,
+    project_id: str,
+    queue: str,  # noqa: F811
+    ledger_path: Path,  # noqa: F811
+) -> None:
+    """unslothai/unsloth PR #7625 (a call stopped, or past its longest duration, killed the
+    whole stdio server and its state, not just the call): in a stateful session over stdio, a
+    call that outlasts its attempt's timeout (5 s) is cancelled on the server, its step ends
+    by the timeout, and the session lives on: the run's next call counts on (1, then 2)."""
+    import tests.http_tools  # noqa: F401  (registers the agent mcp_in_turn)
+
+    assert services.graph is not None
+    args = ["-m", "tests.mcp_server", str(ledger_path), "stdio"]
+    server = McpServer(
+        name="bill",
+        command=sys.executable,
+        args=args,
+        stateful=True,
+        start_to_close_s=5,
+        max_attempts=1,
+    )
+    history = ConversationHistory(
+        services.client, project_id, "agent-1", task_queue=queue, graph=services.graph
+    )
+    planned = [["bill_tally", {}], ["bill_slow", {"seconds": 60}], ["bill_tally", {}]]
+    spec = AgentSpec(name="mcp_in_turn", mcp_servers=[server], input={"calls": planned})
+    assert (await history.create_task("t", "in turn", agent=spec)).recorded
+    steps = await _tallied(history)
+    assert [state for state, _ in steps] == ["completed", "failed", "completed"]
+    assert "timeout" in steps[1][1].lower()
+    assert (steps[0][1], steps[2][1]) == ("1", "2")  # one session, its state kept
+
+    async def cancelled() -> bool:
+        return "cancelled" in [e["event"] for e in ledger(ledger_path)]
+
+    await eventually(cancelled, within=10)
