@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from agent_tasks.activities.http_tool import IDEMPOTENCY_HEADER, http_call, http_json
+from agent_tasks.activities.http_tool import IDEMPOTENCY_HEADER, answer_json, http_call
 from agent_tasks.activities.tools import Tool, ToolContext, tool
 from agent_tasks.workflows.agents import AgentContext, agent
 
@@ -43,7 +43,7 @@ in front would send it, a 200 whose body is not JSON, the answer 5 s late. 429 w
 
 class Charge(BaseModel):
     """Arguments of the HTTP tools: the API's URL, the amount, how the server answers, how
-    long the request waits, and how the tool reads the answer (its text, or ``http_json``)."""
+    long the request waits, and how the tool reads the answer (its text, or ``answer_json``)."""
 
     url: str
     amount: int
@@ -54,10 +54,8 @@ class Charge(BaseModel):
 
 async def _charge(args: Charge, context: ToolContext) -> str:
     body: dict[str, JsonValue] = {"amount": args.amount, "mode": args.mode}
-    if args.read == "json":
-        answer = await http_json(context, "POST", args.url, json=body, timeout_s=args.timeout_s)
-        return json.dumps(answer)
-    return (await http_call(context, "POST", args.url, json=body, timeout_s=args.timeout_s)).text
+    response = await http_call(context, "POST", args.url, json=body, timeout_s=args.timeout_s)
+    return json.dumps(answer_json(response)) if args.read == "json" else response.text
 
 
 @tool("http_charge", arguments=Charge, idempotent=False, heartbeat_s=2, start_to_close_s=600)

@@ -90,12 +90,17 @@ def _charged(key: str | None) -> bool:
     return any(e["event"] == "effect" and e["key"] == key for e in ledger(LEDGER))
 
 
+def _charge_once(tool: str, ctx: Context) -> None:
+    """Write the request of ``tool``, and its effect unless its key has one already."""
+    key = _write("request", tool, ctx)
+    if not _charged(key):
+        _write("effect", tool, ctx)
+
+
 @server.tool(description="Charge an account, once per idempotency key.")
 async def charge(account: str, cents: int, ctx: Context) -> str:
     """Charge ``cents`` to ``account``: one effect per ``_meta`` idempotency key."""
-    key = _write("request", "charge", ctx)
-    if not _charged(key):
-        _write("effect", "charge", ctx)
+    _charge_once("charge", ctx)
     return f"charged {account} {cents} cents"
 
 
@@ -115,9 +120,7 @@ async def charge_crashing(account: str, ctx: Context) -> str:
 async def charge_garbled(account: str, ctx: Context) -> str:
     """Charge once per key, then answer with ``GARBLE`` in the text: the client gets JSON
     holding a lone surrogate's escape, which it cannot parse (MemPalace/mempalace#503)."""
-    key = _write("request", "charge_garbled", ctx)
-    if not _charged(key):
-        _write("effect", "charge_garbled", ctx)
+    _charge_once("charge_garbled", ctx)
     return f"charged {account} {GARBLE}"
 
 
@@ -127,9 +130,7 @@ async def charge_chatty(account: str, ctx: Context) -> str:
     ``print``), as servers that log to stdout do (Kapeli/dash-mcp-server#10), then charge once
     per key."""
     os.write(1, b"Processing request of type CallToolRequest\n")
-    key = _write("request", "charge_chatty", ctx)
-    if not _charged(key):
-        _write("effect", "charge_chatty", ctx)
+    _charge_once("charge_chatty", ctx)
     return f"charged {account}"
 
 

@@ -26,7 +26,7 @@ other 5xx                retryable (the retry policy's backoff)
 not sent                 retryable (no connection: ``NOT_SENT``)
 sent, none readable      ``ToolOutcomeUnknown`` (a connection lost or cut before the
                          whole answer, a timeout, a body that cannot be decoded, and
-                         for ``http_json`` a body that is not JSON)
+                         for ``answer_json`` a body that is not JSON)
 =======================  ===========================================================
 
 Only an answer the server itself produced is its answer. A request that may have reached the
@@ -207,32 +207,21 @@ async def http_call(
     return response
 
 
-async def http_json(
-    context: ToolContext,
-    method: str,
-    url: str,
-    *,
-    json: JsonValue = None,
-    headers: Mapping[str, str] | None = None,
-    timeout_s: float = HTTP_TIMEOUT_S,
-    client: httpx.AsyncClient | None = None,
-) -> JsonValue:
-    """``http_call`` (the same arguments), then the answer's body read as JSON: None for an
-    empty body (a 204).
+def answer_json(response: httpx.Response) -> JsonValue:
+    """The body of ``http_call``'s ``response`` read as JSON (None for an empty body: a 204),
+    for a tool that reads its answer:
+    ``answer_json(await http_call(context, "POST", url, json=...))``.
 
     Raises:
-        ApplicationError: ``http_call``'s; ``ToolOutcomeUnknown`` for a body that is not JSON
-            (the server answered and its answer cannot be read: it may have performed the
-            call).
+        ApplicationError: ``ToolOutcomeUnknown`` for a body that is not JSON (the server
+            answered and its answer cannot be read: it may have performed the call).
     """
-    response = await http_call(
-        context, method, url, json=json, headers=headers, timeout_s=timeout_s, client=client
-    )
     if not response.content:
         return None
     try:
         answer: JsonValue = response.json()
     except ValueError as err:  # not JSON, or not UTF-8 (the JSON decoder's UnicodeDecodeError)
+        request = response.request
         what = f"HTTP {response.status_code} whose body is not JSON: {err}"
-        raise unknown_outcome(method, url, what, response.status_code) from err
+        raise unknown_outcome(request.method, str(request.url), what, response.status_code) from err
     return answer

@@ -43,7 +43,7 @@ async def test_an_answer_that_cannot_be_read_is_unknown_and_the_same_call_gets_t
     response timeout or a gateway's 502/504), psf/requests#3849 (a body marked gzip that is
     not): the API performs the charge and its answer is cut short of its ``content-length``,
     a gzip body that is not gzip, a gateway's 502, 5 s late for a 1 s timeout, or a body
-    ``http_json`` cannot parse. Before, each failed the step (a cut, a timeout or a 502 as a
+    ``answer_json`` cannot parse. Before, each failed the step (a cut, a timeout or a 502 as a
     retryable ``HttpToolError``, the body as an unmapped ``DecodingError``), and the model's
     same call ran as a new step under a new key: a second charge. Now the step (a tool not
     idempotent) ends ``unknown``, the model reads that the server may have performed it, and

@@ -7,15 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import socket
-import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -23,39 +19,19 @@ from agent_tasks.contract import AgentSpec, EventKind, McpServer, StepState, tas
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.worker import Services
 from tests.activities.test_mcp import (  # noqa: F401  (fixtures)
-    _free_port,
+    Answer,
     _gateway,
     _run,
     _tallied,
+    forwarding_gateway,
     http_server,
     ledger_path,
     queue,
+    served_mcp,
 )
 from tests.agent_tools import answer, calls
 from tests.conftest import eventually
 from tests.mcp_server import ledger
-
-
-@contextmanager
-def _http_server(ledger_file: Path, **env: str) -> Iterator[str]:
-    """The tests' MCP server over streamable HTTP (uvicorn in a subprocess) with ``env`` added
-    to its environment: its endpoint URL."""
-    port = _free_port()
-    args = [sys.executable, "-m", "tests.mcp_server", str(ledger_file), "http", str(port)]
-    process = subprocess.Popen(args, env={**os.environ, **env})
-    try:
-        for _ in range(300):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
-                break
-            except OSError:
-                if process.poll() is not None:
-                    raise AssertionError("the MCP test server exited") from None
-                subprocess.run(["sleep", "0.1"], check=True)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        process.terminate()
-        process.wait(10)
 
 
 @pytest.fixture(params=["stdio", "http-sse", "http-json"])
@@ -67,7 +43,7 @@ def transport(request: pytest.FixtureRequest, ledger_path: Path) -> Iterator[Mcp
         yield McpServer(name="bill", command=sys.executable, args=args, start_to_close_s=30)
         return
     answers = "json" if request.param == "http-json" else "events"
-    with _http_server(ledger_path, MCP_TEST_ANSWERS=answers) as url:
+    with served_mcp(ledger_path, MCP_TEST_ANSWERS=answers) as url:
         yield McpServer(name="bill", url=url, start_to_close_s=30)
 
 
@@ -146,82 +122,27 @@ async def test_what_the_sdk_makes_up_for_a_gateways_answer_is_no_answer_of_the_s
     assert [e["event"] for e in ledger(ledger_path)] == ["request", "effect"]
 
 
-class _Resuming:
-    """What ``_resuming_gateway`` saw: the GETs that asked to resume a stream."""
-
-    def __init__(self) -> None:
-        self.resumes = 0
-
-
 @contextmanager
-def _resuming_gateway(upstream: str, retry_ms: int | None) -> Iterator[tuple[str, _Resuming]]:
-    """A gateway in front of the MCP server at ``upstream`` that forwards every request, but
-    answers a ``tools/call`` (after the server performed it) with an event stream holding one
-    priming event (an id, no data; ``retry: retry_ms`` when given) and then ends it, cleanly:
-    the client resumes with a GET naming the event's id, which the gateway answers the same
-    way, for ever. A GET without an id (the server's own stream) is 405. Yields the URL and
-    what it saw."""
-    import http.client
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-    from urllib.parse import urlsplit
-
-    target = urlsplit(upstream)
-    seen = _Resuming()
+def _resuming_gateway(upstream: str, retry_ms: int | None) -> Iterator[tuple[str, list[str]]]:
+    """A gateway in front of the MCP server at ``upstream`` that answers a ``tools/call`` (after
+    the server performed it) with an event stream holding one priming event (an id, no data;
+    ``retry: retry_ms`` when given) and then ends it, cleanly: the client resumes with a GET
+    naming the event's id, which the gateway answers the same way, for ever. Yields the URL
+    and the ids the resuming GETs named."""
     retry = b"" if retry_ms is None else f"retry: {retry_ms}\n".encode()
-    primed = b"id: e1\n" + retry + b"data: \n\n"
+    events = b"id: e1\n" + retry + b"data: \n\n"
+    primed: Answer = (200, {"content-type": "text/event-stream"}, events)
+    resumed: list[str] = []
 
-    class Gateway(BaseHTTPRequestHandler):
-        def _primed(self) -> None:
-            self.send_response(200)
-            self.send_header("content-type", "text/event-stream")
-            self.send_header("content-length", str(len(primed)))
-            self.end_headers()
-            self.wfile.write(primed)
+    def resume(headers: Mapping[str, str]) -> Answer | None:
+        event_id = {k.lower(): v for k, v in headers.items()}.get("last-event-id")
+        if not event_id:
+            return None
+        resumed.append(event_id)
+        return primed
 
-        def _forward(self) -> None:
-            sent = self.rfile.read(int(self.headers.get("content-length") or 0))
-            conn = http.client.HTTPConnection(target.hostname or "", target.port, timeout=60)
-            skip = {"host", "content-length", "connection"}
-            forwarded = {k: v for k, v in self.headers.items() if k.lower() not in skip}
-            conn.request(self.command, target.path, body=sent, headers=forwarded)
-            answer = conn.getresponse()
-            data = answer.read()
-            conn.close()
-            if b'"tools/call"' in sent:
-                self._primed()
-                return
-            self.send_response(answer.status)
-            for name, value in answer.getheaders():
-                if name.lower() not in {"transfer-encoding", "content-length", "connection"}:
-                    self.send_header(name, value)
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        do_POST = do_DELETE = _forward
-
-        def do_GET(self) -> None:
-            if self.headers.get("last-event-id"):
-                seen.resumes += 1
-                self._primed()
-                return
-            self.send_response(405)
-            self.send_header("content-length", "0")
-            self.end_headers()
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Gateway)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/mcp", seen
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    with forwarding_gateway(upstream, primed, resume) as url:
+        yield url, resumed
 
 
 @pytest.mark.parametrize("retry_ms", [86_400_000, None])
@@ -240,16 +161,16 @@ async def test_a_stream_that_asks_to_resume_a_day_later_or_for_ever_ends_at_the_
     the call is bounded by its attempt's start-to-close timeout (5 s): the step (not
     idempotent) ends ``unknown``, the effect once, the task goes on, and the resumes end with
     the call's session (none after it)."""
-    with _resuming_gateway(http_server, retry_ms) as (url, seen):
+    with _resuming_gateway(http_server, retry_ms) as (url, resumes):
         server = McpServer(name="bill", url=url, start_to_close_s=5)
         turns = [calls(("bill_charge", {"account": "acme", "cents": 9})), answer("ok")]
         began = time.monotonic()
         history = await _run(services, project_id, queue, server, turns, [])
         final = await history.wait_task("t")
         took = time.monotonic() - began
-        resumed = seen.resumes
+        resumed = len(resumes)
         await asyncio.sleep(3)
-        assert seen.resumes == resumed  # no resume after the call's end
+        assert len(resumes) == resumed  # no resume after the call's end
     assert final is not None and final.status.value == "done", final
     assert took < 30
     steps = (await history.list_steps("t")).steps
