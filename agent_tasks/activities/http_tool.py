@@ -168,15 +168,12 @@ async def http_call(
             this call.
 
     Returns:
-        The response of a 2xx or 3xx answer, its body read.
+        The response of a 2xx or 3xx answer, its body read (``answer_json`` reads it as JSON).
 
     Raises:
-        ApplicationError: ``HttpToolError``: not retryable for a 4xx other than 429 (status
-            and bounded body in the message, and for a 429 or 503 whose ``Retry-After`` is
-            over ``MAX_SERVER_WAIT``, naming it); retryable for 429, 5xx and a request not
-            sent, with the server's ``Retry-After`` as ``next_retry_delay`` for 429 and 503.
-            ``ToolOutcomeUnknown`` (``unknown_outcome``): sent, and no answer of the
-            server's own could be read (the module's table).
+        ApplicationError: as the module's table says: ``HttpToolError`` (the status and a
+            bounded body; retryable or not, after the server's ``Retry-After``), or
+            ``ToolOutcomeUnknown`` (sent, and no answer of the server's own could be read).
     """
     sent = {k: v for k, v in (headers or {}).items() if k.lower() != IDEMPOTENCY_HEADER.lower()}
     sent[IDEMPOTENCY_HEADER] = context.idempotency_key

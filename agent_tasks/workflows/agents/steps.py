@@ -139,9 +139,7 @@ class StepRunner:
         with that as its result; so do arguments the tool's model refuses. The loop goes on.
         A tool that needs approval is asked about first, and its call runs as the person
         chose (``workflows.agents.approvals``; the task is ``awaiting_input`` meanwhile).
-        ``full_length`` and ``full_sha256``: set when ``arguments`` are a cut of a longer text
-        (``ToolCall.arguments_full_length``): the call is refused, its event and its result
-        naming the full text's length.
+        ``full_length``, ``full_sha256``: of the text ``arguments`` were cut from (``_call_event``).
 
         Raises:
             BudgetExceeded: ``max_tool_calls`` or ``max_seconds`` is spent.
@@ -175,17 +173,9 @@ class StepRunner:
             if budget is not None and self.runner.run.tool_calls >= budget:
                 raise BudgetExceeded("max_tool_calls", budget)
             self.runner.run.tool_calls += 1
-            cut = full_length if full_length is not None and full_length > len(text) else None
-            call = EventInput(
-                kind=EventKind.TOOL_CALL,
-                name=tool or None,
-                call_id=call_id,
-                payload=text if cut is None else text[:MAX_PAYLOAD_CHARS],
-                full_length=cut,
-                full_sha256=None if cut is None else full_sha256,
-            )
+            call, length = _call_event(tool, call_id, text, full_length, full_sha256)
             call_seq = self.runner.append(call, f"step/{name}/call").first_seq
-            refused = _refused_call(tool, len(text) if cut is None else cut)
+            refused = _refused_call(tool, length)
             sent = text
         ended: tuple[StepState, str] | None = None
         if (
@@ -382,6 +372,27 @@ class StepRunner:
         shown = EventInput(kind=EventKind.MESSAGE, role=Role.USER, payload=turn.mistake)
         self.runner.append(shown, f"round/{self.runner.run.rounds}/mistake")
         return await self.model_turn()
+
+
+def _call_event(
+    tool: str, call_id: str | None, text: str, full_length: int | None, full_sha256: str | None
+) -> tuple[EventInput, int]:
+    """The ``tool_call`` event of a call whose arguments are ``text`` and the length of its
+    arguments: when ``text`` is a cut of a longer text (``full_length`` over its length,
+    ``ToolCall.arguments_full_length``), the event keeps the full text's length and SHA-256
+    and the length is the full text's (the call is then refused naming it)."""
+    kind, name = EventKind.TOOL_CALL, tool or None
+    if full_length is None or full_length <= len(text):
+        return EventInput(kind=kind, name=name, call_id=call_id, payload=text), len(text)
+    cut = EventInput(
+        kind=kind,
+        name=name,
+        call_id=call_id,
+        payload=text[:MAX_PAYLOAD_CHARS],
+        full_length=full_length,
+        full_sha256=full_sha256,
+    )
+    return cut, full_length
 
 
 def _refused_call(tool: str, length: int) -> str | None:
