@@ -17,27 +17,45 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from agent_tasks.activities.http_tool import IDEMPOTENCY_HEADER, http_call
+from agent_tasks.activities.http_tool import IDEMPOTENCY_HEADER, answer_json, http_call
 from agent_tasks.activities.tools import Tool, ToolContext, tool
 from agent_tasks.workflows.agents import AgentContext, agent
 
-Mode = Literal["plain", "hold", "busy_once", "reject"]
+Mode = Literal[
+    "plain",
+    "hold",
+    "busy_once",
+    "reject",
+    "cut",
+    "garbled",
+    "gateway",
+    "not_json",
+    "slow",
+    "busy_for_a_day",
+]
 """How the server answers a key's first request: at once; after performing the effect, only
 when released (the worker is killed meanwhile); 503 with ``Retry-After: 1`` and no effect;
-422 with a 5,000-character body."""
+422 with a 5,000-character body. After performing the effect: a body cut short of its
+``content-length`` (the connection closed), a gzip body that is not gzip, a 502 as a gateway
+in front would send it, a 200 whose body is not JSON, the answer 5 s late. 429 with
+``Retry-After: 86400`` and no effect."""
 
 
 class Charge(BaseModel):
-    """Arguments of the HTTP tools: the API's URL, the amount, how the server answers."""
+    """Arguments of the HTTP tools: the API's URL, the amount, how the server answers, how
+    long the request waits, and how the tool reads the answer (its text, or ``answer_json``)."""
 
     url: str
     amount: int
     mode: Mode = "plain"
+    timeout_s: float = 300
+    read: Literal["text", "json"] = "text"
 
 
 async def _charge(args: Charge, context: ToolContext) -> str:
     body: dict[str, JsonValue] = {"amount": args.amount, "mode": args.mode}
-    return (await http_call(context, "POST", args.url, json=body, timeout_s=300)).text
+    response = await http_call(context, "POST", args.url, json=body, timeout_s=args.timeout_s)
+    return json.dumps(answer_json(response)) if args.read == "json" else response.text
 
 
 @tool("http_charge", arguments=Charge, idempotent=False, heartbeat_s=2, start_to_close_s=600)
@@ -120,20 +138,40 @@ class EffectServer:
         self.effects: Counter[str] = Counter()
         self.answers: dict[str, dict[str, object]] = {}
         self.released = asyncio.Event()
+        self.cut_always = False
+        """Cut every answer (``unreadable``'s ``cut``), a repeated key's too."""
         self.app = Starlette(routes=[Route("/charge", self.charge, methods=["POST"])])
 
     async def charge(self, request: Request) -> Response:
         key = request.headers.get(IDEMPOTENCY_HEADER, "")
         self.requests[key] += 1
         if key in self.answers:
-            return JSONResponse(self.answers[key])
+            cut = await self.unreadable("cut") if self.cut_always else None
+            return cut or JSONResponse(self.answers[key])
         body = await request.json()
-        if body["mode"] == "busy_once" and self.requests[key] == 1:
+        mode = body["mode"]
+        if mode == "busy_once" and self.requests[key] == 1:
             return Response("busy", status_code=503, headers={"Retry-After": "1"})
-        if body["mode"] == "reject":
+        if mode == "busy_for_a_day":
+            return Response("come back tomorrow", status_code=429, headers={"Retry-After": "86400"})
+        if mode == "reject":
             return Response("x" * 5_000, status_code=422)
         self.effects[key] += 1
         self.answers[key] = {"charged": body["amount"], "key": key}
-        if body["mode"] == "hold":  # the effect happened; the answer waits (bounded)
+        if mode == "hold":  # the effect happened; the answer waits (bounded)
             await asyncio.wait_for(self.released.wait(), 600)
-        return JSONResponse(self.answers[key])
+        return await self.unreadable(mode) or JSONResponse(self.answers[key])
+
+    async def unreadable(self, mode: str) -> Response | None:
+        """The answer of a ``Mode`` the client cannot read (None for the others)."""
+        if mode == "cut":  # 100 bytes declared, 12 sent: the server closes the connection
+            return Response(b'{"charged": ', headers={"content-length": "100"})
+        if mode == "garbled":
+            return Response(b"not gzip at all", headers={"content-encoding": "gzip"})
+        if mode == "gateway":
+            return Response("<h1>502 Bad Gateway</h1>", status_code=502, media_type="text/html")
+        if mode == "not_json":
+            return Response(b'{"charged": 42', media_type="application/json")
+        if mode == "slow":
+            await asyncio.sleep(5)
+        return None

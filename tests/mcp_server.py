@@ -8,6 +8,13 @@ new process per call, so the count lives in the file): ``{"event": "request" | "
 ``Idempotency-Key`` header over HTTP), "tenant" (its ``X-Billing-Tenant`` header)}``, and
 ``{"event": "launched", "pid"}`` for a program started with a delay (``main``).
 ``charge`` performs its effect once per key; ``tally`` counts its calls per MCP session.
+``charge_garbled`` performs its effect once per key and answers with ``GARBLE`` in its text,
+which the program's transport sends as the JSON escape of a lone UTF-16 surrogate (``\\ud800``):
+JSON that the client's parser refuses (``garbling``).
+
+With ``MCP_TEST_ANSWERS=json`` in its environment, the HTTP server answers each POST with one
+JSON body; with ``MCP_TEST_ANSWERS=events``, with an event stream (``as_events``: the SDK's
+server answers a quick call of protocol 2026-07-28 with JSON either way).
 
 Started with ``MCP_TEST_TOOLS=wide`` in its environment, the server also lists ``WIDE_TOOLS``
 tools ``wide_000`` ... of ``WIDE_DESCRIPTION_CHARS`` characters of description each, and two
@@ -18,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import io
 import json
 import os
 import sys
@@ -29,6 +37,7 @@ from typing import Any
 from mcp import MCPError
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.stdio import stdio_server
 from mcp.types import (
     BlobResourceContents,
     ContentBlock,
@@ -39,6 +48,7 @@ from mcp.types import (
     TextResourceContents,
     ToolAnnotations,
 )
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 LEDGER = Path(sys.argv[1]) if __name__ == "__main__" else Path(os.devnull)
 
@@ -46,6 +56,10 @@ server = MCPServer("test-billing")
 WIDE_TOOLS = 100
 WIDE_DESCRIPTION_CHARS = 1_000
 IMAGE_BYTES = 3_000
+GARBLE = "~LONE~"
+"""Six characters the transport sends as the six of ``\\ud800`` (``garbling``): the lengths
+match, so an HTTP answer's ``content-length`` stays true."""
+LONE_SURROGATE = b"\\ud800"
 """The image ``blocks`` answers with: this many bytes (4000 characters of base64)."""
 
 
@@ -76,12 +90,17 @@ def _charged(key: str | None) -> bool:
     return any(e["event"] == "effect" and e["key"] == key for e in ledger(LEDGER))
 
 
+def _charge_once(tool: str, ctx: Context) -> None:
+    """Write the request of ``tool``, and its effect unless its key has one already."""
+    key = _write("request", tool, ctx)
+    if not _charged(key):
+        _write("effect", tool, ctx)
+
+
 @server.tool(description="Charge an account, once per idempotency key.")
 async def charge(account: str, cents: int, ctx: Context) -> str:
     """Charge ``cents`` to ``account``: one effect per ``_meta`` idempotency key."""
-    key = _write("request", "charge", ctx)
-    if not _charged(key):
-        _write("effect", "charge", ctx)
+    _charge_once("charge", ctx)
     return f"charged {account} {cents} cents"
 
 
@@ -95,6 +114,100 @@ async def charge_crashing(account: str, ctx: Context) -> str:
     if not _charged(key):
         _write("effect", "charge_crashing", ctx)
     return f"charged {account}"
+
+
+@server.tool(description="Charge, then answer with text the client cannot read.")
+async def charge_garbled(account: str, ctx: Context) -> str:
+    """Charge once per key, then answer with ``GARBLE`` in the text: the client gets JSON
+    holding a lone surrogate's escape, which it cannot parse (MemPalace/mempalace#503)."""
+    _charge_once("charge_garbled", ctx)
+    return f"charged {account} {GARBLE}"
+
+
+@server.tool(description="Charge, saying so on standard output first.")
+async def charge_chatty(account: str, ctx: Context) -> str:
+    """Write a log line that is no MCP message to standard output (fd 1: past any diversion of
+    ``print``), as servers that log to stdout do (Kapeli/dash-mcp-server#10), then charge once
+    per key."""
+    os.write(1, b"Processing request of type CallToolRequest\n")
+    _charge_once("charge_chatty", ctx)
+    return f"charged {account}"
+
+
+def garbling(app: ASGIApp) -> ASGIApp:
+    """``app`` with ``GARBLE`` in every response body replaced by ``LONE_SURROGATE``."""
+
+    async def garbled(scope: Scope, receive: Receive, send: Send) -> None:
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.body":
+                body = message.get("body", b"").replace(GARBLE.encode(), LONE_SURROGATE)
+                message = {**message, "body": body}
+            await send(message)
+
+        await app(scope, receive, sending)
+
+    return garbled
+
+
+def as_events(app: ASGIApp) -> ASGIApp:
+    """``app`` with each JSON answer to a POST sent as an event stream of one ``message``
+    event holding it (as a server sends an answer it streams)."""
+
+    async def streamed(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await app(scope, receive, send)
+            return
+        start: Message | None = None
+        body = b""
+
+        async def sending(message: Message) -> None:
+            nonlocal start, body
+            if message["type"] == "http.response.start":
+                headers = dict(message.get("headers", []))
+                if not headers.get(b"content-type", b"").startswith(b"application/json"):
+                    await send(message)
+                    return
+                start = message
+                return
+            if start is None or message["type"] != "http.response.body":
+                await send(message)
+                return
+            body += message.get("body", b"")
+            if message.get("more_body"):
+                return
+            events = b"event: message\ndata: " + body + b"\n\n"
+            kept = [
+                (k, v)
+                for k, v in start.get("headers", [])
+                if k not in (b"content-type", b"content-length")
+            ]
+            kept += [
+                (b"content-type", b"text/event-stream"),
+                (b"content-length", str(len(events)).encode()),
+            ]
+            await send({**start, "headers": kept})
+            await send({"type": "http.response.body", "body": events})
+
+        await app(scope, receive, sending)
+
+    return streamed
+
+
+class _GarblingOut(io.TextIOWrapper):
+    """Standard output with ``GARBLE`` written as ``LONE_SURROGATE`` (stdio's ``garbling``)."""
+
+    def write(self, text: str) -> int:
+        return super().write(text.replace(GARBLE, LONE_SURROGATE.decode()))
+
+
+async def _serve_stdio() -> None:
+    """Serve over stdio as ``MCPServer.run("stdio")`` does, through ``_GarblingOut``."""
+    import anyio
+
+    out = anyio.wrap_file(_GarblingOut(sys.stdout.buffer, encoding="utf-8"))
+    async with stdio_server(stdout=out) as (read_stream, write_stream):
+        lowlevel = server._lowlevel_server
+        await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
 
 
 @server.tool(description="Charge, then hold the first answer of a key a while.")
@@ -239,13 +352,14 @@ def main() -> None:
             out.write(json.dumps({"event": "launched", "pid": os.getpid()}) + "\n")
         time.sleep(delay)
     if sys.argv[2] == "stdio":
-        server.run("stdio")
+        asyncio.run(_serve_stdio())
     else:
         import uvicorn
 
-        uvicorn.run(
-            server.streamable_http_app(), host="127.0.0.1", port=int(sys.argv[3]), log_level="error"
-        )
+        answers = os.environ.get("MCP_TEST_ANSWERS")
+        app: ASGIApp = server.streamable_http_app(json_response=answers == "json")
+        app = garbling(as_events(app) if answers == "events" else app)
+        uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[3]), log_level="error")
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
@@ -1625,21 +1626,59 @@ async def sealed_decisions_scenario(stack: Stack) -> Captured:
     return {"sealed_decisions": captured}
 
 
+@contextmanager
+def openai_at(url: str) -> Iterator[None]:
+    """The ``openai`` provider's environment (``OPENAI_BASE_URL``, ``OPENAI_API_KEY``) pointed
+    at the tests' model server at ``url`` while the block runs, then as it was."""
+    before = {name: os.environ.get(name) for name in ("OPENAI_BASE_URL", "OPENAI_API_KEY")}
+    os.environ.update(OPENAI_BASE_URL=url, OPENAI_API_KEY="capture-key")
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+async def echo_loop_done(
+    stack: Stack, name: str, goal: str, replies: Sequence[Any]
+) -> tuple[ConversationHistory, list[dict[str, Any]]]:
+    """Run task ``t`` of the tool loop (tool ``echo``) whose ``openai`` model answers
+    ``replies`` from the tests' model server, until it ends ``done``; its history and the
+    requests the model got.
+
+    Raises:
+        CaptureError: the task did not end ``done``.
+    """
+    from agent_tasks.contract import AgentSpec, ModelSpec
+    from tests.agent_tools import TOOLS
+    from tests.model_server import ModelServer
+
+    queue = f"capture-{name.replace('_', '-')}-{uuid.uuid4().hex[:8]}"
+    history = stack.history(name)
+    history.task_queue = queue
+    server = ModelServer(list(replies))
+    with openai_at(server.url), server.running():
+        async with build_worker(stack.client, stack.graph, queue, tools=TOOLS):
+            model = ModelSpec(provider="openai", model="m", stream=False)
+            spec = AgentSpec(tools=["echo"], model=model)
+            expect(await history.create_task("t", goal, agent=spec))
+            final = await history.wait_task("t")
+    if final is None or final.status is not TaskStatus.DONE:
+        raise CaptureError(f"the task did not end done: {final!r}")
+    return history, server.requests
+
+
 async def model_mistake_scenario(stack: Stack) -> Captured:
     """An answer the model call cannot take (``ModelTurn.mistake``): the tool loop with an
     ``openai`` model answering from the tests' scripted server (``tests.model_server``) with
     four calls of 40,000 control characters each (over the payload budget with each cut), then
     a final answer (``model_mistake``): the model activity's turn without calls, its message,
     the user message telling the model why, the second model call, the answer, ``done``."""
-    import os
+    from tests.model_server import Reply, completion
 
-    from agent_tasks.contract import AgentSpec, ModelSpec
-    from tests.agent_tools import TOOLS
-    from tests.model_server import ModelServer, Reply, completion
-
-    queue = f"capture-model-mistake-{uuid.uuid4().hex[:8]}"
-    history = stack.history("model_mistake")
-    history.task_queue = queue
     calls = [
         {
             "id": f"c{i}",
@@ -1648,29 +1687,33 @@ async def model_mistake_scenario(stack: Stack) -> Captured:
         }
         for i in range(4)
     ]
-    server = ModelServer(
-        [Reply(body=completion(tool_calls=calls)), Reply(body=completion("smaller now"))]
-    )
-    before = {name: os.environ.get(name) for name in ("OPENAI_BASE_URL", "OPENAI_API_KEY")}
-    os.environ.update(OPENAI_BASE_URL=server.url, OPENAI_API_KEY="capture-key")
-    try:
-        with server.running():
-            async with build_worker(stack.client, stack.graph, queue, tools=TOOLS):
-                model = ModelSpec(provider="openai", model="m", stream=False)
-                spec = AgentSpec(tools=["echo"], model=model)
-                expect(await history.create_task("t", "answer too large", agent=spec))
-                final = await history.wait_task("t")
-                if final is None or final.status is not TaskStatus.DONE:
-                    raise CaptureError(f"the task did not end done: {final!r}")
-                if len(server.requests) != 2:
-                    raise CaptureError(f"the model was called {len(server.requests)} times")
-                return {"model_mistake": await fetch(history, "t")}
-    finally:
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+    replies = [Reply(body=completion(tool_calls=calls)), Reply(body=completion("smaller now"))]
+    history, requests = await echo_loop_done(stack, "model_mistake", "answer too large", replies)
+    if len(requests) != 2:
+        raise CaptureError(f"the model was called {len(requests)} times")
+    return {"model_mistake": await fetch(history, "t")}
+
+
+async def cut_arguments_scenario(stack: Stack) -> Captured:
+    """Arguments over the event bound, cut by the model call with their full length and
+    SHA-256 (``ToolCall.arguments_full_length``): the tool loop with an ``openai`` model
+    answering from the tests' scripted server (``tests.model_server``) with one call of
+    100,000 characters of arguments, then a final answer (``cut_arguments``): the call's event
+    records the full length and digest, its step fails naming the real length (no tool
+    activity), the second model call, the answer, ``done``."""
+    from tests.model_server import Reply, completion
+
+    arguments = json.dumps({"text": "x" * 100_000})
+    call = {"id": "c1", "type": "function", "function": {"name": "echo", "arguments": arguments}}
+    replies = [Reply(body=completion(tool_calls=[call])), Reply(body=completion("shorter now"))]
+    history, requests = await echo_loop_done(stack, "cut_arguments", "arguments too long", replies)
+    told = [m["content"] for m in requests[1]["messages"] if m["role"] == "tool"]
+    if told != [
+        f"the call's arguments are {len(arguments):,} characters; a tool call's "
+        "arguments are at most 32,000: the tool was not run"
+    ]:
+        raise CaptureError(f"the model was told {told!r}")
+    return {"cut_arguments": await fetch(history, "t")}
 
 
 async def model_cancel_scenario(stack: Stack) -> Captured:
@@ -1680,8 +1723,6 @@ async def model_cancel_scenario(stack: Stack) -> Captured:
     with its heartbeat timeout, the cancel request, the workflow waiting for the activity's
     ``ActivityTaskCanceled`` (it closed its HTTP request) before the task's ``cancelled`` and
     the workflow's end."""
-    import os
-
     from agent_tasks.contract import AgentSpec, ModelSpec
     from tests.agent_tools import TOOLS
     from tests.model_server import ModelServer, Reply, chunk
@@ -1691,29 +1732,20 @@ async def model_cancel_scenario(stack: Stack) -> Captured:
     history.task_queue = queue
     chunks = [chunk(content=f"w{i} ") for i in range(600)] + [chunk(finish="stop")]
     server = ModelServer([Reply(chunks=chunks, chunk_delay_s=0.1)])
-    before = {name: os.environ.get(name) for name in ("OPENAI_BASE_URL", "OPENAI_API_KEY")}
-    os.environ.update(OPENAI_BASE_URL=server.url, OPENAI_API_KEY="capture-key")
-    try:
-        with server.running(), expected_activity_failures():
-            async with build_worker(stack.client, stack.graph, queue, tools=TOOLS):
-                model = ModelSpec(provider="openai", model="m", stream=True)
-                spec = AgentSpec(tools=["echo"], model=model)
-                expect(await history.create_task("t", "count to 600", agent=spec))
-                await quiet_until(lambda: bool(server.exchanges) and server.exchanges[0].sent >= 5)
-                expect(await history.cancel_task("t"))
-                final = await history.wait_task("t")
-                if final is None or final.status is not TaskStatus.CANCELLED:
-                    raise CaptureError(f"the task was not cancelled: {final!r}")
-                await quiet_until(lambda: server.exchanges[0].closed_early)
-                if server.exchanges[0].sent >= len(chunks):
-                    raise CaptureError("the model's stream was read to its end")
-                return {"model_cancel": await fetch(history, "t")}
-    finally:
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+    with openai_at(server.url), server.running(), expected_activity_failures():
+        async with build_worker(stack.client, stack.graph, queue, tools=TOOLS):
+            model = ModelSpec(provider="openai", model="m", stream=True)
+            spec = AgentSpec(tools=["echo"], model=model)
+            expect(await history.create_task("t", "count to 600", agent=spec))
+            await quiet_until(lambda: bool(server.exchanges) and server.exchanges[0].sent >= 5)
+            expect(await history.cancel_task("t"))
+            final = await history.wait_task("t")
+            if final is None or final.status is not TaskStatus.CANCELLED:
+                raise CaptureError(f"the task was not cancelled: {final!r}")
+            await quiet_until(lambda: server.exchanges[0].closed_early)
+            if server.exchanges[0].sent >= len(chunks):
+                raise CaptureError("the model's stream was read to its end")
+            return {"model_cancel": await fetch(history, "t")}
 
 
 async def mcp_scenario(stack: Stack) -> Captured:
@@ -1980,6 +2012,11 @@ SCENARIOS: dict[str, Scenario] = {
         model_mistake_scenario,
         ("model_mistake",),
         "an answer over the payload budget: its calls dropped, the model told and asked again",
+    ),
+    "cut_arguments": Scenario(
+        cut_arguments_scenario,
+        ("cut_arguments",),
+        "arguments over the event bound: cut with their full length, refused naming it",
     ),
     "mcp": Scenario(
         mcp_scenario, ("mcp_call",), "an MCP server's tools listed and called as steps"

@@ -7,12 +7,20 @@ as the servers that bend the rules need:
 
 - a call is told apart by its ``index`` and its ``id`` together: a delta at an index whose call
   has another id starts a new call (servers that give parallel calls one index); a delta
-  without an index continues the last call, or starts one when it brings a new id;
+  without an index continues the last call, or starts one when it brings a new id; and a delta
+  whose arguments start a JSON object while its call's arguments are a whole one starts a new
+  call (servers that send parallel calls each whole, at one index, without ids), unless they
+  are the same object again, which is taken once (servers whose end-of-stream flush resends
+  the whole arguments: never a second call, nor ``{...}{...}``);
 - the id is set once (a server that repeats it in every delta does not make ``call_1call_1``);
-- the function name is set once: a delta repeating the name, or bringing the name so far with
-  more after it, does not add it again (servers that send the whole name in every delta made
-  ``read_fileread_file``); a delta with another piece appends it (servers that stream the
-  name in pieces);
+- the function name's pieces are joined, as the reference clients join them (openai-python,
+  the OpenAI Agents SDK), except a piece that is the whole name so far (servers that send the
+  whole name in every delta made ``read_fileread_file``), and one that is the name so far with
+  more after it (a name resent as it grows), which replaces it; a piece that is only the start
+  of the name so far is joined (``list_files`` streamed a character a delta has an ``l`` that
+  is the start of ``list_fi``). Where the rule and the plain join disagree, the one that names
+  an offered tool wins (``StreamAssembler.offered``: a name such as ``aa`` streamed a character
+  a delta);
 - the arguments are appended, in order; arguments a server sends as a JSON object instead of
   its text (llama-server did, ggml-org/llama.cpp#20198) are taken as that object's JSON text,
   never dropped (google/adk-go PR #1254: the tool ran with ``{}``);
@@ -40,18 +48,19 @@ is complete once it brought a ``finish_reason`` or ``data: [DONE]``; one that en
 neither (a proxy or server cut it) is a retryable ``ModelStreamCut`` error, and so is a
 connection lost mid-stream (the model activity maps that).
 
-**Bounds** (``bounded_call``, ``bounded_turn``): the workflow records every call as events
-(``EventInput``: a name and call id of 1 to 128 characters, arguments cut at
-``MAX_PAYLOAD_CHARS``), and the turn crosses Temporal as the activity's result
-(``MAX_PAYLOAD_BYTES``). So, before the turn leaves the activity: a call id that is empty or
-over ``MAX_CALL_ID_CHARS`` is replaced by ``fallback_call_id`` (the call runs: its id was the
-server's, not the model's choice); a name over ``MAX_TOOL_NAME_CHARS`` (no tool's name is that
+**Bounds** (``bounded_answer``: every provider's turn passes it, the scripted one's too, in the
+model activity): the workflow records every call as events (``EventInput``: a name and call id
+of 1 to 128 characters, arguments cut at ``MAX_PAYLOAD_CHARS``), and the turn crosses Temporal
+as the activity's result (``MAX_PAYLOAD_BYTES``). So, before the turn leaves the activity: a
+call id that is empty or over ``MAX_CALL_ID_CHARS`` is replaced by ``fallback_call_id`` (the
+call runs: its id was the server's, not the model's choice), and so is an id an earlier call of
+the turn has (``distinct_ids``); a name over ``MAX_TOOL_NAME_CHARS`` (no tool's name is that
 long) becomes ``{its first 40 characters}__{N}_characters``, so its step fails with "no tool
-... for this agent" naming the length; arguments over ``MAX_PAYLOAD_CHARS`` are refused by the
-workflow before any tool runs, the model told their length (``workflows.agents.steps``,
-``tool-call-bounds``), and cross whole while the turn is within the budget; past it, the longest
-are cut to one character past the bound (still refused; the length told is then the cut's).
-Empty arguments are ``{}``. Content over ``MAX_PAYLOAD_CHARS`` is cut to it here, as the message
+... for this agent" naming the length; arguments over ``MAX_PAYLOAD_CHARS`` are cut to one
+character past it, their full length and SHA-256 kept (``ToolCall.arguments_full_length``):
+the workflow refuses the call before any tool runs, records the full length and digest with it
+and tells the model the real length (``workflows.agents.steps``, ``tool-call-bounds``). Empty
+arguments are ``{}``. Content over ``MAX_PAYLOAD_CHARS`` is cut to it here, as the message
 event would cut it, its full length and SHA-256 kept (``ModelTurn.content_full_length``). A turn
 still over the budget (hundreds of calls) is not run: its calls are dropped and
 ``ModelTurn.mistake`` says why (``too_large``); the workflow records its text and shows the model
@@ -83,6 +92,8 @@ from agent_tasks.contract import (
     TokenUsage,
     ToolCall,
     bound_text,
+    clean_text,
+    sha256_hex,
 )
 
 COMPLETE_FINISH = frozenset(
@@ -202,51 +213,94 @@ def check_refusal(refusal: str, turn: ModelTurn) -> None:
         )
 
 
-def bounded_call(name: str, arguments: str, call_id: str, fallback_id: str) -> ToolCall:
+def bounded_call(name: str, arguments: str, call_id: str | None, fallback_id: str) -> ToolCall:
     """One tool call as the workflow can record it (module docstring, "Bounds"): its name and
     id bounded, empty arguments ``{}``; its arguments' length is ``bounded_turn``'s concern.
 
     Args:
         name: the function's name as the model sent it.
         arguments: its arguments' text.
-        call_id: its id ("" when it has none).
+        call_id: its id ("" when the server sent none; None, a scripted call's, stays None:
+            the tool loop names such a call).
         fallback_id: the id given when ``call_id`` is empty or too long.
     """
     if len(name) > MAX_TOOL_NAME_CHARS:
         name = f"{name[:40]}__{len(name)}_characters"
-    if not call_id or len(call_id) > MAX_CALL_ID_CHARS:
+    if call_id is not None and (not call_id or len(call_id) > MAX_CALL_ID_CHARS):
         call_id = fallback_id
     return ToolCall(name=name, arguments=arguments or "{}", call_id=call_id)
+
+
+def bounded_answer(turn: ModelTurn, response_id: str) -> ModelTurn:
+    """``turn`` within every bound of the module docstring ("Bounds", "An empty answer"),
+    whichever provider made it: each call's name and id (``bounded_call``; a call that carries
+    its arguments' full length already keeps them), ids used once (``distinct_ids``), the
+    sizes (``bounded_turn``), an empty answer's mistake (``empty_checked``). Applied twice, the
+    second changes nothing.
+
+    Args:
+        turn: the turn as the provider made it.
+        response_id: what makes the turn's fallback ids (the response's ``id``; for a turn
+            without one, a text stable across the call's retries and replays).
+    """
+    calls = [
+        call
+        if call.arguments_full_length is not None
+        else bounded_call(
+            call.name, call.arguments, call.call_id, fallback_call_id(response_id, place)
+        )
+        for place, call in enumerate(turn.tool_calls)
+    ]
+    turn = turn.model_copy(update={"tool_calls": distinct_ids(calls, response_id)})
+    return empty_checked(bounded_turn(turn))
 
 
 def distinct_ids(calls: list[ToolCall], response_id: str) -> list[ToolCall]:
     """``calls`` with every call id used once: a call whose id an earlier call of the list has
     gets ``fallback_call_id`` of its place (the model's calls are answered one by one, and a
-    chat API refuses two calls of one message under one id)."""
+    chat API refuses two calls of one message under one id). Calls without an id are left
+    as they are."""
     seen: set[str] = set()
     distinct = []
     for place, call in enumerate(calls):
-        if call.call_id in seen:
+        if call.call_id is not None and call.call_id in seen:
             call = call.model_copy(update={"call_id": fallback_call_id(response_id, place)})
-        seen.add(call.call_id or "")
+        if call.call_id is not None:
+            seen.add(call.call_id)
         distinct.append(call)
     return distinct
+
+
+def cut_arguments(call: ToolCall) -> ToolCall:
+    """``call`` with arguments longer than ``MAX_PAYLOAD_CHARS`` (cleaned, ``clean_text``) cut to
+    one character past it, their full length and SHA-256 kept (the workflow refuses the call,
+    naming the full length); other calls, and a call cut already, as they are."""
+    if call.arguments_full_length is not None or len(call.arguments) <= MAX_PAYLOAD_CHARS:
+        return call
+    full = clean_text(call.arguments)
+    if len(full) <= MAX_PAYLOAD_CHARS:
+        return call.model_copy(update={"arguments": full})
+    return call.model_copy(
+        update={
+            "arguments": full[: MAX_PAYLOAD_CHARS + 1],
+            "arguments_full_length": len(full),
+            "arguments_sha256": sha256_hex(full),
+        }
+    )
 
 
 def bounded_turn(turn: ModelTurn) -> ModelTurn:
     """``turn`` within ``MAX_PAYLOAD_BYTES`` as JSON (what an activity's result may be): its
     content bounded like an event's payload (``bound_text``: over ``MAX_PAYLOAD_CHARS`` it is
     cut, its full length and SHA-256 kept in ``content_full_length`` and ``content_sha256``,
-    which the message event records); then, while the turn is over the budget, the longest
-    arguments over ``MAX_PAYLOAD_CHARS`` cut to one character past it (the workflow refuses
-    such a call either way; cut, the length it names is the cut's). Arguments over the bound
-    in a turn within the budget cross whole, so the refusal names their length.
+    which the message event records); each call's arguments over ``MAX_PAYLOAD_CHARS`` cut,
+    their full length and SHA-256 kept (``cut_arguments``).
 
     Returns:
-        the turn; when it is over the budget with every such argument cut, the turn without
-        its tool calls, ``mistake`` saying why (``too_large``: its size and call count).
+        the turn; when it is still over the budget, the turn without its tool calls,
+        ``mistake`` saying why (``too_large``: its size and call count).
     """
-    if len(turn.content) > MAX_PAYLOAD_CHARS:
+    if len(turn.content) > MAX_PAYLOAD_CHARS and turn.content_full_length is None:
         bounded = bound_text(turn.content)
         if bounded.full_length > MAX_PAYLOAD_CHARS:
             turn = turn.model_copy(
@@ -256,17 +310,8 @@ def bounded_turn(turn: ModelTurn) -> ModelTurn:
                     "content_sha256": bounded.full_sha256,
                 }
             )
-    calls = list(turn.tool_calls)
-    longest = sorted(range(len(calls)), key=lambda i: -len(calls[i].arguments))
+    turn = turn.model_copy(update={"tool_calls": [cut_arguments(c) for c in turn.tool_calls]})
     size = len(turn.model_dump_json().encode())
-    for i in longest:
-        if size <= MAX_PAYLOAD_BYTES or len(calls[i].arguments) <= MAX_PAYLOAD_CHARS + 1:
-            break
-        calls[i] = calls[i].model_copy(
-            update={"arguments": calls[i].arguments[: MAX_PAYLOAD_CHARS + 1]}
-        )
-        turn = turn.model_copy(update={"tool_calls": calls})
-        size = len(turn.model_dump_json().encode())
     if size > MAX_PAYLOAD_BYTES:
         return turn.model_copy(
             update={"tool_calls": [], "mistake": too_large(size, len(turn.tool_calls))}
@@ -296,6 +341,18 @@ def _arguments(value: Any) -> str:
     return _text(value)
 
 
+def _whole_object(text: str) -> dict[str, Any] | None:
+    """``text`` as a JSON object when it is a whole one (a call's arguments complete), else
+    None."""
+    if not text.rstrip().endswith("}"):
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def completion_turn(body: Mapping[str, Any]) -> ModelTurn:
     """The turn of a chat completion (a response's JSON body), its first choice's message:
     content, tool calls (``type`` function, and a legacy ``function_call``), usage, checked
@@ -320,24 +377,21 @@ def completion_turn(body: Mapping[str, Any]) -> ModelTurn:
     legacy = message.get("function_call")
     if isinstance(legacy, Mapping):
         raw.append({"id": "", "function": legacy})
-    calls = []
-    for place, call in enumerate(raw):
-        function = call.get("function") or {}
-        calls.append(
-            bounded_call(
-                _text(function.get("name")),
-                _arguments(function.get("arguments")),
-                _text(call.get("id")),
-                fallback_call_id(response_id, place),
-            )
+    calls = [
+        ToolCall(
+            name=_text((call.get("function") or {}).get("name")),
+            arguments=_arguments((call.get("function") or {}).get("arguments")),
+            call_id=_text(call.get("id")),
         )
+        for call in raw
+    ]
     turn = ModelTurn(
         content=_text(message.get("content")),
-        tool_calls=distinct_ids(calls, response_id),
+        tool_calls=calls,
         usage=_usage(body) or TokenUsage(),
     )
     check_refusal(_text(message.get("refusal")), turn)
-    return empty_checked(bounded_turn(turn))
+    return bounded_answer(turn, response_id)
 
 
 @dataclass
@@ -345,6 +399,8 @@ class _Call:
     index: int
     id: str = ""
     name: str = ""
+    pieces: list[str] = field(default_factory=list)
+    """The name's pieces as the deltas brought them."""
     arguments: list[str] = field(default_factory=list)
 
 
@@ -365,6 +421,9 @@ class StreamAssembler:
     """``data: [DONE]`` came."""
     usage: TokenUsage | None = None
     calls: list[_Call] = field(default_factory=list)
+    offered: frozenset[str] = frozenset()
+    """The names of the tools offered (module docstring: a name the rule and the plain join of
+    its pieces disagree on)."""
 
     def add(self, chunk: Mapping[str, Any]) -> str:
         """Take one chunk; returns the text it adds to the turn's content ("" for none).
@@ -408,20 +467,28 @@ class StreamAssembler:
     def _take(self, index: Any, delta: Mapping[str, Any]) -> None:
         call_id = _text(delta.get("id"))
         at = index if isinstance(index, int) else None
+        function = delta.get("function") or {}
+        piece = _arguments(function.get("arguments"))
         open_ = None
         for call in reversed(self.calls):
             if at is None or call.index == at:
                 open_ = call
                 break
+        whole = None if open_ is None else _whole_object("".join(open_.arguments))
+        if open_ is not None and whole is not None and piece.lstrip().startswith("{"):
+            if _whole_object(piece) == whole:
+                piece = ""  # the whole arguments again (a server's flush at the end): once
+            elif not call_id or call_id != open_.id:
+                open_ = None  # another call, sent whole at the same index
         if open_ is None or (call_id and open_.id and call_id != open_.id):
             open_ = _Call(index=at if at is not None else len(self.calls))
             self.calls.append(open_)
         open_.id = open_.id or call_id
-        function = delta.get("function") or {}
         name = _text(function.get("name"))
-        if name and not open_.name.startswith(name):
-            open_.name = name if name.startswith(open_.name) else open_.name + name
-        piece = _arguments(function.get("arguments"))
+        if name:
+            open_.pieces.append(name)
+            if name != open_.name:  # the whole name so far again: a server resending it
+                open_.name = name if name.startswith(open_.name) else open_.name + name
         if piece:
             open_.arguments.append(piece)
 
@@ -440,21 +507,24 @@ class StreamAssembler:
             )
         check_finish(self.finish_reason)
         calls = [
-            bounded_call(
-                call.name,
-                "".join(call.arguments),
-                call.id,
-                fallback_call_id(self.response_id, place),
-            )
-            for place, call in enumerate(self.calls)
+            ToolCall(name=self._name(call), arguments="".join(call.arguments), call_id=call.id)
+            for call in self.calls
         ]
         turn = ModelTurn(
             content="".join(self.content),
-            tool_calls=distinct_ids(calls, self.response_id),
+            tool_calls=calls,
             usage=self.usage or TokenUsage(),
         )
         check_refusal("".join(self.refusal), turn)
-        return empty_checked(bounded_turn(turn))
+        return bounded_answer(turn, self.response_id)
+
+    def _name(self, call: _Call) -> str:
+        """The call's name by the rule (module docstring), or the plain join of its pieces
+        when only that one names an offered tool."""
+        joined = "".join(call.pieces)
+        if call.name not in self.offered and joined in self.offered:
+            return joined
+        return call.name
 
 
 class SseDecoder:

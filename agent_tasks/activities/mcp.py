@@ -16,13 +16,17 @@ each an activity (``AgentSpec.mcp_servers``; docs/mcp.md).
   text (``McpToolError``, not retried): the model reads it and goes on.
 - **Failures**: a listing that fails is ``McpServerUnavailable``, retried by its policy; its
   last attempt's error fails the task before any model turn. A server that cannot be reached
-  before the call is sent is retried by the tool's retry policy (idempotent tools only); a
-  connection lost after the call was sent, or an HTTP error status with no JSON-RPC answer
-  (``HTTP_STAND_INS``), is ``ToolOutcomeUnknown`` (``registry.OUTCOME_UNKNOWN``): retried
-  under the same key for an idempotent tool, else the step ends ``unknown`` and runs again
-  only by an explicit ``retry``, under the same key. Over stdio the result says the server's
-  program ended; a stateful session whose program ended is dropped, so the run's next call
-  fails ``McpSessionLost`` without running and the one after opens a new session.
+  before the call is sent is retried by the tool's retry policy (idempotent tools only). Once
+  the call was sent, only an answer the server itself produced is its answer: a result, or a
+  JSON-RPC error it sent. Any other end (a connection lost, an answer the SDK could not parse,
+  over HTTP a JSON-RPC error the SDK made up for what it got instead, ``SDK_STAND_INS``, and
+  over stdio a line it could not parse, ``_Faults``) is ``ToolOutcomeUnknown``
+  (``registry.OUTCOME_UNKNOWN``), its text saying that the server may have performed the
+  call: retried under the same key for an idempotent tool, else the step ends ``unknown`` and
+  runs again only under the same key (a person's ``retry``, the model's same call again).
+  Over stdio the result says the server's program ended; a stateful session whose program
+  ended is dropped, so the run's next call fails ``McpSessionLost`` without running and the
+  one after opens a new session.
 - **Cancel**: the call (and the listing, scheduled with a heartbeat timeout) heartbeats every
   ``CANCEL_BEAT_S``; Temporal's cancel arrives as
   ``asyncio.CancelledError``, which cancels the SDK's request, and the SDK sends the server
@@ -160,27 +164,120 @@ def _leaves(err: BaseException) -> list[BaseException]:
     return [err]
 
 
-HTTP_STAND_INS = {
+SDK_STAND_INS: tuple[tuple[int, str], ...] = (
+    (-32700, "Failed to parse JSON response"),  # PARSE_ERROR: a body the SDK could not parse
+    (-32700, "Failed to parse SSE message"),  # and an event of a stream
     (-32603, "Server returned an error response"),  # INTERNAL_ERROR: a status >= 400
     (-32600, "Session terminated"),  # INVALID_REQUEST: 404 for the session's id
-}
-"""The JSON-RPC errors the MCP SDK makes up for an HTTP status without a JSON-RPC body (a
-gateway's 502, a server restarted): no answer of the server's, so a call that met one after
-it was sent has an unknown outcome."""
+    (-32601, "Not Found"),  # METHOD_NOT_FOUND: 404 before a session
+    (-32600, "server answered a request with 202 Accepted"),
+    (-32600, "Unexpected content type"),  # neither JSON nor an event stream
+    (-32600, "Redirect to "),  # a redirect the SDK does not follow
+    (-32001, "Request "),  # REQUEST_TIMEOUT: the client's own read timeout
+)
+"""The JSON-RPC errors (code, start of the message) the MCP SDK makes up, over HTTP, for a
+request that got no JSON-RPC answer of the server's own: what came instead (an HTTP status, a
+body it could not parse, a redirect) is no answer of the server's, so a call that met one
+after it was sent has an unknown outcome. Every error of the code ``CONNECTION_CLOSED``
+(-32000) is taken the same way: the SDK gives it to a request whose connection or stream
+ended."""
+CONNECTION_CLOSED = -32000
+"""``mcp.types.CONNECTION_CLOSED``."""
 
 
-def _servers_answer(err: Exception, closed: int) -> bool:
+def _servers_answer(err: Exception) -> bool:
     """Whether the SDK's ``MCPError`` ``err`` is the server's own answer to the request: not a
-    closed connection (``closed``) and not one of the SDK's ``HTTP_STAND_INS``."""
+    closed connection and not one of the SDK's ``SDK_STAND_INS``."""
     code, message = getattr(err, "code", None), getattr(err, "message", None)
-    return code != closed and (code, message) not in HTTP_STAND_INS
+    if code == CONNECTION_CLOSED or not isinstance(message, str):
+        return False
+    return not any(code == made and message.startswith(start) for made, start in SDK_STAND_INS)
 
 
-def _unknown(name: str, err: Exception, after: str = "") -> ApplicationError:
+def _unknown(name: str, err: BaseException, after: str = "") -> ApplicationError:
+    """The ``ToolOutcomeUnknown`` of a call of ``name`` sent and never answered by the server
+    (``err``: what came instead), ``after`` said last."""
     return ApplicationError(
-        f"the connection to {name} was lost after the call was sent ({err!r}){after}",
+        f"{name} got no answer of the server's own after the call was sent "
+        f"({_cause(err)}){after}: the server may have performed the call",
         type=OUTCOME_UNKNOWN,
     )
+
+
+def _cause(err: BaseException) -> str:
+    """What ended a call, for its text: each exception in ``err``'s groups, an SDK's error
+    (``MCPError``) by its code and message, at most 1,000 characters in all."""
+    parts = []
+    for leaf in _leaves(err):
+        code, message = getattr(leaf, "code", None), getattr(leaf, "message", None)
+        if isinstance(code, int) and isinstance(message, str):
+            parts.append(f"{type(leaf).__name__} {code}: {message}")
+        else:
+            parts.append(str(leaf) if isinstance(leaf, _Unreadable) else repr(leaf))
+    return "; ".join(parts)[:1_000]
+
+
+class _Unreadable(Exception):
+    """A transport fault that arrived while a call waited (``_Faults.watch``)."""
+
+    def __init__(self, fault: Exception) -> None:
+        super().__init__(f"an answer the MCP client could not read: {fault!r}"[:1_000])
+
+
+class _Faults:
+    """The lines of a stdio server that its client's SDK could not parse (its
+    ``message_handler`` gets each; the SDK drops the line, so a call whose answer it was would
+    wait for its attempt's timeout). ``watch`` runs a call and ends it as soon as such a line
+    that reads as a JSON-RPC answer arrives (``_an_answer``): it may have been the call's. A
+    line that does not (a log line a server writes on its output) is no answer and is
+    ignored. A stateful session's calls share the client, so such a line ends every call then
+    waiting."""
+
+    def __init__(self) -> None:
+        self._waiting: set[asyncio.Future[Exception]] = set()
+
+    async def __call__(self, message: object) -> None:
+        if isinstance(message, Exception) and _an_answer(message):
+            for waiter in self._waiting:
+                if not waiter.done():
+                    waiter.set_result(message)
+
+    async def watch(self, call: Awaitable[_T]) -> _T:
+        """``call``'s result.
+
+        Raises:
+            _Unreadable: a fault arrived first (``call`` is cancelled).
+        """
+        fault: asyncio.Future[Exception] = asyncio.get_running_loop().create_future()
+        running = asyncio.ensure_future(call)
+        self._waiting.add(fault)
+        try:
+            either: list[asyncio.Future[Any]] = [running, fault]
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self._waiting.discard(fault)
+            if not running.done():
+                running.cancel()
+                await asyncio.wait([running])
+        if running.cancelled() and fault.done():
+            raise _Unreadable(fault.result())
+        return running.result()
+
+
+def _an_answer(fault: Exception) -> bool:
+    """Whether the line the SDK could not parse (``fault``: its ``ValidationError``, whose
+    input is the line) reads as a JSON-RPC answer: ``"jsonrpc"`` and ``"result"`` or
+    ``"error"`` in it. A fault without the line is taken as one."""
+    errors = getattr(fault, "errors", None)
+    try:
+        line = errors()[0].get("input") if callable(errors) else None
+    except (IndexError, TypeError, AttributeError):
+        line = None
+    if isinstance(line, bytes):
+        line = line.decode("utf-8", "replace")
+    if not isinstance(line, str):
+        return True
+    return '"jsonrpc"' in line and ('"result"' in line or '"error"' in line)
 
 
 async def _key_header(request: httpx2.Request) -> None:
@@ -243,6 +340,8 @@ class McpActivities:
         else polls), polled by ``session_activities`` on a worker of its own."""
         self._held: dict[tuple[str, str], _Held] = {}
         """Open stateful sessions by (workflow run id, server name)."""
+        self._faults: dict[int, _Faults] = {}
+        """The unparsed lines of each open stdio client, by its ``id``."""
 
     def activities(self) -> list[Callable[..., Any]]:
         """The activity functions to register on the worker's task queue."""
@@ -350,8 +449,9 @@ class McpActivities:
 
     @asynccontextmanager
     async def session(self, server: McpServer) -> AsyncIterator[Client]:
-        """A connected client of ``server`` (one session): a started stdio program, or an HTTP
-        session whose requests carry the named header set, and each call's request its key as
+        """A connected client of ``server`` (one session): a started stdio program (the lines
+        it writes that the SDK cannot parse watched, ``_Faults``), or an HTTP session whose
+        requests carry the named header set, and each call's request its key as
         ``Idempotency-Key`` (``_key_header``).
 
         Raises:
@@ -365,8 +465,13 @@ class McpActivities:
             params = StdioServerParameters(
                 command=server.command, args=server.args, env=server.env or None
             )
-            async with Client(params, cache=None) as client:
-                yield client
+            faults = _Faults()
+            async with Client(params, cache=None, message_handler=faults) as client:
+                self._faults[id(client)] = faults
+                try:
+                    yield client
+                finally:
+                    del self._faults[id(client)]
             return
         assert server.url is not None  # the spec's validator: one of command and url
         headers: dict[str, str] = {}
@@ -462,14 +567,15 @@ class McpActivities:
         reaches the call (and the server) soon.
 
         Raises:
-            ApplicationError: ``ToolArgumentsInvalid`` (not a JSON object), ``McpToolError``,
-                ``McpServerRefused`` (not retried); ``ToolOutcomeUnknown`` (the connection was
-                lost after the call was sent).
+            ApplicationError: ``ToolArgumentsInvalid`` (not a JSON object), ``McpToolError``
+                (the server's own error answer), ``McpServerRefused`` (not retried);
+                ``ToolOutcomeUnknown`` (sent, and no answer of the server's own came back:
+                module docstring).
         """
         return await _beating(self._call(input))
 
     # Long: the call in its order: arguments, the request with its key, then each way it can
-    # end (the server's error, not reached, an unknown outcome, a stdio program that ended)
+    # end (the server's error, not reached, no answer of the server's, a stdio program ended)
     async def _call(self, input: ToolInput) -> ToolOutput:
         call = input.mcp
         if call is None:
@@ -486,32 +592,36 @@ class McpActivities:
                 non_retryable=True,
             )
         from mcp import MCPError
-        from mcp.types import CONNECTION_CLOSED
 
         name = f"{call.tool!r} of MCP server {call.server.name!r}"
         sent = False
         try:
             async with self.client(call.server) as client:
                 sent = True
-                result = await client.call_tool(
+                request = client.call_tool(
                     call.tool,
                     arguments,
                     meta=cast("RequestParamsMeta", {IDEMPOTENCY_META: input.idempotency_key}),
                 )
+                faults = self._faults.get(id(client))
+                result = await (request if faults is None else faults.watch(request))
         except ApplicationError:
             raise
         except Exception as err:  # the SDK's task groups wrap what happened in groups
             answers = [e for e in _leaves(err) if isinstance(e, MCPError)]
-            answer = next((e for e in answers if _servers_answer(e, CONNECTION_CLOSED)), None)
+            answer = next((e for e in answers if _servers_answer(e)), None)
             if answer is not None:  # the server answered the request with a JSON-RPC error
                 raise ApplicationError(
-                    f"{name} refused the call: {bound_text(answer.message).text}",
+                    f"{name} answered the call with an error (JSON-RPC {answer.code}): "
+                    f"{bound_text(answer.message).text}",
                     type=MCP_TOOL_ERROR,
                     non_retryable=True,
                 ) from err
             if not sent:
                 raise  # the server was not reached: the retry policy decides
-            if call.server.command is None:
+            if call.server.command is None or any(
+                isinstance(leaf, _Unreadable) for leaf in _leaves(err)
+            ):
                 raise _unknown(name, err) from err
             if not call.server.stateful:
                 ended = "; the server's program ended before it answered"

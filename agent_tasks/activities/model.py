@@ -5,17 +5,22 @@ Providers:
 - ``scripted``: a deterministic script registered on the worker by name, for tests and the
   demo; turn ``n`` of a ``ScriptedModel`` answers the ``n``-th model call of the task (the
   assistant messages already in the transcript say which call this is), or a function of the
-  transcript does.
+  transcript does. Its turn keeps the bounds an API model's does (below).
 - ``openai``: an OpenAI-compatible chat completions API through the ``openai`` package
   (install the ``openai`` extra), configured by its own environment (``OPENAI_API_KEY``,
   ``OPENAI_BASE_URL``). HTTP 408, 409, 429 and 5xx are retryable (the activity's retry policy,
-  after the server's ``retry-after-ms`` or ``retry-after`` when it sends one); other errors are
-  not. With ``ModelSpec.stream`` the response is streamed (``stream=True``): its Server-Sent
-  Events are read line by line, each content delta published as a token as it arrives, and
-  the usage comes from the stream's final chunk (``stream_options``' ``include_usage``). Either
-  way the answer becomes the turn by the rules of ``activities.chat_protocol`` (tool calls
-  assembled by index and id, finish reasons by name, a cut stream retried, calls bounded so the
-  workflow can record them).
+  after the server's ``retry-after-ms`` or ``retry-after`` when it sends one, up to
+  ``activities.retry_after.MAX_SERVER_WAIT``: a longer wait fails the call, naming it); other
+  errors are not. With ``ModelSpec.stream`` the response is streamed (``stream=True``): its
+  Server-Sent Events are read line by line, each content delta published as a token as it
+  arrives, and the usage comes from the stream's final chunk (``stream_options``'
+  ``include_usage``). Either way the answer becomes the turn by the rules of
+  ``activities.chat_protocol`` (tool calls assembled by index and id, finish reasons by name, a
+  cut stream retried).
+
+Every provider's turn, the scripted one's too, leaves the activity within the same bounds
+(``chat_protocol.bounded_answer``: names, call ids, arguments' sizes, an empty answer), so the
+workflow records whatever a model or a script answers and the model reads what was wrong.
 
 Tokens (``activities.tokens``): with a broker, the scripted provider publishes its turn's text
 word by word and the streamed ``openai`` path each delta, the same way
@@ -38,15 +43,21 @@ from __future__ import annotations
 import importlib
 import json
 from collections.abc import Callable, Mapping, Sequence
-from datetime import timedelta
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
-from agent_tasks.activities.chat_protocol import SseDecoder, StreamAssembler, completion_turn
+from agent_tasks.activities.chat_protocol import (
+    SseDecoder,
+    StreamAssembler,
+    bounded_answer,
+    completion_turn,
+)
 from agent_tasks.activities.heartbeat import CANCEL_BEAT_S, heartbeating
+from agent_tasks.activities.retry_after import asked_wait_s, retry_delay, too_long
 from agent_tasks.activities.tokens import TokenPublisher, TokenStream, split_tokens
 from agent_tasks.activities.transcript import chat_messages, shown
 from agent_tasks.broker import Broker
@@ -118,6 +129,12 @@ class ModelActivities:
         return await heartbeating(self._turn(input), every_s=CANCEL_BEAT_S)
 
     async def _turn(self, input: ModelInput) -> ModelTurn:
+        """The provider's turn within the bounds every turn keeps (``bounded_answer``; its
+        fallback call ids made from the call's place in the task, stable across retries)."""
+        turn = await self._answer(input)
+        return bounded_answer(turn, f"{input.workflow_id}/{input.up_to_seq}")
+
+    async def _answer(self, input: ModelInput) -> ModelTurn:
         reader = TaskReader(self.client, self.graph)
         transcript = shown(
             await reader.task_events(input.workflow_id, input.run_id, 0, input.up_to_seq)
@@ -144,35 +161,24 @@ class ModelActivities:
 
 def api_failure(err: Exception) -> ApplicationError:
     """The activity's error for an error of the ``openai`` package (the module's mapping):
-    retryable after the server's ``retry-after`` (``_retry_delay``) for HTTP 408/409/429/5xx,
-    retryable for a lost connection or a request past its timeout, non-retryable otherwise (its
-    message the API's own)."""
+    retryable after the server's ``retry-after`` (``activities.retry_after``) for HTTP
+    408/409/429/5xx, not retried when that wait is over ``MAX_SERVER_WAIT`` (the error names
+    it), retryable for a lost connection or a request past its timeout, non-retryable
+    otherwise (its message the API's own)."""
     import openai
 
     if isinstance(err, openai.APIStatusError):
-        delay = _retry_delay(err.response.headers)
+        wait_s = asked_wait_s(err.response.headers, datetime.now(UTC))
+        long = too_long(wait_s)
         said = err.body.get("message") if isinstance(err.body, dict) else None
         return ApplicationError(
-            f"model API answered HTTP {err.status_code}: {said or err.message}",
+            f"model API answered HTTP {err.status_code}{'' if long is None else f'; {long}'}: "
+            f"{said or err.message}",
             type="ModelApiError",
-            non_retryable=err.status_code not in RETRYABLE_HTTP,
-            next_retry_delay=delay,
+            non_retryable=err.status_code not in RETRYABLE_HTTP or long is not None,
+            next_retry_delay=retry_delay(wait_s),
         )
     return ApplicationError(f"model API unreachable: {err}", type="ModelApiError")
-
-
-def _retry_delay(headers: Mapping[str, str]) -> timedelta | None:
-    """The server's wait before a retry: ``retry-after-ms`` (OpenAI's, milliseconds) or
-    ``retry-after`` in seconds; an HTTP date, or anything else, is none (the retry policy's
-    own backoff then)."""
-    for name, unit in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
-        try:
-            value = float(headers.get(name) or "nan") * unit
-        except ValueError:
-            continue
-        if value >= 0:  # NaN is not
-            return timedelta(seconds=value)
-    return None
 
 
 def _tool_specs(offered: Sequence[ToolSpec]) -> list[dict[str, Any]]:
@@ -309,7 +315,9 @@ async def _read_stream(
     request: dict[str, Any], stream_options: Any, tokens: TokenStream, timeout_s: float
 ) -> ModelTurn:
     """One streamed request and its turn (``openai_streamed_turn``; errors not mapped)."""
-    assembler = StreamAssembler()
+    tools = request.get("tools")
+    offered = [t["function"]["name"] for t in tools] if isinstance(tools, list) else []
+    assembler = StreamAssembler(offered=frozenset(offered))
     decoder = SseDecoder()
     async with (
         openai_client(timeout_s) as client,  # closed here, not by the collector

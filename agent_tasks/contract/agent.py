@@ -193,6 +193,17 @@ class ToolCall(BaseModel):
     """The arguments as JSON text."""
     call_id: str | None = None
     """The model's id of the call (links its result)."""
+    arguments_full_length: int | None = Field(
+        default=None, ge=0, exclude_if=lambda value: value is None
+    )
+    """Set when the model call cut ``arguments``, which were longer than an event holds
+    (``MAX_PAYLOAD_CHARS``; such a call is refused, never run): the characters of the full
+    text, which the call's event records and its refusal names. Added later: left out of the
+    JSON while unset."""
+    arguments_sha256: str | None = Field(
+        default=None, pattern=r"^[0-9a-f]{64}$", exclude_if=lambda value: value is None
+    )
+    """With ``arguments_full_length``: the SHA-256 hex of the full text."""
 
 
 class ModelTurn(BaseModel):

@@ -15,6 +15,7 @@ from agent_tasks.activities.chat_protocol import (
     EMPTY_ANSWER,
     SseDecoder,
     StreamAssembler,
+    bounded_answer,
     bounded_call,
     completion_turn,
     fallback_call_id,
@@ -56,6 +57,37 @@ def test_a_name_streamed_in_pieces_or_growing_is_joined() -> None:
         chunk(finish="tool_calls"),
     ).turn()
     assert [c.name for c in pieces.tool_calls] == ["edit_existing_file", "read_file"]
+
+
+def test_a_piece_that_is_only_the_start_of_the_name_so_far_is_joined() -> None:
+    """Issue 44: ``list_files`` streamed a character a delta was assembled ``list_fies``: the
+    second ``l`` is the start of ``list_fi``, and the rule took it for a resent name. The
+    reference clients join the pieces (openai-python, the OpenAI Agents SDK's ``name +=``);
+    only a piece that is the whole name so far is a resend (continuedev/continue PR #5849)."""
+    streamed = assembled(
+        chunk({"index": 0, "id": "c1", "function": {"name": "l", "arguments": ""}}),
+        *(chunk({"index": 0, "function": {"name": c}}) for c in "ist_files"),
+        chunk({"index": 0, "function": {"arguments": "{}"}}),
+        chunk(finish="tool_calls"),
+    ).turn()
+    assert [c.name for c in streamed.tool_calls] == ["list_files"]
+
+
+def test_a_name_the_rule_and_the_join_disagree_on_is_the_offered_one() -> None:
+    """A name whose second character repeats the first (``aa_tool``) streamed a character a
+    delta: the rule takes the second ``a`` for a resend; the plain join is the offered tool's
+    name, so it is taken. Without the offer, the rule's name stands (and fails its step as a
+    tool nobody offered, the model reading which)."""
+
+    def streamed(offered: frozenset[str]) -> list[str]:
+        assembler = StreamAssembler(offered=offered)
+        for c in "aa_tool":
+            assembler.add(chunk({"index": 0, "id": "c1", "function": {"name": c}}))
+        assembler.add(chunk(finish="tool_calls"))
+        return [c.name for c in assembler.turn().tool_calls]
+
+    assert streamed(frozenset({"aa_tool", "read_file"})) == ["aa_tool"]
+    assert streamed(frozenset()) == ["a_tool"]
 
 
 def test_parallel_calls_sharing_an_index_are_told_apart_by_id() -> None:
@@ -214,19 +246,32 @@ def test_bounds_of_a_recorded_call() -> None:
     assert (kept.name, kept.call_id) == ("a" * 64, "i" * 128)
 
 
-def test_arguments_over_the_bound_cross_whole_unless_the_turn_passes_the_budget() -> None:
+def test_arguments_over_the_bound_are_cut_keeping_their_real_length_and_digest() -> None:
     """Issue 32: arguments over Temporal's payload limit had the model called five times, then
-    the task failed with PayloadsTooLarge."""
+    the task failed with PayloadsTooLarge. Issue 44: cut past the budget, the length the model
+    was told was the cut's (32,001), not theirs: now every such argument is cut to one
+    character past the bound and carries its full length and SHA-256, which the refusal
+    names."""
     over = '{"text": "' + "y" * 40_000 + '"}'
     huge = '{"text": "' + "x" * 3_000_000 + '"}'
     calls = [
         {"index": 0, "id": "c1", "function": {"name": "a", "arguments": over}},
         {"index": 1, "id": "c2", "function": {"name": "a", "arguments": huge}},
+        {"index": 2, "id": "c3", "function": {"name": "a", "arguments": '{"k": 1}'}},
     ]
     turn = completion_turn(completion("tool_calls", *calls))
-    assert turn.tool_calls[0].arguments == over  # the refusal will name its real length
-    assert turn.tool_calls[1].arguments == huge[: MAX_PAYLOAD_CHARS + 1]
+    for call, full in zip(turn.tool_calls, (over, huge), strict=False):
+        assert call.arguments == full[: MAX_PAYLOAD_CHARS + 1]
+        assert call.arguments_full_length == len(full)
+        assert call.arguments_sha256 == hashlib.sha256(full.encode()).hexdigest()
+    kept = turn.tool_calls[2]
+    assert (kept.arguments, kept.arguments_full_length, kept.arguments_sha256) == (
+        '{"k": 1}',
+        None,
+        None,
+    )
     assert len(turn.model_dump_json().encode()) <= MAX_PAYLOAD_BYTES
+    assert bounded_answer(turn, "again") == turn  # a second pass changes nothing
 
 
 def test_a_turn_past_the_payload_budget_keeps_no_call_and_says_why() -> None:

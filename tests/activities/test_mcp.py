@@ -12,7 +12,7 @@ import socket
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -73,9 +73,17 @@ def ledger_path(tmp_path: Path) -> Path:
 @pytest.fixture
 def http_server(ledger_path: Path) -> Iterator[str]:
     """The test server over streamable HTTP (uvicorn in a subprocess): its endpoint URL."""
+    with served_mcp(ledger_path) as url:
+        yield url
+
+
+@contextmanager
+def served_mcp(ledger_file: Path, **env: str) -> Iterator[str]:
+    """The test server over streamable HTTP (uvicorn in a subprocess) writing ``ledger_file``,
+    with ``env`` added to its environment: its endpoint URL."""
     port = _free_port()
-    args = [sys.executable, "-m", "tests.mcp_server", str(ledger_path), "http", str(port)]
-    process = subprocess.Popen(args)
+    args = [sys.executable, "-m", "tests.mcp_server", str(ledger_file), "http", str(port)]
+    process = subprocess.Popen(args, env={**os.environ, **env})
     try:
         for _ in range(300):
             try:
@@ -213,6 +221,8 @@ async def test_the_listing_is_the_models_offer(services: Services, queue: str) -
         "bill_charge",
         "bill_charge_crashing",
         "bill_charge_held",
+        "bill_charge_garbled",
+        "bill_charge_chatty",
         "bill_slow",
         "bill_refuse",
         "bill_rpc_error",
@@ -847,12 +857,32 @@ async def test_a_listing_that_fails_ends_the_task_with_a_named_error(
     assert not [e for e in task_events if e.kind is EventKind.TOOL_RESULT]
 
 
+Answer = tuple[int, dict[str, str], bytes]
+"""What a gateway sends: a status, headers, a body."""
+
+
 @contextmanager
-def _gateway(upstream: str, status: int) -> Iterator[str]:
+def _gateway(
+    upstream: str, status: int, headers: dict[str, str] | None = None, body: bytes = b"bad gateway"
+) -> Iterator[str]:
     """A gateway in front of the MCP server at ``upstream``: it forwards every POST and
-    DELETE, but answers a ``tools/call`` with ``status`` and a text body after the server
-    answered it (the server performed the call; the client sees only the status). GET (the
-    server's own stream) is 405, which the client accepts. Yields the gateway's URL."""
+    DELETE, but answers a ``tools/call`` with ``status``, ``headers`` (default: a text body)
+    and ``body`` after the server answered it (the server performed the call; the client sees
+    only the gateway's answer). GET (the server's own stream) is 405, which the client
+    accepts. Yields the gateway's URL."""
+    answer = (status, headers or {"content-type": "text/plain"}, body)
+    with forwarding_gateway(upstream, answer) as url:
+        yield url
+
+
+@contextmanager
+def forwarding_gateway(
+    upstream: str, call: Answer, get: Callable[[Mapping[str, str]], Answer | None] | None = None
+) -> Iterator[str]:
+    """A gateway in front of the MCP server at ``upstream``: it forwards every POST and
+    DELETE, answering a ``tools/call``, once the server answered it, with ``call`` instead; a
+    GET gets what ``get`` makes of its headers (None, or no ``get``: 405, which the client
+    accepts). Yields the gateway's URL."""
     import http.client
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -861,36 +891,35 @@ def _gateway(upstream: str, status: int) -> Iterator[str]:
     target = urlsplit(upstream)
 
     class Gateway(BaseHTTPRequestHandler):
+        def _send(self, status: int, headers: Mapping[str, str], body: bytes) -> None:
+            self.send_response(status)
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
         def _forward(self) -> None:
-            body = self.rfile.read(int(self.headers.get("content-length") or 0))
+            sent = self.rfile.read(int(self.headers.get("content-length") or 0))
             conn = http.client.HTTPConnection(target.hostname or "", target.port, timeout=60)
             skip = {"host", "content-length", "connection"}
-            headers = {k: v for k, v in self.headers.items() if k.lower() not in skip}
-            conn.request(self.command, target.path, body=body, headers=headers)
+            forwarded = {k: v for k, v in self.headers.items() if k.lower() not in skip}
+            conn.request(self.command, target.path, body=sent, headers=forwarded)
             answer = conn.getresponse()
             data = answer.read()  # a POST's event stream ends with its answer
             conn.close()
-            if b'"tools/call"' in body:
-                self.send_response(status)
-                self.send_header("content-type", "text/plain")
-                self.send_header("content-length", "11")
-                self.end_headers()
-                self.wfile.write(b"bad gateway")
+            if b'"tools/call"' in sent:
+                self._send(*call)
                 return
-            self.send_response(answer.status)
-            for name, value in answer.getheaders():
-                if name.lower() not in {"transfer-encoding", "content-length", "connection"}:
-                    self.send_header(name, value)
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            dropped = {"transfer-encoding", "content-length", "connection"}
+            kept = {k: v for k, v in answer.getheaders() if k.lower() not in dropped}
+            self._send(answer.status, kept, data)
 
         do_POST = do_DELETE = _forward
 
         def do_GET(self) -> None:
-            self.send_response(405)
-            self.send_header("content-length", "0")
-            self.end_headers()
+            made = None if get is None else get(dict(self.headers.items()))
+            self._send(*(made or (405, {}, b"")))
 
         def log_message(self, *args: Any) -> None:
             pass
@@ -1288,7 +1317,7 @@ async def test_a_stateful_stdio_server_that_exits_mid_run_is_a_lost_session_the_
     steps = await _tallied(history)
     assert [state for state, _ in steps] == ["completed", "unknown", "failed", "completed"]
     assert steps[0][1] == steps[3][1] == "1"  # the last call's session is a new one
-    assert "charge_crashing' of MCP server 'bill' was lost after the call was sent" in steps[1][1]
+    assert "charge_crashing' of MCP server 'bill' got no answer of the server's own" in steps[1][1]
     assert "the server's program ended, and with it the session and its state" in steps[1][1]
     assert steps[2][1].startswith("McpSessionLost: the session of MCP server 'bill' was lost")
     assert "the call did not run" in steps[2][1]

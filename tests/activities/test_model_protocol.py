@@ -261,8 +261,8 @@ async def test_calls_too_large_to_record_end_in_results_the_model_reads(run: Run
     assert results == {
         "c1": f"no tool {named!r} for this agent",
         fallback_call_id("chatcmpl-test", 1): "hi",
-        "c3": (
-            f"the call's arguments are {MAX_PAYLOAD_CHARS + 1:,} characters; a tool call's "
+        "c3": (  # the real length (issue 44: it was the cut's, 32,001)
+            f"the call's arguments are {len(huge):,} characters; a tool call's "
             f"arguments are at most {MAX_PAYLOAD_CHARS:,}: the tool was not run"
         ),
     }

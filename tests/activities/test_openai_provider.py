@@ -98,6 +98,29 @@ async def test_429_is_retried_by_temporal_after_the_servers_retry_after(
     assert len(server.requests) == 1  # the client retries nothing: Temporal does
 
 
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_429_asking_for_a_day_is_not_retried_and_names_the_wait(
+    pointed: None, monkeypatch: pytest.MonkeyPatch, stream: bool
+) -> None:
+    """hashicorp/go-retryablehttp#247's kind on the model's API: a 429 with
+    ``retry-after: 86400`` (a daily quota spent) was retried a day later by Temporal
+    (``next_retry_delay``), the task waiting unseen. Now the call is not retried and its error
+    names the wait and the bound (``MAX_SERVER_WAIT``), streamed or not."""
+    server = ModelServer([error(429, "Daily quota exceeded", **{"retry-after": "86400"})])
+    monkeypatch.setenv("OPENAI_BASE_URL", server.url)
+    with server.running(), pytest.raises(ApplicationError) as raised:
+        if stream:
+            async with TokenStream(None, [], "t", 1) as tokens:
+                await openai_streamed_turn(INPUT, TRANSCRIPT, OFFERED, tokens)
+        else:
+            await openai_turn(INPUT, TRANSCRIPT, OFFERED)
+    assert raised.value.non_retryable and raised.value.next_retry_delay is None
+    assert raised.value.message == (
+        "model API answered HTTP 429; it asks to wait 86,400 s before a retry, longer than a "
+        "retry waits for a server (300 s): not retried: Daily quota exceeded"
+    )
+
+
 async def test_400_is_not_retried_and_says_why(
     pointed: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -124,7 +147,7 @@ async def test_a_request_past_its_timeout_is_retryable(
 @pytest.mark.parametrize(
     ("headers", "delay"),
     [
-        ({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}, None),
+        ({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}, timedelta(0)),  # in the past
         ({"retry-after-ms": "1500", "retry-after": "2"}, timedelta(seconds=1.5)),
         ({"retry-after": "soon"}, None),
     ],

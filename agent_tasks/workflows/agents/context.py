@@ -163,10 +163,21 @@ class AgentContext:
         *,
         call_id: str | None = None,
         kind: StepKind = StepKind.TOOL,
+        full_length: int | None = None,
+        full_sha256: str | None = None,
     ) -> StepOutcome:
         """Run ``tool`` as the step ``name``, memoized (``StepRunner.step``: its rules, the
-        approval of a tool that needs one, what it raises)."""
-        return await self._steps.step(name, tool, arguments, call_id=call_id, kind=kind)
+        approval of a tool that needs one, arguments that are a cut of a longer text
+        (``full_length``, ``full_sha256``), what it raises)."""
+        return await self._steps.step(
+            name,
+            tool,
+            arguments,
+            call_id=call_id,
+            kind=kind,
+            full_length=full_length,
+            full_sha256=full_sha256,
+        )
 
     async def retry(
         self,

@@ -8,6 +8,7 @@ from agent_tasks.contract import StepState, ToolCall
 from agent_tasks.workflows.agents.approvals import call_digest
 from agent_tasks.workflows.agents.context import AgentContext
 from agent_tasks.workflows.agents.registry import agent
+from agent_tasks.workflows.agents.runner import StepOutcome
 from agent_tasks.workflows.patches import RESUME_OPEN_CALLS, SAME_CALL_SAME_KEY
 
 
@@ -65,7 +66,7 @@ async def run_calls(ctx: AgentContext, calls: list[ToolCall], *, resumed: bool =
                 continue
         same = before or _same_unknown_call(ctx, name, call)
         if same is None:
-            await ctx.step(name, call.name, call.arguments, call_id=call_id)
+            await _step(ctx, name, call, call_id)
             continue
         prior = ctx.ledger.step(same)
         if prior is not None and prior.retry_by is None:
@@ -74,11 +75,24 @@ async def run_calls(ctx: AgentContext, calls: list[ToolCall], *, resumed: bool =
                 same, call.name, call.arguments, reason=reason, call_id=call_id
             )
         else:  # its retry was asked already (by this turn in an earlier run, or by a person)
-            outcome = await ctx.step(same, call.name, call.arguments, call_id=call_id)
+            outcome = await _step(ctx, same, call, call_id)
         if outcome.state is not StepState.UNKNOWN:
             ctx.run.unknown_calls.pop(call_digest(call.name, call.arguments, ""), None)
     ctx.run.open_calls = []
     ctx.run.claimed_calls = {}
+
+
+async def _step(ctx: AgentContext, name: str, call: ToolCall, call_id: str) -> StepOutcome:
+    """Run ``call`` as the step ``name`` (with the full length of arguments the model call
+    cut: ``ToolCall.arguments_full_length``)."""
+    return await ctx.step(
+        name,
+        call.name,
+        call.arguments,
+        call_id=call_id,
+        full_length=call.arguments_full_length,
+        full_sha256=call.arguments_sha256,
+    )
 
 
 def _same_unknown_call(ctx: AgentContext, name: str, call: ToolCall) -> str | None:

@@ -107,9 +107,10 @@ class ToolSpec(BaseModel):
 
 
 OUTCOME_UNKNOWN = "ToolOutcomeUnknown"
-"""ApplicationError type of a call whose effect is unknown (its connection was lost after the
-call was sent, ``activities.mcp``): retried under the same key by an idempotent tool's policy;
-the last attempt's ends the step ``unknown``, as a dead worker leaves it."""
+"""ApplicationError type of a call whose effect is unknown (it was sent, and no answer of the
+server's own came back or could be read: ``activities.mcp``, ``activities.http_tool``): retried
+under the same key by an idempotent tool's policy; the last attempt's ends the step
+``unknown``, as a dead worker leaves it."""
 TOOL_ARGUMENTS_INVALID = "ToolArgumentsInvalid"
 """ApplicationError type of a tool call whose arguments fail the tool's model."""
 

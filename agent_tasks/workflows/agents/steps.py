@@ -131,12 +131,15 @@ class StepRunner:
         *,
         call_id: str | None = None,
         kind: StepKind = StepKind.TOOL,
+        full_length: int | None = None,
+        full_sha256: str | None = None,
     ) -> StepOutcome:
         """Run ``tool`` as the step ``name`` (memoized: a completed step returns its recorded
         result). A tool this agent may not call, or that no worker registered, fails the step
         with that as its result; so do arguments the tool's model refuses. The loop goes on.
         A tool that needs approval is asked about first, and its call runs as the person
         chose (``workflows.agents.approvals``; the task is ``awaiting_input`` meanwhile).
+        ``full_length``, ``full_sha256``: of the text ``arguments`` were cut from (``_call_event``).
 
         Raises:
             BudgetExceeded: ``max_tool_calls`` or ``max_seconds`` is spent.
@@ -170,11 +173,9 @@ class StepRunner:
             if budget is not None and self.runner.run.tool_calls >= budget:
                 raise BudgetExceeded("max_tool_calls", budget)
             self.runner.run.tool_calls += 1
-            call = EventInput(
-                kind=EventKind.TOOL_CALL, name=tool or None, call_id=call_id, payload=text
-            )
+            call, length = _call_event(tool, call_id, text, full_length, full_sha256)
             call_seq = self.runner.append(call, f"step/{name}/call").first_seq
-            refused = _refused_call(tool, text)
+            refused = _refused_call(tool, length)
             sent = text
         ended: tuple[StepState, str] | None = None
         if (
@@ -373,15 +374,37 @@ class StepRunner:
         return await self.model_turn()
 
 
-def _refused_call(tool: str, arguments: str) -> str | None:
+def _call_event(
+    tool: str, call_id: str | None, text: str, full_length: int | None, full_sha256: str | None
+) -> tuple[EventInput, int]:
+    """The ``tool_call`` event of a call whose arguments are ``text`` and the length of its
+    arguments: when ``text`` is a cut of a longer text (``full_length`` over its length,
+    ``ToolCall.arguments_full_length``), the event keeps the full text's length and SHA-256
+    and the length is the full text's (the call is then refused naming it)."""
+    kind, name = EventKind.TOOL_CALL, tool or None
+    if full_length is None or full_length <= len(text):
+        return EventInput(kind=kind, name=name, call_id=call_id, payload=text), len(text)
+    cut = EventInput(
+        kind=kind,
+        name=name,
+        call_id=call_id,
+        payload=text[:MAX_PAYLOAD_CHARS],
+        full_length=full_length,
+        full_sha256=full_sha256,
+    )
+    return cut, full_length
+
+
+def _refused_call(tool: str, length: int) -> str | None:
     """Why a tool call is not run (its step fails with this as its result, which the model
-    reads), or None: a call that names no tool, or whose arguments are longer than an event
-    holds (``MAX_PAYLOAD_CHARS``: they would reach the tool cut)."""
+    reads), or None: a call that names no tool, or whose arguments (``length`` characters, the
+    full text's) are longer than an event holds (``MAX_PAYLOAD_CHARS``: they would reach the
+    tool cut)."""
     if not tool:
         return "the call names no tool: call one of the tools offered, by name"
-    if len(arguments) > MAX_PAYLOAD_CHARS:
+    if length > MAX_PAYLOAD_CHARS:
         return (
-            f"the call's arguments are {len(arguments):,} characters; a tool call's arguments "
+            f"the call's arguments are {length:,} characters; a tool call's arguments "
             f"are at most {MAX_PAYLOAD_CHARS:,}: the tool was not run"
         )
     return None
