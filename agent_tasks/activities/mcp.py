@@ -62,6 +62,7 @@ from agent_tasks.activities.heartbeat import CANCEL_BEAT_S, heartbeating
 from agent_tasks.activities.http_tool import IDEMPOTENCY_HEADER
 from agent_tasks.activities.tools import output
 from agent_tasks.contract import McpCall, McpServer, ToolInput, ToolOutput, bound_text
+from agent_tasks.contract.errors import AgentTasksError
 from agent_tasks.workflows.agents.registry import (
     MCP_CALL_ACTIVITY,
     MCP_CLOSE_ACTIVITY,
@@ -217,7 +218,7 @@ def _cause(err: BaseException) -> str:
     return "; ".join(parts)[:1_000]
 
 
-class _Unreadable(Exception):
+class _Unreadable(AgentTasksError):
     """A transport fault that arrived while a call waited (``_Faults.watch``)."""
 
     def __init__(self, fault: Exception) -> None:
