@@ -23,6 +23,7 @@ from agent_tasks.contract import (
     EventInput,
     TaskStatus,
 )
+from agent_tasks.contract.errors import ErrorCode
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.starter.writes import split_events
 from agent_tasks.taskgraph.models import TaskFilter
@@ -533,7 +534,12 @@ async def worker_rss(bench: Bench, sizes: Sizes, rows: dict[str, Row], turn: int
             name = f"{WORKER_PROCESS_PREFIX}{history.task_queue}-{number}"
             assert (await history.create_task(name, "rss")).recorded
             bench.started.append(history.workflow_id(name))
-            assert (await history.record_events(name, events)).recorded
+            for _ in range(5):  # a first write whose key tree the loaded key store did not
+                # store within KEY_STORE_WAIT_S is refused, nothing sent: resent as documented
+                result = await history.record_events(name, events, request_id=name)
+                if result.error != ErrorCode.KEY_STORE_UNAVAILABLE:
+                    break
+            assert result.recorded, result
             await bench.mirrored(name, len(events))
 
     async def open_bare(queue: str, follow: Callable[[str], None] | None) -> None:
