@@ -77,6 +77,7 @@ def spent(pids: dict[str, list[int]]) -> dict[str, float]:
     return out
 
 
+# Long: one worker count's two measurements over the same worker processes, in order
 async def measure(
     bench: Bench, workers: int, writers: int, writes: int, batch: int, pg_pid: int | None
 ) -> list[dict[str, Any]]:
