@@ -32,6 +32,7 @@ from agent_tasks.devstack.redis_server import RedisServer
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.taskgraph.neo4j.graph import TaskGraph
 from bench.bare import start_bare
+from bench.mirror import MinimalMirror
 
 
 @dataclass(frozen=True)
@@ -84,17 +85,22 @@ class Row:
     ours: list[float] = field(default_factory=list)
     base: list[float] = field(default_factory=list)
     base_name: str = "bare"
+    mirror: list[float] = field(default_factory=list)
+    """Samples of the second baseline: bare Temporal with the least a mirror of the same
+    events into the graph store costs (``bench.mirror.MinimalMirror``); empty in the rows
+    that have none."""
     cpu: dict[str, dict[str, list[float]]] = field(default_factory=dict)
-    """CPU time per event (seconds) by side (``ours``, ``bare``) and process
+    """CPU time per event (seconds) by side (``ours``, ``bare``, ``mirror``) and process
     (``cpu_profile``), for the rows that profile it."""
 
     def samples(self, side: str) -> list[float]:
-        """The samples of ``side`` (``ours`` or ``bare``)."""
-        return self.ours if side == "ours" else self.base
+        """The samples of ``side`` (``ours``, ``bare`` or ``mirror``)."""
+        return {"ours": self.ours, "bare": self.base, "mirror": self.mirror}[side]
 
     def summary(self) -> dict[str, Any]:
-        """Medians, p95 and the ratio of the medians (ours / baseline)."""
-        ours, base = _p50(self.ours), _p50(self.base)
+        """Medians, p95 and the ratios of the medians (ours / baseline, ours / bare with the
+        minimal mirror)."""
+        ours, base, mirror = _p50(self.ours), _p50(self.base), _p50(self.mirror)
         return {
             "row": self.name,
             "unit": self.unit,
@@ -104,6 +110,9 @@ class Row:
             "base_p50": base,
             "base_p95": _p95(self.base),
             "ratio": ours / base if ours is not None and base else None,
+            "mirror_p50": mirror,
+            "mirror_p95": _p95(self.mirror),
+            "mirror_ratio": ours / mirror if ours is not None and mirror else None,
             "goal": self.goal,
             "n": len(self.ours),
             "cpu_ms": {
@@ -198,6 +207,13 @@ class Bench:
         self.queue = f"bench-{run}"
         self.bare_queue = f"bench-bare-{run}"
         self.project = f"bench-{run}"
+        self.mirror_project = f"bench-{run}-mirror"
+        """The project of the minimal mirror's tasks (``bench.mirror``)."""
+        self.mirror = MinimalMirror(
+            client, graph.driver, graph.database, self.mirror_project, "bench"
+        )
+        """The minimal mirror of the bare workflows of this process's rows (running while the
+        suite runs: ``MinimalMirror.running``)."""
         self.history = ConversationHistory(
             client,
             project_id=self.project,
@@ -230,43 +246,52 @@ class Bench:
         self.started.append(self.history.workflow_id(name))
         return name
 
-    async def bare(self, queue: str | None = None) -> Any:
-        """Start a bare workflow; returns its handle."""
+    async def bare(
+        self, queue: str | None = None, follow: Callable[[str], None] | None = None
+    ) -> Any:
+        """Start a bare workflow, followed by a minimal mirror when ``follow`` is given (this
+        process's, ``Bench.mirror.follow``, or a worker process's); returns its handle."""
         workflow_id = f"{self.bare_queue}/{uuid.uuid4().hex[:12]}"
         self.started.append(workflow_id)
-        return await start_bare(self.plain, workflow_id, queue or self.bare_queue)
+        handle = await start_bare(self.plain, workflow_id, queue or self.bare_queue)
+        if follow is not None:
+            follow(workflow_id)
+        return handle
 
     async def mirrored(self, name: str, seq: int) -> None:
         """Wait until Neo4j holds the task's events up to ``seq`` (polled every 20 ms)."""
-        while await self.mirrored_seq(name) < seq:  # noqa: ASYNC110 (Neo4j is polled)
-            await asyncio.sleep(0.02)
+        await self.held(self.history.workflow_id(name), seq)
 
-    async def mirrored_seq(self, name: str) -> int:
-        """The task's mirror watermark in Neo4j (0 before its first event)."""
-        records, _, _ = await self.graph.driver.execute_query(
-            "MATCH (t:Task {key: $key}) RETURN coalesce(t.mirrored_seq, 0) AS s",
-            key=self.history.workflow_id(name),
-            database_=self.graph.database,
-        )
-        return int(records[0]["s"]) if records else 0
+    async def held(self, key: str, seq: int) -> None:
+        """Wait until Neo4j holds the events of the task node ``key`` (a task's workflow id,
+        or a bare workflow's id for the minimal mirror) up to ``seq`` (polled every 20 ms)."""
+        while (await self.held_seqs([key]))[key] < seq:  # noqa: ASYNC110 (Neo4j is polled)
+            await asyncio.sleep(0.02)
 
     async def mirrored_seqs(self, names: list[str]) -> dict[str, int]:
         """The mirror watermarks of some tasks in Neo4j, by name (0 before a first event), in
         one read."""
         keys = {self.history.workflow_id(name): name for name in names}
+        held = await self.held_seqs(list(keys))
+        return {name: held[key] for key, name in keys.items()}
+
+    async def held_seqs(self, keys: list[str]) -> dict[str, int]:
+        """The mirror watermarks (``mirrored_seq``) of some task nodes by key (0 before a
+        first event), in one read."""
         records, _, _ = await self.graph.driver.execute_query(
             "MATCH (t:Task) WHERE t.key IN $keys "
             "RETURN t.key AS k, coalesce(t.mirrored_seq, 0) AS s",
-            keys=list(keys),
+            keys=keys,
             database_=self.graph.database,
         )
-        held = {keys[r["k"]]: int(r["s"]) for r in records}
-        return {name: held.get(name, 0) for name in names}
+        held = {r["k"]: int(r["s"]) for r in records}
+        return {key: held.get(key, 0) for key in keys}
 
     async def settle(self) -> None:
         """Wait until Neo4j holds every write of every task of ours this run started (at most
-        ``SETTLE_S`` each), so that a row starts with our worker as idle as the bare one is,
-        not still mirroring what the rows before it wrote."""
+        ``SETTLE_S`` each), and the minimal mirror has written what it took, so that a row
+        starts with our worker as idle as the bare one is, not still mirroring what the rows
+        before it wrote."""
         prefix = self.history.workflow_id("x")[:-1]
         names = [  # a worker process's tasks waited for their mirror in their row, whose
             # worker is gone (a read of their view would find no worker)
@@ -281,6 +306,7 @@ class Bench:
                 await self.history.wait_mirrored(name, timeout_s=SETTLE_S)
 
         await asyncio.gather(*(one(name) for name in names))
+        await self.mirror.settled()
 
     async def cleanup(self) -> None:
         """Terminate every workflow the run started (they would stay open on the server)."""
@@ -305,11 +331,17 @@ def event_json(events: list[EventInput]) -> list[dict[str, Any]]:
 
 
 Side = Callable[[], Awaitable[None]]
+SIDES = ("ours", "bare", "mirror")
+"""The sides of a row: the product, bare Temporal, and bare Temporal with the minimal mirror
+(``bench.mirror``)."""
 
 
-async def both(first: str, ours: Side, bare: Side) -> None:
-    """Run one block of ours and one of the baseline, ``first`` (``ours`` or ``bare``) first."""
-    for side in (ours, bare) if first == "ours" else (bare, ours):
+async def in_turn(turn: int, *sides: Side) -> None:
+    """Run one block of each side (ours, the baseline, and bare with the minimal mirror where
+    the row has it), in an order that rotates with ``turn`` (the round's number): each side
+    comes first, second and last in turn, so the machine's drift falls on all alike."""
+    start = turn % len(sides)
+    for side in sides[start:] + sides[:start]:
         await side()
 
 

@@ -1,5 +1,5 @@
 """The rows of ``python -m bench``: each measures ours and its floor in alternating blocks
-(``bench.harness.both``); ``bench.suite`` runs them."""
+(``bench.harness.in_turn``); ``bench.suite`` runs them."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from agent_tasks.contract import (
     EventInput,
     TaskStatus,
 )
+from agent_tasks.contract.errors import ErrorCode
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.starter.writes import split_events
 from agent_tasks.taskgraph.models import TaskFilter
@@ -33,13 +34,14 @@ from bench.bare import BareSteps, BareWorkflow
 from bench.bench_step import per_step
 from bench.harness import (
     SETTLE_S,
+    SIDES,
     WORKER_PROCESS_PREFIX,
     Bench,
     Row,
     Sizes,
-    both,
     cpu_profile,
     event_json,
+    in_turn,
     replace_queue,
     rss_kib,
     timed,
@@ -47,12 +49,12 @@ from bench.harness import (
 )
 
 
-async def single_writes(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: str) -> None:
+async def single_writes(bench: Bench, sizes: Sizes, rows: dict[str, Row], turn: int) -> None:
     """Quiet and back-to-back single writes, and CPU per write (back to back, until
-    mirrored)."""
+    mirrored: ours, and bare with the minimal mirror)."""
     events = transcript(sizes.writes)
     name = await bench.task()
-    handle = await bench.bare()
+    handles = {"bare": await bench.bare(), "mirror": await bench.bare(follow=bench.mirror.follow)}
 
     async def write_ours(pause: float) -> list[float]:
         took = []
@@ -61,29 +63,29 @@ async def single_writes(bench: Bench, sizes: Sizes, rows: dict[str, Row], first:
             took.append(await timed(bench.history.record_events(name, [event])))
         return took
 
-    async def write_bare(pause: float) -> list[float]:
+    async def write_bare(side: str, pause: float) -> list[float]:
         took = []
         for event in event_json(events):
             await asyncio.sleep(pause)
-            took.append(await timed(handle.execute_update(BareWorkflow.append, [event])))
+            took.append(await timed(handles[side].execute_update(BareWorkflow.append, [event])))
         return took
 
-    async def cpu_ours() -> list[float]:
-        took = await write_ours(0.0)
-        view = (await bench.history.get_task(name)).view
-        assert view is not None
-        await bench.mirrored(name, view.last_seq)
-        return took
-
-    async def block(write: Callable[[float], Awaitable[list[float]]], side: str) -> None:
+    async def block(side: str) -> None:
+        write = write_ours if side == "ours" else partial(write_bare, side)
         rows["quiet"].samples(side).extend(await write(sizes.pause_s))
         cpu = rows["cpu"]
         with cpu_profile(bench, cpu, side, len(events)):
-            rows["b2b"].samples(side).extend(await (cpu_ours() if side == "ours" else write(0.0)))
-            await asyncio.sleep(0.3)  # the same settling time for both
+            rows["b2b"].samples(side).extend(await write(0.0))
+            if side == "ours":
+                view = (await bench.history.get_task(name)).view
+                assert view is not None
+                await bench.mirrored(name, view.last_seq)
+            elif side == "mirror":  # the quiet writes and these, so far this round
+                await bench.held(handles[side].id, 2 * len(events))
+            await asyncio.sleep(0.3)  # the same settling time for all
         cpu.samples(side).append(sum(spent[-1] for spent in cpu.cpu[side].values()))
 
-    await both(first, lambda: block(write_ours, "ours"), lambda: block(write_bare, "bare"))
+    await in_turn(turn, *(partial(block, side) for side in SIDES))
 
 
 async def import_ours(
@@ -96,22 +98,26 @@ async def import_ours(
     row.ours.append(len(events) / took)
 
 
-async def import_bare(handle: Any, bench: Bench, events: list[EventInput], row: Row) -> None:
-    """The same chunks (``split_events``) as updates of the bare workflow ``handle``."""
+async def import_bare(
+    handle: Any, bench: Bench, events: list[EventInput], row: Row, side: str = "bare"
+) -> None:
+    """The same chunks (``split_events``) as updates of the bare workflow ``handle`` (one
+    followed by the minimal mirror for ``side`` ``mirror``)."""
     chunks = [event_json(chunk) for chunk in split_events(events)]
 
     async def send() -> None:
         for chunk in chunks:
             await handle.execute_update(BareWorkflow.append, chunk)
 
-    with cpu_profile(bench, row, "bare", len(events)):
+    with cpu_profile(bench, row, side, len(events)):
         took = await timed(send())
-    row.base.append(len(events) / took)
+    row.samples(side).append(len(events) / took)
 
 
-async def batch_and_replay(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: str) -> None:
+async def batch_and_replay(bench: Bench, sizes: Sizes, rows: dict[str, Row], turn: int) -> None:
     """``batch_events`` events into one task by ``record_events`` against the same chunks as
-    bare updates; then the replay of each history (every run of the task)."""
+    bare updates (and as bare updates the minimal mirror follows); then the replay of each
+    history (every run of the task, the bare workflow's)."""
     events = transcript(sizes.batch_events)
 
     async def ours() -> None:
@@ -130,7 +136,11 @@ async def batch_and_replay(bench: Bench, sizes: Sizes, rows: dict[str, Row], fir
         await import_bare(handle, bench, events, rows["batch"])
         rows["replay"].base.append(await _replay([await handle.fetch_history()], BareWorkflow))
 
-    await both(first, ours, bare)
+    async def mirror() -> None:
+        handle = await bench.bare(follow=bench.mirror.follow)
+        await import_bare(handle, bench, events, rows["batch"], "mirror")
+
+    await in_turn(turn, ours, bare, mirror)
 
 
 async def _replay(histories: list[WorkflowHistory], workflow: type) -> float:
@@ -158,20 +168,23 @@ async def write_ours(
     row.ours.append(total / took)
 
 
-async def write_bare(bench: Bench, handles: list[Any], events: list[EventInput], row: Row) -> None:
-    """The same into bare workflows, one update per event."""
+async def write_bare(
+    bench: Bench, handles: list[Any], events: list[EventInput], row: Row, side: str = "bare"
+) -> None:
+    """The same into bare workflows, one update per event (followed by the minimal mirror
+    for ``side`` ``mirror``)."""
 
     async def append(handle: Any) -> None:
         for event in event_json(events):
             await handle.execute_update(BareWorkflow.append, [event])
 
     total = len(handles) * len(events)
-    with cpu_profile(bench, row, "bare", total):
+    with cpu_profile(bench, row, side, total):
         took = await timed(asyncio.gather(*map(append, handles)))
-    row.base.append(total / took)
+    row.samples(side).append(total / took)
 
 
-async def writers(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: str) -> None:
+async def writers(bench: Bench, sizes: Sizes, rows: dict[str, Row], turn: int) -> None:
     """``writers`` writers, each on its own task, single events back to back."""
     events = transcript(sizes.writer_events)
 
@@ -179,31 +192,39 @@ async def writers(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: str) 
         names = [await bench.task() for _ in range(sizes.writers)]
         await write_ours(bench, bench.history, names, events, rows["writers"])
 
-    async def bare() -> None:
-        handles = [await bench.bare() for _ in range(sizes.writers)]
-        await write_bare(bench, handles, events, rows["writers"])
+    async def bare(side: str) -> None:
+        follow = bench.mirror.follow if side == "mirror" else None
+        handles = [await bench.bare(follow=follow) for _ in range(sizes.writers)]
+        await write_bare(bench, handles, events, rows["writers"], side)
 
-    await both(first, ours, bare)
+    await in_turn(turn, ours, partial(bare, "bare"), partial(bare, "mirror"))
 
 
-async def workers_apart(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: str) -> None:
+async def workers_apart(bench: Bench, sizes: Sizes, rows: dict[str, Row], turn: int) -> None:
     """The batch import and the writers again with each side's worker in a process of its
-    own (``worker_process``), so this process holds the clients alone, as an app and its
-    workers are deployed; the CPU profile gives the worker a column of its own. Our tasks are
-    mirrored before their worker stops."""
+    own (``worker_process``; bare with the minimal mirror: the bare worker and the mirror in
+    one), so this process holds the clients alone, as an app and its workers are deployed;
+    the CPU profile gives the worker a column of its own. Our tasks, and the minimal mirror's,
+    are mirrored before their worker stops."""
     batch = transcript(sizes.batch_events)
     events = transcript(sizes.writer_events)
 
     async def block(side: str) -> None:
         queue = f"{bench.queue}-apart-{side}"
         history = replace_queue(bench.history, queue)
-        async with worker_process(side, queue, bench.worker_env) as pid:
-            bench.server_pids["worker"] = pid
+        async with worker_process(side, queue, bench.worker_env, bench.mirror_project) as worker:
+            bench.server_pids["worker"] = worker.pid
             try:
-                if side == "bare":
-                    await import_bare(await bench.bare(queue), bench, batch, rows["batch_apart"])
-                    handles = [await bench.bare(queue) for _ in range(sizes.writers)]
-                    await write_bare(bench, handles, events, rows["writers_apart"])
+                if side != "ours":
+                    follow = worker.follow if side == "mirror" else None
+                    handle = await bench.bare(queue, follow)
+                    await import_bare(handle, bench, batch, rows["batch_apart"], side)
+                    handles = [await bench.bare(queue, follow) for _ in range(sizes.writers)]
+                    await write_bare(bench, handles, events, rows["writers_apart"], side)
+                    if side == "mirror":
+                        await bench.held(handle.id, len(batch))
+                        for each in handles:
+                            await bench.held(each.id, len(events))
                     return
                 name = await apart_task(bench, history)
                 await import_ours(bench, history, name, batch, rows["batch_apart"])
@@ -214,7 +235,7 @@ async def workers_apart(bench: Bench, sizes: Sizes, rows: dict[str, Row], first:
             finally:
                 del bench.server_pids["worker"]
 
-    await both(first, lambda: block("ours"), lambda: block("bare"))
+    await in_turn(turn, *(partial(block, side) for side in SIDES))
 
 
 async def apart_task(bench: Bench, history: ConversationHistory) -> str:
@@ -242,10 +263,11 @@ FOREACH (p IN CASE WHEN previous IS NULL THEN [] ELSE [previous] END | MERGE (p)
 merged on its key and linked after the previous one, in one write transaction."""
 
 
-async def neo4j_ledger(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: str) -> None:
+async def neo4j_ledger(bench: Bench, sizes: Sizes, rows: dict[str, Row], turn: int) -> None:
     """The same transcript written one event per write: ours by update, a Neo4j-only ledger
-    by one write transaction each; then Temporal's floor of such a ledger (bare updates, one
-    event each) against the Neo4j-only ledger again."""
+    by one write transaction each, bare updates followed by the minimal mirror; then
+    Temporal's floor of such a ledger (bare updates, one event each) against the Neo4j-only
+    ledger again."""
     events = transcript(sizes.transcript_events)
 
     async def ours() -> None:
@@ -255,12 +277,12 @@ async def neo4j_ledger(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: 
             assert (await bench.history.record_events(name, [event])).recorded
         rows["ledger"].ours.append(len(events) / (time.perf_counter() - started))
 
-    async def floor() -> None:
-        handle = await bench.bare()
+    async def floor(row: list[float], follow: Callable[[str], None] | None = None) -> None:
+        handle = await bench.bare(follow=follow)
         started = time.perf_counter()
         for event in event_json(events):
             await handle.execute_update(BareWorkflow.append, [event])
-        rows["floor"].ours.append(len(events) / (time.perf_counter() - started))
+        row.append(len(events) / (time.perf_counter() - started))
 
     async def ledger(row: Row) -> None:
         key = f"ledger/{bench.project}/{uuid.uuid4().hex[:8]}"
@@ -275,72 +297,88 @@ async def neo4j_ledger(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: 
                 await session.execute_write(write, event)
         row.base.append(len(events) / (time.perf_counter() - started))
 
-    await both(first, ours, partial(ledger, rows["ledger"]))
-    await both(first, floor, partial(ledger, rows["floor"]))
+    mirrored = partial(floor, rows["ledger"].mirror, bench.mirror.follow)
+    await in_turn(turn, ours, partial(ledger, rows["ledger"]), mirrored)
+    await in_turn(turn, partial(floor, rows["floor"].ours), partial(ledger, rows["floor"]))
 
 
-async def mirror_lag(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: str) -> None:
+async def mirror_lag(bench: Bench, sizes: Sizes, rows: dict[str, Row], turn: int) -> None:
     """100 events/s into one task as 20 writes/s of 5 events, then ``writers`` writers on a
-    task each, single events back to back: each write's time from sent to visible in Neo4j
-    (ours), and from sent to acknowledged (the baseline: nothing is visible before it is
-    acknowledged), for ``lag_s`` each. Neo4j is polled every 10 ms (one read for all the
-    tasks). One block serves both."""
-    name = await bench.task()
-    batch = transcript(5)
+    task each, single events back to back: each write's time from sent to visible in Neo4j,
+    ours and bare writes the minimal mirror follows (``bench.mirror``), and from sent to
+    acknowledged (the baseline: nothing is visible before it is acknowledged), for ``lag_s``
+    each. Neo4j is polled every 10 ms (one read for all the tasks)."""
+    batch, one = transcript(5), transcript(1)
 
-    async def paced(lag: Row, sent: Written) -> None:
-        start = time.perf_counter()
-        for number in range(round(sizes.lag_s * 20)):
-            await asyncio.sleep(max(0.0, start + number * 0.05 - time.perf_counter()))
-            began = time.perf_counter()
-            result = await bench.history.record_events(name, batch)
-            lag.base.append(time.perf_counter() - began)
-            assert result.last_seq is not None
-            sent[name, result.last_seq] = began
+    async def ours() -> None:
+        name = await bench.task()
+        names = [await bench.task() for _ in range(sizes.writers)]
 
-    names = [await bench.task() for _ in range(sizes.writers)]
-    one = transcript(1)
-
-    async def writers(lag: Row, sent: Written) -> None:
-        end = time.perf_counter() + sizes.lag_s
-
-        async def writer(task: str) -> None:
-            while time.perf_counter() < end:
+        def writer(task: str, events: list[EventInput], row: Row) -> Write:
+            async def write() -> int:
                 began = time.perf_counter()
-                result = await bench.history.record_events(task, one)
-                lag.base.append(time.perf_counter() - began)
+                result = await bench.history.record_events(task, events)
+                row.base.append(time.perf_counter() - began)
                 assert result.last_seq is not None
-                sent[task, result.last_seq] = began
+                return result.last_seq
 
-        await asyncio.gather(*(writer(task) for task in names))
+            return bench.history.workflow_id(task), write
 
-    rows["lag"].ours += await _lag(bench, [name], partial(paced, rows["lag"]))
-    rows["writers_lag"].ours += await _lag(bench, names, partial(writers, rows["writers_lag"]))
+        rows["lag"].ours += await _lag(bench, [writer(name, batch, rows["lag"])], sizes, True)
+        many = [writer(task, one, rows["writers_lag"]) for task in names]
+        rows["writers_lag"].ours += await _lag(bench, many, sizes, False)
+
+    async def mirror() -> None:
+        handle = await bench.bare(follow=bench.mirror.follow)
+        handles = [await bench.bare(follow=bench.mirror.follow) for _ in range(sizes.writers)]
+
+        def writer(handle: Any, events: list[EventInput]) -> Write:
+            sent = event_json(events)
+
+            async def write() -> int:
+                return int(await handle.execute_update(BareWorkflow.append, sent))
+
+            return handle.id, write
+
+        rows["lag"].mirror += await _lag(bench, [writer(handle, batch)], sizes, True)
+        many = [writer(each, one) for each in handles]
+        rows["writers_lag"].mirror += await _lag(bench, many, sizes, False)
+
+    await in_turn(turn, ours, mirror)
 
 
-Written = dict[tuple[str, int], float]
-"""When each write was sent (``time.perf_counter``), by task name and its last seq."""
+Write = tuple[str, Callable[[], Awaitable[int]]]
+"""A task's node key in Neo4j and a write to it, which returns the task's newest seq."""
 
 
-async def _lag(
-    bench: Bench, tasks: list[str], write: Callable[[Written], Awaitable[None]]
-) -> list[float]:
-    """Send writes to ``tasks`` (``write``, which enters each in the dict it is given as it is
-    sent) while Neo4j is polled every 10 ms; returns each write's time from sent to visible
-    there."""
-    seen: Written = {}
-    sent: Written = {}
+async def _lag(bench: Bench, writers: list[Write], sizes: Sizes, paced: bool) -> list[float]:
+    """Send writes for ``lag_s`` (``paced``: 20 a second from the one writer; else each
+    writer back to back) while Neo4j is polled every 10 ms; returns each write's time from
+    sent to visible there (its seq at the node's ``mirrored_seq``)."""
+    seen: dict[tuple[str, int], float] = {}
+    sent: dict[tuple[str, int], float] = {}
     done = asyncio.Event()
+    keys = [key for key, _ in writers]
 
     async def poll() -> None:
         while not done.is_set() or len(seen) < len(sent):
-            marks = await bench.mirrored_seqs(tasks)
+            marks = await bench.held_seqs(keys)
             now = time.perf_counter()
             seen.update((w, now) for w in sent if w[1] <= marks[w[0]] and w not in seen)
             await asyncio.sleep(0.01)
 
+    async def each(key: str, write: Callable[[], Awaitable[int]]) -> None:
+        start = time.perf_counter()
+        number = 0
+        while time.perf_counter() < start + sizes.lag_s:
+            if paced:
+                await asyncio.sleep(max(0.0, start + number * 0.05 - time.perf_counter()))
+                number += 1
+            began = time.perf_counter()
+            sent[key, await write()] = began
+
     poller = asyncio.create_task(poll())
-    await write(sent)
+    await asyncio.gather(*(each(key, write) for key, write in writers))
     done.set()
     await asyncio.wait_for(poller, 120)
     return [seen[w] - began for w, began in sent.items()]
@@ -379,7 +417,7 @@ async def seed_tasks(bench: Bench, count: int) -> str:
 
 
 async def list_by_status(
-    bench: Bench, sizes: Sizes, rows: dict[str, Row], first: str, *, project: str
+    bench: Bench, sizes: Sizes, rows: dict[str, Row], turn: int, *, project: str
 ) -> None:
     """Pages of 50 ``done`` tasks in name order: ``find_tasks`` against the hand-written
     Cypher of that one filter (its best form: ordered by the properties of the index on
@@ -411,10 +449,10 @@ async def list_by_status(
         cursor["bare"] = records[-1]["t"]["name"] if len(records) == 50 else ""
 
     for _ in range(sizes.list_reads):
-        await both(first, ours, cypher)
+        await in_turn(turn, ours, cypher)
 
 
-async def one_step(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: str) -> None:
+async def one_step(bench: Bench, sizes: Sizes, rows: dict[str, Row], turn: int) -> None:
     """An agent task of ``steps`` steps of the echo tool (``bench.bench_step``: each step its
     tool_call event and in_progress, the tool's activity, tool_result and completed) against a
     workflow running as many bare activities; the time per step, from each history."""
@@ -434,18 +472,36 @@ async def one_step(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: str)
         seconds, _ = await per_step(bench.plain, workflow_id, sizes.steps)
         rows["step"].base.append(seconds)
 
-    await both(first, ours, bare)
+    await in_turn(turn, ours, bare)
+
+
+class WorkerProcess:
+    """A worker in a process of its own (``bench.rss_worker``): its pid, and for a ``mirror``
+    worker the workflows its minimal mirror follows (``follow``)."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+        self.pid = process.pid
+
+    def follow(self, workflow_id: str) -> None:
+        """Have the worker's minimal mirror follow ``workflow_id`` (a line on its input)."""
+        assert self.process.stdin is not None
+        self.process.stdin.write(f"{workflow_id}\n".encode())
 
 
 @asynccontextmanager
-async def worker_process(kind: str, queue: str, env: dict[str, str]) -> AsyncIterator[int]:
-    """A worker in a process of its own (``bench.rss_worker``); yields its pid."""
+async def worker_process(
+    kind: str, queue: str, env: dict[str, str], project: str = "bench-mirror"
+) -> AsyncIterator[WorkerProcess]:
+    """A worker in a process of its own (``bench.rss_worker``; a ``mirror`` worker's minimal
+    mirror writes under ``project``)."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "bench.rss_worker",
         kind,
         queue,
+        project,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         env=env,
@@ -454,7 +510,7 @@ async def worker_process(kind: str, queue: str, env: dict[str, str]) -> AsyncIte
         assert process.stdout is not None
         line = await asyncio.wait_for(process.stdout.readline(), 60)
         assert line.strip() == b"ready", line
-        yield process.pid
+        yield WorkerProcess(process)
     finally:
         assert process.stdin is not None
         process.stdin.close()
@@ -465,9 +521,11 @@ async def worker_process(kind: str, queue: str, env: dict[str, str]) -> AsyncIte
             await process.wait()
 
 
-async def worker_rss(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: str) -> None:
+async def worker_rss(bench: Bench, sizes: Sizes, rows: dict[str, Row], turn: int) -> None:
     """The resident memory a worker process gains per open task it holds (``rss_tasks``
-    tasks of ``rss_events`` events each, 20 opened at a time), ours against bare."""
+    tasks of ``rss_events`` events each, 20 opened at a time), ours against bare (and bare
+    with the minimal mirror, which tails each open workflow's history, in the same
+    process)."""
     events = transcript(sizes.rss_events)
     gate = asyncio.Semaphore(20)
 
@@ -476,27 +534,35 @@ async def worker_rss(bench: Bench, sizes: Sizes, rows: dict[str, Row], first: st
             name = f"{WORKER_PROCESS_PREFIX}{history.task_queue}-{number}"
             assert (await history.create_task(name, "rss")).recorded
             bench.started.append(history.workflow_id(name))
-            assert (await history.record_events(name, events)).recorded
+            for _ in range(5):  # a first write whose key tree the loaded key store did not
+                # store within KEY_STORE_WAIT_S is refused, nothing sent: resent as documented
+                result = await history.record_events(name, events, request_id=name)
+                if result.error != ErrorCode.KEY_STORE_UNAVAILABLE:
+                    break
+            assert result.recorded, result
             await bench.mirrored(name, len(events))
 
-    async def open_bare(queue: str, number: int) -> None:
+    async def open_bare(queue: str, follow: Callable[[str], None] | None) -> None:
         async with gate:
-            handle = await bench.bare(queue)
+            handle = await bench.bare(queue, follow)
             await handle.execute_update(BareWorkflow.append, event_json(events))
+            if follow is not None:
+                await bench.held(handle.id, len(events))
 
     async def block(side: str) -> None:
         queue = f"{bench.queue}-rss-{side}"
         history = replace_queue(bench.history, queue)
-        async with worker_process(side, queue, bench.worker_env) as pid:
+        async with worker_process(side, queue, bench.worker_env, bench.mirror_project) as worker:
             await asyncio.sleep(1.0)
-            before = rss_kib(pid)
+            before = rss_kib(worker.pid)
+            follow = worker.follow if side == "mirror" else None
             await asyncio.gather(
                 *(
-                    open_ours(history, n) if side == "ours" else open_bare(queue, n)
+                    open_ours(history, n) if side == "ours" else open_bare(queue, follow)
                     for n in range(sizes.rss_tasks)
                 )
             )
             await asyncio.sleep(1.0)
-            rows["rss"].samples(side).append((rss_kib(pid) - before) / sizes.rss_tasks)
+            rows["rss"].samples(side).append((rss_kib(worker.pid) - before) / sizes.rss_tasks)
 
-    await both(first, lambda: block("ours"), lambda: block("bare"))
+    await in_turn(turn, *(partial(block, side) for side in SIDES))

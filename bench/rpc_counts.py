@@ -22,7 +22,6 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
 
 from temporalio.client import Client
 from temporalio.runtime import MetricBuffer, Runtime, TelemetryConfig
@@ -34,7 +33,7 @@ from agent_tasks.plugin import AgentTasksPlugin
 from agent_tasks.taskgraph.port import GraphStore
 from agent_tasks.worker import build_worker, open_graph
 from bench.bare import bare_worker
-from bench.harness import Bench, cpu_seconds, replace_queue, transcript
+from bench.harness import Bench, Row, cpu_seconds, replace_queue, transcript
 from bench.rows import apart_task, worker_process, write_bare, write_ours
 
 WRITERS = 20
@@ -55,7 +54,7 @@ async def _side(
     ``queue`` (ours: mirrored before it returns); returns the writes per second. Calls
     ``phase`` with each phase's name as it ends (``create``, ``writes``, ``mirror``)."""
     events = transcript(writes // WRITERS)
-    row: Any = type("R", (), {"ours": [], "base": [], "cpu": {}})()
+    row = Row("writes", "events/s", "")
     if side == "ours":
         history = replace_queue(bench.history, queue)
         names = [await apart_task(bench, history) for _ in range(WRITERS)]
@@ -105,10 +104,11 @@ async def _cpu(bench: Bench, side: str, writes: int) -> None:
     ``bench.server_pids``), from the writes' start to their mirror."""
     queue = f"{bench.queue}-{side}"
     marks: dict[str, tuple[dict[str, float], float]] = {}
-    async with worker_process(side, queue, {**os.environ}) as pid:
+    async with worker_process(side, queue, {**os.environ}) as worker:
 
         def mark(name: str) -> None:
-            marks[name] = (cpu_seconds({"worker": pid, **bench.server_pids}), time.perf_counter())
+            pids = {"worker": worker.pid, **bench.server_pids}
+            marks[name] = (cpu_seconds(pids), time.perf_counter())
 
         rate = await _side(bench, side, queue, writes, mark)
         mark("end")

@@ -4,7 +4,9 @@ codec in ``tests/workflows/test_replay.py``.)"""
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import zlib
 
 import pytest
@@ -70,3 +72,23 @@ async def test_the_converter_compresses_a_batch_of_events() -> None:
     assert len(payload.data) * 4 < len(batch.model_dump_json())
     (decoded,) = await DATA_CONVERTER.decode([payload], [RecordEventsInput])
     assert decoded == batch
+
+
+def _huffman(raw: bytes) -> bytes:
+    coder = zlib.compressobj(1, strategy=zlib.Z_HUFFMAN_ONLY)
+    return coder.compress(raw) + coder.flush()
+
+
+async def test_sealed_text_is_coded_by_huffman_alone_and_plain_text_at_level_1() -> None:
+    # base64 of random bytes, as a batch of sealed events carries: it barely compresses, so
+    # the search for repeats (8.9 ms for 200 sealed events at level 1, 3.5 ms by Huffman
+    # alone, 0.67 against 0.76 of the size, measured in issue 46) is skipped
+    dense = json_payload(base64.b64encode(os.urandom(30_000)).decode())
+    text = json_payload("tool output line\n" * 2_000)
+    (sealed, plain) = await ZlibCodec().encode([dense, text])
+    assert sealed.metadata["encoding"] == plain.metadata["encoding"] == ENCODING
+    assert sealed.data == _huffman(dense.SerializeToString())
+    assert plain.data == zlib.compress(text.SerializeToString(), 1)
+    # the same stream format: the decoder of every earlier version reads both
+    assert Payload.FromString(zlib.decompress(sealed.data)) == dense
+    assert await ZlibCodec().decode([sealed, plain]) == [dense, text]

@@ -41,6 +41,7 @@ from agent_tasks.sealing.keytree import (
     SECRET_BYTES,
     Frontier,
     key_id,
+    key_ids,
     new_root,
     new_tree_id,
 )
@@ -190,11 +191,12 @@ async def seal_events(
     if all(e.sealed is not None for e in events):
         return list(events)
     tree_id, frontier = await _tree(store, project_id, workflow_id)
+    ids = key_ids(tree_id)
     sealed = []
     for event in events:
         if event.sealed is None:
             leaf, key = frontier.take()
-            event = seal(event, key, key_id(tree_id, leaf))
+            event = seal(event, key, ids(leaf))
         sealed.append(event)
     return sealed
 

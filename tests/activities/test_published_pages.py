@@ -12,6 +12,7 @@ page or a writer's word woke (which the tests count or name)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import uuid
@@ -27,6 +28,7 @@ from agent_tasks.broker import (
     RECONNECT_PAUSE_S,
     Broker,
     PublishedWrite,
+    Subscriber,
     page_channel,
     sign_page,
 )
@@ -35,6 +37,7 @@ from agent_tasks.devstack import free_port
 from agent_tasks.devstack.redis_server import RedisServer
 from agent_tasks.sealing.seal import page_signer
 from agent_tasks.starter.client import ConversationHistory
+from agent_tasks.starter.pages import PAGE_EVENTS
 from agent_tasks.taskgraph.neo4j.graph import TaskGraph
 from agent_tasks.worker import Services, build_worker
 from agent_tasks.workflows.task import TaskWorkflow
@@ -252,6 +255,48 @@ async def test_a_writers_other_write_makes_the_follower_poll_at_once(
     step = await graph.reads.step(publishing.project_id, publishing.workflow_id("t"), "fetch")
     assert step is not None and step.state.value == "in_progress"
     await same_view(client, graph, publishing)
+
+
+async def test_a_large_write_publishes_a_word_to_poll_and_its_poll_brings_it(
+    services: Services,
+    client: Client,
+    graph: TaskGraph,
+    publishing: ConversationHistory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A write of more than ``PAGE_EVENTS`` events is not published as its page (serializing,
+    signing and parsing 200 events cost the writer and the worker more than the long poll it
+    spares: issue 46) but as a word to poll, which brings it from the history at once; a
+    write of ``PAGE_EVENTS`` events still goes as its page."""
+    stretch(monkeypatch, "MIRROR_FOLLOW_GAP", "MIRROR_FOLLOW_IDLE")
+    await pages_flowing(publishing)
+    assert services.broker is not None
+    heard: list[str] = []
+    subscriber = Subscriber(services.broker)
+    reading = asyncio.ensure_future(subscriber.run())
+    try:
+        channel = page_channel(publishing.workflow_id("t"))
+        await subscriber.add(channel, lambda message: heard.append(message.type))
+        large = [{"kind": "message", "payload": f"b{n}"} for n in range(PAGE_EVENTS + 1)]
+        assert (await publishing.record_events("t", large)).recorded
+        await mirrored(publishing, "t", WITHIN_S)
+        most = [{"kind": "message", "payload": f"c{n}"} for n in range(PAGE_EVENTS)]
+        assert (await publishing.record_events("t", most)).recorded
+        await mirrored(publishing, "t", WITHIN_S)
+        await eventually(lambda: _count(heard, 2), WITHIN_S)
+    finally:
+        reading.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reading
+        await subscriber.close()
+    assert heard == ["poll", "page"]
+    expected = ["m1", "m2", "m3", *(e["payload"] for e in large), *(e["payload"] for e in most)]
+    assert await stored(graph, publishing, "t") == expected
+    await same_view(client, graph, publishing)
+
+
+async def _count(heard: list[str], count: int) -> bool:
+    return len(heard) >= count
 
 
 async def test_a_page_that_does_not_follow_makes_the_follower_poll_at_once(

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
-from bench.harness import Row, cpu_seconds
+from bench.harness import Row, cpu_seconds, in_turn
 from bench.suite import FULL, QUICK, make_rows
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,6 +38,12 @@ def test_quick_run_with_tiny_sizes_fills_every_row() -> None:
     for row in report["rows"]:
         for key in ("ours_p50", "ours_p95", "base_p50", "base_p95", "ratio"):
             assert isinstance(row[key], float) and row[key] > 0, (row["row"], key, row[key])
+    mirrored = [row["row"] for row in report["rows"] if row["mirror_ratio"] is not None]
+    assert mirrored == [  # every write row against bare with the minimal mirror too
+        row.name
+        for key, row in make_rows(QUICK.scaled(0.05)).items()
+        if key not in ("floor", "list", "replay", "step")
+    ]
     profiled = {row["row"]: row["cpu_ms"] for row in report["rows"] if row["cpu_ms"]}
     assert sorted(profiled) == sorted(
         row.name
@@ -45,7 +53,7 @@ def test_quick_run_with_tiny_sizes_fills_every_row() -> None:
     for name, sides in profiled.items():  # this process and the bench's own Temporal server
         # (CPU time counts in clock ticks: a tiny block may spend none in one process)
         apart = ["worker"] if "apart" in name else []
-        assert sorted(sides) == ["bare", "ours"]
+        assert sorted(sides) == ["bare", "mirror", "ours"]
         for spent in sides.values():
             assert {"bench", "temporal", *apart} <= spent.keys() and min(spent.values()) >= 0
         assert sum(sides["ours"].values()) > 0, name
@@ -53,14 +61,38 @@ def test_quick_run_with_tiny_sizes_fills_every_row() -> None:
     assert {"cpu", "memory", "temporal server", "neo4j server"} <= report["machine"].keys()
 
 
-def test_summary_is_medians_p95_and_their_ratio() -> None:
-    row = Row("r", "ms", "", ours=[4.0, 1.0, 3.0, 2.0], base=[1.0, 1.0, 2.0])
+def test_summary_is_medians_p95_and_their_ratios() -> None:
+    row = Row("r", "ms", "", ours=[4.0, 1.0, 3.0, 2.0], base=[1.0, 1.0, 2.0], mirror=[5.0, 1.0])
     summary = row.summary()
     # median of 1..4 is 2.5; nearest-rank p95 of 4 values is the 4th; ratio of the medians
     assert (summary["ours_p50"], summary["ours_p95"]) == (2.5, 4.0)
     assert (summary["base_p50"], summary["base_p95"]) == (1.0, 2.0)
     assert summary["ratio"] == 2.5
+    assert (summary["mirror_p50"], summary["mirror_p95"], summary["mirror_ratio"]) == (
+        3,
+        5,
+        2.5 / 3,
+    )
     assert Row("empty", "ms", "").summary()["ratio"] is None
+    assert Row("no mirror", "ms", "", ours=[1.0]).summary()["mirror_ratio"] is None
+
+
+def test_sides_take_turns_first_second_and_last() -> None:
+    ran: list[str] = []
+
+    def side(name: str) -> Any:
+        async def run() -> None:
+            ran.append(name)
+
+        return run
+
+    for turn in range(3):
+        asyncio.run(in_turn(turn, side("ours"), side("bare"), side("mirror")))
+    assert ran == [
+        *("ours", "bare", "mirror"),
+        *("bare", "mirror", "ours"),
+        *("mirror", "ours", "bare"),
+    ]
 
 
 def test_scaled_sizes_keep_rounds_and_at_least_two_of_each() -> None:

@@ -20,6 +20,7 @@ from agent_tasks.sealing.keytree import (
     decode,
     encode,
     key_id,
+    key_ids,
     leaf_key,
     leaf_keys,
     new_root,
@@ -100,6 +101,17 @@ def test_key_ids_name_their_tree_and_leaf_as_version_8_uuids() -> None:
     assert key_id(tree, 0) == tree and new_tree_id() != tree
     assert parse_key_id(str(uuid.uuid4())) is None  # a single data key of before
     assert parse_key_id("not-a-uuid") is None
+
+
+def test_a_batchs_key_ids_are_the_uuids_of_their_tree_and_leaf() -> None:
+    tree = new_tree_id()
+    ids = key_ids(tree)
+    rng = random.Random(11)
+    for leaf in [0, 1, 2**16, 2**DEPTH - 2, 2**DEPTH - 1, *rng.sample(range(2**32), 200)]:
+        # written directly, not through uuid.UUID: the same text as the UUID's own
+        expected = uuid.UUID(int=(uuid.UUID(tree).int & ~(2**32 - 1)) | leaf)
+        assert ids(leaf) == str(expected) == key_id(tree, leaf)
+        assert parse_key_id(ids(leaf)) == (tree, leaf)
 
 
 @pytest.mark.parametrize("leaf", [0, 5, 2**DEPTH - 1])
