@@ -51,10 +51,11 @@ def peers_command(
     logs = Path(tempfile.mkdtemp(prefix="bench-peers-logs-"))
     console.print(f"logs of the runtimes' processes: {logs}", style="dim")
     chosen = None if phase is None else set(phase)
-    about, results = run(run_peers(sizes, logs, chosen, None if runtime is None else set(runtime)))
+    only = None if runtime is None else set(runtime)
+    about, results, broke = run(run_peers(sizes, logs, chosen, only))
     command = shlex.join(["python", "-m", "bench", "peers", *sys.argv[1:]])
     titles = {r.key: r.title for r in RUNTIMES if runtime is None or r.key in runtime}
-    out.write_text(render(MEASURES, titles, results, about, command, NOTES))
+    out.write_text(render(MEASURES, titles, results, about, command, [*NOTES, *broke]))
     console.print(f"wrote {out}")
 
 

@@ -82,49 +82,32 @@ def make_agent(read: Any) -> Agent:
     )
 
 
-class _Approvals:
-    def __init__(self) -> None:
-        self.pending: dict[str, Any] | None = None
-        self.answers = 0
-
-    async def run(self, agent: Agent, goal: str) -> str:
-        result = await Runner.run(agent, goal)
-        while result.interruptions:
-            item = result.interruptions[0]
-            self.pending = {"args": json.loads(item.arguments or "{}")}
-            await workflow.wait_condition(lambda: self.answers > 0)
-            self.answers -= 1
-            self.pending = None
-            state = result.to_state()
-            for interruption in result.interruptions:
-                state.approve(interruption)
-            result = await Runner.run(agent, state)
-        return str(result.final_output)
+async def run_agent(agent: Agent, approvals: temporal_client.Approvals, goal: str) -> str:
+    """Run the agent; while it stops on approvals, wait for one, approve and run on."""
+    result = await Runner.run(agent, goal)
+    while result.interruptions:
+        await approvals.wait({"args": json.loads(result.interruptions[0].arguments or "{}")})
+        state = result.to_state()
+        for interruption in result.interruptions:
+            state.approve(interruption)
+        result = await Runner.run(agent, state)
+    return str(result.final_output)
 
 
 @workflow.defn(name="BenchAgent")
-class BenchAgent:
-    def __init__(self) -> None:
-        self.approvals = _Approvals()
-
+class BenchAgent(temporal_client.ApprovingWorkflow):
     @workflow.run
     async def run(self, goal: str) -> str:
-        return await self.approvals.run(make_agent(lookup), goal)
-
-    @workflow.signal
-    def approve(self) -> None:
-        self.approvals.answers += 1
-
-    @workflow.query
-    def pending_approval(self) -> dict[str, Any] | None:
-        return self.approvals.pending
+        return await run_agent(make_agent(lookup), self.approvals, goal)
 
 
 @workflow.defn(name="BenchAgent")
-class ChangedBenchAgent(BenchAgent):
+class ChangedBenchAgent(temporal_client.ApprovingWorkflow):
+    """The same workflow with the read tool renamed: the changed code of the replay."""
+
     @workflow.run
     async def run(self, goal: str) -> str:
-        return await self.approvals.run(make_agent(find_item), goal)
+        return await run_agent(make_agent(find_item), self.approvals, goal)
 
 
 def _plugin() -> OpenAIAgentsPlugin:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 from pydantic_ai import (
     Agent,
@@ -76,66 +75,39 @@ agent = make_agent("lookup")
 changed_agent = make_agent("find_item")
 
 
-class _Approvals:
-    """The approval loop both workflows run."""
-
-    def __init__(self) -> None:
-        self.pending: dict[str, Any] | None = None
-        self.answers = 0
-
-    async def run(self, runner: Agent[None, str | DeferredToolRequests], goal: str) -> str:
-        result = await runner.run(goal)
-        while isinstance(result.output, DeferredToolRequests):
-            calls = result.output.approvals
-            self.pending = {"args": calls[0].args_as_dict()} if calls else None
-            await workflow.wait_condition(lambda: self.answers > 0)
-            self.answers -= 1
-            self.pending = None
-            results = DeferredToolResults(approvals={c.tool_call_id: True for c in calls})
-            result = await runner.run(
-                message_history=result.all_messages(), deferred_tool_results=results
-            )
-        return str(result.output)
+async def run_agent(
+    runner: Agent[None, str | DeferredToolRequests], approvals: temporal_client.Approvals, goal: str
+) -> str:
+    """Run the agent; while it ends asking for approvals, wait for one and run it on."""
+    result = await runner.run(goal)
+    while isinstance(result.output, DeferredToolRequests):
+        calls = result.output.approvals
+        await approvals.wait({"args": calls[0].args_as_dict()} if calls else None)
+        results = DeferredToolResults(approvals={c.tool_call_id: True for c in calls})
+        result = await runner.run(
+            message_history=result.all_messages(), deferred_tool_results=results
+        )
+    return str(result.output)
 
 
 @workflow.defn(name="BenchAgent")
-class BenchAgent(PydanticAIWorkflow):
+class BenchAgent(PydanticAIWorkflow, temporal_client.ApprovingWorkflow):
     __pydantic_ai_agents__ = (agent,)
 
-    def __init__(self) -> None:
-        self.approvals = _Approvals()
-
     @workflow.run
     async def run(self, goal: str) -> str:
-        return await self.approvals.run(agent, goal)
-
-    @workflow.signal
-    def approve(self) -> None:
-        self.approvals.answers += 1
-
-    @workflow.query
-    def pending_approval(self) -> dict[str, Any] | None:
-        return self.approvals.pending
+        return await run_agent(agent, self.approvals, goal)
 
 
 @workflow.defn(name="BenchAgent")
-class ChangedBenchAgent(PydanticAIWorkflow):
-    __pydantic_ai_agents__ = (changed_agent,)
+class ChangedBenchAgent(PydanticAIWorkflow, temporal_client.ApprovingWorkflow):
+    """The same workflow with the read tool renamed: the changed code of the replay."""
 
-    def __init__(self) -> None:
-        self.approvals = _Approvals()
+    __pydantic_ai_agents__ = (changed_agent,)
 
     @workflow.run
     async def run(self, goal: str) -> str:
-        return await self.approvals.run(changed_agent, goal)
-
-    @workflow.signal
-    def approve(self) -> None:
-        self.approvals.answers += 1
-
-    @workflow.query
-    def pending_approval(self) -> dict[str, Any] | None:
-        return self.approvals.pending
+        return await run_agent(changed_agent, self.approvals, goal)
 
 
 async def _connect() -> Client:

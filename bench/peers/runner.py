@@ -78,8 +78,9 @@ class Sizes:
     rounds: int = 3
     tasks: int = 4
     """Tasks per runtime per round (one after another)."""
-    turns: int = 10
-    """Turns of each task (``turns - 1`` lookups, then a charge)."""
+    turns: int = 8
+    """Turns of each task (``turns - 1`` lookups, then a charge): 9 model calls, under the
+    OpenAI Agents SDK's default ``max_turns`` of 10 (the long task crosses it)."""
     waiting: int = 500
     """Open tasks waiting for an approval, for the memory row."""
     fault_runs: int = 3
@@ -183,31 +184,41 @@ async def costs(bench: Bench, sizes: Sizes, results: dict[str, dict[str, Cell]])
 async def memory(bench: Bench, sizes: Sizes, results: dict[str, dict[str, Cell]]) -> None:
     """Worker memory per open task waiting for an approval, ``sizes.waiting`` of them."""
     for runtime in bench.runtimes:
-        processes = bench.running[runtime.key]
-        await processes.kill_worker()
-        await processes.restart_worker()
-        warm = bench.task("warm")
-        await processes.call("run", task=warm, turns=1)
-        await asyncio.sleep(2)
-        base = rss_kib(processes.worker_pid)
-        names = [bench.task("wait") for _ in range(sizes.waiting)]
-        await _start_waiting(processes, names)
-        deadline = time.monotonic() + 60 + sizes.waiting
-        while time.monotonic() < deadline:
-            asked = sum(1 for name in names if bench.script.calls(name))
-            if asked == len(names):
-                break
-            await asyncio.sleep(0.5)
-        await asyncio.sleep(3)
-        used = rss_kib(processes.worker_pid) - base
-        results["memory"][runtime.key] = Cell(
-            f"{used / len(names):,.1f} KiB (RSS {base / 1024:,.0f} MiB before, "
-            f"{asked} of {len(names)} asked)",
-            used / len(names),
-        )
-        await processes.kill_worker()  # the waiting tasks stay behind (private servers)
-        await processes.restart_worker()
+        try:
+            results["memory"][runtime.key] = await _memory_of(bench, sizes, runtime)
+        except Exception as err:  # one runtime's broken run is its cell
+            results["memory"][runtime.key] = Cell(f"the run broke: {err}"[:300])
+            await faults.fresh(bench.running[runtime.key])
         print(f"memory of {runtime.key} done", file=sys.stderr, flush=True)
+
+
+async def _memory_of(bench: Bench, sizes: Sizes, runtime: RuntimeDef) -> Cell:
+    """``memory`` of one runtime, in a new worker."""
+    processes = bench.running[runtime.key]
+    await processes.kill_worker()
+    await processes.restart_worker()
+    await asyncio.sleep(5)  # the new worker polls before the first task comes
+    warm = bench.task("warm")
+    await processes.call("run", task=warm, turns=1)
+    await asyncio.sleep(2)
+    base = rss_kib(processes.worker_pid)
+    names = [bench.task("wait") for _ in range(sizes.waiting)]
+    await _start_waiting(processes, names)
+    deadline = time.monotonic() + 60 + sizes.waiting
+    while time.monotonic() < deadline:
+        asked = sum(1 for name in names if bench.script.calls(name))
+        if asked == len(names):
+            break
+        await asyncio.sleep(0.5)
+    await asyncio.sleep(3)
+    used = rss_kib(processes.worker_pid) - base
+    await processes.kill_worker()  # the waiting tasks stay behind (private servers)
+    await processes.restart_worker()
+    return Cell(
+        f"{used / len(names):,.1f} KiB (RSS {base / 1024:,.0f} MiB before, "
+        f"{asked} of {len(names)} asked)",
+        used / len(names),
+    )
 
 
 async def _start_waiting(processes: RuntimeProcesses, names: list[str]) -> None:
@@ -258,6 +269,10 @@ events suggested, 51,200 the end) scaled down a hundredfold, so that a task of
 ``Sizes.long_turns`` turns crosses them as a task of thousands would cross the real ones."""
 
 
+LONG_WAIT_S = 300.0
+"""How long the long task may take (seconds)."""
+
+
 async def long_tasks(bench: Bench, sizes: Sizes, results: dict[str, dict[str, Cell]]) -> None:
     """A task of ``sizes.long_turns`` turns: on a Temporal server whose history limits are
     ``LONG_LIMITS`` (continue-as-new suggested, then the run terminated), and as it is on
@@ -273,10 +288,12 @@ async def long_tasks(bench: Bench, sizes: Sizes, results: dict[str, dict[str, Ce
                 env = {**processes.env, "TEMPORAL_ADDRESS": server.address}
                 processes = RuntimeProcesses(runtime, processes.python, env, processes.queue + "-l")
                 await processes.start()
+            task = bench.task("long")
             try:
-                task = bench.task("long")
                 await processes.call("start", task=task, turns=sizes.long_turns)
-                ended = await processes.call("wait", within=630, task=task, within_s=600)
+                ended = await processes.call("wait", within=630, task=task, within_s=LONG_WAIT_S)
+            except Exception as err:  # one runtime's broken run is its cell
+                ended = {"status": "not measured", "output": f"the run broke: {err}"}
             finally:
                 if processes is not bench.running[runtime.key]:
                     await processes.stop()
@@ -322,14 +339,16 @@ def _load() -> str:
 # Long: the whole run: servers, processes, the three phases, the clean-up
 async def run_peers(
     sizes: Sizes, logs: Path, phases: set[str] | None = None, only: set[str] | None = None
-) -> tuple[dict[str, str], dict[str, dict[str, Cell]]]:
+) -> tuple[dict[str, str], dict[str, dict[str, Cell]], list[str]]:
     """Run everything once (the ``phases`` of ``PHASES``, the runtimes in ``only``: all by
-    default); returns the machine and the cells (measure -> runtime -> cell)."""
+    default); returns the machine, the cells (measure -> runtime -> cell) and what broke (a
+    phase that broke leaves its cells unmeasured)."""
     runtimes = tuple(r for r in RUNTIMES if not only or r.key in only)
     phases = set(PHASES) if phases is None else phases
     loads = [_load()]
     peers = peers_python()
     results: dict[str, dict[str, Cell]] = {m.key: {} for m in MEASURES}
+    broke: list[str] = []
     settings = Settings()
     async with AsyncExitStack() as stack:
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(dir="/var/tmp")))
@@ -373,13 +392,17 @@ async def run_peers(
         try:
             for phase, measure in PHASES.items():
                 if phase in phases:
-                    await measure(bench, sizes, results)
+                    try:
+                        await measure(bench, sizes, results)
+                    except Exception as err:  # the table keeps what the other phases measured
+                        broke.append(f"the phase {phase} broke: {type(err).__name__}: {err}")
+                        print(broke[-1], file=sys.stderr, flush=True)
         finally:
             with contextlib.suppress(Exception):
                 assert services.graph is not None
                 await services.graph.wipe_project("bench-peers")
     loads.append(_load())
-    return _machine(sizes, peers, loads), results
+    return _machine(sizes, peers, loads), results, broke
 
 
 def _neo4j_pid(settings: Settings) -> int | None:

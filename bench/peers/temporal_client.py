@@ -7,12 +7,45 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from temporalio import workflow
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import CancelledError
 from temporalio.worker import Replayer
 
 from bench.peers import protocol
 from bench.peers.script import prompt
+
+
+class Approvals:
+    """The approval a workflow waits for: the call shown (``pending``) and the answers that
+    came (the ``approve`` signal), the same in both Temporal peers' workflows."""
+
+    def __init__(self) -> None:
+        self.pending: dict[str, Any] | None = None
+        self.answers = 0
+
+    async def wait(self, shown: dict[str, Any] | None) -> None:
+        """Show ``shown`` until an answer comes, and take it."""
+        self.pending = shown
+        await workflow.wait_condition(lambda: self.answers > 0)
+        self.answers -= 1
+        self.pending = None
+
+
+class ApprovingWorkflow:
+    """The ``approve`` signal and the ``pending_approval`` query of a peer's workflow (its
+    base class)."""
+
+    def __init__(self) -> None:
+        self.approvals = Approvals()
+
+    @workflow.signal
+    def approve(self) -> None:
+        self.approvals.answers += 1
+
+    @workflow.query
+    def pending_approval(self) -> dict[str, Any] | None:
+        return self.approvals.pending
 
 
 def operations(
@@ -33,11 +66,20 @@ def operations(
             try:
                 output = await asyncio.wait_for(handle.result(), within_s)
             except TimeoutError:
-                return {"status": "timeout", "output": ""}
+                return {"status": "timeout", "output": await self._stuck(task)}
             except WorkflowFailureError as err:
                 cancelled = isinstance(err.cause, CancelledError)
                 return {"status": "cancelled" if cancelled else "failed", "output": str(err.cause)}
             return {"status": "done", "output": str(output)}
+
+        async def _stuck(self, task: str) -> str:
+            """Why an open workflow makes no progress: its last workflow task failure."""
+            failed = ""
+            async for event in client.get_workflow_handle(task).fetch_history_events():
+                if event.HasField("workflow_task_failed_event_attributes"):
+                    failure = event.workflow_task_failed_event_attributes.failure
+                    failed = f"its workflow task failed (retried without end): {failure.message}"
+            return failed or "still running"
 
         async def pending(self, task: str) -> dict[str, Any] | None:
             found = await client.get_workflow_handle(task).query("pending_approval")
