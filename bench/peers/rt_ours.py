@@ -46,7 +46,7 @@ async def lookup(args: Item, context: ToolContext) -> str:
     arguments=Charge,
     idempotent=False,
     description="Charge the order.",
-    approval=lambda args: int(args.get("amount", 0)) >= APPROVAL_AMOUNT,
+    approval=lambda args: args.amount >= APPROVAL_AMOUNT,
 )
 async def charge(args: Charge, context: ToolContext) -> str:
     await record_effect(args.order, "charge", context.idempotency_key, args.model_dump())
