@@ -47,6 +47,7 @@ async def worker(queue: str) -> None:
     raise SystemExit("LangGraph runs the agent in the app's process: start the client")
 
 
+# Long: the protocol's operations of one runtime, each a few lines, in one closure
 @asynccontextmanager
 async def client(queue: str) -> AsyncIterator[dict[str, protocol.Operation]]:
     async with AsyncPostgresSaver.from_conn_string(os.environ["BENCH_PG"]) as saver:

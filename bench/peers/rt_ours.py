@@ -69,6 +69,7 @@ def spec() -> AgentSpec:
     )
 
 
+# Long: the protocol's operations of one runtime, each a few lines, in one closure
 @asynccontextmanager
 async def client(queue: str) -> AsyncIterator[dict[str, protocol.Operation]]:
     async with open_services() as services:

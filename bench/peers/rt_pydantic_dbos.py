@@ -102,6 +102,7 @@ async def worker(queue: str) -> None:
     await asyncio.Event().wait()
 
 
+# Long: the protocol's operations of one runtime, each a few lines, in one closure
 @asynccontextmanager
 async def client(queue: str) -> AsyncIterator[dict[str, protocol.Operation]]:
     dbos = DBOSClient(system_database_url=os.environ["BENCH_PG"])

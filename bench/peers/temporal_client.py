@@ -48,6 +48,7 @@ class ApprovingWorkflow:
         return self.approvals.pending
 
 
+# Long: the protocol's operations of one runtime, each a few lines, in one closure
 def operations(
     client: Client, queue: str, workflow: Any, changed: Any, plugins: list[Any]
 ) -> dict[str, protocol.Operation]:
