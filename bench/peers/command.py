@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from agent_tasks.cli.common import console, run
+from bench.peers.measures import Cell
 from bench.peers.processes import ROOT
 from bench.peers.rows import MEASURES
 from bench.peers.runner import FULL, QUICK, RUNTIMES, run_peers
@@ -52,11 +53,16 @@ def peers_command(
     console.print(f"logs of the runtimes' processes: {logs}", style="dim")
     chosen = None if phase is None else set(phase)
     only = None if runtime is None else set(runtime)
-    about, results, broke = run(run_peers(sizes, logs, chosen, only))
     command = shlex.join(["python", "-m", "bench", "peers", *sys.argv[1:]])
     titles = {r.key: r.title for r in RUNTIMES if runtime is None or r.key in runtime}
-    out.write_text(render(MEASURES, titles, results, about, command, [*NOTES, *broke]))
-    console.print(f"wrote {out}")
+
+    def report(
+        about: dict[str, str], results: dict[str, dict[str, Cell]], broke: list[str]
+    ) -> None:
+        out.write_text(render(MEASURES, titles, results, about, command, [*NOTES, *broke]))
+        console.print(f"wrote {out}")
+
+    run(run_peers(sizes, logs, report, chosen, only))
 
 
 app = typer.Typer(add_completion=False)

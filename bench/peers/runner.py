@@ -259,6 +259,13 @@ async def fault_rows(bench: Bench, sizes: Sizes, results: dict[str, dict[str, Ce
         results["recovery"][runtime_key] = spread(seconds, "s", digits=1)
 
 
+PROJECT = "bench-peers"
+"""Ours' project (``rt_ours.PROJECT``): its graph nodes are wiped at the end."""
+WIPE_S = 120.0
+"""Longest the wipe of ours' graph nodes may take (seconds): a wipe scans the shared graph
+store, slow on a busy one; what is left is the bench's own project."""
+
+
 LONG_LIMITS = {
     "limit.historyCount.suggestContinueAsNew": "150",
     "limit.historyCount.warn": "300",
@@ -337,12 +344,21 @@ def _load() -> str:
 
 
 # Long: the whole run: servers, processes, the three phases, the clean-up
+Report = Callable[[dict[str, str], dict[str, dict[str, Cell]], list[str]], None]
+"""What takes a run's results: the machine, the cells (measure -> runtime -> cell) and what
+broke (a phase that broke leaves its cells unmeasured)."""
+
+
 async def run_peers(
-    sizes: Sizes, logs: Path, phases: set[str] | None = None, only: set[str] | None = None
-) -> tuple[dict[str, str], dict[str, dict[str, Cell]], list[str]]:
+    sizes: Sizes,
+    logs: Path,
+    report: Report,
+    phases: set[str] | None = None,
+    only: set[str] | None = None,
+) -> None:
     """Run everything once (the ``phases`` of ``PHASES``, the runtimes in ``only``: all by
-    default); returns the machine, the cells (measure -> runtime -> cell) and what broke (a
-    phase that broke leaves its cells unmeasured)."""
+    default) and hand the results to ``report`` before the clean-up (a clean-up that hangs
+    loses nothing)."""
     runtimes = tuple(r for r in RUNTIMES if not only or r.key in only)
     phases = set(PHASES) if phases is None else phases
     loads = [_load()]
@@ -397,12 +413,12 @@ async def run_peers(
                     except Exception as err:  # the table keeps what the other phases measured
                         broke.append(f"the phase {phase} broke: {type(err).__name__}: {err}")
                         print(broke[-1], file=sys.stderr, flush=True)
+            loads.append(_load())
+            report(_machine(sizes, peers, loads), results, broke)  # before the clean-up
         finally:
             with contextlib.suppress(Exception):
                 assert services.graph is not None
-                await services.graph.wipe_project("bench-peers")
-    loads.append(_load())
-    return _machine(sizes, peers, loads), results, broke
+                await asyncio.wait_for(services.graph.wipe_project(PROJECT), WIPE_S)
 
 
 def _neo4j_pid(settings: Settings) -> int | None:
