@@ -38,9 +38,7 @@ def test_the_ledger_keeps_effects_per_task_and_tool_and_its_holds(tmp_path: Path
     ledger.record("ours", "a", "lookup", None, {"item": 0})
     ledger.record("langgraph", "b", "charge", None, {"amount": 5})
     again = Ledger(tmp_path / "ledger.sqlite")  # another process's view of the same file
-    assert again.effects("a", "charge") == [
-        Effect("ours", "a", "charge", "a/1", {"amount": 5})
-    ]
+    assert again.effects("a", "charge") == [Effect("ours", "a", "charge", "a/1", {"amount": 5})]
     assert [e.tool for e in again.effects("a")] == ["charge", "lookup"]
     ledger.hold("a", "charge")
     assert again.held("a", "charge") and not again.held("b", "charge")
