@@ -1,4 +1,5 @@
-"""``python -m bench``: the cost per event against Temporal's own floor (``bench.suite``).
+"""``python -m bench``: the cost per event against Temporal's own floor (``bench.suite``);
+``python -m bench peers``: the same agent on five runtimes (``bench.peers``).
 
 A tool of the repository, not of the product: the CLI (``agent-tasks``) does not load it, and
 the package (the wheel, the worker image) does not ship it.
@@ -145,6 +146,11 @@ def main() -> None:
     the JSON alone (the core's warnings of activities whose workflow the bench terminated went
     there and broke ``--json``)."""
     log_core_through_python()
+    if sys.argv[1:2] == ["peers"]:  # ``python -m bench peers``: the side by side with peers
+        from bench.peers.command import app as peers_app
+
+        del sys.argv[1]
+        main_of(peers_app)
     main_of(app)
 
 

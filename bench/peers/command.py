@@ -1,0 +1,69 @@
+"""The ``peers`` command of ``python -m bench``: run ``bench.peers.runner`` and write the
+table (``docs/comparison.md`` by default)."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from agent_tasks.cli.common import console, run
+from bench.peers.measures import Cell
+from bench.peers.processes import ROOT
+from bench.peers.rows import MEASURES
+from bench.peers.runner import FULL, QUICK, RUNTIMES, run_peers
+from bench.peers.table import render
+
+NOTES = (
+    "pydantic-ai's `TemporalAgent` and `DBOSAgent` are deprecated in the pinned version in "
+    "favour of the `TemporalDurability` and `DBOSDurability` capabilities; the agents here use "
+    "the capabilities (the wrappers' replacements, the same activities and steps).",
+    "The OpenAI Agents SDK's Temporal plugin now ships as `temporalio-openai-agents` "
+    "(`temporalio.openai_agents`; `temporalio.contrib.openai_agents` forwards to it).",
+    "CPU: the server is the bench's own Temporal dev server, the database PostgreSQL (DBOS, "
+    "LangGraph) or Neo4j (ours: the graph mirror; Temporal's SQLite is inside the server). "
+    "LangGraph has no worker apart from the app: its client CPU is in its worker's.",
+)
+
+
+def peers_command(
+    quick: Annotated[
+        bool, typer.Option("--quick", help="One round, small sizes, one run of each fault.")
+    ] = False,
+    phase: Annotated[
+        list[str] | None,
+        typer.Option("--phase", help="Only: costs, faults, long, memory (repeat)."),
+    ] = None,
+    runtime: Annotated[
+        list[str] | None, typer.Option("--runtime", help="Only these runtimes (repeat).")
+    ] = None,
+    out: Annotated[Path, typer.Option(help="Where the table goes.")] = ROOT
+    / "docs"
+    / "comparison.md",
+) -> None:
+    """The same agent on five runtimes (ours, pydantic-ai on Temporal and on DBOS, the OpenAI
+    Agents SDK on Temporal, LangGraph with PostgresSaver), side by side in cost and under
+    faults; writes the table to ``out``."""
+    sizes = QUICK if quick else FULL
+    logs = Path(tempfile.mkdtemp(prefix="bench-peers-logs-"))
+    console.print(f"logs of the runtimes' processes: {logs}", style="dim")
+    chosen = None if phase is None else set(phase)
+    only = None if runtime is None else set(runtime)
+    command = shlex.join(["python", "-m", "bench", "peers", *sys.argv[1:]])
+    titles = {r.key: r.title for r in RUNTIMES if runtime is None or r.key in runtime}
+
+    def report(
+        about: dict[str, str], results: dict[str, dict[str, Cell]], broke: list[str]
+    ) -> None:
+        out.write_text(render(MEASURES, titles, results, about, command, [*NOTES, *broke]))
+        console.print(f"wrote {out}")
+
+    run(run_peers(sizes, logs, report, chosen, only))
+
+
+app = typer.Typer(add_completion=False)
+app.command()(peers_command)
