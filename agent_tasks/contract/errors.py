@@ -138,6 +138,9 @@ class ErrorCode(StrEnum):
     CHILD_LIMIT_REACHED = "child_limit_reached"
     """``spawn`` from outside: the task has ``MAX_CHILDREN`` children, or a child would be more
     than ``MAX_DEPTH`` levels deep."""
+    NUMBER_OUT_OF_RANGE = "number_out_of_range"
+    """An event's token ``usage`` passes ``MAX_TOKEN_COUNT``: no graph store holds it exactly,
+    so it is refused before it is recorded."""
 
 
 DUPLICATE = "duplicate_request"

@@ -464,6 +464,7 @@ class TaskWorkflow:
         self._admit()
         if any(event.kind is not EventKind.NOTE for event in input.events):
             self._single_writer()
+        input.check_counts()
         check_citations(self.ledger.step, input, self.ledger.state.last_seq)
 
     @workflow.update

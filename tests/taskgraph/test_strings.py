@@ -21,6 +21,7 @@ from agent_tasks.contract import (
     MAX_METADATA_ENTRIES,
     MAX_METADATA_VALUE_CHARS,
     MAX_PAYLOAD_CHARS,
+    MAX_TOKEN_COUNT,
     Event,
     EventInput,
     EventKind,
@@ -31,8 +32,10 @@ from agent_tasks.contract import (
     StepView,
     TaskStatus,
     TaskView,
+    TokenUsage,
     bound_text,
 )
+from agent_tasks.contract.errors import ErrorCode
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.taskgraph.falkordb.text import TEXT_ESCAPE, read_text, stored_text
 from agent_tasks.taskgraph.models import TaskFilter
@@ -259,3 +262,27 @@ async def test_names_and_ids_with_surrounding_whitespace_leave_falkordb_up(
     assert decision.changed_steps == [] and decision.statement == "done "
     counts = await store.reads.counts(history.project_id)
     assert (counts["Task"], counts["Step"], counts["NEXT"], counts["CITES"]) == (1, 1, 1, 2)
+
+
+async def test_a_token_count_no_store_holds_is_refused_before_it_is_recorded(
+    store: GraphStore, store_history: ConversationHistory
+) -> None:
+    """An event's token usage over 2**53: Neo4j's driver refused it ("Python int too large to
+    convert to C long") and the task's mirror never caught up, and FalkorDB kept
+    9223372036854775807 in its place. Now it is refused ``number_out_of_range`` and nothing is
+    recorded; the bound itself reads back equal from both stores."""
+    history = store_history
+    assert (await history.create_task("usage", "goal")).recorded
+    big = TokenUsage(input_tokens=2**64, output_tokens=1)
+    item = EventInput(kind="message", role="assistant", payload="x", usage=big)
+    refused = await history.record_events("usage", [item])
+    assert (refused.recorded, refused.error) == (False, ErrorCode.NUMBER_OUT_OF_RANGE)
+    bound = TokenUsage(input_tokens=MAX_TOKEN_COUNT, output_tokens=MAX_TOKEN_COUNT - 1)
+    kept = EventInput(kind="message", role="assistant", payload="y", usage=bound)
+    assert (await history.record_events("usage", [kept])).recorded
+    assert (await history.finish_task("usage", "done")).recorded
+    async with asyncio.timeout(60):
+        final = await history.wait_task("usage")
+    assert final is not None and final.last_seq == 1 and final.mirror_error is None
+    (event,) = await store.reads.events(history.project_id, final.workflow_id, 0, 1, 10)
+    assert event.usage == bound
