@@ -50,6 +50,7 @@ from agent_tasks.activities.files import file_tools, files_demo
 from agent_tasks.activities.mcp import McpActivities
 from agent_tasks.activities.mirror import MirrorActivities
 from agent_tasks.activities.model import ModelActivities, Script
+from agent_tasks.activities.refusals import RefusalRetries
 from agent_tasks.activities.tools import Tool, ToolActivities
 from agent_tasks.broker import Broker, open_broker
 from agent_tasks.codec import ZlibCodec
@@ -372,13 +373,17 @@ class AgentTasksWorkerPlugin(SimplePlugin):
     async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
         """Run ``worker`` with its workflow tasks applying each activation as one batch; a
         worker of activities listens for its followed runs' published pages
-        (``MirrorActivities.listening``) and runs beside it a worker on its own stateful MCP
-        sessions' task queue (``McpActivities.session_queue``), closing the sessions it holds
-        when it stops."""
+        (``MirrorActivities.listening``), retries the tasks whose mirror the graph store
+        refused (``RefusalRetries.running``) and runs beside it a worker on its own stateful
+        MCP sessions' task queue (``McpActivities.session_queue``), closing the sessions it
+        holds when it stops."""
         if self.run_workflows:
             apply_jobs_as_one_batch(worker)
         listening = self.mirror.listening() if self.mirror else contextlib.nullcontext()
-        async with listening:
+        retrying: contextlib.AbstractAsyncContextManager[None] = contextlib.nullcontext()
+        if self.run_activities:
+            retrying = RefusalRetries(worker.client, self.graph).running()
+        async with listening, retrying:
             await self._run_with_sessions(worker, next)
 
     async def _run_with_sessions(

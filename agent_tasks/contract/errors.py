@@ -13,6 +13,8 @@ What a caller can meet, and where it comes from::
     the mirror activity (ApplicationError types, seen in ``TaskView.mirror_error``)
       MIRROR_UNAVAILABLE             Neo4j unreachable or a transient error: retried
       MIRROR_DATA_ERROR              Neo4j refused the data: not retried, the workflow pauses
+      MIRROR_REFUSED                 the graph store refused the data and keeps the refusal for
+                                     a later retry: a closing task completes with it
     pydantic.ValidationError         an argument of the wrong shape, before anything is sent
 
 Every exception of ours derives from ``AgentTasksError`` (``except AgentTasksError`` catches
@@ -157,6 +159,12 @@ MIRROR_UNAVAILABLE = "MirrorUnavailable"
 
 MIRROR_DATA_ERROR = "MirrorDataError"
 """ApplicationError type of a mirror call whose data Neo4j refused (not retryable)."""
+
+MIRROR_REFUSED = "MirrorRefused"
+"""ApplicationError type of a mirror call whose data the graph store refused, the refusal kept
+in the store (``taskgraph.refusals``) so that a worker retries the task from its history once
+the store would take it (not retryable: the same page fails the same way). A task that is
+closing completes with it."""
 
 
 def refusal(code: ErrorCode, message: str) -> ApplicationError:

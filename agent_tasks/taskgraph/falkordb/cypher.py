@@ -49,6 +49,7 @@ SCHEMA: tuple[LiteralString, ...] = (
     "CREATE INDEX FOR (n:DataKey) ON (n.key_id, n.task_key)",
     "CREATE INDEX FOR (n:ApiKey) ON (n.key_id)",
     "CREATE INDEX FOR (n:PageSession) ON (n.session_id)",
+    "CREATE INDEX FOR (n:MirrorRefusal) ON (n.key, n.project_id, n.retry_at)",
 )
 """The indexes, created before the constraints (a unique constraint needs an exact-match
 index on its property)."""
@@ -66,6 +67,7 @@ UNIQUE: tuple[tuple[str, str], ...] = (
     ("DataKey", "key_id"),
     ("ApiKey", "key_id"),
     ("PageSession", "session_id"),
+    ("MirrorRefusal", "key"),
 )
 """Unique constraints (label, property): Neo4j's ``taskgraph.neo4j.schema.SCHEMA`` constraints."""
 

@@ -27,6 +27,9 @@ SCHEMA: tuple[LiteralString, ...] = (
     "CREATE CONSTRAINT decision_id IF NOT EXISTS FOR (n:Decision) REQUIRE n.id IS UNIQUE",
     "CREATE INDEX decision_task IF NOT EXISTS FOR (n:Decision) ON (n.project_id, n.task_key)",
     "CREATE CONSTRAINT tombstone_key IF NOT EXISTS FOR (n:TaskTombstone) REQUIRE n.key IS UNIQUE",
+    # the mirror's refused pages (``taskgraph.refusals``)
+    "CREATE CONSTRAINT mirror_refusal IF NOT EXISTS FOR (n:MirrorRefusal) REQUIRE n.key IS UNIQUE",
+    "CREATE INDEX mirror_refusal_retry IF NOT EXISTS FOR (n:MirrorRefusal) ON (n.retry_at)",
     *KEY_SCHEMA,
     # the HTTP API's records (``server.apikeys``, ``server.pagesessions``)
     "CREATE CONSTRAINT api_key IF NOT EXISTS FOR (n:ApiKey) REQUIRE n.key_id IS UNIQUE",
