@@ -107,3 +107,24 @@ async def test_an_attribute_of_another_type_is_a_clear_error(server: TemporalDev
         await prepare_namespace(client, timedelta(days=1))
     _, attributes = await _state(client)
     assert attributes["ProjectId"] == "INDEXED_VALUE_TYPE_TEXT"  # left as it was
+
+
+async def test_processes_preparing_one_namespace_at_once_all_succeed(
+    server: TemporalDevServer,
+) -> None:
+    """Five first starts at once (``agent-tasks setup`` beside ``dev up``, workers starting
+    together): before, all but one failed on ``Namespace "..." already exists``
+    (``ALREADY_EXISTS`` from ``register_namespace``); now each succeeds, one of them says it
+    registered the namespace, and the namespace is as asked."""
+    clients = [await Client.connect(server.address, namespace="at-once") for _ in range(5)]
+    done = await asyncio.gather(
+        *(prepare_namespace(c, timedelta(days=3)) for c in clients), return_exceptions=True
+    )
+    assert [d for d in done if isinstance(d, BaseException)] == []
+    said = [line for lines in done if isinstance(lines, list) for line in lines]
+    assert said.count("namespace 'at-once' registered, retention 3 days") == 1
+    assert await _state(clients[0]) == (
+        timedelta(days=3),
+        dict.fromkeys(TASK_ATTRIBUTES, "INDEXED_VALUE_TYPE_KEYWORD"),
+    )
+    assert await prepare_namespace(clients[0], timedelta(days=3)) == []
