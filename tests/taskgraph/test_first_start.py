@@ -6,8 +6,9 @@ graph of a new name.
 
 The kind: ``serve`` exited on Neo4j's ``DeadlockDetected`` while a worker created the schema
 in the same second (each schema rule ran auto-commit, without the driver's transient retry);
-concurrent schema creation is the failure of Temporal clusters' ``setup-schema`` jobs and of
-graph libraries' index setup alike (``tests/test_worker.py`` has the namespace's)."""
+cartography-cncf/cartography#2138 met the same kind on Neo4j (parallel syncs creating one index:
+``EquivalentSchemaRuleAlreadyExists`` despite ``IF NOT EXISTS``, which ours took as done
+already; the deadlock was not). ``tests/test_worker.py`` has the namespace's."""
 
 from __future__ import annotations
 

@@ -267,10 +267,12 @@ async def test_names_and_ids_with_surrounding_whitespace_leave_falkordb_up(
 async def test_a_token_count_no_store_holds_is_refused_before_it_is_recorded(
     store: GraphStore, store_history: ConversationHistory
 ) -> None:
-    """An event's token usage over 2**53: Neo4j's driver refused it ("Python int too large to
-    convert to C long") and the task's mirror never caught up, and FalkorDB kept
-    9223372036854775807 in its place. Now it is refused ``number_out_of_range`` and nothing is
-    recorded; the bound itself reads back equal from both stores."""
+    """An event's token usage over 2**53 (the kind of neo4j/neo4j-python-driver#922:
+    ``OverflowError: Integer ... out of range`` for a parameter past 64 bits): Neo4j's driver
+    refused it ("Python int too large to convert to C long") and the task's mirror never
+    caught up, and FalkorDB kept 9223372036854775807 in its place. Now it is refused
+    ``number_out_of_range`` and nothing is recorded; the bound itself reads back equal from
+    both stores."""
     history = store_history
     assert (await history.create_task("usage", "goal")).recorded
     big = TokenUsage(input_tokens=2**64, output_tokens=1)
