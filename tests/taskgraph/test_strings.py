@@ -13,8 +13,10 @@ import asyncio
 import itertools
 from datetime import UTC, datetime, timedelta
 
+import httpx
 import pydantic
 import pytest
+from temporalio.client import Client
 
 from agent_tasks.contract import (
     MAX_GOAL_CHARS,
@@ -36,11 +38,16 @@ from agent_tasks.contract import (
     bound_text,
 )
 from agent_tasks.contract.errors import ErrorCode
+from agent_tasks.server import create_app
+from agent_tasks.server.apikeys import ApiKeyStore
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.taskgraph.falkordb.text import TEXT_ESCAPE, read_text, stored_text
 from agent_tasks.taskgraph.models import TaskFilter
+from agent_tasks.taskgraph.neo4j.graph import TaskGraph
 from agent_tasks.taskgraph.port import GraphStore
 from agent_tasks.taskgraph.seeds import seed_view
+from agent_tasks.worker import Services
+from tests.servers import served
 from tests.strings import EDGES, Strings
 
 TASKS = 24
@@ -288,3 +295,31 @@ async def test_a_token_count_no_store_holds_is_refused_before_it_is_recorded(
     assert final is not None and final.last_seq == 1 and final.mirror_error is None
     (event,) = await store.reads.events(history.project_id, final.workflow_id, 0, 1, 10)
     assert event.usage == bound
+
+
+async def test_over_http_a_lone_surrogate_is_refused_or_cleaned_and_nul_is_kept(
+    client: Client, graph: TaskGraph, services: Services, project_id: str, task_queue: str
+) -> None:
+    """The HTTP API's JSON may spell a lone surrogate (``"\\ud800"``, which Python's JSON
+    reader takes): a goal or metadata value holding one is refused ``invalid_argument``
+    (422, ``string_unicode``) before anything is recorded, a payload's is cleaned to U+FFFD,
+    and a NUL is kept as it is."""
+    settings = services.settings.model_copy(update={"temporal_task_queue": task_queue})
+    app = create_app(Services(settings, client, graph, None))
+    _, key = await ApiKeyStore(graph).create(project_id, "strings")
+    head = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    async with served(app) as url, httpx.AsyncClient(base_url=url, timeout=60) as http:
+        for body in (
+            b'{"name": "s1", "goal": "a\\ud800b"}',
+            b'{"name": "s1", "goal": "ok", "metadata": {"k": "\\udfff"}}',
+        ):
+            refused = await http.post("/tasks", content=body, headers=head)
+            assert refused.status_code == 422, refused.text
+            assert refused.json()["error"]["details"][0]["type"] == "string_unicode"
+        assert (await http.get("/tasks/s1", headers=head)).status_code == 404
+        created = await http.post("/tasks", json={"name": "s1", "goal": "ok"}, headers=head)
+        assert created.is_success
+        body = b'{"events": [{"kind": "message", "role": "user", "payload": "x\\ud800\\u0000"}]}'
+        assert (await http.post("/tasks/s1/events", content=body, headers=head)).is_success
+        events = (await http.get("/tasks/s1/events", headers=head)).json()["events"]
+    assert [e["payload"] for e in events] == ["x\ufffd\x00"]
