@@ -69,7 +69,9 @@ _LIST: LiteralString = """
 MATCH (r:MirrorRefusal) WHERE r.project_id = $p
 RETURN r ORDER BY r.first_at, r.key LIMIT $limit
 """
-_COUNT: LiteralString = "MATCH (r:MirrorRefusal) RETURN count(r) AS n"
+_COUNT: LiteralString = """
+MATCH (r:MirrorRefusal) WHERE $p IS NULL OR r.project_id = $p RETURN count(r) AS n
+"""
 
 
 class MirrorRefusal(BaseModel):
@@ -205,9 +207,9 @@ class Refusals:
         rows = await self.graph.records(_LIST, write=False, p=project_id, limit=limit)
         return [_refusal(row["r"]) for row in rows]
 
-    async def count(self) -> int:
-        """Refusals the store holds, of every project."""
-        rows = await self.graph.records(_COUNT, write=False)
+    async def count(self, project_id: str | None) -> int:
+        """Refusals the store holds, of ``project_id`` (None: of every project)."""
+        rows = await self.graph.records(_COUNT, write=False, p=project_id)
         return int(rows[0]["n"])
 
 
@@ -226,21 +228,28 @@ class GraphHealth(BaseModel):
     error: str | None = None
     """Why it did not answer."""
     refused_tasks: int = 0
-    """Tasks of every project whose mirror the store refused and that wait for a retry."""
+    """Tasks of the asking project whose mirror the store refused and that wait for a retry."""
+    refused_everywhere: int | None = None
+    """The same of every project, when asked (the CLI, which holds the store's credentials;
+    never over HTTP, where a key reads its own project only)."""
     refused: list[MirrorRefusal] = []
     """The asking project's, the oldest first (at most ``HEALTH_REFUSALS``)."""
 
 
-async def graph_health(graph: GraphStore, project_id: str) -> GraphHealth:
-    """The health of ``graph`` for ``project_id`` (``GraphHealth``): a ping, then the refusals
-    (an unreachable or refusing store is reported, not raised)."""
+async def graph_health(
+    graph: GraphStore, project_id: str, *, every_project: bool = False
+) -> GraphHealth:
+    """The health of ``graph`` for ``project_id`` (``GraphHealth``): a ping, then the
+    refusals, of every project too with ``every_project`` (an unreachable or refusing store is
+    reported, not raised)."""
     try:
         await graph.ping()
         refusals = Refusals(graph)
         return GraphHealth(
             store=graph.kind,
             reachable=True,
-            refused_tasks=await refusals.count(),
+            refused_tasks=await refusals.count(project_id),
+            refused_everywhere=await refusals.count(None) if every_project else None,
             refused=await refusals.of_project(project_id, HEALTH_REFUSALS),
         )
     except GraphError as err:

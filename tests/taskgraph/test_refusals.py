@@ -152,7 +152,7 @@ async def test_the_refusal_is_shown_by_the_cli_and_the_http_api(
         assert answer.status_code == 200, answer.text
         body = answer.json()
         assert (body["store"], body["reachable"]) == (store.kind, True)
-        assert body["refused_tasks"] >= 1
+        assert (body["refused_tasks"], body["refused_everywhere"]) == (1, None)
         assert [r["workflow_id"] for r in body["refused"]] == [workflow_id]
 
         env = {"COLUMNS": "400"}
@@ -170,6 +170,7 @@ async def test_the_refusal_is_shown_by_the_cli_and_the_http_api(
         assert done.returncode == 1, done.stderr
         said = json.loads(done.stdout)
         assert [r["workflow_id"] for r in said["refused"]] == [workflow_id]
+        assert said["refused_tasks"] == 1 and said["refused_everywhere"] >= 1
     finally:
         await store.records(_UNBLOCK, write=True, key=workflow_id)
 
