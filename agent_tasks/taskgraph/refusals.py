@@ -69,6 +69,7 @@ _LIST: LiteralString = """
 MATCH (r:MirrorRefusal) WHERE r.project_id = $p
 RETURN r ORDER BY r.first_at, r.key LIMIT $limit
 """
+_HELD: LiteralString = "MATCH (r:MirrorRefusal {key: $key}) RETURN count(r) AS n"
 _COUNT: LiteralString = """
 MATCH (r:MirrorRefusal) WHERE $p IS NULL OR r.project_id = $p RETURN count(r) AS n
 """
@@ -206,6 +207,12 @@ class Refusals:
         """The project's refusals, the oldest first."""
         rows = await self.graph.records(_LIST, write=False, p=project_id, limit=limit)
         return [_refusal(row["r"]) for row in rows]
+
+    async def held(self, workflow_id: str) -> bool:
+        """True while the store holds a refusal of the task: it lacks some of its writes
+        (a closed task's reads then ask Temporal, ``tasklog.reader``)."""
+        rows = await self.graph.records(_HELD, write=False, key=workflow_id)
+        return bool(rows[0]["n"])
 
     async def count(self, project_id: str | None) -> int:
         """Refusals the store holds, of ``project_id`` (None: of every project)."""

@@ -117,7 +117,10 @@ async def test_a_refused_page_closes_the_task_and_is_retried_once_the_store_take
 async def test_a_cancelled_task_whose_page_is_refused_closes_cancelled(
     store: GraphStore, store_history: ConversationHistory
 ) -> None:
-    """The cancel's own final mirror (``final``) takes the same way out."""
+    """The cancel's own final mirror (``final``) takes the same way out; while the store
+    holds the refusal, the closed task is read from Temporal, not from the store's older view
+    (``tasklog.reader``: a cancelled run's view is otherwise the store's), and from the store
+    again once a retry brought it up to date."""
     history = store_history
     assert (await history.create_task("cancelled", "goal")).recorded
     workflow_id = await _blocked(store, history, "cancelled")
@@ -129,10 +132,26 @@ async def test_a_cancelled_task_whose_page_is_refused_closes_cancelled(
     assert final is not None and final.status is TaskStatus.CANCELLED
     described = await history.client.get_workflow_handle(workflow_id).describe()
     assert described.status is WorkflowExecutionStatus.CANCELED
-    assert [r.workflow_id for r in await Refusals(store).of_project(history.project_id, 10)] == [
+    refusals = Refusals(store)
+    assert [r.workflow_id for r in await refusals.of_project(history.project_id, 10)] == [
         workflow_id
     ]
+    read = await history.get_task("cancelled")  # the store's view is behind: Temporal's
+    assert read.view is not None and read.view.status is TaskStatus.CANCELLED
+    assert read.source == "temporal"
+
     await store.records(_UNBLOCK, write=True, key=workflow_id)
+    past = datetime.now(UTC) - timedelta(seconds=1)
+    await store.records(_DUE_NOW, write=True, key=workflow_id, past=past)
+    await RefusalRetries(history.client, store).retry_due()
+
+    async def cleared() -> bool:
+        return await refusals.of_project(history.project_id, 10) == []
+
+    await eventually(cleared, within=60)
+    read = await history.get_task("cancelled")  # the store caught up: read from it again
+    assert read.view is not None and read.view.status is TaskStatus.CANCELLED
+    assert read.source == "neo4j" and read.view.last_seq == final.last_seq
 
 
 async def test_the_refusal_is_shown_by_the_cli_and_the_http_api(
