@@ -50,6 +50,7 @@ from agent_tasks.activities.files import file_tools, files_demo
 from agent_tasks.activities.mcp import McpActivities
 from agent_tasks.activities.mirror import MirrorActivities
 from agent_tasks.activities.model import ModelActivities, Script
+from agent_tasks.activities.refusals import RefusalRetries
 from agent_tasks.activities.tools import Tool, ToolActivities
 from agent_tasks.broker import Broker, open_broker
 from agent_tasks.codec import ZlibCodec
@@ -64,8 +65,12 @@ from agent_tasks.workflows.task import TaskWorkflow
 if TYPE_CHECKING:
     from opentelemetry.trace import Tracer
 
-SCHEMA_TIMEOUT_S = 10.0
-"""How long ``open_services`` waits for Neo4j to create the schema (seconds)."""
+SCHEMA_TIMEOUT_S = 120.0
+"""How long ``open_services`` waits for the graph store to create the schema and warm up
+(``GraphStore.ensure_ready``, seconds): on a fresh Neo4j each constraint waits for its index to
+come online, processes starting at once wait for each other's schema locks
+(``taskgraph.neo4j.schema.init_schema``), and a cold server plans the mirror's statements
+slowly; each of its transactions is bounded on its own (``NEO4J_CALL_TIMEOUT_S``)."""
 DEFAULT_RETENTION = timedelta(days=30)
 """Retention of closed tasks' histories that ``prepare_namespace`` sets by default: a finished
 task stays readable (``get_task``, replay, ``graph rebuild``) this long. The server's default
@@ -187,6 +192,9 @@ async def prepare_namespace(client: Client, retention: timedelta = DEFAULT_RETEN
     console; create them there first, and this call then changes nothing (or is refused).
     Each call of the service is retried as the SDK's own calls are (``retry=True``), so a
     call sent as its connection is recycled (a GOAWAY) does not fail the worker's start.
+    Processes preparing one namespace at once (``agent-tasks setup`` beside ``dev up``, two
+    workers' first starts) all succeed: what another registered or added meanwhile
+    (``ALREADY_EXISTS``) is taken as done once it reads back as wanted.
 
     Args:
         client: a client of the namespace to prepare (``config.connect``).
@@ -201,49 +209,102 @@ async def prepare_namespace(client: Client, retention: timedelta = DEFAULT_RETEN
         temporalio.service.RPCError: the server refused (for example PERMISSION_DENIED).
         TimeoutError: a new namespace did not answer within ``NAMESPACE_READY_TIMEOUT_S``.
     """
-    namespace = client.namespace
-    service = client.workflow_service
-    ttl = Duration()
-    ttl.FromTimedelta(retention)
-    done = []
-    try:
-        described = await service.describe_namespace(
-            DescribeNamespaceRequest(namespace=namespace), retry=True
-        )
-    except RPCError as err:
-        if err.status != RPCStatusCode.NOT_FOUND:
-            raise
-        await service.register_namespace(
-            RegisterNamespaceRequest(namespace=namespace, workflow_execution_retention_period=ttl),
-            retry=True,
-        )
-        done.append(f"namespace {namespace!r} registered, retention {_days(retention)}")
-    else:
-        current = described.config.workflow_execution_retention_ttl.ToTimedelta()
-        if current != retention:
-            await service.update_namespace(
-                UpdateNamespaceRequest(
-                    namespace=namespace,
-                    config=NamespaceConfig(workflow_execution_retention_ttl=ttl),
-                ),
-                retry=True,
-            )
-            done.append(f"namespace {namespace!r} retention {_days(current)} -> {_days(retention)}")
+    done = await _register(client, retention)
     async with asyncio.timeout(NAMESPACE_READY_TIMEOUT_S):
         while True:
             try:
-                listed = await client.operator_service.list_search_attributes(
-                    ListSearchAttributesRequest(namespace=namespace), retry=True
-                )
+                listed = await _search_attributes(client)
                 break
             except RPCError as err:  # a new namespace is not in every cache yet
                 if err.status != RPCStatusCode.NOT_FOUND:
                     raise
                 await asyncio.sleep(0.5)
+    if not done:
+        done += await _set_retention(client, retention)
+    missing = _missing(client.namespace, listed)
+    if missing:
+        try:
+            await client.operator_service.add_search_attributes(
+                AddSearchAttributesRequest(namespace=client.namespace, search_attributes=missing),
+                retry=True,
+            )
+        except RPCError as err:  # another process added them meanwhile?
+            if err.status != RPCStatusCode.ALREADY_EXISTS or _missing(
+                client.namespace, await _search_attributes(client)
+            ):
+                raise
+        else:
+            done.append(f"search attributes added: {', '.join(sorted(missing))} (Keyword)")
+    return done
+
+
+def _ttl(span: timedelta) -> Duration:
+    ttl = Duration()
+    ttl.FromTimedelta(span)
+    return ttl
+
+
+async def _register(client: Client, retention: timedelta) -> list[str]:
+    """Register ``client.namespace`` when it is missing; returns what was changed (nothing when
+    it existed, or another process registered it meanwhile)."""
+    namespace = client.namespace
+    service = client.workflow_service
+    try:
+        await service.describe_namespace(DescribeNamespaceRequest(namespace=namespace), retry=True)
+        return []
+    except RPCError as err:
+        if err.status != RPCStatusCode.NOT_FOUND:
+            raise
+    register = RegisterNamespaceRequest(
+        namespace=namespace, workflow_execution_retention_period=_ttl(retention)
+    )
+    try:
+        await service.register_namespace(register, retry=True)
+    except RPCError as raced:  # another process registered it meanwhile
+        if raced.status != RPCStatusCode.ALREADY_EXISTS:
+            raise
+        return []
+    return [f"namespace {namespace!r} registered, retention {_days(retention)}"]
+
+
+async def _set_retention(client: Client, retention: timedelta) -> list[str]:
+    """Set the namespace's retention when it differs; returns what was changed."""
+    namespace = client.namespace
+    service = client.workflow_service
+    described = await service.describe_namespace(
+        DescribeNamespaceRequest(namespace=namespace), retry=True
+    )
+    current = described.config.workflow_execution_retention_ttl.ToTimedelta()
+    if current == retention:
+        return []
+    config = NamespaceConfig(workflow_execution_retention_ttl=_ttl(retention))
+    await service.update_namespace(
+        UpdateNamespaceRequest(namespace=namespace, config=config), retry=True
+    )
+    return [f"namespace {namespace!r} retention {_days(current)} -> {_days(retention)}"]
+
+
+async def _search_attributes(client: Client) -> dict[str, IndexedValueType.ValueType]:
+    """The namespace's custom search attributes and their types."""
+    listed = await client.operator_service.list_search_attributes(
+        ListSearchAttributesRequest(namespace=client.namespace), retry=True
+    )
+    return dict(listed.custom_attributes)
+
+
+def _missing(
+    namespace: str, listed: Mapping[str, IndexedValueType.ValueType]
+) -> dict[str, IndexedValueType.ValueType]:
+    """The search attributes of ``SEARCH_ATTRIBUTE_KEYS`` that ``listed`` lacks, with their
+    types.
+
+    Raises:
+        ValueError: one exists with another type (the message names it).
+    """
     missing: dict[str, IndexedValueType.ValueType] = {}
     for key in SEARCH_ATTRIBUTE_KEYS:
         wanted = IndexedValueType.ValueType(int(key.indexed_value_type))
-        have = listed.custom_attributes.get(key.name)
+        have = listed.get(key.name)
         if have is None:
             missing[key.name] = wanted
         elif have != wanted:
@@ -251,12 +312,7 @@ async def prepare_namespace(client: Client, retention: timedelta = DEFAULT_RETEN
                 f"search attribute {key.name} of namespace {namespace!r} has type "
                 f"{IndexedValueType.Name(have)}, TaskWorkflow needs {IndexedValueType.Name(wanted)}"
             )
-    if missing:
-        await client.operator_service.add_search_attributes(
-            AddSearchAttributesRequest(namespace=namespace, search_attributes=missing), retry=True
-        )
-        done.append(f"search attributes added: {', '.join(sorted(missing))} (Keyword)")
-    return done
+    return missing
 
 
 def _days(span: timedelta) -> str:
@@ -372,13 +428,17 @@ class AgentTasksWorkerPlugin(SimplePlugin):
     async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
         """Run ``worker`` with its workflow tasks applying each activation as one batch; a
         worker of activities listens for its followed runs' published pages
-        (``MirrorActivities.listening``) and runs beside it a worker on its own stateful MCP
-        sessions' task queue (``McpActivities.session_queue``), closing the sessions it holds
-        when it stops."""
+        (``MirrorActivities.listening``), retries the tasks whose mirror the graph store
+        refused (``RefusalRetries.running``) and runs beside it a worker on its own stateful
+        MCP sessions' task queue (``McpActivities.session_queue``), closing the sessions it
+        holds when it stops."""
         if self.run_workflows:
             apply_jobs_as_one_batch(worker)
         listening = self.mirror.listening() if self.mirror else contextlib.nullcontext()
-        async with listening:
+        retrying: contextlib.AbstractAsyncContextManager[None] = contextlib.nullcontext()
+        if self.run_activities:
+            retrying = RefusalRetries(worker.client, self.graph).running()
+        async with listening, retrying:
             await self._run_with_sessions(worker, next)
 
     async def _run_with_sessions(

@@ -86,6 +86,8 @@ CONSTANT_MODULES = (
     "agent_tasks.trajectories.base",
     "agent_tasks.activities.http_tool",
     "agent_tasks.workflows.agents.registry",
+    "agent_tasks.taskgraph.refusals",
+    "agent_tasks.activities.refusals",
 )
 """Where the constants the docs name are defined."""
 
@@ -98,7 +100,7 @@ parentheses."""
 
 SCALE = {"KiB": 1024, "MiB": 1024 * 1024}
 SECONDS = {"ms": 0.001, "s": 1, "second": 1, "seconds": 1, "minute": 60, "minutes": 60}
-SECONDS |= {"day": 86_400, "days": 86_400}
+SECONDS |= {"hour": 3_600, "hours": 3_600, "day": 86_400, "days": 86_400}
 
 
 def text(path: Path) -> str:

@@ -42,7 +42,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequen
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, LiteralString
 
 import temporalio
 from temporalio.api.enums.v1 import EventType
@@ -52,7 +52,14 @@ from temporalio.testing import WorkflowEnvironment
 from agent_tasks.cli.importer import import_paths
 from agent_tasks.codec import DATA_CONVERTER
 from agent_tasks.config import Settings, connect
-from agent_tasks.contract import EventInput, StepState, StepWrite, TaskStatus, TaskView
+from agent_tasks.contract import (
+    EventInput,
+    StepState,
+    StepWrite,
+    TaskStatus,
+    TaskView,
+    event_id,
+)
 from agent_tasks.contract.errors import ErrorCode
 from agent_tasks.contract.search import SEARCH_ATTRIBUTE_KEYS
 from agent_tasks.devstack import find_temporal_binary
@@ -485,6 +492,43 @@ async def _fail_the_mirror(
 
         await quiet(handle, written)
         return await fetch(history, task)
+
+
+async def mirror_refused_scenario(stack: Stack) -> Captured:
+    """A page the graph store refuses for its data (the ``mirror-refusal-closes`` patch): a
+    node of another key holds the id of the task's first event, so the unique constraint on
+    ``Event.id`` refuses its page; the mirror keeps the refusal in the store
+    (``MirrorRefused``), and the finished task completes with it in its view. The blocking
+    node and the refusal are removed after the capture."""
+    history = stack.history("mirror_refused")
+    task = "mirror-refused"
+    workflow_id = history.workflow_id(task)
+    expect(await history.create_task(task, "g"))
+    block = {"key": workflow_id, "id": event_id(workflow_id, 1), "p": history.project_id}
+    await stack.graph.records(_BLOCK_EVENT_ID, write=True, **block)
+    try:
+        with expected_activity_failures():
+            expect(await history.record_event(task, "message", "refused"), first_seq=1)
+            expect(await history.finish_task(task, "done", result="closed anyway"))
+            handle = stack.client.get_workflow_handle(workflow_id, result_type=TaskView)
+            view = await asyncio.wait_for(handle.result(), 90)
+    finally:
+        await stack.graph.records(_UNBLOCK_EVENT_ID, write=True, key=workflow_id)
+        await stack.graph.records(_DROP_REFUSAL, write=True, key=workflow_id)
+    if view.status is not TaskStatus.DONE or not view.unmirrored_writes:
+        raise CaptureError(f"the task did not complete with its refusal: {view}")
+    captured = await fetch(history, task)
+    types = event_types(captured)
+    if "ACTIVITY_TASK_FAILED" not in types or types[-1] != "WORKFLOW_EXECUTION_COMPLETED":
+        raise CaptureError(f"the refused mirror did not let the task complete: {types}")
+    return {"mirror_refused": captured}
+
+
+_BLOCK_EVENT_ID: LiteralString = """
+CREATE (:Event {key: $key + '#blocker', id: $id, project_id: $p, seq: -1, kind: 'note'})
+"""
+_UNBLOCK_EVENT_ID: LiteralString = "MATCH (e:Event {key: $key + '#blocker'}) DELETE e"
+_DROP_REFUSAL: LiteralString = "MATCH (r:MirrorRefusal {key: $key}) DELETE r"
 
 
 async def import_scenario(stack: Stack) -> Captured:
@@ -1859,6 +1903,9 @@ SCENARIOS: dict[str, Scenario] = {
     ),
     "mirror_failure": Scenario(
         mirror_failure_scenario, ("mirror_failure",), "non-retryable mirror failure and pause"
+    ),
+    "mirror_refused": Scenario(
+        mirror_refused_scenario, ("mirror_refused",), "a refused page: the finished task closes"
     ),
     "mirror_follows": Scenario(
         mirror_follows_scenario, ("mirror_follows",), "one mirror call follows the run (patched)"

@@ -25,11 +25,14 @@ the workflow's retry policy. It is of category ``BENIGN``
 next attempt is the mirror working as designed); the last attempt of a call
 (``MIRROR_ATTEMPTS``) logs one WARNING line, and the task's view says why it waits
 (``mirror_error``). Any other graph store error (``GraphError``), and a
-value the driver cannot send (``OverflowError``, ``TypeError``, ``ValueError``), raises a
-non-retryable ``ApplicationError`` of type ``MirrorDataError`` whose message names the task and
-the seq range. A call cancelled because its run is gone (its heartbeat found the workflow
-terminated while it waited) raises a non-retryable, ``BENIGN`` ``MirrorRunGone``: no warning
-with a traceback for a terminate.
+value the driver cannot send (``OverflowError``, ``TypeError``, ``ValueError``), is a refusal
+of the data: the activity keeps it in the store (``taskgraph.refusals``, from which a worker
+retries the task from its history later: ``activities.refusals``) and raises a non-retryable
+``ApplicationError`` of type ``MirrorRefused``, with which a finished task closes; when the
+store keeps nothing either, a ``MirrorDataError`` (the task stays open and calls again after a
+pause). Each message names the task and the seq range. A call cancelled because its run is
+gone (its heartbeat found the workflow terminated while it waited) raises a non-retryable,
+``BENIGN`` ``MirrorRunGone``: no warning with a traceback for a terminate.
 """
 
 from __future__ import annotations
@@ -76,11 +79,13 @@ from agent_tasks.contract import (
 )
 from agent_tasks.contract.errors import (
     MIRROR_DATA_ERROR,
+    MIRROR_REFUSED,
     MIRROR_UNAVAILABLE,
     GraphError,
     GraphUnavailable,
 )
 from agent_tasks.taskgraph.port import GraphStore
+from agent_tasks.taskgraph.refusals import Refusals
 from agent_tasks.workflows.mirroring import MIRROR_RETRY
 from agent_tasks.workflows.task import TaskWorkflow
 
@@ -95,6 +100,9 @@ PAGE_KEYS_HELD = 4_096
 MIRROR_RUN_GONE = "MirrorRunGone"
 """The error type of a mirror call whose run the server no longer has (its heartbeat found it
 gone: terminated while the call waited, or past retention)."""
+REFUSED_METRIC = "agent_tasks_mirror_refused"
+"""The counter of mirror calls the graph store refused for their data (``MirrorRefused``),
+exported with the SDK's metrics (``telemetry``; ``OTEL_METRICS_EXPORTER``)."""
 QUERY_TIMEOUT = timedelta(seconds=10)
 """RPC timeout of each query the mirror sends to its workflow (answered by the worker that
 runs the activity, from its cache, in milliseconds)."""
@@ -324,6 +332,8 @@ class MirrorActivities:
         except (GraphError, OverflowError, TypeError, ValueError) as err:
             where = f"task {input.workflow_id} seqs {input.after_seq + 1}..{input.up_to_seq}"
             failure = mirror_failure(err, where)
+            if failure.type == MIRROR_DATA_ERROR:
+                failure = await self._refused(input, failure)
             attempt = activity.info().attempt
             if failure.category is ApplicationErrorCategory.BENIGN and attempt >= MIRROR_ATTEMPTS:
                 activity.logger.warning(
@@ -342,6 +352,39 @@ class MirrorActivities:
                 non_retryable=True,
                 category=ApplicationErrorCategory.BENIGN,
             ) from None
+
+    async def _refused(self, input: MirrorInput, failure: ApplicationError) -> ApplicationError:
+        """The error for a call the store refused for its data (``failure``, a
+        ``MirrorDataError``): ``MirrorRefused`` once the refusal is kept in the store
+        (``taskgraph.refusals``: a worker retries the task from its history later), counted
+        (``REFUSED_METRIC``) and logged; ``failure`` itself when the store keeps nothing
+        either (the task then stays open and its mirror calls again after a pause)."""
+        try:
+            held = await Refusals(self.graph).record(
+                project_of(input.workflow_id),
+                input.workflow_id,
+                failure.message,
+                after_seq=input.after_seq,
+                up_to_seq=input.up_to_seq,
+                after_write=input.after_write,
+            )
+        except GraphError as err:
+            activity.logger.warning("%s; the refusal was not kept either: %s", failure, err)
+            return failure
+        activity.metric_meter().create_counter(
+            REFUSED_METRIC, "Mirror calls the graph store refused for their data", "calls"
+        ).add(1)
+        activity.logger.warning(
+            "%s (refused %d times; the task is retried from its history from %s)",
+            failure.message,
+            held.attempts,
+            held.retry_at.isoformat(),
+        )
+        return ApplicationError(
+            f"{failure.message} (kept for a retry: agent-tasks graph health)",
+            type=MIRROR_REFUSED,
+            non_retryable=True,
+        )
 
     # Long: one mirror call, its copies as closures over the run's source and the view they
     # move (the first copy, the follower's copies from the history, its published pages)

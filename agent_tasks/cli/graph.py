@@ -24,6 +24,7 @@ from agent_tasks.cli.common import (
 from agent_tasks.config import Settings
 from agent_tasks.contract import EventKind, StepState, TaskStatus
 from agent_tasks.taskgraph.models import EventRow, StepRow, TaskRow, ToolFailures, TreeRow
+from agent_tasks.taskgraph.refusals import GraphHealth, graph_health
 from agent_tasks.worker import open_graph, open_services
 
 graph_app = typer.Typer(
@@ -199,6 +200,33 @@ def graph_failed_tools(project: ProjectOpt = "default", as_json: JsonOpt = False
             ["tool", "spellings", "failed", "tasks"],
         ),
     )
+
+
+@graph_app.command("health")
+def graph_health_command(project: ProjectOpt = "default", as_json: JsonOpt = False) -> None:
+    """Whether the graph store answers, and the project's tasks whose mirror it refused for
+    their data (each closed without those writes in the store, retried by the workers from
+    its history until the store takes it), and how many of every project wait. Exit code 1
+    when it does not answer or any wait."""
+
+    async def go() -> GraphHealth:
+        async with open_graph(Settings()) as graph:
+            return await graph_health(graph, project, every_project=True)
+
+    health = run(go())
+
+    def render(h: GraphHealth) -> None:
+        said = "answers" if h.reachable else f"does not answer: {h.error}"
+        console.print(
+            f"{h.store} {said}; tasks whose mirror it refused: {h.refused_tasks} in the "
+            f"project, {h.refused_everywhere} in every project"
+        )
+        if h.refused:
+            table(h.refused, ["workflow_id", "attempts", "first_at", "retry_at", "error"])
+
+    emit(health, as_json, render)
+    if not health.reachable or health.refused_everywhere:
+        raise typer.Exit(1)
 
 
 graph_app.command("tree")(tree_command)

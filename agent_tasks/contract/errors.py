@@ -13,6 +13,8 @@ What a caller can meet, and where it comes from::
     the mirror activity (ApplicationError types, seen in ``TaskView.mirror_error``)
       MIRROR_UNAVAILABLE             Neo4j unreachable or a transient error: retried
       MIRROR_DATA_ERROR              Neo4j refused the data: not retried, the workflow pauses
+      MIRROR_REFUSED                 the graph store refused the data and keeps the refusal for
+                                     a later retry: a closing task completes with it
     pydantic.ValidationError         an argument of the wrong shape, before anything is sent
 
 Every exception of ours derives from ``AgentTasksError`` (``except AgentTasksError`` catches
@@ -138,6 +140,9 @@ class ErrorCode(StrEnum):
     CHILD_LIMIT_REACHED = "child_limit_reached"
     """``spawn`` from outside: the task has ``MAX_CHILDREN`` children, or a child would be more
     than ``MAX_DEPTH`` levels deep."""
+    NUMBER_OUT_OF_RANGE = "number_out_of_range"
+    """An event's token ``usage`` passes ``MAX_TOKEN_COUNT``: no graph store holds it exactly,
+    so it is refused before it is recorded."""
 
 
 DUPLICATE = "duplicate_request"
@@ -154,6 +159,12 @@ MIRROR_UNAVAILABLE = "MirrorUnavailable"
 
 MIRROR_DATA_ERROR = "MirrorDataError"
 """ApplicationError type of a mirror call whose data Neo4j refused (not retryable)."""
+
+MIRROR_REFUSED = "MirrorRefused"
+"""ApplicationError type of a mirror call whose data the graph store refused, the refusal kept
+in the store (``taskgraph.refusals``) so that a worker retries the task from its history once
+the store would take it (not retryable: the same page fails the same way). A task that is
+closing completes with it."""
 
 
 def refusal(code: ErrorCode, message: str) -> ApplicationError:

@@ -22,6 +22,7 @@ from pydantic import (
 
 from agent_tasks.contract.agent import AgentSpec, TokenUsage
 from agent_tasks.contract.decisions import CitesInput
+from agent_tasks.contract.errors import ErrorCode, refusal
 from agent_tasks.contract.kinds import (
     CLOSED_STATUSES,
     EventKind,
@@ -40,6 +41,7 @@ from agent_tasks.contract.limits import (
     MAX_PAYLOAD_CHARS,
     MAX_SEALED_CHARS,
     MAX_STEPS_PER_UPDATE,
+    MAX_TOKEN_COUNT,
     PAGE_LIMIT_MAX,
     STEPS_PAGE_MAX,
 )
@@ -219,6 +221,23 @@ class RecordEventsInput(_Input):
     """Events in order; they get consecutive seqs."""
     request_id: StrictStr
     """Request id (1 to 64 characters)."""
+
+    def check_counts(self) -> None:
+        """The rule of the events' numbers, checked by the update's validator (a tighter field
+        bound would fail old histories on replay).
+
+        Raises:
+            ApplicationError: ``number_out_of_range``, naming the event, when a token count
+                passes ``MAX_TOKEN_COUNT``.
+        """
+        for number, event in enumerate(self.events, 1):
+            usage = event.usage
+            if usage is not None and max(usage.input_tokens, usage.output_tokens) > MAX_TOKEN_COUNT:
+                raise refusal(
+                    ErrorCode.NUMBER_OUT_OF_RANGE,
+                    f"event {number}: a token count is at most {MAX_TOKEN_COUNT} (2**53), the "
+                    "largest both graph stores and JSON readers hold exactly",
+                )
 
 
 class SetStepsInput(_Input):

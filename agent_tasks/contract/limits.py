@@ -57,6 +57,10 @@ MAX_GOAL_CHARS = 4_000
 MAX_FULL_LENGTH = 2**53
 """Largest ``full_length`` an event may claim (a count every JSON reader and Neo4j's 64-bit
 integers hold exactly)."""
+MAX_TOKEN_COUNT = 2**53
+"""Largest token count an event's ``usage`` may carry: a count JSON readers hold exactly, and
+the graph stores (64-bit integers: Neo4j's driver refuses a larger one, FalkorDB keeps
+``2**63 - 1`` in its place). A larger one is refused (``number_out_of_range``)."""
 MIRROR_ERROR_CHARS = 2_000
 """``mirror_error`` is cut to this many characters (it is carried and shown in every view)."""
 PAGE_LIMIT_MAX = 200

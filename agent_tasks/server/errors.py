@@ -12,7 +12,7 @@ table):
   ``task_closed``, ``run_by_agent``, ``input_not_requested``, the limits reached ...);
 - 413 ``body_too_large``: a body over ``AGENT_TASKS_MAX_BODY_BYTES``;
 - 422: ``invalid_argument`` (a field of the wrong shape), ``invalid_json``,
-  ``invalid_request_id``, ``input_invalid``, ``schema_invalid``;
+  ``invalid_request_id``, ``input_invalid``, ``schema_invalid``, ``number_out_of_range``;
 - 429 ``too_many_streams``: the key holds ``AGENT_TASKS_STREAMS_PER_KEY`` streams already;
 - 503: ``task_busy`` (with ``Retry-After``), ``service_unavailable`` (Temporal, a worker or
   Neo4j did not answer: retry with the same request id).
@@ -39,6 +39,7 @@ STATUS: dict[str, int] = {
     ErrorCode.INVALID_REQUEST_ID: 422,
     ErrorCode.INPUT_INVALID: 422,
     ErrorCode.SCHEMA_INVALID: 422,
+    ErrorCode.NUMBER_OUT_OF_RANGE: 422,
     ErrorCode.TASK_BUSY: 503,
     ErrorCode.KEY_STORE_UNAVAILABLE: 503,
 }

@@ -30,6 +30,7 @@ from agent_tasks.starter.results import (
 from agent_tasks.starter.retention import HistoryRetention
 from agent_tasks.starter.tasks import Task, TaskRefused, UpdateType, new_task_id
 from agent_tasks.taskgraph.models import TaskRow, TreeRow
+from agent_tasks.taskgraph.refusals import GraphHealth, graph_health
 
 API_DESCRIPTION = """Durable tasks for AI agents: every task a Temporal workflow, mirrored to
 Neo4j. Authenticate with `Authorization: Bearer <key>` (`agent-tasks keys create --project P`).
@@ -134,6 +135,16 @@ class Health(BaseModel):
 async def health() -> Health:
     """The server runs (no key needed; it asks nothing of Temporal or Neo4j)."""
     return Health()
+
+
+@router.get("/graph/health", response_model=GraphHealth, responses=ERRORS, tags=["service"])
+async def graph_store_health(call: Call) -> GraphHealth:
+    """The graph store's health for the key's project: whether it answers, and the tasks
+    whose mirror it refused for their data (``taskgraph.refusals``); 503 without a store."""
+    graph = call.history.graph
+    if graph is None:
+        raise ApiError(503, "service_unavailable", "this server has no graph store")
+    return await graph_health(graph, call.history.project_id)
 
 
 @router.post(

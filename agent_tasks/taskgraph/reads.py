@@ -296,8 +296,9 @@ class GraphReads:
     async def step(self, project_id: str, workflow_id: str, name: str) -> StepView | None:
         """One task's mirrored step ``name``, None when Neo4j has no such step."""
         rows = await self.runner.read(
-            "MATCH (s:Step {key: $key, project_id: $p}) RETURN s",
-            key=f"{workflow_id}/{name}",
+            "MATCH (s:Step {key: $key + '/' + $name, project_id: $p}) RETURN s",
+            key=workflow_id,
+            name=name,
             p=project_id,
         )
         return StepView.model_validate(plain(rows[0]["s"])) if rows else None

@@ -17,6 +17,8 @@ task that completed returns its final view once mirrored: one read of the close 
 history), else (CANCELED, TERMINATED, FAILED, TIMED_OUT) the view the graph store keeps: a
 task closed by its own run (cancelled: a run that closes cancelled has no result, but
 mirrors everything before it closes) left its whole closed view there (``closed_view``),
+unless the store refused a page of it (``taskgraph.refusals``: the task closed without it,
+and is queried until the store takes it),
 while a run that ended without closing its task (terminated, timed out, failed) left what its
 mirror had written by then. Its events and steps come from the graph store, which holds all
 of them (the run closed only once mirrored) or, for a run ended from outside, those its
@@ -59,6 +61,7 @@ from agent_tasks.contract.errors import GraphIncomplete, GraphNotConfigured
 from agent_tasks.contract.handlers import EVENTS, STEPS, VIEW
 from agent_tasks.sealing.seal import open_events
 from agent_tasks.taskgraph.models import NEO4J_INT_MAX
+from agent_tasks.taskgraph.refusals import Refusals
 
 if TYPE_CHECKING:  # the driver is loaded by whoever makes the graph (the client loads none)
     from agent_tasks.taskgraph.port import GraphStore
@@ -176,14 +179,21 @@ class TaskReader:
         """The view of a closed task read without a worker (the module docstring): a task
         whose latest run ``status`` is COMPLETED from its result ("temporal"), one that closed
         otherwise from the graph store ("neo4j"); None when it must be queried (no graph
-        store, or the store lacks the task)."""
+        store, the store lacks the task, or it refused a page of it)."""
         closed_as = None if status is None else status.name
         if status is WorkflowExecutionStatus.COMPLETED:
             handle = self.client.get_workflow_handle(workflow_id, result_type=TaskView)
             view = await self.call(lambda: handle.result(follow_runs=False), workflow_id)
             return Found(view, "temporal", closed_as)
         found = await self.expired(workflow_id)
-        return None if found is None else Found(found, "neo4j", closed_as)
+        if found is None or await self._refused(workflow_id):
+            return None
+        return Found(found, "neo4j", closed_as)
+
+    async def _refused(self, workflow_id: str) -> bool:
+        """True when the graph store refused a page of the task and lacks it still (its
+        closed view there may be older than the run's: the run is queried instead)."""
+        return self.graph is not None and await Refusals(self.graph).held(workflow_id)
 
     async def expired(self, workflow_id: str) -> TaskView | None:
         """The view the graph store keeps of a task (a closed run's, or one Temporal has no

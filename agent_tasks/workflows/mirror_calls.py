@@ -14,9 +14,10 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, CancelledError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 from agent_tasks.contract import MIRROR_ACTIVITY, MIRROR_MAX_EVENTS, MirrorOutcome
+from agent_tasks.contract.errors import MIRROR_REFUSED
 from agent_tasks.workflows import mirroring
 from agent_tasks.workflows.ledger import Ledger
 from agent_tasks.workflows.mirroring import (
@@ -30,6 +31,7 @@ from agent_tasks.workflows.patches import (
     CONTINUE_WITHOUT_MIRROR,
     MIRROR_DRAIN_BOUND,
     MIRROR_FOLLOWS_RUN,
+    MIRROR_REFUSAL_CLOSES,
 )
 
 MIRROR_DRAIN_WAIT = timedelta(seconds=10)
@@ -50,11 +52,21 @@ class MirrorCalls:
         ledger: the run's ledger (what waits for the mirror, and where outcomes go).
         agent_running: True while the task's agent runs (a pause after a failure ends early
             once continue-as-new is suggested and the agent has parked).
+        ended: True once the task is closed and nothing of it runs on (its workflow may
+            complete once mirrored).
     """
 
-    def __init__(self, ledger: Ledger, agent_running: Callable[[], bool]) -> None:
+    def __init__(
+        self, ledger: Ledger, agent_running: Callable[[], bool], ended: Callable[[], bool]
+    ) -> None:
         self.ledger = ledger
         self.agent_running = agent_running
+        self.ended = ended
+        self.refused = False
+        """True once the graph store refused a call of this run for its data while the task was
+        ending, the refusal kept in the store (``MIRROR_REFUSED``): the run completes without
+        those writes in the store, and the store's refusal brings them there later
+        (``taskgraph.refusals``). Since ``MIRROR_REFUSAL_CLOSES``."""
         self.draining = False
         """True once continue-as-new is due: writes are turned away until the new run."""
         self.history_token: str | None = None
@@ -69,12 +81,14 @@ class MirrorCalls:
         if continue_suggested() and not self.ledger.state.mirror_failures:
             self.draining = True
 
-    async def call(self, *, bounded: bool = True) -> None:
+    async def call(self, *, bounded: bool = True, final: bool = False) -> None:
         """Mirror the next waiting writes (``mirroring.mirror_target``: an earlier run's first,
         at most ``MIRROR_MAX_EVENTS`` events; this run's by a call that follows the run,
-        ``MIRROR_FOLLOWS_RUN``); after a failure, pause (``mirror_pause``). A ``bounded``
-        call (the run loop's; the final mirror of a cancel is not) holds up continue-as-new
-        at most ``MIRROR_DRAIN_WAIT`` (``_bound``).
+        ``MIRROR_FOLLOWS_RUN``); after a failure, pause (``mirror_pause``), unless the store
+        refused the call for its data as the task ends (``refused``). A ``bounded`` call (the
+        run loop's; the final mirror of a cancel is not) holds up continue-as-new at most
+        ``MIRROR_DRAIN_WAIT`` (``_bound``); a ``final`` one is the last of a closed task
+        whatever runs on (a cancel's).
 
         Raises:
             asyncio.CancelledError: the workflow is being cancelled.
@@ -109,6 +123,9 @@ class MirrorCalls:
             # and writable, show the error in the view, and try again after a pause.
             mirroring.mirror_failed(self.ledger.state, str(err.cause or err))
             self.draining = False
+            if self._refusal_closes(err, final):
+                self.refused = True
+                return
             pause = mirror_pause(self.ledger.state.mirror_failures)
             if workflow.patched(CONTINUE_WITHOUT_MIRROR):
                 # A pause may last minutes: continue-as-new as soon as it is suggested (and
@@ -124,6 +141,18 @@ class MirrorCalls:
         mirroring.mirrored(self.ledger.state, target, outcome)
         if target.input.follow:
             self.history_token = outcome.history_token
+
+    def _refusal_closes(self, err: ActivityError, final: bool) -> bool:
+        """True when ``err`` is a refusal the store keeps (``MIRROR_REFUSED``) and the task is
+        ending (closed, and ``final`` or ``ended``): the run may complete without the refused
+        writes in the store (``MIRROR_REFUSAL_CLOSES``; runs recorded before it paused and
+        called again for ever)."""
+        cause = err.cause
+        if not isinstance(cause, ApplicationError) or cause.type != MIRROR_REFUSED:
+            return False
+        if not self.ledger.closed or not (final or self.ended()):
+            return False
+        return workflow.patched(MIRROR_REFUSAL_CLOSES)
 
     async def _bound(self, handle: workflow.ActivityHandle[MirrorOutcome]) -> bool:
         """Cancel the mirror call ``handle`` when continue-as-new is due and the call has run

@@ -209,6 +209,12 @@ forms) is recorded ``rejected`` when it comes by signal, so one person never cou
 approvers. Runs recorded before it compared names exactly. The ``respond`` update's validator
 refuses it ``approver_repeated`` (no patch: validators never run on replay)."""
 
+MIRROR_REFUSAL_CLOSES = "mirror-refusal-closes"
+"""Patch id: a closing task whose mirror call the graph store refused for its data, the refusal
+kept in the store for a later retry (``MIRROR_REFUSED``), completes with the refusal in its view
+(``MirrorCalls.refused``); runs recorded before it paused and called again for ever, and the
+finished task stayed running."""
+
 PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
     {
         MIRROR_WITHOUT_DEBOUNCE: Patch(
@@ -249,6 +255,7 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
                 "mcp_stateful.json",
                 "mirror_at_once.json",
                 "mirror_follows.json",
+                "mirror_refused.json",
                 "model_cancel.json",
                 "model_mistake.json",
                 "one_person.json",
@@ -423,6 +430,7 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
                 "mcp_open_cancelled.json",
                 "mcp_stateful.json",
                 "mirror_follows.json",
+                "mirror_refused.json",
                 "model_cancel.json",
                 "model_mistake.json",
                 "one_person.json",
@@ -492,6 +500,10 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
         MCP_OPEN_CANCEL: Patch(
             since=date(2026, 12, 5),
             pinned_by=("mcp_open_cancelled.json",),
+        ),
+        MIRROR_REFUSAL_CLOSES: Patch(
+            since=date(2026, 12, 7),
+            pinned_by=("mirror_refused.json",),
         ),
         SAME_CALL_SAME_KEY: Patch(
             since=date(2026, 12, 5),

@@ -137,7 +137,7 @@ class TaskWorkflow:
         self.cancelling = False
         """True once the task is being cancelled by the one cancellation rule (``CANCEL_RULE``):
         the agent's waits wake up and it starts nothing more."""
-        self.mirror = MirrorCalls(self.ledger, self._agent_running)
+        self.mirror = MirrorCalls(self.ledger, self._agent_running, self._ended)
         """This run's mirror calls and its drain before continue-as-new."""
 
     @workflow.run
@@ -193,7 +193,7 @@ class TaskWorkflow:
                 self.mirror.draining = True
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 self._continue_as_new()
-            if ledger.unmirrored:
+            if ledger.unmirrored and not self.mirror.refused:
                 # patched() first: the first call places the patch's marker, so it must not
                 # hang on ``urgent`` (whether continue-as-new is suggested can read otherwise
                 # on a replay than it did when the run was recorded)
@@ -217,7 +217,7 @@ class TaskWorkflow:
                 continue
             self.mirror.drain_if_due()
             await workflow.wait_condition(workflow.all_handlers_finished)
-            if ledger.unmirrored:
+            if ledger.unmirrored and not self.mirror.refused:
                 continue
             if ledger.closed:
                 if not self._ended():
@@ -357,8 +357,8 @@ class TaskWorkflow:
                         workflow.now(),
                     )
             self._finish(TaskStatus.CANCELLED)
-        while ledger.unmirrored:
-            await self.mirror.call(bounded=False)
+        while ledger.unmirrored and not self.mirror.refused:
+            await self.mirror.call(bounded=False, final=True)
         await tell_parent(ledger)
 
     async def _cascade(self) -> None:
@@ -402,8 +402,8 @@ class TaskWorkflow:
         if not self.cascade:  # the children run on: the task waits for their ends as before
             return await self._run()
         await self._cascade()
-        while ledger.unmirrored:
-            await self.mirror.call(bounded=False)
+        while ledger.unmirrored and not self.mirror.refused:
+            await self.mirror.call(bounded=False, final=True)
         await tell_parent(ledger)
         return pages.view(ledger)
 
@@ -464,6 +464,7 @@ class TaskWorkflow:
         self._admit()
         if any(event.kind is not EventKind.NOTE for event in input.events):
             self._single_writer()
+        input.check_counts()
         check_citations(self.ledger.step, input, self.ledger.state.last_seq)
 
     @workflow.update

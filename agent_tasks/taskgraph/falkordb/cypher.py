@@ -49,6 +49,7 @@ SCHEMA: tuple[LiteralString, ...] = (
     "CREATE INDEX FOR (n:DataKey) ON (n.key_id, n.task_key)",
     "CREATE INDEX FOR (n:ApiKey) ON (n.key_id)",
     "CREATE INDEX FOR (n:PageSession) ON (n.session_id)",
+    "CREATE INDEX FOR (n:MirrorRefusal) ON (n.key, n.project_id, n.retry_at)",
 )
 """The indexes, created before the constraints (a unique constraint needs an exact-match
 index on its property)."""
@@ -66,6 +67,7 @@ UNIQUE: tuple[tuple[str, str], ...] = (
     ("DataKey", "key_id"),
     ("ApiKey", "key_id"),
     ("PageSession", "session_id"),
+    ("MirrorRefusal", "key"),
 )
 """Unique constraints (label, property): Neo4j's ``taskgraph.neo4j.schema.SCHEMA`` constraints."""
 
@@ -129,10 +131,12 @@ step result's placeholder."""
 
 NEXT: LiteralString = """
 UNWIND $pairs AS pair
-MATCH (a:Event {key: pair[0]})
-MATCH (b:Event {key: pair[1]})
+MATCH (a:Event {key: pair.key + '#' + toString(pair.seq - 1)})
+MATCH (b:Event {key: pair.key + '#' + toString(pair.seq)})
 MERGE (a)-[:NEXT]->(b)
 """
+"""Each event after the first of its task linked from the one before (a row per event: its
+task's key and seq; keys are joined here, never in Python: ``taskgraph.falkordb.text``)."""
 
 STEPS: LiteralString = """
 UNWIND $steps AS st
@@ -155,20 +159,20 @@ MERGE (s)-[:RESULT]->(e)
 its node (``changed_write``)."""
 
 DECISIONS: LiteralString = """
-UNWIND $keys AS key
-MATCH (e:Event {key: key})
+UNWIND $decisions AS d
+MATCH (e:Event {key: d.key + '#' + toString(d.seq)})
 SET e:Decision
 """
 CITES_EVENTS: LiteralString = """
-UNWIND $pairs AS pair
-MATCH (d:Event {key: pair[0]})
-MATCH (c:Event {key: pair[1]})
-MERGE (d)-[:CITES]->(c)
+UNWIND $cites AS c
+MATCH (d:Event {key: c.key + '#' + toString(c.seq)})
+MATCH (x:Event {key: c.key + '#' + toString(c.cited)})
+MERGE (d)-[:CITES]->(x)
 """
 CITES_STEPS: LiteralString = """
 UNWIND $cites AS c
-MATCH (d:Event {key: c.decision})
-MATCH (x:Step {key: c.step})
+MATCH (d:Event {key: c.key + '#' + toString(c.seq)})
+MATCH (x:Step {key: c.key + '/' + c.step})
 MERGE (d)-[r:CITES]->(x)
 SET r.state = c.state, r.attempt = c.attempt
 """

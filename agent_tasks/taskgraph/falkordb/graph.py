@@ -73,6 +73,7 @@ from agent_tasks.sealing.keytree import decode, encode, parse_key_id, puncture
 from agent_tasks.sealing.seal import unseal
 from agent_tasks.taskgraph.dialect import GraphKind, Statement, spelled
 from agent_tasks.taskgraph.falkordb import cypher
+from agent_tasks.taskgraph.falkordb.text import read_text, stored_text
 from agent_tasks.taskgraph.models import as_datetime, epoch_us, utc
 from agent_tasks.taskgraph.page_batches import PageBatches, PageWrite, check_batch
 from agent_tasks.taskgraph.properties import event_properties, step_properties, task_properties
@@ -116,7 +117,10 @@ def falkor_error(err: Exception) -> GraphError:
 
 def _value(value: Any) -> Any:
     """A result value as plain Python: a node or relationship as the dict of its properties
-    (its times as datetimes), lists and maps element by element."""
+    (its times as datetimes), text as it was sent (``read_text``), lists and maps element by
+    element."""
+    if isinstance(value, str):
+        return read_text(value)
     if isinstance(value, Node | Edge):
         props = dict(value.properties)
         return {
@@ -131,7 +135,10 @@ def _value(value: Any) -> Any:
 
 
 def _param(value: Any) -> Any:
-    """A parameter as FalkorDB takes it: a datetime as its microseconds (``epoch_us``)."""
+    """A parameter as FalkorDB takes it: a datetime as its microseconds (``epoch_us``), text
+    in its stored form (``stored_text``)."""
+    if isinstance(value, str):
+        return stored_text(value)
     if isinstance(value, datetime):
         return epoch_us(value)
     if isinstance(value, list | tuple):
@@ -480,9 +487,7 @@ class FalkorGraph:
                 key = page.view.workflow_id
                 stamp = {} if page.mark is None else {"rebuild": page.mark}
                 events += [_event_props(e, stamp) | {"task_key": key} for e in page_events]
-                pairs += [
-                    [f"{key}#{e.seq - 1}", f"{key}#{e.seq}"] for e in page_events if e.seq > 1
-                ]
+                pairs += [{"key": key, "seq": e.seq} for e in page_events if e.seq > 1]
                 steps += [
                     step_properties(s)
                     | {"updated_at": epoch_us(s.updated_at), "task_key": key}
@@ -512,24 +517,26 @@ class FalkorGraph:
         )
 
     async def _decisions(self, decisions: Sequence[tuple[str, Event]]) -> None:
-        """The decisions' label and their CITES links to events and steps (each with its
-        task's key)."""
-        await self.write(cypher.DECISIONS, keys=[f"{key}#{d.seq}" for key, d in decisions])
-        event_pairs, step_cites = [], []
+        """The decisions' label and their CITES links to events and steps (each row with its
+        task's key: the statements join the keys, ``taskgraph.falkordb.text``)."""
+        rows = [{"key": key, "seq": d.seq} for key, d in decisions]
+        await self.write(cypher.DECISIONS, decisions=rows)
+        event_cites, step_cites = [], []
         for key, d in decisions:
             cites = d.cites or Citations()
-            event_pairs += [[f"{key}#{d.seq}", f"{key}#{s}"] for s in cites.events]
+            event_cites += [{"key": key, "seq": d.seq, "cited": s} for s in cites.events]
             step_cites += [
                 {
-                    "decision": f"{key}#{d.seq}",
-                    "step": f"{key}/{s.name}",
+                    "key": key,
+                    "seq": d.seq,
+                    "step": s.name,
                     "state": s.state.value,
                     "attempt": s.attempt,
                 }
                 for s in cites.steps
             ]
-        if event_pairs:
-            await self.write(cypher.CITES_EVENTS, pairs=event_pairs)
+        if event_cites:
+            await self.write(cypher.CITES_EVENTS, cites=event_cites)
         if step_cites:
             await self.write(cypher.CITES_STEPS, cites=step_cites)
 

@@ -3,11 +3,13 @@ write (FalkorDB's: ``taskgraph.falkordb.cypher.SCHEMA``)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import LiteralString
 
+from neo4j import AsyncManagedTransaction
 from neo4j.exceptions import ClientError
 
-from agent_tasks.taskgraph.neo4j.driver import Neo4jRunner
+from agent_tasks.taskgraph.neo4j.driver import Neo4jRunner, bounded
 from agent_tasks.taskgraph.neo4j.keys import KEY_SCHEMA
 
 SCHEMA: tuple[LiteralString, ...] = (
@@ -27,6 +29,9 @@ SCHEMA: tuple[LiteralString, ...] = (
     "CREATE CONSTRAINT decision_id IF NOT EXISTS FOR (n:Decision) REQUIRE n.id IS UNIQUE",
     "CREATE INDEX decision_task IF NOT EXISTS FOR (n:Decision) ON (n.project_id, n.task_key)",
     "CREATE CONSTRAINT tombstone_key IF NOT EXISTS FOR (n:TaskTombstone) REQUIRE n.key IS UNIQUE",
+    # the mirror's refused pages (``taskgraph.refusals``)
+    "CREATE CONSTRAINT mirror_refusal IF NOT EXISTS FOR (n:MirrorRefusal) REQUIRE n.key IS UNIQUE",
+    "CREATE INDEX mirror_refusal_retry IF NOT EXISTS FOR (n:MirrorRefusal) ON (n.retry_at)",
     *KEY_SCHEMA,
     # the HTTP API's records (``server.apikeys``, ``server.pagesessions``)
     "CREATE CONSTRAINT api_key IF NOT EXISTS FOR (n:ApiKey) REQUIRE n.key_id IS UNIQUE",
@@ -47,13 +52,29 @@ SCHEMA_RULE_EXISTS = "Neo.ClientError.Schema.EquivalentSchemaRuleAlreadyExists"
 async def create_schema(runner: Neo4jRunner) -> None:
     """Create the constraints and indexes of ``SCHEMA`` (idempotent).
 
-    ``IF NOT EXISTS`` does not cover two sessions creating the same rule at once (workers
-    starting together): the one that loses gets ``EquivalentSchemaRuleAlreadyExists``, which
-    means the rule exists, so it is taken as done."""
-    async with runner.session() as session:
-        for statement in SCHEMA:
+    Each rule runs in a managed transaction of its own session, so that processes starting at
+    once (a worker and ``serve`` on a fresh database) all succeed. Two sessions creating rules
+    at once meet two errors: the one that loses a race for a rule gets
+    ``EquivalentSchemaRuleAlreadyExists`` (``IF NOT EXISTS`` does not cover it), which means
+    the rule exists, so it is taken as done; and either may get ``DeadlockDetected`` (a
+    transient error: each rule takes the schema's locks), which the driver retries as it
+    retries any managed transaction (``NEO4J_RETRY_S``), where a statement run on its own
+    failed the whole start."""
+    for statement in SCHEMA:
+        async with runner.session() as session:
             try:
-                await (await session.run(statement)).consume()
+                await session.execute_write(bounded(_schema_rule(statement)))
             except ClientError as err:
                 if err.code != SCHEMA_RULE_EXISTS:
                     raise
+
+
+def _schema_rule(
+    statement: LiteralString,
+) -> Callable[[AsyncManagedTransaction], Awaitable[None]]:
+    """A transaction function that runs one schema ``statement``."""
+
+    async def work(tx: AsyncManagedTransaction) -> None:
+        await (await tx.run(statement)).consume()
+
+    return work
