@@ -73,6 +73,7 @@ CONSTANT_MODULES = (
     "agent_tasks.worker",
     "agent_tasks.activities.mirror",
     "agent_tasks.activities.model",
+    "agent_tasks.activities.retry_after",
     "agent_tasks.taskgraph.neo4j.driver",
     "agent_tasks.taskgraph.models",
     "agent_tasks.taskgraph.retention",
@@ -492,7 +493,7 @@ async def test_the_agent_tasks_pages_demo_command_runs(project_id: str) -> None:
 
 
 FILES = ROOT / "agent_tasks" / "activities"
-"""The folder the demo's file tools read in the HTTP page's test (as ``--path activities``)."""
+"""The folder the demo's file tools read in the HTTP page's test (as ``--path agent_tasks/activities``)."""
 
 
 async def test_the_http_pages_agent_task_commands_run(services: Services, project_id: str) -> None:
