@@ -76,6 +76,8 @@ class ApiState:
     """How often an idle stream checks its key (``grants.GRANT_CHECK_S``)."""
     closing: asyncio.Event
     """Set when the server starts to shut down: every open stream ends (``ApiServer``)."""
+    command: str = "agent-tasks"
+    """How a person runs the CLI where this server runs (``create_app``'s ``command``)."""
 
     @property
     def settings(self) -> Settings:
@@ -156,6 +158,7 @@ def create_app(
     keepalive_s: float = KEEPALIVE_S,
     poll_s: float = STREAM_POLL_S,
     grant_check_s: float = GRANT_CHECK_S,
+    command: str = "agent-tasks",
 ) -> FastAPI:
     """The HTTP API over ``services`` (which need a graph: keys, lists, trees live in Neo4j).
 
@@ -165,6 +168,8 @@ def create_app(
         keepalive_s: seconds between keep-alive comments on an idle stream.
         poll_s: how often a stream's feed reads its task without a word from the broker.
         grant_check_s: how often an idle stream checks its key or session (seconds).
+        command: how a person runs the CLI where this server runs (``./run`` in a checkout):
+            the page's commands to copy begin with it (``GET /me``).
 
     Returns:
         the FastAPI application, ``NamesInPath`` and ``BodyLimit`` added as middleware (its
@@ -191,6 +196,7 @@ def create_app(
             grants=GrantChecks(keys, sessions),
             grant_check_s=grant_check_s,
             closing=asyncio.Event(),
+            command=command,
         )
         try:
             yield
