@@ -129,14 +129,16 @@ def import_command(
         table(
             [
                 {
-                    **r.model_dump(),
+                    **r.model_dump(mode="json"),
                     "ms": f"{r.ms:.0f}",
                     "file": Path(r.file).name + (r.source or "").removeprefix(Path(r.file).name),
-                    "status": r.status + (" (open)" if r.open else ""),
+                    "import": r.status,
+                    "status": r.task_status or "",
                 }
                 for r in reports
             ],
-            ["file", "task", "status", "events", "steps", "failed_steps", "ms", "error"],
+            # status: the task's, as `task list` shows it; import: what this import did
+            ["file", "task", "status", "import", "events", "steps", "failed_steps", "ms", "error"],
             title="import",
         )
         if numbers["new_events"]:

@@ -22,7 +22,7 @@ import threading
 from collections.abc import AsyncIterator, Generator
 from dataclasses import dataclass
 from typing import Annotated
-from urllib.parse import unquote
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import uvicorn
 from fastapi import Depends, FastAPI, Path
@@ -104,6 +104,42 @@ class NamesInPath:
         await self.app(scope, receive, send)
 
 
+class RelativeRedirects:
+    """ASGI: a redirect to this server's own address is answered with a relative ``Location``
+    (its path and query). Starlette's trailing-slash redirect (``/tasks/`` -> ``/tasks``) names
+    the scheme and host the server saw: behind a TLS proxy whose ``X-Forwarded-Proto`` uvicorn
+    does not trust, that is ``http://``, and a browser following it leaves HTTPS."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass the request on; make its redirect's ``Location`` relative when it is ours."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        host = dict(scope.get("headers", [])).get(b"host", b"").decode("latin-1")
+
+        async def relative(message: Message) -> None:
+            if message["type"] == "http.response.start" and 300 <= message["status"] < 400:
+                message = {**message, "headers": [
+                    (name, _own_path(value, host) if name == b"location" else value)
+                    for name, value in message.get("headers", [])
+                ]}  # fmt: skip
+            await send(message)
+
+        await self.app(scope, receive, relative)
+
+
+def _own_path(location: bytes, host: str) -> bytes:
+    """``location`` as a path and query when it names ``host`` (this server as the client
+    called it), else as it is."""
+    url = urlsplit(location.decode("latin-1"))
+    if not url.scheme or url.netloc != host:
+        return location
+    return urlunsplit(("", "", url.path or "/", url.query, url.fragment)).encode("latin-1")
+
+
 class BodyLimit:
     """ASGI: a request body over ``limit`` bytes is answered 413 ``body_too_large`` (the app
     then reads a disconnect, and whatever it answers is dropped)."""
@@ -172,7 +208,8 @@ def create_app(
             the page's commands to copy begin with it (``GET /me``).
 
     Returns:
-        the FastAPI application, ``NamesInPath`` and ``BodyLimit`` added as middleware (its
+        the FastAPI application, ``NamesInPath``, ``BodyLimit`` and ``RelativeRedirects``
+        added as middleware (its
         ``state.api`` is the ``ApiState`` while it runs).
     """
     assert services.graph is not None, "the HTTP API needs the Neo4j task graph"
@@ -230,6 +267,7 @@ def create_app(
     app.include_router(codec_router)
     app.mount("/ui/static", static_files(), name="page")
     app.add_middleware(BodyLimit, limit=services.settings.max_body_bytes)
+    app.add_middleware(RelativeRedirects)
     app.add_middleware(NamesInPath)  # added last: runs first
     return app
 
