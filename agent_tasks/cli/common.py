@@ -415,7 +415,10 @@ def main_of(app: typer.Typer) -> None:
     client's Rust runtime can crash the interpreter while it finalizes (exit 139 after a
     successful command)."""
     try:
-        plain_flags(typer.main.get_command(app))(prog_name=invoked_as())
+        # the shell's completion script calls back with _AGENT_TASKS_COMPLETE whatever the name
+        # the CLI was invoked by (typer derives the variable from it: ``./run`` would not do)
+        command = plain_flags(typer.main.get_command(app))
+        command(prog_name=invoked_as(), complete_var="_AGENT_TASKS_COMPLETE")
     except SystemExit as done:
         code = done.code
     else:

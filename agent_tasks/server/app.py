@@ -35,6 +35,7 @@ from agent_tasks.config import Settings
 from agent_tasks.contract.errors import GraphIncomplete, TaskServiceUnavailable
 from agent_tasks.server.apikeys import ApiKeyStore
 from agent_tasks.server.auth import StreamSlots
+from agent_tasks.server.codec import root_router as codec_root_router
 from agent_tasks.server.codec import router as codec_router
 from agent_tasks.server.errors import (
     ApiError,
@@ -265,6 +266,7 @@ def create_app(
         )
     app.include_router(page_router)
     app.include_router(codec_router)
+    app.include_router(codec_root_router)
     app.mount("/ui/static", static_files(), name="page")
     app.add_middleware(BodyLimit, limit=services.settings.max_body_bytes)
     app.add_middleware(RelativeRedirects)

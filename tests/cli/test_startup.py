@@ -166,6 +166,26 @@ def test_the_usage_line_and_hints_name_the_command_as_it_was_invoked() -> None:
     assert "Usage: agent-tasks task show" in plain
 
 
+@pytest.mark.parametrize("invoked", ["", "./run"])
+def test_completing_a_command_loads_no_command_work(invoked: str) -> None:
+    """Shell completion of a command's name ran every command module's imports (pallets/click#945:
+    2.5 s a completion step; fastapi/typer#231): it loads no service, server or SDK, and names
+    its variable ``_AGENT_TASKS_COMPLETE`` however the CLI was invoked (``./run``)."""
+    asked = {
+        "_AGENT_TASKS_COMPLETE": "complete_bash",
+        "COMP_WORDS": "agent-tasks t",
+        "COMP_CWORD": "1",
+        "AGENT_TASKS_COMMAND": invoked,
+    }
+    code, modules, said = loaded_by(env=asked)
+    assert code == 0, said
+    assert said.split()[:2] == ["task", "tree"], said
+    assert heavy(modules) == []
+    deeper = {**asked, "COMP_WORDS": "agent-tasks task li", "COMP_CWORD": "2"}
+    code, modules, said = loaded_by(env=deeper)
+    assert (code, said.split()[0], heavy(modules)) == (0, "list", []), said
+
+
 def test_the_root_lists_each_command_with_the_first_sentence_it_shows_when_built() -> None:
     """The root's listing (``LazyCommands.short_help``) reads each command's help without
     building it, and says what the built command says."""
