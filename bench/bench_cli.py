@@ -54,12 +54,15 @@ class Command:
     cpu_s: list[float] = field(default_factory=list)
     wall_s: list[float] = field(default_factory=list)
 
-    def once(self) -> None:
-        """Run it once; record its CPU and wall time."""
+    def once(self, folder: Path) -> None:
+        """Run it once in ``folder`` (not a checkout: ``python -m`` puts the current folder
+        first on ``sys.path``, which would shadow another checkout's package); record its CPU
+        and wall time."""
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
         done = subprocess.run(
             self.argv,
+            cwd=folder,
             capture_output=True,
             env={**os.environ, "COLUMNS": "120", **self.env},
             timeout=120,
@@ -136,7 +139,7 @@ def main(runs: int, before: Path | None) -> None:
         ]
         for _ in range(runs):
             for row in rows:
-                row.once()
+                row.once(Path(folder))
     asyncio.run(forget(project, history.task_queue))
     load = os.getloadavg()
     print(f"{runs} runs each, taking turns; load average at the end {load[0]:.1f}, {load[1]:.1f}")
