@@ -17,10 +17,13 @@ from playwright.async_api import Locator, Page, ViewportSize, expect
 
 from agent_tasks.cli.importer import import_paths, mirror_caught_up
 from agent_tasks.contract import AgentSpec, TaskStatus
+from agent_tasks.server import create_app
+from agent_tasks.worker import Services
 from tests.approval_tools import approval_spec, goal
 from tests.cli.test_cli_errors import EXAMPLE, cli
 from tests.conftest import eventually
 from tests.page.conftest import Person
+from tests.servers import served
 from tests.stream_agents import TALKER
 
 PAST_THE_EDGE = (
@@ -342,3 +345,28 @@ async def test_the_tasks_list_and_a_tasks_page_name_the_agent_id_alike(ann: Pers
     task = await opened(ann, "/ui/task?name=rec")
     await expect(task.locator('dd[data-field="agent id"]')).to_have_text("bot-7")
     await expect(task.locator('dd[data-field="agent"]')).to_have_text("none: an app records it")
+
+
+async def test_a_cards_command_begins_as_the_server_was_started(
+    ann: Person, services: Services, page_queue: str
+) -> None:
+    """The cards' commands said ``agent-tasks ...``, which a checkout's ``./run serve`` does not
+    put on anyone's PATH: they begin with the command the server's CLI was invoked as
+    (``create_app``'s ``command``, ``GET /me``)."""
+    settings = services.settings.model_copy(update={"temporal_task_queue": page_queue})
+    own = Services(settings, services.client, services.graph, services.broker)
+    await ann.history.create_task("ship", "ship it?", agent=AgentSpec(name="ask_schema",
+        input={"schema": {"type": "boolean", "title": "Ship it?"}}))  # fmt: skip
+    async with served(create_app(own, keepalive_s=1.0, command="/src/repo/run")) as site:
+        tab = await ann.page()
+        await tab.goto(f"{site}/ui/signin")
+        await tab.get_by_label("API key").fill(ann.key)
+        await tab.get_by_role("button", name="Sign in").click()
+        await tab.wait_for_url(f"{site}/ui/inbox")
+        asked = await card(tab, "ship")
+        try:
+            await expect(asked.locator("code.command")).to_have_text(
+                f"/src/repo/run input ship --input-id q --json VALUE --project {ann.project_id}"
+            )
+        finally:
+            await tab.close()  # its inbox stream open would hold the server's shutdown
