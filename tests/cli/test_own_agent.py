@@ -25,6 +25,7 @@ from agent_tasks.server.apikeys import ApiKeyStore
 from agent_tasks.starter import ConversationHistory
 from agent_tasks.worker import Services
 from tests.conftest import eventually
+from tests.servers import answering
 
 OWN = """
 from pydantic import BaseModel
@@ -118,14 +119,7 @@ async def test_serve_with_worker_import_runs_the_callers_agent_over_http(
             base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {key}"}
         ) as http,
     ):
-
-        async def up() -> bool:
-            try:
-                return (await http.get("/health")).status_code == 200
-            except httpx.TransportError:
-                return False
-
-        await eventually(up, within=60)
+        await answering(http)
         body = {"name": "t", "goal": "shout", "agent": SHOUT.model_dump(mode="json")}
         created = await http.post("/tasks", json=body)
         assert created.status_code == 201, created.text
