@@ -95,7 +95,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic.fields import FieldInfo
@@ -105,12 +105,14 @@ from pydantic_settings import (
     PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
-from temporalio.client import Client
 from temporalio.envconfig import ClientConfigProfile, ClientConnectConfig
 
-from agent_tasks import telemetry
-from agent_tasks.contract.errors import ConfigurationError, TaskServiceUnavailable
-from agent_tasks.plugin import AgentTasksPlugin
+from agent_tasks.contract.errors import ConfigurationError
+
+if TYPE_CHECKING:  # loaded when a client connects: a command that only reads settings needs none
+    from temporalio.client import Client
+
+    from agent_tasks import telemetry
 
 DEFAULT_TEMPORAL_ADDRESS = "127.0.0.1:7233"
 """Where the local stack's Temporal dev server listens (``agent-tasks dev up``)."""
@@ -450,6 +452,8 @@ class Settings(BaseSettings):
         Raises:
             ValueError: ``OTEL_EXPORTER_OTLP_HEADERS`` is not ``key=value,...``.
         """
+        from agent_tasks import telemetry
+
         base = self.otel_exporter_otlp_endpoint.rstrip("/")
         headers = self.otel_exporter_otlp_headers
         return telemetry.Exporters(
@@ -487,6 +491,12 @@ async def connect(
         OSError: a certificate or key file named by the configuration cannot be read.
         ValueError: telemetry is asked for but the ``otel`` extra is not installed.
     """
+    from temporalio.client import Client
+
+    from agent_tasks import telemetry
+    from agent_tasks.contract.errors import TaskServiceUnavailable
+    from agent_tasks.plugin import AgentTasksPlugin
+
     settings = settings or Settings()
     profile = settings.temporal.with_overrides(address=address, namespace=namespace)
     observe = telemetry.setup(settings.exporters())

@@ -535,10 +535,18 @@ def apply_jobs_as_one_batch(worker: Worker) -> None:
     switch(flag, enabled=True)
 
 
-async def run_worker(settings: Settings | None = None) -> None:
-    """Run a worker until SIGINT or SIGTERM. Creates the Neo4j schema (idempotent) when Neo4j
-    answers; when it does not, the worker starts anyway (writes are accepted during an outage)
-    and the mirror creates the schema before its first write.
+def with_file_tools(root: Path, tools: Sequence[Tool] = ()) -> list[Tool]:
+    """``tools``, then the demo agent's file tools over ``root`` (``activities.files``) whose
+    names none of ``tools`` takes: what a worker of the demo and an app's own agents runs."""
+    taken = {tool.spec.name for tool in tools}
+    return [*tools, *(tool for tool in file_tools(root) if tool.spec.name not in taken)]
+
+
+async def run_worker(settings: Settings | None = None, *, tools: Sequence[Tool] = ()) -> None:
+    """Run a worker until SIGINT or SIGTERM, with ``tools`` and the demo's file tools over
+    ``AGENT_TASKS_FILES_ROOT`` (``with_file_tools``). Creates the Neo4j schema (idempotent)
+    when Neo4j answers; when it does not, the worker starts anyway (writes are accepted during
+    an outage) and the mirror creates the schema before its first write.
 
     Raises:
         TaskServiceUnavailable: Temporal cannot be reached.
@@ -558,12 +566,11 @@ async def run_worker(settings: Settings | None = None) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        tools = file_tools(services.settings.files_root)
         async with build_worker(
             services.client,
             services.graph,
             queue,
-            tools=tools,
+            tools=with_file_tools(services.settings.files_root, tools),
             broker=services.broker,
             mcp_headers=mcp_headers,
         ):

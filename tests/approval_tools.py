@@ -38,7 +38,8 @@ def _effect(log: str, context: ToolContext, what: str) -> None:
 
 def mail_description(args: Mail) -> str:
     """The Markdown a person reads about a mail."""
-    return f"Sends **{args.subject}** to `{args.to}` ({args.copies} copies)."
+    copies = "1 copy" if args.copies == 1 else f"{args.copies} copies"
+    return f"Sends **{args.subject}** to `{args.to}` ({copies})."
 
 
 @tool(

@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import httpx
 import uvicorn
 from starlette.types import ASGIApp
 
@@ -33,3 +34,16 @@ async def served(app: ASGIApp) -> AsyncIterator[str]:
     finally:
         server.should_exit = True
         await running
+
+
+async def answering(http: httpx.AsyncClient, within: float = 60) -> None:
+    """Wait until the HTTP API at ``http``'s base URL answers ``/health`` (a server started in
+    another process), at most ``within`` seconds."""
+
+    async def up() -> bool:
+        try:
+            return (await http.get("/health")).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    await eventually(up, within=within)

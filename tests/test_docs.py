@@ -493,7 +493,7 @@ async def test_the_agent_tasks_pages_demo_command_runs(project_id: str) -> None:
 
 
 FILES = ROOT / "agent_tasks" / "activities"
-"""The folder the demo's file tools read in the HTTP page's test (as ``--path agent_tasks/activities``)."""
+"""The folder the demo's file tools read in the HTTP page's test (its ``--path``)."""
 
 
 async def test_the_http_pages_agent_task_commands_run(services: Services, project_id: str) -> None:
@@ -536,6 +536,8 @@ SHELL_SESSIONS = {
     ("http.md", 1): "a terminal's session: `curl -N` follows the stream until the task ends",
     ("input-and-children.md", 0): "alternatives answering one request (update or signal)",
     ("page.md", 0): "alternatives answering one approval (accept, answer, ignore)",
+    ("README.md", 1): "alternatives that run until Ctrl-C (a worker, or the server with one) and "
+    "a run from another shell: tests/cli/test_own_agent.py runs each",
 }
 """The shell blocks that are a person's terminal session, not a script, and why; what they
 do runs in the Python blocks and the CLI's tests."""

@@ -3,27 +3,21 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
-from types import ModuleType
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from pydantic import ValidationError
 
-from agent_tasks.activities.files import file_tools
-from agent_tasks.activities.tools import Tool
-from agent_tasks.broker import open_broker
-from agent_tasks.cli.asking import print_questions
 from agent_tasks.cli.common import (
     AgentOpt,
     ImportOpt,
     JsonOpt,
     ProjectOpt,
     RequestOpt,
+    command_group,
     console,
     emit,
     import_modules,
@@ -32,13 +26,13 @@ from agent_tasks.cli.common import (
     table,
     write_outcome,
 )
-from agent_tasks.cli.importer import all_steps
-from agent_tasks.config import Settings
-from agent_tasks.contract import AgentSpec, ApprovalType, ModelSpec, StepView, TaskView
-from agent_tasks.contract.waits import answer_error
-from agent_tasks.starter.results import WriteResult
-from agent_tasks.worker import build_worker
-from agent_tasks.workflows.agents.registry import agent_function
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from agent_tasks.activities.tools import Tool
+    from agent_tasks.contract import AgentSpec, ApprovalType, StepView, TaskView
+    from agent_tasks.starter.results import WriteResult
 
 DEMO_TOOLS = ["list_files", "read_file", "search_text"]
 """The demo agent's tools (``activities.files``)."""
@@ -47,17 +41,28 @@ DEMO_TOOLS = ["list_files", "read_file", "search_text"]
 def demo_spec() -> AgentSpec:
     """The demo agent: the tool-calling loop with the ``files-demo`` scripted model over the
     read-only file tools."""
+    from agent_tasks.contract import AgentSpec, ModelSpec
+
     return AgentSpec(tools=DEMO_TOOLS, model=ModelSpec(provider="scripted", model="files-demo"))
 
 
 def module_tools(modules: list[ModuleType]) -> list[Tool]:
     """The tools (``activities.tools.tool``) defined at the top level of ``modules``."""
+    from agent_tasks.activities.tools import Tool
+
     found: dict[str, Tool] = {}
     for module in modules:
         for value in vars(module).values():
             if isinstance(value, Tool):
                 found.setdefault(value.spec.name, value)
     return list(found.values())
+
+
+def served_tools(modules: Sequence[str] | None) -> list[Tool]:
+    """Import ``modules`` (``--import``, as ``import_modules`` finds them: their agents
+    register themselves) and return the tools they define (``module_tools``): what
+    ``worker --import`` and ``serve --with-worker --import`` serve beside the demo's."""
+    return module_tools(import_modules(modules))
 
 
 # Long: one CLI command's flow: options, the agent spec, the run with an optional worker, the result
@@ -104,6 +109,20 @@ def run_command(
     own, so a worker already polling TEMPORAL_TASK_QUEUE never takes its tasks. Each question
     or approval the task asks is printed as it is asked, with the command that answers it.
     Exit 1 when the task does not end done."""
+    import asyncio
+    import contextlib
+
+    from pydantic import ValidationError
+
+    from agent_tasks.activities.files import file_tools
+    from agent_tasks.broker import open_broker
+    from agent_tasks.cli.asking import print_questions
+    from agent_tasks.cli.importer import all_steps
+    from agent_tasks.config import Settings
+    from agent_tasks.contract import AgentSpec
+    from agent_tasks.worker import build_worker
+    from agent_tasks.workflows.agents.registry import agent_function
+
     imported = import_modules(modules)
     try:
         given = json.loads(input_json) if input_json is not None else {}
@@ -215,6 +234,8 @@ def input_command(
     as_json: Annotated[bool, typer.Option("--json-output", help="Print JSON.")] = False,
 ) -> None:
     """Answer a task's input request (see its pending requests with `task show`)."""
+    from agent_tasks.contract.waits import answer_error
+
     try:
         value = json.loads(answer)
     except ValueError as err:
@@ -351,7 +372,7 @@ def branch_command(
     write_outcome(run(go()), as_json)
 
 
-step_app = typer.Typer(help="Steps of agent tasks.")
+step_app = command_group("Steps of agent tasks.")
 
 
 @step_app.command("retry")

@@ -7,27 +7,29 @@ import asyncio
 import json
 import shlex
 
-from agent_tasks.cli.common import console
+from agent_tasks.cli.common import console, invoked_as
 from agent_tasks.contract import InputRequest
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.starter.lifecycle import STATUS_POLL_S
 
 
 def answer_command(task: str, request: InputRequest, project: str) -> str:
-    """The ``agent-tasks`` command that answers ``request`` of ``task`` in ``project``: ``input
-    ... --json VALUE`` for a question, ``approve ... --accept --digest D`` (or ``--edit``,
-    ``--answer``, ``--ignore``) for an approval, bound to the call shown by the first 12
-    characters of its digest; names are shell-quoted so the line can be copied as is."""
+    """The command that answers ``request`` of ``task`` in ``project``, as the CLI was invoked
+    (``invoked_as``: ``agent-tasks``, ``./run`` in a checkout): ``input ... --json VALUE`` for a
+    question, ``approve ... --accept --digest D`` (or ``--edit``, ``--answer``, ``--ignore``)
+    for an approval, bound to the call shown by the first 12 characters of its digest; names
+    are shell-quoted so the line can be copied as is."""
+    command = invoked_as()
     where = f"--project {shlex.quote(project)}"
     if request.approval is not None:
         digest = request.approval.digest  # the call shown: another is refused approval_stale
         bound = f" --digest {digest[:12]}" if digest else ""
         return (
-            f"agent-tasks approve {shlex.quote(task)} {shlex.quote(request.input_id)} "
+            f"{command} approve {shlex.quote(task)} {shlex.quote(request.input_id)} "
             f"--accept{bound} {where}   (or --edit JSON, --answer TEXT, --ignore)"
         )
     return (
-        f"agent-tasks input {shlex.quote(task)} --input-id {shlex.quote(request.input_id)} "
+        f"{command} input {shlex.quote(task)} --input-id {shlex.quote(request.input_id)} "
         f"--json VALUE {where}"
     )
 

@@ -7,48 +7,94 @@ printed), 2 on bad arguments, 3 when Temporal or Neo4j cannot be reached.
 
 from __future__ import annotations
 
-import asyncio
 import importlib
-import json
 import os
+import re
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from types import ModuleType
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
 import typer
-from pydantic import AwareDatetime, BaseModel, TypeAdapter, ValidationError
-from pydantic_core import to_jsonable_python
-from rich.console import Console
-from rich.table import Table
 
-from agent_tasks import telemetry
-from agent_tasks.config import Neo4jPasswordMissing, Settings
-from agent_tasks.contract import ProjectId
-from agent_tasks.contract.errors import GraphAuthError, GraphUnavailable, TaskServiceUnavailable
-from agent_tasks.starter.client import ConversationHistory
-from agent_tasks.starter.results import WriteResult
-from agent_tasks.worker import open_services
+if TYPE_CHECKING:
+    from types import ModuleType
 
-console = Console(width=None if sys.stdout.isatty() else 160)
-"""Where commands print (160 columns when not a terminal, so piped output keeps its rows)."""
+    from pydantic import BaseModel, ValidationError
+    from rich.console import Console
+
+    from agent_tasks.config import Settings
+    from agent_tasks.starter.client import ConversationHistory
+    from agent_tasks.starter.results import WriteResult
+
 _T = TypeVar("_T")
 
 
+class LazyConsole:
+    """Where commands print: ``rich``'s console, made at its first use (160 columns when not
+    a terminal, so piped output keeps its rows), so that a command's help and its argument
+    errors print without loading ``rich``."""
+
+    _made: Console | None = None
+
+    @property
+    def rich(self) -> Console:
+        """The console itself (``rich.progress.Progress(console=...)`` takes it)."""
+        if self._made is None:
+            from rich.console import Console
+
+            self._made = Console(width=None if sys.stdout.isatty() else 160)
+        return self._made
+
+    def print(self, *objects: Any, **options: Any) -> None:
+        """``rich.console.Console.print``."""
+        self.rich.print(*objects, **options)
+
+
+console = LazyConsole()
+"""Where commands print (``LazyConsole``)."""
+
+COMMAND_VARIABLE = "AGENT_TASKS_COMMAND"
+"""The variable that names the command a person types to run the CLI (the checkout's ``run``
+sets it to itself, as it was typed: ``./run``)."""
+
+
+def invoked_as() -> str:
+    """The command a person typed to run the CLI, for the usage line and the hints to copy:
+    ``AGENT_TASKS_COMMAND`` when set (``./run`` in a checkout), else the name this process was
+    started by (``agent-tasks``; ``python -m agent_tasks.cli`` counts as ``agent-tasks``)."""
+    named = os.environ.get(COMMAND_VARIABLE, "").strip()
+    if named:
+        return named
+    started = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
+    return started if started and not started.endswith(".py") else "agent-tasks"
+
+
+PROJECT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
+"""The public calls' project id rule (``contract.ProjectId``), checked here without loading
+the contract's models (tests/cli/test_startup.py holds the two to one rule; the public calls
+check it again)."""
+
+
+def command_group(help: str) -> typer.Typer:
+    """A group of commands (``agent-tasks task ...``) whose help is plain text, as click writes
+    it: typer's rich help loads ``rich`` with its Markdown and traceback modules, which take
+    longer than the rest of a command's help."""
+    return typer.Typer(help=help, rich_markup_mode=None)
+
+
 def project_id(value: str) -> str:
-    """``--project``'s check, the public calls' rule (``ProjectId``): a refusal names the
+    """``--project``'s check, the public calls' rule (``PROJECT_ID``): a refusal names the
     option and the value, not a validation error of an internal argument."""
-    try:
-        return str(TypeAdapter(ProjectId).validate_python(value))
-    except ValidationError as err:
+    if PROJECT_ID.fullmatch(value) is None:
         raise typer.BadParameter(
             f"{value!r} is not a project id: 1 to 64 characters of A-Z, a-z, 0-9, '_', '.' "
             "and '-', beginning with a letter or digit",
             param_hint="--project",
-        ) from err
+        )
+    return value
 
 
 ProjectOpt = Annotated[
@@ -82,6 +128,8 @@ def iso_time(value: str | None) -> str | None:
     """The check of an ISO time option (``2026-12-01T09:00:00+00:00``; a time without an
     offset is refused: which zone it meant is unknown)."""
     if value is not None:
+        from pydantic import AwareDatetime, TypeAdapter, ValidationError
+
         try:
             TypeAdapter(AwareDatetime).validate_python(value)
         except ValidationError as err:
@@ -111,6 +159,28 @@ def refusal_of(err: ValidationError) -> str:
         shown = shown if len(shown) <= SHOWN_CHARS else f"{shown[: SHOWN_CHARS - 3]}..."
         parts.append(f"{option} {shown}: {error['msg']}")
     return "; ".join(parts)
+
+
+# The choices of the options that take a value of the contract's enums (``contract.kinds``),
+# spelled here so that a command's help and its argument errors load none of the contract's
+# models; tests/cli/test_startup.py holds each to its enum, and the public calls check the value
+# again.
+EventKindName = Literal[
+    "message", "tool_call", "tool_result", "reasoning", "input_request", "input_response",
+    "child_task", "child_result", "error", "note", "decision",
+]  # fmt: skip
+"""``contract.EventKind``'s values."""
+RoleName = Literal["system", "user", "assistant", "tool"]
+"""``contract.Role``'s values."""
+StepKindName = Literal["read", "write", "tool", "model", "human", "child"]
+"""``contract.StepKind``'s values."""
+StepStateName = Literal["not_started", "in_progress", "completed", "failed", "unknown"]
+"""``contract.StepState``'s values."""
+TaskStatusName = Literal[
+    "open", "done", "failed", "cancelled", "queued", "in_progress", "awaiting_input",
+    "awaiting_children",
+]  # fmt: skip
+"""``contract.TaskStatus``'s values."""
 
 
 LimitOpt = Annotated[int, typer.Option(callback=within(1, 200), help="At most this many.")]
@@ -157,9 +227,39 @@ def import_modules(modules: Sequence[str] | None) -> list[ModuleType]:
     return imported
 
 
+_core_logs = False
+"""Whether this process's Temporal runtime logs through Python (``core_logs_through_python``)."""
+
+
+def core_logs_through_python() -> None:
+    """Make the Temporal SDK's core log through Python's logging, to stderr
+    (``telemetry.log_core_through_python``; standard output is the commands' output), before
+    a command makes its first client or worker; ``main_of`` then waits for the last records
+    before the process leaves. Loads the SDK: called when a command runs, never for its help."""
+    global _core_logs
+    if not _core_logs:
+        from agent_tasks import telemetry
+
+        telemetry.log_core_through_python()
+        _core_logs = True
+
+
 def run(coro: Coroutine[Any, Any, _T]) -> _T:
-    """Run ``coro``; turn unreachable services (Temporal, a worker, the graph store) into exit
-    code 3 and bad arguments into 2, each with a one-line message."""
+    """Run ``coro`` (``core_logs_through_python`` first); turn unreachable services (Temporal,
+    a worker, the graph store) into exit code 3 and bad arguments into 2, each with a one-line
+    message."""
+    import asyncio
+
+    from pydantic import ValidationError
+
+    from agent_tasks.config import Neo4jPasswordMissing, Settings
+    from agent_tasks.contract.errors import (
+        GraphAuthError,
+        GraphUnavailable,
+        TaskServiceUnavailable,
+    )
+
+    core_logs_through_python()
     try:
         return asyncio.run(coro)
     except (TaskServiceUnavailable, GraphUnavailable, GraphAuthError, Neo4jPasswordMissing) as err:
@@ -195,6 +295,10 @@ def emit(value: Any, as_json: bool, render: Callable[[Any], None] | None = None)
     """Print ``value``: JSON with ``--json`` (models, datetimes and all), else
     ``render(value)`` or a plain JSON dump."""
     if as_json or render is None:
+        import json
+
+        from pydantic_core import to_jsonable_python
+
         data = to_jsonable_python(value)
         sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=None if as_json else 2))
         sys.stdout.write("\n")
@@ -212,6 +316,9 @@ def table(
     """Print ``rows`` (models or dicts) as a rich table of ``columns``. No cell is cut with
     an ellipsis: a long one wraps, and a column of ``WHOLE_COLUMNS`` is not narrowed (the
     others wrap first), so a name is shown whole on one line where it fits."""
+    from pydantic import BaseModel
+    from rich.table import Table
+
     dumped = [row.model_dump(mode="json") if isinstance(row, BaseModel) else row for row in rows]
     cells = [["" if d.get(c) is None else str(d.get(c)) for c in columns] for d in dumped]
     out = Table(title=title)
@@ -230,6 +337,9 @@ async def open_history(
     with the Neo4j task graph attached when ``with_graph``, on ``task_queue`` (default
     TEMPORAL_TASK_QUEUE). The graph store is pinged first: an unreachable one fails at once
     (``GraphUnavailable``), not after the driver's retries."""
+    from agent_tasks.starter.client import ConversationHistory
+    from agent_tasks.worker import open_services
+
     async with open_services(with_graph=with_graph) as services:
         if services.graph is not None:
             await services.graph.ping()  # fails at once, not after the driver's retries
@@ -285,29 +395,41 @@ def not_found(name: str, project: str, as_json: bool) -> None:
 def plain_flags(command: Any) -> Any:
     """``command`` (a click command of typer's, and its subcommands) with its flags shown in
     ``--help`` as flags: ``--json``, not ``--json <bool>`` (typer shows every option's type;
-    a flag takes no value, so it has none to show). Returns ``command``."""
-    for param in command.params:
+    a flag takes no value, so it has none to show), and off unless given: a flag whose default
+    is None (``--help``, typer's ``--install-completion``) defaults to False, which typer takes
+    as it is, where it would check None through pydantic on every run of every command.
+    Returns ``command``."""
+    shown = command.get_help_option(typer.Context(command))  # made once, then kept
+    for param in [*command.params, *([shown] if shown is not None else [])]:
         if getattr(param, "is_flag", False):
             param.metavar = ""
-    shown = command.get_help_option(typer.Context(command))
-    if shown is not None:
-        shown.metavar = ""
-    for sub in getattr(command, "commands", {}).values():
-        plain_flags(sub)
+            if param.default is None:
+                param.default = False
+    subcommands = getattr(command, "commands", None)
+    if isinstance(subcommands, dict):  # a lazy group's (``lazy``) are made so when built
+        for sub in subcommands.values():
+            plain_flags(sub)
     return command
 
 
 def main_of(app: typer.Typer) -> None:
-    """Run ``app`` as a process's command (``plain_flags``): flush the output, and leave with
-    ``os._exit``, because the temporalio client's Rust runtime can crash the interpreter while
-    it finalizes (exit 139 after a successful command)."""
+    """Run ``app`` as a process's command (``plain_flags``), named as it was invoked
+    (``invoked_as``): flush the output, and leave with ``os._exit``, because the temporalio
+    client's Rust runtime can crash the interpreter while it finalizes (exit 139 after a
+    successful command)."""
     try:
-        plain_flags(typer.main.get_command(app))()
+        # the shell's completion script calls back with _AGENT_TASKS_COMPLETE whatever the name
+        # the CLI was invoked by (typer derives the variable from it: ``./run`` would not do)
+        command = plain_flags(typer.main.get_command(app))
+        command(prog_name=invoked_as(), complete_var="_AGENT_TASKS_COMPLETE")
     except SystemExit as done:
         code = done.code
     else:
         code = 0
-    telemetry.drain_core_logs()
+    if _core_logs:
+        from agent_tasks import telemetry
+
+        telemetry.drain_core_logs()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code if isinstance(code, int) else 0 if code is None else 1)

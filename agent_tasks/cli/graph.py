@@ -3,16 +3,18 @@ FalkorDB: ``AGENT_TASKS_GRAPH``)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from pydantic import AwareDatetime, TypeAdapter
 
-from agent_tasks.activities.rebuild import RebuildReport, rebuild
 from agent_tasks.cli.common import (
+    EventKindName,
     JsonOpt,
     LimitOpt,
     ProjectOpt,
+    StepStateName,
+    TaskStatusName,
+    command_group,
     console,
     emit,
     iso_time,
@@ -21,20 +23,22 @@ from agent_tasks.cli.common import (
     run,
     table,
 )
-from agent_tasks.config import Settings
-from agent_tasks.contract import EventKind, StepState, TaskStatus
-from agent_tasks.taskgraph.models import EventRow, StepRow, TaskRow, ToolFailures, TreeRow
-from agent_tasks.taskgraph.refusals import GraphHealth, graph_health
-from agent_tasks.worker import open_graph, open_services
 
-graph_app = typer.Typer(
-    help="The graph store (Neo4j or FalkorDB): schema, rebuild and cross-task reads."
+if TYPE_CHECKING:
+    from agent_tasks.activities.rebuild import RebuildReport
+    from agent_tasks.taskgraph.models import EventRow, StepRow, TaskRow, ToolFailures, TreeRow
+    from agent_tasks.taskgraph.refusals import GraphHealth
+
+graph_app = command_group(
+    "The graph store (Neo4j or FalkorDB): schema, rebuild and cross-task reads."
 )
 
 
 @graph_app.command("init")
 def graph_init() -> None:
     """Create the graph store's constraints and indexes (idempotent)."""
+    from agent_tasks.config import Settings
+    from agent_tasks.worker import open_graph
 
     async def go() -> None:
         async with open_graph(Settings(), schema=True):
@@ -51,6 +55,8 @@ def graph_rebuild(
     as_json: JsonOpt = False,
 ) -> None:
     """Rebuild the project's graph (or one task's) from the Temporal histories."""
+    from agent_tasks.activities.rebuild import rebuild
+    from agent_tasks.worker import open_services
 
     async def go() -> RebuildReport:
         async with open_services(schema=True) as services:
@@ -73,7 +79,7 @@ def graph_rebuild(
 
 @graph_app.command("tasks")
 def graph_tasks(
-    status: Annotated[TaskStatus | None, typer.Option(help="Only this status.")] = None,
+    status: Annotated[TaskStatusName | None, typer.Option(help="Only this status.")] = None,
     agent_id: Annotated[str | None, typer.Option("--agent-id", help="Only this agent.")] = None,
     session: Annotated[str | None, typer.Option(help="Only this session.")] = None,
     parent: Annotated[str | None, typer.Option(help="Only children of this task.")] = None,
@@ -85,9 +91,11 @@ def graph_tasks(
     """List tasks from the graph store."""
 
     async def go() -> list[TaskRow]:
+        from agent_tasks.contract import TaskStatus
+
         async with open_history(project, "cli") as history:
             return await history.find_tasks(
-                status=status,
+                status=None if status is None else TaskStatus(status),
                 agent_id=agent_id,
                 session_id=session,
                 parent=parent,
@@ -124,7 +132,7 @@ def tree_command(
 
 @graph_app.command("events")
 def graph_events(
-    kind: Annotated[EventKind | None, typer.Option(help="Only this kind.")] = None,
+    kind: Annotated[EventKindName | None, typer.Option(help="Only this kind.")] = None,
     name: Annotated[str | None, typer.Option(help="Only this tool or label.")] = None,
     since: Annotated[
         str | None, typer.Option(help="ISO time, inclusive.", callback=iso_time)
@@ -138,12 +146,16 @@ def graph_events(
     as_json: JsonOpt = False,
 ) -> None:
     """Find events across tasks (for example every failed tool call)."""
+    from pydantic import AwareDatetime, TypeAdapter
+
     times = TypeAdapter(AwareDatetime | None)
 
     async def go() -> list[EventRow]:
+        from agent_tasks.contract import EventKind
+
         async with open_history(project, "cli") as history:
             return await history.find_events(
-                kind=kind,
+                kind=None if kind is None else EventKind(kind),
                 name=name,
                 since=times.validate_python(since),
                 until=times.validate_python(until),
@@ -165,7 +177,7 @@ def graph_events(
 
 @graph_app.command("steps")
 def graph_steps(
-    state: Annotated[StepState | None, typer.Option(help="Only this state.")] = None,
+    state: Annotated[StepStateName | None, typer.Option(help="Only this state.")] = None,
     limit: LimitOpt = 50,
     project: ProjectOpt = "default",
     as_json: JsonOpt = False,
@@ -173,8 +185,11 @@ def graph_steps(
     """Find steps across tasks (for example every unknown step)."""
 
     async def go() -> list[StepRow]:
+        from agent_tasks.contract import StepState
+
         async with open_history(project, "cli") as history:
-            return await history.find_steps(state=state, limit=limit)
+            state_of = None if state is None else StepState(state)
+            return await history.find_steps(state=state_of, limit=limit)
 
     emit(
         run(go()),
@@ -208,6 +223,9 @@ def graph_health_command(project: ProjectOpt = "default", as_json: JsonOpt = Fal
     their data (each closed without those writes in the store, retried by the workers from
     its history until the store takes it), and how many of every project wait. Exit code 1
     when it does not answer or any wait."""
+    from agent_tasks.config import Settings
+    from agent_tasks.taskgraph.refusals import graph_health
+    from agent_tasks.worker import open_graph
 
     async def go() -> GraphHealth:
         async with open_graph(Settings()) as graph:

@@ -124,7 +124,7 @@ async def _write(
     if created.duplicate:
         view = (await history.get_task(head.name)).view
         if view is not None and view.status is not TaskStatus.OPEN and view.goal == head.goal:
-            report.status = "already imported"
+            report.status, report.task_status = "already imported", view.status
             return report
         if not created.created:
             report.error = (
@@ -158,12 +158,14 @@ async def _write(
             )
             if not steps.recorded:
                 return _refused(report, steps, "")
+    status = final_status(head.metadata) if task.complete else TaskStatus.OPEN
     if task.complete:
         finished = await history.finish_task(
-            head.name, final_status(head.metadata), request_id=_request_id(head, "finish")
+            head.name, status, request_id=_request_id(head, "finish")
         )
         if not finished.recorded:
             return _refused(report, finished, "")
+    report.task_status = status
     report.new_events = new_events
     report.status = "created" if new_events or not created.duplicate else "already imported"
     return report

@@ -28,6 +28,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from agent_tasks.contract import TaskStatus
 from agent_tasks.trajectories import (
     ParsedTrajectory,
     SubagentRef,
@@ -57,8 +58,11 @@ class ImportReport(BaseModel):
     task: str | None = None
     """The task name (None when the file could not be read)."""
     status: Status = "refused"
-    """``created`` (this import wrote events), ``already imported`` (nothing new to write) or
-    ``refused`` (nothing written: see ``error``)."""
+    """What this import did: ``created`` (it wrote events), ``already imported`` (nothing new
+    to write) or ``refused`` (nothing written: see ``error``)."""
+    task_status: TaskStatus | None = None
+    """The task's status after the import, as ``task list`` shows it (``done``, ``failed``, or
+    ``open`` when its continuation file is missing); None when refused."""
     parent: str | None = None
     """The parent task's name, for a subagent run."""
     segments: int = 1

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from agent_tasks.cli.common import (
     ImportOpt,
     JsonOpt,
+    TaskStatusName,
     console,
     emit,
     import_modules,
@@ -17,16 +18,9 @@ from agent_tasks.cli.common import (
     table,
     within,
 )
-from agent_tasks.cli.replay_check import (
-    ReplayResult,
-    all_ok,
-    count_runs,
-    parse_since,
-    replay_dir,
-    replay_server,
-)
-from agent_tasks.config import Settings, connect
-from agent_tasks.contract import TaskStatus
+
+if TYPE_CHECKING:
+    from agent_tasks.cli.replay_check import ReplayResult
 
 
 # Long: one CLI command's flow: options, the replay, the table and its notes, the exit code
@@ -39,7 +33,7 @@ def replay_command(
         str | None, typer.Option("--project", help="Only this project (default: every one).")
     ] = None,
     status: Annotated[
-        TaskStatus | None, typer.Option(help="Only tasks of this TaskStatus.")
+        TaskStatusName | None, typer.Option(help="Only tasks of this TaskStatus.")
     ] = None,
     since: Annotated[
         str,
@@ -67,6 +61,15 @@ def replay_command(
     match than --limit, the output says how many were left out (``truncated``, ``selected``
     in the JSON). --json prints the JSON only; the SDK's logs go to stderr.
     """
+    from agent_tasks.cli.replay_check import (
+        all_ok,
+        count_runs,
+        parse_since,
+        replay_dir,
+        replay_server,
+    )
+    from agent_tasks.config import Settings, connect
+
     import_modules(modules)
 
     async def go() -> tuple[list[ReplayResult], int]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -22,13 +22,17 @@ from agent_tasks.cli.common import (
     table,
     within,
 )
-from agent_tasks.starter.results import DecisionsResult, DeleteResult, RedactResult
-from agent_tasks.starter.retention import HistoryRetention
+
+if TYPE_CHECKING:
+    from agent_tasks.starter.results import DecisionsResult, DeleteResult, RedactResult
+    from agent_tasks.starter.retention import HistoryRetention
 
 
 @asynccontextmanager
 async def open_retention(project: str, agent: str) -> AsyncIterator[HistoryRetention]:
     """A ``HistoryRetention`` from the environment's settings (Temporal and Neo4j)."""
+    from agent_tasks.starter.retention import HistoryRetention
+
     async with open_history(project, agent) as history:
         yield HistoryRetention(
             history.client,

@@ -4,32 +4,38 @@ from __future__ import annotations
 
 import getpass
 import shlex
-import urllib.request
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from agent_tasks.broker import Broker, RevokedMessage, key_channel
-from agent_tasks.cli.common import console, run
-from agent_tasks.config import Settings
-from agent_tasks.server import GRACEFUL_TIMEOUT_S, serve
-from agent_tasks.server.apikeys import ApiKey, ApiKeyStore
-from agent_tasks.server.grants import GRANT_CHECK_S
-from agent_tasks.worker import open_graph
+from agent_tasks.cli.agents import served_tools
+from agent_tasks.cli.common import ImportOpt, command_group, console, invoked_as, run
+
+if TYPE_CHECKING:
+    from agent_tasks.server.apikeys import ApiKey
 
 REVOKED_WORD_TRIES = 5
 """Attempts to publish a revocation on the broker (each bounded by
 ``broker.PUBLISH_TIMEOUT_S``) before ``keys revoke`` leaves it to the streams' checks."""
 
-keys_app = typer.Typer(help="API keys of the HTTP API, each scoped to one project.")
+keys_app = command_group("API keys of the HTTP API, each scoped to one project.")
+GRACEFUL_TIMEOUT_S = 10
+"""``serve``'s ``--graceful-timeout`` unless told (``server.GRACEFUL_TIMEOUT_S``, spelled here
+so that its help loads no server; a test holds the two equal)."""
 
 
 def serve_command(
     host: Annotated[str | None, typer.Option(help="Default AGENT_TASKS_HTTP_HOST.")] = None,
     port: Annotated[int | None, typer.Option(help="Default AGENT_TASKS_HTTP_PORT.")] = None,
     with_worker: Annotated[
-        bool, typer.Option("--with-worker", help="Run a worker in the same process.")
+        bool,
+        typer.Option(
+            "--with-worker",
+            help="Run a worker in the same process (as `worker`: the demo, and the agents and "
+            "tools of the --import modules).",
+        ),
     ] = False,
+    modules: ImportOpt = None,
     graceful_timeout: Annotated[
         int,
         typer.Option(
@@ -39,7 +45,24 @@ def serve_command(
 ) -> None:
     """Serve the HTTP API (uvicorn) until Ctrl-C or SIGTERM; docs at /docs, schema at
     /openapi.json."""
-    run(serve(host=host, port=port, with_worker=with_worker, graceful_timeout_s=graceful_timeout))
+    if modules and not with_worker:
+        raise typer.BadParameter(
+            "the modules of the worker that --with-worker runs: add --with-worker",
+            param_hint="--import",
+        )
+    tools = served_tools(modules)
+    from agent_tasks.server import serve
+
+    run(
+        serve(
+            host=host,
+            port=port,
+            with_worker=with_worker,
+            graceful_timeout_s=graceful_timeout,
+            tools=tools,
+            command=invoked_as(),
+        )
+    )
 
 
 def page_command(
@@ -50,6 +73,10 @@ def page_command(
     """Print the page's address (``AGENT_TASKS_HTTP_HOST``:``AGENT_TASKS_HTTP_PORT``/ui/),
     whether it is served there now, and the command that makes a key of PROJECT to sign in
     with; exit 0 either way."""
+    import urllib.request
+
+    from agent_tasks.config import Settings
+
     settings = Settings()
     host = "127.0.0.1" if settings.http_host in ("0.0.0.0", "::") else settings.http_host
     base = f"http://{host}:{settings.http_port}"
@@ -58,8 +85,9 @@ def page_command(
             served = answer.status == 200
     except OSError:  # refused, timed out, or an HTTP error (URLError, HTTPError)
         served = False
-    state = "served" if served else "not served now: agent-tasks serve --with-worker"
-    keys = f"agent-tasks keys create --project {shlex.quote(project)} --name page"
+    command = invoked_as()
+    state = "served" if served else f"not served now: {command} serve --with-worker"
+    keys = f"{command} keys create --project {shlex.quote(project)} --name page"
     print(f"The page: {base}/ui/ ({state}; sign in with a key of {keys})")
 
 
@@ -93,6 +121,10 @@ def keys_create(
 ) -> None:
     """Make an API key for PROJECT held by PERSON and print it once (only its SHA-256 is
     stored). Keys of one person count as one approver of a call that needs several."""
+    from agent_tasks.config import Settings
+    from agent_tasks.server.apikeys import ApiKeyStore
+    from agent_tasks.worker import open_graph
+
     holder = person if person is not None else _login()
 
     async def go() -> tuple[ApiKey, str]:
@@ -112,6 +144,9 @@ def keys_create(
 @keys_app.command("list")
 def keys_list(project: Annotated[str, typer.Option(help="The project.")]) -> None:
     """The project's keys (ids, persons, names, dates; never the keys)."""
+    from agent_tasks.config import Settings
+    from agent_tasks.server.apikeys import ApiKeyStore
+    from agent_tasks.worker import open_graph
 
     async def go() -> list[ApiKey]:
         async with open_graph(Settings()) as graph:
@@ -126,6 +161,11 @@ def keys_revoke(key_id: Annotated[str, typer.Argument(help="The key's id.")]) ->
     """Revoke a key: refused (401) from the next request on, and its open streams end (at
     once on the broker's word, else within the streams' check interval: a warning says so).
     Exit 1 when there is no such key."""
+    from agent_tasks.broker import Broker, RevokedMessage, key_channel
+    from agent_tasks.config import Settings
+    from agent_tasks.server.apikeys import ApiKeyStore
+    from agent_tasks.server.grants import GRANT_CHECK_S
+    from agent_tasks.worker import open_graph
 
     async def go() -> tuple[ApiKey | None, bool]:
         settings = Settings()

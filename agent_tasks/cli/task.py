@@ -5,16 +5,22 @@ from __future__ import annotations
 import shlex
 from datetime import UTC
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from agent_tasks.cli.common import (
     AgentOpt,
+    EventKindName,
     JsonOpt,
     LimitOpt,
     ProjectOpt,
     RequestOpt,
+    RoleName,
+    StepKindName,
+    StepStateName,
+    TaskStatusName,
+    command_group,
     console,
     emit,
     not_found,
@@ -24,11 +30,13 @@ from agent_tasks.cli.common import (
     within,
     write_outcome,
 )
-from agent_tasks.contract import EventKind, Role, StepKind, StepState, TaskStatus
-from agent_tasks.starter.results import WriteResult
-from agent_tasks.taskgraph.models import TaskRow
+from agent_tasks.cli.retention import decisions_command, delete_command, redact_command
 
-task_app = typer.Typer(help="Create, write and read tasks.")
+if TYPE_CHECKING:
+    from agent_tasks.starter.results import WriteResult
+    from agent_tasks.taskgraph.models import TaskRow
+
+task_app = command_group("Create, write and read tasks.")
 
 
 @task_app.command("create")
@@ -61,10 +69,10 @@ def task_create(
 @task_app.command("event")
 def task_event(
     name: str,
-    kind: Annotated[EventKind, typer.Option(help="Event kind.")],
+    kind: Annotated[EventKindName, typer.Option(help="Event kind.")],
     payload: Annotated[str | None, typer.Option(help="Payload text.")] = None,
     payload_file: Annotated[Path | None, typer.Option(help="Read the payload from a file.")] = None,
-    role: Annotated[Role | None, typer.Option(help="Message role.")] = None,
+    role: Annotated[RoleName | None, typer.Option(help="Message role.")] = None,
     tool: Annotated[str | None, typer.Option("--name", help="Tool or label.")] = None,
     call_id: Annotated[str | None, typer.Option(help="Tool call id.")] = None,
     project: ProjectOpt = "default",
@@ -79,9 +87,17 @@ def task_event(
         raise typer.BadParameter(str(err), param_hint="--payload-file") from err
 
     async def go() -> WriteResult:
+        from agent_tasks.contract import EventKind, Role
+
         async with open_history(project, agent) as history:
             return await history.record_event(
-                name, kind, text, role=role, name=tool, call_id=call_id, request_id=request_id
+                name,
+                EventKind(kind),
+                text,
+                role=None if role is None else Role(role),
+                name=tool,
+                call_id=call_id,
+                request_id=request_id,
             )
 
     write_outcome(run(go()), as_json)
@@ -91,8 +107,8 @@ def task_event(
 def task_step(
     name: str,
     step: str,
-    state: Annotated[StepState, typer.Option(help="New state.")],
-    kind: Annotated[StepKind | None, typer.Option(help="Step kind (new steps).")] = None,
+    state: Annotated[StepStateName, typer.Option(help="New state.")],
+    kind: Annotated[StepKindName | None, typer.Option(help="Step kind (new steps).")] = None,
     result_seq: Annotated[int | None, typer.Option(help="Seq of the result event.")] = None,
     project: ProjectOpt = "default",
     agent: AgentOpt = "cli",
@@ -102,9 +118,16 @@ def task_step(
     """Set a step's state."""
 
     async def go() -> WriteResult:
+        from agent_tasks.contract import StepKind, StepState
+
         async with open_history(project, agent, with_graph=False) as history:
             return await history.set_step(
-                name, step, state, kind=kind, result_event_seq=result_seq, request_id=request_id
+                name,
+                step,
+                StepState(state),
+                kind=None if kind is None else StepKind(kind),
+                result_event_seq=result_seq,
+                request_id=request_id,
             )
 
     write_outcome(run(go()), as_json)
@@ -113,7 +136,7 @@ def task_step(
 @task_app.command("finish")
 def task_finish(
     name: str,
-    status: Annotated[TaskStatus, typer.Option(help="done, failed or cancelled.")],
+    status: Annotated[TaskStatusName, typer.Option(help="done, failed or cancelled.")],
     result: Annotated[str | None, typer.Option(help="Result text.")] = None,
     error: Annotated[str | None, typer.Option(help="Error text.")] = None,
     project: ProjectOpt = "default",
@@ -124,9 +147,11 @@ def task_finish(
     """Finish a task."""
 
     async def go() -> WriteResult:
+        from agent_tasks.contract import TaskStatus
+
         async with open_history(project, agent, with_graph=False) as history:
             return await history.finish_task(
-                name, status, result=result, error=error, request_id=request_id
+                name, TaskStatus(status), result=result, error=error, request_id=request_id
             )
 
     write_outcome(run(go()), as_json)
@@ -192,15 +217,17 @@ def task_events(
 @task_app.command("steps")
 def task_steps(
     name: str,
-    state: Annotated[StepState | None, typer.Option(help="Only steps in this state.")] = None,
+    state: Annotated[StepStateName | None, typer.Option(help="Only steps in this state.")] = None,
     project: ProjectOpt = "default",
     as_json: JsonOpt = False,
 ) -> None:
     """List a task's steps."""
 
     async def go() -> Any:
+        from agent_tasks.contract import StepState
+
         async with open_history(project, "cli") as history:
-            return await history.list_steps(name, state=state)
+            return await history.list_steps(name, state=None if state is None else StepState(state))
 
     result = run(go())
     if not result.found:
@@ -217,7 +244,9 @@ def task_steps(
 
 @task_app.command("list")
 def task_list(
-    status: Annotated[TaskStatus | None, typer.Option(help="Only tasks in this status.")] = None,
+    status: Annotated[
+        TaskStatusName | None, typer.Option(help="Only tasks in this status.")
+    ] = None,
     after: Annotated[
         str | None, typer.Option(help="Names after this one: the next page (printed under it).")
     ] = None,
@@ -230,8 +259,14 @@ def task_list(
     store. --json prints each task's row (goal, session, parent, counts and times too)."""
 
     async def go() -> list[TaskRow]:
+        from agent_tasks.contract import TaskStatus
+
         async with open_history(project, "cli") as history:
-            return await history.find_tasks(status=status, after_name=after, limit=limit)
+            return await history.find_tasks(
+                status=None if status is None else TaskStatus(status),
+                after_name=after,
+                limit=limit,
+            )
 
     def render(rows: list[TaskRow]) -> None:
         shown = [
@@ -250,3 +285,8 @@ def task_list(
             console.print(f"more: --after {shlex.quote(rows[-1].name)}", markup=False)
 
     emit(run(go()), as_json, render)
+
+
+task_app.command("decisions")(decisions_command)
+task_app.command("redact")(redact_command)
+task_app.command("delete")(delete_command)

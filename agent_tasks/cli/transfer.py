@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
-import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.progress import Progress
 
 from agent_tasks.cli.common import (
     AgentOpt,
@@ -23,17 +20,13 @@ from agent_tasks.cli.common import (
     table,
     within,
 )
-from agent_tasks.cli.importer import (
-    CONCURRENCY,
-    export_task,
-    import_tasks,
-    mirror_caught_up,
-    verify_task,
-)
-from agent_tasks.cli.planning import EXAMPLES, TRAJECTORY_SUFFIXES, ImportReport, plan_import
-from agent_tasks.contract import MAX_PAYLOAD_CHARS
-from agent_tasks.trajectories import check_atif
-from agent_tasks.worker import build_worker
+
+if TYPE_CHECKING:
+    from agent_tasks.cli.planning import ImportReport
+
+CONCURRENCY = 16
+"""``import``'s ``--concurrency`` unless told (``importer.CONCURRENCY``, spelled here so that its
+help loads no importer; a test holds the two equal)."""
 
 
 # Long: one CLI command's flow: options, the import, the verification table, the exit code
@@ -58,6 +51,16 @@ def import_command(
     """Import trajectory files as tasks (default: the shipped examples), one task per run.
     Reports each run as created, already imported or refused. Exit 1 when a run is refused
     or, with --verify, any event differs from its source."""
+    import contextlib
+    import time
+
+    from rich.progress import Progress
+
+    from agent_tasks.cli.importer import import_tasks, mirror_caught_up, verify_task
+    from agent_tasks.cli.planning import EXAMPLES, TRAJECTORY_SUFFIXES, plan_import
+    from agent_tasks.contract import MAX_PAYLOAD_CHARS
+    from agent_tasks.worker import build_worker
+
     tasks, unreadable = plan_import(paths or [EXAMPLES], format)
     if not tasks and not unreadable:
         where = ", ".join(str(p) for p in paths or [EXAMPLES])
@@ -81,7 +84,7 @@ def import_command(
                         build_worker(history.client, history.graph, history.task_queue)
                     )
                 started = time.perf_counter()
-                with Progress(console=console, transient=True, disable=as_json) as progress:
+                with Progress(console=console.rich, transient=True, disable=as_json) as progress:
                     bar = progress.add_task("importing", total=len(tasks))
                     reports = await import_tasks(
                         history,
@@ -126,14 +129,16 @@ def import_command(
         table(
             [
                 {
-                    **r.model_dump(),
+                    **r.model_dump(mode="json"),
                     "ms": f"{r.ms:.0f}",
                     "file": Path(r.file).name + (r.source or "").removeprefix(Path(r.file).name),
-                    "status": r.status + (" (open)" if r.open else ""),
+                    "import": r.status,
+                    "status": r.task_status or "",
                 }
                 for r in reports
             ],
-            ["file", "task", "status", "events", "steps", "failed_steps", "ms", "error"],
+            # status: the task's, as `task list` shows it; import: what this import did
+            ["file", "task", "status", "import", "events", "steps", "failed_steps", "ms", "error"],
             title="import",
         )
         if numbers["new_events"]:
@@ -188,6 +193,9 @@ def export_command(
 ) -> None:
     """Write a task as an ATIF v1.7 trajectory, its child tasks embedded; the export is
     checked against the published ATIF v1.7 schema first (exit 1 if it fails)."""
+    from agent_tasks.cli.importer import export_task
+    from agent_tasks.trajectories import check_atif
+
     if format != "atif":
         console.print(f"[red]unknown format {format!r}:[/red] only atif")
         raise typer.Exit(2)

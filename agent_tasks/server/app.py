@@ -22,7 +22,7 @@ import threading
 from collections.abc import AsyncIterator, Generator
 from dataclasses import dataclass
 from typing import Annotated
-from urllib.parse import unquote
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import uvicorn
 from fastapi import Depends, FastAPI, Path
@@ -35,6 +35,7 @@ from agent_tasks.config import Settings
 from agent_tasks.contract.errors import GraphIncomplete, TaskServiceUnavailable
 from agent_tasks.server.apikeys import ApiKeyStore
 from agent_tasks.server.auth import StreamSlots
+from agent_tasks.server.codec import root_router as codec_root_router
 from agent_tasks.server.codec import router as codec_router
 from agent_tasks.server.errors import (
     ApiError,
@@ -76,6 +77,8 @@ class ApiState:
     """How often an idle stream checks its key (``grants.GRANT_CHECK_S``)."""
     closing: asyncio.Event
     """Set when the server starts to shut down: every open stream ends (``ApiServer``)."""
+    command: str = "agent-tasks"
+    """How a person runs the CLI where this server runs (``create_app``'s ``command``)."""
 
     @property
     def settings(self) -> Settings:
@@ -100,6 +103,42 @@ class NamesInPath:
             )
             scope = {**scope, "path": path}
         await self.app(scope, receive, send)
+
+
+class RelativeRedirects:
+    """ASGI: a redirect to this server's own address is answered with a relative ``Location``
+    (its path and query). Starlette's trailing-slash redirect (``/tasks/`` -> ``/tasks``) names
+    the scheme and host the server saw: behind a TLS proxy whose ``X-Forwarded-Proto`` uvicorn
+    does not trust, that is ``http://``, and a browser following it leaves HTTPS."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass the request on; make its redirect's ``Location`` relative when it is ours."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        host = dict(scope.get("headers", [])).get(b"host", b"").decode("latin-1")
+
+        async def relative(message: Message) -> None:
+            if message["type"] == "http.response.start" and 300 <= message["status"] < 400:
+                message = {**message, "headers": [
+                    (name, _own_path(value, host) if name == b"location" else value)
+                    for name, value in message.get("headers", [])
+                ]}  # fmt: skip
+            await send(message)
+
+        await self.app(scope, receive, relative)
+
+
+def _own_path(location: bytes, host: str) -> bytes:
+    """``location`` as a path and query when it names ``host`` (this server as the client
+    called it), else as it is."""
+    url = urlsplit(location.decode("latin-1"))
+    if not url.scheme or url.netloc != host:
+        return location
+    return urlunsplit(("", "", url.path or "/", url.query, url.fragment)).encode("latin-1")
 
 
 class BodyLimit:
@@ -156,6 +195,7 @@ def create_app(
     keepalive_s: float = KEEPALIVE_S,
     poll_s: float = STREAM_POLL_S,
     grant_check_s: float = GRANT_CHECK_S,
+    command: str = "agent-tasks",
 ) -> FastAPI:
     """The HTTP API over ``services`` (which need a graph: keys, lists, trees live in Neo4j).
 
@@ -165,9 +205,12 @@ def create_app(
         keepalive_s: seconds between keep-alive comments on an idle stream.
         poll_s: how often a stream's feed reads its task without a word from the broker.
         grant_check_s: how often an idle stream checks its key or session (seconds).
+        command: how a person runs the CLI where this server runs (``./run`` in a checkout):
+            the page's commands to copy begin with it (``GET /me``).
 
     Returns:
-        the FastAPI application, ``NamesInPath`` and ``BodyLimit`` added as middleware (its
+        the FastAPI application, ``NamesInPath``, ``BodyLimit`` and ``RelativeRedirects``
+        added as middleware (its
         ``state.api`` is the ``ApiState`` while it runs).
     """
     assert services.graph is not None, "the HTTP API needs the Neo4j task graph"
@@ -191,6 +234,7 @@ def create_app(
             grants=GrantChecks(keys, sessions),
             grant_check_s=grant_check_s,
             closing=asyncio.Event(),
+            command=command,
         )
         try:
             yield
@@ -222,8 +266,10 @@ def create_app(
         )
     app.include_router(page_router)
     app.include_router(codec_router)
+    app.include_router(codec_root_router)
     app.mount("/ui/static", static_files(), name="page")
     app.add_middleware(BodyLimit, limit=services.settings.max_body_bytes)
+    app.add_middleware(RelativeRedirects)
     app.add_middleware(NamesInPath)  # added last: runs first
     return app
 

@@ -22,6 +22,11 @@ encoding change nothing, so a session's request needs no CSRF token; the answer 
 a browser only by the Temporal Web UI's origin (``Settings.temporal_ui``, CORS with
 credentials). An ``X-Namespace`` header (the UI and the CLI send it) must name the namespace the
 server serves.
+
+The same routes answer at ``/decode`` and ``/encode`` too (``root_router``): Web UI releases
+that join the endpoint and ``decode`` as URLs resolve a relative reference
+(``new URL("decode", "http://host:8700/codec")``) drop its last segment and ask
+``http://host:8700/decode``.
 """
 
 from __future__ import annotations
@@ -190,3 +195,11 @@ async def preflight(request: Request) -> Response:
     response.headers["Access-Control-Allow-Headers"] = CORS_HEADERS
     response.headers["Access-Control-Max-Age"] = "600"
     return response
+
+
+root_router = APIRouter(tags=["codec"], include_in_schema=False)
+"""The codec's routes without ``/codec`` (the module docstring)."""
+root_router.post("/decode")(decode)
+root_router.post("/encode")(encode)
+root_router.options("/decode")(preflight)
+root_router.options("/encode")(preflight)

@@ -26,6 +26,9 @@ class Caller(BaseModel):
     """The Temporal Web UI's base URL (``AGENT_TASKS_TEMPORAL_UI_URL``)."""
     namespace: str
     """The tasks' Temporal namespace."""
+    command: str = "agent-tasks"
+    """How a person runs the CLI where the server runs (``./run`` in a checkout): the page's
+    commands to copy begin with it."""
 
 
 @router.get("/me", response_model=Caller, responses=ERRORS, tags=["people"])
@@ -39,6 +42,7 @@ async def me(call: Call) -> Caller:
         person=call.key.author,
         temporal_ui=settings.temporal_ui,
         namespace=settings.temporal.namespace,
+        command=call.request.app.state.api.command,
     )
 
 

@@ -71,10 +71,18 @@ def _signin_page(request: Request, error: str = "", status: int = 200) -> HTMLRe
     return response
 
 
+async def _signed_in(request: Request) -> bool:
+    """Whether the request carries the cookie of a live page session."""
+    session = request.cookies.get(SESSION_COOKIE)
+    return bool(session) and await request.app.state.api.sessions.check(session) is not None
+
+
 @router.get("/ui")
-async def home() -> Response:
-    """The inbox."""
-    return RedirectResponse("/ui/inbox", status_code=303)
+@router.get("/ui/")
+async def home(request: Request) -> Response:
+    """The inbox for a live session, else the sign-in form: one redirect from the page's
+    address (``agent-tasks page`` prints ``/ui/``), never one to ``/ui`` and on."""
+    return RedirectResponse("/ui/inbox" if await _signed_in(request) else "/ui/signin", 303)
 
 
 @router.get("/ui/signin")
@@ -129,13 +137,13 @@ async def signout(request: Request) -> Response:
 
 
 @router.get("/ui/{page}")
+@router.get("/ui/{page}/")
 async def page(request: Request, page: str) -> Response:
-    """A page (``PAGES``) for a live session, else the sign-in form."""
+    """A page (``PAGES``) for a live session, else the sign-in form (a trailing ``/`` is the
+    same page: no redirect first)."""
     if page not in PAGES:
         raise ApiError(404, "not_found", "no such page")
-    state = request.app.state.api
-    session = request.cookies.get(SESSION_COOKIE)
-    if not session or await state.sessions.check(session) is None:
+    if not await _signed_in(request):
         return RedirectResponse("/ui/signin", status_code=303)
     text = (PAGE_FILES / PAGES[page]).read_text(encoding="utf-8")
     return HTMLResponse(text, headers=PAGE_HEADERS)

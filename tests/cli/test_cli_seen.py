@@ -263,3 +263,35 @@ async def test_page_names_the_command_that_makes_a_key_of_its_project(project_id
     assert made.returncode == 0, said(made)
     listed = await cli("keys", "list", "--project", project_id)
     assert listed.returncode == 0 and f"{project_id}  page" in listed.stdout, said(listed)
+
+
+def table_cells(output: str, first: str) -> dict[str, str]:
+    """The cells of the row of a rich table in ``output`` whose cells include ``first``, by
+    the header's column names."""
+    lines = output.splitlines()
+    header = next(line for line in lines if "┃" in line)
+    names = [cell.strip() for cell in header.strip().strip("┃").split("┃")]
+    row = next(line for line in lines if "│" in line and first in line)
+    cells = [cell.strip() for cell in row.strip().strip("│").split("│")]
+    return dict(zip(names, cells, strict=True))
+
+
+async def test_the_import_table_says_each_tasks_status_as_task_list_does(
+    project_id: str, task_queue: str, tmp_path: Path
+) -> None:
+    """The import table's status column said ``created`` (what the import did) for a task
+    that ``task list`` shows ``done``: its status is the task's, as ``task list`` shows it,
+    and what the import did is in its own column, ``import``."""
+    folder = tmp_path / "one"
+    folder.mkdir()
+    (folder / "run.traj.json").write_bytes(EXAMPLE.read_bytes())
+    listed_status = ""
+    for attempt, done_by in (("first", "created"), ("again", "already imported")):
+        imported = await cli("import", str(folder), "--project", project_id, queue=task_queue)
+        assert imported.returncode == 0, said(imported)
+        listed = await cli("task", "list", "--json", "--project", project_id, queue=task_queue)
+        (row,) = json.loads(listed.stdout)
+        listed_status = row["status"]
+        cells = table_cells(imported.stdout, row["name"])
+        assert (cells["status"], cells["import"]) == (row["status"], done_by), (attempt, cells)
+    assert listed_status in ("done", "failed")

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 
 from agent_tasks.devstack import free_port
-from tests.conftest import eventually
+from tests.servers import answering
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,14 +44,7 @@ async def test_keys_create_list_revoke_and_serve(project_id: str) -> None:
     )  # fmt: skip
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
-
-            async def up() -> bool:
-                try:
-                    return (await http.get("/health")).status_code == 200
-                except httpx.TransportError:
-                    return False
-
-            await eventually(up, within=60)
+            await answering(http)
             mine = {"Authorization": f"Bearer {key}"}
             assert (await http.get("/tasks", headers=mine)).json() == {
                 "tasks": [],

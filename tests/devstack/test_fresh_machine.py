@@ -189,6 +189,80 @@ def test_run_from_another_folder_imports_the_callers_module(tmp_path: Path) -> N
     )
 
 
+def test_run_names_itself_in_the_usage_and_the_hints(tmp_path: Path) -> None:
+    """Printed hints said ``agent-tasks ...``, which a checkout does not have on its PATH: run
+    as ``/path/to/repo/run``, the usage line and the page's hints name that."""
+    run = str(REPO / "run")
+    env = {k: v for k, v in os.environ.items() if k != "AGENT_TASKS_COMMAND"}
+    usage = subprocess.run(
+        [run, "task", "show"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert usage.returncode == 2 and f"Usage: {run} task show" in usage.stderr, usage.stderr
+    page = subprocess.run(
+        [run, "page", "--project", "p1"], cwd=tmp_path, env=env | {"AGENT_TASKS_HTTP_PORT": "1"},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    said = " ".join(page.stdout.split())
+    assert f"not served now: {run} serve --with-worker" in said, said
+    assert f"sign in with a key of {run} keys create --project p1 --name page" in said
+
+
+HELP_NEEDS = (
+    "annotated-doc", "annotated-types", "pydantic", "pydantic-core", "shellingham", "typer",
+    "typing-extensions", "typing-inspection",
+)  # fmt: skip
+"""What ``agent-tasks --help`` imports besides the standard library: typer and its own."""
+
+
+def fresh_checkout(where: Path) -> Path:
+    """A checkout without a virtualenv (``run``, ``pyproject.toml``, ``README.md``, the package)
+    whose lock pins only what ``--help`` needs (``HELP_NEEDS``), so that its set-up is short."""
+    checkout = where / "checkout"
+    checkout.mkdir()
+    for name in ("run", "pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, checkout / name)
+    shutil.copytree(
+        REPO / "agent_tasks", checkout / "agent_tasks",
+        ignore=shutil.ignore_patterns("__pycache__", "target"),
+    )  # fmt: skip
+    pins = [
+        line
+        for line in (REPO / "requirements.lock").read_text().splitlines()
+        if line.split("==")[0] in HELP_NEEDS
+    ]
+    assert len(pins) == len(HELP_NEEDS)
+    (checkout / "requirements.lock").write_text("\n".join(pins) + "\n")
+    return checkout
+
+
+def test_a_fresh_checkouts_first_run_prints_no_banner_but_an_install_error(
+    tmp_path: Path,
+) -> None:
+    """setuptools' "Editable installation ... be careful with folders" warning was the first
+    thing ``./run`` printed on a fresh machine: the set-up says what it does, then the help;
+    an install that fails still says why, and stops."""
+    checkout = fresh_checkout(tmp_path)
+    first = subprocess.run(
+        [str(checkout / "run"), "--help"], cwd=tmp_path, capture_output=True, text=True,
+        timeout=600,
+    )  # fmt: skip
+    said = first.stdout + first.stderr
+    assert first.returncode == 0, said
+    assert said.startswith(f"setting up {checkout / '.venv'}"), said[:400]
+    assert "Usage: " in first.stdout
+    assert "Editable installation" not in said and "Please be careful" not in said, said
+    pyproject = checkout / "pyproject.toml"
+    pyproject.write_text(
+        pyproject.read_text().replace('name = "durable-agent-tasks"', 'name = "not a name!"')
+    )
+    broken = subprocess.run(
+        [str(checkout / "run"), "--help"], cwd=tmp_path, capture_output=True, text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert broken.returncode != 0
+    assert "not a name!" in broken.stderr and "Usage: " not in broken.stdout, broken.stderr
+
+
 def test_run_test_names_a_missing_chromium_before_anything_starts(tmp_path: Path) -> None:
     """No Chromium, and no apt-get or sudo to install it: `./run test` stops first (no lint,
     no stack), naming what is missing and the command that installs it."""

@@ -17,10 +17,13 @@ from playwright.async_api import Locator, Page, ViewportSize, expect
 
 from agent_tasks.cli.importer import import_paths, mirror_caught_up
 from agent_tasks.contract import AgentSpec, TaskStatus
+from agent_tasks.server import create_app
+from agent_tasks.worker import Services
 from tests.approval_tools import approval_spec, goal
 from tests.cli.test_cli_errors import EXAMPLE, cli
 from tests.conftest import eventually
 from tests.page.conftest import Person
+from tests.servers import served
 from tests.stream_agents import TALKER
 
 PAST_THE_EDGE = (
@@ -289,3 +292,81 @@ async def test_walkthrough_a_question_and_an_approval_by_its_id_and_a_long_impor
             await tab.screenshot(path=str(shots / f"{name}{suffix}.png"))
         status = await box(page, 'dd[data-field="status"]')
         assert status["y"] + status["height"] < size["height"], size
+
+
+LINES_OF = (
+    "(e) => { const r = document.createRange(); r.selectNodeContents(e); "
+    "return new Set([...r.getClientRects()].map((b) => Math.round(b.bottom))).size; }"
+)
+"""How many lines an element's content takes (its boxes' distinct bottoms: a wrapped text has
+one box per line)."""
+
+
+async def test_a_steps_state_stays_one_word_at_1280_px(ann: Person) -> None:
+    """The steps table of a task's page wrapped a state as "compl / eted" at 1,280 px (a
+    table cell breaks anywhere, and the side column is narrow): each state and each status of
+    the tasks list stays whole, on one line."""
+    await ann.sign_in()
+    assert (await ann.history.create_task("many", "steps with long names")).recorded
+    states = ["completed", "not_started", "in_progress", "unknown", "failed"]
+    for n, state in enumerate(states):
+        name = f"r{n:05d}.0:synchronise_the_customer_records_with_the_warehouse_{n}"
+        set_to = await ann.history.set_step("many", name, state, kind="tool")
+        assert set_to.recorded, set_to.message
+    tab = await opened(ann, "/ui/task?name=many")
+    await tab.set_viewport_size(WIDE)
+    cells = tab.locator("#steps td.state")
+    await expect(cells).to_have_count(len(states))
+    for n in range(len(states)):
+        assert await cells.nth(n).evaluate(LINES_OF) == 1, await cells.nth(n).text_content()
+    listed = await opened(ann, "/ui/tasks")
+    status = listed.locator('tr[data-task="many"] td').nth(1)
+    await expect(status).to_have_text("open")
+    assert await status.evaluate(LINES_OF) == 1
+
+
+async def test_the_tasks_list_and_a_tasks_page_name_the_agent_id_alike(ann: Person) -> None:
+    """The tasks list's Agent column showed the agent id (``cli``) while a task's page showed
+    the agent's name: both name the agent id "Agent id", with the same value, and the task's
+    page names the agent that runs it (none for a recorded task) apart."""
+    await ann.sign_in()
+    ann.history.agent_id = "bot-7"
+    assert (await ann.history.create_task("rec", "recorded by an app")).recorded
+
+    async def listed() -> bool:
+        return len(await ann.history.find_tasks(limit=10)) == 1
+
+    await eventually(listed)
+    tab = await opened(ann, "/ui/tasks")
+    headers = await tab.locator("table.grid thead th").all_text_contents()
+    column = headers.index("Agent id")
+    await expect(tab.locator('tr[data-task="rec"] td').nth(column)).to_have_text("bot-7")
+    await expect(tab.get_by_label("Agent id")).to_be_visible()  # the filter says the same
+    task = await opened(ann, "/ui/task?name=rec")
+    await expect(task.locator('dd[data-field="agent id"]')).to_have_text("bot-7")
+    await expect(task.locator('dd[data-field="agent"]')).to_have_text("none: an app records it")
+
+
+async def test_a_cards_command_begins_as_the_server_was_started(
+    ann: Person, services: Services, page_queue: str
+) -> None:
+    """The cards' commands said ``agent-tasks ...``, which a checkout's ``./run serve`` does not
+    put on anyone's PATH: they begin with the command the server's CLI was invoked as
+    (``create_app``'s ``command``, ``GET /me``)."""
+    settings = services.settings.model_copy(update={"temporal_task_queue": page_queue})
+    own = Services(settings, services.client, services.graph, services.broker)
+    await ann.history.create_task("ship", "ship it?", agent=AgentSpec(name="ask_schema",
+        input={"schema": {"type": "boolean", "title": "Ship it?"}}))  # fmt: skip
+    async with served(create_app(own, keepalive_s=1.0, command="/src/repo/run")) as site:
+        tab = await ann.page()
+        await tab.goto(f"{site}/ui/signin")
+        await tab.get_by_label("API key").fill(ann.key)
+        await tab.get_by_role("button", name="Sign in").click()
+        await tab.wait_for_url(f"{site}/ui/inbox")
+        asked = await card(tab, "ship")
+        try:
+            await expect(asked.locator("code.command")).to_have_text(
+                f"/src/repo/run input ship --input-id q --json VALUE --project {ann.project_id}"
+            )
+        finally:
+            await tab.close()  # its inbox stream open would hold the server's shutdown

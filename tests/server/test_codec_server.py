@@ -161,3 +161,34 @@ async def test_refusals_with_cors_for_the_ui_only(api: Api, project: Project) ->
         )
         assert refused.status_code == 403
         assert "access-control-allow-origin" not in refused.headers
+
+
+async def test_a_web_ui_that_drops_the_endpoints_last_segment_still_decodes(
+    api: Api, project: Project
+) -> None:
+    """temporalio/ui#3399: Web UI releases that resolve ``new URL("decode", endpoint)`` ask
+    ``http://host:port/decode?preserveStorageRefs=true`` for the endpoint
+    ``http://host:port/codec`` (the last segment dropped), which was 404 here: the codec answers
+    there too, preflight included, with the UI's query parameter."""
+    ui = origin(api)
+    big = json.dumps({"text": "y" * 5000}).encode()
+    async with httpx.AsyncClient(base_url=api.url, headers=project.headers) as http:
+        encoded = (await http.post("/codec/encode", json={"payloads": [payload(big)]})).json()
+        dropped = await http.post(
+            "/decode?preserveStorageRefs=true", json=encoded, headers={"Origin": ui}
+        )
+        assert dropped.status_code == 200, dropped.text
+        assert dropped.json() == {"payloads": [payload(big)]}
+        assert dropped.headers["access-control-allow-origin"] == ui
+        asked = {"Origin": ui, "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "content-type,x-namespace"}  # fmt: skip
+        preflight = await http.options("/decode?preserveStorageRefs=true", headers=asked)
+        assert preflight.status_code == 204
+        assert (await http.post("/encode", json={"payloads": [payload(big)]})).json() == encoded
+    assert "/decode" not in await openapi_paths(api)  # the schema names /codec's only
+
+
+async def openapi_paths(api: Api) -> set[str]:
+    """The paths the HTTP API's schema documents."""
+    async with httpx.AsyncClient(base_url=api.url) as http:
+        return set((await http.get("/openapi.json")).json()["paths"])

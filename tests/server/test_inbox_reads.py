@@ -147,7 +147,7 @@ async def test_the_inbox_lists_an_approval_with_its_call_and_a_question_with_its
     item = approval["approval"]
     assert item["tool"] == "send_mail"
     assert json.loads(item["arguments"]) == call[1]
-    assert item["description"] == "Sends **hello** to `ops@example.com` (1 copies)."
+    assert item["description"] == "Sends **hello** to `ops@example.com` (1 copy)."
     assert "<strong>hello</strong>" in item["description_html"]
     view = (await history.get_task("mail")).view
     assert view is not None

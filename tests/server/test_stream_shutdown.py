@@ -16,8 +16,8 @@ from agent_tasks.contract import Event
 from agent_tasks.devstack import free_port
 from agent_tasks.server.sessions import parse_cursor
 from tests.cli.test_serve import ROOT
-from tests.conftest import eventually
 from tests.server.conftest import Api, Project, Sse, SseReader
+from tests.servers import answering
 
 
 @asynccontextmanager
@@ -32,14 +32,7 @@ async def serving(queue: str, port: int) -> AsyncIterator[asyncio.subprocess.Pro
     )  # fmt: skip
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
-
-            async def up() -> bool:
-                try:
-                    return (await http.get("/health")).status_code == 200
-                except httpx.TransportError:
-                    return False
-
-            await eventually(up, within=120)
+            await answering(http, within=120)
         yield server
     finally:
         if server.returncode is None:

@@ -58,7 +58,7 @@ async def test_accept_runs_the_call_under_the_key_the_request_named(
     assert approval is not None and approval.tool == "send_mail"
     assert request.input_id == f"approve-{approval.call_seq}"
     assert approval.idempotency_key == f"{view.workflow_id}/{approval.step_name}/1"
-    assert approval.description == "Sends **deploy** to `ops@example.com` (1 copies)."
+    assert approval.description == "Sends **deploy** to `ops@example.com` (1 copy)."
     events = await events_of(agents, "t")
     call = next(e for e in events if e.seq == approval.call_seq)
     assert call.kind is EventKind.TOOL_CALL and json.loads(call.payload)["to"] == "ops@example.com"
@@ -318,3 +318,12 @@ async def test_an_ignore_with_a_reason_tells_the_model_why(
     assert effects(log) == []
     (step,) = (await agents.list_steps("t")).steps
     assert step.state is StepState.FAILED
+
+
+def test_the_mail_tools_card_says_one_copy_and_copies() -> None:
+    """The approval card of the tests' mail tool (the README's screenshot) read "(1 copies)"."""
+    from tests.approval_tools import Mail, mail_description
+
+    one = Mail(log="mail.log", to="ops@example.com", subject="release")
+    assert mail_description(one) == "Sends **release** to `ops@example.com` (1 copy)."
+    assert mail_description(one.model_copy(update={"copies": 3})).endswith("(3 copies).")

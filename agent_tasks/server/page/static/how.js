@@ -3,14 +3,15 @@
 
 import { el, shellQuote as q, whoami } from "./app.js";
 
-/** The `agent-tasks` command that answers `item` in project `project`. */
-export function answerCommand(item, project) {
+/** The command that answers `item` in project `project`, run as `command` (`agent-tasks`, or
+ * `./run` where the server was started from a checkout: `GET /me`). */
+export function answerCommand(item, project, command = "agent-tasks") {
   const where = `--project ${q(project)}`;
   // the digest of the call shown: a call changed since is refused approval_stale
   const digest = item.approval && item.approval.digest ? ` --digest ${item.approval.digest.slice(0, 12)}` : "";
   return item.approval
-    ? `agent-tasks approve ${q(item.task)} ${q(item.input_id)} --accept${digest} ${where}`
-    : `agent-tasks input ${q(item.task)} --input-id ${q(item.input_id)} --json VALUE ${where}`;
+    ? `${command} approve ${q(item.task)} ${q(item.input_id)} --accept${digest} ${where}`
+    : `${command} input ${q(item.task)} --input-id ${q(item.input_id)} --json VALUE ${where}`;
 }
 
 async function copy(node, button) {
@@ -34,7 +35,7 @@ function copyButton(node, what) {
 export function howToAnswer(item) {
   const id = el("code", { class: "request-id" }, item.input_id);
   const command = el("code", { class: "command" }, answerCommand(item, "PROJECT"));
-  whoami().then((me) => { if (me) command.textContent = answerCommand(item, me.project_id); });
+  whoami().then((me) => { if (me) command.textContent = answerCommand(item, me.project_id, me.command); });
   const other = item.approval ? " (or --edit JSON, --answer TEXT, --ignore)" : "";
   return el("div", { class: "how" },
     el("p", {}, "Request id ", id, " ", copyButton(id, "request id")),

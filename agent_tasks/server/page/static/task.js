@@ -32,7 +32,10 @@ function summary(view) {
   const rows = [
     ["Status", status(view.status)], ["Goal", clipped(view.goal)], ["Steps", counts],
     ["Events", `${view.last_seq}`], ["Runs", `${view.runs}`],
-    ["Agent", view.agent ? `${view.agent.name} (tools: ${view.agent.tools.join(", ") || "none"})` : `recorded by ${view.agent_id}`],
+    // the agent that runs the task (none for a recorded task), and the agent id that wrote it
+    // (the tasks list's "Agent id" column)
+    ["Agent", view.agent ? `${view.agent.name} (tools: ${view.agent.tools.join(", ") || "none"})` : "none: an app records it"],
+    ["Agent id", view.agent_id],
     ["Session", view.session_id || "—"],
     ["Parent", view.parent ? el("a", { href: taskPage(view.parent) }, view.parent) : "—"],
     ["Created", when(view.created_at)], ["Updated", when(view.updated_at)],

@@ -29,7 +29,7 @@ async function load(after = null) {
   const opened = new Set([...rows.querySelectorAll("tr:has(details[open])")].map((tr) => tr.dataset.task));
   const made = answer.data.tasks.map((t) => el("tr", { "data-task": t.name },
     el("td", {}, el("a", { href: taskPage(t.name) }, t.name)),
-    el("td", {}, status(t.status)), el("td", { class: "goal" }, clipped(t.goal, { chars: 120 })),
+    el("td", { class: "nowrap" }, status(t.status)), el("td", { class: "goal" }, clipped(t.goal, { chars: 120 })),
     el("td", {}, t.session_id || ""), el("td", {}, t.agent_id || ""), el("td", {}, when(t.created_at))));
   for (const tr of made) if (opened.has(tr.dataset.task)) tr.querySelector("details")?.setAttribute("open", "");
   if (after) rows.append(...made); else rows.replaceChildren(...made);
