@@ -349,6 +349,7 @@ Report = Callable[[dict[str, str], dict[str, dict[str, Cell]], list[str]], None]
 broke (a phase that broke leaves its cells unmeasured)."""
 
 
+# Long: one run in its order: the servers up, each phase of each runtime, the table, the clean-up
 async def run_peers(
     sizes: Sizes,
     logs: Path,
