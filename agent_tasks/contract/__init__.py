@@ -1,12 +1,9 @@
-"""The contract between the task workflow and its callers. The task model: limits, enums, text
-rules, write inputs, carried state, views and the mirror contract, one module each, re-exported
-here; beside them ``errors`` (the error vocabulary), ``search`` (the search attributes),
-``waits`` (answers against their JSON Schema) and ``handlers`` (the workflow's type and its
-handlers by name, which the client SDK calls it by).
+"""The contract between the task workflow and its callers: the task model (limits, enums, text
+rules, write inputs, carried state, views, the mirror's contract) re-exported here, beside
+``errors``, ``search``, ``waits`` and ``handlers`` (the workflow's handlers by name).
 
-Deterministic (stdlib, pydantic and temporalio only): the workflow imports it, and so does the
-client in ``starter``, so both sides validate, bound and hash the same way. Every model crosses
-Temporal through ``temporalio.contrib.pydantic.pydantic_data_converter``.
+Deterministic (stdlib, pydantic and temporalio only): the workflow and the client both import it, so
+both validate, bound and hash the same way.
 """
 
 from agent_tasks.contract.agent import (

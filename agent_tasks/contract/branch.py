@@ -1,6 +1,6 @@
-"""The branch activity's contract (``branch_from``): a new task whose log starts as a copy of
-another task's events up to a seq, copied by its own workflow in pages, each page read (and
-sealed text sealed again under the branch's own keys) by the ``branch_events`` activity."""
+"""The branch activities' contract (``branch_from``): a new task whose log starts as a copy of
+another's events up to a seq, copied in pages by ``branch_events`` (sealed text sealed again under
+the branch's keys)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ BRANCH_ACTIVITY = "branch_events"
 BRANCH_PAGE_EVENTS = 200
 """Events copied per page at most (and at most ``MAX_PAYLOAD_BYTES`` of JSON)."""
 BRANCH_REUSE_ACTIVITY = "branch_reuse"
-"""Activity name of the read of what an agent task's branch reuses from its source: the steps
-settled and the questions answered before the branch point (one page of steps per call)."""
+"""Activity name of the read of what an agent task's branch reuses: steps settled and questions
+answered before the branch point."""
 BRANCH_REUSE_PAGE_STEPS = 200
 """Steps read per ``branch_reuse`` call at most (one ``set_steps`` write of the branch)."""
 
@@ -41,9 +41,8 @@ class BranchedEvent(BaseModel):
     author: ShortText
     """The source event's author."""
     event: EventInput
-    """Its kind, role, name, call id and text (its full length and SHA-256 kept; sealed text
-    sealed again under a key of the branch; a decision's event citations kept, its step
-    citations dropped: a branch has no steps)."""
+    """Its kind, role, name, call id and text (sealed text sealed again under a branch key; a
+    decision's step citations dropped: a branch has no steps)."""
 
 
 class BranchPage(BaseModel):
@@ -61,8 +60,8 @@ class BranchReuseQuery(BaseModel):
     up_to_seq: int
     """The branch point: what ended at this seq or before is reused."""
     after_name: str | None = None
-    """The page of steps starts after this step name (None: the first page, which also
-    carries the answers and the source's rounds)."""
+    """The page starts after this step name (None: the first page, which also carries the answers
+    and rounds)."""
 
 
 class ReusedStep(BaseModel):
@@ -75,25 +74,22 @@ class ReusedStep(BaseModel):
     kind: StepKind
     """What it does."""
     result_event_seq: int
-    """Seq of its result event: the same seq in the branch, whose log is a copy up to the
-    point."""
+    """Seq of its result event, the same in the branch (a copy up to the point)."""
 
 
 class BranchReuse(BaseModel):
-    """Result of ``branch_reuse``: one page of the source's steps settled before the branch
-    point, and (first page) its answers before the point and its model rounds."""
+    """Result of ``branch_reuse``: a page of the source's steps settled before the branch point and,
+    on the first page, its answers, rounds and ended children."""
 
     steps: list[ReusedStep] = Field(default_factory=list)
     """The page's settled steps whose result event is at the branch point or before."""
     next_after_name: str | None = None
     """The cursor of the next page; None at the end."""
     answers: dict[str, int] = Field(default_factory=dict)
-    """Input request id -> seq of its accepted answer, for the answers at the point or before
-    (first page only)."""
+    """Input request id -> seq of its accepted answer at the point or before (first page only)."""
     rounds: int = 0
-    """The source's model calls so far (first page only): the branch's tool loop names its
-    rounds after them, so a new step never takes the name of a reused one."""
+    """The source's model calls (first page only), so a branch's new step never takes a reused
+    name."""
     children: dict[str, ChildRecord] = Field(default_factory=dict)
-    """Spawn key -> the source's child task whose end the source recorded at the point or
-    before (first page only): agent code's ``spawn`` of that key in the branch starts
-    nothing and its wait reads that end. Added later."""
+    """Spawn key -> the source's child whose end was recorded by the point (first page only): a
+    ``spawn`` of that key in the branch starts nothing and its wait reads that end."""

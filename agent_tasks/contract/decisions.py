@@ -1,10 +1,8 @@
 """What a decision cites: the citations a writer sends and the ones the ledger records.
 
-A decision is an event of kind ``decision`` (its statement is the payload) with citations of
-earlier events of its task, by seq, and of its steps, by name. The ledger records each cited
-step with its state and attempt at the moment of the decision, so a reader can tell when the
-step changed afterwards (every allowed step transition changes the state or starts a new
-attempt: ``workflows.steps.STEP_TRANSITIONS``), and the decision needs review.
+A decision is an event of kind ``decision`` citing earlier events by seq and steps by name. Each
+cited step is recorded with its state and attempt at that moment, so a reader can tell that the step
+changed since (every transition changes one of them) and the decision needs review.
 """
 
 from __future__ import annotations

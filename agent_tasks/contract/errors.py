@@ -1,24 +1,18 @@
-"""The error vocabulary of the task layer: one place for every code and error type.
+"""The error vocabulary of the task layer: every code and error type (``docs/codes.md``).
 
-What a caller can meet, and where it comes from::
+What a caller can meet::
 
-    refusal of a write (a result, never an exception in the client)
-      ErrorCode                      raised in an update validator as ApplicationError(type=code),
-                                     so nothing is written; the client returns it as
-                                     ``WriteResult.error``
-    control flow between workflow and client (ApplicationError types, never shown to users)
-      DUPLICATE                      a repeated request id with the same arguments; the details
-                                     carry the stored ``WriteOutcome``, the client returns it
-      CONTINUING_AS_NEW              the task drains before continue-as-new; the client resends
-    the mirror activity (ApplicationError types, seen in ``TaskView.mirror_error``)
-      MIRROR_UNAVAILABLE             Neo4j unreachable or a transient error: retried
-      MIRROR_DATA_ERROR              Neo4j refused the data: not retried, the workflow pauses
-      MIRROR_REFUSED                 the graph store refused the data and keeps the refusal for
-                                     a later retry: a closing task completes with it
-    pydantic.ValidationError         an argument of the wrong shape, before anything is sent
+    ErrorCode                      a refused write: raised in an update validator as
+                                   ApplicationError(type=code), so nothing is written; the
+                                   client returns it as ``WriteResult.error``
+    DUPLICATE, CONTINUING_AS_NEW   ApplicationError types between workflow and client, never
+                                   shown to users
+    MIRROR_UNAVAILABLE, MIRROR_DATA_ERROR, MIRROR_REFUSED
+                                   the mirror activity's failures (``TaskView.mirror_error``)
+    pydantic.ValidationError       an argument of the wrong shape, before anything is sent
 
-Every exception of ours derives from ``AgentTasksError`` (``except AgentTasksError`` catches
-them all), in families; a built-in base stays a second base where callers catch it::
+Every exception of ours derives from ``AgentTasksError``, in families; a built-in base stays a
+second base where callers catch it::
 
     AgentTasksError
     ├── ServiceUnavailable            a service did not answer: trying later can help
@@ -46,9 +40,8 @@ them all), in families; a built-in base stays a second base where callers catch 
     AgentTasksControlFlow (BaseException: agent code's ``except Exception`` passes it on)
     └── AgentParked                   the task continues as new here; the agent is called again
 
-Control flow that agent code must not catch derives from ``BaseException``, as Temporal's
-``ContinueAsNewError`` and ``asyncio.CancelledError`` (a cancel) do. This module is
-deterministic (stdlib and temporalio only), so the workflow imports it.
+Control flow derives from ``BaseException``, as Temporal's ``ContinueAsNewError`` and
+``asyncio.CancelledError`` do. Deterministic (stdlib and temporalio only): the workflow imports it.
 """
 
 from __future__ import annotations
@@ -89,93 +82,81 @@ class ErrorCode(StrEnum):
     STEP_LIMIT_REACHED = "step_limit_reached"
     """The task already holds ``MAX_STEPS_PER_TASK`` steps."""
     RUN_BY_AGENT = "run_by_agent"
-    """The task is run by its agent, the single writer of its steps, events and end: from
-    outside it takes notes, input and a cancel only."""
+    """The task is run by its agent, the single writer of its steps, events and end; from outside it
+    takes notes, input and a cancel only."""
     INPUT_NOT_REQUESTED = "input_not_requested"
     """``respond``: no open input request has that id (or none is open)."""
     INPUT_INVALID = "input_invalid"
-    """``respond``: the answer does not satisfy the request's JSON Schema (the message says
-    why)."""
+    """``respond``: the answer does not satisfy the request's JSON Schema (the message says why)."""
     INPUT_CLOSED = "input_closed"
-    """``respond``: the request named was closed without an answer it can take (it timed out,
-    or its task ended); the message says which."""
+    """``respond``: the request was closed without an answer it can take (timed out, task ended)."""
     APPROVAL_STALE = "approval_stale"
-    """``respond``: the answer approves a call other than the one the request asks about (its
-    ``digest`` is not the request's: the call changed since the person was shown it)."""
+    """``respond``: the answer's ``digest`` is not the request's: the call changed since it was
+    shown."""
     APPROVER_REPEATED = "approver_repeated"
-    """``respond``: the answer's author accepted this call already; a call that needs more
-    than one approver runs after that many distinct people accepted it."""
+    """``respond``: the answer's author accepted this call already (a call needing more approvers
+    runs after that many distinct people accept)."""
     PARENT_NOT_FOUND = "parent_not_found"
     """``create_task``: the parent named does not exist in this project."""
     NOT_RESUMABLE = "not_resumable"
     """``resume_task``: only an agent task that ended ``failed`` or ``cancelled`` resumes."""
     NO_RESUMABLE_TURN = "no_resumable_turn"
-    """``resume_task``: the task's last run was interrupted after its tools ran (it committed
-    something): it is continued (``continue_task``), never replayed."""
+    """``resume_task``: the last run was interrupted after its tools ran, so it is continued
+    (``continue_task``), never replayed."""
     NO_INTERRUPTED_TURN = "no_interrupted_turn"
-    """``continue_task``: the task's last run was not interrupted after its tools ran (it
-    finished, failed and was rolled back, or committed nothing: ``resume_task`` it)."""
+    """``continue_task``: the last run was not interrupted after its tools ran (``resume_task``
+    it)."""
     TASK_BUSY = "task_busy"
-    """The task's history is near Temporal's hard limit while the mirror catches up; retry
-    later (see ``HISTORY_BACKPRESSURE_EVENTS``)."""
+    """The history is near Temporal's hard limit while the mirror catches up; retry later
+    (``HISTORY_BACKPRESSURE_EVENTS``)."""
     STEP_NOT_FOUND = "step_not_found"
     """A decision cites a step the task does not have."""
     EVENT_NOT_SEALED = "event_not_sealed"
-    """``redact_event``: the event was recorded as plain text (by a client without a key
-    store, or before sealing existed), so its text is in the workflow history for good; only
-    ``delete_task`` removes it."""
+    """``redact_event``: the event was recorded as plain text, which stays in the workflow history;
+    only ``delete_task`` removes it."""
     KEY_STORE_UNAVAILABLE = "key_store_unavailable"
-    """A sealing client's first write to a task (from its process) needs a key tree stored
-    first, and the key store (Neo4j) did not store it within ``KEY_STORE_WAIT_S`` or refused:
-    nothing was sent, never plain text in its place (``sealing.seal``). Later writes to
-    a task need no key store; retry this one once Neo4j answers."""
+    """A sealing client's first write to a task needs its key tree stored first, and the key store
+    did not store it within ``KEY_STORE_WAIT_S``: nothing was sent (``sealing.seal``); retry."""
     INPUT_EXISTS = "input_exists"
     """``ask`` from outside: the task asked an input request of that id before."""
     SCHEMA_INVALID = "schema_invalid"
-    """``ask`` from outside: the JSON Schema breaks the rules of ``contract.waits.check_schema``
-    (the message says which)."""
+    """``ask`` from outside: the schema breaks ``contract.waits.check_schema`` (the message says
+    which)."""
     INPUT_LIMIT_REACHED = "input_limit_reached"
-    """``ask`` from outside: the task has as many open requests, or asked as many questions,
-    as it may (``MAX_PENDING_INPUTS``, ``MAX_INPUTS_PER_TASK``, ``MAX_INPUT_SCHEMA_BYTES``)."""
+    """``ask`` from outside: the task has ``MAX_PENDING_INPUTS`` open, ``MAX_INPUTS_PER_TASK``
+    asked, or ``MAX_INPUT_SCHEMA_BYTES`` of open requests."""
     CHILD_LIMIT_REACHED = "child_limit_reached"
-    """``spawn`` from outside: the task has ``MAX_CHILDREN`` children, or a child would be more
-    than ``MAX_DEPTH`` levels deep."""
+    """``spawn`` from outside: ``MAX_CHILDREN`` children already, or a child past ``MAX_DEPTH``."""
     NUMBER_OUT_OF_RANGE = "number_out_of_range"
-    """An event's token ``usage`` passes ``MAX_TOKEN_COUNT``: no graph store holds it exactly,
-    so it is refused before it is recorded."""
+    """An event's token ``usage`` passes ``MAX_TOKEN_COUNT``, which no graph store holds exactly."""
 
 
 DUPLICATE = "duplicate_request"
-"""ApplicationError type a validator raises for a repeated request id with the same arguments;
-its details carry the stored ``WriteOutcome``. The client turns it into a normal result."""
+"""ApplicationError type of a repeated request id with the same arguments; its details carry the
+stored ``WriteOutcome``, which the client returns."""
 
 CONTINUING_AS_NEW = "continuing_as_new"
-"""ApplicationError type a validator raises while a task drains before continue-as-new (the
-mirror catching up); nothing is written, and the client sends the write again shortly, when
-the new run takes it."""
+"""ApplicationError type raised while a task drains before continue-as-new; nothing is written and
+the client resends to the new run."""
 
 MIRROR_UNAVAILABLE = "MirrorUnavailable"
-"""ApplicationError type of a mirror call that met a transient Neo4j error (retryable)."""
+"""ApplicationError type of a mirror call that met a transient graph-store error (retried)."""
 
 MIRROR_DATA_ERROR = "MirrorDataError"
-"""ApplicationError type of a mirror call whose data Neo4j refused (not retryable)."""
+"""ApplicationError type of a mirror call whose data the graph store refused (not retried)."""
 
 MIRROR_REFUSED = "MirrorRefused"
-"""ApplicationError type of a mirror call whose data the graph store refused, the refusal kept
-in the store (``taskgraph.refusals``) so that a worker retries the task from its history once
-the store would take it (not retryable: the same page fails the same way). A task that is
-closing completes with it."""
+"""ApplicationError type of a mirror call whose data the graph store refused and recorded
+(``taskgraph.refusals``) for a worker to retry later; a closing task completes with it."""
 
 
 def refusal(code: ErrorCode, message: str) -> ApplicationError:
-    """The error a validator raises to refuse a write: its ``type`` is the ``ErrorCode`` value,
-    and the client maps it back to the same code."""
+    """The error a validator raises to refuse a write: ``type`` is the ``ErrorCode`` value."""
     return ApplicationError(message, type=code.value, non_retryable=True)
 
 
 def duplicate(outcome: BaseModel) -> ApplicationError:
-    """The error a validator raises for a repeated request id: ``DUPLICATE`` with the stored
-    outcome as its one detail."""
+    """The error a validator raises for a repeated request id, the stored outcome its one detail."""
     return ApplicationError("duplicate request", outcome, type=DUPLICATE, non_retryable=True)
 
 
@@ -201,65 +182,57 @@ class ServiceUnavailable(AgentTasksError):
 
 
 class ConfigurationError(AgentTasksError, RuntimeError):
-    """The setup is wrong (a missing password, a missing graph store, a server that cannot
-    start): the message says what to change; retrying does not help."""
+    """The setup is wrong (a missing password or graph store, a server that cannot start): the
+    message says what to change; retrying does not help."""
 
 
 class TaskServiceUnavailable(ServiceUnavailable, RuntimeError):
-    """Temporal (or the graph store, for graph reads) could not be reached, or the connection
-    was lost before the server answered. The write may or may not have been recorded: retry it
-    with the same request id."""
+    """Temporal (or the graph store, for graph reads) did not answer or the connection was lost: the
+    write may or may not be recorded, so retry it with the same request id."""
 
 
 class GraphError(AgentTasksError):
-    """A failure of the graph store (the base of the port's errors: each adapter maps its
-    driver's errors to these, so nothing outside an adapter imports a driver; the driver's own
-    error stays attached as ``__cause__``)."""
+    """A failure of the graph store: each adapter maps its driver's errors to these (the driver's
+    error as ``__cause__``), so nothing outside an adapter imports a driver."""
 
 
 class GraphUnavailable(GraphError, ServiceUnavailable):
-    """The graph store did not answer, or answered with an error that may pass (a transient
-    error, a deadlock, a transaction out of time): trying later can help."""
+    """The graph store did not answer, or answered with a transient error: trying later can help."""
 
 
 class GraphAuthError(GraphError):
     """The graph store refused the credentials (``NEO4J_USERNAME``/``NEO4J_PASSWORD``, or the
-    FalkorDB URL's user and password)."""
+    FalkorDB URL's)."""
 
 
 class GraphDataError(GraphError):
-    """The graph store refused a statement or its data (a constraint, a value it cannot
-    store, a statement it cannot run): the same input fails the same way again."""
+    """The graph store refused a statement or its data: the same input fails the same way again."""
 
 
 class TaskIncarnationError(GraphDataError, ValueError):
-    """The mirror met a task node that is not its task's: one created by an earlier task of
-    the same workflow id whose history Temporal deleted (retention), or the tombstone of a
-    deleted task. A data error (the mirror does not retry it): the name is taken."""
+    """The mirror met a task node that is not its task's (an earlier task of the same workflow id,
+    deleted by retention, or a deleted task's tombstone): not retried, the name is taken."""
 
 
 class GraphNotConfigured(ConfigurationError):
-    """A read needs the graph store (older runs' events, cross-task reads) and the client was
-    made without one: pass ``graph=`` to ``ConversationHistory``."""
+    """A read needs the graph store and the client has none: pass ``graph=`` to
+    ``ConversationHistory``."""
 
 
 class GraphIncomplete(GraphError, RuntimeError):
-    """The graph store lacks events of a task's earlier run that a read needs (the graph was
-    wiped or lost): rebuild it from the Temporal histories with ``agent-tasks graph rebuild``."""
+    """The graph store lacks events of an earlier run that a read needs: rebuild it from the
+    histories (``agent-tasks graph rebuild``)."""
 
 
 class AgentError(AgentTasksError):
-    """An error raised into agent code by its context (a budget spent, an unanswered
-    question, a refused spawn, a failed child, an expired approval): agent code may catch it."""
+    """An error raised into agent code by its context (budget, timeout, refused spawn, failed child,
+    expired approval); agent code may catch it."""
 
 
 def failure_text(err: BaseException) -> str:
-    """What went wrong, in words a person can act on (at most ``FAILURE_TEXT_CHARS``): for a
-    Temporal failure (an ``ActivityError`` around the model call's ``ModelApiError``, a tool's
-    ``RuntimeError``, a timeout) the innermost cause's type and message, e.g. ``ModelApiError:
-    model API answered HTTP 400: ...``, never the wrapper's "Activity task failed"; for any
-    other exception its type and message. The cause looked at is the first one past the
-    activity and child workflow wrappers: the error raised at the activity's edge."""
+    """What went wrong, in words a person can act on (at most ``FAILURE_TEXT_CHARS``): the type and
+    message of the first cause past Temporal's activity and child-workflow wrappers (the error
+    raised at the activity's edge, e.g. ``ModelApiError: ...``), or of ``err`` itself."""
     while isinstance(err, ActivityError | ChildWorkflowError) and err.cause is not None:
         err = err.cause
     if isinstance(err, ApplicationError):

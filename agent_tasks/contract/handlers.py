@@ -1,10 +1,8 @@
-"""The task workflow as its callers name it: its type, and its handlers by name with the
-pydantic types they take and answer (``workflows.task.TaskWorkflow`` defines them).
+"""The task workflow as its callers name it: its type, and its handlers by name with the pydantic
+types they take and answer (``workflows.task.TaskWorkflow`` defines them).
 
-The client SDK (``starter.client`` and the cross-run reader ``tasklog.reader``) calls the
-workflow through these names, so that an app loads none of the workflow's code; the worker
-registers ``TaskWorkflow`` itself. ``tests/contract/test_handlers.py`` checks every name here
-against the workflow's definition (each exists, with these types).
+The client SDK calls the workflow through these names, so an app loads none of the workflow's code;
+``tests/contract/test_handlers.py`` checks each against the workflow's definition.
 
 >>> view = await VIEW.on(client.get_workflow_handle(task_workflow_id("acme", "fix-42")))
 >>> await handle.execute_update(Update.RECORD_EVENTS, write, result_type=WriteOutcome)
@@ -23,8 +21,8 @@ if TYPE_CHECKING:
     from temporalio.client import WorkflowHandle
 
 WORKFLOW_TYPE = "TaskWorkflow"
-"""The task workflow's type (``@workflow.defn``'s default: its class name); its run takes a
-``TaskWorkflowInput`` and ends with the task's ``TaskView``."""
+"""The task workflow's type (its class name); its run takes a ``TaskWorkflowInput`` and ends with
+the task's ``TaskView``."""
 
 _R = TypeVar("_R")
 
@@ -41,19 +39,10 @@ class Query(Generic[_R]):
     """The type of its answer (a model, or a union with None)."""
 
     async def on(self, handle: WorkflowHandle[Any, Any], *args: Any, **options: Any) -> _R:
-        """This query's answer from ``handle``'s workflow.
+        """This query's answer from ``handle``'s workflow, validated as ``result``.
 
-        Args:
-            handle: the task's workflow (its current run, or the run the handle names).
-            args: the query's argument (an ``arg`` instance), when it takes one.
-            options: passed to ``WorkflowHandle.query`` (``reject_condition``, ``rpc_timeout``).
-
-        Returns:
-            The answer, validated as ``result``.
-
-        Raises:
-            temporalio.client.WorkflowQueryFailedError, temporalio.service.RPCError: as
-                ``WorkflowHandle.query`` raises them.
+        ``args`` is the query's argument (an ``arg`` instance) when it takes one; ``options`` go to
+        ``WorkflowHandle.query`` (``reject_condition``, ``rpc_timeout``), whose errors pass through.
         """
         answer: _R = await handle.query(self.name, args=args, result_type=self.result, **options)
         return answer

@@ -1,11 +1,8 @@
-"""Input requests and child tasks: what an agent asks a person, the answers that come back by
-signal or update, and the child tasks it spawns (whose ends come back by signal).
+"""Input requests and child tasks: what an agent asks a person, the answers that come back by signal
+or update, and the child tasks it spawns (whose ends come back by signal).
 
-Carried across continue-as-new (``TaskState.inputs`` and ``TaskState.children``), bounded:
-at most ``MAX_PENDING_INPUTS`` open requests and ``MAX_INPUT_SCHEMA_BYTES`` of them,
-``MAX_INPUTS_PER_TASK`` requests in all, ``MAX_EARLY_ANSWERS`` answers kept before their request
-and ``MAX_EARLY_ANSWER_BYTES`` of them, ``MAX_CHILDREN`` children a task with a result preview of
-``CHILD_RESULT_PREVIEW_CHARS`` each (``test_carried_state_stays_within_the_payload_budget``).
+Carried across continue-as-new (``TaskState.inputs``, ``TaskState.children``), so each is bounded by
+a limit below (``test_carried_state_stays_within_the_payload_budget``).
 """
 
 from __future__ import annotations
@@ -23,20 +20,17 @@ MAX_PENDING_INPUTS = 16
 MAX_INPUTS_PER_TASK = 100
 """Input requests one task may ask in all (each answered one is carried: its id and seq)."""
 MAX_EARLY_ANSWERS = 100
-"""Answers kept before the request they name is asked, one per request id (more are recorded
-as rejected): as many as a task may ask questions (``MAX_INPUTS_PER_TASK``), so answers sent
-ahead at any rate are all kept while the agent has not asked yet (between runs, say)."""
+"""Answers kept before the request they name is asked, one per request id (more are recorded as
+rejected): as many as a task may ask, so answers sent ahead between runs are all kept."""
 LEGACY_EARLY_ANSWERS = 16
-"""``MAX_EARLY_ANSWERS`` of tasks recorded before answers were bound to requests (the
-``answers-bound-to-requests`` patch); their histories replay with it."""
+"""``MAX_EARLY_ANSWERS`` of tasks recorded before the ``answers-bound-to-requests`` patch."""
 MAX_EARLY_ANSWER_BYTES = 16_384
 """Bytes of JSON of the answers kept before their requests, together (they are carried)."""
 MAX_INPUT_SCHEMA_BYTES = 16_384
-"""Bytes of JSON of a task's open input requests (prompt and schema), together (they are
-carried while open)."""
+"""Bytes of JSON of a task's open input requests (prompt and schema), together: they are carried."""
 CHILD_RESULT_PREVIEW_CHARS = 100
-"""Characters of a child's result kept in its parent's record (the view); the agent's
-``wait_children`` reads the whole text from the ``child_result`` event."""
+"""Characters of a child's result kept in its parent's record; ``wait_children`` reads the whole
+text from the ``child_result`` event."""
 MAX_CHILDREN = 32
 """Child tasks one task may spawn."""
 MAX_DEPTH = 5
@@ -54,12 +48,10 @@ APPROVAL_DESCRIPTION_CHARS = 4_000
 
 
 def person_key(name: str) -> str:
-    """The form in which two names of people are compared (who accepted a call, who answers):
-    Unicode NFKC with case folded (Unicode's NFKC_Casefold recipe: NFKC, fold, NFKC again),
-    format characters dropped (zero-width spaces and joiners, the soft hyphen, a byte order
-    mark), each run of white space one space, none around. So ``"ann"``, ``"Ann "``, ``"ANN"``
-    in full-width letters and ``"an\u200bn"`` name one person; ``"ann"`` and ``"anna"`` two.
-    Names are kept as written; only comparisons use this form."""
+    """The form in which two people's names are compared (who accepted a call, who answers): NFKC
+    case-folded (NFKC, fold, NFKC), format characters dropped (zero-width, soft hyphen, BOM), white
+    space collapsed to single spaces and stripped. ``"ann"``, ``"Ann "`` and full-width ``"ANN"``
+    are one person; names are kept as written, only comparisons use this form."""
     folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", name).casefold())
     kept = "".join(c for c in folded if unicodedata.category(c) != "Cf")
     return " ".join(kept.split())
@@ -67,8 +59,8 @@ def person_key(name: str) -> str:
 
 class ApprovalAsk(BaseModel):
     """What an approval request asks about: one tool call, before it runs
-    (``InputRequest.approval``). The arguments are the call event's (``call_seq``), read from
-    the task: they are not carried (a call's arguments may be 32,000 characters)."""
+    (``InputRequest.approval``). Its arguments are read from the ``call_seq`` event, not carried
+    (they may be 32,000 characters)."""
 
     tool: str
     """The tool the call names."""
@@ -79,24 +71,21 @@ class ApprovalAsk(BaseModel):
     call_id: str | None = None
     """The model's id of the call."""
     idempotency_key: str
-    """The key the approved call runs with (``{workflow id}/{step}/{attempt}``: the step's
-    next attempt); an edited call runs with it too."""
+    """The key the approved (or edited) call runs with: ``{workflow id}/{step}/{next attempt}``."""
     description: Annotated[StrictStr, Field(max_length=APPROVAL_DESCRIPTION_CHARS)] = ""
     """Markdown for the person (the tool's ``approval_description``, or its description)."""
     digest: str | None = Field(default=None, exclude_if=lambda value: value is None)
-    """SHA-256 hex of the exact call asked about (``workflows.agents.approvals.call_digest``:
-    the tool, the arguments and the key as canonical JSON): an answer that names another is
-    refused ``approval_stale``. None in requests asked before it (added later)."""
+    """SHA-256 hex of the exact call asked about (``workflows.agents.approvals.call_digest``); an
+    answer naming another is refused ``approval_stale``. None in older requests."""
     approvers: int = Field(default=1, ge=1, exclude_if=lambda value: value == 1)
     """How many distinct people accept the call before it runs (the tool's ``approvers``)."""
     approved_by: list[ShortText] = Field(default_factory=list, exclude_if=lambda value: not value)
-    """Who accepted it so far (the authors of earlier requests' accepts): none of them may
-    accept again (``approver_repeated``)."""
+    """Who accepted it so far; none of them may accept again (``approver_repeated``)."""
 
 
 ApprovalType = Literal["accept", "edit", "answer", "ignore"]
-"""A person's choice about a call: run it as it is, run it with edited arguments, answer in
-its place (the answer is the tool's result for the model), or leave it (the model is told)."""
+"""A person's choice about a call: run it, run it with edited arguments, answer in its place (the
+tool's result for the model), or leave it (the model is told)."""
 
 
 class ApprovalChoice(BaseModel):
@@ -105,14 +94,13 @@ class ApprovalChoice(BaseModel):
     type: ApprovalType
     """What the person chose."""
     arguments: dict[str, JsonValue] | None = None
-    """``edit``: the arguments the call runs with (checked against the tool's argument
-    model's JSON Schema when the answer arrives)."""
+    """``edit``: the arguments the call runs with (checked against the tool's JSON Schema on
+    arrival)."""
     text: StrictStr | None = None
-    """``answer``: the tool's result for the model; ``ignore``: why it was not run (optional,
-    for the model)."""
+    """``answer``: the tool's result for the model; ``ignore``: why it was not run (optional)."""
     digest: str | None = Field(default=None, exclude_if=lambda value: value is None)
-    """The digest of the call the person was shown (``ApprovalAsk.digest``): the task refuses
-    the answer (``approval_stale``) when it is not the request's."""
+    """The digest of the call the person was shown (``ApprovalAsk.digest``); another is refused
+    ``approval_stale``."""
 
 
 class InputRequest(BaseModel):
@@ -129,8 +117,8 @@ class InputRequest(BaseModel):
     asked_seq: int
     """Seq of the ``input_request`` event."""
     approval: ApprovalAsk | None = Field(default=None, exclude_if=lambda value: value is None)
-    """Set when the request asks a person to approve a tool call (``ApprovalChoice`` is its
-    answer). Added later."""
+    """Set when the request asks a person to approve a tool call (answered by an
+    ``ApprovalChoice``)."""
 
 
 class InputAnswer(BaseModel):
@@ -139,8 +127,8 @@ class InputAnswer(BaseModel):
     answer: JsonValue
     """The answer (JSON), validated against the request's schema."""
     input_id: StepName | None = None
-    """The request answered; None: the oldest request open when the answer arrives (with
-    none open it is rejected: it is never kept for a request asked later)."""
+    """The request answered; None: the oldest one open on arrival (none open: rejected, never kept
+    for a later request)."""
     agent_id: ShortText = "person"
     """Who answers."""
     request_id: StrictStr
@@ -153,10 +141,9 @@ class ChildRecord(BaseModel):
     name: str
     """The child task's name (``{parent}/{spawn key}``)."""
     status: TaskStatus
-    """``queued`` until its end comes back, then the child's final status. The parent lists
-    the child from the workflow task that spawned it; Temporal starts the child's workflow
-    once that task completes, so a write to the child just after it is listed can answer
-    ``task_not_found`` (read the child's own view to know it started)."""
+    """``queued`` until its end comes back, then the child's final status. Temporal starts the
+    child's workflow once the spawning workflow task completes, so a write just after it is listed
+    can answer ``task_not_found``."""
     mode: FailureMode = "propagate"
     """What a failure of the child does to a wait for it."""
     result: str = ""
@@ -188,10 +175,8 @@ def child_end(
     result: BoundedText | None = None,
     error: BoundedText | None = None,
 ) -> ChildEnd:
-    """The end of the child task ``name`` (workflow id ``workflow_id``) as its parent records
-    it, under the request id the child's own ``child_ended`` signal carries
-    (``child-end/{workflow id}``), so the same end from several paths (the child's signal, a
-    resumed parent's look, a deletion) counts once."""
+    """The end of the child task ``name`` (workflow id ``workflow_id``) under the request id of the
+    child's own ``child_ended`` signal, so the same end from several paths counts once."""
     return ChildEnd(
         child=name,
         status=status,
@@ -202,8 +187,8 @@ def child_end(
 
 
 class ChildEndsInput(BaseModel):
-    """The ``child_ends`` activity's input: the children of a resumed parent that had not
-    reported an end."""
+    """The ``child_ends`` activity's input: a resumed parent's children that had not reported an
+    end."""
 
     project_id: str
     """The parent's project."""
@@ -212,8 +197,8 @@ class ChildEndsInput(BaseModel):
 
 
 class ChildEnds(BaseModel):
-    """The ``child_ends`` activity's result: the ends of the children that have ended (one
-    still running is left out)."""
+    """The ``child_ends`` activity's result: the ends of the children that ended (running ones left
+    out)."""
 
     ends: list[ChildEnd] = Field(default_factory=list)
     """Each as the child's own ``child_ended`` signal would say it."""

@@ -1,8 +1,7 @@
 """Write inputs (one model per update), their outcome, and query inputs.
 
-These cross Temporal as update and query arguments. Their class and field names reach the
-histories (as JSON field names), so they stay; new fields are optional so that old payloads
-still decode.
+Their class and field names reach the histories as JSON, so they stay; new fields are optional (and
+left out of the JSON while unset) so old payloads decode and old digests hold.
 """
 
 from __future__ import annotations
@@ -62,13 +61,12 @@ class _Input(BaseModel):
 
 
 class EventInput(_Input):
-    """One event to record. The payload is cleaned and bounded on validation, so a multi-MiB
-    payload never leaves the client: only its first ``MAX_PAYLOAD_CHARS`` characters do.
+    """One event to record, its payload cleaned and cut to ``MAX_PAYLOAD_CHARS`` on validation, so a
+    multi-MiB payload never leaves the client.
 
-    A sealed event (``sealed`` set, by a client with a key store: ``starter.sealing``) has an
-    empty ``payload``: its text, cleaned and cut like a payload, travels as AES-GCM ciphertext
-    under its own data key (``key_id``), with ``full_length`` and ``full_sha256`` of the plain
-    text. The fields were added later and are optional, so older payloads decode as before.
+    A sealed event (a client with a key store: ``sealing.seal``) has an empty ``payload``: its
+    text travels as AES-GCM ciphertext under its data key (``key_id``), with ``full_length`` and
+    ``full_sha256`` of the plain text.
     """
 
     kind: EventKind
@@ -82,22 +80,20 @@ class EventInput(_Input):
     payload: StrictStr = ""
     """The text: message content, tool arguments (JSON text), tool output."""
     full_length: int | None = Field(default=None, ge=0, le=MAX_FULL_LENGTH)
-    """Characters of the full payload; set by validation, or kept when the payload is
-    already a cut (``len(payload) == MAX_PAYLOAD_CHARS``)."""
+    """Characters of the full payload; set by validation, or kept when the payload is already a
+    cut."""
     full_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
     """SHA-256 hex of the full payload as UTF-8; set like ``full_length``."""
     usage: TokenUsage | None = Field(default=None, exclude_if=lambda value: value is None)
-    """Model tokens of the call that produced the event (model messages). Added later: left
-    out of the JSON while unset, so an old write's argument digest is unchanged."""
+    """Model tokens of the call that produced the event (model messages)."""
     sealed: str | None = Field(
         default=None,
         max_length=MAX_SEALED_CHARS,
         pattern=r"^[A-Za-z0-9+/]+={0,2}$",
         exclude_if=lambda value: value is None,
     )
-    """The text sealed with the event's data key (base64 of nonce, ciphertext and tag), or
-    None for a plain payload. Added later, like the two below: left out of the JSON while
-    unset, so an old write's argument digest is unchanged."""
+    """The text sealed with the event's data key (base64 of nonce, ciphertext and tag); None:
+    plain."""
     key_id: str | None = Field(
         default=None,
         pattern=r"^[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}$",
@@ -158,9 +154,9 @@ class BranchPoint(_Input):
 
 
 class StepRetry(_Input):
-    """Update ``retry_step`` (and a ``resume`` that retries): a person asks that an ``unknown``
-    or ``failed`` step run again when agent code reaches it, recorded as a decision citing the
-    step; an ``unknown`` step runs under its old idempotency key, a failed one under a new."""
+    """Update ``retry_step``: a person asks that an ``unknown`` or ``failed`` step run again when
+    agent code reaches it, recorded as a decision citing the step; an ``unknown`` step keeps its
+    idempotency key, a failed one gets a new one."""
 
     step_name: StepName
     """The step."""
@@ -173,8 +169,8 @@ class StepRetry(_Input):
 
 
 class TaskStart(_Input):
-    """What creates a task: the start input of update-with-start and the input of the
-    ``create_task`` update sent with it."""
+    """What creates a task: the start input of update-with-start and the ``create_task`` update's
+    input."""
 
     project_id: ProjectId
     """Project that scopes the task."""
@@ -195,14 +191,11 @@ class TaskStart(_Input):
     request_id: StrictStr
     """Request id of the creating call (1 to 64 characters)."""
     depth: int = Field(default=0, ge=0, exclude_if=lambda value: value == 0)
-    """Levels below its root task (0 for a task without a spawning parent). Added later: left
-    out of the JSON while 0."""
+    """Levels below its root task (0 for a task without a spawning parent)."""
     agent: AgentSpec | None = Field(default=None, exclude_if=lambda value: value is None)
-    """The agent that runs the task (an agent task); None for a recorded task. Added later:
-    left out of the JSON while unset, so an old creation's argument digest is unchanged."""
+    """The agent that runs the task (an agent task); None for a recorded task."""
     branched_from: BranchPoint | None = Field(default=None, exclude_if=lambda value: value is None)
-    """The task and seq this task branches from (``branch_from``): its log starts as a copy
-    of that task's events 1 to ``seq``. Added later: left out of the JSON while unset."""
+    """The task and seq this task branches from (``branch_from``)."""
 
     @model_validator(mode="after")
     def _names(self) -> Self:
@@ -223,12 +216,12 @@ class RecordEventsInput(_Input):
     """Request id (1 to 64 characters)."""
 
     def check_counts(self) -> None:
-        """The rule of the events' numbers, checked by the update's validator (a tighter field
-        bound would fail old histories on replay).
+        """The rule of the events' numbers, checked by the update's validator (a field bound would
+        fail old histories on replay).
 
         Raises:
-            ApplicationError: ``number_out_of_range``, naming the event, when a token count
-                passes ``MAX_TOKEN_COUNT``.
+            ApplicationError: ``number_out_of_range``, naming the event, when a token count passes
+                ``MAX_TOKEN_COUNT``.
         """
         for number, event in enumerate(self.events, 1):
             usage = event.usage
@@ -259,8 +252,7 @@ class FinishTaskInput(_Input):
     status: TaskStatus
     """done, failed or cancelled (``open`` is refused by validation)."""
     result: BoundedText | None = None
-    """Result text, cleaned and cut like a payload (a ``str`` is bounded on validation, so a
-    long text never leaves the client whole)."""
+    """Result text, cleaned and cut like a payload on validation."""
     error: BoundedText | None = None
     """Error text, bounded like ``result``."""
     request_id: StrictStr
@@ -286,17 +278,15 @@ class WriteOutcome(BaseModel):
     last_seq: int = 0
     """Last seq the write assigned (0 when it assigned none)."""
     duplicate: bool = False
-    """True when this is the stored outcome of an earlier write with the same request id, or
-    (``create_task``) the task already existed with the same goal."""
+    """True for the stored outcome of an earlier write with the same request id, or
+    (``create_task``) a task that existed with the same goal."""
     created: bool = False
     """``create_task``: True when this request id is the one that created the task."""
     time: AwareDatetime | None = None
-    """Workflow time of an event write (the events' ``time``); None for other writes and for
-    a repeated request id (the stored outcome keeps no time)."""
+    """Workflow time of an event write; None for other writes and a repeated request id."""
     writes: int | None = Field(default=None, exclude_if=lambda value: value is None)
-    """``record_events``: the task's write counter once the write was taken (``TaskView.writes``:
-    the page of the mirror it makes, ``broker.PublishedWrite``); None for other writes and
-    for a repeated request id. Added later: left out of the JSON while None."""
+    """``record_events``: the task's write counter once the write was taken (``TaskView.writes``);
+    None for other writes and a repeated request id."""
 
 
 class RequestLookup(BaseModel):

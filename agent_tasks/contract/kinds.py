@@ -1,5 +1,4 @@
-"""The task model's enums. Members are upper case; their values (lower case) are what is stored
-in histories, Neo4j and JSON, so renaming a member never changes stored data."""
+"""The task model's enums: the lower-case values are what histories, graph stores and JSON hold."""
 
 from __future__ import annotations
 
@@ -30,14 +29,13 @@ class EventKind(StrEnum):
     NOTE = "note"
     """Anything else worth keeping in the log (annotations, imported metadata)."""
     DECISION = "decision"
-    """A decision: a statement by an agent (the payload) citing events and steps of its task
-    (``Event.cites``; ``ConversationHistory.record_decision``)."""
+    """A decision: an agent's statement (the payload) citing events and steps of its task
+    (``Event.cites``)."""
 
 
 ROLLED_BACK = "rolled_back"
-"""Name of the ``note`` that marks a failed run's events rolled back: its payload
-``{"from_seq": a, "to_seq": b}`` covers events ``a`` to ``b``, which the model never sees
-again (the log stays append-only: seqs and hashes never change)."""
+"""Name of the ``note`` that marks a failed run's events rolled back: payload ``{"from_seq": a,
+"to_seq": b}``; the model never sees those events again, the log stays append-only."""
 
 
 class Role(StrEnum):
@@ -74,11 +72,9 @@ class StepKind(StrEnum):
 
 
 class TaskStatus(StrEnum):
-    """Status of a task. A recorded task is ``open`` until ``finish_task`` closes it, unless
-    the app that runs it moves it through the same statuses as an agent task
-    (``workflows.lifecycle``); an agent task moves ``queued`` -> ``in_progress`` (waiting
-    ``awaiting_input`` or ``awaiting_children`` meanwhile) -> ``done``, ``failed`` or
-    ``cancelled``."""
+    """Status of a task. A recorded task is ``open`` until ``finish_task``, unless its app moves it
+    through an agent task's statuses (``workflows.lifecycle``): ``queued`` -> ``in_progress`` (or
+    ``awaiting_input``, ``awaiting_children``) -> ``done``, ``failed`` or ``cancelled``."""
 
     OPEN = "open"
     DONE = "done"

@@ -1,9 +1,8 @@
 """The inputs of a recorded task's lifecycle, set by the app that runs it: its status, an input
-request asked from outside, a child task spawned from outside (``workflows.lifecycle``).
+request and a child task asked from outside (``workflows.lifecycle``).
 
-These writes are the published Tasks API's (``starter.tasks``): a task whose agent runs in the
-app moves ``queued`` -> ``in_progress`` -> ``done`` | ``failed`` | ``cancelled``, waiting
-``awaiting_input`` or ``awaiting_children`` meanwhile. Agent tasks move by their own agent and
+A recorded task moves ``queued`` -> ``in_progress`` -> ``done`` | ``failed`` | ``cancelled``,
+waiting ``awaiting_input`` or ``awaiting_children`` meanwhile (``starter.tasks``); agent tasks
 refuse these writes (``run_by_agent``).
 """
 
@@ -26,8 +25,8 @@ request (``AskInput``); ``done``, ``failed`` and ``cancelled`` with ``finish_tas
 
 
 class SetStatusInput(_Input):
-    """The ``update_status`` update: a recorded task's status (recorded as a ``note`` event
-    named ``status``, as every status change)."""
+    """The ``update_status`` update: a recorded task's status (recorded as a ``note`` named
+    ``status``)."""
 
     agent_id: ShortText
     """The writer."""
@@ -49,8 +48,8 @@ class SetStatusInput(_Input):
 
 
 class AskInput(_Input):
-    """The ``ask`` update: a recorded task asks a person for input (status ``awaiting_input``
-    until every open request is answered, then ``queued``)."""
+    """The ``ask`` update: a recorded task asks a person for input (``awaiting_input`` until every
+    open request is answered, then ``queued``)."""
 
     agent_id: ShortText
     """The writer."""
@@ -59,17 +58,16 @@ class AskInput(_Input):
     prompt: Annotated[StrictStr, Field(max_length=4_000)]
     """What is asked."""
     json_schema: dict[str, JsonValue] = Field(default_factory=dict)
-    """JSON Schema the answer must satisfy (empty: any JSON value); the rules of
-    ``contract.waits.check_schema``."""
+    """JSON Schema the answer must satisfy (empty: any JSON value;
+    ``contract.waits.check_schema``)."""
     request_id: StrictStr
     """Request id (1 to 64 characters)."""
 
 
 class SpawnInput(_Input):
-    """The ``spawn`` update: a recorded task starts a child task (a child workflow, a recorded
-    task too) whose end comes back by signal. The parent's status is left as it is: once it
-    has spawned what it waits for, its app sets ``awaiting_children``, and the task is
-    ``queued`` again when none of its children runs any more (at once if none does)."""
+    """The ``spawn`` update: a recorded task starts a child (a recorded task too) whose end comes
+    back by signal. Its app sets ``awaiting_children``; the task is ``queued`` again once no child
+    runs."""
 
     agent_id: ShortText
     """The writer."""

@@ -1,5 +1,5 @@
-"""The mirror activity's contract. The activity lives in ``activities``; the workflow calls it
-by name, so importing ``workflows`` never loads the Neo4j driver."""
+"""The mirror activity's contract; the workflow calls the activity by name, so importing
+``workflows`` never loads a graph store's driver."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from agent_tasks.contract.limits import MAX_PAYLOAD_BYTES, PAGE_LIMIT_MAX
 from agent_tasks.contract.views import Event, StepView, TaskView
 
 MIRROR_ACTIVITY = "mirror_task"
-"""Activity name of the Neo4j mirror."""
+"""Activity name of the graph-store mirror."""
 MIRROR_BATCH_EVENTS = 100
-"""Runs recorded before the ``mirror-without-debounce-timer`` patch: the mirror ran once this
-many events were waiting..."""
+"""Before the ``mirror-without-debounce-timer`` patch the mirror ran once this many events were
+waiting..."""
 MIRROR_DEBOUNCE_MS = 200
 """...or this many milliseconds (workflow time) after the first waiting write."""
 MIRROR_MAX_EVENTS = 500
@@ -20,8 +20,8 @@ MIRROR_MAX_EVENTS = 500
 
 
 class MirrorInput(BaseModel):
-    """Input of the mirror activity: references only, never event bodies (the activity reads
-    those back from the workflow by query)."""
+    """Input of the mirror activity: references only; the activity reads event bodies back by
+    query."""
 
     workflow_id: str
     """The task's workflow id."""
@@ -34,29 +34,26 @@ class MirrorInput(BaseModel):
     after_write: int
     """Steps changed after this write counter are mirrored, with the task node."""
     follow: bool = False
-    """The call follows its run (added later, by the ``mirror-follows-run`` patch): having
-    copied up to ``up_to_seq`` it goes on copying what each new workflow task of the run
-    wrote, until the run has been idle for ``MIRROR_FOLLOW_IDLE``, the call has followed for
-    ``MIRROR_FOLLOW_MAX``, or the run ends (``MirrorPage.end``) with everything copied; its
-    outcome says how far it got (``MirrorOutcome.up_to_seq``, ``up_to_write``)."""
+    """The call follows its run (``mirror-follows-run`` patch): after ``up_to_seq`` it copies what
+    each new workflow task writes, until the run is idle for ``MIRROR_FOLLOW_IDLE``, has been
+    followed for ``MIRROR_FOLLOW_MAX``, or ends with everything copied (``MirrorPage.end``)."""
     history_token: str | None = None
-    """Where the run's previous follower stopped reading the run's history (the server's
-    continuation token, base64): the next call's long poll starts there instead of reading the
-    history from its first event again (added later)."""
+    """The server's continuation token (base64) where the run's previous follower stopped reading
+    its history: the next long poll starts there."""
 
 
 class MirrorOutcome(BaseModel):
-    """What one mirror call wrote, and how far Neo4j now holds the run (fields added later
-    are optional: results of calls recorded before decode)."""
+    """What one mirror call wrote, and how far the graph store now holds the run (later fields are
+    optional, so recorded results decode)."""
 
     events: int
     """Events merged."""
     steps: int
     """Steps merged."""
     up_to_seq: int | None = None
-    """Events up to this seq are in Neo4j (the last copy's end)."""
+    """Events up to this seq are in the graph store."""
     up_to_write: int | None = None
-    """Every write up to this write counter is in Neo4j (the last copy's view)."""
+    """Every write up to this write counter is in the graph store."""
     end: bool = False
     """The last copy found the run ending (``MirrorPage.end``)."""
     history_token: str | None = None
@@ -64,8 +61,7 @@ class MirrorOutcome(BaseModel):
 
 
 class MirrorQuery(BaseModel):
-    """Query input of ``mirror_page``: the next page of what the mirror copies from a run (one
-    query per page, where the view, the steps and the events took one query each)."""
+    """Query input of ``mirror_page``: the next page of what the mirror copies from a run."""
 
     after_seq: int = 0
     """Events with seq > after_seq ..."""
@@ -80,13 +76,13 @@ class MirrorQuery(BaseModel):
     events: int = Field(default=100, ge=1, le=PAGE_LIMIT_MAX)
     """At most this many events."""
     max_bytes: int = Field(default=MAX_PAYLOAD_BYTES, ge=1, le=MAX_PAYLOAD_BYTES)
-    """The page stops before its JSON passes this many bytes; a page without the view holds
-    at least one step or event while any is left."""
+    """The page stops before its JSON passes this many bytes; a page without the view holds at least
+    one step or event while any is left."""
 
 
 class MirrorPage(BaseModel):
-    """Query result of ``mirror_page``: the view (when asked), then steps in name order, then,
-    once every changed step is in, events in seq order."""
+    """Query result of ``mirror_page``: the view (when asked), steps in name order, then (once every
+    changed step is in) events in seq order."""
 
     view: TaskView | None = None
     """The task view, when ``MirrorQuery.with_view``."""
@@ -97,5 +93,4 @@ class MirrorPage(BaseModel):
     events: list[Event] = []
     """Events of the asked range, in seq order."""
     end: bool = False
-    """The run waits for the mirror's call to end: the task is closed, or the run is to
-    continue as new (a follower ends once it has copied everything; added later)."""
+    """The run waits for the mirror call to end: the task is closed or about to continue as new."""

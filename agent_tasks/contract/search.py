@@ -1,6 +1,6 @@
-"""A task's custom search attributes: what Temporal visibility lists tasks by without Neo4j
-(``temporal workflow list --query "TaskStatus = 'open'"``, the Web UI, the CLI's fallbacks).
-A server must have them registered (``devstack.temporal`` does, for the dev server)."""
+"""A task's custom search attributes, by which Temporal visibility lists tasks without the graph
+store (``temporal workflow list``, the Web UI, the CLI); a server must register them
+(``devstack.temporal`` does)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,7 @@ SEARCH_ATTRIBUTE_KEYS = (PROJECT_ID, AGENT_ID, SESSION_ID, TASK_STATUS, PARENT_T
 
 
 def search_attributes(start: TaskStart, status: TaskStatus) -> list[SearchAttributePair[str]]:
-    """The custom search attributes of a task, so Temporal visibility can list tasks by
-    project, agent, session, parent and status without Neo4j."""
+    """The custom search attributes of a task (project, agent, session, parent, status)."""
     pairs = [
         SearchAttributePair(PROJECT_ID, start.project_id),
         SearchAttributePair(AGENT_ID, start.agent_id),

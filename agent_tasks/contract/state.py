@@ -33,13 +33,13 @@ class StepRecord(BaseModel):
     changed_write: int = 0
     """The task's write counter when this step last changed (the mirror reads from it)."""
     retry_by: str | None = Field(default=None, exclude_if=lambda value: value is None)
-    """Who asked that this ``unknown`` or ``failed`` step run again (``retry_step``); agent
-    code that reaches it runs it once more, then this clears. Added later."""
+    """Who asked that this ``unknown`` or ``failed`` step run again (``retry_step``); cleared once
+    agent code has run it again."""
 
 
 class StoredRequest(NamedTuple):
-    """What the request-id window remembers of one write (carried as a JSON list
-    ``[digest, first_seq, last_seq]``)."""
+    """What the request-id window remembers of one write, carried as ``[digest, first_seq,
+    last_seq]``."""
 
     digest: str
     """``args_digest`` of the write's input."""
@@ -50,8 +50,8 @@ class StoredRequest(NamedTuple):
 
 
 class RunRange(BaseModel):
-    """Writes of an earlier run that Neo4j does not have yet: the mirror copies them from that
-    run (a closed run still answers queries) before the current run's own."""
+    """Writes of an earlier run not yet in the graph store: the mirror copies them from that run (a
+    closed run still answers queries) before the current run's own."""
 
     run_id: str
     """The run that holds the writes."""
@@ -66,8 +66,8 @@ class RunRange(BaseModel):
 
 
 class AgentRun(BaseModel):
-    """An agent's progress, carried across continue-as-new (its budgets' counters and the
-    state its code keeps between checkpoints)."""
+    """An agent's progress, carried across continue-as-new: its budgets' counters and its code's
+    state."""
 
     started_at: AwareDatetime
     """Workflow time the agent started (``Budgets.max_seconds`` counts from here)."""
@@ -80,41 +80,34 @@ class AgentRun(BaseModel):
     state: dict[str, JsonValue] = Field(default_factory=dict)
     """What agent code keeps across continue-as-new (``AgentContext.state``)."""
     run: int = 0
-    """Runs of the agent so far: its first start, each ``resume`` and each continuation (a
-    ``run_started`` note each; continue-as-new goes on with the same run)."""
+    """Runs of the agent so far: its first start, each ``resume`` and each continuation
+    (continue-as-new goes on with the same run)."""
     run_seq: int = 0
     """Seq of the current (or last) run's ``run_started`` note."""
     run_open: bool = False
-    """True from a run's start until it finished or failed (a cancelled run stays open: it
-    was interrupted)."""
+    """True from a run's start until it finished or failed (a cancelled run was interrupted:
+    open)."""
     turn_committed: bool = False
-    """True once a step of the current turn ended in a run that was not rolled back (a tool
-    ran: the turn committed something, so it is continued, never replayed); False again once
-    the turn finishes."""
+    """True once a step of the current turn ended in a run not rolled back: the turn committed
+    something, so it is continued, never replayed. False again once the turn finishes."""
     committed_before_run: bool = False
-    """``turn_committed`` when the current run started: what a failed run rolls back to (a
-    continuation that fails leaves its turn continuable)."""
+    """``turn_committed`` when the current run started: what a failed run rolls back to."""
     round_base: int = 0
-    """Model calls of the earlier runs (the tool loop names steps by the round across runs, so
-    a resumed run's steps never take an earlier run's names)."""
+    """Model calls of the earlier runs, so a resumed run's step names never repeat an earlier
+    run's."""
     mistakes: int = 0
-    """Model answers in a row the model call could not take (``ModelTurn.mistake``); 0 after
-    one it took. At ``MAX_MODEL_MISTAKES`` the agent fails."""
+    """Model answers in a row the model call could not take (``ModelTurn.mistake``); the agent fails
+    at ``MAX_MODEL_MISTAKES``."""
     open_calls: list[ToolCall] = Field(default_factory=list, exclude_if=lambda value: not value)
-    """The tool calls of the tool loop's current turn (round ``round_base + rounds``) while
-    they run; empty once each ended. A run parked while one of them waits for approval leaves
-    them here, and the next run resumes them (by their step names) before it calls the model
-    (``RESUME_OPEN_CALLS``). Added later: left out of the JSON while empty."""
+    """The current turn's tool calls while they run. A run parked on an approval leaves them here
+    and the next run resumes them by step name before it calls the model (``RESUME_OPEN_CALLS``)."""
     unknown_calls: dict[str, str] = Field(default_factory=dict, exclude_if=lambda value: not value)
-    """Calls whose steps ended ``unknown`` and that no later identical call has run again: the
-    call's digest without a key (``call_digest(tool, arguments, "")``) -> the step's name, at
-    most ``MAX_UNKNOWN_CALLS`` (the oldest left out). The tool loop runs a later call of the
-    same tool with the same arguments as that step, under its key (``SAME_CALL_SAME_KEY``).
-    Added later: left out of the JSON while empty."""
+    """Digest of a call whose step ended ``unknown`` (``call_digest(tool, arguments, "")``) -> that
+    step's name, at most ``MAX_UNKNOWN_CALLS``: a later identical call runs as that step, under its
+    key (``SAME_CALL_SAME_KEY``)."""
     claimed_calls: dict[str, str] = Field(default_factory=dict, exclude_if=lambda value: not value)
-    """The current turn's calls that run as an earlier ``unknown`` step (``unknown_calls``):
-    the call's step name -> that step's name, so a run that resumes the turn passes over one
-    that ended; cleared with ``open_calls``. Added later: left out of the JSON while empty."""
+    """The current turn's calls that run as an earlier ``unknown`` step: call's step name -> that
+    step's name; cleared with ``open_calls``."""
 
 
 class TaskState(BaseModel):
@@ -139,22 +132,21 @@ class TaskState(BaseModel):
     writes: int = 0
     """Accepted writes so far (every update that changed state)."""
     mirrored_write: int = 0
-    """Writes already mirrored to Neo4j."""
+    """Writes already mirrored to the graph store."""
     mirrored_seq: int = 0
-    """Events already mirrored to Neo4j."""
+    """Events already mirrored to the graph store."""
     mirror_error: str | None = None
     """The last mirror failure, None once the mirror succeeds again."""
     mirror_failures: int = 0
-    """Mirror calls failed in a row (their retries spent); 0 after a success. Carried, so the
-    pause of a long outage stays long across continue-as-new."""
+    """Mirror calls failed in a row (retries spent); 0 after a success. Carried, so a long outage's
+    pause stays long."""
     steps: dict[str, StepRecord] = Field(default_factory=dict)
     """Step name -> record: the open steps, and every step changed in the current run."""
     closed_steps: str = ""
-    """The steps closed in earlier runs (``completed``, ``failed``): a packed table of name
-    hashes, kinds and attempts, as base64 (``workflows.steps.pack_closed``)."""
+    """The steps closed in earlier runs, packed as base64 (``workflows.steps.pack_closed``)."""
     requests: dict[str, StoredRequest] = Field(default_factory=dict)
     """``request_key(request_id)`` -> what the write stored, oldest first, at most
-    ``REQUEST_WINDOW`` entries."""
+    ``REQUEST_WINDOW``."""
     runs: int = 1
     """Runs of the workflow so far (1 + continue-as-new count)."""
     agent_run: AgentRun | None = None
@@ -166,13 +158,13 @@ class TaskState(BaseModel):
     answered: dict[str, int] = Field(default_factory=dict)
     """Input request id -> seq of the accepted ``input_response`` (the answer, memoized)."""
     closed_inputs: dict[str, str] = Field(default_factory=dict)
-    """Input request id -> why it was closed without an answer it can still take (it timed
-    out, its task ended); at most ``MAX_INPUTS_PER_TASK``."""
+    """Input request id -> why it closed without an answer it can take (timed out, task ended); at
+    most ``MAX_INPUTS_PER_TASK``."""
     children: dict[str, ChildRecord] = Field(default_factory=dict)
     """Spawn key -> the child task (at most ``MAX_CHILDREN``)."""
     mirror_backlog: list[RunRange] = Field(default_factory=list)
     """Earlier runs' writes the mirror has not copied yet, oldest first (a run continues-as-new
-    without waiting for the mirror; added by the ``continue-as-new-without-mirror`` patch)."""
+    without waiting for the mirror)."""
 
 
 class TaskWorkflowInput(BaseModel):
@@ -183,13 +175,11 @@ class TaskWorkflowInput(BaseModel):
     carried: TaskState | None = None
     """The state of the run that continued-as-new (or that ended, for ``resume``)."""
     spawned: bool = False
-    """True when the task is a child its parent's agent spawned (created at its start, with no
-    ``create_task`` update)."""
+    """True for a child its parent's agent spawned (created at its start, with no
+    ``create_task``)."""
     resume: bool = False
-    """True when ``carried`` is a closed task's state and the agent is to run again (the
-    ``resume`` of a failed or cancelled agent task)."""
+    """True when ``carried`` is a closed task's state and its agent runs again (``resume``)."""
     continuation: bool = False
-    """With ``resume``: the new run continues an interrupted turn (``continue_task``) rather
-    than replaying one that committed nothing."""
+    """With ``resume``: continue an interrupted turn (``continue_task``), not replay one."""
     retry: list[StepRetry] = Field(default_factory=list, max_length=16)
     """With ``resume``: steps a person asked to run again (``retry_step`` of a closed task)."""

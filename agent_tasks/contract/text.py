@@ -1,9 +1,8 @@
 """Pure text rules of the task model: names and ids, cleaning and bounding text, digests.
 
-Deterministic (stdlib and pydantic only): the workflow and the client both use these, so both
-sides validate, bound and hash text the same way. ``clean_text`` and ``bound_text`` run inside
-the models' validators, which also run when a history is replayed: changing them changes what
-a replay computes (``docs/replay-and-upgrades.md``).
+The workflow and the client both use these, so both validate, bound and hash text the same way; they
+run in validators on replay too, so a change here changes what a replay computes
+(``docs/replay-and-upgrades.md``).
 """
 
 from __future__ import annotations
@@ -27,8 +26,8 @@ Name = Annotated[StrictStr, Field(min_length=1, max_length=200)]
 StepName = Annotated[
     StrictStr, Field(min_length=1, max_length=100, pattern=r"^[^/\x00-\x1f\x7f-\x9f]+$")
 ]
-"""A step name: 1 to 100 characters, no ``/`` and no control characters, so that the step's
-idempotency key ``{workflow_id}/{step_name}/{attempt}`` and its Neo4j key read back one way."""
+"""A step name: 1 to 100 characters, no ``/`` and no control characters, so the idempotency key
+``{workflow_id}/{step_name}/{attempt}`` reads back one way."""
 ShortText = Annotated[StrictStr, Field(min_length=1, max_length=128)]
 """An agent id, session id, tool name or call id: 1 to 128 characters."""
 ProjectId = Annotated[StrictStr, Field(pattern=_PROJECT_ID)]
@@ -37,42 +36,33 @@ ProjectId = Annotated[StrictStr, Field(pattern=_PROJECT_ID)]
 
 def check_name(value: str, field: str) -> str:
     """Return ``value`` if it has no control character, else raise ``ValueError`` naming
-    ``field``. Lengths are checked by the pydantic field constraints."""
+    ``field``."""
     if _CONTROL.search(value):
         raise ValueError(f"{field} must not contain control characters")
     return value
 
 
 TaskName = Annotated[Name, AfterValidator(lambda value: check_name(value, "a task name"))]
-"""The one rule of a task name wherever an app gives one (``create_task``, every call that
-names a task, the reads): a ``Name`` (1 to 200 characters of valid Unicode: pydantic's strict
-``str`` refuses a lone surrogate) without control characters (``check_name``)."""
+"""A task name wherever an app gives one: a ``Name`` (valid Unicode, 1 to 200 characters) without
+control characters (``check_name``)."""
 
 
 MAX_WORKFLOW_ID = 255
 """The longest workflow id a task gets (characters): SQL persistence keeps workflow ids in
-``VARCHAR(255)`` columns (PostgreSQL's and MySQL's ``current_executions``), and a task id can
-reach 276 (``agent-task/``, a project id of 64, ``/``, a name of 200)."""
+``VARCHAR(255)`` columns, and a plain id can reach 276."""
 
 _ID_DIGEST_CHARS = 16
 """Hex characters of the name's SHA-256 in a bounded workflow id (64 bits)."""
 
 
 def task_workflow_id(project_id: str, name: str, *, bounded: bool = True) -> str:
-    """The workflow id of a task: ``agent-task/{project_id}/{name}``; when that passes
-    ``MAX_WORKFLOW_ID`` characters (and ``bounded``), the name is cut so that the id is
-    exactly ``MAX_WORKFLOW_ID`` long: ``agent-task/{project_id}/{name[:k]}~{d}``, ``d`` the
-    first 16 hex of the full name's UTF-8 SHA-256. Deterministic (the client and the workflow
-    compute the same id); an id of ``MAX_WORKFLOW_ID`` or fewer characters is the plain form,
-    unchanged from before the bound. ``bounded=False`` gives the plain form always: the id
-    a workflow recorded before the bound gave a long name (``workflows.spawning.task_id``).
+    """The workflow id of a task: ``agent-task/{project_id}/{name}``.
 
-    Collision-free: a project id never contains ``/`` (``ProjectId``), so the first ``/`` after
-    the prefix ends it, and distinct ``(project_id, name)`` pairs give distinct ids, up to a
-    64-bit digest collision between two names of one project that share their first ``k``
-    characters (a plain id of exactly 255 characters ending in ``~`` and 16 hex would have to
-    equal another name's digest). The name cannot be read back from a bounded id: the task's
-    view carries it.
+    Over ``MAX_WORKFLOW_ID`` characters (with ``bounded``) the name is cut so the id is exactly that
+    long: ``agent-task/{project_id}/{name[:k]}~{d}``, ``d`` the first 16 hex of the name's SHA-256.
+    ``bounded=False`` gives the plain form, as workflows recorded before the bound computed it
+    (``workflows.spawning.task_id``). Collision-free up to the 64-bit digest, since a project id
+    never contains ``/``; the view carries the name, which a bounded id loses.
     """
     plain = f"agent-task/{project_id}/{name}"
     if not bounded or len(plain) <= MAX_WORKFLOW_ID:
@@ -92,18 +82,14 @@ EVENT_ID_NAMESPACE = uuid.UUID("e946b89d-87cc-466d-88ba-1bb8a242992c")
 
 
 def event_id(workflow_id: str, seq: int) -> str:
-    """The id of event ``seq`` of the task ``workflow_id``: the UUID (version 5, name-based)
-    of ``"{workflow_id}#{seq}"`` (the event's Neo4j key) in ``EVENT_ID_NAMESPACE``, as text.
-
-    Stable and derived, so no state carries it: the same event has the same id in every read,
-    after continue-as-new and after a rebuild of Neo4j, and distinct events have distinct ids.
+    """The id of event ``seq`` of task ``workflow_id``: the UUID5 of ``"{workflow_id}#{seq}"`` in
+    ``EVENT_ID_NAMESPACE``. Derived, so it is the same in every read, run and graph store rebuild.
     """
     return str(uuid.uuid5(EVENT_ID_NAMESPACE, f"{workflow_id}#{seq}"))
 
 
 def valid_step_name(name: object) -> bool:
-    """True for a ``str`` that is a ``StepName`` (1 to 100 characters, no ``/``, no control
-    characters): also the rule of a spawn key, which names a child task and its event."""
+    """True for a ``str`` that is a ``StepName``; also the rule of a spawn key."""
     return (
         isinstance(name, str)
         and 1 <= len(name) <= 100
@@ -114,8 +100,7 @@ def valid_step_name(name: object) -> bool:
 
 
 def valid_request_id(request_id: object) -> bool:
-    """True for a ``str`` of 1 to 64 characters that encodes to UTF-8 (no lone surrogates):
-    the rule behind ``invalid_request_id``."""
+    """True for a ``str`` of 1 to 64 characters that encodes to UTF-8 (``invalid_request_id``)."""
     return (
         isinstance(request_id, str)
         and 1 <= len(request_id) <= 64
@@ -124,12 +109,8 @@ def valid_request_id(request_id: object) -> bool:
 
 
 def clean_text(text: str) -> str:
-    """Return ``text`` as valid Unicode that encodes to UTF-8.
-
-    The one rule for text that is not valid UTF-8: a surrogate pair written as two code points
-    is joined into the character it encodes, and every lone surrogate (U+D800 to U+DFFF)
-    becomes U+FFFD REPLACEMENT CHARACTER. Everything else is kept as it is. Lengths and hashes
-    are then taken of the cleaned text, since the original has no UTF-8 form.
+    """Return ``text`` as valid Unicode that encodes to UTF-8: a surrogate pair written as two code
+    points is joined, every lone surrogate becomes U+FFFD; lengths and hashes are of the result.
     """
     try:
         text.encode("utf-8")
@@ -144,17 +125,13 @@ def sha256_hex(text: str) -> str:
 
 
 _SEALING_FIELDS = ("sealed", "key_id")
-"""Fields of an event input left out of its digest: sealing a text again (a retried call)
-draws a new key, so the same write has another ciphertext. The text's length and SHA-256,
-which are in the digest, identify it."""
+"""Fields of an event input left out of its digest: a retried seal draws a new key; the text's
+length and SHA-256, in the digest, identify it."""
 
 
 def args_digest(model: BaseModel) -> str:
-    """A 12-hex-character (48-bit) digest of a write's arguments, ``request_id`` excluded.
-
-    Two writes with one request id are "the same" when their digests match. The JSON is
-    canonical (sorted keys, no spaces) so the client and the workflow compute the same value.
-    Events leave out ``_SEALING_FIELDS``.
+    """A 12-hex (48-bit) digest of a write's arguments as canonical JSON, ``request_id`` and
+    ``_SEALING_FIELDS`` excluded: two writes with one request id are the same when these match.
     """
     data = model.model_dump(mode="json", exclude={"request_id"})
     for event in data.get("events", ()):
@@ -165,8 +142,8 @@ def args_digest(model: BaseModel) -> str:
 
 
 def request_key(request_id: str) -> str:
-    """The key a request id is remembered under: 16 hex characters (64 bits) of its SHA-256,
-    so that the window's size does not depend on how long callers' ids are."""
+    """The key a request id is remembered under: 16 hex (64 bits) of its SHA-256, so the window's
+    size does not depend on the ids' length."""
     return sha256_hex(request_id)[:16]
 
 
@@ -194,10 +171,8 @@ class BoundedText(BaseModel):
 
 
 def bound_text(text: str) -> BoundedText:
-    """Clean ``text`` (``clean_text``) and cut it to ``MAX_PAYLOAD_CHARS`` characters.
-
-    A Python ``str`` holds code points, so a cut at a code point boundary never splits a
-    character's UTF-8 bytes. Returns the cut text with the full text's length and SHA-256.
+    """Clean ``text`` (``clean_text``) and cut it to ``MAX_PAYLOAD_CHARS`` code points, with the
+    full text's length and SHA-256.
     """
     full = clean_text(text)
     return BoundedText(
@@ -206,10 +181,8 @@ def bound_text(text: str) -> BoundedText:
 
 
 def json_within(head: Mapping[str, JsonValue], field: str, text: str) -> str:
-    """``head`` with ``field: text`` as JSON of at most ``MAX_PAYLOAD_CHARS`` characters (an
-    event payload's cut), ``text`` cut to its longest start that fits (a binary search: an
-    escaped character takes up to 6), so the payload is always whole JSON that reads back (a
-    JSON text cut by the payload rule would not parse)."""
+    """``head`` with ``field: text`` as JSON of at most ``MAX_PAYLOAD_CHARS`` characters, ``text``
+    cut to its longest fitting start, so the payload stays JSON that parses."""
 
     def payload(n: int) -> str:
         return json.dumps({**head, field: text[:n]}, ensure_ascii=False)
@@ -224,6 +197,6 @@ def json_within(head: Mapping[str, JsonValue], field: str, text: str) -> str:
 
 
 def internal_request_id(key: str) -> str:
-    """The request id of a write the task's workflow code makes itself: ``wf-`` and 40 hex of
-    SHA-256(``key``) (44 characters, within the 64 of a request id)."""
+    """The request id of a write the workflow makes itself: ``wf-`` and 40 hex of
+    SHA-256(``key``)."""
     return "wf-" + hashlib.sha256(key.encode("utf-8")).hexdigest()[:40]

@@ -26,8 +26,7 @@ class Event(BaseModel):
     """A recorded event."""
 
     id: str
-    """Stable id (a UUID, ``event_id`` of the task's workflow id and the seq): the handle of
-    ``HistoryRetention.redact_event`` and of a decision's citations."""
+    """Stable id (``event_id``): the handle of ``redact_event`` and of a decision's citations."""
     seq: int
     """Position in the task's log: 1, 2, 3 ... with no gaps, across continue-as-new."""
     kind: EventKind
@@ -53,14 +52,13 @@ class Event(BaseModel):
     usage: TokenUsage | None = Field(default=None, exclude_if=lambda value: value is None)
     """Model tokens of the call that produced the event (model messages)."""
     sealed: str | None = Field(default=None, exclude_if=lambda value: value is None)
-    """The sealed text (``EventInput.sealed``) as the workflow holds it; readers get the
-    opened ``payload`` instead, and None here."""
+    """The sealed text as the workflow holds it; readers get the opened ``payload`` and None
+    here."""
     key_id: str | None = Field(default=None, exclude_if=lambda value: value is None)
-    """Id of the event's data key (None: recorded as plain text, which no redaction can remove
-    from the workflow history)."""
+    """Id of the event's data key (None: plain text, which no redaction removes from the
+    history)."""
     redacted: bool = False
-    """True once ``redact_event`` removed the text: ``payload`` is empty, ``full_length`` and
-    ``full_sha256`` stay."""
+    """True once ``redact_event`` removed the text (``full_length`` and ``full_sha256`` stay)."""
     cites: Citations | None = Field(default=None, exclude_if=lambda value: value is None)
     """A decision's citations (kind ``decision``)."""
 
@@ -81,9 +79,8 @@ class Event(BaseModel):
         request_id: str,
         cites: Citations | None = None,
     ) -> Event:
-        """The event ``item`` (validated: its length and hash set) becomes when it is recorded
-        as ``seq`` of task ``workflow_id`` by ``author`` at workflow time ``time``; ``cites``
-        as the ledger records them (``workflows.decisions.cite``)."""
+        """The event ``item`` becomes when recorded as ``seq`` of ``workflow_id`` by ``author`` at
+        ``time``, ``cites`` as the ledger records them (``workflows.decisions.cite``)."""
         assert item.full_length is not None and item.full_sha256 is not None
         return cls(
             id=event_id(workflow_id, seq),
@@ -123,8 +120,8 @@ class StepView(BaseModel):
     result_validity: ResultValidity
     """How far its result can be trusted (``workflows.steps.result_validity``)."""
     idempotency_key: str
-    """``{workflow_id}/{step_name}/{attempt}``: stable across activity retries and
-    continue-as-new; hand it to a tool so an external side effect can be deduplicated."""
+    """``{workflow_id}/{step_name}/{attempt}``, stable across retries and continue-as-new: hand it
+    to a tool so a side effect can be deduplicated."""
     changed_write: int = 0
     """The task's write counter at the step's last change."""
 
@@ -164,22 +161,20 @@ class TaskView(BaseModel):
     last_seq: int
     """Seq of the newest event."""
     mirrored_seq: int
-    """Last seq the task knows is in Neo4j. The mirror's call reports when it ends (a call
-    follows the run while it is written to: ``workflows.mirroring``), so while writes come
-    this is up to ``MIRROR_FOLLOW_IDLE`` behind Neo4j (``wait_mirrored`` reads Neo4j)."""
+    """Last seq the task knows is in the graph store: while writes come, up to
+    ``MIRROR_FOLLOW_IDLE`` behind it (``wait_mirrored`` reads the store)."""
     unmirrored_writes: int
-    """Writes (events, steps, status) the task does not know are in Neo4j yet (as
-    ``mirrored_seq``); 0 once the mirror has caught up and said so."""
+    """Writes the task does not know are in the graph store yet; 0 once the mirror caught up."""
     mirror_error: str | None
     """The last mirror failure, if the mirror is failing."""
     mirror_failures: int = 0
     """Mirror calls failed in a row (0 while the mirror works)."""
     run_first_seq: int
-    """First seq kept in the current run (older ones are in Neo4j)."""
+    """First seq kept in the current run (older ones are in the graph store)."""
     runs: int
     """Runs so far (1 + continue-as-new count)."""
     mirror_backlog: list[RunRange] = []
-    """Earlier runs' writes not in Neo4j yet (their events are read from those runs)."""
+    """Earlier runs' writes not in the graph store yet (their events are read from those runs)."""
     agent: AgentSpec | None = None
     """What runs the task (agent tasks)."""
     agent_run: AgentRun | None = None
@@ -191,12 +186,11 @@ class TaskView(BaseModel):
     branched_from: BranchPoint | None = None
     """The task and seq this task branched from (``branch_from``), if any."""
     closed_inputs: dict[str, str] = {}
-    """Input requests closed without an answer they can still take, by id: why (``timed
-    out``, ``task cancelled`` ...); an answer to one is refused ``input_closed``."""
+    """Input requests closed without an answer they can take, by id: why (``timed out``...); an
+    answer to one is refused ``input_closed``."""
     writes: int = 0
-    """Accepted writes so far: the view's version. Neo4j applies a mirrored view only if its
-    ``writes`` are not fewer than the node's, so a late mirror attempt never undoes a newer
-    one."""
+    """Accepted writes so far: the view's version. The graph store applies a mirrored view only if
+    it is not older than the node's, so a late attempt never undoes a newer one."""
     created_at: datetime
     """Workflow time of the creation (UTC)."""
     updated_at: datetime
@@ -216,13 +210,12 @@ class StepsPage(BaseModel):
     next_after_name: str | None = None
     """The cursor of the next page (the last name here); None when this run holds no more."""
     earlier: bool = False
-    """True when the task also has steps this run does not hold: closed in an earlier run and
-    kept in Neo4j (only their state, kind and attempts are carried)."""
+    """True when the task also has steps closed in an earlier run, kept in the graph store."""
     run_first_write: int = 0
-    """The write counter when this run started: Neo4j's step nodes changed at or before it are
-    the earlier runs' steps."""
+    """The write counter when this run started: step nodes changed at or before it are earlier
+    runs'."""
     mirror_backlog: list[RunRange] = []
-    """Earlier runs' writes not in Neo4j yet (``TaskView.mirror_backlog``)."""
+    """Earlier runs' writes not in the graph store yet (``TaskView.mirror_backlog``)."""
 
 
 class EventsPage(BaseModel):
@@ -231,10 +224,10 @@ class EventsPage(BaseModel):
     events: list[Event]
     """The page, in seq order."""
     run_first_seq: int
-    """First seq of the current run (older seqs are in Neo4j)."""
+    """First seq of the current run (older seqs are in the graph store)."""
     last_seq: int
     """The task's newest seq."""
     mirrored_seq: int = 0
-    """Events up to this seq are in Neo4j."""
+    """Events up to this seq are in the graph store."""
     mirror_backlog: list[RunRange] = []
-    """Earlier runs' writes not in Neo4j yet (``TaskView.mirror_backlog``)."""
+    """Earlier runs' writes not in the graph store yet (``TaskView.mirror_backlog``)."""

@@ -1,22 +1,10 @@
-"""The rules of an agent task's waits: checking a person's answer against its request's JSON
-Schema (with the maintained ``jsonschema`` library, Draft 2020-12).
+"""The rules of an agent task's waits: a person's answer checked against its request's JSON Schema
+(``jsonschema``, Draft 2020-12).
 
-Workflow code: the check runs in the signal and update handlers, and so on replay too, so it
-must be deterministic, bounded in time, and never raise for any answer:
-
-- it is deterministic for a given ``jsonschema`` version (pinned in the lock; a version that
-  judged an old answer otherwise would change what a replay records);
-- ``pattern`` is matched with RE2 (``google-re2``: linear time in the answer's length, no
-  backtracking), since Python's ``re`` can take exponential time (``(a+)+$`` against 30
-  characters stalls the worker's workflow thread, and with it every task on that worker);
-  ``patternProperties`` (which ``jsonschema`` also matches with ``re`` inside
-  ``additionalProperties`` and ``unevaluatedProperties``) is refused when the question is
-  asked;
-- every ``$ref`` must resolve within the schema itself, checked when the question is asked:
-  nothing is fetched (a workflow does no I/O), so a remote or dangling reference is refused
-  then, never met by an answer;
-- an answer is at most ``MAX_ANSWER_CHARS`` characters of JSON, so its ``input_response``
-  event holds it whole.
+The check runs in signal and update handlers, so on replay too: deterministic for the pinned
+``jsonschema``, never raising, and linear in time: ``pattern`` is matched with RE2, while
+``patternProperties`` and any ``$ref`` that does not resolve within the schema are refused when the
+question is asked (``docs/input-and-children.md`` has the rules).
 """
 
 from __future__ import annotations
@@ -36,8 +24,8 @@ from referencing.exceptions import Unresolvable
 from agent_tasks.contract import MAX_PAYLOAD_CHARS
 
 MAX_ANSWER_CHARS = MAX_PAYLOAD_CHARS
-"""Characters of an answer's JSON text (``answer_text``): the event payload's cut, so the
-``input_response`` event keeps the whole answer and the agent reads back what was sent."""
+"""Characters of an answer's JSON text: the event payload's cut, so ``input_response`` holds it
+whole."""
 
 
 def _pattern(
@@ -62,11 +50,10 @@ def answer_text(answer: JsonValue) -> str:
 
 
 def answer_error(schema: Mapping[str, JsonValue], answer: JsonValue) -> str | None:
-    """Why ``answer`` may not be taken for a request of ``schema``, None when it may: more
-    than ``MAX_ANSWER_CHARS`` characters of JSON, a number JSON cannot hold, or the library's
-    ``best_match`` error after the path of the value at fault (or ``the answer``). An empty
-    schema takes any JSON value. Never raises: a schema the checks of ``check_schema`` let
-    through can still fail on some answer (RE2's memory budget), and that is a reason too.
+    """Why ``answer`` may not be taken for a request of ``schema``, None when it may: over
+    ``MAX_ANSWER_CHARS`` of JSON, a number JSON cannot hold, or ``best_match``'s error after the
+    faulty value's path. Never raises (RE2's memory budget can still refuse an answer: a reason
+    too).
     """
     try:
         size = len(answer_text(answer))
@@ -101,12 +88,11 @@ def _walk(node: JsonValue, path: str = "") -> Iterator[tuple[str, str, JsonValue
 
 
 def check_schema(schema: Mapping[str, JsonValue]) -> None:
-    """Check a question's JSON Schema when it is asked (the rules in the module's docstring).
+    """Check a question's JSON Schema when it is asked (the module docstring's rules).
 
     Raises:
-        ValueError: naming the fault: not a valid Draft 2020-12 schema; ``patternProperties``;
-            a ``pattern`` RE2 cannot compile (backreferences, lookaround); a ``$ref`` or
-            ``$dynamicRef`` that does not resolve within the schema.
+        ValueError: naming the fault: not Draft 2020-12; ``patternProperties``; a ``pattern`` RE2
+            cannot compile; a ``$ref`` or ``$dynamicRef`` that does not resolve within the schema.
     """
     try:
         Draft202012Validator.check_schema(schema)
