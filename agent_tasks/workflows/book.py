@@ -1,7 +1,6 @@
-"""What the rooms of a task's ledger see of it (``Book``): the carried state, this run's part
-of the log, and the write primitives every write goes through. ``workflows.ledger.Ledger`` is
-the one implementation; the input inbox, the children and the read pages are functions over a
-``Book`` that the ledger calls with itself, so they import nothing of the ledger."""
+"""What the rooms of a task's ledger see of it (``Book``): the carried state, this run's part of the
+log, and the write primitives; ``workflows.ledger.Ledger`` implements it, so the rooms import
+nothing of the ledger."""
 
 from __future__ import annotations
 
@@ -38,8 +37,7 @@ class Book(Protocol):
         ...
 
     def stored(self, request_id: str, input: BaseModel) -> WriteOutcome | None:
-        """The stored outcome of ``request_id`` if ``input``'s digest matches, None if it is
-        new."""
+        """The stored outcome of ``request_id`` if ``input``'s digest matches, None if it is new."""
         ...
 
     def accept(

@@ -1,6 +1,5 @@
-"""The children of a task's ledger: a spawned child task recorded (a ``child_task`` event) and
-its end recorded when its ``child_ended`` signal comes (a ``child_result`` event, always whole
-JSON). The workflow and agent code call these with the ledger.
+"""The children of a task's ledger: a spawned child recorded (a ``child_task`` event) and its end
+recorded when its ``child_ended`` signal comes (a ``child_result`` event, whole JSON).
 """
 
 from __future__ import annotations
@@ -31,9 +30,8 @@ def add_child(book: Book, key: str, record: ChildRecord, now: datetime) -> None:
 
 
 def child_ended(book: Book, end: ChildEnd, now: datetime) -> None:
-    """A spawned child's end (the ``child_ended`` signal): a ``child_result`` event and the
-    child's record updated. A repeat, or the end of a task that is not a spawned child of
-    this one, is ignored."""
+    """A spawned child's end (``child_ended``): a ``child_result`` event and its record updated; a
+    repeat, or an end from a task that is not this one's child, is ignored."""
     key = next((k for k, c in book.state.children.items() if c.name == end.child), None)
     try:
         if key is None or book.stored(end.request_id, end) is not None:

@@ -1,12 +1,8 @@
-"""Decisions in the ledger: checking and recording what a decision cites.
+"""Decisions in the ledger: checking and recording what a decision cites (``contract.decisions``).
 
-A decision is an event of kind ``decision`` written by ``record_events``; its ``cites`` name
-earlier events of the task (by seq) and steps of the task (by name). The update's validator
-refuses a citation of an event that does not precede the decision (``event_not_found``) or of
-a step the task does not have (``step_not_found``), so a refused decision leaves nothing in
-the history; the handler records each cited step with its state and attempt at that moment
-(``Citations``), which is how a reader later sees that the step changed and the decision needs
-review. Pure and deterministic, like the ledger.
+The update's validator refuses a citation of an event that does not precede the decision
+(``event_not_found``) or of a step the task lacks (``step_not_found``), so a refused decision leaves
+nothing in the history; the handler records each cited step's state and attempt.
 """
 
 from __future__ import annotations
@@ -27,8 +23,8 @@ StepLookup = Callable[[str], StepRecord | None]
 
 
 def cite(step: StepLookup, cites: CitesInput, seq: int) -> Citations:
-    """The citations of the decision recorded as event ``seq``: each cited seq from 1 to
-    ``seq - 1``, each cited step with its current state and attempt.
+    """The citations of the decision recorded as event ``seq``: each cited seq from 1 to ``seq -
+    1``, each cited step with its current state and attempt.
 
     Raises:
         ApplicationError: refusal ``event_not_found`` or ``step_not_found``.

@@ -1,21 +1,11 @@
-"""The input inbox of a task's ledger: input requests asked by its agent, and the answers
-that come by signal (never refused, so every outcome is recorded) or by update (validated on
-arrival). The workflow and agent code call these with the ledger.
+"""The input inbox of a task's ledger: input requests asked by its agent, and the answers that come
+by signal (never refused, so every outcome is recorded) or by update (validated on arrival).
 
-An answer is bound to one request (``take_answer``): the one it names by ``input_id``, or,
-naming none, the oldest request open when it arrives. One naming a request not asked yet is
-kept for it, one per request, at most ``MAX_EARLY_ANSWERS`` and ``MAX_EARLY_ANSWER_BYTES``
-together (carried across continue-as-new), and taken when it is asked; one naming none while
-none is open is rejected, never kept for a later request; one naming a request closed without
-it (timed out, its task ended: ``close_inputs``) is recorded late and changes nothing.
-
-A request's deadline is kept by the workflow's time, whichever the workflow sees first, the
-answer or the timer (Temporal hands a workflow the signals and updates of a workflow task
-before the timers that fired in it, so a worker that was down at the deadline sees both at
-once): an answer past it is refused ``input_closed`` by the ``respond`` validator, or recorded
-late by signal (``answers-by-deadline``), and the request closes at its timer. Who accepted an
-approval is compared by ``person_key``: one person is one approver, however the name is
-spelled (``one-person-one-approver``).
+An answer is bound to one request (``take_answer``): the one it names, or the oldest open one. An
+answer to a request not asked yet is kept for it (``MAX_EARLY_ANSWERS``,
+``MAX_EARLY_ANSWER_BYTES``); one naming none while none is open is rejected; one to a closed request
+is recorded late. A deadline is judged by workflow time, since Temporal hands a workflow its signals
+before the timers that fired in the same workflow task. Approvers are compared by ``person_key``.
 """
 
 from __future__ import annotations
@@ -61,9 +51,8 @@ EXPIRED = "expired"
 
 
 def past_deadline(request: InputRequest, now: datetime) -> str | None:
-    """Why ``request`` takes no answer at ``now`` (workflow time) although it is still open:
-    its deadline has passed (``EXPIRED`` for an approval, ``TIMED_OUT`` for a question; its
-    timer closes it with that reason); None before its deadline, or without one."""
+    """Why ``request`` takes no answer at ``now`` although open: its deadline passed (``EXPIRED``
+    for an approval, ``TIMED_OUT`` for a question); None before it or without one."""
     if request.deadline is None or now < request.deadline:
         return None
     return EXPIRED if request.approval is not None else TIMED_OUT
@@ -84,9 +73,8 @@ def open_input(
     *,
     approval: ApprovalAsk | None = None,
 ) -> InputRequest:
-    """Open an input request (an ``input_request`` event whose payload is the request as
-    JSON: ``input_id``, ``prompt``, ``schema`` and, for an approval of a tool call,
-    ``approval``), then take the first early answer kept for it, if any (``take_answer``).
+    """Open an input request (an ``input_request`` event: ``input_id``, ``prompt``, ``schema``, and
+    ``approval`` for a tool call), then take an early answer kept for it (``take_answer``).
 
     Raises:
         ApplicationError: more than ``MAX_PENDING_INPUTS`` open requests, or a schema over
@@ -128,12 +116,9 @@ def open_input(
 def close_input(
     book: Book, input_id: str, default_json: str | None, now: datetime, reason: str = TIMED_OUT
 ) -> None:
-    """Close an open request whose deadline passed: an ``error`` event named
-    ``input_timeout``; with a default (``default_json``, the default as JSON text) also the
-    request's ``input_response`` event holding it, so the request counts as answered (an
-    ``ask`` repeated after a checkpoint returns the default without waiting again). An
-    answer to it that comes later is late (``take_answer``, ``check_respond``), its refusal
-    saying ``reason`` (``expired`` for an approval's expiry)."""
+    """Close an open request whose deadline passed: an ``error`` event named ``input_timeout`` and,
+    with ``default_json``, its ``input_response`` holding the default (so a repeated ``ask`` returns
+    it). A later answer is late, refused with ``reason``."""
     book.state.inputs = [r for r in book.state.inputs if r.input_id != input_id]
     book.state.closed_inputs[input_id] = reason
     events = [EventInput(kind=EventKind.ERROR, name="input_timeout", payload=input_id)]
@@ -147,21 +132,13 @@ def close_input(
 
 
 def take_answer(book: Book, answer: InputAnswer, now: datetime, *, bound: bool = True) -> None:
-    """An answer by signal (fire and forget, so never refused): a repeat of its request id
-    is ignored; an answer to the open request it names (or, naming none, to the oldest open
-    one) is that request's ``input_response`` if valid; an answer naming a request closed
-    without it (timed out, ``close_inputs``), or open past its deadline (``_late``), is
-    recorded as late (an ``input_response`` event named ``late``) and changes nothing; one
-    naming a request not asked yet is kept for it (one per request id, at most
-    ``MAX_EARLY_ANSWERS`` and ``MAX_EARLY_ANSWER_BYTES``); anything else (an answer naming
-    none while none is open, one that fails the schema or the rules of every answer,
-    ``answer_error``, one naming a request answered already) is recorded as rejected (an
-    ``input_response`` event named ``rejected``), and an open request stays open.
+    """Take an answer by signal (never refused): a repeated request id is ignored; a valid answer to
+    its request (named, or the oldest open) is its ``input_response``; one to a closed request or
+    past its deadline is recorded ``late``; one to a request not asked yet is kept for it; anything
+    else (no request open, an invalid answer, an answered request) is recorded ``rejected``.
 
-    ``bound`` False keeps the rules of tasks recorded before answers were bound to one
-    request (the ``answers-bound-to-requests`` patch): an answer naming none, with none open,
-    was kept for the next request asked; answers to closed requests were kept too; at most
-    ``LEGACY_EARLY_ANSWERS``."""
+    ``bound`` False keeps the rules before the ``answers-bound-to-requests`` patch (an unbound
+    answer kept for the next request, at most ``LEGACY_EARLY_ANSWERS``)."""
     try:
         if book.stored(answer.request_id, answer) is not None:
             return
@@ -209,9 +186,8 @@ def take_answer(book: Book, answer: InputAnswer, now: datetime, *, bound: bool =
 
 
 def _late(request: InputRequest, now: datetime) -> str | None:
-    """Why an answer by signal to the open ``request`` is late at ``now``: its deadline has
-    passed by the workflow's time (``past_deadline``; its timer closes it), under the
-    ``answers-by-deadline`` patch (asked only then, so only such runs carry its marker)."""
+    """Why an answer by signal to the open ``request`` is late at ``now`` (``past_deadline``), under
+    the ``answers-by-deadline`` patch."""
     reason = past_deadline(request, now)
     if reason is None or not workflow.patched(ANSWERS_BY_DEADLINE):
         return None
@@ -219,10 +195,8 @@ def _late(request: InputRequest, now: datetime) -> str | None:
 
 
 def close_inputs(book: Book, reason: str, now: datetime) -> None:
-    """Close every open input request because the task ends (``reason``: ``task
-    cancelled``, ``task failed``, ``task done``): an ``input_closed`` note each, whose payload
-    is ``{"input_id": ..., "reason": ...}``; later answers to them are late or refused
-    ``input_closed`` / ``task_closed``."""
+    """Close every open input request because the task ends (``reason``: ``task cancelled``...): an
+    ``input_closed`` note each (``{"input_id", "reason"}``); later answers are late or refused."""
     if not book.state.inputs:
         return
     events = [
@@ -245,15 +219,13 @@ def check_respond(
     """The state rules of the ``respond`` update; returns the request it answers.
 
     Args:
-        admitted_at: the validator's workflow time: the rules added since updates were first
-            accepted are checked too (a deadline passed, ``past_deadline``; an approver's second
-            accept under another spelling). None in the handler, which replays updates accepted
-            before those rules (a live update met them in its validator).
+        admitted_at: the validator's workflow time, to check the rules added since updates were
+            first accepted (deadline, approver spellings); None in the handler, which replays
+            updates accepted before them.
 
     Raises:
-        ApplicationError: as ``check_write``, or a refusal ``input_not_requested``,
-            ``input_invalid`` (with the validation message), ``input_closed`` (closed, or its
-            deadline passed), ``approval_stale`` or ``approver_repeated``.
+        ApplicationError: as ``check_write``, or ``input_not_requested``, ``input_invalid``,
+            ``input_closed``, ``approval_stale`` or ``approver_repeated``.
     """
     book.check_write(answer.request_id, answer)
     closed = book.state.closed_inputs.get(answer.input_id or "")
@@ -276,12 +248,9 @@ def check_respond(
 
 
 def admit_respond(book: Book, answer: InputAnswer, now: datetime) -> InputRequest:
-    """The ``respond`` update's validator at workflow time ``now``: ``check_respond`` with the
-    rules only validators apply (``admitted_at``), and first an answer naming no
-    request while more than one is open is refused ``input_not_requested`` naming them (which
-    one a person meant is not for the task to guess: langchain-ai/langgraph#6108, #8579). By
-    signal such an answer still goes to the oldest (recorded, never refused). Validator only:
-    updates accepted before this rule replay unchanged.
+    """The ``respond`` update's validator: ``check_respond`` with the validator-only rules, and
+    first an answer naming no request while several are open is refused ``input_not_requested``
+    (which one a person meant is not for the task to guess; by signal it goes to the oldest).
 
     Raises:
         ApplicationError: as ``check_respond``.
@@ -305,12 +274,10 @@ def respond(book: Book, answer: InputAnswer, now: datetime) -> WriteOutcome:
 def approval_error(
     request: InputRequest, answer: InputAnswer, *, one_person: Callable[[], bool]
 ) -> tuple[ErrorCode, str] | None:
-    """Why an answer that satisfies its request's schema cannot decide an approval request,
-    or None: it names a digest other than the request's call's (``approval_stale``: the call
-    changed since the person was shown it), or its author accepted this call already
-    (``approver_repeated``): under the same name, or, when ``one_person()`` says the rule
-    applies, under a name of the same ``person_key``. Requests asked before digests (no
-    ``digest``) take any."""
+    """Why an answer that satisfies its schema cannot decide an approval request, or None: another
+    call's digest (``approval_stale``), or an author who accepted already, by name or, when
+    ``one_person()``, by ``person_key`` (``approver_repeated``). Requests without a digest take
+    any."""
     ask = request.approval
     if ask is None or ask.digest is None or not isinstance(answer.answer, dict):
         return None
@@ -342,8 +309,7 @@ def approval_error(
 
 
 def _decide(book: Book, answer: InputAnswer, request: InputRequest, now: datetime) -> None:
-    """Take ``answer`` for ``request`` (a signal's, or one kept for it), or record it
-    rejected saying why."""
+    """Take ``answer`` for ``request`` (a signal's, or one kept for it), or record it rejected."""
     error = answer_error(request.json_schema, answer.answer)
 
     def one_person() -> bool:  # asked only where the rule changes the outcome: a marker there
@@ -371,9 +337,8 @@ def _answer(book: Book, answer: InputAnswer, request: InputRequest, now: datetim
 def _reject(
     book: Book, answer: InputAnswer, error: str, now: datetime, *, name: str = "rejected"
 ) -> None:
-    """Record an answer not taken (an ``input_response`` event named ``name``: ``rejected``
-    or ``late``, with the error and the answer); its request id is remembered (a repeat is
-    ignored) unless it is invalid or already names another write."""
+    """Record an answer not taken (an ``input_response`` named ``rejected`` or ``late``, with the
+    error and the answer); its request id is remembered unless invalid or taken by another write."""
     payload = json.dumps(
         {"input_id": answer.input_id, "error": error, "answer": answer.answer}, allow_nan=True
     )

@@ -1,20 +1,13 @@
 """The ledger: one task's events, steps and request ids over its carried ``TaskState``.
 
-The one write path of a task. The workflow's update handlers call it today, and code running
-inside the workflow (steps, input, children) calls it the same way. Pure and deterministic: the
-caller passes the workflow time (``now``), so the ledger runs in tests without a server.
+The one write path of a task, for update handlers and code inside the workflow alike; pure, so it
+runs in tests without a server (the caller passes ``now``).
 
-Each write has a ``check_*`` method (the state rules: request id, closed task, transitions),
-which update validators call and raise from, and an apply method, which handlers call. Apply
-methods check again before they change anything, since validators do not run on replay while
-handlers do. Admission rules that depend on the moment (the drain before continue-as-new, the
-history length) are not here: they live in the workflow's validators only.
-
-The ledger keeps the request window, events, steps and the finish; the task's other jobs are
-rooms of their own that the workflow's handlers and agent code call directly with the ledger
-(a ``workflows.book.Book``): the input inbox (``workflows.inbox``), the children
-(``workflows.children``), the retries (``workflows.retries``), the mirror's bookkeeping
-(``workflows.mirroring``, over ``ledger.state``) and the read pages (``workflows.pages``).
+Each write has a ``check_*`` method (the state rules), which validators raise from, and an apply
+method, which handlers call and which checks again, since validators do not run on replay while
+handlers do. Admission rules of the moment (the drain, the history length) live in the workflow's
+validators only. The task's other jobs are rooms called with the ledger as a
+``workflows.book.Book``: ``inbox``, ``children``, ``retries``, ``mirroring`` and ``pages``.
 """
 
 from __future__ import annotations
@@ -63,10 +56,8 @@ from agent_tasks.workflows.steps import (
 
 
 class Ledger:
-    """One task's ledger: the carried ``state`` and this run's events (``run_events``).
-
-    Args:
-        state: the task's state, new or carried across continue-as-new.
+    """One task's ledger over ``state`` (new, or carried across continue-as-new) and this run's
+    events.
     """
 
     def __init__(self, state: TaskState) -> None:
@@ -74,17 +65,18 @@ class Ledger:
         self.run_events: list[Event] = []
         """This run's events: seqs ``run_first_seq`` to ``state.last_seq``."""
         self.run_first_seq = state.last_seq + 1
-        """The first seq this run holds (older ones are in Neo4j or in ``mirror_backlog``)."""
+        """The first seq this run holds (older ones are in the graph store or
+        ``mirror_backlog``)."""
         self.run_first_write = state.writes
         """The write counter when this run started."""
         self.earlier_steps: dict[bytes, ClosedStep] = unpack_closed(state.closed_steps)
-        """Steps closed in earlier runs, by ``step_key``; never also in ``state.steps`` (a
-        step written again moves to ``state.steps``)."""
+        """Steps closed in earlier runs, by ``step_key``; a step written again moves to
+        ``state.steps``."""
 
     @classmethod
     def new(cls, start: TaskStart, workflow_id: str, now: datetime) -> Ledger:
-        """The ledger of a new task, not yet created (``create`` records the creation): ``open``
-        for a recorded task, ``queued`` for an agent task."""
+        """The ledger of a new task, not yet created: ``open`` for a recorded task, ``queued`` for
+        an agent task."""
         status = TaskStatus.OPEN if start.agent is None else TaskStatus.QUEUED
         return cls(
             TaskState(
@@ -93,11 +85,9 @@ class Ledger:
         )
 
     def reopen(self, now: datetime) -> None:
-        """Open a failed or cancelled agent task again (``resume``, ``continue_task``): status
-        ``queued``, no result or error, the budgets counted afresh (the agent's own ``state``,
-        its run count and the rounds of its earlier runs are kept), the steps as they were
-        (completed ones keep their results, ``unknown`` ones stay unknown, and so does what
-        a later identical call runs as: ``AgentRun.unknown_calls``)."""
+        """Open a failed or cancelled agent task again (``resume``, ``continue_task``): ``queued``,
+        no result or error, budgets counted afresh; the agent's ``state``, run count, rounds and
+        steps (``unknown`` ones and ``AgentRun.unknown_calls`` too) are kept."""
         self.state.status = TaskStatus.QUEUED
         self.state.result = self.state.error = None
         run = self.state.agent_run
@@ -123,21 +113,19 @@ class Ledger:
 
     @property
     def unmirrored(self) -> bool:
-        """True while some accepted write is not in Neo4j yet."""
+        """True while some accepted write is not in the graph store yet."""
         return self.state.mirrored_write < self.state.writes
 
     @property
     def unmirrored_events(self) -> int:
-        """Events not in Neo4j yet."""
+        """Events not in the graph store yet."""
         return self.state.last_seq - self.state.mirrored_seq
 
     # ---------------------------------------------------------------- checks
 
     def stored(self, request_id: str, input: BaseModel) -> WriteOutcome | None:
-        """The stored outcome of ``request_id`` if ``input``'s arguments digest
-        (``args_digest``) matches its stored one, None if the id is new. The digest is computed
-        only for an id the window holds: a new write, the common case, costs its validator no
-        digest; the handler computes it once to remember it (``accept``).
+        """The stored outcome of ``request_id`` if ``input``'s digest matches, None if the id is new
+        (the digest is computed only for an id the window holds).
 
         Raises:
             ApplicationError: refusal ``invalid_request_id`` or ``request_id_reused``.
@@ -177,10 +165,9 @@ class Ledger:
         """What ``create_task`` may do: only the creating request, the first time.
 
         Raises:
-            ApplicationError: ``DUPLICATE`` (the creating request again: ``created`` True; the
-                same goal under another request id: ``created`` False), or a refusal
-                (``task_exists`` for another goal, ``invalid_request_id``,
-                ``request_id_reused``).
+            ApplicationError: ``DUPLICATE`` (the creating request again: ``created`` True; the same
+                goal under another id: False), or ``task_exists``, ``invalid_request_id``,
+                ``request_id_reused``.
         """
         stored = self.stored(start.request_id, start)
         if stored is None and start.goal != self.state.start.goal:
@@ -194,8 +181,8 @@ class Ledger:
             raise duplicate(stored)
 
     def step(self, name: str) -> StepRecord | None:
-        """The record of step ``name``, None when the task has no such step. A step closed in an
-        earlier run comes back without its result and times (those are in Neo4j)."""
+        """The record of step ``name``, None when the task has none; a step closed in an earlier run
+        comes back without its result and times (in the graph store)."""
         record = self.state.steps.get(name)
         closed = None if record is not None else self.earlier_steps.get(step_key(name))
         if closed is not None:
@@ -292,9 +279,9 @@ class Ledger:
     # ---------------------------------------------------------------- writes of the workflow itself
 
     def append(self, events: Sequence[EventInput], key: str, now: datetime) -> WriteOutcome:
-        """Record ``events`` written by the task's own workflow code (its agent, its status),
-        under the request id ``internal_request_id(key)``; ``key`` names the write uniquely in
-        the task, so a replay recomputes the same id."""
+        """Record ``events`` written by the task's own workflow code under the request id
+        ``internal_request_id(key)``; ``key`` is unique in the task, so a replay computes the same
+        id."""
         return self.record_events(
             RecordEventsInput(
                 agent_id=self.state.start.agent_id,
@@ -335,8 +322,8 @@ class Ledger:
         return self.state.steps[name]
 
     def set_status(self, status: TaskStatus, now: datetime) -> int:
-        """Change the status of a task that is not closed (an agent task's ``queued``,
-        ``in_progress`` ...), recorded as a ``note`` event named ``status``; returns its seq."""
+        """Change the status of an open task, recorded as a ``note`` named ``status``; returns its
+        seq."""
         outcome = self.append(
             [EventInput(kind=EventKind.NOTE, name="status", payload=status.value)],
             f"status/{self.state.writes}/{status.value}",
@@ -348,10 +335,9 @@ class Ledger:
     # ---------------------------------------------------------------- reads
 
     def carry_over(self, run_id: str) -> TaskState:
-        """The state the next run starts from (``run_id`` is this run's), leaving this run's
-        own state as it is (a closed run still answers queries, the mirror's among them):
-        closed steps move to the packed table (``closed_steps``), and this run's writes that
-        Neo4j lacks join ``mirror_backlog``, so the next run mirrors them from this run."""
+        """The state the next run starts from (this run's own is left as is: a closed run still
+        answers queries): closed steps packed (``closed_steps``), and writes the graph store lacks
+        added to ``mirror_backlog``."""
         state = self.state
         steps = {n: r for n, r in state.steps.items() if r.state in OPEN_STATES}
         closed = dict(self.earlier_steps)

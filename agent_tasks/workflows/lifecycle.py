@@ -1,16 +1,9 @@
-"""The lifecycle of a recorded task, set by the app that runs its agent (the Tasks API of
-``starter.tasks``): its status, input requests asked from outside, child tasks spawned from
-outside, and the rule that puts it back in the queue.
+"""The lifecycle of a recorded task, set by the app that runs its agent (``starter.tasks``): its
+status, input requests and child tasks from outside, and the rule that requeues it.
 
-The rule (the Tasks API's): a task ``awaiting_input`` whose requests are all answered, or
-``awaiting_children`` none of whose children runs any more, is ``queued`` again, so that the
-app's worker picks it up. ``waiting_for_nothing`` says when; the workflow applies it after an
-answer, a child's end and a status change.
-
-Pure and deterministic, over the task's ``Ledger`` (the one write path): each ``check_*`` is a
-validator's rule (it raises the refusal), each apply function checks again and changes the
-ledger. A write keeps the request id and arguments digest of its own input, so a repeat is
-answered like any write's.
+A task ``awaiting_input`` with every request answered, or ``awaiting_children`` with no child
+running, is ``queued`` again (``waiting_for_nothing``) so the app's worker picks it up. Pure, over
+the ``Ledger``: each ``check_*`` is a validator's rule, each apply function checks again.
 """
 
 from __future__ import annotations
@@ -44,8 +37,7 @@ from agent_tasks.workflows.ledger import Ledger
 def _remember(
     ledger: Ledger, request_id: str, digest: str, outcome: WriteOutcome, now: datetime
 ) -> None:
-    """Keep the write's own request id and digest (the ledger's request window), so that a
-    repeat is a duplicate and a reuse with other arguments ``request_id_reused``."""
+    """Keep the write's own request id and digest, so a repeat is a duplicate."""
     ledger.accept(request_id, digest, outcome.first_seq, outcome.last_seq, now)
 
 
@@ -59,8 +51,7 @@ def check_status(ledger: Ledger, input: SetStatusInput) -> None:
 
 
 def set_status(ledger: Ledger, input: SetStatusInput, now: datetime) -> WriteOutcome:
-    """Record a ``note`` named ``status`` (as every status change) and move the task to
-    ``input.status``; returns the note's seq."""
+    """Record a ``note`` named ``status`` and move the task to ``input.status``; returns its seq."""
     check_status(ledger, input)
     status = EventInput(kind=EventKind.NOTE, name="status", payload=input.status.value)
     outcome = ledger.add_events([status], input.agent_id, input.request_id, now)
@@ -70,12 +61,12 @@ def set_status(ledger: Ledger, input: SetStatusInput, now: datetime) -> WriteOut
 
 
 def check_ask(ledger: Ledger, input: AskInput) -> None:
-    """The rules of ``ask``: a new request id, an open task, a request id not asked before, a
-    valid schema, and room for one more request.
+    """The rules of ``ask``: a new request id, an open task, an unused input id, a valid schema, and
+    room for one more request.
 
     Raises:
-        ApplicationError: as ``Ledger.check_write``, or a refusal ``input_exists``,
-            ``schema_invalid`` (the schema's fault) or ``input_limit_reached``.
+        ApplicationError: as ``Ledger.check_write``, or ``input_exists``, ``schema_invalid`` or
+            ``input_limit_reached``.
     """
     ledger.check_write(input.request_id, input)
     state = ledger.state
@@ -101,9 +92,8 @@ def check_ask(ledger: Ledger, input: AskInput) -> None:
 
 
 def ask(ledger: Ledger, input: AskInput, now: datetime) -> WriteOutcome:
-    """Open the input request (``inbox.open_input``: its ``input_request`` event, and an
-    answer kept from before it, if any, taken at once); returns the request event's seq. The
-    caller moves the task to ``awaiting_input`` unless it was answered already."""
+    """Open the input request (``inbox.open_input``); returns its event's seq. The caller sets
+    ``awaiting_input`` unless it was answered already."""
     check_ask(ledger, input)
     request = inbox.open_input(ledger, input.input_id, input.prompt, input.json_schema, None, now)
     outcome = WriteOutcome(first_seq=request.asked_seq, last_seq=request.asked_seq, time=now)
@@ -112,12 +102,11 @@ def ask(ledger: Ledger, input: AskInput, now: datetime) -> WriteOutcome:
 
 
 def check_spawn(ledger: Ledger, input: SpawnInput) -> None:
-    """The rules of ``spawn``: a new request id, an open task, a spawn key and a child name
-    the task has not used, within ``MAX_CHILDREN`` children and ``MAX_DEPTH`` levels.
+    """The rules of ``spawn``: a new request id, an open task, an unused spawn key and child name,
+    within ``MAX_CHILDREN`` and ``MAX_DEPTH``.
 
     Raises:
-        ApplicationError: as ``Ledger.check_write``, or a refusal ``task_exists`` or
-            ``child_limit_reached``.
+        ApplicationError: as ``Ledger.check_write``, or ``task_exists`` or ``child_limit_reached``.
     """
     ledger.check_write(input.request_id, input)
     state = ledger.state
@@ -136,9 +125,8 @@ def check_spawn(ledger: Ledger, input: SpawnInput) -> None:
 
 
 def spawn(ledger: Ledger, input: SpawnInput, now: datetime) -> tuple[WriteOutcome, TaskStart]:
-    """Record the child (``children.add_child``: its ``child_task`` event and record); returns
-    the write's outcome and what starts the child's workflow (a recorded task one level below
-    this one, whose end is signalled back)."""
+    """Record the child (``children.add_child``); returns the outcome and the child's start (a
+    recorded task one level down whose end is signalled back)."""
     check_spawn(ledger, input)
     start = ledger.state.start
     child = TaskStart(
@@ -161,8 +149,8 @@ def spawn(ledger: Ledger, input: SpawnInput, now: datetime) -> tuple[WriteOutcom
 
 
 def waiting_for_nothing(ledger: Ledger) -> bool:
-    """True when a recorded task waits for nothing any more: ``awaiting_input`` with no open
-    request, or ``awaiting_children`` with no child running. Then it goes back to ``queued``."""
+    """True when a recorded task waits for nothing any more (``awaiting_input`` with no open
+    request, ``awaiting_children`` with no child running)."""
     state = ledger.state
     if state.start.agent is not None:
         return False

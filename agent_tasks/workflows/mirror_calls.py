@@ -1,9 +1,6 @@
-"""The mirror calls of one run of a task, as its workflow makes them: at most one
-``mirror_task`` call in flight (what it copies is ``workflows.mirroring``'s policy), a pause
-after a call that failed (``mirror_pause``), and the drain before continue-as-new (writes
-turned away until the next run takes them) with its bound (``MIRROR_DRAIN_WAIT``).
-``TaskWorkflow`` owns one ``MirrorCalls`` per run; it runs in the workflow (it calls
-``temporalio.workflow``).
+"""The mirror calls of one run of a task: at most one ``mirror_task`` call in flight (what it copies
+is ``workflows.mirroring``'s policy), a pause after a failure, and the drain before continue-as-new
+with its bound (``MIRROR_DRAIN_WAIT``). It calls ``temporalio.workflow``.
 """
 
 from __future__ import annotations
@@ -35,9 +32,8 @@ from agent_tasks.workflows.patches import (
 )
 
 MIRROR_DRAIN_WAIT = timedelta(seconds=10)
-"""The longest a mirror call in flight may hold up continue-as-new once it is suggested: past
-it the call is cancelled and the run continues as new anyway, its unmirrored writes carried
-to the next run's backlog (``MirrorCalls._bound``)."""
+"""The longest a mirror call in flight may hold up a suggested continue-as-new: then it is cancelled
+and its unmirrored writes go to the next run's backlog (``MirrorCalls._bound``)."""
 
 
 def continue_suggested() -> bool:
@@ -49,11 +45,10 @@ class MirrorCalls:
     """The mirror calls of one run.
 
     Args:
-        ledger: the run's ledger (what waits for the mirror, and where outcomes go).
-        agent_running: True while the task's agent runs (a pause after a failure ends early
-            once continue-as-new is suggested and the agent has parked).
-        ended: True once the task is closed and nothing of it runs on (its workflow may
-            complete once mirrored).
+        ledger: the run's ledger.
+        agent_running: True while the agent runs (a failure's pause ends early once continue-as-new
+            is suggested and the agent parked).
+        ended: True once the task is closed and nothing of it runs on.
     """
 
     def __init__(
@@ -63,32 +58,27 @@ class MirrorCalls:
         self.agent_running = agent_running
         self.ended = ended
         self.refused = False
-        """True once the graph store refused a call of this run for its data while the task was
-        ending, the refusal kept in the store (``MIRROR_REFUSED``): the run completes without
-        those writes in the store, and the store's refusal brings them there later
-        (``taskgraph.refusals``). Since ``MIRROR_REFUSAL_CLOSES``."""
+        """True once the graph store refused and recorded a call's data while the task was ending
+        (``MIRROR_REFUSED``): the run completes, and ``taskgraph.refusals`` brings the writes
+        later."""
         self.draining = False
         """True once continue-as-new is due: writes are turned away until the new run."""
         self.history_token: str | None = None
-        """Where this run's last mirror follower stopped reading the run's history: the next
-        one starts there (``MirrorInput.history_token``; not carried: a run has its own)."""
+        """Where this run's last follower stopped reading the history
+        (``MirrorInput.history_token``)."""
 
     def drain_if_due(self) -> None:
-        """Once continue-as-new is due, turn writes away (the client sends them again) until
-        the mirror has caught up and the new run takes them; never while the mirror fails,
-        so that writes are not held up by a Neo4j outage. Validators read the flag, so it
-        adds no command and changes no replay."""
+        """Once continue-as-new is due, turn writes away until the mirror caught up and the new run
+        takes them; never while the mirror fails, so a graph store outage holds up no write.
+        Validators read the flag: no command, no replay change."""
         if continue_suggested() and not self.ledger.state.mirror_failures:
             self.draining = True
 
     async def call(self, *, bounded: bool = True, final: bool = False) -> None:
-        """Mirror the next waiting writes (``mirroring.mirror_target``: an earlier run's first,
-        at most ``MIRROR_MAX_EVENTS`` events; this run's by a call that follows the run,
-        ``MIRROR_FOLLOWS_RUN``); after a failure, pause (``mirror_pause``), unless the store
-        refused the call for its data as the task ends (``refused``). A ``bounded`` call (the
-        run loop's; the final mirror of a cancel is not) holds up continue-as-new at most
-        ``MIRROR_DRAIN_WAIT`` (``_bound``); a ``final`` one is the last of a closed task
-        whatever runs on (a cancel's).
+        """Mirror the next waiting writes (``mirroring.mirror_target``); after a failure, pause
+        (``mirror_pause``) unless the store refused the data as the task ends. A ``bounded`` call
+        holds up continue-as-new at most ``MIRROR_DRAIN_WAIT``; a ``final`` one is a closed task's
+        last.
 
         Raises:
             asyncio.CancelledError: the workflow is being cancelled.
@@ -144,9 +134,7 @@ class MirrorCalls:
 
     def _refusal_closes(self, err: ActivityError, final: bool) -> bool:
         """True when ``err`` is a refusal the store keeps (``MIRROR_REFUSED``) and the task is
-        ending (closed, and ``final`` or ``ended``): the run may complete without the refused
-        writes in the store (``MIRROR_REFUSAL_CLOSES``; runs recorded before it paused and
-        called again for ever)."""
+        ending: the run may complete without those writes (``MIRROR_REFUSAL_CLOSES``)."""
         cause = err.cause
         if not isinstance(cause, ApplicationError) or cause.type != MIRROR_REFUSED:
             return False
@@ -155,11 +143,9 @@ class MirrorCalls:
         return workflow.patched(MIRROR_REFUSAL_CLOSES)
 
     async def _bound(self, handle: workflow.ActivityHandle[MirrorOutcome]) -> bool:
-        """Cancel the mirror call ``handle`` when continue-as-new is due and the call has run
-        ``MIRROR_DRAIN_WAIT`` past that (a stalled Neo4j; a normal call takes milliseconds),
-        so the run continues as new and its unmirrored writes go to the next run's backlog;
-        returns True when it cancelled the call. Runs recorded before ``MIRROR_DRAIN_BOUND``
-        waited for the call's three attempts (about 3 minutes against a stalled Neo4j)."""
+        """Cancel ``handle`` once continue-as-new is due and the call has run ``MIRROR_DRAIN_WAIT``
+        past it (a stalled graph store), so the run continues as new; True when it cancelled the
+        call."""
         await workflow.wait_condition(lambda: handle.done() or continue_suggested())
         if handle.done() or not workflow.patched(MIRROR_DRAIN_BOUND):
             return False

@@ -1,6 +1,5 @@
-"""The read pages of a task's ledger: the view, pages of events and steps for queries, and the
-mirror's page, each bounded by count and by bytes of JSON (``MAX_PAYLOAD_BYTES``), never empty
-while something is left (so paging always advances). The ledger calls these with itself.
+"""The read pages of a task's ledger (the view, event and step pages, the mirror's page), each
+bounded by count and by ``MAX_PAYLOAD_BYTES`` of JSON, never empty while something is left.
 """
 
 from __future__ import annotations
@@ -36,9 +35,8 @@ _Item = TypeVar("_Item", bound=BaseModel)
 def _fill(
     items: Iterable[_Item], max_bytes: int, used: int = 0, required: bool = True
 ) -> list[_Item]:
-    """``items`` in order while the page's JSON (``used`` bytes so far) stays within
-    ``max_bytes``; the first one whatever its size when ``required`` (a page never comes back
-    empty while items are left, so paging always advances)."""
+    """``items`` in order while the page's JSON (``used`` bytes so far) stays within ``max_bytes``;
+    the first whatever its size when ``required``, so paging always advances."""
     page: list[_Item] = []
     for item in items:
         used += model_size(item)
@@ -91,9 +89,8 @@ def view(book: Book) -> TaskView:
 
 
 def events_page(book: Book, query: EventsQuery) -> EventsPage:
-    """This run's events with seq > ``after_seq``, at most ``limit`` of them and at most
-    ``max_bytes`` of JSON (never fewer than one event when one is left), so the query's
-    result stays within ``MAX_PAYLOAD_BYTES`` whatever the events hold."""
+    """This run's events with seq > ``after_seq``: at most ``limit`` and ``max_bytes`` of JSON, one
+    at least while any is left."""
     page = _fill(_events(book, query.after_seq, query.up_to_seq, query.limit), query.max_bytes)
     return EventsPage(
         events=page,
@@ -105,9 +102,8 @@ def events_page(book: Book, query: EventsQuery) -> EventsPage:
 
 
 def steps_page(book: Book, query: StepsQuery) -> StepsPage:
-    """A page of the steps this run holds (open ones, and those changed in this run), in
-    name order: filtered by state, by change since a write counter and by the name cursor,
-    at most ``limit`` of them and ``MAX_PAYLOAD_BYTES`` of JSON (one at least)."""
+    """A page of the steps this run holds (open ones and those changed in this run) in name order,
+    filtered as ``query`` says, within ``limit`` and ``MAX_PAYLOAD_BYTES`` (one at least)."""
     selected = _steps(
         book, query.changed_after_write, query.after_name, query.state, query.step_name
     )
@@ -122,11 +118,9 @@ def steps_page(book: Book, query: StepsQuery) -> StepsPage:
 
 
 def mirror_page(book: Book, query: MirrorQuery) -> MirrorPage:
-    """The next page of what the mirror copies, within ``query.max_bytes`` of JSON: the
-    view (when asked), then the steps changed after ``query.after_write`` in name order
-    after ``query.after_name`` (at most ``STEPS_PAGE_MAX``), then, once no changed step is
-    left, the events after ``query.after_seq`` (``events_page``'s range). A page without
-    the view holds one step or event at least while any is left, so paging ends."""
+    """The next page of what the mirror copies, within ``query.max_bytes``: the view (when asked),
+    the steps changed after ``after_write`` in name order, then the events after ``after_seq``; at
+    least one item while any is left."""
     task = view(book) if query.with_view else None
     used = 0 if task is None else model_size(task)
     selected = _steps(book, query.after_write, query.after_name)
@@ -157,9 +151,8 @@ def _steps(
     state: StepState | None = None,
     step_name: str | None = None,
 ) -> list[tuple[str, StepRecord]]:
-    """The steps this run holds, changed after ``changed_after_write``, named after
-    ``after_name`` (None: from the first), in ``state`` (None: any), named ``step_name``
-    (None: any), in name order."""
+    """The steps this run holds, filtered by ``changed_after_write``, ``after_name``, ``state`` and
+    ``step_name`` (None: any), in name order."""
     return sorted(
         (name, step)
         for name, step in book.state.steps.items()

@@ -1,25 +1,13 @@
-"""The task workflow's patch ids, in one place: each with the day it was made, the saved
-histories that pin its new path, and when it may be deprecated.
+"""The task workflow's patch ids, in one place: each with its day, the saved histories that pin its
+new path, and when it may be deprecated.
 
-A change to workflow code that changes the commands a run emits is guarded by
-``workflow.patched(ID)`` (docs/replay-and-upgrades.md): a run recorded before the change replays
-the old path, one started after it records a marker (``core_patch``) and takes the new one. Each
-id below is such a guard; ``PATCHES`` says, for each, when it was made (``since``) and which saved
-histories in ``tests/histories`` carry its marker (``pinned_by``: they replay its new path; the
-histories captured before it, without the marker, replay its old one).
-
-When a patch may be deprecated. ``workflow.deprecate_patch(ID)`` in place of ``patched(ID)``, and
-later the removal of the old path's code, are safe once no run that could take the old path can
-be replayed any more: every task whose run started before the patch's ``since`` has closed, and
-the namespace's retention (30 days as ``agent-tasks setup`` sets it, ``DEFAULT_RETENTION``) has
-passed since, so no query, reset or replay reaches its history. At that point the saved
-histories of the old path leave ``tests/histories`` with the old code, and those in
-``pinned_by`` stay (they replay the new path). ``deprecation_after`` gives the earliest day for a
-deployment whose tasks all closed by the patch's day. ``tests/workflows/test_patches.py`` checks
-that every ``patched`` call in ``workflows/`` names an id of this module and that ``pinned_by``
-is exactly the histories carrying each marker.
-
-Constants and a frozen table only (the module is read inside the workflow sandbox).
+A change to the commands a run emits is guarded by ``workflow.patched(ID)``: a run recorded before
+it replays the old path, a later one records a marker and takes the new one
+(``docs/replay-and-upgrades.md``). ``PATCHES`` records, per id, its day (``since``) and the
+histories in ``tests/histories`` carrying its marker (``pinned_by``); ``deprecation_after`` is the
+earliest day ``deprecate_patch`` may replace it, once every task started before it has closed and
+the namespace's retention has passed. ``tests/workflows/test_patches.py`` checks both. Constants and
+a frozen table only (read inside the workflow sandbox).
 """
 
 from __future__ import annotations
@@ -29,8 +17,8 @@ from datetime import date, timedelta
 from types import MappingProxyType
 
 RETENTION = timedelta(days=30)
-"""The namespace retention ``agent-tasks setup`` sets (``worker.DEFAULT_RETENTION``): how long
-the history of a closed run stays replayable."""
+"""The namespace retention ``agent-tasks setup`` sets (``worker.DEFAULT_RETENTION``): how long a
+closed run's history stays replayable."""
 
 
 @dataclass(frozen=True)
@@ -47,173 +35,130 @@ class Patch:
     pinned_by: tuple[str, ...]
 
     def deprecation_after(self) -> date:
-        """The earliest day ``deprecate_patch`` may replace ``patched`` (module docstring): the
-        patch's day plus the retention, for a deployment whose tasks started before it had all
-        closed by then (later for any that closed later: its close plus the retention)."""
+        """The earliest day ``deprecate_patch`` may replace ``patched``: the patch's day plus the
+        retention, for a deployment whose older tasks had all closed by then."""
         return self.since + RETENTION
 
 
 MIRROR_WITHOUT_DEBOUNCE = "mirror-without-debounce-timer"
-"""Patch id: the mirror starts as soon as a write waits, without the 200 ms debounce timer
-(whose firing the dev server rounds to about a second, which made the mirror lag ~1 s)."""
+"""Patch id: the mirror starts as soon as a write waits, without the 200 ms debounce timer (which
+the server's timer resolution stretched to about a second)."""
 
 CANCEL_RULE = "one-cancellation-rule"
-"""Patch id: after a cancel request no step, model call or wait of the agent starts or goes on
-(``AgentContext.cancelled``); the workflow cancels what runs and waits for it to end
-(``TaskWorkflow._cancelled``). Runs recorded before it cancelled the agent's asyncio task."""
+"""Patch id: after a cancel request no step, model call or wait of the agent starts or goes on; the
+workflow cancels what runs and waits for it (``TaskWorkflow._cancelled``). Old runs cancelled the
+agent's asyncio task."""
 
 UNKNOWN_STAYS_UNKNOWN = "unknown-stays-unknown"
-"""Patch id: a step that ended ``unknown`` and is reached again returns its ``unknown``
-outcome; it runs again only when someone asked (``AgentContext.retry``, ``retry_step``). Runs
-recorded before it ran such a step again under its old key."""
+"""Patch id: a step that ended ``unknown`` and is reached again returns ``unknown``; it runs again
+only on request (``AgentContext.retry``, ``retry_step``). Old runs ran it again under its key."""
 
 TOOL_CALL_BOUNDS = "tool-call-bounds"
-"""Patch id: a call that names no tool, or whose arguments pass the payload bound, fails its
-step without running (the model hears why); runs recorded before it failed the task on an
-empty name and passed cut arguments to the tool."""
+"""Patch id: a call naming no tool, or with arguments past the payload bound, fails its step without
+running (the model hears why). Old runs failed the task or passed cut arguments."""
 
 PROGRESS_BEFORE_PARKING = "progress-before-parking"
-"""Patch id: ``checkpoint()`` parks the agent for continue-as-new only after it did new work in
-the run. Agent code memoized by step name starts over from the top in each run, reading each
-memoized result (an activity apiece); when those reads alone passed the history length at
-which Temporal suggests continue-as-new, every run parked before any new step and the task
-continued as new for ever without progress."""
+"""Patch id: ``checkpoint()`` parks for continue-as-new only after new work in the run, so a task
+whose memoized reads alone pass the suggestion still progresses."""
 
 TOOL_SPECS_BY_ACTIVITY = "tool-specs-by-activity"
-"""Patch id: the lookup of an agent's tools is an activity, no longer a local activity. A local
-activity's result can reach the workflow in the next workflow task when it is first run but in
-the same one on replay (seen with continue-as-new under load: the commands after it moved to
-another workflow task, and a query of the run then failed replay); an activity's result is an
-event of its own, delivered the same way both times."""
+"""Patch id: the lookup of an agent's tools is an activity, not a local activity, whose result can
+reach the workflow in another workflow task on replay than when first run."""
 
 APP_LIFECYCLE = "app-lifecycle"
-"""Patch id: a recorded task that waits for input or children and has nothing left to wait for
-goes back to ``queued`` after an answer or a child's end (``workflows.lifecycle``). Runs
-recorded before it never had those statuses, so they never reach it."""
+"""Patch id: a recorded task waiting for input or children with nothing left to wait for is
+``queued`` again (``workflows.lifecycle``); old runs never had those statuses."""
 
 ANSWERS_BOUND = "answers-bound-to-requests"
-"""Patch id: an answer by signal is bound to one request (``inbox.take_answer``: without an
-input id only to a request open when it arrives; a late one is recorded as late), one early
-answer kept per request, up to ``MAX_EARLY_ANSWERS``."""
+"""Patch id: an answer by signal is bound to one request (``inbox.take_answer``), one early answer
+kept per request, up to ``MAX_EARLY_ANSWERS``."""
 
 TURN_RULES = "turn-rules"
 """Patch id: each run of an agent is marked in the log (``run_started``, ``run_finished``,
-``run_failed``) and a failed run is rolled back (``rolled_back``), the runtime's turn rules
-(docs/agent-tasks.md). Runs recorded before it have no run notes."""
+``run_failed``) and a failed run is rolled back (``docs/agent-tasks.md``)."""
 
 CONTINUE_WITHOUT_MIRROR = "continue-as-new-without-mirror"
-"""Patch id: a run continues-as-new when Temporal suggests it without waiting for the mirror;
-what Neo4j lacks goes to the next run's ``mirror_backlog``. Before it, a run waited for the
-mirror, so a long Neo4j outage grew its history towards Temporal's hard limit."""
+"""Patch id: a run continues-as-new when suggested without waiting for the mirror; what the graph
+store lacks goes to the next run's ``mirror_backlog``, so an outage cannot grow a history to
+Temporal's hard limit."""
 
 MIRROR_DRAIN_BOUND = "mirror-drain-bound"
 """Patch id: ``MIRROR_DRAIN_WAIT`` bounds a mirror call in flight when continue-as-new is
 suggested."""
 
 PARK_ON_SUGGESTION = "park-on-suggestion"
-"""Patch id: ``checkpoint()`` parks once Temporal suggests continue-as-new, read from the run's
-own info, not only once the run loop has set ``checkpoint_due``. The loop sets the flag between
-its mirror calls, so while one call was slow (a Neo4j write taking a second, or held up to
-``MIRROR_DRAIN_WAIT`` by a stall) a fast agent went on well past the suggestion, and a short task
-could end in its first run, its history hundreds of events past it."""
+"""Patch id: ``checkpoint()`` parks once Temporal suggests continue-as-new, read from the run's own
+info, not only once the run loop set ``checkpoint_due`` between slow mirror calls."""
 
 TOOL_APPROVAL = "tool-approval"
-"""Patch id: a call of a tool that needs approval is checked by the worker and asked about
-before it runs. Runs recorded before it had no such tools (``ToolSpec.approval`` is new), so
-they never reach it."""
+"""Patch id: a call of a tool that needs approval is checked by the worker and asked about before it
+runs; old runs had no such tools."""
 
 MIRROR_FOLLOWS_RUN = "mirror-follows-run"
-"""Patch id: the current run is mirrored by a call that follows it (``MirrorInput.follow``)
-instead of a call per waiting write; runs recorded before it call once per batch."""
+"""Patch id: the current run is mirrored by a call that follows it (``MirrorInput.follow``); old
+runs call once per batch."""
 
 MODEL_CALL_CANCEL = "model-call-cancel"
-"""Patch id: the model call is scheduled with a heartbeat timeout (``MODEL_HEARTBEAT``) and a
-longer start-to-close timeout (``MODEL_LONGEST_CALL``), and the workflow waits for it to
-acknowledge a cancel (``WAIT_CANCELLATION_COMPLETED``) before the task goes on to its end. The
-activity heartbeats every second (``activities.heartbeat.CANCEL_BEAT_S``), so a cancel reaches
-it within about two seconds and closes its HTTP request, and the task's ``cancelled`` comes
-after the last token it published. Runs recorded before dropped the call at once
-(``TRY_CANCEL``): the task ended while the model's request ran on to its end, its tokens still
-published."""
+"""Patch id: the model call has a heartbeat timeout (``MODEL_HEARTBEAT``) and a longer
+start-to-close (``MODEL_LONGEST_CALL``), and a cancel waits for it to end
+(``WAIT_CANCELLATION_COMPLETED``), so its HTTP request closes and no token is published after
+``cancelled``. Old runs dropped the call at once (``TRY_CANCEL``)."""
 
 IGNORE_REASON = "ignore-with-reason"
-"""Patch id: an ignore that gives a reason (``ApprovalChoice.text``) ends the step with
-``IGNORED`` and the reason (``ignored_result``), so the model reads why (the fix of
-openai-agents-python#2658 and #3359: a rejection reason dropped before the model saw it).
-Runs recorded before it ended every ignored call with ``IGNORED`` alone."""
+"""Patch id: an ignore with a reason (``ApprovalChoice.text``) ends the step with ``IGNORED`` and
+the reason (``ignored_result``), so the model reads why; old runs gave ``IGNORED`` alone."""
 
 CANCEL_AFTER_END = "cancel-after-end"
-"""Patch id: a cancel request that reaches a task already ended ``done`` or ``failed`` (its
-workflow still open while its children run) is recorded without changing its status
-(``_cancelled_after_end``): the view, the search attribute, Neo4j and Temporal (``COMPLETED``)
-keep saying how it ended. Runs recorded before it closed such a workflow as cancelled while the
-task said ``done``."""
+"""Patch id: a cancel request reaching a task already ``done`` or ``failed`` (children still
+running) is recorded without changing its status (``_cancelled_after_end``); old runs closed the
+workflow as cancelled."""
 
 BRANCH_REUSE = "branch-reuses-before-point"
-"""Patch id: an agent task's branch, once its log is copied, takes over what its source settled
-before the branch point (``reuse_before_point``): agent code run again from the top reads those
-steps' recorded results and those questions' answers instead of running and asking them again.
-Branches recorded before it started with no steps and no answers."""
+"""Patch id: an agent task's branch takes over what its source settled before the branch point
+(``reuse_before_point``); old branches started with no steps and no answers."""
 
 BOUNDED_WORKFLOW_IDS = "bounded-workflow-ids"
-"""Patch id: a task's workflow id that would pass 255 characters (a long project id and a
-long name; SQL persistence's ``VARCHAR(255)``) is cut with a digest (``task_workflow_id``) in
-the commands that name another task (a child's start, the parent's ``child_ended`` signal, a
-cascade's cancel; ``workflows.spawning.task_id``). Runs recorded before it named such a task
-by its plain id, which a PostgreSQL cluster refuses."""
+"""Patch id: a workflow id past 255 characters is cut with a digest (``task_workflow_id``) in
+commands naming another task (``workflows.spawning.task_id``); old runs used the plain id, which SQL
+persistence refuses."""
 
 APPROVAL_BOUND = "approval-bound-to-call"
-"""Patch id: an approval request names the digest of the exact call (``ApprovalAsk.digest``;
-an answer naming another is refused ``approval_stale``), closes as ``expired`` when the
-tool's ``approval_expires_s`` passes first (a workflow timer; the step fails and the model
-reads it), and a tool with ``approvers`` over 1 asks again until that many distinct people
-accepted. Requests asked before it carry none of these and are decided by one answer."""
+"""Patch id: an approval request names its call's digest (``ApprovalAsk.digest``), expires at the
+tool's ``approval_expires_s`` (a timer), and a tool with ``approvers`` over 1 asks until that many
+distinct people accepted; older requests are decided by one answer."""
 
 RESUME_OPEN_CALLS = "resume-open-calls"
-"""Patch id: the tool loop keeps its turn's tool calls in ``AgentRun.open_calls`` until each
-ended, so a run that continues as new while one waits for approval leaves them to the next
-run, which resumes them first (the same step names: the waiting call on its same request, its
-answer running it once) and only then calls the model. Runs recorded before it asked the
-model again, whose new call opened a new request."""
+"""Patch id: the tool loop keeps its turn's calls in ``AgentRun.open_calls`` until each ended, so a
+run continued as new during an approval resumes them (same step names, same request) before it calls
+the model; old runs asked the model again."""
 
 SAME_CALL_SAME_KEY = "same-call-same-key"
-"""Patch id: a tool loop's call of the same tool with the same arguments as an earlier call
-whose step ended ``unknown`` (``AgentRun.unknown_calls``; in this run, or one before it:
-``continue``, ``resume``, continue-as-new) runs as a retry of that step, under its idempotency
-key (a ``decision`` citing it), so a server that deduplicates by the key performs the effect
-once. Runs recorded before it ran such a call as a new step under a new key."""
+"""Patch id: a tool loop call identical to one whose step ended ``unknown``
+(``AgentRun.unknown_calls``) runs as a retry of that step under its key (a ``decision`` citing it),
+so a server deduplicating by key performs it once; old runs used a new step and key."""
 
 MCP_LIST_CANCEL = "mcp-list-cancel"
-"""Patch id: an MCP server's listing heartbeats and a cancel request of the task cancels it
-(``registry.MCP_LIST_HEARTBEAT``), waiting for it to end; runs recorded before it waited for
-the listing (up to three attempts of a minute) before the task could end ``cancelled``."""
+"""Patch id: an MCP server's listing heartbeats and a cancel of the task cancels it
+(``registry.MCP_LIST_HEARTBEAT``); old runs waited for the listing to end."""
 
 MCP_OPEN_CANCEL = "mcp-open-cancel"
-"""Patch id: the open of a stateful MCP server's session heartbeats and a cancel request of the
-task cancels it (as ``MCP_LIST_CANCEL`` the listing), waiting for it to end; runs recorded
-before it waited for the open (up to three attempts of a minute)."""
+"""Patch id: the open of a stateful MCP session heartbeats and a cancel cancels it, as
+``MCP_LIST_CANCEL``; old runs waited for the open."""
 
 ANSWERS_BY_DEADLINE = "answers-by-deadline"
-"""Patch id: an answer by signal to an open request whose deadline has passed by the
-workflow's time (``workflow.now()``) is recorded ``late`` and changes nothing; the request
-closes at its timer as it would have unanswered. Temporal hands a workflow the signals of a
-workflow task before the timers that fired in it (a worker down at the deadline sees both at
-once), so runs recorded before it took such an answer and then closed the request too. The
-``respond`` update's validator refuses the same answer ``input_closed`` (validators never run
-on replay: no patch)."""
+"""Patch id: an answer by signal to a request past its deadline by workflow time is recorded
+``late`` and the request closes at its timer (signals arrive before the timers of the same workflow
+task); the ``respond`` validator refuses it ``input_closed`` (validators need no patch)."""
 
 ONE_PERSON_ONE_APPROVER = "one-person-one-approver"
-"""Patch id: a second accept of a call by an author whose name is one of the earlier
-approvers' under another spelling (``contract.person_key``: case, white space, Unicode
-forms) is recorded ``rejected`` when it comes by signal, so one person never counts as two
-approvers. Runs recorded before it compared names exactly. The ``respond`` update's validator
-refuses it ``approver_repeated`` (no patch: validators never run on replay)."""
+"""Patch id: a second accept by one of the earlier approvers under another spelling
+(``contract.person_key``) is recorded ``rejected`` by signal (``approver_repeated`` by the
+``respond`` validator); old runs compared names exactly."""
 
 MIRROR_REFUSAL_CLOSES = "mirror-refusal-closes"
-"""Patch id: a closing task whose mirror call the graph store refused for its data, the refusal
-kept in the store for a later retry (``MIRROR_REFUSED``), completes with the refusal in its view
-(``MirrorCalls.refused``); runs recorded before it paused and called again for ever, and the
-finished task stayed running."""
+"""Patch id: a closing task whose mirror call the graph store refused and recorded
+(``MIRROR_REFUSED``) completes with the refusal in its view (``MirrorCalls.refused``); old runs
+paused and called again for ever."""
 
 PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
     {
@@ -519,9 +464,7 @@ PATCHES: MappingProxyType[str, Patch] = MappingProxyType(
         ),
     }
 )
-"""Every patch id of the task workflow (the constants above) -> its record (read-only: the
-module is shared by every run).
+"""Every patch id of the task workflow -> its record (read-only: shared by every run).
 
-Two have no saved history of their new path: ``unknown-stays-unknown`` (run by
-``tests/workflows/test_turns.py``'s unknown-step tests, not saved) and ``progress-before-parking``
-(neither saved nor isolated by a test yet: a gap to fill with a capture)."""
+``unknown-stays-unknown`` (tested by ``tests/workflows/test_turns.py``, not saved) and
+``progress-before-parking`` (not yet captured) have no saved history of their new path."""

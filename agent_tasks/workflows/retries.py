@@ -1,6 +1,5 @@
-"""Retries a person or agent code asks for (``retry_step``): an ``unknown`` or ``failed`` step
-of an agent task marked to run again when agent code reaches it, recorded as a decision citing
-the step. The ledger calls these with itself."""
+"""Retries a person or agent code asks for (``retry_step``): an ``unknown`` or ``failed`` step of an
+agent task marked to run again when agent code reaches it, recorded as a decision citing it."""
 
 from __future__ import annotations
 
@@ -25,8 +24,8 @@ def check_retry(book: Book, retry: StepRetry) -> StepRecord:
     """The state rules of ``retry_step``; returns the step's record.
 
     Raises:
-        ApplicationError: as ``check_write``; ``step_not_found``; ``invalid_transition``
-            for a step that is not ``unknown`` or ``failed``.
+        ApplicationError: as ``check_write``; ``step_not_found``; ``invalid_transition`` for a step
+            that is not ``unknown`` or ``failed``.
     """
     book.check_write(retry.request_id, retry)
     record = book.step(retry.step_name)
@@ -42,9 +41,8 @@ def check_retry(book: Book, retry: StepRetry) -> StepRecord:
 
 
 def retry_step(book: Book, retry: StepRetry, now: datetime) -> WriteOutcome:
-    """Ask that an ``unknown`` or ``failed`` step run again when agent code reaches it: a
-    ``decision`` event by ``retry.agent_id`` citing the step (``retry step 'x' (asked by
-    ...): reason``), and the step's ``retry_by`` (``check_retry`` first)."""
+    """Mark a step to run again (``check_retry`` first): a ``decision`` by ``retry.agent_id`` citing
+    the step, and its ``retry_by``."""
     record = check_retry(book, retry)
     decision = EventInput(
         kind=EventKind.DECISION,

@@ -1,8 +1,6 @@
-"""The runs of a task's agent as the log records them (the turn rules, ``TURN_RULES``;
-docs/agent-tasks.md): a ``run_started`` note when a run begins, ``run_finished`` or
-``run_failed`` when it ends, and a failed run's events rolled back (a ``rolled_back`` note the
-model's transcript honours); and the task closed from workflow code when its agent ends or it
-is cancelled (``close``). The workflow calls these with its ledger and ``workflow.now()``.
+"""The runs of a task's agent as the log records them (``TURN_RULES``, ``docs/agent-tasks.md``):
+``run_started``, then ``run_finished`` or ``run_failed`` with a ``rolled_back`` note; and the task
+closed from workflow code (``close``).
 """
 
 from __future__ import annotations
@@ -23,9 +21,8 @@ from agent_tasks.workflows.ledger import Ledger
 
 
 def begin_run(ledger: Ledger, start: str, now: datetime) -> None:
-    """Start a run of the agent: a ``run_started`` note (``{"run": n, "start": "turn" |
-    "resume" | "continuation"}``), the run open, what the turn had committed before it kept
-    (what a failure rolls back to)."""
+    """Start a run: a ``run_started`` note (``{"run": n, "start": "turn" | "resume" |
+    "continuation"}``), the run open, what the turn had committed kept for a rollback."""
     run = ledger.state.agent_run
     assert run is not None
     run.run += 1
@@ -37,12 +34,9 @@ def begin_run(ledger: Ledger, start: str, now: datetime) -> None:
 
 
 def end_run(ledger: Ledger, error: str | None, now: datetime) -> None:
-    """End the open run: finished (a ``run_finished`` note; the turn is done, it committed
-    nothing left to continue) or failed (a ``run_failed`` note with ``error``, then a
-    ``rolled_back`` note ``{"from_seq", "to_seq"}`` covering the run's events, which the model
-    never sees again; the turn is as it was before the run, so a failed first run is
-    resumable and a failed continuation stays continuable). A run of a task recorded before
-    ``TURN_RULES`` is never open: nothing is recorded."""
+    """End the open run: ``run_finished``, or ``run_failed`` with ``error`` and a ``rolled_back``
+    note over the run's events (the turn is as before the run: still resumable or continuable). A
+    task recorded before ``TURN_RULES`` records nothing."""
     run = ledger.state.agent_run
     if run is None or not run.run_open:
         return
@@ -71,9 +65,8 @@ def close(
     result: str | None = None,
     error: str | None = None,
 ) -> None:
-    """Close the task from workflow code: its open input requests closed (an ``input_closed``
-    note each), an ``error`` event when it failed, the status event and the finish, under
-    request ids derived from the write counter (``internal_request_id``)."""
+    """Close the task from workflow code: open requests closed, an ``error`` event if it failed, the
+    status event and the finish, under request ids from the write counter."""
     inbox.close_inputs(ledger, f"task {status.value}", now)
     events = [EventInput(kind=EventKind.NOTE, name="status", payload=status.value)]
     if error is not None:

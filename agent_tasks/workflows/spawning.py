@@ -1,11 +1,7 @@
-"""A task's family from its workflow's side: the child tasks its agent (or a recorded task's
-``spawn``) starts, the parent it tells of its end, a branch's copy of its source's log, and
-what a resumed parent learns of children that ended while it was closed. The ledger's side
-(the ``child_task`` and ``child_result`` events) is ``workflows.children``.
-
-These run in the task workflow (they call ``temporalio.workflow``); they name the workflow
-and its signal by their registered names (``TASK_WORKFLOW``, ``CHILD_ENDED``), which
-``tests/test_plugin.py`` holds to the class's own.
+"""A task's family from its workflow's side: the children it starts, the parent it tells of its end,
+a branch's copy of its source, and a resumed parent's look at its children. The ledger's side is
+``workflows.children``. Calls ``temporalio.workflow``; the workflow and signal names
+(``TASK_WORKFLOW``, ``CHILD_ENDED``) are held to the class's by ``tests/test_plugin.py``.
 """
 
 from __future__ import annotations
@@ -53,11 +49,9 @@ from agent_tasks.workflows.patches import BOUNDED_WORKFLOW_IDS
 
 
 def task_id(project_id: str, name: str) -> str:
-    """The workflow id of another task of the project (a child, the parent), as a command
-    names it: ``task_workflow_id``'s bounded id when the plain one passes ``MAX_WORKFLOW_ID``
-    and the run took the ``bounded-workflow-ids`` patch, the plain id otherwise (a run
-    recorded before it replays the id it named). The patch marker is recorded only for such
-    a long id, so runs whose ids all fit record none."""
+    """The workflow id of another task of the project as a command names it: bounded
+    (``task_workflow_id``) past ``MAX_WORKFLOW_ID`` under the ``bounded-workflow-ids`` patch, plain
+    otherwise; the marker is recorded only for such a long id."""
     plain = task_workflow_id(project_id, name, bounded=False)
     if len(plain) <= MAX_WORKFLOW_ID or not workflow.patched(BOUNDED_WORKFLOW_IDS):
         return plain
@@ -69,8 +63,7 @@ TASK_WORKFLOW = "TaskWorkflow"
 CHILD_ENDED = "child_ended"
 """The name of the signal by which a child tells its parent of its end."""
 CHILD_ENDS_TIMEOUT = timedelta(seconds=60)
-"""Longest run of the ``child_ends`` activity (a resumed parent's look at its children) and of
-one page of a branch's copy (``branch_events``)."""
+"""Longest run of the ``child_ends`` activity and of one page of a branch's copy."""
 
 
 def children_running(ledger: Ledger) -> bool:
@@ -79,11 +72,9 @@ def children_running(ledger: Ledger) -> bool:
 
 
 async def start_child(start: TaskStart) -> str | None:
-    """Start a child task: a child workflow of the task workflow's type, abandoned when this
-    run continues-as-new or closes (its end comes back by signal, which finds the parent's
-    newest run). Returns None once started; when the workflow id is taken (by a task created
-    from outside under that name, or an earlier task of it), why: the child is not this
-    task's, so nothing waits for it and no cascade reaches it."""
+    """Start a child task: a child workflow abandoned when this run continues-as-new or closes (its
+    end comes back by signal). Returns None once started, else why: a taken workflow id means the
+    child is not this task's, so nothing waits for it."""
     status = TaskStatus.OPEN if start.agent is None else TaskStatus.QUEUED
     workflow_id = task_id(start.project_id, start.name)
     try:
@@ -102,11 +93,9 @@ async def start_child(start: TaskStart) -> str | None:
 
 
 async def tell_parent(ledger: Ledger) -> None:
-    """Signal the parent of a spawned task (depth 1 or more) that this task ended
-    (``CHILD_ENDED``), so the parent records a ``child_result`` event; a parent that has
-    ended takes no signal, and that is not an error. Runs before the workflow completes. A
-    task created from outside with ``parent`` set is linked only (Neo4j's ``CHILD_OF``): it
-    signals nothing (an imported subagent run would otherwise write into its parent)."""
+    """Signal the parent of a spawned task (depth 1 or more) that it ended (``CHILD_ENDED``); an
+    ended parent is no error. A task created from outside with ``parent`` is only linked
+    (``CHILD_OF``) and signals nothing."""
     state = ledger.state
     if state.start.parent is None or state.start.depth == 0:
         return
@@ -119,10 +108,9 @@ async def tell_parent(ledger: Ledger) -> None:
 
 
 async def reconcile_children(ledger: Ledger) -> None:
-    """A resumed parent learns the real states of its children that had not reported an end
-    (one may have ended while the parent was closed: its signal found no run), by the
-    ``child_ends`` activity; each end found is recorded as the child's own signal would have
-    been (the same request id, so a signal that comes too counts once)."""
+    """A resumed parent learns, by the ``child_ends`` activity, the ends of children that had not
+    reported (their signal found no run); each is recorded under the child's own request id, so it
+    counts once."""
     state = ledger.state
     names = [c.name for c in state.children.values() if c.status not in CLOSED_STATUSES]
     found: ChildEnds = await workflow.execute_activity(
@@ -136,18 +124,14 @@ async def reconcile_children(ledger: Ledger) -> None:
 
 
 def copying(ledger: Ledger) -> bool:
-    """True while a branch (``TaskStart.branched_from``) has not copied its source's events up
-    to the branch point: its log's first seqs are those events."""
+    """True while a branch has not copied its source's events up to the branch point."""
     branch = ledger.state.start.branched_from
     return branch is not None and ledger.state.last_seq < branch.seq
 
 
 async def copy_branch(ledger: Ledger, stop: Callable[[], bool]) -> None:
-    """Copy a branch's source events up to the branch point, a page at a time (the
-    ``branch_events`` activity), each page's events recorded under their authors' names with
-    the same seqs as in the source, until done or ``stop()`` (continue-as-new is due: the
-    next run goes on where this one stopped, the copy is done when ``last_seq`` reaches the
-    point)."""
+    """Copy a branch's source events up to the branch point a page at a time (``branch_events``),
+    with their authors and seqs, until done or ``stop()`` (the next run goes on)."""
     state = ledger.state
     branch = state.start.branched_from
     assert branch is not None
@@ -177,20 +161,11 @@ async def copy_branch(ledger: Ledger, stop: Callable[[], bool]) -> None:
 
 
 async def reuse_before_point(ledger: Ledger) -> None:
-    """What an agent task's branch reuses from its source (the fork contract of DBOS's
-    ``fork_workflow`` and LangGraph's checkpoint fork), read by the ``branch_reuse`` activity
-    once the copy is done and before the agent starts: each step that ended ``completed`` or
-    ``unknown`` with its result event at the branch point or before is recorded in the branch
-    as it ended, with that result event (the same seq in the copy), so the agent code's step
-    of that name returns the recorded result and its tool is not called again (an ``unknown``
-    one stays unknown, as everywhere); each answer taken at the point or before is the
-    branch's answer to that request, so ``ask`` returns it without asking; each child whose
-    end the source recorded at the point or before is the branch's child of that spawn key,
-    so ``spawn`` starts nothing and ``wait_children`` reads that end (DBOS keeps a fork's
-    children the same way); the agent's rounds start after the source's, so the tool loop's
-    new steps never take a reused step's name.
-    What ended after the point runs live in the branch (a step whose call is before the point
-    and its result after runs again, under the branch's own idempotency key). A
+    """What an agent task's branch reuses from its source (``branch_reuse``), once copied and before
+    the agent starts: each step settled ``completed`` or ``unknown`` by the branch point, with its
+    result event, so its step returns that result; each answer by the point, so ``ask`` returns it;
+    each child ended by the point, so ``spawn`` starts nothing; and the source's rounds, so new step
+    names never repeat. What ended after the point runs live, under the branch's own keys. A
     ``branch_reused`` note (``{"steps": n, "answers": m}``) records it."""
     state = ledger.state
     branch = state.start.branched_from

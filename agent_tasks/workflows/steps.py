@@ -1,7 +1,5 @@
-"""Step rules: the transition table, attempts, result validity and idempotency keys.
-
-Pure and deterministic: the ledger applies them inside the workflow, and tests call them
-without a server.
+"""Step rules: the transition table, attempts, result validity and idempotency keys. Pure: the
+ledger applies them, tests call them without a server.
 """
 
 from __future__ import annotations
@@ -34,12 +32,10 @@ STEP_TRANSITIONS: dict[StepState, frozenset[StepState]] = {
     StepState.FAILED: frozenset({StepState.IN_PROGRESS}),
     StepState.COMPLETED: frozenset(),
 }
-"""Allowed step transitions, from the current state to the next. A new step may start in any
-state. ``completed`` is final; ``failed`` and ``unknown`` may be retried (back to
-``in_progress``), and a person may settle an ``unknown`` step as ``completed`` or ``failed``.
-Setting a step to the state it is in is refused (``invalid_transition``): a retried write is
-made idempotent by its request id, not by repeating the state. Each move into ``in_progress``
-starts a new attempt (``StepView.attempt``)."""
+"""Allowed step transitions from the current state (a new step may start in any). ``completed`` is
+final; ``failed`` and ``unknown`` may retry, and a person may settle ``unknown``. A move to the same
+state is refused (``invalid_transition``): request ids make writes idempotent. Each move into
+``in_progress`` starts an attempt."""
 
 
 OPEN_STATES = frozenset({StepState.NOT_STARTED, StepState.IN_PROGRESS, StepState.UNKNOWN})
@@ -59,9 +55,8 @@ _ENTRY = struct.Struct(">8sBB")
 
 
 class ClosedStep(NamedTuple):
-    """What a task keeps of a closed (``completed`` or ``failed``) step after the run that
-    closed it: enough to refuse or start its next attempt, not its name or result (those are
-    in the history and Neo4j)."""
+    """What a task keeps of a step closed in an earlier run: enough to refuse or start its next
+    attempt; its name and result are in the history and the graph store."""
 
     state: StepState
     """``completed`` or ``failed``."""
@@ -77,8 +72,8 @@ def step_key(name: str) -> bytes:
 
 
 def pack_closed(steps: Mapping[bytes, ClosedStep]) -> str:
-    """The closed-step table as base64 text (10 bytes an entry, in key order, so the same steps
-    always give the same text)."""
+    """The closed-step table as base64 (10 bytes an entry, in key order: the same steps give the
+    same text)."""
     packed = b"".join(
         _ENTRY.pack(
             key, _KIND_CODES.index(step.kind) * 2 + (step.state is StepState.FAILED), step.attempt
@@ -115,16 +110,14 @@ def idempotency_key(workflow_id: str, step_name: str, attempt: int) -> str:
 
 
 def _retries_unknown(current: StepRecord | None) -> bool:
-    """True when a move into ``in_progress`` retries an ``unknown`` attempt, which keeps its
-    attempt number and so its idempotency key: its effect may have happened, and the tool must
-    be able to recognise the retry. (A retry after a known ``failed`` is a new attempt.)"""
+    """True when a move into ``in_progress`` retries an ``unknown`` attempt: it keeps its attempt
+    number, so the tool sees the same idempotency key for an effect that may have happened."""
     return current is not None and current.state is StepState.UNKNOWN and current.attempt > 0
 
 
 def next_attempt(current: StepRecord | None) -> int:
-    """The attempt a move into ``in_progress`` gives a step whose record is ``current`` (None:
-    a new step): the next one, or the same for a retry of an ``unknown`` attempt
-    (``_retries_unknown``). The attempt numbers the step's idempotency key."""
+    """The attempt a move into ``in_progress`` gives a step whose record is ``current`` (None: new):
+    the next, or the same for an ``unknown`` retry (``_retries_unknown``)."""
     return (0 if current is None else current.attempt) + (not _retries_unknown(current))
 
 
@@ -152,15 +145,14 @@ def next_steps(
         open_steps: how many of them are open (``OPEN_STATES``).
 
     Returns:
-        The changed records only (name -> new record). A new step's kind defaults to ``tool``;
-        a move into ``in_progress`` starts a new attempt (but a retry of an ``unknown`` attempt
-        keeps its number: ``_retries_unknown``) and clears the last attempt's result unless the
+        The changed records only, by name. A new step's kind defaults to ``tool``; a move into
+        ``in_progress`` starts an attempt (``next_attempt``) and clears the last result unless the
         write gives one.
 
     Raises:
-        ApplicationError: a refusal, ``event_not_found``, ``step_kind_changed``,
-            ``invalid_transition`` or ``step_limit_reached`` (``MAX_STEPS_PER_TASK`` steps,
-            ``MAX_OPEN_STEPS`` open ones, ``MAX_STEP_ATTEMPTS`` attempts of one step).
+        ApplicationError: ``event_not_found``, ``step_kind_changed``, ``invalid_transition`` or
+            ``step_limit_reached`` (``MAX_STEPS_PER_TASK``, ``MAX_OPEN_STEPS``,
+            ``MAX_STEP_ATTEMPTS``).
     """
     before: dict[str, StepRecord | None] = {}
     changed: dict[str, StepRecord] = {}

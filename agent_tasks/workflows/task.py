@@ -1,21 +1,14 @@
 """TaskWorkflow: one task. Its history is the task's durable event log.
 
-Writes arrive as updates with thin handlers over the ledger (``workflows.ledger``). Every
-refusal is raised by an update *validator*, so a refused write leaves nothing in the history or
-the state; accepted writes run in synchronous handlers, which Temporal runs one at a time, so
-seqs have no gaps and a request id is written once. A repeated request id with the same
-arguments is also answered by the validator (``DUPLICATE`` carrying the stored
-``WriteOutcome``), so a retry adds nothing to the history.
+Writes arrive as updates with thin handlers over the ledger (``workflows.ledger``). Refusals and
+repeated request ids are answered by update validators, so they leave nothing in the history;
+accepted writes run in synchronous handlers, one at a time, so seqs have no gaps.
 
-The run loop mirrors the ledger into Neo4j through the ``mirror_task`` activity
-(``workflows.mirror_calls``: at most one call in flight, started as soon as a write waits; the
-current run's call follows it, so a write adds no workflow task and no activity of its own).
-Runs recorded before the ``MIRROR_WITHOUT_DEBOUNCE`` patch first waited for a debounce timer
-(``MIRROR_BATCH_EVENTS`` events or ``MIRROR_DEBOUNCE_MS``); they still replay that way. The
-loop continues-as-new when Temporal suggests it, once every handler has finished and the
-mirror has caught up, and returns the final ``TaskView`` once the task is finished and
-mirrored. The agent's runs (``workflows.runs``) and the task's family (child tasks, its
-parent, a branch's copy: ``workflows.spawning``) have rooms of their own.
+The run loop mirrors the ledger into the graph store through ``workflows.mirror_calls``,
+continues-as-new when Temporal suggests it (handlers finished), and returns the final ``TaskView``
+once the task is finished and mirrored. Runs recorded before ``MIRROR_WITHOUT_DEBOUNCE`` still
+replay their debounce timer. The agent's runs (``workflows.runs``) and the family
+(``workflows.spawning``) have rooms of their own.
 """
 
 from __future__ import annotations
@@ -108,7 +101,8 @@ CHILD_CANCEL_WAIT = timedelta(minutes=1)
 # Long: the @workflow.defn class: Temporal's handlers must be its methods
 @workflow.defn
 class TaskWorkflow:
-    """One task: its ledger, kept in Neo4j by the mirror, continued-as-new when suggested."""
+    """One task: its ledger, kept in the graph store by the mirror, continued-as-new when
+    suggested."""
 
     @workflow.init
     def __init__(self, input: TaskWorkflowInput) -> None:
@@ -135,16 +129,15 @@ class TaskWorkflow:
         self.agent_task: asyncio.Task[None] | None = None
         """The running agent (agent tasks): done once it parked, finished or failed."""
         self.cancelling = False
-        """True once the task is being cancelled by the one cancellation rule (``CANCEL_RULE``):
-        the agent's waits wake up and it starts nothing more."""
+        """True once the task is being cancelled (``CANCEL_RULE``): the agent's waits wake up and it
+        starts nothing more."""
         self.mirror = MirrorCalls(self.ledger, self._agent_running, self._ended)
         """This run's mirror calls and its drain before continue-as-new."""
 
     @workflow.run
     async def run(self, input: TaskWorkflowInput) -> TaskView:
-        """Run the agent (agent tasks), mirror, continue-as-new and finish; returns the final
-        view once finished and mirrored. A cancel request ends it ``cancelled``
-        (``_cancelled``) and the workflow closes as cancelled."""
+        """Run the agent (agent tasks), mirror, continue-as-new and finish; returns the final view
+        once finished and mirrored. A cancel request ends it ``cancelled`` (``_cancelled``)."""
         try:
             return await self._run()
         except asyncio.CancelledError:
@@ -233,28 +226,23 @@ class TaskWorkflow:
     # ---------------------------------------------------------------- the agent
 
     def _ended(self) -> bool:
-        """The task is closed and every child its agent spawned has ended: the workflow may
-        complete (once mirrored); a parent never completes before it recorded each child's
-        end."""
+        """The task is closed and every spawned child has ended: the workflow may complete once
+        mirrored."""
         return self.ledger.closed and not children_running(self.ledger)
 
     def _agent_running(self) -> bool:
         return self.agent_task is not None and not self.agent_task.done()
 
     def cancel_requested(self) -> bool:
-        """True once a cancel request reached the task and the one cancellation rule applies
-        (``CANCEL_RULE``; runs recorded before it never ask): from the moment Temporal
-        delivers the request, before ``_cancelled`` has run."""
+        """True from the moment Temporal delivers a cancel request, under ``CANCEL_RULE``."""
         if self.cancelling:
             return True
         return workflow.cancellation_reason() is not None and workflow.patched(CANCEL_RULE)
 
     async def _run_agent(self, spec: AgentSpec) -> None:
-        """Run the task's agent until it finishes (``done``), fails (``failed``, with an
-        ``error`` event: a budget, an unknown agent, an error of its code, each named by
-        ``failure_text``) or parks at a checkpoint for continue-as-new. After a cancel request
-        it ends without closing the task: ``_cancelled`` closes it ``cancelled`` whatever the
-        agent code did with the cancellation."""
+        """Run the task's agent until it finishes, fails (an ``error`` event naming the cause:
+        ``failure_text``) or parks for continue-as-new. After a cancel request it ends without
+        closing the task: ``_cancelled`` closes it."""
         if self.cancel_requested():
             return
         ledger = self.ledger
@@ -325,17 +313,11 @@ class TaskWorkflow:
         return await start_child(start)
 
     async def _cancelled(self) -> None:
-        """A cancel request (client, CLI, ``temporal workflow cancel``, the Web UI), by the
-        one cancellation rule (``CANCEL_RULE``; docs/agent-tasks.md has the table): the agent
-        starts nothing more (``AgentContext.cancelled``); the activities it awaits are
-        cancelled, and the workflow waits for them to end: a tool that heartbeats sees the
-        cancel (its step ends ``unknown``), one that does not runs to its end (its real result
-        is recorded), the model call is dropped at once. Then the children are cancelled (the
-        cascade, unless ``keep_children`` came), every step left ``in_progress`` is settled
-        ``unknown``, the open input requests are closed, the task closes ``cancelled`` (its
-        status event is the final event) and is mirrored: the view, the search attribute,
-        Neo4j and Temporal all say ``cancelled``. Runs recorded before the rule cancelled the
-        agent's asyncio task instead."""
+        """A cancel request, by the one cancellation rule (``CANCEL_RULE``; the table is in
+        ``docs/agent-tasks.md``): the agent starts nothing more, the activities it awaits are
+        cancelled and awaited, the children cancelled (unless ``keep_children``), steps left
+        ``in_progress`` settled ``unknown``, open requests closed, and the task closed ``cancelled``
+        and mirrored."""
         ledger = self.ledger
         if workflow.patched(CANCEL_RULE):
             self.cancelling = True
@@ -362,8 +344,8 @@ class TaskWorkflow:
         await tell_parent(ledger)
 
     async def _cascade(self) -> None:
-        """Cancel the running children (unless ``keep_children`` came) and wait, at most
-        ``CHILD_CANCEL_WAIT``, for each to report its end by signal."""
+        """Cancel the running children (unless ``keep_children`` came) and wait up to
+        ``CHILD_CANCEL_WAIT`` for each to report its end."""
         ledger = self.ledger
         if not self.cascade or not children_running(ledger):
             return
@@ -380,18 +362,10 @@ class TaskWorkflow:
             )
 
     async def _cancelled_after_end(self) -> TaskView:
-        """A cancel request that reached a task already ended ``done`` or ``failed`` (its
-        workflow open while children it spawned still run), by the ``CANCEL_AFTER_END`` rule:
-        recorded without changing its status. A ``cancel_after_end`` note (``{"status": how
-        it ended}``) is recorded, the running children are cancelled (the cascade: the
-        request's purpose is to stop the work still going; after ``keep_children`` they run
-        on and the task waits for their ends as before), and the workflow completes as the
-        task's end would have, returning the final view:
-        ``done`` or ``failed`` in the view, the search attribute, Neo4j and Temporal
-        (``COMPLETED``, as every done or failed task's workflow). Recorded, not refused: a
-        cancel request reaches the workflow whoever sends it (``temporal workflow cancel``,
-        the Web UI), and the server cannot refuse it, so the workflow keeps the one answer
-        (``cancel_task`` sends it as well, and returns ``recorded``)."""
+        """A cancel request reaching a task already ``done`` or ``failed`` (``CANCEL_AFTER_END``): a
+        ``cancel_after_end`` note, the running children cancelled (unless ``keep_children``), and
+        the workflow completes as the task ended. Recorded, not refused: the server delivers a
+        cancel whoever sends it (``docs/agent-tasks.md``)."""
         ledger = self.ledger
         payload = f'{{"status": "{ledger.state.status.value}"}}'
         note = EventInput(kind=EventKind.NOTE, name="cancel_after_end", payload=payload)
@@ -418,9 +392,8 @@ class TaskWorkflow:
         )
 
     def _admit(self) -> None:
-        """Admission, checked by validators only (so replaying an accepted write never depends
-        on it): the drain before continue-as-new (``CONTINUING_AS_NEW``), the history length
-        and a branch still copying its source (``task_busy``)."""
+        """Admission, in validators only (replay never depends on it): the drain
+        (``CONTINUING_AS_NEW``), the history length, and a branch still copying (``task_busy``)."""
         if copying(self.ledger):
             raise refusal(ErrorCode.TASK_BUSY, "the branch is copying its source's events")
         if self.mirror.draining:
@@ -431,9 +404,8 @@ class TaskWorkflow:
             raise refusal(ErrorCode.TASK_BUSY, "history is long while the mirror catches up")
 
     def _single_writer(self) -> None:
-        """An agent task's agent is the single writer of its steps, events and end: outside
-        writes other than notes are refused (``run_by_agent``); input and cancel have their
-        own paths. Checked by validators only."""
+        """An agent task's agent is the single writer of its steps, events and end: outside writes
+        but notes are refused (``run_by_agent``). Validators only."""
         if self.ledger.state.start.agent is not None:
             raise refusal(
                 ErrorCode.RUN_BY_AGENT,
@@ -444,9 +416,8 @@ class TaskWorkflow:
 
     @workflow.update
     def create_task(self, input: TaskStart) -> WriteOutcome:
-        """Create the task (sent with the start by update-with-start). Returns ``created``
-        True for the creating request id; an existing task with the same goal is answered by
-        the validator (``DUPLICATE``, ``created`` False); another goal is ``task_exists``."""
+        """Create the task (sent with the start by update-with-start): ``created`` True for the
+        creating request id; the same goal again is ``DUPLICATE``, another goal ``task_exists``."""
         return self.ledger.create(input, workflow.now())
 
     @create_task.validator
@@ -501,15 +472,13 @@ class TaskWorkflow:
 
     @workflow.query
     def events(self, query: EventsQuery) -> EventsPage:
-        """This run's events with seq > ``after_seq``: at most ``limit`` of them and at most
-        ``max_bytes`` of JSON (never fewer than one event when one is left)."""
+        """This run's events (``pages.events_page``)."""
         return pages.events_page(self.ledger, query)
 
     @workflow.query
     def mirror_page(self, query: MirrorQuery) -> MirrorPage:
-        """The mirror activity's read: the view, the changed steps and the events of one page
-        in one query (``pages.mirror_page``), and whether the run waits for the mirror's
-        call to end (``MirrorPage.end``: closed, or continue-as-new suggested)."""
+        """The mirror activity's read of one page (``pages.mirror_page``), with whether the run
+        waits for the mirror call to end (``MirrorPage.end``)."""
         page = pages.mirror_page(self.ledger, query)
         page.end = self.ledger.closed or continue_suggested()
         return page
@@ -523,11 +492,8 @@ class TaskWorkflow:
 
     @workflow.signal
     def submit_input(self, answer: InputAnswer) -> None:
-        """An answer to an input request, fire and forget (``inbox.take_answer``): a repeat
-        is ignored, an answer naming a request not asked yet is kept for it, an answer bound
-        to no open request or an invalid one is recorded as rejected (an open request stays
-        open), one to a request that timed out is recorded as late. A finished task ignores
-        it."""
+        """An answer to an input request, fire and forget (``inbox.take_answer``); a finished task
+        ignores it."""
         if not self.ledger.closed:
             bound = workflow.patched(ANSWERS_BOUND)
             inbox.take_answer(self.ledger, answer, workflow.now(), bound=bound)
@@ -535,9 +501,8 @@ class TaskWorkflow:
 
     @workflow.update
     def respond(self, answer: InputAnswer) -> WriteOutcome:
-        """An answer to an input request, validated on arrival: accepted, or refused
-        (``input_not_requested``, ``input_invalid`` with the validation message) with nothing
-        recorded."""
+        """An answer to an input request, validated on arrival (``inbox.admit_respond``): accepted,
+        or refused with nothing recorded."""
         outcome = inbox.respond(self.ledger, answer, workflow.now())
         self._settle()
         return outcome
@@ -549,8 +514,7 @@ class TaskWorkflow:
 
     @workflow.update
     def retry_step(self, retry: StepRetry) -> WriteOutcome:
-        """Ask that an ``unknown`` or ``failed`` step of the agent run again when its code
-        reaches it (``retries.retry_step``: a decision citing the step, by who asked)."""
+        """Ask that an ``unknown`` or ``failed`` step run again (``retries.retry_step``)."""
         return retries.retry_step(self.ledger, retry, workflow.now())
 
     @retry_step.validator
@@ -584,7 +548,7 @@ class TaskWorkflow:
 
     def _check_lifecycle(self) -> None:
         """What every lifecycle write needs besides its own rules: admission, and a recorded
-        task (an agent task's agent sets its own status, asks and spawns)."""
+        task."""
         self._admit()
         self._single_writer()
 
@@ -604,8 +568,8 @@ class TaskWorkflow:
 
     @workflow.update
     def ask(self, input: AskInput) -> WriteOutcome:
-        """Open an input request of a recorded task: ``awaiting_input`` until its requests are
-        answered (by ``respond`` or ``submit_input``), then ``queued``."""
+        """Open an input request of a recorded task: ``awaiting_input`` until answered, then
+        ``queued``."""
         outcome = lifecycle.ask(self.ledger, input, workflow.now())
         self.set_status(TaskStatus.AWAITING_INPUT)
         self._settle()  # an answer kept from before the request took it already
@@ -618,8 +582,8 @@ class TaskWorkflow:
 
     @workflow.update
     async def spawn(self, input: SpawnInput) -> WriteOutcome:
-        """Start a child task of a recorded task (``start_child``); returns once its workflow
-        has started. Its end comes back by ``child_ended``."""
+        """Start a child task of a recorded task; returns once its workflow started (its end comes
+        back by ``child_ended``)."""
         outcome, child = lifecycle.spawn(self.ledger, input, workflow.now())
         refused = await self.start_child(child)
         if refused is not None:  # the child is recorded ended, as an agent's spawn records it
@@ -639,12 +603,12 @@ class TaskWorkflow:
 
     @workflow.query
     def resume_state(self) -> TaskState:
-        """The state a ``resume`` starts the task's next execution from (this run's
-        ``carry_over``): asked of a closed agent task's last run."""
+        """The state a ``resume`` starts from (``carry_over``), asked of a closed agent task's last
+        run."""
         return self.ledger.carry_over(workflow.info().run_id)
 
     @workflow.query
     def request_outcome(self, lookup: RequestLookup) -> WriteOutcome | None:
-        """The stored outcome of a request id whose digest matches, else None (lets a client
-        answer a retried write after the task's workflow has closed)."""
+        """The stored outcome of a request id whose digest matches, else None (answers a retried
+        write after the workflow closed)."""
         return self.ledger.request_outcome(lookup)

@@ -1,40 +1,20 @@
-"""Approval before a tool runs: the rules and texts of an approval request (the step machinery,
-``StepRunner.step``, runs them).
+"""Approval before a tool runs: the rules and texts of an approval request (``StepRunner.step`` runs
+them; the person's side is in ``docs/agent-tasks.md``).
 
-A tool registered as needing approval (``activities.tools.tool(approval=...)``: always, or by a
-predicate on its arguments) is asked about before its call is scheduled, in this order:
+A tool registered with ``approval`` (``activities.tools.tool``) is asked about before its call is
+scheduled:
 
-1. The call's ``tool_call`` event is recorded, with the model's arguments.
-2. The worker checks the call (the ``APPROVAL_ACTIVITY``): the arguments against the tool's
-   argument model (invalid: the step fails without asking, with the message the tool itself
-   would have failed it with) and the tool's predicate on them (whether to ask), and writes the
-   Markdown description. The predicate is the worker's code, not workflow code: its outcome is
-   the activity's result, recorded in the history, so a replay (or a worker deployed later with
-   another predicate) decides the call as it was decided.
-3. An input request ``approve-{call seq}`` (``approval_input_id``) whose ``approval`` names the
-   tool, the step, the call's seq and call id, the idempotency key the approved call will run
-   with (the step's next attempt: ``workflows.steps.next_attempt``) and the description; its
-   answer's JSON Schema is ``approval_schema`` (``ApprovalChoice``). The task is
-   ``awaiting_input`` meanwhile; the step does not exist yet (or keeps the state of its last
-   attempt), so a cancel while it waits closes the request and runs nothing.
-4. The answer (by update, checked on arrival, or by signal, as every answer) is recorded as a
-   ``decision`` citing the call event, authored by whoever answered (``decision_statement``),
-   and the step starts its attempt (``in_progress``, under the key the request named):
-
-   - ``accept``: the step runs the call as the model made it; the model reads the tool's
-     result.
-   - ``edit``: a second ``tool_call`` event holds the person's arguments (the same call id);
-     the step runs that one. The model sees its own call as it made it, and a result that
-     says a person edited it, what ran and the tool's result (``activities.transcript``'s
-     ``EDITED``).
-   - ``answer``: nothing runs; the step ends ``completed`` with the answer as its result
-     event; the model reads that a person answered in the tool's place, then the answer
-     (``ANSWERED``).
-   - ``ignore``: nothing runs; the step ends ``failed`` with ``IGNORED`` as its result (the
-     model reads it: the tool was not run), followed by the person's reason when the answer
-     gives one (``text``: ``ignored_result``).
-
-Workflow code: deterministic.
+1. The ``tool_call`` event is recorded with the model's arguments.
+2. The worker checks the call (``APPROVAL_ACTIVITY``): the arguments against the tool's model
+   (invalid: the step fails without asking) and the tool's predicate; its result is in the history,
+   so a replay or a later worker decides the call as it was decided.
+3. An input request ``approve-{call seq}`` names the tool, step, call, the key the approved call
+   runs with (``workflows.steps.next_attempt``) and the description; its answer's schema is
+   ``approval_schema``. The task is ``awaiting_input``; a cancel closes it and runs nothing.
+4. The answer is recorded as a ``decision`` citing the call (``decision_statement``), then:
+   ``accept`` runs the call; ``edit`` records a second ``tool_call`` with the person's arguments and
+   runs it (``EDITED``); ``answer`` completes the step with the answer (``ANSWERED``); ``ignore``
+   fails it with ``IGNORED`` and the reason, if any.
 """
 
 from __future__ import annotations
@@ -78,15 +58,14 @@ APPROVAL_ACTIVITY = "tool_approval"
 APPROVAL_CHECK_TIMEOUT = timedelta(seconds=30)
 """Longest run of the check (it reads the call back and runs the tool's predicate)."""
 APPROVAL_CHECK_RETRY = RetryPolicy(maximum_attempts=5)
-"""The check is retried when the worker cannot read the call back (a predicate that raises
-is the check's answer, not a retry: the step fails with it)."""
+"""The check is retried when the worker cannot read the call back; a predicate that raises fails the
+step."""
 IGNORED = "a person chose not to run this call: the tool was not run"
 """The result of an ignored call (the model reads it)."""
 
 
 APPROVAL_EXPIRED = inbox.EXPIRED
-"""Why an approval request closed when its expiry passed unanswered (the request's entry in
-``closed_inputs``: a later answer is refused ``input_closed`` saying so)."""
+"""Why an approval request closed when its expiry passed unanswered (``closed_inputs``)."""
 
 
 class ApprovalCheck(BaseModel):
@@ -99,7 +78,7 @@ class ApprovalCheck(BaseModel):
     error: str | None = None
     """The arguments fail the tool's model: the step fails with this, nobody is asked."""
     digest: str | None = None
-    """The call's digest (``call_digest``); None from workers deployed before it."""
+    """The call's digest (``call_digest``); None from older workers."""
 
 
 class ApprovalExpired(AgentError):
@@ -107,10 +86,9 @@ class ApprovalExpired(AgentError):
 
 
 def call_digest(tool: str, arguments: str, key: str) -> str:
-    """The digest a person approves a call by: SHA-256 hex of ``{"arguments": ...,
-    "idempotency_key": key, "tool": tool}`` as canonical JSON (keys sorted, no spaces, UTF-8
-    unescaped), the arguments parsed from their JSON text ``arguments`` (text that is not JSON
-    counts as a string). The same call under another key (a new attempt) has another digest."""
+    """The digest a person approves a call by: SHA-256 hex of canonical JSON ``{"arguments",
+    "idempotency_key", "tool"}``, the arguments parsed from ``arguments`` (text that is not JSON
+    counts as a string). Another key (a new attempt) gives another digest."""
     try:
         parsed: JsonValue = json.loads(arguments or "{}")
     except ValueError:
@@ -125,8 +103,7 @@ def call_digest(tool: str, arguments: str, key: str) -> str:
 
 
 def expired_result(deadline: datetime) -> str:
-    """The result of a call whose approval request expired at ``deadline`` (the model reads
-    it)."""
+    """The result of a call whose approval request expired at ``deadline`` (the model reads it)."""
     return (
         f"the approval request expired at {deadline.isoformat()} without the decisions it "
         "needed: the tool was not run"
@@ -151,14 +128,10 @@ def approval_prompt(tool: str) -> str:
 def approval_schema(
     parameters: dict[str, JsonValue], ask: ApprovalAsk | None = None
 ) -> dict[str, Any]:
-    """The JSON Schema of an approval's answer (``ApprovalChoice``) for a tool whose arguments
-    have the JSON Schema ``parameters`` (its argument model's): ``type`` one of ``accept``,
-    ``edit`` (with ``arguments``, which must satisfy ``parameters``), ``answer`` (with
-    ``text``) and ``ignore``. The tool's ``$defs`` move to the root, so the references a
-    pydantic model's schema holds (``#/$defs/...``) resolve in the answer's schema. For a
-    request ``ask`` that names its call's digest, the answer must carry a ``digest`` (which
-    must be that one: ``approval_stale``); one that needs more than one approver takes no
-    ``edit`` (the edited call would need approvals of its own)."""
+    """The JSON Schema of an approval's answer (``ApprovalChoice``) for a tool whose argument schema
+    is ``parameters``: ``type`` ``accept``, ``edit`` (``arguments`` satisfying ``parameters``, its
+    ``$defs`` moved to the root), ``answer`` (``text``) or ``ignore``. With ``digest`` the answer
+    must carry it; a call needing several approvers takes no ``edit``."""
     arguments = {k: v for k, v in parameters.items() if k != "$defs"} or {"type": "object"}
     several = ask is not None and ask.approvers > 1
     choices = ["accept", "answer", "ignore"] if several else ["accept", "edit", "answer", "ignore"]
@@ -212,19 +185,14 @@ def decision_statement(choice: ApprovalChoice, ask: ApprovalAsk) -> str:
 
 
 class Approvals:
-    """The approval of a call before it runs, over the agent's ``Runner`` (``StepRunner``
-    has one and asks it before a call of a tool that needs approval).
-
-    Args:
-        runner: the agent's runner (the ledger, the cancellation rule, the waits).
-    """
+    """The approval of a call before it runs, over the agent's ``runner`` (``StepRunner`` asks
+    it)."""
 
     def __init__(self, runner: Runner) -> None:
         self.runner = runner
 
     def approval_of(self, name: str) -> InputRequest | None:
-        """The open approval request of step ``name`` (asked before this run continued as
-        new: the agent, called again from the top, waits on it again)."""
+        """The open approval request of step ``name``, asked before this run continued as new."""
         found = (
             r
             for r in self.runner.ledger.state.inputs
@@ -248,9 +216,8 @@ class Approvals:
         )
 
     async def _approval_answer(self, asked: InputRequest) -> Event:
-        """Wait for the answer to the approval request ``asked`` (until its deadline, if it
-        has one) and return its ``input_response`` event (taken in this run: the wait ends in
-        the workflow task that takes the answer, before any continue-as-new).
+        """Wait for the answer to ``asked`` (until its deadline, if any) and return its
+        ``input_response`` event.
 
         Raises:
             ApprovalExpired: the deadline passed first (the request is closed ``expired``).
@@ -283,17 +250,13 @@ class Approvals:
         call_seq: int,
         asked: InputRequest | None,
     ) -> tuple[int, tuple[StepState, str] | None]:
-        """Ask a person about the call recorded as ``call_seq`` (``asked``: the request is
-        open already) and record the choice (``workflows.agents.approvals``: the worker's
-        check first, the request, the decision). Returns the seq of the call to run (the
-        edited one's for ``edit``) and, when it does not run, the state and result the step
-        ends with.
+        """Ask a person about the call recorded as ``call_seq`` (``asked``: a request open already)
+        and record the choice. Returns the seq of the call to run (the edited one for ``edit``) and,
+        when it does not run, the state and result its step ends with.
 
-        A request that names an expiry (the tool's ``approval_expires_s``) is closed
-        ``expired`` when it passes unanswered (a workflow timer): the step fails and the model
-        reads why (``expired_result``). A tool with ``approvers`` over 1 is asked again, each
-        request naming who accepted so far, until that many distinct people accepted; an
-        ``answer`` or ``ignore`` by any of them decides at once.
+        An expiry (``approval_expires_s``) closes the request ``expired`` and fails the step
+        (``expired_result``); a tool with ``approvers`` over 1 is asked again until that many
+        distinct people accepted, while an ``answer`` or ``ignore`` decides at once.
 
         Raises:
             AgentParked: the task is to continue-as-new (the request stays open).

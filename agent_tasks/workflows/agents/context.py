@@ -1,11 +1,8 @@
-"""The context agent code runs with (``AgentContext``): steps and model turns (the step
-machinery it has, ``workflows.agents.steps``), progress events, checkpoints, input requests and
-child tasks.
+"""The context agent code runs with (``AgentContext``): steps and model turns
+(``workflows.agents.steps``), progress events, checkpoints, input requests and child tasks.
 
-An agent keeps its progress in ``AgentRun`` (budget counters and ``state``), carried across
-continue-as-new: when Temporal suggests continue-as-new the next ``checkpoint()`` parks the
-agent, the task continues as new, and the agent function is called again from the top with
-its carried state.
+Progress is carried in ``AgentRun`` across continue-as-new: once it is suggested, the next
+``checkpoint()`` parks the agent and the agent function is called again from the top.
 """
 
 from __future__ import annotations
@@ -88,12 +85,8 @@ _NO_DEFAULT: Any = object()
 
 
 class AgentContext:
-    """What agent code runs with: steps, events, the model, budgets and its carried state.
-
-    It has the step machinery (``StepRunner``: tool calls as steps, approvals, model turns,
-    budgets, cancellation) and calls the ledger and the task's workflow directly for what it
-    records itself (events, checkpoints, input requests, child tasks); every public method
-    is declared here.
+    """What agent code runs with: steps, events, the model, budgets and its carried state; every
+    public method is declared here, over the step machinery (``StepRunner``) and the ledger.
 
     Args:
         ledger: the task's ledger (the one write path).
@@ -143,8 +136,8 @@ class AgentContext:
 
     @property
     def checkpoint_due(self) -> bool:
-        """Set by the workflow when continue-as-new is due: the next ``checkpoint()`` (or a
-        wait for an answer or for children) parks."""
+        """Set by the workflow when continue-as-new is due: the next ``checkpoint()`` or wait
+        parks."""
         return self._runner.checkpoint_due
 
     @checkpoint_due.setter
@@ -166,9 +159,8 @@ class AgentContext:
         full_length: int | None = None,
         full_sha256: str | None = None,
     ) -> StepOutcome:
-        """Run ``tool`` as the step ``name``, memoized (``StepRunner.step``: its rules, the
-        approval of a tool that needs one, arguments that are a cut of a longer text
-        (``full_length``, ``full_sha256``), what it raises)."""
+        """Run ``tool`` as the step ``name``, memoized (``StepRunner.step`` has the rules and
+        errors)."""
         return await self._steps.step(
             name,
             tool,
@@ -194,14 +186,13 @@ class AgentContext:
 
     async def model_turn(self) -> ModelTurn:
         """Call the model with the task's events so far and record its answer
-        (``StepRunner.model_turn``: the budgets it counts, what it raises)."""
+        (``StepRunner.model_turn``)."""
         return await self._steps.model_turn()
 
     async def checkpoint(self) -> None:
-        """A point where the agent may stop and start over in the next run (its progress is in
-        ``state`` and the ledger): it parks once continue-as-new is due (``checkpoint_due``, or
-        suggested by Temporal: ``PARK_ON_SUGGESTION``) and it did new work in this run. Checks
-        the time budget.
+        """A point where the agent may stop and start over in the next run: it parks once
+        continue-as-new is due (or suggested: ``PARK_ON_SUGGESTION``) and it did new work in this
+        run. Checks the time budget.
 
         Raises:
             AgentParked: the task is to continue-as-new.
@@ -242,17 +233,15 @@ class AgentContext:
         timeout: timedelta | None = None,  # noqa: ASYNC109 (a workflow timer, not asyncio's)
         default: JsonValue = _NO_DEFAULT,
     ) -> JsonValue:
-        """Ask a person for input and wait (minutes or weeks) for the answer: status
-        ``awaiting_input``, an ``input_request`` event, the open request in the view and Neo4j.
-        The answer comes by the ``submit_input`` signal or the ``respond`` update and must
-        satisfy ``schema`` (a JSON Schema, or a pydantic model's); an answer that came before
-        the request is taken at once. Memoized by ``input_id``: asked again (after a checkpoint
-        or a resume) it returns the recorded answer.
+        """Ask a person for input and wait (minutes or weeks): ``awaiting_input``, an
+        ``input_request`` event, the request in the view. The answer comes by ``submit_input`` or
+        ``respond`` and must satisfy ``schema``; an early answer is taken at once. Memoized by
+        ``input_id``: asked again (after a checkpoint or resume) it returns the recorded answer.
 
         Args:
             input_id: the request's name, unique in the task.
             prompt: what is asked.
-            schema: what the answer must satisfy; None: any JSON value.
+            schema: a JSON Schema or a pydantic model; None: any JSON value.
             timeout: how long to wait (workflow time); None: for ever.
             default: returned when the timeout passes; without one the timeout raises.
 
@@ -306,10 +295,8 @@ class AgentContext:
         agent: AgentSpec | None = None,
         mode: FailureMode = "propagate",
     ) -> str:
-        """Start a child task (a child workflow of the same type, named ``{this task}/{key}``)
-        and return its name; its end comes back by a signal and is recorded as a
-        ``child_result`` event. Idempotent by ``key``: spawned again (a retry, a replay, after a
-        checkpoint) it starts nothing.
+        """Start a child task named ``{this task}/{key}`` and return its name; its end comes back as
+        a ``child_result`` event. Idempotent by ``key``.
 
         Args:
             key: the spawn key, unique in the task (1 to 100 characters, no ``/``).
@@ -318,9 +305,8 @@ class AgentContext:
             mode: what the child's failure does to ``wait_children``.
 
         Raises:
-            SpawnRefused: past ``MAX_CHILDREN`` children or ``MAX_DEPTH`` levels, or the child's
-                workflow id is taken by another task (the child is recorded as ended
-                ``failed``, with why, so a wait for it does not wait for ever).
+            SpawnRefused: past ``MAX_CHILDREN`` or ``MAX_DEPTH``, or the child's workflow id is
+                taken (the child is recorded ``failed``, so no wait hangs on it).
             asyncio.CancelledError: the task was cancelled.
         """
         self._runner.stop_if_cancelled()
@@ -369,15 +355,13 @@ class AgentContext:
     async def wait_children(
         self, keys: Sequence[str] | None = None, *, first: bool = False
     ) -> list[ChildOutcome]:
-        """Wait (status ``awaiting_children``) until every child of ``keys`` (default: all
-        spawned) has ended, or with ``first`` until one has; returns the ended ones' outcomes,
-        except those spawned with ``mode="ignore"``.
+        """Wait (``awaiting_children``) until every child of ``keys`` (default: all) has ended, or
+        with ``first`` one; returns their outcomes, except ``mode="ignore"`` ones.
 
         Raises:
             ChildFailed: an ended child spawned with ``mode="propagate"`` did not end ``done``.
             KeyError: a key names no spawned child.
-            AgentParked: the task is to continue-as-new (the children go on; their ends come
-                to the next run).
+            AgentParked: the task is to continue-as-new (the children's ends come to the next run).
             asyncio.CancelledError: the task was cancelled.
         """
         self._runner.stop_if_cancelled()
@@ -419,8 +403,8 @@ class AgentContext:
 
 
 def child_name(parent: str, key: str) -> str:
-    """A spawned child's task name: ``{parent}/{key}``, or, when that passes 200 characters,
-    its first 183 characters, ``~`` and 16 hex of the full name's SHA-256."""
+    """A spawned child's task name: ``{parent}/{key}``, or past 200 characters its first 183, ``~``
+    and 16 hex of the full name's SHA-256."""
     name = f"{parent}/{key}"
     if len(name) <= 200:
         return name

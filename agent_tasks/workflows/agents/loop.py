@@ -13,22 +13,18 @@ from agent_tasks.workflows.patches import RESUME_OPEN_CALLS, SAME_CALL_SAME_KEY
 
 
 def step_name(round_: int, index: int, tool: str) -> str:
-    """The tool loop's name of a step: ``r{round:05d}.{index}:{tool}`` with ``/`` and control
-    characters replaced by ``_``, cut to 100 characters (a model may name any tool)."""
+    """The tool loop's step name: ``r{round:05d}.{index}:{tool}``, ``/`` and control characters as
+    ``_``, cut to 100 characters."""
     name = f"r{round_:05d}.{index}:{tool}"
     return "".join("_" if c == "/" or ord(c) < 32 or 127 <= ord(c) < 160 else c for c in name)[:100]
 
 
 @agent("tool_loop")
 async def tool_loop(ctx: AgentContext) -> str:
-    """The ready tool-calling loop: the model answers with tool calls or a final answer; each
-    tool call runs as a step and its result goes back to the model with the transcript; the
-    final answer (a turn without tool calls) finishes the task ``done``. A turn whose calls a
-    continue-as-new interrupted (one waiting for approval) is resumed first: its calls run by
-    their step names (ended ones passed over, the waiting one on its same request) before the
-    model is called again (``RESUME_OPEN_CALLS``). A call of the same tool with the same
-    arguments as one whose step ended ``unknown`` runs as that step, under its key
-    (``SAME_CALL_SAME_KEY``)."""
+    """The ready tool-calling loop: each tool call the model asks for runs as a step and its result
+    goes back with the transcript; a turn without calls finishes the task ``done``. A turn a
+    continue-as-new interrupted is resumed first (``RESUME_OPEN_CALLS``), and a call identical to
+    one that ended ``unknown`` runs as that step (``SAME_CALL_SAME_KEY``)."""
     if ctx.run.open_calls:  # carried by a run parked inside its turn
         await run_calls(ctx, ctx.run.open_calls, resumed=True)
     while True:
@@ -42,17 +38,12 @@ async def tool_loop(ctx: AgentContext) -> str:
 
 
 async def run_calls(ctx: AgentContext, calls: list[ToolCall], *, resumed: bool = False) -> None:
-    """Run the current turn's ``calls`` (round ``round_base + rounds``) as steps, one after the
-    other, then clear ``AgentRun.open_calls``. ``resumed``: the calls of a turn an earlier run
-    parked in; those whose steps ended there (completed, failed or unknown: their results are
-    in the transcript) are passed over, never run or recorded again. A call identical to one
-    whose step ended ``unknown`` (``AgentRun.unknown_calls``) is a retry of that step: a
-    ``decision`` citing it, then the step run again under its idempotency key (its attempt
-    kept), so a tool or server that deduplicates by the key performs the effect once.
+    """Run the turn's ``calls`` as steps in order, then clear ``AgentRun.open_calls``. With
+    ``resumed``, calls whose steps ended in an earlier run are passed over. A call identical to one
+    whose step ended ``unknown`` is a retry of that step under its key (``StepRunner.retry``).
 
     Raises:
-        AgentParked: the task is to continue-as-new while a call waits for approval (the
-            calls stay open for the next run).
+        AgentParked: the task is to continue-as-new while a call waits for approval.
     """
     round_ = ctx.run.round_base + ctx.run.rounds
     for index, call in enumerate(calls):
@@ -83,8 +74,7 @@ async def run_calls(ctx: AgentContext, calls: list[ToolCall], *, resumed: bool =
 
 
 async def _step(ctx: AgentContext, name: str, call: ToolCall, call_id: str) -> StepOutcome:
-    """Run ``call`` as the step ``name`` (with the full length of arguments the model call
-    cut: ``ToolCall.arguments_full_length``)."""
+    """Run ``call`` as the step ``name`` (with ``ToolCall.arguments_full_length``)."""
     return await ctx.step(
         name,
         call.name,
@@ -96,10 +86,8 @@ async def _step(ctx: AgentContext, name: str, call: ToolCall, call_id: str) -> S
 
 
 def _same_unknown_call(ctx: AgentContext, name: str, call: ToolCall) -> str | None:
-    """The step an earlier call of the same tool with the same arguments ran as, when it
-    ended ``unknown`` and nobody ran it again since (``AgentRun.unknown_calls``): the call
-    ``name`` is to run as it (kept in ``AgentRun.claimed_calls`` for a run that resumes the
-    turn). None: run the call as its own step."""
+    """The step an identical earlier call ran as, if it ended ``unknown`` and was not run since
+    (``AgentRun.unknown_calls``; kept in ``claimed_calls``); None: a step of its own."""
     same = ctx.run.unknown_calls.get(call_digest(call.name, call.arguments, ""))
     if same is None:
         return None

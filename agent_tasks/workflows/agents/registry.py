@@ -1,12 +1,10 @@
 """The registries of agent tasks: agent code by name, and the worker's tools by the specs the
 workflow schedules them by.
 
-Agent functions are registered (``agent``) when their modules are imported on the worker, and
-by whatever replays their histories; this package is passed through the workflow sandbox, so
-the workflow finds them by name. Tools are the worker's (``activities.tools``): each run of an
-agent asks the worker for the specs of its tools once, by a local activity (``agent_tools``),
-so the history records them and a replay, or a worker deployed later with other tools, decides
-every step as it was decided.
+Agent functions register (``agent``) when their modules are imported, on the worker and in a replay;
+this package passes through the sandbox, so the workflow finds them by name. Each run asks the
+worker for its tools' specs once, by an activity (``agent_tools``), so a replay or a later worker
+decides every step as it was decided.
 """
 
 from __future__ import annotations
@@ -35,29 +33,25 @@ MCP_LIST_ACTIVITY = "mcp_list_tools"
 MCP_LIST_TIMEOUT = timedelta(seconds=60)
 """Longest listing attempt (it starts a stdio server or opens an HTTP session)."""
 MCP_LIST_HEARTBEAT = timedelta(seconds=10)
-"""Heartbeat timeout of a listing (``MCP_LIST_CANCEL``): it beats every second, so a cancel of
-the task reaches it within about a second (a cancel reaches an activity only in a heartbeat's
-answer), and a listing whose worker died is retried this long after its last beat, not after
-``MCP_LIST_TIMEOUT``."""
+"""Heartbeat timeout of a listing (``MCP_LIST_CANCEL``): it beats every second, so a cancel reaches
+it at once and a dead worker's listing is retried this soon."""
 MCP_LIST_RETRY = RetryPolicy(maximum_attempts=3, non_retryable_error_types=["McpServerRefused"])
-"""A listing is read-only: retried (an unreachable server fails the run's start of agent)."""
+"""A listing is read-only: retried (an unreachable server fails the agent's start)."""
 MCP_OPEN_ACTIVITY = "mcp_open_session"
-"""Activity: open a stateful MCP server's session on the worker that takes it (the task's
-queue); its result is the task queue of that worker's sessions (``McpSessions``)."""
+"""Activity: open a stateful MCP server's session on the worker that takes it; its result is that
+worker's session task queue (``McpSessions``)."""
 MCP_CLOSE_ACTIVITY = "mcp_close_session"
 """Activity: close the run's session of a stateful MCP server, on its worker's queue."""
 MCP_SESSION_LOST = "McpSessionLost"
-"""The error of a stateful server's call whose session is gone (its worker stopped, or the
-server ended it): the step fails with it, and the next call opens a new session."""
+"""The error of a stateful server's call whose session is gone: the step fails, the next call opens
+a new session."""
 MCP_SESSION_START = timedelta(seconds=10)
-"""Schedule-to-start timeout of a session's activities on its worker's queue: a queue nobody
-polls any more (the worker died) fails the listing, the call or the close this soon (a call
-that started keeps its own start-to-close and heartbeat timeouts)."""
+"""Schedule-to-start timeout of a session's activities: a queue nobody polls (the worker died) fails
+the listing, call or close this soon."""
 
 
 class ToolSpec(BaseModel):
-    """What the workflow needs to know of a tool to run it as a step (the implementation is
-    registered on the worker: ``activities.tools``)."""
+    """What the workflow needs to know of a tool to run it as a step (``activities.tools``)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -68,36 +62,33 @@ class ToolSpec(BaseModel):
     parameters: dict[str, JsonValue] = Field(default_factory=dict)
     """JSON Schema of the arguments (for the model)."""
     idempotent: bool = False
-    """True: the tool is retried by its retry policy (with the same idempotency key). False:
-    it runs at most once; a worker that dies during it leaves the step ``unknown``."""
+    """True: retried by its policy under the same key; False: runs at most once (a dead worker
+    leaves the step ``unknown``)."""
     start_to_close_s: float = Field(default=60.0, gt=0)
     """Longest run of one attempt (seconds)."""
     heartbeat_s: float | None = Field(default=None, gt=0)
-    """Heartbeat timeout (seconds): a tool that heartbeats is noticed dead this soon (and sees
-    its cancellation); None: it does not heartbeat."""
+    """Heartbeat timeout (seconds); None: the tool does not heartbeat."""
     max_attempts: int = Field(default=3, ge=1)
     """Attempts of an idempotent tool (1 s doubling between them)."""
     approval: bool = False
-    """True: a person may have to approve each call before it runs (always, or as the tool's
-    predicate on the call's arguments says: the worker's ``tool_approval`` check decides;
-    ``workflows.agents.approvals``). Added later: old specs decode without it."""
+    """True: a person may have to approve each call (the worker's ``tool_approval`` check decides;
+    ``workflows.agents.approvals``)."""
     approval_expires_s: float | None = Field(
         default=None, gt=0, exclude_if=lambda value: value is None
     )
-    """Seconds an approval request stays open (a workflow timer); then it closes
-    ``expired`` and the call does not run. None: it waits for ever. Added later."""
+    """Seconds an approval request stays open (a timer); then it closes ``expired``. None: for
+    ever."""
     approvers: int = Field(default=1, ge=1, le=10, exclude_if=lambda value: value == 1)
-    """Distinct people who accept a call before it runs. Added later."""
+    """Distinct people who accept a call before it runs."""
     mcp: McpCall | None = Field(default=None, exclude_if=lambda value: value is None)
-    """An MCP server's tool (``AgentSpec.mcp_servers``): run by the ``mcp_call_tool``
-    activity, not ``tool.{name}``. Added later: None for the worker's own tools."""
+    """An MCP server's tool, run by ``mcp_call_tool``; None for the worker's own tools."""
 
     def activity(self) -> str:
         """The activity that runs a call: ``tool.{name}``, or ``MCP_CALL_ACTIVITY``."""
         return TOOL_ACTIVITY_PREFIX + self.name if self.mcp is None else MCP_CALL_ACTIVITY
 
     def retry_policy(self) -> RetryPolicy:
-        """The activity's retry policy: ``max_attempts`` if idempotent, else one attempt.
+        """The activity's retry policy: ``max_attempts`` if idempotent, else one attempt;
         ``ToolArgumentsInvalid`` is never retried."""
         return RetryPolicy(
             initial_interval=timedelta(seconds=1),
@@ -107,17 +98,15 @@ class ToolSpec(BaseModel):
 
 
 OUTCOME_UNKNOWN = "ToolOutcomeUnknown"
-"""ApplicationError type of a call whose effect is unknown (it was sent, and no answer of the
-server's own came back or could be read: ``activities.mcp``, ``activities.http_tool``): retried
-under the same key by an idempotent tool's policy; the last attempt's ends the step
-``unknown``, as a dead worker leaves it."""
+"""ApplicationError type of a call sent without a readable answer (``activities.mcp``,
+``activities.http_tool``): an idempotent tool retries it under the same key; the last attempt ends
+the step ``unknown``."""
 TOOL_ARGUMENTS_INVALID = "ToolArgumentsInvalid"
 """ApplicationError type of a tool call whose arguments fail the tool's model."""
 
 
 AgentFunction = Callable[..., Awaitable[str]]
-"""Agent code: gets its ``AgentContext``, returns the final answer (the task ends ``done``
-with it)."""
+"""Agent code: gets its ``AgentContext``, returns the final answer (the task ends ``done``)."""
 _Agent = TypeVar("_Agent", bound=AgentFunction)
 _T = TypeVar("_T")
 
@@ -149,8 +138,8 @@ def agent_function(name: str) -> AgentFunction | None:
 
 
 def mcp_offers(tools: Mapping[str, ToolSpec]) -> list[ToolOffer]:
-    """The MCP servers' tools among ``tools``, as the model is offered them
-    (``ModelInput.mcp_tools``: no worker registers their specs)."""
+    """The MCP servers' tools among ``tools`` as the model is offered them
+    (``ModelInput.mcp_tools``)."""
     return [
         ToolOffer(name=t.name, description=t.description, parameters=t.parameters)
         for t in tools.values()
@@ -159,9 +148,8 @@ def mcp_offers(tools: Mapping[str, ToolSpec]) -> list[ToolOffer]:
 
 
 class McpSessions:
-    """The sessions of an agent run's stateful MCP servers (``McpServer.stateful``), workflow
-    side: the task queue of the worker holding each, by server name, as the result of the
-    activity that opened it (``MCP_OPEN_ACTIVITY``) recorded it in the history."""
+    """The sessions of an agent run's stateful MCP servers, workflow side: the task queue of the
+    worker holding each, as ``MCP_OPEN_ACTIVITY`` recorded it."""
 
     def __init__(self) -> None:
         self.queues: dict[str, str] = {}
@@ -169,10 +157,9 @@ class McpSessions:
         self._opening = asyncio.Lock()
 
     async def options(self, server: McpServer) -> dict[str, Any]:
-        """The activity options of a listing or call of ``server``: none for a stateless
-        server; else its session's worker's ``task_queue`` and ``MCP_SESSION_START`` as the
-        schedule-to-start timeout, the session opened first when the run has none (steps
-        started together wait for one opening).
+        """The activity options of a listing or call of ``server``: none when stateless; else its
+        session worker's ``task_queue`` and ``MCP_SESSION_START``, opening the session first if
+        needed.
 
         Raises:
             ActivityError: the session could not be opened (``McpServerUnavailable``).
@@ -206,10 +193,8 @@ class McpSessions:
         }
 
     def lost(self, server: McpServer, err: ActivityError) -> bool:
-        """Whether ``err`` (of a listing or call of ``server``) means its session is gone: no
-        worker took the activity within ``MCP_SESSION_START`` (the queue's worker stopped), or
-        the worker had no session for the run (``MCP_SESSION_LOST``). The session is
-        forgotten: the next use of the server opens a new one."""
+        """Whether ``err`` means ``server``'s session is gone (no worker took the activity in
+        ``MCP_SESSION_START``, or ``MCP_SESSION_LOST``); the session is then forgotten."""
         cause = err.cause
         gone = (
             isinstance(cause, TimeoutError) and cause.type is TimeoutType.SCHEDULE_TO_START
@@ -219,8 +204,7 @@ class McpSessions:
         return gone and server.stateful
 
     async def close(self) -> None:
-        """Close every open session (``MCP_CLOSE_ACTIVITY`` on its worker's queue); one whose
-        worker is gone is gone with it (the failure is dropped)."""
+        """Close every open session on its worker's queue; a gone worker's failure is dropped."""
         for name, queue in sorted(self.queues.items()):
             with contextlib.suppress(ActivityError):
                 await workflow.execute_activity(
@@ -235,13 +219,9 @@ class McpSessions:
 
 
 async def agent_tools(spec: AgentSpec, sessions: McpSessions) -> dict[str, ToolSpec]:
-    """The worker's specs of the agent's tools, by an activity (recorded in the history: a
-    replay, or a worker deployed later with other tools, gets the same answer; runs recorded
-    before ``TOOL_SPECS_BY_ACTIVITY`` used a local activity). A tool the worker lacks is
-    missing (its steps fail with that as their result). Each MCP server of the spec is
-    listed by an activity too (``MCP_LIST_ACTIVITY``): its tools for this run, as the history
-    records them. A stateful server's session is opened first and listed on its worker's
-    queue (``sessions``: the run's, ``McpSessions``)."""
+    """The worker's specs of the agent's tools by an activity (``TOOL_SPECS_BY_ACTIVITY``), and each
+    MCP server's tools by ``MCP_LIST_ACTIVITY`` (a stateful one on its session's queue). A tool the
+    worker lacks is missing: its steps fail saying so."""
     timeout = timedelta(seconds=10)
     answer: ToolSpecs
     if workflow.patched(TOOL_SPECS_BY_ACTIVITY):
@@ -271,10 +251,8 @@ async def agent_tools(spec: AgentSpec, sessions: McpSessions) -> dict[str, ToolS
 
 
 async def _listed(server: McpServer, options: Mapping[str, Any]) -> ToolSpecs:
-    """The listing of ``server`` (``MCP_LIST_CANCEL``): it heartbeats (``MCP_LIST_HEARTBEAT``),
-    and a cancel request of the task cancels it and waits for it to end (the activity stops
-    the server's program or closes its session), so the task's cancel does not wait for a
-    slow listing and its retries (``until_cancelled``).
+    """The listing of ``server`` (``MCP_LIST_CANCEL``): it heartbeats, and a cancel of the task
+    cancels it (``until_cancelled``).
 
     Raises:
         ActivityError: the listing failed (its last attempt's error) or was cancelled.
@@ -294,9 +272,8 @@ async def _listed(server: McpServer, options: Mapping[str, Any]) -> ToolSpecs:
 
 
 async def until_cancelled(handle: workflow.ActivityHandle[_T]) -> _T:
-    """The result of the activity ``handle`` (one that heartbeats, scheduled with
-    ``WAIT_CANCELLATION_COMPLETED``), cancelled when a cancel request of the task comes first,
-    after its cancelled end (the activity stops what it started).
+    """The result of ``handle`` (a heartbeating activity with ``WAIT_CANCELLATION_COMPLETED``), or
+    its cancelled end when the task's cancel request comes first.
 
     Raises:
         ActivityError: the activity failed (its last attempt's error) or was cancelled.

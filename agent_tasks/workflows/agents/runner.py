@@ -1,7 +1,6 @@
-"""What agent code's machinery stands on (``Runner``, which ``AgentContext``, its
-``StepRunner`` and its ``Approvals`` each hold, the same one): the one cancellation rule, the
-activities agent code awaits, the waits for an answer, and the ledger writes of a step (its
-events, its moves, its end).
+"""What agent code's machinery stands on (``Runner``, shared by ``AgentContext``, ``StepRunner`` and
+``Approvals``): the cancellation rule, awaited activities, waits for an answer, and a step's ledger
+writes.
 """
 
 from __future__ import annotations
@@ -36,8 +35,7 @@ from agent_tasks.workflows.ledger import Ledger
 from agent_tasks.workflows.patches import CANCEL_RULE
 
 READ_EVENT_ACTIVITY = "read_event"
-"""Activity name of the read of one event's payload (a memoized step's result of an earlier
-run)."""
+"""Activity name of the read of one event's payload (a memoized step's result of an earlier run)."""
 _R = TypeVar("_R")
 
 
@@ -81,8 +79,7 @@ class AgentHost(Protocol):
         ...
 
     async def start_child(self, start: TaskStart) -> str | None:
-        """Start the child task ``start`` describes; returns None once started, else why it
-        could not start (its workflow id is taken by another task)."""
+        """Start the child task ``start`` describes; None once started, else why not (id taken)."""
         ...
 
 
@@ -95,8 +92,7 @@ class Runner:
         run: the agent's carried progress.
         tools: the worker's specs of the tools the agent may call (``TOOL_SPECS_ACTIVITY``).
         host: the task's workflow (status, children, cancellation).
-        sessions: the run's stateful MCP sessions (``McpSessions``; the workflow closes them
-            when the run ends); None: a new, empty set.
+        sessions: the run's stateful MCP sessions; None: a new, empty set.
     """
 
     def __init__(
@@ -118,18 +114,15 @@ class Runner:
         self.running: set[workflow.ActivityHandle[Any]] = set()
         """The activities agent code awaits now (tools, the model): what a cancel cancels."""
         self.progressed = False
-        """True once agent code did new work in this run (ran a step or the model): until
-        then it only replays what earlier runs memoized, and ``checkpoint()`` does not park
-        (``PROGRESS_BEFORE_PARKING``)."""
+        """True once agent code ran a step or the model in this run; until then ``checkpoint()``
+        does not park (``PROGRESS_BEFORE_PARKING``)."""
         self.checkpoint_due = False
-        """Set by the workflow when continue-as-new is due: the next ``checkpoint()`` (or a
-        wait for an answer) parks."""
+        """Set by the workflow when continue-as-new is due: the next ``checkpoint()`` or wait
+        parks."""
 
     def cancelled(self) -> bool:
-        """True once a cancel request reached the task (the one cancellation rule,
-        ``CANCEL_RULE``): read as soon as Temporal delivers the request, before the workflow
-        has run anything for it, so agent code that goes on in the same workflow task starts
-        nothing."""
+        """True once a cancel request reached the task (``CANCEL_RULE``), as soon as Temporal
+        delivers it, so agent code in the same workflow task starts nothing."""
         if self.host.cancelling:
             return True
         return workflow.cancellation_reason() is not None and workflow.patched(CANCEL_RULE)
@@ -140,9 +133,8 @@ class Runner:
             raise asyncio.CancelledError("the task was cancelled")
 
     def cancel_running(self) -> None:
-        """Cancel the activities agent code awaits (the workflow's cancel): a tool that
-        heartbeats sees it at its next heartbeat, one that does not runs to its end (its
-        result is recorded); the model call is dropped at once."""
+        """Cancel the activities agent code awaits: a heartbeating tool sees it at its next
+        heartbeat, one that does not runs to its end (its result recorded)."""
         for handle in self.running:
             handle.cancel()
 
@@ -187,8 +179,8 @@ class Runner:
             self.host.set_status(TaskStatus.IN_PROGRESS)
 
     def append(self, event: EventInput, what: str) -> WriteOutcome:
-        """Record ``event`` in the ledger under a request id of ``what`` and the ledger's
-        write count (so a replay appends it once)."""
+        """Record ``event`` under a request id of ``what`` and the write count (a replay appends it
+        once)."""
         return self.ledger.append([event], f"{what}/{self.ledger.state.writes}", workflow.now())
 
     def move(
@@ -224,15 +216,13 @@ class Runner:
         )
 
     async def recorded(self, name: str, state: StepState, seq: int | None) -> StepOutcome:
-        """The outcome of a step that ended before as ``state`` (memoized: ``completed`` or
-        ``unknown``), its result as recorded."""
+        """The outcome of a step that ended before as ``state`` (``completed`` or ``unknown``)."""
         text = await self.payload(name, seq or 0)
         return StepOutcome(step_name=name, state=state, text=text, result_event_seq=seq or 0)
 
     async def payload(self, name: str, seq: int) -> str:
-        """The payload of event ``seq``: from this run's events, or by an activity from where
-        the task keeps earlier runs' (``seq`` 0: the result of step ``name``, whose earlier run
-        carried no result seq: the activity finds it by name)."""
+        """The payload of event ``seq``: from this run, or by an activity from where earlier runs'
+        events are kept (``seq`` 0: found by step ``name``)."""
         held = [e.payload for e in self.ledger.run_events if e.seq == seq]
         if held:
             return held[0]
@@ -252,8 +242,8 @@ class Runner:
         return output.text
 
     def check_time(self) -> None:
-        """Raise ``BudgetExceeded`` once the agent's ``max_seconds`` (workflow time since its
-        run started) has passed."""
+        """Raise ``BudgetExceeded`` once ``max_seconds`` of workflow time since the run started
+        passed."""
         limit = self.spec.budgets.max_seconds
         if limit is not None and workflow.now() - self.run.started_at >= timedelta(seconds=limit):
             raise BudgetExceeded("max_seconds", limit)

@@ -1,13 +1,9 @@
-"""The step machinery of agent code: a tool call run as a step (an activity), a model turn,
-and the writes they make to the ledger.
+"""The step machinery of agent code: a tool call run as a step (an activity), a model turn, and
+their ledger writes.
 
-Every step writes the ledger in this order: a ``tool_call`` event and the step
-``in_progress`` before its activity is scheduled; then a ``tool_result`` event and the step
-``completed`` (with ``result_event_seq``) on success, or ``failed`` with the error as the
-result event. A tool declared not idempotent runs at most once: when its worker dies while it
-runs (a heartbeat or start-to-close timeout) the step ends ``unknown`` with a ``tool_result``
-that says so, and nothing runs it again on its own. Steps are memoized by name: a step already
-``completed`` returns its recorded result without running again.
+A step writes a ``tool_call`` event and ``in_progress`` before its activity is scheduled, then a
+``tool_result`` and ``completed`` or ``failed``. A tool not declared idempotent runs at most once: a
+dead worker leaves the step ``unknown``, never run again on its own. Steps are memoized by name.
 """
 
 from __future__ import annotations
@@ -51,16 +47,15 @@ from agent_tasks.workflows.patches import (
 from agent_tasks.workflows.steps import idempotency_key
 
 MODEL_HEARTBEAT = timedelta(seconds=10)
-"""Heartbeat timeout of the model call: a call whose worker died is retried (or, after a cancel,
-given up) this long after its last heartbeat, not after ``MODEL_LONGEST_CALL``."""
+"""Heartbeat timeout of the model call: a dead worker's call is retried (after a cancel: given up)
+this soon."""
 MODEL_ACTIVITY = "model_turn"
 """Activity name of the model call."""
 MODEL_START_TO_CLOSE = timedelta(minutes=2)
 """Longest model call, in runs recorded before ``MODEL_CALL_CANCEL``."""
 MODEL_LONGEST_CALL = timedelta(minutes=10)
-"""Longest attempt of a model call (``MODEL_CALL_CANCEL``): a long answer streams for minutes (a
-local model writing 16,000 tokens at 50 a second takes over 5), and a dead worker is noticed by
-the heartbeat timeout (``MODEL_HEARTBEAT``), not by this."""
+"""Longest attempt of a model call (``MODEL_CALL_CANCEL``): a long answer streams for minutes
+(16,000 tokens at 50 a second is over 5); a dead worker is noticed by ``MODEL_HEARTBEAT``."""
 MODEL_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
     maximum_interval=timedelta(seconds=30),
@@ -68,23 +63,16 @@ MODEL_RETRY = RetryPolicy(
 )
 """Model calls retry transient errors (HTTP 408/409/429/5xx, with the server's retry-after)."""
 MAX_MODEL_MISTAKES = 3
-"""Model answers in a row that the model call could not take (``ModelTurn.mistake``: an answer
-over the payload budget, or an empty one) after which the agent fails (``ModelAnswerUnusable``):
-the model was told each time and did it again, so a fourth call would most likely cost the same
-for nothing."""
+"""Model answers in a row the call could not take (``ModelTurn.mistake``) after which the agent
+fails (``ModelAnswerUnusable``): the model was told each time."""
 MAX_UNKNOWN_CALLS = 64
-"""Calls whose steps ended ``unknown`` that a run remembers for a later identical call
-(``AgentRun.unknown_calls``, carried across continue-as-new: 64 digests and step names are
-under 12 KiB); past it the oldest is left out, and an identical call of it runs as a new step."""
+"""Calls ended ``unknown`` a run remembers for a later identical call (``AgentRun.unknown_calls``,
+carried: 64 entries stay under 12 KiB); past it the oldest is left out."""
 
 
 class StepRunner:
-    """Runs agent code's steps and model turns over the agent's ``Runner`` (``AgentContext``
-    has one), asking ``Approvals`` before a call of a tool that needs approval.
-
-    Args:
-        runner: the agent's runner (the ledger, budgets, the cancellation rule, the waits).
-        approvals: the approval of calls, over the same runner.
+    """Runs agent code's steps and model turns over the agent's ``runner``, asking ``approvals``
+    before a call of a tool that needs approval.
     """
 
     def __init__(self, runner: Runner, approvals: Approvals) -> None:
@@ -100,15 +88,13 @@ class StepRunner:
         reason: str,
         call_id: str | None = None,
     ) -> StepOutcome:
-        """Run the ``unknown`` or ``failed`` step ``name`` again, explicitly: a ``decision``
-        event by this agent citing the step (``reason``), then the step as ``step`` runs it:
-        an ``unknown`` one under its old idempotency key (its effect may have happened: the
-        tool must be able to tell), a failed one as a new attempt. Nothing else runs an
-        ``unknown`` step again.
+        """Run the ``unknown`` or ``failed`` step ``name`` again: a ``decision`` citing it
+        (``reason``), then ``step``; an ``unknown`` one keeps its idempotency key, a failed one is a
+        new attempt. Nothing else runs an ``unknown`` step again.
 
         Raises:
-            ApplicationError: ``invalid_transition`` (the step is not ``unknown`` or
-                ``failed``), ``step_not_found``.
+            ApplicationError: ``invalid_transition`` (not ``unknown`` or ``failed``),
+                ``step_not_found``.
             asyncio.CancelledError: the task was cancelled.
         """
         self.runner.stop_if_cancelled()
@@ -134,19 +120,16 @@ class StepRunner:
         full_length: int | None = None,
         full_sha256: str | None = None,
     ) -> StepOutcome:
-        """Run ``tool`` as the step ``name`` (memoized: a completed step returns its recorded
-        result). A tool this agent may not call, or that no worker registered, fails the step
-        with that as its result; so do arguments the tool's model refuses. The loop goes on.
-        A tool that needs approval is asked about first, and its call runs as the person
-        chose (``workflows.agents.approvals``; the task is ``awaiting_input`` meanwhile).
-        ``full_length``, ``full_sha256``: of the text ``arguments`` were cut from (``_call_event``).
+        """Run ``tool`` as the step ``name``, memoized (a completed step returns its recorded
+        result). A tool not allowed or not registered, or refused arguments, fail the step and the
+        loop goes on; a tool needing approval is asked about first (``workflows.agents.approvals``).
+        ``full_length`` and ``full_sha256`` describe the text ``arguments`` were cut from.
 
         Raises:
             BudgetExceeded: ``max_tool_calls`` or ``max_seconds`` is spent.
             AgentParked: the task is to continue-as-new while the call waits for approval.
-            asyncio.CancelledError: the task was cancelled: before the step (it does not
-                start), or while it ran (a tool that saw the cancel leaves the step
-                ``unknown``; one that ended anyway is recorded with its result first).
+            asyncio.CancelledError: the task was cancelled (a tool that saw it leaves the step
+                ``unknown``; one that ended anyway is recorded first).
         """
         self.runner.stop_if_cancelled()
         done = self.runner.ledger.step(name)
@@ -278,9 +261,8 @@ class StepRunner:
         )
 
     def _remember_unknown(self, name: str, identity: str | None) -> None:
-        """Remember that step ``name``, the call ``identity`` (``call_digest`` without a key;
-        None: an edited call, not remembered), ends ``unknown``, for a later identical call
-        of the tool loop (``AgentRun.unknown_calls``, at most ``MAX_UNKNOWN_CALLS``)."""
+        """Remember that step ``name``, of the call ``identity`` (``call_digest`` without a key;
+        None: an edited call), ended ``unknown`` (``AgentRun.unknown_calls``)."""
         if identity is None:
             return
         known = self.runner.run.unknown_calls
@@ -292,21 +274,16 @@ class StepRunner:
     # Long: one model call in workflow order: budgets, the activity, its cancel, the answer's
     # record, and a mistake shown to the model; mostly docstring
     async def model_turn(self) -> ModelTurn:
-        """Call the model with the task's events so far (by reference: the activity reads them)
-        and record its answer as an assistant ``message`` with the token usage. An answer the
-        call could not take (``ModelTurn.mistake``: over the payload budget, its tool calls
-        dropped, or empty) is recorded, then what the model did wrong as a user message, and
-        the model is called again with it; each call counts against the budgets. (No patch
-        guards this: a run recorded before never got such a turn: the call failed, or an empty
-        answer ended the task.)
+        """Call the model with the task's events so far (the activity reads them) and record its
+        answer as an assistant ``message`` with its usage. An answer it could not take
+        (``ModelTurn.mistake``) is recorded with a user message saying why, and the model is called
+        again; each call counts against the budgets.
 
         Raises:
             BudgetExceeded: ``max_rounds``, ``max_tokens`` or ``max_seconds`` is spent.
-            ApplicationError: non-retryable ``ModelAnswerUnusable`` after
-                ``MAX_MODEL_MISTAKES`` such answers in a row.
-            asyncio.CancelledError: the task was cancelled (before the call, or during it: the
-                call is cancelled, its HTTP request closed, and nothing of it is recorded;
-                ``MODEL_CALL_CANCEL``).
+            ApplicationError: non-retryable ``ModelAnswerUnusable`` after ``MAX_MODEL_MISTAKES``.
+            asyncio.CancelledError: the task was cancelled (the call's HTTP request is closed and
+                nothing of it recorded).
         """
         self.runner.stop_if_cancelled()
         budgets = self.runner.spec.budgets
@@ -377,10 +354,8 @@ class StepRunner:
 def _call_event(
     tool: str, call_id: str | None, text: str, full_length: int | None, full_sha256: str | None
 ) -> tuple[EventInput, int]:
-    """The ``tool_call`` event of a call whose arguments are ``text`` and the length of its
-    arguments: when ``text`` is a cut of a longer text (``full_length`` over its length,
-    ``ToolCall.arguments_full_length``), the event keeps the full text's length and SHA-256
-    and the length is the full text's (the call is then refused naming it)."""
+    """The ``tool_call`` event of a call whose arguments are ``text``, and the arguments' length;
+    for a cut (``full_length``) the full text's length and SHA-256."""
     kind, name = EventKind.TOOL_CALL, tool or None
     if full_length is None or full_length <= len(text):
         return EventInput(kind=kind, name=name, call_id=call_id, payload=text), len(text)
@@ -396,10 +371,8 @@ def _call_event(
 
 
 def _refused_call(tool: str, length: int) -> str | None:
-    """Why a tool call is not run (its step fails with this as its result, which the model
-    reads), or None: a call that names no tool, or whose arguments (``length`` characters, the
-    full text's) are longer than an event holds (``MAX_PAYLOAD_CHARS``: they would reach the
-    tool cut)."""
+    """Why a tool call is not run (its step's result, for the model), or None: it names no tool, or
+    its arguments (``length`` characters) pass ``MAX_PAYLOAD_CHARS``."""
     if not tool:
         return "the call names no tool: call one of the tools offered, by name"
     if length > MAX_PAYLOAD_CHARS:
