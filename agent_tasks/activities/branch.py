@@ -1,10 +1,7 @@
-"""The branch activities. ``branch_events``: one page of a branch's source events, read across
-the source's runs (``tasklog.reader.TaskReader.task_events``, sealed text opened) and turned into
-the events the branch records: sealed text sealed again under new keys stored for the branch
-(``sealing.seal.seal_events``), so redacting a source event never opens its copy and a
-copy can be redacted on its own. ``branch_reuse``: what an agent task's branch reuses from its
-source (the steps settled and the questions answered before the branch point), so its agent
-code, run again from the top, reads their recorded results instead of running them again."""
+"""The branch activities: ``branch_events`` reads a page of a branch's source events across its runs
+(``tasklog.reader.TaskReader.task_events``) and seals sealed text again under the branch's own keys
+(``sealing.seal.seal_events``), so source and copy are redacted apart; ``branch_reuse`` reads what
+an agent task's branch reuses (steps settled, questions answered before the branch point)."""
 
 from __future__ import annotations
 
@@ -36,15 +33,12 @@ from agent_tasks.tasklog.reader import TaskReader
 from agent_tasks.workflows.task import TaskWorkflow
 
 PAGE_BYTES = MAX_PAYLOAD_BYTES // 2
-"""Bytes of JSON of one page at most (half the activity result's budget: the sealed copies
-carry their ciphertext as base64)."""
+"""Bytes of JSON of one page at most: half the result's budget, for the ciphertext's base64."""
 
 
 def copy_of(event: Event) -> EventInput:
-    """The branch's copy of ``event`` (opened): the same kind, role, name, call id, usage and
-    text, its full length and SHA-256 kept (a text cut at the payload bound stays cut); a
-    decision keeps its event citations (the seqs are the same in the branch) and drops its
-    step citations (a branch starts with no steps)."""
+    """The branch's copy of ``event`` (opened): kind, role, name, call id, usage, text with its full
+    length and SHA-256; a decision keeps its event citations and drops its step citations."""
     cites = None
     if event.cites is not None:
         cites = CitesInput(events=list(event.cites.events))
@@ -62,8 +56,8 @@ def copy_of(event: Event) -> EventInput:
 
 
 class BranchActivities:
-    """The branch activity with its dependencies: a Temporal client (to read the source) and
-    the task graph (earlier runs' events, the key store)."""
+    """The branch activities with a Temporal client (the source) and the graph store (earlier runs'
+    events, the key store)."""
 
     def __init__(self, client: Client, graph: GraphStore) -> None:
         self.client = client
@@ -105,15 +99,13 @@ class BranchActivities:
 
     @activity.defn(name=BRANCH_REUSE_ACTIVITY)
     async def branch_reuse(self, query: BranchReuseQuery) -> BranchReuse:
-        """One page (``BRANCH_REUSE_PAGE_STEPS``, in name order after ``query.after_name``) of
-        the source's steps that ended ``completed`` or ``unknown`` with their result event at
-        the branch point or before (read across its runs: ``TaskReader.steps``); with the
-        first page, the answers the source took at the point or before, the children whose
-        end it recorded at the point or before, and its model rounds (its last run's
-        ``resume_state``).
+        """One page (``BRANCH_REUSE_PAGE_STEPS``, in name order after ``query.after_name``) of the
+        source's steps that ended ``completed`` or ``unknown`` with their result at or before the
+        branch point (``TaskReader.steps``); the first page adds the answers and ended children up
+        to the point and the model rounds.
 
         Raises:
-            GraphNotConfigured: the source has steps of earlier runs and no graph is set.
+            GraphNotConfigured: the source has steps of earlier runs and no graph store is set.
             temporalio.service.RPCError: a query failed (the activity's retry policy retries).
         """
         reader = TaskReader(self.client, self.graph)

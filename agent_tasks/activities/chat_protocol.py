@@ -1,78 +1,32 @@
-"""The chat-completions protocol as OpenAI-compatible servers really send it: a response (or the
-chunks of a streamed one, as JSON) made into the model's turn, by rules that the model activity
-(``activities.model``) applies at its edge. Pure: no I/O.
+"""The chat-completions protocol as OpenAI-compatible servers really send it: a response (or a
+stream's chunks) made into the model's turn by the model activity's edge rules. Pure: no I/O.
+``docs/agent-tasks.md`` describes it for users.
 
-**Streamed tool calls** (``StreamAssembler``) are assembled as the reference clients do, and
-as the servers that bend the rules need:
+**Streamed tool calls** (``StreamAssembler``):
 
-- a call is told apart by its ``index`` and its ``id`` together: a delta at an index whose call
-  has another id starts a new call (servers that give parallel calls one index); a delta
-  without an index continues the last call, or starts one when it brings a new id; and a delta
-  whose arguments start a JSON object while its call's arguments are a whole one starts a new
-  call (servers that send parallel calls each whole, at one index, without ids), unless they
-  are the same object again, which is taken once (servers whose end-of-stream flush resends
-  the whole arguments: never a second call, nor ``{...}{...}``);
-- the id is set once (a server that repeats it in every delta does not make ``call_1call_1``);
-- the function name's pieces are joined, as the reference clients join them (openai-python,
-  the OpenAI Agents SDK), except a piece that is the whole name so far (servers that send the
-  whole name in every delta made ``read_fileread_file``), and one that is the name so far with
-  more after it (a name resent as it grows), which replaces it; a piece that is only the start
-  of the name so far is joined (``list_files`` streamed a character a delta has an ``l`` that
-  is the start of ``list_fi``). Where the rule and the plain join disagree, the one that names
-  an offered tool wins (``StreamAssembler.offered``: a name such as ``aa`` streamed a character
-  a delta);
-- the arguments are appended, in order; arguments a server sends as a JSON object instead of
-  its text (llama-server did, ggml-org/llama.cpp#20198) are taken as that object's JSON text,
-  never dropped (google/adk-go PR #1254: the tool ran with ``{}``);
-- a call without an id gets ``fallback_call_id`` (from the response's id and the call's place:
-  the same on every replay of the same response), and so does a call whose id an earlier call
-  of the same answer has (``distinct_ids``: models behind some proxies give parallel calls one
-  id, and sent back so the next request was refused, can1357/oh-my-pi#2055, openclaw PR
-  #47136).
+- a call is told apart by ``index`` and ``id`` together: another id at an index starts a new call; a
+  delta without an index continues the last call unless it brings a new id; arguments starting a
+  JSON object after a whole one start a new call, unless they repeat it (a flush);
+- the id is set once; name pieces are joined, except a piece that is the whole name so far (dropped)
+  or the name so far and more (replaces it); where this rule and the plain join disagree, the one
+  naming an offered tool wins (``StreamAssembler.offered``);
+- arguments are appended in order; arguments sent as a JSON object are taken as its JSON text;
+- a call without an id, or with an id an earlier call of the answer has, gets ``fallback_call_id``
+  (stable across replays of the response).
 
-**Finish reasons** (``check_finish``), by name: ``stop``, ``tool_calls`` and the legacy
-``function_call`` (and the other servers' names for them, ``COMPLETE_FINISH``) end a turn that
-is complete (its tool calls run); ``length`` (cut at the output limit) and ``content_filter``
-(cut by the provider's filter) end the model call with a non-retryable ``ApplicationError`` of
-type ``ModelOutputTruncated`` and ``ModelContentFiltered`` (nothing of the turn is recorded or
-run: a cut call's arguments are not the call the model meant); ``abort`` and ``error`` (the
-server gave up) are retried; any other reason (a name this client does not know) ends a
-complete turn, as ``stop`` would: the peers do the same
-(LiteLLM's ``map_finish_reason`` takes an unknown reason as ``stop`` with a warning, BerriAI/
-litellm#22138; the Vercel AI SDK reports it as ``unknown``/``other`` and finishes the step,
-vercel/ai#1832), and what such a turn holds still goes through every check a call meets (a
-cut call's broken arguments fail its step with a result the model reads). A turn in
-which the model only refused (``refusal``) ends it with ``ModelRefused`` (``check_refusal``),
-not as an empty answer. A stream
-is complete once it brought a ``finish_reason`` or ``data: [DONE]``; one that ended with
-neither (a proxy or server cut it) is a retryable ``ModelStreamCut`` error, and so is a
-connection lost mid-stream (the model activity maps that).
+**Finish reasons** (``check_finish``): ``COMPLETE_FINISH`` and any unknown reason end a complete
+turn; ``length`` and ``content_filter`` end the call non-retryable (``ModelOutputTruncated``,
+``ModelContentFiltered``: nothing of a cut turn runs); ``RETRIED_FINISH`` is retried. A turn that is
+only a refusal is ``ModelRefused`` (``check_refusal``). A stream without a ``finish_reason`` or
+``data: [DONE]`` is a retryable ``ModelStreamCut``.
 
-**Bounds** (``bounded_answer``: every provider's turn passes it, the scripted one's too, in the
-model activity): the workflow records every call as events (``EventInput``: a name and call id
-of 1 to 128 characters, arguments cut at ``MAX_PAYLOAD_CHARS``), and the turn crosses Temporal
-as the activity's result (``MAX_PAYLOAD_BYTES``). So, before the turn leaves the activity: a
-call id that is empty or over ``MAX_CALL_ID_CHARS`` is replaced by ``fallback_call_id`` (the
-call runs: its id was the server's, not the model's choice), and so is an id an earlier call of
-the turn has (``distinct_ids``); a name over ``MAX_TOOL_NAME_CHARS`` (no tool's name is that
-long) becomes ``{its first 40 characters}__{N}_characters``, so its step fails with "no tool
-... for this agent" naming the length; arguments over ``MAX_PAYLOAD_CHARS`` are cut to one
-character past it, their full length and SHA-256 kept (``ToolCall.arguments_full_length``):
-the workflow refuses the call before any tool runs, records the full length and digest with it
-and tells the model the real length (``workflows.agents.steps``, ``tool-call-bounds``). Empty
-arguments are ``{}``. Content over ``MAX_PAYLOAD_CHARS`` is cut to it here, as the message
-event would cut it, its full length and SHA-256 kept (``ModelTurn.content_full_length``). A turn
-still over the budget (hundreds of calls) is not run: its calls are dropped and
-``ModelTurn.mistake`` says why (``too_large``); the workflow records its text and shows the model
-that mistake as a user message, then calls it again (``workflows.agents.steps``), so the model
-can act on it; a model that keeps doing it ends the task after ``MAX_MODEL_MISTAKES`` such
-turns in a row with ``ModelAnswerUnusable``.
-
-**An empty answer** (no tool call, and no text but white space: a model that spent its turn
-on hidden reasoning, or a server that said ``tool_calls`` and sent none) is not a final answer:
-``empty_checked`` gives it the ``mistake`` ``EMPTY_ANSWER``, shown to the model like a turn too
-large (the peers' fix: nugget/thane-ai-agent#167, Tencent/WeKnora PR #819, janhq/jan#8712,
-where an empty turn ended the agent as done with no answer).
+**Bounds** (``bounded_answer``, applied to every provider's turn): call ids and names fit an event
+(``MAX_CALL_ID_CHARS``, ``MAX_TOOL_NAME_CHARS``: a longer name becomes ``{first
+40}__{N}_characters``, so its step fails naming the length); arguments past ``MAX_PAYLOAD_CHARS``
+are cut with their full length and SHA-256 kept, so the workflow refuses the call naming the real
+length; empty arguments are ``{}``; content is cut like an event's. A turn still over
+``MAX_PAYLOAD_BYTES`` loses its calls and carries a ``mistake`` (``too_large``) the model reads
+next, as does an empty answer (``empty_checked``, ``EMPTY_ANSWER``).
 """
 
 from __future__ import annotations
@@ -99,10 +53,9 @@ from agent_tasks.contract import (
 COMPLETE_FINISH = frozenset(
     {"stop", "tool_calls", "function_call", "eos_token", "stop_sequence", "end_turn", "tool_use"}
 )
-"""Finish reasons of a complete turn: OpenAI's (``function_call``: the legacy API's), and the
-names some compatible servers use for the same (Hugging Face TGI's ``eos_token`` and
-``stop_sequence``, Anthropic-style ``end_turn`` and ``tool_use`` from proxies that pass them
-through)."""
+"""Finish reasons of a complete turn: OpenAI's (``function_call``: the legacy API's) and compatible
+servers' names for the same (TGI's ``eos_token``, ``stop_sequence``; proxies' ``end_turn``,
+``tool_use``)."""
 RETRIED_FINISH = frozenset({"abort", "error"})
 """Finish reasons of a generation the server gave up (vLLM's ``abort``, proxies' ``error``):
 retryable ``ModelStreamCut``."""
@@ -135,28 +88,19 @@ LEGACY_CALL = -1
 
 
 def fallback_call_id(response_id: str, place: int) -> str:
-    """The id of a call the server sent without one (or with one too long to record):
-    ``call_`` and 24 hex digits of SHA-256 of ``{response_id}/{place}``, so a retried or
-    replayed response gives its calls the same ids and two calls never share one.
-
-    Args:
-        response_id: the response's ``id`` ("" when it has none).
-        place: the call's place in the turn (0, 1, ...).
+    """The id of a call sent without one (or one too long): ``call_`` and 24 hex of SHA-256 of
+    ``{response_id}/{place}`` (``place``: 0, 1, ... in the turn), the same on every retry or replay.
     """
     digest = hashlib.sha256(f"{response_id}/{place}".encode()).hexdigest()
     return f"call_{digest[:24]}"
 
 
 def check_finish(reason: str | None) -> None:
-    """Refuse a turn that its ``finish_reason`` says is not complete (module docstring); a
-    reason not named here ends a complete turn (as ``stop``: the peers' rule).
-
-    Args:
-        reason: the choice's ``finish_reason``; None for a stream that ended with ``[DONE]``
-            and no reason (complete).
+    """Refuse a turn its ``finish_reason`` says is not complete (module docstring); an unknown
+    reason ends a complete turn, as ``stop``. ``reason`` None: a stream ended by ``[DONE]`` alone.
 
     Raises:
-        ApplicationError: non-retryable, ``ModelOutputTruncated`` (``length``),
+        ApplicationError: non-retryable ``ModelOutputTruncated`` (``length``),
             ``ModelContentFiltered`` (``content_filter``); retryable ``ModelStreamCut``
             (``RETRIED_FINISH``).
     """
@@ -181,16 +125,16 @@ EMPTY_ANSWER = (
 
 
 def empty_checked(turn: ModelTurn) -> ModelTurn:
-    """``turn``, or, when it has no tool call and no text but white space (and no other
-    mistake), the same with ``mistake`` ``EMPTY_ANSWER``."""
+    """``turn``, or, when it has no tool call, no text but white space and no other mistake, with
+    ``mistake`` ``EMPTY_ANSWER``."""
     if turn.tool_calls or turn.content.strip() or turn.mistake is not None:
         return turn
     return turn.model_copy(update={"mistake": EMPTY_ANSWER})
 
 
 def too_large(size: int, calls: int) -> str:
-    """What the model reads after an answer of ``size`` bytes as JSON with ``calls`` tool calls
-    that is over ``MAX_PAYLOAD_BYTES`` with its longest arguments cut (``bounded_turn``)."""
+    """What the model reads after an answer of ``size`` bytes of JSON with ``calls`` tool calls that
+    stays over ``MAX_PAYLOAD_BYTES`` with its arguments cut."""
     return (
         f"Your last answer was {size:,} bytes as JSON with {calls} tool calls; an answer may "
         f"be at most {MAX_PAYLOAD_BYTES:,} bytes (a call's arguments at most "
@@ -200,9 +144,8 @@ def too_large(size: int, calls: int) -> str:
 
 
 def check_refusal(refusal: str, turn: ModelTurn) -> None:
-    """Refuse a turn in which the model refused (OpenAI's ``refusal`` field, streamed as
-    ``delta.refusal``) and said nothing else: it is not an answer, and recorded as one the task
-    would end ``done`` with empty text.
+    """Refuse a turn in which the model only refused (``refusal``, streamed as ``delta.refusal``):
+    recorded as an answer, the task would end ``done`` with empty text.
 
     Raises:
         ApplicationError: non-retryable ``ModelRefused`` with the model's words.
@@ -214,15 +157,9 @@ def check_refusal(refusal: str, turn: ModelTurn) -> None:
 
 
 def bounded_call(name: str, arguments: str, call_id: str | None, fallback_id: str) -> ToolCall:
-    """One tool call as the workflow can record it (module docstring, "Bounds"): its name and
-    id bounded, empty arguments ``{}``; its arguments' length is ``bounded_turn``'s concern.
-
-    Args:
-        name: the function's name as the model sent it.
-        arguments: its arguments' text.
-        call_id: its id ("" when the server sent none; None, a scripted call's, stays None:
-            the tool loop names such a call).
-        fallback_id: the id given when ``call_id`` is empty or too long.
+    """One tool call as the workflow can record it (module docstring, "Bounds"): name and id bounded
+    (``fallback_id`` for an empty or too long ``call_id``; None, a scripted call's, stays None),
+    empty arguments ``{}``.
     """
     if len(name) > MAX_TOOL_NAME_CHARS:
         name = f"{name[:40]}__{len(name)}_characters"
@@ -232,16 +169,8 @@ def bounded_call(name: str, arguments: str, call_id: str | None, fallback_id: st
 
 
 def bounded_answer(turn: ModelTurn, response_id: str) -> ModelTurn:
-    """``turn`` within every bound of the module docstring ("Bounds", "An empty answer"),
-    whichever provider made it: each call's name and id (``bounded_call``; a call that carries
-    its arguments' full length already keeps them), ids used once (``distinct_ids``), the
-    sizes (``bounded_turn``), an empty answer's mistake (``empty_checked``). Applied twice, the
-    second changes nothing.
-
-    Args:
-        turn: the turn as the provider made it.
-        response_id: what makes the turn's fallback ids (the response's ``id``; for a turn
-            without one, a text stable across the call's retries and replays).
+    """``turn`` within every bound of the module docstring, whichever provider made it (idempotent).
+    ``response_id`` makes the fallback ids: the response's ``id``, or a text stable across retries.
     """
     calls = [
         call
@@ -256,10 +185,8 @@ def bounded_answer(turn: ModelTurn, response_id: str) -> ModelTurn:
 
 
 def distinct_ids(calls: list[ToolCall], response_id: str) -> list[ToolCall]:
-    """``calls`` with every call id used once: a call whose id an earlier call of the list has
-    gets ``fallback_call_id`` of its place (the model's calls are answered one by one, and a
-    chat API refuses two calls of one message under one id). Calls without an id are left
-    as they are."""
+    """``calls`` with every call id used once: a repeated id gets ``fallback_call_id`` of its place
+    (a chat API refuses two calls of one message under one id); calls without an id are kept."""
     seen: set[str] = set()
     distinct = []
     for place, call in enumerate(calls):
@@ -272,9 +199,8 @@ def distinct_ids(calls: list[ToolCall], response_id: str) -> list[ToolCall]:
 
 
 def cut_arguments(call: ToolCall) -> ToolCall:
-    """``call`` with arguments longer than ``MAX_PAYLOAD_CHARS`` (cleaned, ``clean_text``) cut to
-    one character past it, their full length and SHA-256 kept (the workflow refuses the call,
-    naming the full length); other calls, and a call cut already, as they are."""
+    """``call`` with arguments over ``MAX_PAYLOAD_CHARS`` cut to one character past it, their full
+    length and SHA-256 kept; other calls as they are."""
     if call.arguments_full_length is not None or len(call.arguments) <= MAX_PAYLOAD_CHARS:
         return call
     full = clean_text(call.arguments)
@@ -290,15 +216,9 @@ def cut_arguments(call: ToolCall) -> ToolCall:
 
 
 def bounded_turn(turn: ModelTurn) -> ModelTurn:
-    """``turn`` within ``MAX_PAYLOAD_BYTES`` as JSON (what an activity's result may be): its
-    content bounded like an event's payload (``bound_text``: over ``MAX_PAYLOAD_CHARS`` it is
-    cut, its full length and SHA-256 kept in ``content_full_length`` and ``content_sha256``,
-    which the message event records); each call's arguments over ``MAX_PAYLOAD_CHARS`` cut,
-    their full length and SHA-256 kept (``cut_arguments``).
-
-    Returns:
-        the turn; when it is still over the budget, the turn without its tool calls,
-        ``mistake`` saying why (``too_large``: its size and call count).
+    """``turn`` within ``MAX_PAYLOAD_BYTES`` of JSON: content bounded (``bound_text``, full length
+    and SHA-256 in ``content_full_length``, ``content_sha256``), arguments cut (``cut_arguments``);
+    if still over, without its calls and with a ``too_large`` mistake.
     """
     if len(turn.content) > MAX_PAYLOAD_CHARS and turn.content_full_length is None:
         bounded = bound_text(turn.content)
@@ -334,16 +254,15 @@ def _text(value: Any) -> str:
 
 
 def _arguments(value: Any) -> str:
-    """A call's arguments (or a streamed piece of them) as text: a string as it is, a JSON
-    object or array (servers that send the object itself) as its JSON text, else ""."""
+    """A call's arguments (or a piece) as text: a string as it is, an object or array as JSON, else
+    ""."""
     if isinstance(value, Mapping | list):
         return json.dumps(value, ensure_ascii=False)
     return _text(value)
 
 
 def _whole_object(text: str) -> dict[str, Any] | None:
-    """``text`` as a JSON object when it is a whole one (a call's arguments complete), else
-    None."""
+    """``text`` as a JSON object when it is a whole one, else None."""
     if not text.rstrip().endswith("}"):
         return None
     try:
@@ -354,9 +273,8 @@ def _whole_object(text: str) -> dict[str, Any] | None:
 
 
 def completion_turn(body: Mapping[str, Any]) -> ModelTurn:
-    """The turn of a chat completion (a response's JSON body), its first choice's message:
-    content, tool calls (``type`` function, and a legacy ``function_call``), usage, checked
-    by its ``finish_reason`` and bounded (module docstring).
+    """The turn of a chat completion's JSON body (its first choice), checked and bounded (module
+    docstring).
 
     Raises:
         ApplicationError: ``check_finish``'s and ``check_refusal``'s errors; a retryable
@@ -406,9 +324,9 @@ class _Call:
 
 @dataclass
 class StreamAssembler:
-    """The turn of a streamed chat completion, assembled from its chunks (each the JSON of
-    one ``data:`` line) by the rules of the module docstring. Feed ``add`` every chunk and
-    ``done`` at ``data: [DONE]``; ``turn`` is the turn once the stream ended."""
+    """The turn of a streamed chat completion, assembled from its chunks (each a ``data:`` line's
+    JSON) by the module docstring's rules: ``add`` every chunk, ``done`` at ``data: [DONE]``, then
+    ``turn``."""
 
     response_id: str = ""
     """The response's ``id`` (from its first chunk that has one)."""
@@ -422,8 +340,8 @@ class StreamAssembler:
     usage: TokenUsage | None = None
     calls: list[_Call] = field(default_factory=list)
     offered: frozenset[str] = frozenset()
-    """The names of the tools offered (module docstring: a name the rule and the plain join of
-    its pieces disagree on)."""
+    """The names of the tools offered (they settle a name the rule and the plain join disagree
+    on)."""
 
     def add(self, chunk: Mapping[str, Any]) -> str:
         """Take one chunk; returns the text it adds to the turn's content ("" for none).
@@ -519,8 +437,7 @@ class StreamAssembler:
         return bounded_answer(turn, self.response_id)
 
     def _name(self, call: _Call) -> str:
-        """The call's name by the rule (module docstring), or the plain join of its pieces
-        when only that one names an offered tool."""
+        """The call's name by the rule, or the plain join when only that names an offered tool."""
         joined = "".join(call.pieces)
         if call.name not in self.offered and joined in self.offered:
             return joined
@@ -528,11 +445,9 @@ class StreamAssembler:
 
 
 class SseDecoder:
-    """Server-Sent Events decoded line by line: ``line`` takes one line of the stream (without
-    its line end) and returns the ``data`` of the event it ends (an empty line ends one), or
-    None. An event's ``data:`` lines are joined by newlines, the one space after the colon
-    dropped; comments and other fields are ignored. ``end`` returns the data of an event the
-    stream ended in."""
+    """Server-Sent Events decoded line by line: ``line`` takes a line (no line end) and returns the
+    ``data`` of the event it ends; ``data:`` lines join with newlines; comments and other fields are
+    ignored; ``end`` returns the data the stream ended in."""
 
     def __init__(self) -> None:
         self._data: list[str] = []

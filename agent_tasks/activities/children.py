@@ -1,8 +1,5 @@
-"""The ``child_ends`` activity: a resumed parent's look at the children that had not reported
-an end. A child that ended while its parent was closed sent its ``child_ended`` signal to no
-run (a closed workflow takes no signal), so the parent's next run asks Temporal instead: each
-child's workflow, and for a closed one its final view (a query, which a worker of the task
-queue answers by replaying the closed run)."""
+"""The ``child_ends`` activity: a resumed parent's look at the children that had not reported an end
+(a closed workflow takes no signal): each child's workflow, and a closed one's final view."""
 
 from __future__ import annotations
 
@@ -31,10 +28,9 @@ class ChildActivities:
 
     @activity.defn(name=CHILD_ENDS_ACTIVITY)
     async def child_ends(self, input: ChildEndsInput) -> ChildEnds:
-        """The ends of the named children that have ended: a closed child's final status,
-        result and error from its view; a child whose workflow is gone (deleted) ends
-        ``cancelled``; one whose workflow closed without closing the task (terminated, timed
-        out) ends ``failed`` naming how it closed. Children still running are left out."""
+        """The ends of the named children that ended: a closed child's status, result and error from
+        its view; a deleted one ``cancelled``; one closed without closing its task (terminated,
+        timed out) ``failed``, naming how. Running children are left out."""
         ends = ChildEnds()
         for name in input.names:
             workflow_id = task_workflow_id(input.project_id, name)

@@ -1,8 +1,6 @@
-"""The demo agent's tools: list, read and search the text files under one folder (read only,
-so idempotent), and the scripted model that drives them (``files-demo``).
-
-Paths are relative to the root the worker was given (``AGENT_TASKS_FILES_ROOT``); a path that
-leaves it is refused. Used by ``agent-tasks run demo``.
+"""The demo agent's read-only tools (list, read, search the text files under one folder) and the
+scripted model that drives them (``files-demo``, ``agent-tasks run demo``). Paths are relative to
+``AGENT_TASKS_FILES_ROOT``; one that leaves it is refused.
 """
 
 from __future__ import annotations
@@ -117,8 +115,8 @@ def file_tools(root: Path) -> list[Tool]:
 
 
 def files_demo(transcript: Sequence[Event]) -> ModelTurn:
-    """The scripted model of the demo: list the files, search them for the goal's quoted term
-    (or its last word), read the first file that matches, then answer with what it found."""
+    """The demo's scripted model: list, search for the goal's quoted term (or last word), read the
+    first match, answer with what it found."""
     goal = next(
         (e.payload for e in transcript if e.kind is EventKind.MESSAGE and e.role is Role.USER), ""
     )

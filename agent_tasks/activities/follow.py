@@ -1,30 +1,15 @@
-"""The mirror's follower: one mirror call that keeps a task's current run in Neo4j for as long
-as the run is written to (``MirrorInput.follow``; the policy and its numbers are in
-``workflows.mirroring``).
+"""The mirror's follower: one mirror call that keeps a task's current run in the graph store while
+it is written to (``MirrorInput.follow``; policy and numbers in ``workflows.mirroring``, described
+in ``docs/graph-stores.md``).
 
-It copies what waits, then waits for the run's next workflow task by a long poll of the run's
-own history (``GetWorkflowExecutionHistory`` with ``wait_new_event``: the server answers when
-the history grows, which is when a workflow task that took a write completes), and copies again
-what the new history events wrote, one Neo4j transaction per page: the page built from those
-events where they carry it (``activities.history_page``: the ``record_events`` updates' inputs
-and results), else read by the ``mirror_page`` query. It copies at most once per
-``MIRROR_FOLLOW_AGE``, and waits out the rest of that age before its next long poll, not after
-it: a lone write (its follower already polling) is in Neo4j a transaction after its
-acknowledgement, and writes back to back share the next poll and its copy, which brings every
-event that came meanwhile (a wait after the poll would copy only what the poll brought, a
-cadence late). Where the run's writers publish their pages (``broker.PageMessage``: a
-``record_events`` write Temporal took, signed), the follower copies each as it comes
-(``Published``) and long-polls the history only every ``MIRROR_FOLLOW_GAP``, for what no page
-brought (any other write, a signal, the run's end, a page lost), or at once when a page does
-not follow what it holds: so many writers cost the server one poll per task and gap, not one
-per write. It ends when the run has been idle for ``MIRROR_FOLLOW_IDLE``, when it has followed
-for ``MIRROR_FOLLOW_MAX``, when the run ends (``MirrorPage.end``) and everything is copied, or
-when its worker shuts down; its outcome tells the workflow how far Neo4j holds the run, and
-where in the history it stopped reading (``MirrorOutcome.history_token``), so that the next
-follower does not read the history from its first event again.
-
-Nothing here adds to the run's history: the long poll and the query are reads, the waits are
-on the worker's clock, and heartbeats are not history events.
+It long-polls the run's history (``wait_new_event``) for each new workflow task and copies what it
+wrote in one transaction per page, built from the history where it can be
+(``activities.history_page``), else read by the ``mirror_page`` query; at most once per
+``MIRROR_FOLLOW_AGE``, waited out before the next poll so back-to-back writes share it. Pages the
+writers publish (``broker.PageMessage``) are copied as they come, and the history then polled only
+every ``MIRROR_FOLLOW_GAP``. It ends idle, at ``MIRROR_FOLLOW_MAX``, at the run's end, or at the
+worker's shutdown, returning how far it got and its history position. Nothing here adds to the run's
+history.
 """
 
 from __future__ import annotations
@@ -54,21 +39,18 @@ from agent_tasks.workflows.mirroring import (
 POLL_LONGEST = timedelta(seconds=20)
 """One long poll of the history at most (the server answers empty when nothing came)."""
 POLL_MARGIN = timedelta(seconds=1)
-"""The RPC timeout of a long poll is its wait plus this: the server answers a little before
-the caller's deadline."""
+"""The RPC timeout of a long poll is its wait plus this (the server answers just before it)."""
 
 Copy = Callable[[int, int, Sequence[HistoryEvent] | None], Awaitable[MirrorOutcome]]
-"""Copies what the run holds after a seq and a write counter, given the history events that
-came since the last copy (None: unknown; ``activities.history_page``)."""
+"""Copies what the run holds after a seq and a write counter, given the history events since the
+last copy (None: unknown)."""
 
 
 class Published:
-    """The pages published for the followed run, and its writers' word to poll now
-    (``broker.PollMessage``), as they come (``queue``, at most ``PAGES_WAITING``: one past
-    them is dropped, the poll brings its write); how a page is taken (``take``: True when its
-    write now waits to be written, False when the follower holds it already, None when it is
-    not signed by a writer of the task, is of another run, or does not follow what the
-    follower holds), and how what waits is written (``flush``: what it wrote)."""
+    """The pages published for the followed run and the writers' word to poll
+    (``broker.PollMessage``), queued (at most ``PAGES_WAITING``; more are dropped, the poll brings
+    them). ``take`` says whether a page now waits (True), is held already (False) or is not taken
+    (None: unsigned, another run's, or out of order); ``flush`` writes what waits."""
 
     Take = Callable[[PageMessage], Awaitable[bool | None]]
     Flush = Callable[[], Awaitable[MirrorOutcome]]
@@ -89,13 +71,8 @@ PAGES_WAITING = 1_000
 
 
 class HistoryPoll:
-    """The long poll of one run's history from a position (the server's continuation
-    token, carried as base64 text: ``MirrorInput.history_token``; empty: the first event).
-
-    Args:
-        client: the Temporal client.
-        workflow_id, run_id: the run.
-        token: where to start.
+    """The long poll of one run's history from a position (the server's continuation token as
+    base64, ``MirrorInput.history_token``; empty: the first event).
     """
 
     def __init__(self, client: Client, workflow_id: str, run_id: str, token: str | None) -> None:
@@ -103,8 +80,7 @@ class HistoryPoll:
         self.execution = WorkflowExecution(workflow_id=workflow_id, run_id=run_id)
         self.token = base64.b64decode(token) if token else b""
         self.events: list[HistoryEvent] | None = []
-        """The history events the last ``grew`` brought, in order (None: the position was
-        reset, what came is unknown)."""
+        """The history events the last ``grew`` brought (None: the position was reset)."""
 
     @property
     def position(self) -> str:
@@ -112,17 +88,13 @@ class HistoryPoll:
         return base64.b64encode(self.token).decode("ascii")
 
     async def grew(self, wait: timedelta) -> int:
-        """Wait up to ``wait`` for the history to grow past the position; returns the bytes
-        of the events added (0: none came), keeps them (``events``) and moves the position
-        past them. A position the server refuses (another server version's token) starts
-        again from the first event (returns 1, ``events`` None). The poll is retried as the
-        SDK's own calls are (``retry=True``): a poll sent as its connection is recycled (the
-        frontend's GOAWAY after ``frontend.keepAliveMaxConnectionAge``) fails with CANCELLED
-        otherwise, and ends the mirror call.
+        """Wait up to ``wait`` for the history to grow; returns the bytes of the events added (0:
+        none), keeps them in ``events`` and moves past them. A token the server refuses restarts
+        from the first event (returns 1, ``events`` None). Retried as the SDK's own calls
+        (``retry=True``), since a poll on a recycled connection fails CANCELLED.
 
         Raises:
-            temporalio.service.RPCError: the server failed otherwise, or still failed after
-                the client's retries (``temporalio.client.RetryConfig``).
+            temporalio.service.RPCError: the server failed otherwise, or after the client's retries.
         """
         request = GetWorkflowExecutionHistoryRequest(
             namespace=self.client.namespace,
@@ -148,8 +120,8 @@ class HistoryPoll:
 
 
 class _Followed:
-    """What a follower has copied so far: the last copy's outcome and the counts of all; one
-    copy at a time (``lock``: the poll's and the pages')."""
+    """What a follower has copied so far: the last outcome and the counts; one copy at a time
+    (``lock``)."""
 
     def __init__(self, first: MirrorOutcome) -> None:
         self.last = first
@@ -162,9 +134,8 @@ class _Followed:
         self.idle_since = 0.0
 
     def add(self, outcome: MirrorOutcome, now: float) -> None:
-        """Count a copy's ``outcome`` (at loop time ``now``): it becomes the last unless it
-        reaches less far than the last (a page copied after a poll had brought its write),
-        and a run's end, once seen, stays."""
+        """Count a copy's ``outcome`` at loop time ``now``: it becomes the last unless it reaches
+        less far, and a run's end, once seen, stays."""
         reach = (outcome.up_to_write or 0, outcome.up_to_seq or 0)
         if reach >= (self.last.up_to_write or 0, self.last.up_to_seq or 0):
             self.last = outcome.model_copy(update={"end": outcome.end or self.last.end})
@@ -177,15 +148,12 @@ class _Followed:
 async def follow(
     copy: Copy, poll: HistoryPoll, first: MirrorOutcome, published: Published | None = None
 ) -> MirrorOutcome:
-    """Follow the run from ``first`` (the outcome of the copy the call began with) until it
-    is idle, the bound has passed, it ends with everything copied, or the worker shuts down
-    (the module docstring: a copy in flight then is dropped, since the worker no longer
-    answers the run's queries), copying the pages of ``published`` as they come; returns the
-    last whole copy's outcome with the counts of all of them and the poll's position.
+    """Follow the run from ``first`` (the opening copy's outcome) until idle, past the bound, ended
+    and copied, or the worker shuts down (a copy in flight is then dropped), copying ``published``
+    pages as they come; returns the last copy's outcome with the counts and the poll's position.
 
     Raises:
-        the errors of ``copy``, of ``published.take`` and ``.flush``, and of
-        ``HistoryPoll.grew``.
+        the errors of ``copy``, ``published.take`` and ``.flush``, and ``HistoryPoll.grew``.
     """
     followed = _Followed(first)
     running = [asyncio.ensure_future(_follow(copy, poll, followed, published))]
@@ -216,7 +184,7 @@ async def follow(
 
 async def _take_pages(published: Published, followed: _Followed) -> None:
     """Take each published page as it comes and write what waits at most once per
-    ``MIRROR_FOLLOW_AGE`` (a page after a quiet cadence at once), until cancelled."""
+    ``MIRROR_FOLLOW_AGE``, until cancelled."""
     loop = asyncio.get_running_loop()
     flushed_at = float("-inf")
     waiting = False
@@ -283,8 +251,8 @@ async def _follow(
 
 
 def _left(followed: _Followed, started: float) -> float:
-    """Seconds the follower has left (loop time): until it has been idle for
-    ``MIRROR_FOLLOW_IDLE`` or has followed for ``MIRROR_FOLLOW_MAX``."""
+    """Seconds the follower has left (loop time) before ``MIRROR_FOLLOW_IDLE`` or
+    ``MIRROR_FOLLOW_MAX``."""
     now = asyncio.get_running_loop().time()
     return min(
         MIRROR_FOLLOW_IDLE.total_seconds() - (now - followed.idle_since),

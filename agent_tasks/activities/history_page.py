@@ -1,29 +1,13 @@
-"""A followed run's next mirror page built from the history events its long poll brought
-(``activities.follow``), so that a write costs the mirror no ``mirror_page`` query (a query
-makes the run's worker answer for each write, and the server hop twice).
+"""A followed run's next mirror page built from the history events its long poll brought, so a write
+costs the mirror no ``mirror_page`` query.
 
-The page of a run whose new workflow tasks took nothing but ``record_events`` updates is
-known from the history alone: each accepted update's input holds its events
-(``RecordEventsInput``) and its result (``WriteOutcome``) their seqs and workflow time; the
-ledger's rule for such a write is that the events get those seqs, author, request id and time
-(``Event.recorded``), the task's ``last_seq`` becomes the result's, its write counter
-(``writes``) grows by one and its ``updated_at`` becomes that time (``Ledger.accept``),
-and nothing else of the view changes. So the new view is the last one the follower wrote
-with those three fields moved, and its write counter is counted from it: an update is new to
-the view when its first seq follows the view's ``last_seq`` (a record_events write always
-assigns one seq at least), and it follows it by exactly one seq, or the page is not built.
-
-Where the history cannot serve, ``history_page`` returns None and the follower reads the page
-by the ``mirror_page`` query as before:
-
-- an agent task (``TaskView.agent``): its workflow code writes without an update;
-- any history event but workflow task events and ``record_events`` updates accepted and
-  completed with a result: another update (steps, finish, status, input, spawn, create), a
-  signal (an answer, a child's end), an activity, a timer, a marker, a search attribute;
-- a workflow task started with continue-as-new suggested (the page's ``end``);
-- an event that cites (a decision: its citations are resolved against the steps, ``cite``);
-- a run of events that does not follow the view's ``last_seq`` (a write the view missed);
-- a reset of the follower's position (``HistoryPoll.events`` None).
+When the new workflow tasks took only ``record_events`` updates, each update's input and result give
+its events' seqs, author, request id and time (``Event.recorded``); the view moves only
+``last_seq``, ``writes`` (one per update) and ``updated_at`` (``Ledger.accept``). Each update must
+follow the view's ``last_seq`` by one seq. Otherwise ``history_page`` returns None and the follower
+queries: an agent task; any other history event (another update, a signal, an activity, a timer, a
+marker, a search attribute); continue-as-new suggested; a decision (its citations need the steps); a
+gap in seqs; a reset position.
 """
 
 from __future__ import annotations
@@ -54,18 +38,9 @@ _WORKFLOW_TASK = frozenset(
 async def history_page(
     converter: DataConverter, view: TaskView, history: Sequence[HistoryEvent] | None
 ) -> tuple[TaskView, list[Event]] | None:
-    """The view and the events that ``history`` (a followed run's new history events, in
-    order) adds to ``view`` (the last view the follower wrote), or None where the history
-    cannot serve (the module docstring). Events the view already holds (seq <= its
-    ``last_seq``) are left out.
-
-    Args:
-        converter: the worker's data converter (models and payload codec).
-        view: the view the follower last wrote.
-        history: the run's history events since ``view`` was read, or None (unknown).
-
-    Returns:
-        The new view and its new events in seq order (none: ``view`` unchanged), or None.
+    """The view and events that ``history`` (new history events, in order) adds to ``view`` (the
+    last one written), or None where the history cannot serve (module docstring); events the view
+    holds are left out. ``converter`` is the worker's (models and codec).
 
     Raises:
         Exception: a payload the converter cannot decode.
@@ -109,11 +84,9 @@ async def history_page(
 def applied(
     view: TaskView, writes: list[tuple[RecordEventsInput, WriteOutcome]]
 ) -> tuple[TaskView, list[Event]] | None:
-    """``view`` and its new events after ``writes`` (``record_events`` inputs and results,
-    in history order: from the history, or a published page, ``broker.PublishedWrite``), by
-    the ledger's rule (module docstring), or None. A result that carries the write counter
-    (``WriteOutcome.writes``) must be the view's next: else a write of another kind came
-    between, which only the history or the query shows."""
+    """``view`` and its new events after ``writes`` (``record_events`` inputs and results in order,
+    from the history or published pages), by the ledger's rule, or None; a result with
+    ``WriteOutcome.writes`` must be the view's next, else another write came between."""
     last_seq, count, updated_at = view.last_seq, view.writes, view.updated_at
     events: list[Event] = []
     for input, outcome in writes:

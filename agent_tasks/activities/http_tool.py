@@ -1,43 +1,29 @@
-"""An HTTP call that makes its effect once: the helper a tool calls an HTTP API with
-(``http_call``), over ``httpx`` (installed with the package, as the MCP client needs it).
+"""An HTTP call that makes its effect once: the helper a tool calls an HTTP API with (``http_call``,
+over ``httpx``; ``docs/agent-tasks.md``).
 
-Every request carries the step's idempotency key (``ToolContext.idempotency_key``) as the
-``Idempotency-Key`` header (the name of the IETF draft "The Idempotency-Key HTTP Header Field"):
-the same key on every retry of the attempt, on a ``resume`` or ``continue`` of the task, and on
-a person's ``retry`` of a step that ended ``unknown`` (``workflows.agents.steps``), so a server
-that deduplicates by the key performs the effect once however often the call is sent. A new
-attempt (a retry of a step that ended ``failed``) has a new key.
+Every request carries the step's idempotency key as the ``Idempotency-Key`` header (the IETF draft's
+name): the same on every retry of the attempt, on ``resume``/``continue``, and on a ``retry`` of an
+``unknown`` step, so a server deduplicating by it performs the effect once.
 
-The answer is mapped to the activity's outcome at the activity edge (``http_failure``):
+The answer is mapped at the activity edge (``http_failure``):
 
 =======================  ===========================================================
 the answer               the activity
 =======================  ===========================================================
 2xx, 3xx                 returns the response
-429, 503                 retryable, after the server's ``Retry-After`` (seconds or an
-                         HTTP date: ``activities.retry_after``) as the next retry's
-                         delay (``next_retry_delay``); without one, the retry policy's
-                         own backoff; one over ``MAX_SERVER_WAIT`` (5 minutes) is not
-                         retried, the step failing with the wait the server asked for
-other 4xx                not retryable: the step fails with the status and at most
-                         ``ERROR_BODY_CHARS`` characters of the body
-502, 504                 a gateway's answer, not the server's: ``ToolOutcomeUnknown``
+429, 503                 retryable after ``Retry-After`` (``activities.retry_after``);
+                         over ``MAX_SERVER_WAIT``: not retried, naming the wait
+other 4xx                not retryable: status and ``ERROR_BODY_CHARS`` of the body
+502, 504                 a gateway's answer: ``ToolOutcomeUnknown``
 other 5xx                retryable (the retry policy's backoff)
-not sent                 retryable (no connection: ``NOT_SENT``)
-sent, none readable      ``ToolOutcomeUnknown`` (a connection lost or cut before the
-                         whole answer, a timeout, a body that cannot be decoded, and
-                         for ``answer_json`` a body that is not JSON)
+not sent                 retryable (``NOT_SENT``)
+sent, none readable      ``ToolOutcomeUnknown`` (connection lost, timeout, body that
+                         cannot be decoded, or is not JSON for ``answer_json``)
 =======================  ===========================================================
 
-Only an answer the server itself produced is its answer. A request that may have reached the
-server and got none it can read ends ``ToolOutcomeUnknown`` (``registry.OUTCOME_UNKNOWN``), its
-text saying that the server may have performed it: retried under the same key by an
-``idempotent=True`` tool's retry policy, and the last attempt's ends the step ``unknown`` (run
-again only under the same key: a person's ``retry``, the model's same call again), never
-``failed``, whose next call would carry a new key. Otherwise whether a retryable failure is
-retried is the tool's declaration: an ``idempotent=True`` tool is retried by its retry policy
-(``max_attempts``), one declared ``idempotent=False`` runs once and its step fails. A tool
-that sends the key may declare itself idempotent when the API deduplicates by it.
+``ToolOutcomeUnknown`` (``registry.OUTCOME_UNKNOWN``) says the server may have performed the call:
+an ``idempotent=True`` tool retries it under the same key, and the last attempt ends the step
+``unknown``, never ``failed`` (whose next call would carry a new key).
 """
 
 from __future__ import annotations
@@ -57,15 +43,15 @@ from agent_tasks.workflows.agents.registry import OUTCOME_UNKNOWN
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 """The request header that carries the step's idempotency key."""
 ERROR_BODY_CHARS = 1_000
-"""Characters of a failed answer's body kept in the error (the step's result, which the model
-reads: enough for an API's error message, bounded so a page of HTML does not fill it)."""
+"""Characters of a failed answer's body kept in the error (the model reads it): an API's message,
+not a page of HTML."""
 HTTP_TOOL_ERROR = "HttpToolError"
 """ApplicationError type of a failed HTTP call (its details: the status, 0 for no answer)."""
 RETRY_AFTER_STATUS = frozenset({429, 503})
 """Statuses whose ``Retry-After`` sets the next retry's delay."""
 GATEWAY_STATUS = frozenset({502, 504})
-"""Statuses a gateway or proxy answers with for the server (bad gateway, gateway timeout): no
-answer of the server's own, which may have taken the request."""
+"""Statuses a gateway answers with for the server: no answer of the server's, which may have taken
+the request."""
 NOT_SENT: tuple[type[httpx.TransportError], ...] = (
     httpx.ConnectError,
     httpx.ConnectTimeout,
@@ -74,12 +60,10 @@ NOT_SENT: tuple[type[httpx.TransportError], ...] = (
     httpx.UnsupportedProtocol,
     httpx.LocalProtocolError,
 )
-"""``httpx`` errors raised before a request left the client (no connection, none free, a
-request it refused to send); every other failure of a request may come after the server took
-it."""
+"""``httpx`` errors raised before a request left the client; any other failure may come after the
+server took it."""
 HTTP_TIMEOUT_S = 30.0
-"""Seconds a request waits for the server by default (keep it under the tool's
-``start_to_close_s``)."""
+"""Seconds a request waits for the server by default (keep it under ``start_to_close_s``)."""
 
 
 @dataclass(frozen=True)
@@ -97,8 +81,8 @@ class RetryDecision:
 
 
 def retry_decision(status: int, headers: Mapping[str, str], now: datetime) -> RetryDecision:
-    """The activity's decision for an answer with ``status`` and ``headers`` (the module's
-    table; ``now``, aware, dates a ``Retry-After`` given as an HTTP date)."""
+    """The activity's decision for an answer with ``status`` and ``headers`` (the module's table;
+    ``now``, aware, dates an HTTP-date ``Retry-After``)."""
     if status < 400:
         return RetryDecision(ok=True, retryable=False)
     if status in RETRY_AFTER_STATUS:
@@ -112,10 +96,8 @@ def retry_decision(status: int, headers: Mapping[str, str], now: datetime) -> Re
 def http_failure(
     method: str, url: str, status: int, headers: Mapping[str, str], body: str, now: datetime
 ) -> ApplicationError | None:
-    """The activity's error for an answer (``retry_decision``), or None for a success: its
-    message names the call and the status and holds at most ``ERROR_BODY_CHARS`` of
-    ``body``; its details the status. A gateway's status (``GATEWAY_STATUS``) is
-    ``unknown_outcome``'s."""
+    """The activity's error for an answer (``retry_decision``), or None for a success: naming the
+    call and status, with ``ERROR_BODY_CHARS`` of ``body``, the status as detail."""
     decision = retry_decision(status, headers, now)
     if decision.ok:
         return None
@@ -133,9 +115,8 @@ def http_failure(
 
 
 def unknown_outcome(method: str, url: str, what: str, status: int = 0) -> ApplicationError:
-    """The ``ToolOutcomeUnknown`` of a request that may have reached the server and got no
-    answer of its own that could be read (``what`` came instead; details: ``status``, 0 for
-    none): retryable, under the same key."""
+    """The retryable ``ToolOutcomeUnknown`` of a request that may have reached the server and got no
+    readable answer (``what`` came instead; details: ``status``, 0 for none)."""
     return ApplicationError(
         f"{method} {url} got no answer of the server's own after the request was sent "
         f"({what}): the server may have performed it",
@@ -154,8 +135,7 @@ async def http_call(
     timeout_s: float = HTTP_TIMEOUT_S,
     client: httpx.AsyncClient | None = None,
 ) -> httpx.Response:
-    """Send one request with the step's idempotency key (``Idempotency-Key``) and map its
-    answer at the activity edge (the module's table).
+    """Send one request with the step's ``Idempotency-Key`` and map its answer (the module's table).
 
     Args:
         context: the tool's context (its ``idempotency_key`` is sent).
@@ -164,16 +144,13 @@ async def http_call(
         json: the body, sent as JSON (None: no body).
         headers: more headers (an ``Idempotency-Key`` among them is replaced by the step's).
         timeout_s: seconds the request waits for the server.
-        client: an ``httpx.AsyncClient`` of the worker's (its base URL, auth); None: one for
-            this call.
+        client: the worker's ``httpx.AsyncClient`` (base URL, auth); None: one for this call.
 
     Returns:
-        The response of a 2xx or 3xx answer, its body read (``answer_json`` reads it as JSON).
+        The response of a 2xx or 3xx answer, its body read.
 
     Raises:
-        ApplicationError: as the module's table says: ``HttpToolError`` (the status and a
-            bounded body; retryable or not, after the server's ``Retry-After``), or
-            ``ToolOutcomeUnknown`` (sent, and no answer of the server's own could be read).
+        ApplicationError: ``HttpToolError`` (status and bounded body) or ``ToolOutcomeUnknown``.
     """
     sent = {k: v for k, v in (headers or {}).items() if k.lower() != IDEMPOTENCY_HEADER.lower()}
     sent[IDEMPOTENCY_HEADER] = context.idempotency_key
@@ -205,13 +182,11 @@ async def http_call(
 
 
 def answer_json(response: httpx.Response) -> JsonValue:
-    """The body of ``http_call``'s ``response`` read as JSON (None for an empty body: a 204),
-    for a tool that reads its answer:
+    """The body of ``http_call``'s ``response`` as JSON (None for an empty body):
     ``answer_json(await http_call(context, "POST", url, json=...))``.
 
     Raises:
-        ApplicationError: ``ToolOutcomeUnknown`` for a body that is not JSON (the server
-            answered and its answer cannot be read: it may have performed the call).
+        ApplicationError: ``ToolOutcomeUnknown`` for a body that is not JSON.
     """
     if not response.content:
         return None

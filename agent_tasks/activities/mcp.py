@@ -1,45 +1,22 @@
-"""MCP servers as an agent's tool sources: the listing of a server's tools and the call of one,
-each an activity (``AgentSpec.mcp_servers``; docs/mcp.md).
+"""MCP servers as an agent's tool sources: the listing of a server's tools and the call of one, each
+an activity (``AgentSpec.mcp_servers``; ``docs/mcp.md`` has the failures, cancels and sessions for
+users).
 
-- **Listing** (``MCP_LIST_ACTIVITY``, once per agent run, ``workflows.agents.registry``): the
-  server's tools as ``ToolSpec`` s named ``{server}_{tool}``, their input JSON Schemas as the
-  model's parameters, recorded in the history, so a replay (or a worker deployed later) decides
-  every step as it was decided and the model is offered what the run listed. A tool whose
-  prefixed name is not a tool name (``AgentName``) is left out; so are tools past
-  ``MAX_LISTED_CHARS`` of specs.
-- **Call** (``MCP_CALL_ACTIVITY``): a step like any tool's (``workflows.agents.steps``), with the
-  step's idempotency key sent in the request's ``_meta`` as ``IDEMPOTENCY_META`` and, over
-  HTTP, as the ``Idempotency-Key`` header: the same on every retry of the step's attempt, so a
-  server can deduplicate. The result is the server's blocks as text (``result_text``: binary
-  data by its type and size, never its bytes), bounded like any tool's
-  (``activities.tools.output``). A result the server marks ``isError`` fails the step with its
-  text (``McpToolError``, not retried): the model reads it and goes on.
-- **Failures**: a listing that fails is ``McpServerUnavailable``, retried by its policy; its
-  last attempt's error fails the task before any model turn. A server that cannot be reached
-  before the call is sent is retried by the tool's retry policy (idempotent tools only). Once
-  the call was sent, only an answer the server itself produced is its answer: a result, or a
-  JSON-RPC error it sent. Any other end (a connection lost, an answer the SDK could not parse,
-  over HTTP a JSON-RPC error the SDK made up for what it got instead, ``SDK_STAND_INS``, and
-  over stdio a line it could not parse, ``_Faults``) is ``ToolOutcomeUnknown``
-  (``registry.OUTCOME_UNKNOWN``), its text saying that the server may have performed the
-  call: retried under the same key for an idempotent tool, else the step ends ``unknown`` and
-  runs again only under the same key (a person's ``retry``, the model's same call again).
-  Over stdio the result says the server's program ended; a stateful session whose program
-  ended is dropped, so the run's next call fails ``McpSessionLost`` without running and the
-  one after opens a new session.
-- **Cancel**: the call (and the listing, scheduled with a heartbeat timeout) heartbeats every
-  ``CANCEL_BEAT_S``; Temporal's cancel arrives as
-  ``asyncio.CancelledError``, which cancels the SDK's request, and the SDK sends the server
-  ``notifications/cancelled`` for it before the session closes.
-
-Sessions: a server is stateless by default, a session per listing and per call (a stdio server
-is started for each call and stopped after it; an HTTP session is opened and deleted). A
-``stateful`` server has one session for a run of the agent (``McpSessions``, docs/mcp.md):
-``MCP_OPEN_ACTIVITY`` opens it on the worker that takes it, which holds it by (workflow run,
-server name) and answers with ``session_queue``, a task queue of its own on which it runs the
-run's listing, calls and the close (``session_activities``). Over HTTP the header is set on
-each call's own request from its ``_meta`` (``_key_header``), so a session's client, opened
-once and shared by the run's calls, sends each call's key, never another's.
+- **Listing** (``MCP_LIST_ACTIVITY``, once per agent run): the tools as ``ToolSpec`` s named
+  ``{server}_{tool}``, recorded in the history so a replay decides every step as it was decided;
+  tools whose prefixed name is no ``AgentName``, or past ``MAX_LISTED_CHARS``, are left out. A
+  failed listing is ``McpServerUnavailable``, retried; its last attempt fails the run.
+- **Call** (``MCP_CALL_ACTIVITY``): a step like any tool's, the step's idempotency key in the
+  request's ``_meta`` (``IDEMPOTENCY_META``) and, over HTTP, the ``Idempotency-Key`` header. The
+  result is the server's blocks as text (``result_text``); ``isError`` fails the step
+  (``McpToolError``, not retried). Once sent, only the server's own answer (a result or its JSON-RPC
+  error) counts; any other end (lost connection, unparsable answer, ``SDK_STAND_INS``, ``_Faults``)
+  is ``ToolOutcomeUnknown`` (``registry.OUTCOME_UNKNOWN``).
+- **Cancel**: the call and listing heartbeat every ``CANCEL_BEAT_S``; a cancel cancels the SDK's
+  request, which sends the server ``notifications/cancelled``.
+- **Sessions**: stateless by default (a session per listing and call). A ``stateful`` server has one
+  session per agent run, opened by ``MCP_OPEN_ACTIVITY`` on the worker that takes it, held by
+  (workflow run, server name), and used through that worker's ``session_queue``.
 """
 
 from __future__ import annotations
@@ -84,27 +61,25 @@ _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 IDEMPOTENCY_META = "idempotency_key"
-"""The key of a call's ``_meta`` that carries the step's idempotency key
-(``{workflow id}/{step}/{attempt}``): ``{"_meta": {"idempotency_key": "..."}}``."""
+"""The ``_meta`` key carrying the step's idempotency key: ``{"_meta": {"idempotency_key":
+...}}``."""
 MCP_TOOL_ERROR = "McpToolError"
 """ApplicationError type of a call the server answered as an error (``isError`` or a JSON-RPC
 error): not retried; the model reads the text."""
 MCP_SERVER_REFUSED = "McpServerRefused"
-"""ApplicationError type of a server this worker cannot use as named (its header set is not in
-the worker's configuration): not retried."""
+"""ApplicationError type of a server this worker cannot use as named (header set not configured):
+not retried."""
 MCP_SERVER_UNAVAILABLE = "McpServerUnavailable"
-"""ApplicationError type of a listing that failed: the server did not start, could not be
-reached, closed the connection or answered with an error. Retried by the listing's retry
-policy (``registry.MCP_LIST_RETRY``); the last attempt's error ends the agent's run."""
+"""ApplicationError type of a failed listing (server not started, unreachable, closed, or an error
+answer): retried by ``registry.MCP_LIST_RETRY``; the last attempt ends the agent's run."""
 MAX_LISTED_CHARS = 64_000
-"""Characters of one server's listed specs (JSON) a run keeps: the listing is recorded in the
-history and each model call's input carries the offers; the tools past it are left out."""
+"""Characters of one server's listed specs (JSON) a run keeps: they are recorded in the history and
+carried by every model call's input."""
 
 
 def tool_spec(server: McpServer, tool: Tool) -> ToolSpec:
-    """The spec of a server's tool as the workflow runs it: named ``{server}_{tool}``, idempotent
-    by the server's rule or the tool's ``idempotentHint``/``readOnlyHint``, asked about by the
-    server's ``approval`` rule.
+    """The spec of a server's tool: named ``{server}_{tool}``, idempotent by the server's rule or
+    the tool's ``idempotentHint``/``readOnlyHint``, asked about by the server's ``approval`` rule.
 
     Raises:
         ValidationError: the prefixed name is not a tool name.
@@ -125,12 +100,10 @@ def tool_spec(server: McpServer, tool: Tool) -> ToolSpec:
 
 
 def result_text(result: CallToolResult) -> str:
-    """A call's result as text the model reads, a line per block (bounded by the caller,
-    ``activities.tools.output``): a text block as it is; an embedded text resource as
-    ``[resource URI]`` and its text; binary data (an image, audio, an embedded blob) by its
-    type, URI, MIME type and size, never its bytes (``[image image/png, 4000 base64
-    characters]``); a link as ``[resource URI]``. With no content, the structured content as
-    JSON."""
+    """A call's result as text the model reads, a line per block (bounded by
+    ``activities.tools.output``): text as it is; an embedded text resource as ``[resource URI]`` and
+    its text; binary data by type, URI, MIME type and size, never its bytes; a link as ``[resource
+    URI]``. With no content, the structured content as JSON."""
     from mcp.types import TextResourceContents
 
     parts: list[str] = []
@@ -176,19 +149,16 @@ SDK_STAND_INS: tuple[tuple[int, str], ...] = (
     (-32600, "Redirect to "),  # a redirect the SDK does not follow
     (-32001, "Request "),  # REQUEST_TIMEOUT: the client's own read timeout
 )
-"""The JSON-RPC errors (code, start of the message) the MCP SDK makes up, over HTTP, for a
-request that got no JSON-RPC answer of the server's own: what came instead (an HTTP status, a
-body it could not parse, a redirect) is no answer of the server's, so a call that met one
-after it was sent has an unknown outcome. Every error of the code ``CONNECTION_CLOSED``
-(-32000) is taken the same way: the SDK gives it to a request whose connection or stream
-ended."""
+"""The JSON-RPC errors (code, message start) the MCP SDK makes up over HTTP for a request that got
+no JSON-RPC answer of the server's own; every ``CONNECTION_CLOSED`` error counts too. A call that
+met one after it was sent has an unknown outcome."""
 CONNECTION_CLOSED = -32000
 """``mcp.types.CONNECTION_CLOSED``."""
 
 
 def _servers_answer(err: Exception) -> bool:
-    """Whether the SDK's ``MCPError`` ``err`` is the server's own answer to the request: not a
-    closed connection and not one of the SDK's ``SDK_STAND_INS``."""
+    """Whether the SDK's ``MCPError`` ``err`` is the server's own answer (not ``CONNECTION_CLOSED``
+    nor one of ``SDK_STAND_INS``)."""
     code, message = getattr(err, "code", None), getattr(err, "message", None)
     if code == CONNECTION_CLOSED or not isinstance(message, str):
         return False
@@ -206,8 +176,8 @@ def _unknown(name: str, err: BaseException, after: str = "") -> ApplicationError
 
 
 def _cause(err: BaseException) -> str:
-    """What ended a call, for its text: each exception in ``err``'s groups, an SDK's error
-    (``MCPError``) by its code and message, at most 1,000 characters in all."""
+    """What ended a call, for its text: each exception of ``err``'s groups, an ``MCPError`` by code
+    and message, at most 1,000 characters."""
     parts = []
     for leaf in _leaves(err):
         code, message = getattr(leaf, "code", None), getattr(leaf, "message", None)
@@ -226,13 +196,10 @@ class _Unreadable(AgentTasksError):
 
 
 class _Faults:
-    """The lines of a stdio server that its client's SDK could not parse (its
-    ``message_handler`` gets each; the SDK drops the line, so a call whose answer it was would
-    wait for its attempt's timeout). ``watch`` runs a call and ends it as soon as such a line
-    that reads as a JSON-RPC answer arrives (``_an_answer``): it may have been the call's. A
-    line that does not (a log line a server writes on its output) is no answer and is
-    ignored. A stateful session's calls share the client, so such a line ends every call then
-    waiting."""
+    """The lines of a stdio server its SDK could not parse (the SDK drops them, so a call whose
+    answer it was would wait for its timeout). ``watch`` ends a call once such a line reads as a
+    JSON-RPC answer (``_an_answer``); others (log lines) are ignored. A stateful session's calls
+    share one."""
 
     def __init__(self) -> None:
         self._waiting: set[asyncio.Future[Exception]] = set()
@@ -266,9 +233,8 @@ class _Faults:
 
 
 def _an_answer(fault: Exception) -> bool:
-    """Whether the line the SDK could not parse (``fault``: its ``ValidationError``, whose
-    input is the line) reads as a JSON-RPC answer: ``"jsonrpc"`` and ``"result"`` or
-    ``"error"`` in it. A fault without the line is taken as one."""
+    """Whether the unparsed line (``fault``, a ``ValidationError`` holding it) reads as a JSON-RPC
+    answer; a fault without the line counts as one."""
     errors = getattr(fault, "errors", None)
     try:
         line = errors()[0].get("input") if callable(errors) else None
@@ -282,10 +248,9 @@ def _an_answer(fault: Exception) -> bool:
 
 
 async def _key_header(request: httpx2.Request) -> None:
-    """The request hook of an MCP server's HTTP client: a request whose JSON-RPC params carry a
-    step's idempotency key in ``_meta`` (``IDEMPOTENCY_META``: a ``tools/call``) gets it as the
-    ``Idempotency-Key`` header too. Read from each request's own body, so a stateful session's
-    client, shared by the run's calls (concurrent ones too), sends each call's key."""
+    """The HTTP request hook: a request whose params carry ``_meta`` ``IDEMPOTENCY_META`` also gets
+    it as ``Idempotency-Key``, read from each request's body so a shared session sends each call's
+    own."""
     try:
         message = json.loads(request.content) if request.method == "POST" else None
     except ValueError:  # not a JSON-RPC message: nothing to carry
@@ -298,8 +263,7 @@ async def _key_header(request: httpx2.Request) -> None:
 
 
 async def _beating(work: Awaitable[_T]) -> _T:
-    """``work``, beating every ``CANCEL_BEAT_S`` when the activity was scheduled with a
-    heartbeat timeout (so a cancel reaches it within about a second), else as it is."""
+    """``work``, beating every ``CANCEL_BEAT_S`` when the activity has a heartbeat timeout."""
     every_s = CANCEL_BEAT_S if activity.info().heartbeat_timeout else None
     return await heartbeating(work, every_s=every_s)
 
@@ -310,8 +274,8 @@ def _run_key(server_name: str) -> tuple[str, str]:
 
 
 class _Held:
-    """A stateful server's session, held open by a task of its own (the MCP SDK's client is
-    entered and left in one task) until ``closing`` is set or the session ends."""
+    """A stateful server's session, held open by a task of its own (the SDK's client is entered and
+    left in one task) until ``closing`` is set or the session ends."""
 
     def __init__(self) -> None:
         self.client: asyncio.Future[Client] = asyncio.get_running_loop().create_future()
@@ -323,8 +287,7 @@ class McpActivities:
     """The activities of MCP servers' tools: the listing and the call.
 
     Args:
-        arguments: reads a call's arguments (``ToolActivities.arguments``: from the input, or
-            back from the task by seq for an edited approval).
+        arguments: reads a call's arguments (``ToolActivities.arguments``).
         headers: the worker's header sets by name (``McpServer.headers``), e.g.
             ``{"billing": {"Authorization": "Bearer ..."}}``; never in a history.
     """
@@ -337,8 +300,7 @@ class McpActivities:
         self.arguments = arguments
         self.headers = {name: dict(values) for name, values in (headers or {}).items()}
         self.session_queue = f"mcp-sessions@{socket.gethostname()}:{os.getpid()}:{uuid.uuid4()}"
-        """The task queue of this worker's stateful sessions: unique to it (a queue nobody
-        else polls), polled by ``session_activities`` on a worker of its own."""
+        """This worker's own task queue for stateful sessions, polled by ``session_activities``."""
         self._held: dict[tuple[str, str], _Held] = {}
         """Open stateful sessions by (workflow run id, server name)."""
         self._faults: dict[int, _Faults] = {}
@@ -354,16 +316,13 @@ class McpActivities:
 
     @activity.defn(name=MCP_OPEN_ACTIVITY)
     async def open_session(self, server: McpServer) -> str:
-        """Open ``server``'s session for the activity's workflow run (kept open if this worker
-        holds one already) and return ``session_queue``, where its listing, calls and close
-        are then scheduled.
+        """Open ``server``'s session for the activity's workflow run (kept if held already) and
+        return ``session_queue``, where its listing, calls and close are scheduled.
 
         Raises:
-            ApplicationError: ``McpServerUnavailable`` (retried: the server did not start or
-                could not be reached within the attempt's start-to-close timeout),
-                ``McpServerRefused`` (not retried).
-            asyncio.CancelledError: the activity was cancelled (``MCP_OPEN_CANCEL``; it beats
-                as ``_beating`` says): the session being opened is closed first.
+            ApplicationError: ``McpServerUnavailable`` (retried), ``McpServerRefused``.
+            asyncio.CancelledError: the activity was cancelled (``MCP_OPEN_CANCEL``); the opening
+                session is closed first.
         """
         key = _run_key(server.name)
         if key not in self._held:
@@ -406,13 +365,12 @@ class McpActivities:
 
     @activity.defn(name=MCP_CLOSE_ACTIVITY)
     async def close_session(self, server_name: str) -> None:
-        """Close the activity's workflow run's session of the server ``server_name`` (none
-        open: nothing to do)."""
+        """Close this workflow run's session of ``server_name``, if open."""
         await self._close(_run_key(server_name))
 
     async def _close(self, key: tuple[str, str]) -> None:
-        """Close the session ``key``: an open one when its holder leaves it, one still opening
-        (a program that has not answered yet) by cancelling its holder."""
+        """Close the session ``key``: an open one by its holder, one still opening by cancelling
+        it."""
         held = self._held.pop(key, None)
         if held is not None and held.task is not None:
             held.closing.set()
@@ -427,12 +385,11 @@ class McpActivities:
 
     @asynccontextmanager
     async def client(self, server: McpServer) -> AsyncIterator[Client]:
-        """The client a listing or call of ``server`` uses: a new ``session``, or for a
-        stateful server the one this worker holds for the activity's workflow run.
+        """The client of a listing or call of ``server``: a new ``session``, or a stateful server's
+        held one.
 
         Raises:
-            ApplicationError: ``McpSessionLost`` (not retried): this worker holds no session
-                for the run (it ended, or the server closed it).
+            ApplicationError: ``McpSessionLost`` (not retried): no session held for the run.
         """
         if not server.stateful:
             async with self.session(server) as client:
@@ -450,10 +407,9 @@ class McpActivities:
 
     @asynccontextmanager
     async def session(self, server: McpServer) -> AsyncIterator[Client]:
-        """A connected client of ``server`` (one session): a started stdio program (the lines
-        it writes that the SDK cannot parse watched, ``_Faults``), or an HTTP session whose
-        requests carry the named header set, and each call's request its key as
-        ``Idempotency-Key`` (``_key_header``).
+        """A connected client of ``server``: a started stdio program (unparsed lines watched:
+        ``_Faults``), or an HTTP session with the named header set and each call's key
+        (``_key_header``).
 
         Raises:
             ApplicationError: ``McpServerRefused``: the header set is not configured here.
@@ -495,18 +451,15 @@ class McpActivities:
 
     @activity.defn(name=MCP_LIST_ACTIVITY)
     async def list_tools(self, server: McpServer) -> ToolSpecs:
-        """The specs of the tools ``server`` lists (all pages; only ``server.tools`` when it
-        names some), named ``{server}_{tool}`` (``tool_spec``).
+        """The specs of the tools ``server`` lists (all pages; only ``McpServer.tools`` when set),
+        named ``{server}_{tool}`` (``tool_spec``).
 
         Raises:
-            ApplicationError: ``McpServerUnavailable`` (retried: the server did not start,
-                could not be reached, answered with an error, or did not answer within the
-                attempt's start-to-close timeout, which bounds the attempt here too: a server
-                that never answers would hold the worker's activity slot past the server's
-                timeout), ``McpServerRefused`` (not retried).
-            asyncio.CancelledError: the activity was cancelled (``MCP_LIST_CANCEL``; it beats
-                as ``_beating`` says): the server's program is stopped, or its HTTP session
-                closed, first.
+            ApplicationError: ``McpServerUnavailable`` (retried: not started, unreachable, an error
+                answer, or no answer within the attempt, which bounds it here too),
+                ``McpServerRefused`` (not retried).
+            asyncio.CancelledError: the activity was cancelled (``MCP_LIST_CANCEL``); the program is
+                stopped or the session closed first.
         """
         bound = activity.info().start_to_close_timeout
         within_s = bound.total_seconds() if bound else None
@@ -563,15 +516,13 @@ class McpActivities:
 
     @activity.defn(name=MCP_CALL_ACTIVITY)
     async def call_tool(self, input: ToolInput) -> ToolOutput:
-        """Call the MCP tool ``input.mcp`` with the call's arguments and the step's
-        idempotency key (module docstring), heartbeating every ``CANCEL_BEAT_S`` so a cancel
-        reaches the call (and the server) soon.
+        """Call the MCP tool ``input.mcp`` with the call's arguments and the step's idempotency key,
+        heartbeating every ``CANCEL_BEAT_S`` so a cancel reaches it.
 
         Raises:
-            ApplicationError: ``ToolArgumentsInvalid`` (not a JSON object), ``McpToolError``
-                (the server's own error answer), ``McpServerRefused`` (not retried);
-                ``ToolOutcomeUnknown`` (sent, and no answer of the server's own came back:
-                module docstring).
+            ApplicationError: ``ToolArgumentsInvalid`` (not a JSON object), ``McpToolError`` (the
+                server's error answer), ``McpServerRefused``; ``ToolOutcomeUnknown`` (sent, no
+                answer of the server's own).
         """
         return await _beating(self._call(input))
 

@@ -1,38 +1,17 @@
-"""The mirror: copies a task run's events, steps and task fields from Temporal to Neo4j.
+"""The mirror: copies a task run's events, steps and task fields from Temporal to the graph store.
 
-``copy_run`` reads one run's state from a ``RunSource`` in pages (``MirrorPage``: the view on
-the first, the steps changed after a write counter, then the events of a seq range; each page
-bounded by count, ``MIRROR_PAGE_EVENTS``, and bytes, ``MIRROR_PAGE_BYTES``) and writes each
-page (``GraphStore.write_task``: with the pages of other tasks that wait meanwhile, in one
-transaction, ``taskgraph.page_batches``). A mirror call of a few events is one query and one
-page (it was three queries, view, steps and events, each a server hop and a workflow
-activation on the worker); a follower's later copies of ``record_events`` writes need no
-query at all (``activities.history_page``).
-Writes are MERGEs on stable keys, so repeating a copy changes nothing; the last page of a
-copy that reached the run's newest write also sets the task node's ``mirrored_write`` (every
-write up to it is in Neo4j). It serves the mirror activity (whose input carries references
-only: task, run, seq range, write watermark; it reads the live run by query), the call that
-follows a run (``activities.follow``: a copy per new workflow task of the run) and the rebuild
-of Neo4j from the Temporal histories (``activities.rebuild``, which replays each run's history
-once).
+``copy_run`` reads a run's state from a ``RunSource`` in pages (``MirrorPage``: the view first, then
+changed steps, then events; bounded by ``MIRROR_PAGE_EVENTS`` and ``MIRROR_PAGE_BYTES``) and writes
+each (``GraphStore.write_task``, batched with other tasks' pages: ``taskgraph.page_batches``).
+Writes MERGE on stable keys, so a repeated copy changes nothing; the last page sets the node's
+``mirrored_write``. It serves the mirror activity (references only; the live run read by query), the
+follower (``activities.follow``) and the rebuild (``activities.rebuild``).
 
-Error mapping at the activity edge (``mirror_failure``): the graph store's errors that may pass
-(``taskgraph.errors.GraphUnavailable``, to which each adapter maps its driver's: for Neo4j a
-deadlock, an unavailable server, a leader switch, an expired session, a transaction that ran
-out of time) raise a retryable ``ApplicationError`` of type ``MirrorUnavailable``, retried by
-the workflow's retry policy. It is of category ``BENIGN``
-(the SDK logs its attempts at DEBUG, with no traceback: a loaded Neo4j that answers on the
-next attempt is the mirror working as designed); the last attempt of a call
-(``MIRROR_ATTEMPTS``) logs one WARNING line, and the task's view says why it waits
-(``mirror_error``). Any other graph store error (``GraphError``), and a
-value the driver cannot send (``OverflowError``, ``TypeError``, ``ValueError``), is a refusal
-of the data: the activity keeps it in the store (``taskgraph.refusals``, from which a worker
-retries the task from its history later: ``activities.refusals``) and raises a non-retryable
-``ApplicationError`` of type ``MirrorRefused``, with which a finished task closes; when the
-store keeps nothing either, a ``MirrorDataError`` (the task stays open and calls again after a
-pause). Each message names the task and the seq range. A call cancelled because its run is
-gone (its heartbeat found the workflow terminated while it waited) raises a non-retryable,
-``BENIGN`` ``MirrorRunGone``: no warning with a traceback for a terminate.
+Errors at the activity edge (``mirror_failure``): ``GraphUnavailable`` is a retryable, ``BENIGN``
+``MirrorUnavailable`` (logged once, at the last of ``MIRROR_ATTEMPTS``); any other ``GraphError`` or
+a value the driver cannot send is a refusal of the data, kept in the store (``taskgraph.refusals``)
+as a non-retryable ``MirrorRefused``, or ``MirrorDataError`` when the store keeps nothing. A call
+whose run is gone raises a ``BENIGN`` ``MirrorRunGone``.
 """
 
 from __future__ import annotations
@@ -98,21 +77,19 @@ MIRROR_ATTEMPTS = MIRROR_RETRY.maximum_attempts
 PAGE_KEYS_HELD = 4_096
 """Page signing keys a worker keeps (read from the key store once each)."""
 MIRROR_RUN_GONE = "MirrorRunGone"
-"""The error type of a mirror call whose run the server no longer has (its heartbeat found it
-gone: terminated while the call waited, or past retention)."""
+"""The error type of a mirror call whose run the server no longer has (terminated, or past
+retention)."""
 REFUSED_METRIC = "agent_tasks_mirror_refused"
-"""The counter of mirror calls the graph store refused for their data (``MirrorRefused``),
-exported with the SDK's metrics (``telemetry``; ``OTEL_METRICS_EXPORTER``)."""
+"""The counter of mirror calls refused for their data (``MirrorRefused``), exported with the SDK's
+metrics (``telemetry``)."""
 QUERY_TIMEOUT = timedelta(seconds=10)
-"""RPC timeout of each query the mirror sends to its workflow (answered by the worker that
-runs the activity, from its cache, in milliseconds)."""
+"""RPC timeout of each query the mirror sends its workflow (answered from the worker's cache)."""
 
 
 def mirror_failure(err: Exception, where: str) -> ApplicationError:
-    """The error the mirror activity raises for ``err`` (the module's error mapping): a
-    retryable ``MirrorUnavailable`` for a graph store error that may pass
-    (``GraphUnavailable``), else a non-retryable ``MirrorDataError``; ``where`` names the
-    task and seqs in the message."""
+    """The error the mirror activity raises for ``err``: a retryable ``MirrorUnavailable`` for
+    ``GraphUnavailable``, else a non-retryable ``MirrorDataError``; ``where`` names task and
+    seqs."""
     if isinstance(err, GraphUnavailable):
         return ApplicationError(
             f"graph store unavailable while mirroring {where}: {err}",
@@ -136,17 +113,16 @@ class RunSource(Protocol):
 
 
 async def announce(broker: Broker, view: TaskView) -> None:
-    """Publish a ``WrittenMessage`` of ``view`` on the task's channels and its project's:
-    streams and inboxes wake and read the task (the word carries no event)."""
+    """Publish a ``WrittenMessage`` of ``view`` on the task's and project's channels, so streams and
+    inboxes read the task."""
     message = WrittenMessage(task=view.name, seq=view.last_seq, status=view.status.value)
     targets = [*channels(view.workflow_id, view.session_id), project_channel(view.project_id)]
     await broker.publish(targets, message)
 
 
 class AnnouncedRun:
-    """A ``RunSource`` that announces (``announce``) each page it reads with the task's view
-    (the first page of each copy) and keeps the last such view (``view``: where a follower's
-    page built from the history starts, ``activities.history_page``)."""
+    """A ``RunSource`` that announces each page holding the view and keeps the last such ``view``
+    (where a follower's history page starts)."""
 
     def __init__(self, source: RunSource, broker: Broker | None) -> None:
         self.source = source
@@ -165,20 +141,16 @@ class AnnouncedRun:
 
 
 class QueriedRun:
-    """A run read by the ``mirror_page`` query, each bounded by ``QUERY_TIMEOUT``. For the run
-    the mirror activity serves: its worker answers from its cache. (A query to a closed run
-    replays its whole history on a worker: ``rebuild`` replays once instead.) A worker that
-    predates the query refuses it; the mirror call then fails and the workflow retries it
-    after a pause (``mirror_pause``), so a rolling deploy delays Neo4j and loses nothing."""
+    """A run read by the ``mirror_page`` query, each bounded by ``QUERY_TIMEOUT`` and answered from
+    the worker's cache. A worker that predates the query refuses it and the workflow retries after a
+    pause, so a rolling deploy delays the mirror and loses nothing."""
 
     def __init__(self, client: Client, workflow_id: str, run_id: str) -> None:
         self.handle = client.get_workflow_handle(workflow_id, run_id=run_id)
 
     async def mirror_page(self, query: MirrorQuery) -> MirrorPage:
-        """The ``mirror_page`` query, sent again (from 10 ms, doubling to 0.5 s, within
-        ``QUERY_TIMEOUT``) while the server turns it away as busy: a query that comes while a
-        workflow task of the run is in flight waits in a buffer of the server's, which holds
-        one ("consistent query buffer is full", ``RESOURCE_EXHAUSTED``)."""
+        """The ``mirror_page`` query, sent again (10 ms doubling to 0.5 s, within ``QUERY_TIMEOUT``)
+        while the server's one-query buffer of the run is full (``RESOURCE_EXHAUSTED``)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + QUERY_TIMEOUT.total_seconds()
         delay = 0.01
@@ -204,10 +176,8 @@ async def copy_run(
     after_write: int = 0,
     mark: str | None = None,
 ) -> MirrorOutcome:
-    """Copy events ``after_seq < seq <= up_to_seq`` (None: the run's newest when the copy
-    starts), the steps changed after ``after_write``, and the task node, from one run to
-    Neo4j, one page per transaction (``MirrorPage``: the view on the first page; the steps
-    first, then the events).
+    """Copy events ``after_seq < seq <= up_to_seq`` (None: the newest), the steps changed after
+    ``after_write`` and the task node from one run to the graph store, a page per transaction.
 
     Args:
         source: the run's state.
@@ -270,18 +240,15 @@ async def copy_run(
 
 
 class MirrorActivities:
-    """The mirror activity with its dependencies: a Temporal client (to query the workflow
-    and follow its history), the task graph (to write Neo4j), and the broker to tell streams
-    of new events.
+    """The mirror activity with its dependencies.
 
     Args:
-        client: the worker's Temporal client.
-        graph: the task graph.
-        broker: where each copy's first page is announced (``AnnouncedRun``); None: streams
-            find new events by reading the task every ``STREAM_POLL_S``.
-        followers: calls that may follow their run at once on this worker
-            (``activities.follow``; each holds an activity slot while it follows); a follow
-            call past them copies what waits and ends, as a call per batch did.
+        client: the worker's Temporal client (queries, the history's long poll).
+        graph: the graph store.
+        broker: where each copy's first page is announced; None: streams poll the task every
+            ``STREAM_POLL_S``.
+        followers: calls that may follow their run at once on this worker (each holds an activity
+            slot); a follow call past them copies what waits and ends.
     """
 
     def __init__(
@@ -299,15 +266,15 @@ class MirrorActivities:
         self.following = 0
         """Calls following their run now."""
         self.subscriber: Subscriber | None = None
-        """The worker's subscription to the broker while it runs (``listening``): followers
-        take their runs' published pages from it."""
+        """The worker's broker subscription while it runs (``listening``): followers take their
+        runs' published pages from it."""
         self.page_keys: OrderedDict[tuple[str, str], bytes] = OrderedDict()
         """Page signing keys by project and key id, the most recently used last."""
 
     @contextlib.asynccontextmanager
     async def listening(self) -> AsyncIterator[None]:
-        """While open, followers take their runs' published pages (``broker.PageMessage``)
-        from the broker; without a broker, nothing."""
+        """While open, followers take their runs' published pages from the broker (none without
+        one)."""
         if self.broker is None:
             yield
             return
@@ -323,10 +290,9 @@ class MirrorActivities:
 
     @activity.defn(name=MIRROR_ACTIVITY)
     async def mirror_task(self, input: MirrorInput) -> MirrorOutcome:
-        """Mirror events ``after_seq < seq <= up_to_seq``, the steps changed after
-        ``after_write``, and the task node, heartbeating (``heartbeating``); a ``follow``
-        call goes on with what the run takes next (``activities.follow``). Returns the
-        counts written and how far Neo4j holds the run."""
+        """Mirror events ``after_seq < seq <= up_to_seq``, the steps changed after ``after_write``
+        and the task node, heartbeating; a ``follow`` call goes on (``activities.follow``). Returns
+        the counts and how far the graph store holds the run."""
         try:
             return await heartbeating(self._mirror(input))
         except (GraphError, OverflowError, TypeError, ValueError) as err:
@@ -354,11 +320,9 @@ class MirrorActivities:
             ) from None
 
     async def _refused(self, input: MirrorInput, failure: ApplicationError) -> ApplicationError:
-        """The error for a call the store refused for its data (``failure``, a
-        ``MirrorDataError``): ``MirrorRefused`` once the refusal is kept in the store
-        (``taskgraph.refusals``: a worker retries the task from its history later), counted
-        (``REFUSED_METRIC``) and logged; ``failure`` itself when the store keeps nothing
-        either (the task then stays open and its mirror calls again after a pause)."""
+        """The error for a call refused for its data (``failure``, a ``MirrorDataError``):
+        ``MirrorRefused`` once the refusal is kept in the store (counted and logged), else
+        ``failure`` itself."""
         try:
             held = await Refusals(self.graph).record(
                 project_of(input.workflow_id),
@@ -393,8 +357,8 @@ class MirrorActivities:
         run = f"task {input.workflow_id} run {input.run_id}"
 
         async def copy(after_seq: int, after_write: int, up_to_seq: int | None) -> MirrorOutcome:
-            """One copy: once it returns, Neo4j holds the run up to ``up_to_seq`` of the
-            outcome (the place to tell others that the log grew)."""
+            """One copy: once it returns, the graph store holds the run up to the outcome's
+            ``up_to_seq``."""
             return await copy_run(
                 source,
                 self.graph,
@@ -408,8 +372,8 @@ class MirrorActivities:
         """Events of published pages taken into ``source.view`` and not yet written."""
 
         async def take_page(message: PageMessage) -> bool | None:
-            """Take a published page into the view (``Published.take``): None unless it is
-            signed by a writer of the project, of this run, and the view's next write."""
+            """Take a published page into the view (``Published.take``): None unless signed by a
+            writer of the project, of this run, and the view's next write."""
             key = await self._page_key(project_of(input.workflow_id), message.key_id)
             write = open_page(message, key)
             view = source.view
@@ -464,9 +428,8 @@ class MirrorActivities:
 
     @contextlib.asynccontextmanager
     async def _pages(self, workflow_id: str, pages: Published) -> AsyncIterator[Published | None]:
-        """``pages`` fed with the task's published pages while open (``page_channel``), None
-        without a subscriber. The subscription is not waited for: a page before it holds is
-        brought by the poll."""
+        """``pages`` fed with the task's published pages while open, None without a subscriber; a
+        page before the subscription holds is brought by the poll."""
         subscriber = self.subscriber
         if subscriber is None:
             yield None
@@ -489,8 +452,8 @@ class MirrorActivities:
                     await adding
 
     async def _page_key(self, project_id: str, key_id: str) -> bytes | None:
-        """The page signing key ``key_id`` of ``project_id`` from the key store (kept once
-        read, ``PAGE_KEYS_HELD``); None when the store has no such key."""
+        """The page signing key ``key_id`` of ``project_id`` (kept once read, ``PAGE_KEYS_HELD``);
+        None when the store has none."""
         held = (project_id, key_id)
         key = self.page_keys.get(held)
         if key is None:
@@ -507,10 +470,9 @@ class MirrorActivities:
         return key
 
     async def _write_history_page(self, view: TaskView, events: list[Event]) -> MirrorOutcome:
-        """Write ``view`` and its new ``events`` (``history_page``) in pages of
-        ``copy_run``'s bounds, the last one raising the node's ``mirrored_write``, announced
-        first as ``copy_run``'s are; returns what was written and how far Neo4j holds the
-        run."""
+        """Write ``view`` and its new ``events`` in ``copy_run``'s pages, the last raising the
+        node's ``mirrored_write``, announced first; returns the counts and how far the store holds
+        the run."""
         if events and self.broker is not None:
             await announce(self.broker, view)
         pages = list(_bounded(events, MIRROR_PAGE_BYTES - model_size(view)))
@@ -523,8 +485,8 @@ class MirrorActivities:
 
 
 def _bounded(events: Sequence[Event], max_bytes: int) -> Iterator[list[Event]]:
-    """``events`` in pages of at most ``MIRROR_PAGE_EVENTS`` and ``max_bytes`` of JSON (one
-    event at least), in order."""
+    """``events`` in pages of ``MIRROR_PAGE_EVENTS`` and ``max_bytes`` of JSON (one at least), in
+    order."""
     page: list[Event] = []
     used = 0
     for event in events:

@@ -1,41 +1,17 @@
-"""The model call of the tool-calling loop (``model_turn``): read the transcript by reference,
-ask the model, return its turn (text, tool calls, token usage).
+"""The model call of the tool-calling loop (``model_turn``): read the transcript by reference, ask
+the model, return its turn (text, tool calls, token usage).
 
-Providers:
-- ``scripted``: a deterministic script registered on the worker by name, for tests and the
-  demo; turn ``n`` of a ``ScriptedModel`` answers the ``n``-th model call of the task (the
-  assistant messages already in the transcript say which call this is), or a function of the
-  transcript does. Its turn keeps the bounds an API model's does (below).
-- ``openai``: an OpenAI-compatible chat completions API through the ``openai`` package
-  (install the ``openai`` extra), configured by its own environment (``OPENAI_API_KEY``,
-  ``OPENAI_BASE_URL``). HTTP 408, 409, 429 and 5xx are retryable (the activity's retry policy,
-  after the server's ``retry-after-ms`` or ``retry-after`` when it sends one, up to
-  ``activities.retry_after.MAX_SERVER_WAIT``: a longer wait fails the call, naming it); other
-  errors are not. With ``ModelSpec.stream`` the response is streamed (``stream=True``): its
-  Server-Sent Events are read line by line, each content delta published as a token as it
-  arrives, and the usage comes from the stream's final chunk (``stream_options``'
-  ``include_usage``). Either way the answer becomes the turn by the rules of
-  ``activities.chat_protocol`` (tool calls assembled by index and id, finish reasons by name, a
-  cut stream retried).
+Providers: ``scripted``, a deterministic script registered on the worker (turn ``n`` answers the
+task's ``n``-th call, or a function of the transcript does); ``openai``, an OpenAI-compatible chat
+completions API (the ``openai`` extra, configured by ``OPENAI_API_KEY`` and ``OPENAI_BASE_URL``),
+streamed with ``ModelSpec.stream``. HTTP 408, 409, 429 and 5xx are retried after the server's
+``retry-after`` (``activities.retry_after``); others are not. Every turn, the scripted one's too,
+passes ``chat_protocol.bounded_answer``.
 
-Every provider's turn, the scripted one's too, leaves the activity within the same bounds
-(``chat_protocol.bounded_answer``: names, call ids, arguments' sizes, an empty answer), so the
-workflow records whatever a model or a script answers and the model reads what was wrong.
-
-Tokens (``activities.tokens``): with a broker, the scripted provider publishes its turn's text
-word by word and the streamed ``openai`` path each delta, the same way
-``starter.tasks.TaskEmitter.emit_token`` does, each marked with the call's attempt; they reach
-the HTTP API's streams and nothing else (the turn is recorded whole, as one event, when the call
-returns).
-
-Cancel: the activity heartbeats every ``activities.heartbeat.CANCEL_BEAT_S`` while it reads the
-transcript, waits for the model and streams, and the worker sends a heartbeat at least every
-``worker.HEARTBEAT_THROTTLE``; a cancel (the task's, or the workflow's end) comes back in the
-answer to one, raises ``asyncio.CancelledError`` in the call and leaves the response's
-``async with``, which closes the HTTP connection: the server stops generating. The workflow
-waits for that before the task ends (``workflows.agents.steps.MODEL_CALL_CANCEL``), so no token
-of the call is published after the task's end. The bound: ``CANCEL_BEAT_S`` plus
-``HEARTBEAT_THROTTLE`` plus a round trip; ``MODEL_HEARTBEAT`` when the call's worker died.
+Tokens go to the broker only (``activities.tokens``), marked with the call's attempt. A cancel
+arrives in a heartbeat's answer (``CANCEL_BEAT_S``), leaves the response's ``async with`` and so
+closes the HTTP connection; the workflow waits for that (``MODEL_CALL_CANCEL``), so no token is
+published after the task's end.
 """
 
 from __future__ import annotations
@@ -84,8 +60,8 @@ Script = Callable[[Sequence[Event]], ModelTurn]
 
 
 class ScriptedModel:
-    """A script of turns: the ``n``-th model call of a task gets ``turns[n]`` (the last one
-    again past the end)."""
+    """A script of turns: the task's ``n``-th model call gets ``turns[n]`` (past the end, the
+    last)."""
 
     def __init__(self, turns: Sequence[ModelTurn]) -> None:
         self.turns = list(turns)
@@ -101,7 +77,7 @@ class ModelActivities:
 
     Args:
         client: to read the transcript from the task.
-        graph: Neo4j, for events of earlier runs.
+        graph: the graph store, for events of earlier runs.
         scripts: the scripted models by name.
         tools: the specs of the worker's tools (offered to an API model).
         broker: where the call's tokens go (None: nowhere).
@@ -123,14 +99,13 @@ class ModelActivities:
 
     @activity.defn(name=MODEL_ACTIVITY)
     async def model_turn(self, input: ModelInput) -> ModelTurn:
-        """The model's next turn for the task's events 1 to ``up_to_seq``, heartbeating while
-        it waits and streams (``CANCEL_BEAT_S``) so that a cancel of the call, or the task's
-        end, reaches it and closes its HTTP request (module docstring, "Cancel")."""
+        """The model's next turn for the task's events 1 to ``up_to_seq``, heartbeating every
+        ``CANCEL_BEAT_S`` so a cancel closes its HTTP request."""
         return await heartbeating(self._turn(input), every_s=CANCEL_BEAT_S)
 
     async def _turn(self, input: ModelInput) -> ModelTurn:
-        """The provider's turn within the bounds every turn keeps (``bounded_answer``; its
-        fallback call ids made from the call's place in the task, stable across retries)."""
+        """The provider's turn within ``bounded_answer`` (fallback call ids from the call's place in
+        the task, stable across retries)."""
         turn = await self._answer(input)
         return bounded_answer(turn, f"{input.workflow_id}/{input.up_to_seq}")
 
@@ -160,11 +135,9 @@ class ModelActivities:
 
 
 def api_failure(err: Exception) -> ApplicationError:
-    """The activity's error for an error of the ``openai`` package (the module's mapping):
-    retryable after the server's ``retry-after`` (``activities.retry_after``) for HTTP
-    408/409/429/5xx, not retried when that wait is over ``MAX_SERVER_WAIT`` (the error names
-    it), retryable for a lost connection or a request past its timeout, non-retryable
-    otherwise (its message the API's own)."""
+    """The activity's error for an ``openai`` error: retryable after ``retry-after`` for HTTP
+    408/409/429/5xx (not retried past ``MAX_SERVER_WAIT``, naming it), retryable for a lost
+    connection or timeout, else non-retryable with the API's message."""
     import openai
 
     if isinstance(err, openai.APIStatusError):
@@ -196,18 +169,14 @@ def _tool_specs(offered: Sequence[ToolSpec]) -> list[dict[str, Any]]:
 
 
 OPENAI_TIMEOUT_S = 100.0
-"""Seconds a chat completion request may wait for the server's next bytes: the whole answer of
-a request that is not streamed, the next line of a stream (well inside the model activity's
-start-to-close timeout, ``workflows.agents.steps.MODEL_LONGEST_CALL``, so a hung server fails
-the attempt, which Temporal then retries). Stream a long answer (``ModelSpec.stream``)."""
+"""Seconds a request may wait for the server's next bytes (the whole answer, or a stream's next
+line), well inside ``MODEL_LONGEST_CALL`` so a hung server fails the attempt."""
 
 
 def openai_client(timeout_s: float) -> Any:
-    """The ``openai`` client of one model call, configured by its environment
-    (``OPENAI_BASE_URL``, ``OPENAI_API_KEY``): it retries nothing itself (``max_retries=0``:
-    the activity's retry policy does, so a retry is in the history and waits the server's
-    ``retry-after``) and gives a request ``timeout_s`` seconds. Use it as ``async with``: the
-    call closes its connections itself (left to the collector, its ``aclose`` may never run)."""
+    """The ``openai`` client of one model call, configured by its environment; ``max_retries=0``
+    (the activity's retry policy retries, in the history) and ``timeout_s`` seconds per request. Use
+    it as ``async with`` so its connections close."""
     import openai  # the optional ``openai`` extra; imported only by workers that use it
 
     return openai.AsyncOpenAI(max_retries=0, timeout=timeout_s)
@@ -234,9 +203,8 @@ async def openai_turn(
     *,
     timeout_s: float = OPENAI_TIMEOUT_S,
 ) -> ModelTurn:
-    """One chat completion of an OpenAI-compatible API (``openai_client``), its body made
-    into the turn by ``activities.chat_protocol.completion_turn`` (finish reasons by name, the
-    calls bounded), errors mapped at the activity edge.
+    """One chat completion (``openai_client``), its body made into the turn by
+    ``chat_protocol.completion_turn``.
 
     Args:
         input: the model call (model, system prompt).
@@ -245,9 +213,7 @@ async def openai_turn(
         timeout_s: seconds the request may take.
 
     Raises:
-        ApplicationError: retryable (with ``next_retry_delay`` from ``retry-after``) for HTTP
-            408/409/429/5xx, a lost connection and a request past ``timeout_s``;
-            non-retryable otherwise (``api_failure``); ``completion_turn``'s.
+        ApplicationError: ``api_failure``'s, and ``completion_turn``'s.
     """
     import openai  # the optional ``openai`` extra; imported only by workers that use it
 
@@ -276,19 +242,15 @@ async def openai_streamed_turn(
     *,
     timeout_s: float = OPENAI_TIMEOUT_S,
 ) -> ModelTurn:
-    """One streamed chat completion (``stream=True``, usage asked for in the final chunk, or
-    not, when the server refuses ``stream_options`` with HTTP 400 or 422):
-    the Server-Sent Events read line by line, each content delta sent to ``tokens`` as it
-    arrives, the turn assembled by ``activities.chat_protocol.StreamAssembler`` (tool calls by
-    index and id, names set once, finish reasons by name, a stream that ends without its end
-    refused). The response is read in an ``async with``: leaving it (a cancel of the
-    activity, an error) closes the HTTP connection, so the server stops generating.
+    """One streamed chat completion (usage asked for in the final chunk unless the server refuses
+    ``stream_options`` with 400 or 422), each content delta sent to ``tokens``, the turn assembled
+    by ``chat_protocol.StreamAssembler``; leaving the response's ``async with`` closes the
+    connection.
 
     Raises:
-        ApplicationError: as ``openai_turn`` (``api_failure``); retryable ``ModelStreamCut``
-            for a connection lost mid-stream or a stream that ends without a
-            ``finish_reason`` or ``[DONE]``; retryable ``ModelApiError`` for a chunk that is
-            not JSON or an error sent in the stream; ``StreamAssembler.turn``'s.
+        ApplicationError: ``api_failure``'s; retryable ``ModelStreamCut`` for a lost connection or
+            a stream without its end; retryable ``ModelApiError`` for a chunk that is not JSON or an
+            error in the stream; ``StreamAssembler.turn``'s.
     """
     import openai
 
@@ -337,9 +299,8 @@ async def _read_stream(
 
 
 def _transport_errors() -> tuple[type[Exception], ...]:
-    """The errors of a connection lost while a response is read: ``TransportError`` of the HTTP
-    client the installed ``openai`` package reads with (``httpx2`` in its newer releases,
-    ``httpx`` before), which it does not wrap while a streamed body is read."""
+    """The errors of a connection lost while a body is read: ``TransportError`` of the HTTP client
+    the installed ``openai`` reads with (``httpx2`` or ``httpx``), unwrapped while streaming."""
     found: list[type[Exception]] = []
     for name in ("httpx2", "httpx"):
         try:

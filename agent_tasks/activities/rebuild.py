@@ -1,18 +1,11 @@
-"""Rebuild the Neo4j graph from the Temporal histories: one pass over each run's history.
+"""Rebuild the graph store from the Temporal histories: one pass over each run's history
+(``docs/graph-stores.md``).
 
-For each task (one workflow id), oldest run first: fetch the run's history once, replay it
-in this process with ``temporalio.worker.Replayer`` and an interceptor that keeps the replayed
-``TaskWorkflow``'s ledger (``ReplayedRun``), and copy that ledger with ``copy_run``, each
-written node stamped with this rebuild's id. Only when every run is copied does it delete
-the task's event and step nodes it did not write (``GraphStore.drop_unmarked``): nothing is
-deleted before its replacement is written.
-
-So a rebuild can be stopped at any point (Ctrl-C, a crash, Neo4j going away) and the graph
-still holds every event it held before, and each rewritten one; running it again redoes the
-task from the histories (each node merged on its key, so nothing is doubled) and ends with
-the same graph. Its cost is one history fetch and one in-process replay per run, where a
-query per page of a closed run made a worker replay the whole run for every page (a
-60,000-event task: 30 to 40 minutes).
+For each task, oldest run first: fetch the run's history once, replay it in this process
+(``temporalio.worker.Replayer`` with an interceptor keeping the ledger, ``ReplayedRun``) and copy
+the ledger with ``copy_run``, each node stamped with the rebuild's id. Only then are the task's
+unstamped nodes deleted (``GraphStore.drop_unmarked``), so a rebuild stopped anywhere loses nothing,
+and run again ends with the same graph.
 """
 
 from __future__ import annotations
@@ -80,22 +73,16 @@ class _KeepLedger(Interceptor):
 
 
 def before_first_workflow_task(history: WorkflowHistory) -> bool:
-    """True when ``history`` holds no workflow task yet: only its start event, while the
-    server holds the run's first workflow task back (``firstWorkflowTaskBackoff``: a run that
-    continued as new right after the last, a cron or retry start). Such a run has run no
-    workflow code, so it holds nothing of its own to replay; and temporalio's ``Replayer``
-    (SDK 1.35) given such a history never returns, and cannot be cancelled."""
+    """True when ``history`` holds only its start event (the server holds back the first workflow
+    task: ``firstWorkflowTaskBackoff``): such a run holds nothing to replay, and the ``Replayer``
+    given it never returns."""
     scheduled = EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED
     return not any(event.event_type == scheduled for event in history.events)
 
 
 async def replay_run(client: Client, workflow_id: str, run_id: str) -> Ledger | None:
-    """Fetch one run's history (one paged pass) and replay it in this process; returns the
-    ledger as the replay leaves it (a closed run's final state, an open run's current one),
-    or None for a run before its first workflow task (``before_first_workflow_task``).
-
-    The replay runs ``TaskWorkflow`` without the sandbox: it only reads, and the workflow
-    code is the worker's own (a replay failure means the worker could not run it either).
+    """Fetch one run's history and replay it in this process (no sandbox: it only reads); returns
+    the ledger as the replay leaves it, or None for a run before its first workflow task.
 
     Raises:
         temporalio.service.RPCError: the history could not be fetched.
@@ -133,15 +120,13 @@ class RebuildReport(BaseModel):
 async def rebuild_task(
     client: Client, graph: GraphStore, project_id: str, executions: list[WorkflowExecution]
 ) -> int:
-    """Rebuild one task from its runs (``executions``, of one workflow id), oldest first, then
-    drop what the rebuild did not write (see the module docstring); returns events copied.
-    While the task is open, the bound of that drop is the newest replayed state (its last
-    seq, its last write's time), since the live mirror may write newer nodes meanwhile. A run
-    before its first workflow task holds nothing of its own and is passed over; a task with
-    no other run is left as it is (0 events).
+    """Rebuild one task from its runs (``executions``, oldest first), then drop what it did not
+    write; returns events copied. While the task is open the drop is bounded by the newest replayed
+    state, since the live mirror may write newer nodes. A task with no run past its first workflow
+    task is left as it is (0 events).
 
     Raises:
-        Exception: from the fetch, the replay or Neo4j; nothing is deleted then.
+        Exception: from the fetch, the replay or the graph store; nothing is deleted then.
     """
     mark = uuid.uuid4().hex
     events = 0
@@ -172,15 +157,9 @@ async def rebuild_task(
 async def rebuild(
     client: Client, graph: GraphStore, project_id: str, task: str | None = None
 ) -> RebuildReport:
-    """Rebuild a project's tasks (or one task) in Neo4j from the Temporal histories.
-
-    Finds every run of the project's tasks in Temporal visibility first; then rebuilds task
-    by task (``rebuild_task``). A task that fails is reported and the others go on; a task
-    with no run found is not touched. Agent, session and project nodes are merged, not
-    deleted: to drop stale ones, ``wipe_project`` first.
-
-    Returns:
-        The counts and the tasks that failed (``RebuildReport``).
+    """Rebuild a project's tasks (or one task) in the graph store from the Temporal histories, task
+    by task (``rebuild_task``); a failed task is reported and the rest go on. Agent, session and
+    project nodes are merged, not deleted (``wipe_project`` first to drop stale ones).
 
     Raises:
         pydantic.ValidationError: ``project_id`` is not a valid project id.

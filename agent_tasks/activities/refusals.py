@@ -1,16 +1,11 @@
-"""The retries of the tasks whose mirror the graph store refused for their data
-(``taskgraph.refusals``): a worker of activities looks for due refusals every
-``REFUSAL_SWEEP`` (``RefusalRetries.running``) and retries each from the task's Temporal
-history, as ``agent-tasks graph rebuild`` would (``activities.rebuild.rebuild_task``).
+"""The retries of tasks whose mirror the graph store refused for their data
+(``taskgraph.refusals``): a worker looks for due refusals every ``REFUSAL_SWEEP`` and retries each
+from the task's history (``activities.rebuild.rebuild_task``).
 
-A retry of a closed task that the store takes clears the refusal; one it refuses again waits
-longer for the next (``taskgraph.refusals.retry_delay``). An open task's own mirror retries
-it, so its refusal is cleared once the store's ``mirrored_write`` has passed the refused call's
-and otherwise waits. A refusal whose history Temporal no longer has (past the namespace's
-retention), or whose task was deleted or replaced by another of its name
-(``TaskIncarnationError``), is cleared: nothing can be mirrored from it any more. Workers claim
-a refusal before they retry it (``CLAIM_FOR``), so two workers seldom rebuild one task at once
-(and when they do, the writes are idempotent).
+A closed task the store now takes clears its refusal; refused again, it waits longer
+(``taskgraph.refusals.retry_delay``). An open task's own mirror retries it. A refusal whose history
+is gone, or whose task was deleted or replaced (``TaskIncarnationError``), is cleared. Workers claim
+a refusal first (``CLAIM_FOR``); a double rebuild is harmless (idempotent writes).
 """
 
 from __future__ import annotations
@@ -37,17 +32,17 @@ REFUSAL_SWEEP = timedelta(minutes=1)
 REFUSALS_PER_SWEEP = 20
 """Refusals one look retries at most (each a fetch and replay of the task's histories)."""
 CLAIM_FOR = timedelta(minutes=10)
-"""How long a worker's claim of a refusal keeps the others off it (a retry takes seconds; a
-worker that died meanwhile leaves it to the others after this)."""
+"""How long a worker's claim keeps others off a refusal (a retry takes seconds; a dead worker's
+claim lapses)."""
 
 Outcome = Literal["mirrored", "open", "refused", "gone", "claimed"]
-"""What a retry came to: the store took the task; the task is open (its own mirror retries);
-the store refused it again; nothing is left to mirror; another worker has it."""
+"""What a retry came to: mirrored; open (its own mirror retries); refused again; gone; claimed by
+another worker."""
 
 
 async def runs_of(client: Client, workflow_id: str) -> list[WorkflowExecution]:
-    """Every run of the task ``workflow_id``, the newest last: the latest run, then each run it
-    continued from (its first history event names it), described one by one.
+    """Every run of the task ``workflow_id``, the newest last (each found from the next one's first
+    event).
 
     Raises:
         temporalio.service.RPCError: ``NOT_FOUND`` when Temporal has no such workflow.
@@ -82,11 +77,11 @@ class RefusalRetries:
         self.refusals = Refusals(graph)
 
     async def retry_due(self) -> dict[str, Outcome]:
-        """Retry each refusal whose time has come (at most ``REFUSALS_PER_SWEEP``); returns
-        each one's outcome by workflow id.
+        """Retry each refusal whose time has come (at most ``REFUSALS_PER_SWEEP``); returns each
+        one's outcome by workflow id.
 
         Raises:
-            taskgraph.errors.GraphError: the store could not be read.
+            GraphError: the store could not be read.
         """
         outcomes: dict[str, Outcome] = {}
         for refusal in await self.refusals.due(REFUSALS_PER_SWEEP):
@@ -130,8 +125,7 @@ class RefusalRetries:
 
     @contextlib.asynccontextmanager
     async def running(self, every: timedelta = REFUSAL_SWEEP) -> AsyncIterator[None]:
-        """While open, ``retry_due`` every ``every`` (a look that fails is logged and the
-        next one comes as planned)."""
+        """While open, ``retry_due`` every ``every`` (a failed look is logged)."""
 
         async def sweep() -> None:
             while True:

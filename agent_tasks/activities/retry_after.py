@@ -1,14 +1,10 @@
-"""The wait a server asks for before a retry, read one way for every peer the activities call
-over HTTP (the HTTP tool's API, the model's API) and bounded.
+"""The wait a server asks for before a retry, read one way for every HTTP peer (the HTTP tool's API,
+the model's) and bounded.
 
-A server names its wait in ``retry-after-ms`` (OpenAI's, milliseconds) or ``Retry-After``
-(seconds, or an HTTP date: RFC 9110; a decimal number of seconds is taken too, as the
-``openai`` client takes it). The activity's retry then waits that long (Temporal's
-``next_retry_delay``), up to ``MAX_SERVER_WAIT``. A server that asks for longer is not retried:
-the failure names the wait it asked for (``too_long``), so a task never sleeps a day on a
-server's word, and never retries sooner than the server asked (which a rate limiter may punish
-with a longer ban); a person or the model decides what to do. A value that is neither form
-(negative, ``soon``) is no wait: the retry policy's own backoff applies.
+The wait is ``retry-after-ms`` (OpenAI's) or ``Retry-After`` (seconds, decimal too, or an HTTP date:
+RFC 9110); the activity's retry waits it (``next_retry_delay``) up to ``MAX_SERVER_WAIT``. A longer
+wait is not retried and the failure names it (``too_long``), so a task never sleeps a day on a
+server's word nor retries sooner than asked. Any other value is no wait.
 """
 
 from __future__ import annotations
@@ -19,15 +15,13 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 
 MAX_SERVER_WAIT = timedelta(minutes=5)
-"""The longest wait before a retry that a server may ask for and get. Longer than a rate
-limiter's usual window (a minute), short of a wait that leaves a task hanging unseen (a
-``Retry-After: 86400`` is a day)."""
+"""The longest wait before a retry a server may ask for and get: over a rate limiter's usual minute,
+short of leaving a task hanging unseen."""
 
 
 def asked_wait_s(headers: Mapping[str, str], now: datetime) -> float | None:
-    """The seconds ``headers`` ask to wait before a retry, at ``now`` (aware): ``retry-after-ms``
-    first, then ``Retry-After`` (names in any case); a date in the past is 0. None: no such
-    header, or a value that is neither a non-negative number nor an HTTP date."""
+    """The seconds ``headers`` ask to wait at ``now`` (aware): ``retry-after-ms`` first, then
+    ``Retry-After``; a past date is 0; None: no such header or no valid value."""
     lower = {name.lower(): value for name, value in headers.items()}
     milliseconds = _number(lower.get("retry-after-ms"))
     if milliseconds is not None:
@@ -57,16 +51,16 @@ def _number(value: str | None) -> float | None:
 
 
 def retry_delay(wait_s: float | None) -> timedelta | None:
-    """The next retry's delay for a server's wait of ``wait_s`` seconds (None: no wait asked,
-    or one over ``MAX_SERVER_WAIT``, which is not retried: ``too_long``)."""
+    """The next retry's delay for a wait of ``wait_s`` seconds (None: none asked, or over
+    ``MAX_SERVER_WAIT``)."""
     if wait_s is None or too_long(wait_s) is not None:
         return None
     return timedelta(seconds=wait_s)
 
 
 def too_long(wait_s: float | None) -> str | None:
-    """Why a server's wait of ``wait_s`` seconds is not waited for (it is over
-    ``MAX_SERVER_WAIT``), for the failure's text; None when it is waited for."""
+    """Why a wait of ``wait_s`` seconds is not waited for (over ``MAX_SERVER_WAIT``); None
+    otherwise."""
     bound = MAX_SERVER_WAIT.total_seconds()
     if wait_s is None or wait_s <= bound:
         return None

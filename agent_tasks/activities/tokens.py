@@ -1,18 +1,10 @@
-"""What the worker tells the broker (``broker``): the tokens of a model call as they come, and
-the word that a task's log grew, sent by the mirror activity.
+"""What the worker tells the broker (``broker``): a model call's tokens as they come.
 
-Tokens go to the broker only, never into the activity's result beyond the turn the model
-returns (recorded whole as one event) and never into Neo4j. A model call never waits for the
-broker: its tokens are queued and sent by one task per call (in order, a pipeline round trip
-per batch), and a call that ends waits at most ``FLUSH_TIMEOUT_S`` for the last of them. A
-call that was cancelled (its task cancelled or ended) or failed sends nothing more: what it
-had queued is dropped (a publish under way ends, within ``broker.PUBLISH_TIMEOUT_S``), so a
-reader sees no token of a call after the call has ended.
-
-Each token says which attempt of its model call it belongs to (``TokenMessage.attempt``, the
-activity's attempt number; its ``index`` starts at 0 again in each attempt): a reader that
-gets a token of a later attempt drops what it holds of the earlier one, whose turn was never
-recorded.
+Tokens go to the broker only (the turn is recorded whole, as one event). A call never waits for the
+broker: one task per call publishes its queue in order, and a call that ends waits at most
+``FLUSH_TIMEOUT_S``; a cancelled or failed call drops what it queued, so no token follows its end.
+Each token carries its attempt (``TokenMessage.attempt``): a reader drops an earlier attempt's
+tokens when a later one's come.
 """
 
 from __future__ import annotations
@@ -36,15 +28,15 @@ _TOKEN = re.compile(r"\S+\s*|\s+")
 
 
 def split_tokens(text: str) -> list[str]:
-    """``text`` as the scripted model streams it: each word with the white space after it (and
-    white space at the start as a token of its own), so the tokens joined are ``text``."""
+    """``text`` as the scripted model streams it: each word with its following white space (leading
+    white space a token of its own), so the tokens join to ``text``."""
     return _TOKEN.findall(text)
 
 
 class TokenStream:
-    """The tokens of one model call of task ``task``: ``send`` queues one, a task of its own
-    publishes them in order. Use as ``async with``; leaving waits for the queue to drain (at
-    most ``FLUSH_TIMEOUT_S``). Without a broker, ``send`` does nothing.
+    """The tokens of one model call of ``task``: ``send`` queues one, a task of its own publishes
+    them in order. Use as ``async with``; leaving waits up to ``FLUSH_TIMEOUT_S`` for the queue.
+    Without a broker, ``send`` does nothing.
 
     Args:
         broker: where to publish (None: nowhere).
@@ -115,8 +107,8 @@ class TokenStream:
 
 
 class TokenPublisher:
-    """Opens the ``TokenStream`` of a model call, with the channels of its task (its session,
-    asked of the task once per worker by the ``view`` query).
+    """Opens a model call's ``TokenStream`` with its task's channels (its session, asked by the
+    ``view`` query once per worker).
 
     Args:
         client: to ask a task its session.
@@ -132,8 +124,7 @@ class TokenPublisher:
     async def stream(
         self, workflow_id: str, after_seq: int | None, attempt: int = 1
     ) -> AsyncIterator[TokenStream]:
-        """The token stream of attempt ``attempt`` of one model call of the task
-        ``workflow_id``."""
+        """The token stream of attempt ``attempt`` of one model call of ``workflow_id``."""
         targets: list[str] = []
         task = ""  # without a broker the stream publishes nothing
         if self.broker is not None:
@@ -143,8 +134,7 @@ class TokenPublisher:
             yield tokens
 
     async def _session(self, workflow_id: str) -> tuple[str | None, str]:
-        """The task's session and name, from its view (a long name is not in its workflow id:
-        ``task_workflow_id`` cuts it)."""
+        """The task's session and name from its view (a bounded workflow id loses a long name)."""
         if workflow_id not in self._sessions:
             view = await self.client.get_workflow_handle(workflow_id).query(TaskWorkflow.view)
             if len(self._sessions) >= SESSION_CACHE:

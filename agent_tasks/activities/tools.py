@@ -1,22 +1,11 @@
 """Tools: activities an agent's steps run, registered by name with pydantic argument and result
-models and the declaration the workflow schedules them by (``workflows.agents.ToolSpec``).
+models (``workflows.agents.registry.ToolSpec`` is what the workflow schedules by).
 
-A tool is an async function ``(args, context) -> result`` where ``args`` is an instance of its
-argument model and ``result`` a pydantic model or text. The worker runs it as the activity
-``tool.{name}``: the activity takes the call's arguments from its input (``ToolInput.arguments``,
-bounded like an event payload; an input recorded before it carried them reads them back from
-the task by seq), validates them with the argument model (a validation error fails the
-step at once, with the message as its result, never retried), calls the function, and returns
-the result as JSON text bounded like an event payload (a 5 MB output becomes
-``MAX_PAYLOAD_CHARS`` characters with the full length and SHA-256; never a payload over the
-budget, never a retry loop). A
-result that cannot be serialized fails the step the same way.
-
-The context gives the step's idempotency key (``{workflow id}/{step}/{attempt}``, the same on
-every retry of one attempt: hand it to an external service to deduplicate its effect) and
-``heartbeat()``. A tool with a heartbeat timeout is heartbeated for while it runs, so a dead
-worker is noticed within that timeout, and a cancellation reaches the tool as
-``asyncio.CancelledError``.
+A tool is an async ``(args, context) -> result`` function, run as the activity ``tool.{name}``: it
+validates the call's arguments with the argument model (a failure fails the step at once, never
+retried), calls the function and returns the result as JSON text bounded like an event payload
+(``output``). The context gives the step's idempotency key and ``heartbeat()``; a tool with a
+heartbeat timeout is heartbeated for and sees a cancel as ``asyncio.CancelledError``.
 """
 
 from __future__ import annotations
@@ -55,9 +44,8 @@ TOOL_RESULT_INVALID = "ToolResultInvalid"
 
 
 def invalid_arguments(tool_name: str, err: ValidationError) -> ApplicationError:
-    """The failure of arguments a tool's model refuses (``ToolArgumentsInvalid``, never
-    retried): raised by the tool's activity, and, as ``failure_text`` renders it, the approval
-    check's refusal of the same arguments, so the model reads one text either way."""
+    """The failure of arguments a tool's model refuses (``ToolArgumentsInvalid``, never retried),
+    raised by the tool and by the approval check alike, so the model reads one text."""
     return ApplicationError(
         f"arguments of {tool_name} are invalid: {err}",
         type=TOOL_ARGUMENTS_INVALID,
@@ -86,16 +74,15 @@ ToolFunction = Callable[[Any, ToolContext], Awaitable[BaseModel | str]]
 
 
 Approval = bool | Callable[[Any], bool]
-"""When a person approves a call: ``True`` always, ``False`` never, or a predicate on the
-call's arguments (an instance of the tool's argument model): True asks."""
+"""When a person approves a call: ``True``, ``False``, or a predicate on the arguments (True
+asks)."""
 Description = str | Callable[[Any], str]
 """The Markdown a person reads when asked about a call: text, or made from the arguments."""
 
 
 @dataclass(frozen=True)
 class Tool:
-    """A tool: its spec (what the workflow schedules it by), its argument model and function,
-    and when and how a person approves a call (``approval``, ``description``)."""
+    """A tool: its spec, argument model and function, and its approval rule and description."""
 
     spec: ToolSpec
     arguments: type[BaseModel]
@@ -104,10 +91,9 @@ class Tool:
     description: Description = ""
 
     def check(self, text: str) -> ApprovalCheck:
-        """The approval check of a call whose arguments are ``text`` (JSON): invalid
-        arguments are the check's ``error`` (nobody is asked; the step fails with it, as the
-        tool would fail it), else whether to ask and the description. A predicate or a
-        description that raises is an ``error`` too: the call does not run."""
+        """The approval check of a call whose arguments are ``text`` (JSON): invalid arguments, or a
+        predicate or description that raises, are its ``error`` (the step fails, nobody is asked);
+        else whether to ask and the description."""
         try:
             arguments = self.arguments.model_validate_json(text or "{}")
         except ValidationError as err:
@@ -142,21 +128,19 @@ def tool(
     Args:
         name: the tool's name (``[A-Za-z0-9_.-]``, at most 64); its activity is ``tool.{name}``.
         arguments: the pydantic model of its arguments (its JSON Schema is shown to models).
-        idempotent: may it run again (retries by its retry policy with the same key)? False:
-            at most once; a worker that dies during it leaves the step ``unknown``.
+        idempotent: retried by its policy under the same key; False: at most once (a dead
+            worker leaves the step ``unknown``).
         description: for the model.
         start_to_close_s: longest run of one attempt (seconds).
         heartbeat_s: heartbeat timeout (seconds); None: no heartbeats.
         max_attempts: attempts of an idempotent tool.
-        approval: whether a person approves each call before it runs: ``True``, or a
-            predicate on the arguments (the worker runs it; its answer is recorded in the
-            history: ``workflows.agents.approvals``).
+        approval: ``True``, or a predicate on the arguments run by the worker
+            (``workflows.agents.approvals``).
         approval_description: Markdown the person reads (default: ``description``), or a
-            function of the arguments that makes it.
-        approval_expires_after: how long an approval request stays open; then it closes
-            ``expired``, the call does not run and the model reads why. None: no expiry.
-        approvers: distinct people who accept a call before it runs (1 to 10); each accept
-            is a decision by its author.
+            function of the arguments.
+        approval_expires_after: how long an approval request stays open before it closes
+            ``expired``; None: no expiry.
+        approvers: distinct people who accept a call before it runs (1 to 10).
     """
 
     def make(function: ToolFunction) -> Tool:
@@ -183,8 +167,7 @@ def output(value: BaseModel | str) -> ToolOutput:
     """A tool's result as bounded text: a string as it is, a model as its JSON.
 
     Raises:
-        ApplicationError: ``ToolResultInvalid`` (not retried) when the value cannot be
-            serialized.
+        ApplicationError: ``ToolResultInvalid`` (not retried) when it cannot be serialized.
     """
     try:
         text = value if isinstance(value, str) else value.model_dump_json()
@@ -205,7 +188,7 @@ class ToolActivities:
 
     Args:
         client: to read call arguments back from the task.
-        graph: Neo4j, for events of earlier runs.
+        graph: the graph store, for events of earlier runs.
         tools: the tools this worker runs.
     """
 
@@ -220,8 +203,7 @@ class ToolActivities:
         return [self._activity(t) for t in self.tools] + own
 
     async def arguments(self, input: ToolInput) -> str:
-        """The call's arguments: from the input (``ToolInput.arguments``), or read back by
-        seq for an input recorded before it carried them."""
+        """The call's arguments: from the input, or read back by seq for an older input."""
         return await self._event_text(input) if input.arguments is None else input.arguments
 
     async def _event(self, input: ToolInput) -> Event:
@@ -261,16 +243,14 @@ class ToolActivities:
 
     @activity.defn(name=TOOL_SPECS_ACTIVITY)
     async def tool_specs(self, names: list[str]) -> ToolSpecs:
-        """The specs of the named tools this worker runs (an activity of each agent run:
-        the history records the answer)."""
+        """The specs of the named tools this worker runs (recorded in the history)."""
         mine = {t.spec.name: t.spec for t in self.tools}
         return ToolSpecs(specs={name: mine[name] for name in names if name in mine})
 
     @activity.defn(name=APPROVAL_ACTIVITY)
     async def tool_approval(self, input: ToolInput) -> ApprovalCheck:
-        """The approval check of the call recorded as ``call_seq`` (``Tool.check``), for a
-        tool this worker runs, with the call's digest (``call_digest``); the history records
-        the answer, so the workflow's decision replays as it was made."""
+        """The approval check of the call recorded as ``call_seq`` (``Tool.check``) with its digest
+        (``call_digest``), recorded in the history."""
         call = await self._event(input)
         if input.mcp is not None:  # an MCP server's tool: its server's rule asked for this
             server = input.mcp.server
@@ -288,8 +268,7 @@ class ToolActivities:
     @activity.defn(name=READ_EVENT_ACTIVITY)
     async def read_event(self, input: ToolInput) -> ToolOutput:
         """The payload of event ``call_seq``, or with ``call_seq`` 0 the result of step
-        ``step_name`` (a memoized step of an earlier run, whose run carried no result seq):
-        found in the earlier runs that Neo4j lacks, else in Neo4j."""
+        ``step_name``: from the earlier runs the graph store lacks, else the store."""
         if not input.call_seq:
             seq = await self._result_seq(input.workflow_id, input.run_id, input.step_name)
             input = input.model_copy(update={"call_seq": seq})

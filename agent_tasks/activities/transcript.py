@@ -1,35 +1,22 @@
-"""The transcript the model sees: a task's events rendered as chat-completion messages, by one
-documented rule (docs/agent-tasks.md, "What the model sees"):
+"""The transcript the model sees: a task's events as chat-completion messages, by one rule
+(``docs/agent-tasks.md``, "What the model sees"):
 
-- ``message`` (user, system): that role's message.
-- ``message`` (assistant): an assistant message; the tool calls after it (until the next
-  message) are its ``tool_calls``, so the parallel calls of one model turn stay one message.
-- ``tool_call``: a call of the assistant message before it (one with empty content when there
-  is none), under its ``call_id`` (a call recorded without one gets ``call_{seq}``); an empty
-  name is sent as ``_``; arguments cut to the payload bound are sent as ``{"_truncated": true,
-  "full_length": N}``, never as cut JSON.
-- ``tool_result``: a ``tool`` message answering the call of its ``call_id`` (a result without
-  one answers the oldest call still unanswered); a call the log has no result for is answered
-  ``NO_RESULT`` before the next message.
-- ``input_request``: a user message ``A person was asked (input {id}): {prompt}``.
-- ``input_response`` (taken): a user message ``The person answered {id}: {answer as JSON}``.
-- an approval of a tool call (``workflows.agents.approvals``): its ``input_request`` and
-  ``input_response`` are not shown; the model's call stays as the model made it, and the
-  call's ``tool`` message says what a person did (the shape of LangChain's human-in-the-loop
-  edit notice and pydantic-ai's deferred tool results): after an edit (a ``tool_call`` that
-  repeats the call id of a call still waiting for its result) ``EDITED`` with the tool and
-  arguments that ran, then the tool's result; after an answer instead ``ANSWERED`` then the
-  person's text; after an ignore the result as recorded (``IGNORED``: the tool was not
-  run); after an accept the tool's result alone.
-- ``child_result``: a user message ``Child task {name} (spawn key {key}) ended {status}:
-  {text}``.
-- ``input_response`` rejected or late, ``child_task``, ``note``, ``error``, ``reasoning``,
-  ``decision``: nothing.
-- any event a ``rolled_back`` note covers: nothing (a failed run is never shown again).
+- ``message``: a message of its role; the tool calls after an assistant message are its
+  ``tool_calls``.
+- ``tool_call``: a call of the assistant message before it, under its ``call_id`` (else
+  ``call_{seq}``); an empty name is ``_``; cut arguments are ``{"_truncated": true, "full_length":
+  N}``.
+- ``tool_result``: a ``tool`` message answering its ``call_id`` (else the oldest unanswered call); a
+  call without a result is answered ``NO_RESULT`` before the next message.
+- ``input_request`` and a taken ``input_response``: user messages naming the input id.
+- an approval's request and answer are not shown; the call's ``tool`` message says what a person
+  did: ``EDITED`` with what ran then the result, ``ANSWERED`` then the text, ``IGNORED``, or the
+  result alone after an accept.
+- ``child_result``: a user message naming the child, its spawn key and status.
+- anything else, and events a ``rolled_back`` note covers: nothing.
 
-A user message of an input or a child result that comes while tool calls wait for their
-results is sent after those results (a chat API wants every call of an assistant message
-answered before anything else).
+A user message arriving while calls wait for results is sent after them (a chat API wants every call
+answered first).
 """
 
 from __future__ import annotations
@@ -65,9 +52,9 @@ def rolled_back_seqs(transcript: Sequence[Event]) -> set[int]:
 
 
 def _context(event: Event, approvals: dict[str, str | None]) -> str | None:
-    """The user message of an input request, a taken answer or a child's end; None for the
-    events the model is not shown (``approvals``: the input ids of approval requests seen so
-    far, which are not shown either, each with the id of the call it asks about)."""
+    """The user message of an input request, a taken answer or a child's end; None for events not
+    shown (``approvals``: approval requests' input ids seen so far, with the call each asks
+    about)."""
     if event.kind is EventKind.INPUT_REQUEST:
         request = json.loads(event.payload)
         if "approval" in request:
@@ -92,8 +79,8 @@ def _context(event: Event, approvals: dict[str, str | None]) -> str | None:
 
 
 def _as_decided(result: str, choice: str | None, ran: dict[str, Any] | None) -> str:
-    """The ``tool`` message of a call's ``result`` after a person's approval ``choice`` about
-    it (``ran``: the function that ran instead of the model's, after an edit)."""
+    """The ``tool`` message of a call's ``result`` after a person's ``choice`` (``ran``: the edited
+    function that ran)."""
     if ran is not None:
         return EDITED.format(name=ran["name"], arguments=ran["arguments"], result=result)
     if choice == "answer":
@@ -108,15 +95,14 @@ def _arguments(event: Event) -> str:
 
 
 def shown(transcript: Sequence[Event]) -> list[Event]:
-    """The events of ``transcript`` a model may be shown: those no ``rolled_back`` note
-    covers (a scripted model reads these, an API model their ``chat_messages``)."""
+    """The events of ``transcript`` no ``rolled_back`` note covers."""
     skipped = rolled_back_seqs(transcript)
     return [event for event in transcript if event.seq not in skipped]
 
 
 def chat_messages(transcript: Sequence[Event], system: str | None) -> list[dict[str, Any]]:
-    """``transcript`` (a task's events in seq order) as chat-completion messages, after the
-    ``system`` prompt if any, by the rule in this module's docstring."""
+    """``transcript`` (events in seq order) as chat-completion messages after the ``system`` prompt,
+    by the module docstring's rule."""
     messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
     assistant: dict[str, Any] | None = None  # the message tool calls attach to
     waiting: list[str] = []  # call ids without a result yet, oldest first
