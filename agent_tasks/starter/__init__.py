@@ -4,37 +4,20 @@
 >>> history = starter.ConversationHistory(client, project_id="demo", agent_id="agent-1")
 >>> await history.create_task("fix-bug-42", "Fix the failing test")
 
-- Clients: ``ConversationHistory`` (tasks, events, steps, input, decisions, reads),
-  ``HistoryRetention`` (redaction, deletion), ``connect`` and ``Settings``, the Temporal
-  plugins (``AgentTasksPlugin`` for a client, ``AgentTasksWorkerPlugin`` for a worker) and
-  ``DATA_CONVERTER``; the worker's bootstrap (``build_worker``, ``open_graph``,
-  ``open_services``, ``open_broker``); the graph store's factory (``build_graph_store``:
-  Neo4j or FalkorDB).
-- Results and rows: ``WriteResult`` and the other ``*Result`` types, ``TaskView``, ``Event``,
-  ``StepView``, the Neo4j rows (``TaskRow``, ``EventRow``, ``StepRow``, ``DecisionRow``,
-  ``TreeRow``, ``ToolFailures``).
-- Enums and inputs: ``EventKind``, ``Role``, ``StepKind``, ``StepState``, ``TaskStatus``,
-  ``ResultValidity``, ``ErrorCode``, ``EventInput``, ``StepWrite``.
-- Agent code: ``agent``, ``AgentContext``, ``AgentSpec``, ``ModelSpec``, ``Budgets``,
-  ``StepOutcome``, ``ChildOutcome``; tools: ``tool``, ``Tool``, ``ToolContext``, an HTTP
-  call with the step's idempotency key ``http_call`` (docs/agent-tasks.md), an MCP
-  server as a tool source ``McpServer`` (docs/mcp.md); scripted
-  models: ``ScriptedModel``, ``Script``, ``ModelTurn``, ``ToolCall``, ``TokenUsage``.
-- Errors: every one an ``AgentTasksError`` (families ``ServiceUnavailable``,
-  ``ConfigurationError``, ``GraphError``, ``AgentError``; docs/codes.md draws the tree):
-  ``TaskServiceUnavailable``, ``GraphNotConfigured``, ``GraphIncomplete``,
-  ``Neo4jPasswordMissing``; the graph store's (either store's: ``GraphError``,
-  ``GraphUnavailable``, ``GraphAuthError``, ``GraphDataError``); in agent code
-  ``BudgetExceeded``, ``InputTimeout``, ``SpawnRefused``, ``ChildFailed``.
+- Clients: ``ConversationHistory``, ``HistoryRetention``, ``connect``, ``Settings``, the Temporal
+  plugins (``AgentTasksPlugin``, ``AgentTasksWorkerPlugin``), ``DATA_CONVERTER``; the worker's
+  bootstrap (``build_worker``, ``open_graph``, ``open_services``, ``open_broker``) and the graph
+  store's factory (``build_graph_store``).
+- Results and rows: the ``*Result`` types, ``TaskView``, ``Event``, ``StepView``, the graph store's
+  rows (``TaskRow``, ``EventRow``, ``StepRow``, ``DecisionRow``, ``TreeRow``, ``ToolFailures``);
+  enums and inputs (``EventKind``, ``StepState``, ``ErrorCode`` ...).
+- Agent code: ``agent``, ``AgentContext``, ``AgentSpec``, ``ModelSpec``, ``Budgets``; tools
+  (``tool``, ``http_call``, ``McpServer``) and scripted models (``ScriptedModel``).
+- Errors: every one an ``AgentTasksError`` (``docs/codes.md`` draws the tree).
 
-Importing ``starter`` (or ``starter.client``) loads the client SDK alone: no workflow,
-activity, worker, server or graph driver module. The agent API (``agent``, ``AgentContext`` and
-the agent code's errors), the tools and scripted models, and the worker's bootstrap
-(``build_worker``, ``build_graph_store``, ``open_graph``, ``open_services``,
-``AgentTasksWorkerPlugin``, which load the driver, and ``open_broker``) are served from their
-own modules when first used (``_SERVED``); the reads that need the graph store take a
-``taskgraph.port.GraphStore`` (``build_graph_store`` or ``open_graph`` makes one, loading its
-store's driver then).
+Importing ``starter`` loads the client SDK alone: no workflow, activity, worker, server or graph
+driver module; the agent API, tools and the worker's bootstrap are loaded when first used
+(``_SERVED``).
 """
 
 from __future__ import annotations
@@ -153,15 +136,12 @@ _SERVED: dict[str, str] = {
         "agent_tasks.worker",
     ),
 }
-"""The faces served when first used, by name -> the module that defines it: the agent API
-(``workflows.agents``), tools and scripted models (``activities``) and the worker's bootstrap
-(``worker``, which loads the graph store's driver). An app that uses the client SDK alone
-loads none of them."""
+"""The names loaded when first used -> their module: the agent API, tools and scripted models, and
+the worker's bootstrap (which loads the graph store's driver)."""
 
 
 def __getattr__(name: str) -> Any:
-    """``starter.AgentContext``, ``starter.build_worker`` and the other names of ``_SERVED``,
-    from the module that defines them (imported then).
+    """A name of ``_SERVED`` from the module that defines it (imported then).
 
     Raises:
         AttributeError: a name ``starter`` does not have.

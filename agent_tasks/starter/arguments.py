@@ -1,11 +1,6 @@
-"""The one check of an argument an app or a person gives: by its pydantic type, the same
-type wherever the argument appears (the client's calls, the CLI's options), with an error that
-names the argument and shows the value.
-
-``checked(value, TaskName, "task")`` returns the value or raises pydantic's
-``ValidationError`` whose location is ``task`` (``str(err)``: ``1 validation error for
-argument\\ntask\\n  Value error, a task name must not contain control characters
-[type=value_error, input_value='a\\x00', input_type=str]``).
+"""The one check of an argument an app or a person gives: by its pydantic type, the same wherever it
+appears (client calls, CLI options), the error naming the argument and showing the value.
+``checked(value, TaskName, "task")`` returns the value or raises ``ValidationError`` at ``task``.
 """
 
 from __future__ import annotations
@@ -37,17 +32,11 @@ def invalid(field: str, value: object, reason: str) -> ValidationError:
 def checked(value: object, kind: Any, field: str) -> Any:
     """``value`` validated as ``kind`` (a type or an ``Annotated`` type of the models).
 
-    Args:
-        value: what was given.
-        kind: the type it must be (``TaskName``, ``ProjectId``, ``ShortText`` ...).
-        field: the argument's name, the location of every error.
-
     Returns:
         The validated value (as pydantic returns it: an enum member for its value, say).
 
     Raises:
-        ValidationError: the value is not a ``kind``; each error's location starts with
-            ``field``.
+        ValidationError: the value is not a ``kind``; each error's location starts with ``field``.
     """
     try:
         validated = _adapter(kind).validate_python(value)

@@ -160,11 +160,9 @@ class TaskLifecycle:
         return result
 
     async def _name_taken(self, name: str) -> str | None:
-        """Why ``name`` may not be created although Temporal has no workflow of it (None
-        when it may): a deleted task's tombstone, or a task whose history Temporal deleted
-        after the namespace's retention and Neo4j keeps. Needs the graph; without one, the
-        mirror still refuses to write the new task into the old one's node
-        (``TaskIncarnationError``)."""
+        """Why ``name`` may not be created although Temporal has no workflow of it, or None: a
+        deleted task's tombstone, or a task past retention the graph store keeps. Without a graph
+        store the mirror still refuses it (``TaskIncarnationError``)."""
         if self.transport.graph is None:
             return None
         state = await self.transport.graph.retention.name_state(
@@ -208,14 +206,9 @@ class TaskLifecycle:
         return WriteResult(recorded=True)
 
     async def _cancel_children(self, workflow_id: str, depth: int = 0) -> None:
-        """The cascade sent from here as well: a cancel request to each running child task the
-        task ``workflow_id`` spawned (``_running_children``), and to theirs, down to
-        ``MAX_DEPTH`` levels. The task's own workflow cascades too, but only once a worker runs
-        its next workflow task: when the worker holding it died, that waits for the workflow
-        task's timeout and another worker, while its children ran on; sent from the client,
-        the request is in each child's history when ``cancel_task`` returns, so no child starts
-        a step after it. A child that ended meanwhile is skipped; its parent records its end
-        either way."""
+        """The cascade sent from the client too: a cancel request to each running child of
+        ``workflow_id`` and theirs, down to ``MAX_DEPTH``, so the request is in each child's history
+        when ``cancel_task`` returns, even while the parent's worker is down."""
         if depth >= MAX_DEPTH:
             return
         for child in await self._running_children(workflow_id):
@@ -224,12 +217,9 @@ class TaskLifecycle:
             await self._cancel_children(child, depth + 1)
 
     async def _running_children(self, workflow_id: str) -> list[str]:
-        """The workflow ids of the child tasks of ``workflow_id`` that may still run (at most
-        ``MAX_CHILDREN``): its current run's pending child workflows, read from the workflow's
-        own state (``DescribeWorkflowExecution``), so a child started a moment ago is among
-        them; and the running children of its earlier runs (a run that continued as new left
-        them running), read from visibility (``ParentWorkflowId``), which may lag seconds
-        behind a start. Visibility alone missed a child that had run two steps."""
+        """The workflow ids of ``workflow_id``'s children that may still run (at most
+        ``MAX_CHILDREN``): the current run's pending children (``DescribeWorkflowExecution``,
+        current at once) and earlier runs' from visibility (``ParentWorkflowId``, which may lag)."""
         found: dict[str, None] = {}
         client = self.transport.client
         with contextlib.suppress(RPCError):  # gone: visibility still names its children
@@ -315,13 +305,13 @@ class TaskLifecycle:
     def _input_answer(
         self, answer: JsonValue, input_id: str | None, request_id: str | None
     ) -> InputAnswer:
-        """The answer as sent, checked first against the rules every answer meets whatever
-        its schema (``contract.waits.answer_error`` with an empty schema).
+        """The answer as sent, checked against the rules every answer meets (``answer_error`` with
+        an empty schema).
 
         Raises:
-            pydantic.ValidationError: an argument of the wrong shape, naming the field, or an
-                answer of more than ``MAX_ANSWER_CHARS`` characters of JSON, NaN or an
-                infinity (field ``answer``); nothing is sent.
+            pydantic.ValidationError: an argument of the wrong shape, or an answer over
+                ``MAX_ANSWER_CHARS`` of JSON, NaN or an infinity (field ``answer``); nothing is
+                sent.
         """
         return InputAnswer(
             answer=checked(answer, Answer, "answer"),

@@ -1,14 +1,10 @@
-"""What a writer tells a task's mirror of the writes Temporal took (``broker.page_channel``):
-each new ``record_events`` write of at most ``PAGE_EVENTS`` events as its page
-(``broker.PageMessage``, signed with this process's key of the task's key tree), any other
-write as a word to poll (``broker.PollMessage``). The worker that follows the task's run copies
-a page without polling the history (``activities.follow``); what the broker drops, and a
-larger write, its poll brings.
+"""What a writer tells a task's mirror of the writes Temporal took (``broker.page_channel``): a
+``record_events`` write of at most ``PAGE_EVENTS`` events as its signed page
+(``broker.PageMessage``), any other as a word to poll (``broker.PollMessage``), so the follower
+copies without polling (``activities.follow``).
 
-Published in the background of the write (a write never waits on the broker) and in each
-task's order (a page that overtook the one before would not follow what the follower holds,
-and would cost it a poll). Loaded with a broker only: the client SDK loads no broker module
-(``tests/test_layout.py``).
+Published in the background of the write and in each task's order (an out-of-order page costs the
+follower a poll). Loaded with a broker only (``tests/test_layout.py``).
 """
 
 from __future__ import annotations
@@ -30,11 +26,9 @@ from agent_tasks.sealing.keys import KeyStore
 from agent_tasks.sealing.seal import page_signer
 
 PAGE_EVENTS = 32
-"""The most events a write's published page carries; a larger write publishes a word to poll.
-A page spares the follower one long poll of the history (about 1 to 2 ms of the worker's CPU
-and 1.5 to 4 of Temporal's a write), and costs the writer and the worker a serialization, a
-signature and a parse of the write's events (about 35 and 75 us an event each, measured with
-200-event writes): past a few dozen events the page costs more than the poll it spares."""
+"""The most events a write's published page carries; a larger write publishes a word to poll, since
+past a few dozen events signing and parsing a page costs more than the poll it spares
+(``bench/RESULTS.md``)."""
 
 _IN_FLIGHT: dict[str, asyncio.Future[None]] = {}
 """The last publish in flight of each task (by workflow id) in this process: the next one
@@ -58,9 +52,8 @@ class PagePublisher:
         self, workflow_id: str, run_id: str | None, input: Any, outcome: WriteOutcome
     ) -> None:
         """Tell the mirror of ``workflow_id`` of a write its run ``run_id`` took: a new
-        ``record_events`` write of at most ``PAGE_EVENTS`` events whose events this process
-        sealed (it holds the task's key tree) as its page; any other (a larger write, a step, a
-        status, an answer by update) as a word to poll; a repeated request id's, nothing."""
+        ``record_events`` write of at most ``PAGE_EVENTS`` events this process sealed as its page;
+        another as a word to poll; a repeated request id's, nothing."""
         signer = None if self.keys is None else page_signer(self.keys, workflow_id)
         message: Message | None = None
         if (
@@ -80,8 +73,8 @@ class PagePublisher:
             self._in_order(workflow_id, message)
 
     def nudge(self, workflow_id: str) -> None:
-        """Tell the mirror of ``workflow_id`` that its run took a write no page carries (a
-        cancel, an answer by signal): a word to poll."""
+        """Tell the mirror of ``workflow_id`` that its run took a write no page carries: a word to
+        poll."""
         self._in_order(workflow_id, PollMessage())
 
     @staticmethod

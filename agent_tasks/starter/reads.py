@@ -1,6 +1,6 @@
-"""The reads of ``ConversationHistory``: one task (view, events, steps) through the shared
-cross-run reader (``tasklog.reader.TaskReader``), the project's task list from Temporal
-visibility, and the decisions and cross-task reads from Neo4j."""
+"""The reads of ``ConversationHistory``: one task through the cross-run reader
+(``tasklog.reader.TaskReader``), the task list from Temporal visibility, and the decisions and
+cross-task reads from the graph store."""
 
 from __future__ import annotations
 
@@ -55,9 +55,8 @@ MIRRORED_POLL_S = 0.02
 
 
 def answer_outcome_of(event: Event) -> AnswerOutcome:
-    """What the ``input_response`` event ``event`` says of the answer it records: taken (named
-    by its request), or ``rejected`` / ``late`` with the request and the reason its payload
-    holds (``workflows.inbox``)."""
+    """What the ``input_response`` event says of its answer: taken, or ``rejected`` / ``late`` with
+    the request and the reason (``workflows.inbox``)."""
     if event.name not in ("rejected", "late"):
         return AnswerOutcome(found=True, outcome="taken", input_id=event.name, event=event)
     said = json.loads(event.payload)
@@ -78,8 +77,8 @@ class TaskReads:
 
     @property
     def reader(self) -> TaskReader:
-        """The cross-run reader over this object's client and graph, its calls sent through
-        ``call`` (retries, ``timeout_s``)."""
+        """The cross-run reader over this object's client and graph store, its calls through
+        ``call``."""
         return TaskReader(self.transport.client, self.transport.graph, self.transport.call)
 
     async def get_task(self, name: str) -> GetTaskResult:

@@ -19,15 +19,15 @@ class WriteResult(BaseModel):
     """What every write returns. Refusals are results, not exceptions."""
 
     recorded: bool
-    """True when the write is in the task's ledger (now, or from an earlier call with the
-    same request id)."""
+    """True when the write is in the task's ledger (now, or from an earlier call with its request
+    id)."""
     error: ErrorCode | None = None
     """Why the write was refused (``recorded`` is then False)."""
     message: str | None = None
     """Human-readable detail of the refusal."""
     duplicate: bool = False
-    """True when an earlier call with the same request id (same arguments) did the write, or
-    ``create_task`` found the task with the same goal."""
+    """True when an earlier call with the same request id did the write, or ``create_task`` found
+    the task with the same goal."""
     created: bool = False
     """``create_task``: True when this request id created the task."""
     first_seq: int | None = None
@@ -39,8 +39,8 @@ class WriteResult(BaseModel):
     task: TaskView | None = None
     """``create_task``: the task as it is after the call (``status`` open for a new one)."""
     event: Event | None = None
-    """``record_event`` and ``record_decision``: the recorded event (``event.seq``,
-    ``event.id``), also for a repeated request id."""
+    """``record_event`` and ``record_decision``: the recorded event, also for a repeated request
+    id."""
 
     @property
     def seq(self) -> int | None:
@@ -80,28 +80,22 @@ class GetTaskResult(BaseModel):
     view: TaskView | None = None
     """The task view (no event bodies)."""
     source: Literal["temporal", "neo4j"] | None = None
-    """Where the view comes from: the task's workflow (a query of an open run, or a
-    completed run's result), or the graph store (a run closed otherwise, or a task whose
-    history Temporal deleted after the namespace's retention)."""
+    """Where the view comes from: the task's workflow (a query, or a completed run's result), or the
+    graph store (a run closed otherwise, or past retention)."""
     workflow_status: str | None = None
-    """How the task's latest run closed (Temporal's ``COMPLETED``, ``CANCELED``,
-    ``TERMINATED``, ``FAILED``, ``TIMED_OUT``); None while it runs, or when Temporal has no
-    history of it. ``TERMINATED``, ``TIMED_OUT`` or ``FAILED`` means the workflow ended
-    without closing its task (an operator's terminate, say): the view is what the graph
-    store had mirrored by then, its status the task's last (added later)."""
+    """How the latest run closed (``COMPLETED``, ``CANCELED``, ``TERMINATED``, ``FAILED``,
+    ``TIMED_OUT``); None while it runs or unknown. The last three ended without closing the task:
+    the view is what the graph store had mirrored."""
 
 
 class AnswerOutcome(BaseModel):
-    """``answer_outcome``: what a task did with an answer sent by signal (``submit_input``,
-    which returns ``recorded`` once the signal is in the history, whatever its fate)."""
+    """``answer_outcome``: what a task did with an answer sent by signal."""
 
     found: bool
     """True when the task exists in this project."""
     outcome: Literal["pending", "taken", "rejected", "late"] | None = None
-    """``taken``: the answer of ``input_id``; ``rejected`` (``error`` says why: the schema,
-    a stale digest, a repeated approver...; the request stays open) or ``late`` (its request
-    had closed, or its deadline had passed); ``pending``: the task has recorded nothing of it
-    yet (not processed yet, or kept for a request not asked yet)."""
+    """``taken``; ``rejected`` (``error`` says why; the request stays open); ``late`` (closed or
+    past its deadline); ``pending`` (nothing recorded yet)."""
     input_id: str | None = None
     """The request it answered or was meant for (None when it named none and was rejected)."""
     error: str | None = None
@@ -162,8 +156,7 @@ class RedactResult(BaseModel):
     seq: int | None = None
     """The event's seq (it keeps its place in the log, its length and hash)."""
     affected_decision_ids: list[str] = []
-    """Decisions that cite the event (and the event itself when it is a decision): they now
-    need review."""
+    """Decisions that cite the event (and the event itself if a decision): they now need review."""
 
 
 class DeleteResult(BaseModel):
@@ -183,18 +176,17 @@ class DeleteResult(BaseModel):
     runs_deleted: list[str] = []
     """Run ids of the workflow executions deleted from Temporal (every run of the task)."""
     runs_pending: list[str] = []
-    """Those of ``runs_deleted`` that Temporal still had when the call stopped waiting
-    (``timeout_s``): the server deletes them in the background."""
+    """Those of ``runs_deleted`` Temporal still had when the call stopped waiting (deleted in the
+    background)."""
     events_deleted: int = 0
-    """Event nodes deleted from Neo4j (decisions deleted with the task included)."""
+    """Event nodes deleted from the graph store (decisions included)."""
     steps_deleted: int = 0
-    """Step nodes deleted from Neo4j."""
+    """Step nodes deleted from the graph store."""
     keys_destroyed: int = 0
     """Data keys destroyed (so the sealed text in any copy of the history stays sealed)."""
     decisions_kept: bool = False
     """True when the decisions were kept and detached (``include_decisions=False``)."""
     affected_decision_ids: list[str] = []
-    """The task's decisions that Neo4j held: deleted, or kept and detached."""
+    """The task's decisions the graph store held: deleted, or kept and detached."""
     children_cancelled: list[str] = []
-    """The task's spawned child tasks that were still running: each was sent a cancel (the
-    cascade rule of ``cancel_task``, down their own children) before the task was deleted."""
+    """The task's running child tasks, each cancelled by the cascade before the deletion."""

@@ -1,26 +1,16 @@
-"""``HistoryRetention``: remove recorded history, one event's text or a whole task.
+"""``HistoryRetention``: remove recorded history, one event's text or a whole task
+(``docs/retention.md``).
 
-**Redaction** (``redact_event``) removes an event's text and keeps the event: its seq, kind,
-role, name, time, length and SHA-256 stay, so the log keeps its order and a reader sees that
-something was there. The text goes from every read path: ``list_events`` (the event comes back
-``redacted`` with an empty payload), Neo4j (the node's payload, in the same transaction that
-destroys the key), and Temporal: the text reached the workflow history sealed with the event's
-own data key (``sealing.seal``), and destroying that key leaves only ciphertext that
-nobody can open, in the history and in every copy of it (crypto-shredding; a history cannot
-be edited). An event recorded as plain text (a client without a key store) is refused with
-``event_not_sealed``: only deleting its task removes it from the history.
+**Redaction** (``redact_event``) removes an event's text and keeps the event (seq, kind, time,
+length, SHA-256): from the reads, from the graph store, and from Temporal by destroying the event's
+data key, which leaves only ciphertext in every copy of the history (crypto-shredding). A plain-text
+event is refused ``event_not_sealed``.
 
-**Deletion** (``delete_task``) first writes a tombstone (the name is never reused: a new
-``create_task`` of it is ``task_exists``, and the mirror refuses to write into it), then
-deletes every run of the task's workflow from Temporal (``DeleteWorkflowExecution`` per run
-id, following the continue-as-new chain back from the newest run), then the task's Neo4j
-nodes and data keys. Each part is idempotent, so a deletion interrupted at any point is
-completed by calling it again.
+**Deletion** (``delete_task``) writes a tombstone (the name is never reused), deletes every run from
+Temporal, then the graph store's nodes and data keys; each part is idempotent, so an interrupted
+deletion is completed by calling it again.
 
-Both return the decisions they affect (``affected_decision_ids``): those citing the redacted
-event, or the task's own, deleted with it or kept and detached. Both read Neo4j after the
-task's mirror has caught up (waiting up to ``timeout_s``), so a decision written just before
-is counted.
+Both return the decisions they affect, read once the task's mirror caught up.
 """
 
 from __future__ import annotations
@@ -54,10 +44,8 @@ if TYPE_CHECKING:  # the driver is loaded only by whoever makes the graph
     from agent_tasks.taskgraph.port import GraphStore
 
 FIND_WAIT_S = 5.0
-"""How long ``redact_event`` waits for Neo4j to have an event id it does not find yet
-(seconds): the mirror copies an event tens of milliseconds after its write, and event ids are
-found through Neo4j (they are derived from the task and seq, which the id alone does not
-give)."""
+"""How long ``redact_event`` waits for the graph store to have an event id it does not find yet
+(seconds): ids are found through the store, which the mirror fills tens of ms after a write."""
 POLL_S = 0.1
 """Pause between two looks while waiting (seconds)."""
 
@@ -69,11 +57,10 @@ class HistoryRetention:
         client: from ``connect()`` (pydantic data converter).
         project_id: scopes everything, as in ``ConversationHistory``.
         agent_id: who redacts or deletes (kept on the tombstones).
-        graph: the graph store (``taskgraph.port.GraphStore``): the key store, the
-            event index and the mirror; every call needs it.
+        graph: the graph store (the key store, the event index, the mirror); every call needs it.
         task_queue: the workers' task queue.
-        timeout_s: seconds one Temporal call may take, and the longest wait for a task's
-            mirror to catch up or for a deleted run to be gone.
+        timeout_s: seconds one Temporal call may take, and the longest wait for a mirror to catch up
+            or a deleted run to be gone.
 
     Raises:
         ValidationError: a malformed project id or agent id.
@@ -98,15 +85,13 @@ class HistoryRetention:
         self.timeout_s = timeout_s
 
     async def redact_event(self, event_id: str) -> RedactResult:
-        """Remove the text of the event with id ``event_id`` (``Event.id``) from every read
-        path, from Neo4j and, by destroying its data key, from Temporal. Repeating it changes
-        nothing more (``duplicate``).
+        """Remove the text of the event ``event_id`` (``Event.id``) from every read path, the graph
+        store and, by destroying its data key, Temporal; repeating it changes nothing
+        (``duplicate``).
 
         Returns:
-            ``affected_decision_ids``: the decisions citing the event (and the event itself if
-            it is a decision), which now need review. Refusals: ``event_not_found`` (no such
-            event in this project, or not in Neo4j within ``FIND_WAIT_S``),
-            ``event_not_sealed``.
+            ``affected_decision_ids`` (now needing review). Refusals: ``event_not_found`` (none in
+            this project, or not in the graph store within ``FIND_WAIT_S``), ``event_not_sealed``.
 
         Raises:
             pydantic.ValidationError: ``event_id`` is not text.
@@ -149,15 +134,12 @@ class HistoryRetention:
         )
 
     async def delete_task(self, name: str, include_decisions: bool = True) -> DeleteResult:
-        """Delete the task ``name``: every run of its workflow from Temporal, its Neo4j nodes
-        and data keys; its name stays taken (a tombstone). With ``include_decisions`` False
-        its decisions are kept in Neo4j, detached (``list_decisions``, ``get_decision`` still
-        read them, flagged ``detached``). A running child task's parent is told it ended
-        ``cancelled`` (``_tell_parent``), since its terminated workflow cannot.
+        """Delete the task ``name``: every run from Temporal, its graph store nodes and data keys;
+        its name stays taken (a tombstone). With ``include_decisions`` False its decisions stay,
+        detached. A running child's parent is told it ended ``cancelled``.
 
         Returns:
-            what was removed; ``duplicate`` when the task was deleted before. Refusal:
-            ``task_not_found``.
+            what was removed; ``duplicate`` when deleted before. Refusal: ``task_not_found``.
 
         Raises:
             pydantic.ValidationError: ``name`` is not a task name (field ``task``).
@@ -206,9 +188,8 @@ class HistoryRetention:
     # ------------------------------------------------------------------ helpers
 
     async def _cancel_children(self, view: TaskView) -> list[str]:
-        """Cancel the task's spawned children that still run, by the cascade rule (each
-        cancels its own), so that deleting a parent never leaves them running without one;
-        returns their names. A child whose workflow has ended meanwhile is skipped."""
+        """Cancel the task's running children by the cascade rule, so a deleted parent leaves none
+        running; returns their names."""
         cancelled = []
         for child in view.children.values():
             if child.status in CLOSED_STATUSES:
@@ -218,10 +199,8 @@ class HistoryRetention:
         return cancelled
 
     async def _tell_parent(self, parent: str, name: str) -> None:
-        """A running task was deleted: tell its parent it ended ``cancelled`` (the
-        ``child_ended`` signal its own workflow would have sent), so a parent waiting for it
-        goes on. The request id is the child's own, so an end it sent too counts once; a
-        parent that ended, or did not spawn it, takes nothing."""
+        """Tell a deleted running task's parent it ended ``cancelled`` (the ``child_ended`` signal,
+        under the child's own request id, so it counts once)."""
         deleted = bound_text(f"deleted by {self.agent_id}")
         end = child_end(name, self.tasks.workflow_id(name), TaskStatus.CANCELLED, error=deleted)
         handle = self.tasks.client.get_workflow_handle(self.tasks.workflow_id(parent))
@@ -232,8 +211,8 @@ class HistoryRetention:
                 raise
 
     async def _find(self, graph: GraphStore, event_id: str) -> EventLocation | None:
-        """The event's place from Neo4j, waiting up to ``FIND_WAIT_S`` for the mirror; None
-        at once for a string that is not a UUID (no event id is)."""
+        """The event's place from the graph store, waiting up to ``FIND_WAIT_S``; None at once for a
+        string that is not a UUID."""
         try:
             uuid.UUID(event_id)
         except ValueError:
@@ -247,17 +226,13 @@ class HistoryRetention:
             await asyncio.sleep(POLL_S)
 
     async def _mirror_caught_up(self, task: str) -> None:
-        """Wait (up to ``timeout_s``) until Neo4j has every accepted write of ``task``
-        (``wait_mirrored``); a task that Temporal no longer has, or a mirror that does not
-        catch up in time (Neo4j failing), ends the wait: Neo4j then answers with what it
-        has."""
+        """Wait up to ``timeout_s`` until the graph store has every accepted write of ``task``; a
+        task Temporal no longer has, or a mirror that does not catch up, ends the wait."""
         await self.tasks.wait_mirrored(task, timeout_s=self.timeout_s)
 
     async def _runs(self, workflow_id: str) -> list[str]:
-        """Every run id of the task's workflow that Temporal still has, newest first: the
-        newest run, then each run it continued from (its start event names it) until the
-        first run, or one Temporal no longer has (retention deletes closed runs one by one).
-        No visibility query: that would need the workflow id quoted in the query text."""
+        """Every run id of the task's workflow Temporal still has, newest first, following each
+        run's start event back (no visibility query, which would need the id quoted)."""
         runs: list[str] = []
         run_id: str | None = None
         try:
@@ -275,12 +250,9 @@ class HistoryRetention:
         return runs
 
     async def _delete_runs(self, workflow_id: str, runs: list[str]) -> list[str]:
-        """Delete each run (``DeleteWorkflowExecution``: a running one is terminated first),
-        then wait (up to ``timeout_s``) until Temporal no longer has any of them; returns
-        those it still had then. The server deletes in the background: a running run at
-        once, a closed one once its history service's task queues have saved their progress
-        (every 30 s by default: ``history.transferProcessorUpdateAckInterval``), so on a quiet
-        server that takes up to about half a minute."""
+        """Delete each run (a running one is terminated first) and wait up to ``timeout_s`` until
+        Temporal has none; returns those it still had. A closed run goes once the server saves its
+        queue progress (``history.transferProcessorUpdateAckInterval``, 30 s by default)."""
         for run_id in runs:
             execution = WorkflowExecution(workflow_id=workflow_id, run_id=run_id)
             try:

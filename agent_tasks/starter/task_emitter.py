@@ -35,8 +35,7 @@ class Updates(Protocol):
 
 
 class TaskEmitter:
-    """Updates of one task without passing its id (the published API's emitter). Updates are
-    written in the order of the calls, ``emit_nowait`` ones included (one queue per emitter).
+    """Updates of one task without passing its id, written in call order (``emit_nowait`` too).
 
     Args:
         task_manager: the manager of the task.

@@ -1,6 +1,5 @@
-"""The records of the Tasks API (``starter.tasks``): a task as the published page shows it
-(``Task``, its ``TaskUpdate`` progress updates and their ``UpdateType``), task ids (ULIDs), the
-refusal it raises (``TaskRefused``), and how one of this product's events reads as an update."""
+"""The records of the Tasks API (``starter.tasks``): ``Task``, its ``TaskUpdate`` s and
+``UpdateType``, task ids (ULIDs), ``TaskRefused``, and how an event reads as an update."""
 
 from __future__ import annotations
 
@@ -31,8 +30,8 @@ _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
 
 def new_task_id() -> str:
-    """A ULID: 48 bits of Unix time in ms and 80 random bits, 26 characters of Crockford's
-    base32, so ids sort by creation time (to the millisecond)."""
+    """A ULID: 48 bits of Unix ms and 80 random bits in 26 Crockford base32 characters, so ids sort
+    by creation time."""
     value = (time.time_ns() // 1_000_000) << 80 | secrets.randbits(80)
     return "".join(_CROCKFORD[(value >> shift) & 31] for shift in range(125, -1, -5))
 
@@ -88,8 +87,7 @@ class Task(BaseModel):
     input_request: InputRequest | None = None
     """The oldest open input request."""
     input_response: dict[str, JsonValue] | None = None
-    """The answer to the newest answered request (an answer that is not a JSON object as
-    ``{"value": ...}``)."""
+    """The answer to the newest answered request (a non-object answer as ``{"value": ...}``)."""
     parent_id: str | None = None
     """Its parent task."""
     spawn_key: str | None = None
@@ -133,8 +131,8 @@ def json_object(text: str, field: str) -> dict[str, JsonValue]:
 
 
 def task_update(event: Event) -> TaskUpdate | None:
-    """The update an event reads as (None for a status note): an ``update`` note as it was
-    written, any other event with its kind mapped to an update type."""
+    """The update an event reads as (None for a status note): an ``update`` note as written, another
+    event with its kind mapped."""
     if event.kind is EventKind.NOTE and event.name == "status":
         return None
     if event.kind is EventKind.NOTE and event.name == UPDATE_NOTE:

@@ -1,42 +1,28 @@
-"""The Tasks API of the published task manager for agents: ``TaskManager``, ``TaskEmitter``,
-``TaskStatus``, with its names, fields and lifecycle, over this product's tasks.
+"""The Tasks API of the published task manager for agents (``TaskManager``, ``TaskEmitter``,
+``TaskStatus``) over this product's tasks (``docs/agent-tasks.md``).
 
-A facade, not a second store: one task is one ``TaskWorkflow`` (its workflow id the product's
-rule, its name the task id), reached through ``starter.ConversationHistory``; every update is
-an event in the task's history, mirrored to Neo4j like any other. Code written for the
-published API runs with its imports and its client's construction swapped::
+A facade, not a second store: one task is one ``TaskWorkflow`` named by its task id, reached through
+``ConversationHistory``; every update is an event. Code written for the published API runs with its
+imports and client swapped::
 
     history = starter.ConversationHistory(await starter.connect(), "acme", "worker-1", graph=graph)
-    task_manager = TaskManager(history)          # was: TaskManager(redis.from_url(...))
+    task_manager = TaskManager(history)
     task = await task_manager.create_task(session_id="session_123", message="What is Redis?")
 
-How the published names map (the choices are ours where the published page is silent):
+Our choices where the published page is silent:
 
-- ``task_id`` (a ULID): the task's name, a new ULID (``new_task_id``) unless given.
-- ``QUEUED`` on creation: a recorded task is ``open`` until its app moves it; it reads as
-  ``QUEUED`` here (and ``list_tasks(status=QUEUED)`` finds both).
-- ``update(status=...)``: ``queued``, ``in_progress``, ``awaiting_children`` by
-  ``ConversationHistory.set_status``; ``done``, ``failed``, ``cancelled`` by ``finish_task``
-  (a ``result`` alone means ``done``, an ``error`` alone ``failed``).
-- ``update(message=...)``, ``add_update``: a ``note`` event named ``update``, its payload JSON
-  ``{"message", "update_type", "metadata"}``, written before the status change of the call.
-- ``result`` (a dict): stored as JSON text; a result that is not a JSON object (a task ended
-  from elsewhere) reads as ``{"text": ...}``.
-- ``updates``: the task's newest ``UPDATES_READ`` events but status notes, oldest first: the
-  ``update`` notes as written, other events with their kind mapped (``tool_call``;
-  ``reasoning`` as ``reflection``; ``error``; the rest ``info``).
-- ``AWAITING_INPUT`` -> ``QUEUED``: ``request_input`` asks (``awaiting_input``),
-  ``submit_input`` answers (validated against the request's schema); the task is ``queued``
-  once no request is open (``workflows.lifecycle``).
-- ``AWAITING_CHILDREN`` -> ``QUEUED``: ``create_task(parent_id=..., spawn_key=...)`` starts a
-  child, ``update_status(parent, AWAITING_CHILDREN)`` waits, and the parent is ``queued`` once
-  none of its children runs.
-- ``prefix``: the project id (``TaskManager(history, prefix="myapp")`` works on ``myapp``).
-- ``emit_token``: a ``token`` message on the broker (``broker``), to live streams only.
-- ``delete_task``: ``HistoryRetention.delete_task`` (Temporal and Neo4j; needs the graph).
+- ``task_id``: a new ULID unless given; a recorded task's ``open`` reads as ``QUEUED``.
+- ``update(status=...)``: ``set_status``, or ``finish_task`` for an end (a ``result`` alone means
+  ``done``, an ``error`` alone ``failed``); ``update(message=...)`` and ``add_update``: a ``note``
+  named ``update`` (``{"message", "update_type", "metadata"}``), written first.
+- ``result``: stored as JSON text; a non-object result reads as ``{"text": ...}``.
+- ``updates``: the newest ``UPDATES_READ`` events but status notes, other kinds mapped.
+- ``AWAITING_INPUT`` and ``AWAITING_CHILDREN`` go back to ``QUEUED`` once nothing is waited for
+  (``workflows.lifecycle``).
+- ``prefix``: the project id; ``emit_token``: the broker only; ``delete_task``:
+  ``HistoryRetention.delete_task``.
 
-A refused write raises ``TaskRefused`` with the product's ``ErrorCode`` (the published API
-raises for a missing task too); reads of a task that is not in the project return None.
+A refused write raises ``TaskRefused`` with the ``ErrorCode``; reading a missing task returns None.
 """
 
 from __future__ import annotations
@@ -144,18 +130,17 @@ class TaskManager:
             session_id: its session.
             message: what it is for (its goal; ``metadata["message"]``).
             metadata: free metadata (at most 16 entries of text); not for a child task.
-            parent_id: a parent task run by the app: the new task is its child (started by
-                the parent's workflow, ``ConversationHistory.spawn_child``).
+            parent_id: a parent task run by the app: the new task is its child
+                (``ConversationHistory.spawn_child``).
             spawn_key: the child's label in its parent (default: its task id).
             task_id: the id (a task name); default a new ULID.
-            agent: an agent that runs the task in the worker (an agent task, which moves by
-                itself); None: the app runs it.
+            agent: an agent that runs the task in the worker; None: the app runs it.
 
         Raises:
             TaskRefused: ``task_exists``, ``task_not_found`` (no such parent),
-                ``child_limit_reached``, ``run_by_agent`` (a parent run by its agent) ...
-            pydantic.ValidationError: an argument of the wrong shape, or ``metadata`` or
-                ``agent`` for a child task (a ``ValueError``).
+                ``child_limit_reached``, ``run_by_agent`` ...
+            pydantic.ValidationError: an argument of the wrong shape, or ``metadata`` or ``agent``
+                for a child task.
         """
         meta: dict[str, str] | None = checked(metadata, dict[str, str] | None, "metadata")
         task_id = task_id or new_task_id()
@@ -190,15 +175,14 @@ class TaskManager:
         *,
         metadata: Mapping[str, JsonValue] | None = None,
     ) -> Task:
-        """Change status, add a message, set a result or an error, in one call (the message
-        first, then the status or the end). ``result`` without a status ends the task
-        ``done``, ``error`` without one ``failed``.
+        """Change status, add a message, set a result or an error, in one call (the message first).
+        ``result`` without a status ends the task ``done``, ``error`` without one ``failed``.
 
         Raises:
-            TaskRefused: the write's refusal (``task_not_found``, ``task_closed``,
-                ``run_by_agent`` ...); the message, when one was given, may be recorded.
-            pydantic.ValidationError: an argument of the wrong shape (a ``ValueError``), or
-                the status ``awaiting_input`` (ask with ``request_input``) or ``open``.
+            TaskRefused: the write's refusal (``task_not_found``, ``task_closed``, ``run_by_agent``
+                ...); a given message may be recorded already.
+            pydantic.ValidationError: an argument of the wrong shape, or the status
+                ``awaiting_input`` (use ``request_input``) or ``open``.
         """
         wanted = checked(status, TaskStatus | None, "status")
         result = checked(result, dict[str, JsonValue] | None, "result")
@@ -235,8 +219,7 @@ class TaskManager:
         *,
         metadata: Mapping[str, JsonValue] | None = None,
     ) -> TaskUpdate:
-        """Record a progress update (a ``note`` event named ``update``; an agent task takes
-        it too) and return it.
+        """Record a progress update (a ``note`` named ``update``) and return it.
 
         Raises:
             TaskRefused: ``task_not_found``, ``task_closed`` ...
@@ -270,11 +253,8 @@ class TaskManager:
         *,
         input_id: str | None = None,
     ) -> Task:
-        """Ask a person for input: ``AWAITING_INPUT`` with ``input_request`` set, until the
-        answer comes (``submit_input``); then ``QUEUED``.
-
-        Args:
-            input_id: the request's id in the task (default ``input-`` and 8 random hex).
+        """Ask a person for input: ``AWAITING_INPUT`` with ``input_request`` set until answered
+        (``submit_input``), then ``QUEUED``; ``input_id`` defaults to ``input-`` and 8 random hex.
 
         Raises:
             TaskRefused: ``input_exists``, ``schema_invalid``, ``input_limit_reached`` ...
@@ -286,21 +266,18 @@ class TaskManager:
     async def submit_input(
         self, task_id: str, response: JsonValue, *, input_id: str | None = None
     ) -> Task:
-        """Answer the task's input request (the oldest open one unless ``input_id`` names
-        one), validated against its schema on arrival.
+        """Answer the task's input request (the oldest open one unless ``input_id`` names one),
+        validated against its schema on arrival.
 
         Raises:
-            TaskRefused: ``input_not_requested``, ``input_invalid`` (the schema's message),
-                ``task_closed`` ...; nothing is recorded then.
-            pydantic.ValidationError: an answer over 32,000 characters of JSON, or with NaN
-                (a ``ValueError``).
+            TaskRefused: ``input_not_requested``, ``input_invalid``, ``task_closed`` ...
+            pydantic.ValidationError: an answer over 32,000 characters of JSON, or with NaN.
         """
         written_or_raise(await self.history.respond(task_id, response, input_id=input_id))
         return await self._found(task_id)
 
     async def delete_task(self, task_id: str) -> bool:
-        """Delete the task from Temporal and Neo4j (``HistoryRetention.delete_task``); False
-        when there was no such task."""
+        """Delete the task (``HistoryRetention.delete_task``); False when there was no such task."""
         history = self.history
         retention = HistoryRetention(
             history.client,
@@ -341,9 +318,8 @@ class TaskManager:
         *,
         limit: int = 50,
     ) -> list[Task]:
-        """This project's tasks, newest first: of one status (from Temporal visibility), or of
-        one session (from Neo4j, so as far as the mirror has copied them; also of one status
-        when both are given), at most ``limit`` (1 to 200).
+        """This project's tasks, newest first: of one status (Temporal visibility) or one session
+        (the graph store, as far as mirrored; with a status too), at most ``limit`` (1 to 200).
 
         Raises:
             pydantic.ValidationError: an argument of the wrong shape.
@@ -410,9 +386,8 @@ class TaskManager:
         )
 
     async def _place(self, view: TaskView) -> tuple[str | None, int]:
-        """The task's spawn key in its parent (None for a root, or a child its parent does
-        not list: one linked from outside) and its depth (its ancestors, at most
-        ``MAX_DEPTH``)."""
+        """The task's spawn key in its parent (None for a root or a task linked from outside) and
+        its depth (at most ``MAX_DEPTH``)."""
         spawn_key = None
         depth = 0
         name, parent = view.name, view.parent

@@ -1,12 +1,9 @@
 """The transport of ``ConversationHistory``: how its calls reach a task's workflow.
 
-Every Temporal call runs within the client's ``timeout_s`` and is sent again while the server
-turns it away unprocessed for a moment (``_busy``: more than 10 updates in flight, an aborted
-update, a workflow not ready for it: a query before a new run's first workflow task, an update
-whose workflow task failed, as after a server restart). Writes through one ``Client`` to one
-task go one at a time in the order of their calls (``lane``), and a write the task turns away
-while it drains before continue-as-new is sent again until the new run takes it. Refusals and
-duplicates come back as ``WriteResult``s (``from_update_failure``).
+Every call runs within ``timeout_s`` and is resent while the server turns it away unprocessed for a
+moment (``_busy``). One ``Client``'s writes to one task go one at a time in call order (``lane``),
+and a write turned away while the task drains is resent until the new run takes it. Refusals and
+duplicates come back as ``WriteResult`` s (``from_update_failure``).
 """
 
 from __future__ import annotations
@@ -50,30 +47,26 @@ if TYPE_CHECKING:  # the driver is loaded only by whoever makes the graph
     from agent_tasks.taskgraph.port import GraphStore
 
 _BUSY_BACKOFF_S = (0.02, 1.0)
-"""Pause before resending a call the server turned away as busy (``_busy``): from 20 ms,
-doubling, at most 1 s, each with random jitter down to half, until ``timeout_s`` has passed."""
+"""Pause before resending a call turned away as busy: from 20 ms, doubling to 1 s, jittered down to
+half, until ``timeout_s``."""
 
 _DRAIN_WAIT_S = 60.0
-"""How long a write is sent again (seconds; from 20 ms doubling to 0.5 s apart) while its task
-turns it away (``_RESEND``: normally one mirror call, tens of ms); then ``task_busy``."""
+"""How long a write is resent while its task drains (seconds; 20 ms doubling to 0.5 s apart); then
+``task_busy``."""
 
 DESCRIBE_TIMEOUT_S = 5.0
 """How long the description that names a task's task queue in an error may take (seconds)."""
 
 CLOSED_CHECK_S = 2.0
-"""How long a write waits for its update before it looks whether the task's workflow has
-closed meanwhile, and then how often (seconds; ``Transport.execute_update``): Temporal does
-not end the call of an update it holds for a workflow that closes before a worker took it (a
-terminate while no worker runs), so without a look the write waited out ``timeout_s`` and
-said no worker polled. A write answered sooner makes no look."""
+"""How long a write waits for its update before it looks whether the workflow has closed, and then
+how often (seconds): Temporal keeps the call of an update a closing workflow never took."""
 
 _T = TypeVar("_T")
 
 
 _RESEND = (CONTINUING_AS_NEW, "UnprocessedUpdate")
-"""Update failures that wrote nothing and pass by themselves, so the client sends the write
-again: the task drains before continue-as-new, or the server turned the update away because
-no workflow task processed it ("UnprocessedUpdate", seen under concurrent updates)."""
+"""Update failures that wrote nothing and pass by themselves, so the write is resent: the drain
+before continue-as-new, and the server's "UnprocessedUpdate" (seen under concurrent updates)."""
 
 
 def _resend(err: WorkflowUpdateFailedError) -> bool:
@@ -82,9 +75,8 @@ def _resend(err: WorkflowUpdateFailedError) -> bool:
 
 
 def from_update_failure(err: WorkflowUpdateFailedError) -> WriteResult:
-    """The result of a write the workflow's validator turned away: the stored result of a
-    repeated request id (``DUPLICATE``), a refusal with its ``ErrorCode``, or ``task_busy``
-    for a write still turned away after ``_DRAIN_WAIT_S``.
+    """The result of a write the validator turned away: a repeated request id's stored result
+    (``DUPLICATE``), a refusal with its ``ErrorCode``, or ``task_busy`` past ``_DRAIN_WAIT_S``.
 
     Raises:
         WorkflowUpdateFailedError: ``err`` itself when it carries no code of ours.
@@ -102,8 +94,8 @@ def from_update_failure(err: WorkflowUpdateFailedError) -> WriteResult:
 
 
 def _unavailable(err: Exception, address: str, task_queue: str) -> TaskServiceUnavailable:
-    """The error of a call that Temporal did not answer, naming where it was sent: the
-    server's address and the task queue whose worker runs the task."""
+    """The error of a call Temporal did not answer, naming the server's address and the task
+    queue."""
     return TaskServiceUnavailable(
         f"Temporal at {address} did not answer for task queue {task_queue!r} (is the server up, "
         f"and a worker polling {task_queue!r}?): {err}"
@@ -115,22 +107,15 @@ _NOT_READY = (
     "due to unexpected workflow task failure",
     "due to workflow task in failed state",
 )
-"""Messages of the server's ``WorkflowNotReady`` (FAILED_PRECONDITION) that mean the call was
-turned away before anything was written: a query before a new run's first workflow task, an
-update delivered in a workflow task that then failed or timed out (as after a server restart:
-the worker's completion of a task the restarted server no longer knows; since server 1.27 such
-an update is aborted with this answer instead of the UNAVAILABLE "workflow update was
-aborted"), an update refused while the workflow task keeps failing (its
-attempt 3 and on)."""
+"""Messages of the server's ``WorkflowNotReady`` (FAILED_PRECONDITION) for a call turned away before
+anything was written: a query before a run's first workflow task, or an update whose workflow task
+failed or keeps failing (as after a server restart; server 1.27 and on)."""
 
 
 def _busy(err: RPCError) -> bool:
-    """The server turned the call away unprocessed, for a moment: more than 10 updates in
-    flight on one workflow (RESOURCE_EXHAUSTED), an update it aborted when the workflow task
-    that was to take it did not complete ("workflow update was aborted"), or the workflow was
-    not ready for it (``_NOT_READY``). Nothing was written (an update delivered in a workflow
-    task that failed is in no history event); resending is safe, and request ids make it safe
-    in any case (a write the server did record is answered as a duplicate)."""
+    """The server turned the call away unprocessed for a moment: over 10 updates in flight
+    (RESOURCE_EXHAUSTED), an aborted update, or ``_NOT_READY``. Nothing was written, so resending is
+    safe (and request ids make it safe anyway)."""
     message = err.message.lower()
     return (
         err.status == RPCStatusCode.RESOURCE_EXHAUSTED
@@ -164,11 +149,9 @@ _LANES: weakref.WeakKeyDictionary[Client, dict[str, _Lane]] = weakref.WeakKeyDic
 
 @contextlib.asynccontextmanager
 async def lane(client: Client, workflow_id: str) -> AsyncIterator[None]:
-    """Hold the lane of ``workflow_id`` on ``client``: the order guarantee of writes. Writes
-    through one ``Client`` to one task are applied in the order their calls were made, also
-    when they are made concurrently and when the task continues-as-new (a write turned away
-    while the task drains is resent before the next one is sent), and the server's limit of
-    10 updates in flight per workflow is never reached from one client."""
+    """Hold the lane of ``workflow_id`` on ``client``: one client's writes to one task apply in call
+    order, concurrent ones and across continue-as-new too, and never pass the server's 10 updates in
+    flight."""
     lanes = _LANES.setdefault(client, {})
     lane = lanes.setdefault(workflow_id, _Lane())
     lane.users += 1
@@ -195,9 +178,9 @@ def _no_worker(err: RPCError) -> bool:
 async def _first_or_closed(
     sent: asyncio.Future[Any], handle: WorkflowHandle[Any, Any]
 ) -> str | None:
-    """Wait for ``sent`` (an update's call); None once it is done (its result or error is
-    ``sent``'s), or, when the task's workflow closed first (looked at after
-    ``CLOSED_CHECK_S`` and then as often), the close status's name, ``sent`` cancelled."""
+    """Wait for ``sent`` (an update's call): None once done, or the close status's name when the
+    workflow closed first (looked at after ``CLOSED_CHECK_S``, then as often), ``sent``
+    cancelled."""
     while True:
         done, _ = await asyncio.wait({sent}, timeout=CLOSED_CHECK_S)
         if done:
@@ -237,12 +220,11 @@ async def _close_status(handle: WorkflowHandle[Any, Any]) -> str:
 
 
 async def _after_close(handle: WorkflowHandle[Any, Any], update_id: str) -> WriteOutcome | None:
-    """The outcome of the update ``update_id`` of a workflow that closed while its call
-    waited: the workflow took it before it closed, or None when the server aborted it with
-    the workflow (it is in no history: nothing was recorded).
+    """The outcome of update ``update_id`` of a workflow that closed while its call waited, or None
+    when the server aborted it with the workflow (nothing recorded).
 
     Raises:
-        WorkflowUpdateFailedError: the workflow's validator refused it before it closed.
+        WorkflowUpdateFailedError: the validator refused it before the workflow closed.
     """
     taken = handle.get_update_handle(update_id, result_type=WriteOutcome)
     try:
@@ -255,18 +237,15 @@ async def _after_close(handle: WorkflowHandle[Any, Any], update_id: str) -> Writ
 
 
 async def retrieve_start(operation: WithStartWorkflowOperation[Any, Any]) -> None:
-    """Retrieve the start operation's own outcome. The SDK keeps it in a future that it
-    settles before the update-with-start call returns or raises, with the call's error when
-    the start was not seen (a time-out cancels the call: ``CancelledError``); left unread,
-    asyncio prints "Future exception was never retrieved" when the future is collected. The
-    future is done here, so this does not wait (and never waits over a second)."""
+    """Read the start operation's own outcome (already settled when the call returned), so asyncio
+    does not print "Future exception was never retrieved"."""
     with contextlib.suppress(Exception, asyncio.CancelledError):
         await asyncio.wait_for(operation.workflow_handle(), 1.0)
 
 
 class Transport:
-    """The calls of one ``ConversationHistory`` (each of its rooms holds it): the settings its
-    constructor checked, the workflow of a task, and the retrying call.
+    """The calls of one ``ConversationHistory`` (each room holds it): its checked settings, a task's
+    workflow, and the retrying call.
 
     Args:
         client: the Temporal client (the product's data converter).
@@ -276,8 +255,7 @@ class Transport:
         task_queue: the workers' task queue.
         graph: the graph store, if any.
         timeout_s: seconds one Temporal call may take.
-        broker: where the task's mirror is told of each write Temporal took
-            (``starter.pages``); None: it is not.
+        broker: where the task's mirror is told of each write (``starter.pages``); None: not.
     """
 
     def __init__(
@@ -307,12 +285,11 @@ class Transport:
             self.pages = PagePublisher(broker, graph)
 
     def workflow_id(self, task: str, field: str = "task") -> str:
-        """The workflow id of ``task`` in this project (``task_workflow_id``): every call
-        that names a task comes through here, so every task name is checked by one rule.
+        """The workflow id of ``task`` in this project (``task_workflow_id``): every call naming a
+        task comes through here, so one rule checks every name.
 
         Raises:
-            pydantic.ValidationError: ``task`` is not a ``TaskName``; the error names
-                ``field`` (the argument that gave it).
+            pydantic.ValidationError: ``task`` is not a ``TaskName`` (naming ``field``).
         """
         return task_workflow_id(self.project_id, checked(task, TaskName, field))
 
@@ -321,9 +298,8 @@ class Transport:
         return _unavailable(err, address, task_queue or self.task_queue)
 
     async def task_queue_of(self, workflow_id: str | None) -> str | None:
-        """The task queue the workflow runs on (its description: a task started by ``run
-        --with-worker`` runs on the CLI's own), None when unknown or not answered in
-        ``DESCRIBE_TIMEOUT_S``."""
+        """The task queue the workflow runs on (from its description), None when unknown or not
+        answered in ``DESCRIBE_TIMEOUT_S``."""
         if workflow_id is None:
             return None
         handle = self.client.get_workflow_handle(workflow_id)
@@ -342,10 +318,10 @@ class Transport:
         return self.client.get_workflow_handle(self.workflow_id(task))
 
     async def call(self, call: Callable[[], Awaitable[_T]], workflow_id: str | None = None) -> _T:
-        """Run one Temporal call within ``timeout_s``, resending it while the server turns it
-        away as busy (``_busy``). Lost connections, no worker polling, and no answer in time
-        raise ``TaskServiceUnavailable``, naming the task queue of ``workflow_id`` (the
-        workflow a query goes to) when no worker polls it; other ``RPCError``s propagate."""
+        """Run one Temporal call within ``timeout_s``, resending it while the server turns it away
+        as busy. Lost connections, no worker polling and no answer in time raise
+        ``TaskServiceUnavailable`` (naming ``workflow_id``'s task queue); other ``RPCError`` s
+        propagate."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout_s
         delay, most = _BUSY_BACKOFF_S
@@ -374,15 +350,13 @@ class Transport:
             delay = min(delay * 2, most)
 
     async def execute_update(self, task: str, update: Any, input: Any) -> WriteResult:
-        """Send one write update (the caller holds the task's lane): resend it while the task
-        turns it away as it drains (``_RESEND``, up to ``_DRAIN_WAIT_S``), and map refusals and
-        duplicates to their results. A write whose task's workflow closes while it waits (a
-        terminate while no worker runs) is ``task_closed`` at the next look
-        (``CLOSED_CHECK_S``), or its outcome when the workflow took it before it closed.
+        """Send one write update (the caller holds the task's lane), resent while the task drains
+        (``_RESEND``, up to ``_DRAIN_WAIT_S``), refusals and duplicates mapped to results; a
+        workflow that closes while the write waits gives ``task_closed``, or the outcome it took.
 
         Raises:
-            temporalio.service.RPCError: ``NOT_FOUND`` when no workflow of the task runs (the
-                writes tell a closed task from a missing one), or another the server sent.
+            temporalio.service.RPCError: ``NOT_FOUND`` when no workflow of the task runs, or another
+                the server sent.
         """
         if not valid_request_id(input.request_id):
             return refused(ErrorCode.INVALID_REQUEST_ID, "request_id must be 1 to 64 characters")

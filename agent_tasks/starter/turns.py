@@ -1,7 +1,5 @@
-"""Running an agent task's agent again, by the turn rules (docs/agent-tasks.md, "Turns"):
-``resume_task`` replays a turn that committed nothing, ``continue_task`` continues one
-interrupted after its tools ran, ``retry_step`` asks that an ``unknown`` or ``failed`` step run
-again, ``branch_from`` starts a new task from a point of a task's log."""
+"""Running an agent task's agent again, by the turn rules (``docs/agent-tasks.md``, "Turns"):
+``resume_task``, ``continue_task``, ``retry_step`` and ``branch_from``."""
 
 from __future__ import annotations
 
@@ -69,9 +67,8 @@ class TaskTurns:
         return _interrupted(await self._agent_run(task, view))
 
     async def _last_state(self, task: str) -> TaskState:
-        """The state the task's last run holds (the ``resume_state`` query, answered by a
-        worker replaying the run when it has closed): what a closed task's view, read from
-        the graph store, lacks (its agent, its agent's run)."""
+        """The state of the task's last run (``resume_state``; a closed run is replayed by a
+        worker): the agent and its run, which a closed view from the graph store lacks."""
         handle = self.transport.handle(task)
         return await self.transport.call(lambda: RESUME_STATE.on(handle), handle.id)
 
@@ -109,9 +106,8 @@ class TaskTurns:
         return await self._run_again(task, continuation=interrupted, retry=[ask])
 
     async def _step_state(self, task: str, step: str) -> StepState | None:
-        """The state of step ``step`` of a task whose workflow has ended: from its last run
-        (which holds its open steps and those changed in it), else from Neo4j (a step closed in
-        an earlier run); None when the task has no such step."""
+        """The state of step ``step`` of an ended task: from its last run, else from the graph store
+        (closed in an earlier run); None when there is none."""
         query = StepsQuery(step_name=step, limit=1)
         handle = self.transport.handle(task)
         page = await self.transport.call(lambda: STEPS.on(handle, query), handle.id)
@@ -127,9 +123,8 @@ class TaskTurns:
     async def _run_again(
         self, task: str, *, continuation: bool, retry: Sequence[StepRetry]
     ) -> WriteResult:
-        """Start the next run of a failed or cancelled agent task from its last run's state
-        (``resume_task``, ``continue_task``), on the task queue its last run ran on (its
-        agent's workers), whatever this object's ``task_queue`` is."""
+        """Start the next run of a failed or cancelled agent task from its last state, on its last
+        run's task queue (its agent's workers)."""
         found = await self.reads.get_task(task)
         if found.view is None:
             return refused(ErrorCode.TASK_NOT_FOUND, f"no task {task!r} in this project")

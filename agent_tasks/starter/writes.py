@@ -1,6 +1,5 @@
-"""The writes of ``ConversationHistory`` to a task's log: events (sealed with a graph),
-steps, the finish and decisions, each by update in the task's lane (``starter.transport``);
-a batch over one update's bounds is split (``split_events``, ``chunk_request_id``)."""
+"""The writes of ``ConversationHistory`` to a task's log (events, sealed with a graph store; steps;
+finish; decisions), each by update in the task's lane; a batch over one update's bounds is split."""
 
 from __future__ import annotations
 
@@ -48,18 +47,16 @@ if TYPE_CHECKING:  # the driver is loaded only by whoever makes the graph
 
 
 def chunk_request_id(request_id: str, index: int) -> str:
-    """Request id of the ``index``-th update of a batch split across updates: the caller's
-    own for the first, ``"{sha256(request_id/index)[:40]}"`` for the others (1 to 64
-    characters, stable for the same call)."""
+    """Request id of the ``index``-th update of a split batch: the caller's for the first, 40 hex of
+    ``sha256(request_id/index)`` for the others (stable for the same call)."""
     if index == 0:
         return request_id
     return hashlib.sha256(f"{request_id}/{index}".encode()).hexdigest()[:40]
 
 
 def split_events(events: Sequence[EventInput]) -> Iterator[list[EventInput]]:
-    """Split events into update-sized lists: at most ``MAX_EVENTS_PER_UPDATE`` events and
-    about ``MAX_PAYLOAD_BYTES`` of JSON each (one event is at most ~200 KB, since a payload is
-    at most ``MAX_PAYLOAD_CHARS`` characters)."""
+    """Split events into update-sized lists: at most ``MAX_EVENTS_PER_UPDATE`` events and about
+    ``MAX_PAYLOAD_BYTES`` of JSON each."""
     chunk: list[EventInput] = []
     size = 0
     for event in events:
@@ -98,8 +95,8 @@ class TaskWrites:
             return await self._closed_or_missing(task, input.request_id, digest)
 
     async def _closed_or_missing(self, task: str, request_id: str, digest: str) -> WriteResult:
-        """A write found no running workflow: the task is closed (answer a retried request
-        id from the closed workflow's state) or does not exist in this project."""
+        """A write found no running workflow: the task is closed (a retried request id is answered
+        from its state) or not in this project."""
         handle = self.transport.handle(task)
         try:
             await self.transport.call(handle.describe)
@@ -142,10 +139,9 @@ class TaskWrites:
     async def _record_one(
         self, task: str, event: EventInput, request_id: str | None
     ) -> WriteResult:
-        """Record one event and return it as ``result.event``: built from what was sent for a
-        new plain write (the outcome gives its seq and time), read back for a repeated
-        request id (the stored outcome has no time) and for a decision (the workflow records
-        the cited steps' state)."""
+        """Record one event and return it as ``result.event``: built from what was sent for a new
+        plain write, read back for a repeated request id or a decision (which records cited steps'
+        states)."""
         request_id = request_id_or_new(request_id)
         result, (sent,) = await self._record(task, [event], request_id)
         if not result.recorded or result.seq is None:
@@ -180,8 +176,8 @@ class TaskWrites:
     async def _record(
         self, task: str, inputs: list[EventInput], request_id: str
     ) -> tuple[WriteResult, list[EventInput]]:
-        """``record_events``; also returns the inputs as sent (sealed). The task's lane is
-        held from before the sealing on, so that writes keep the order of their calls."""
+        """``record_events``, also returning the inputs as sent (sealed); the lane is held from
+        before the sealing on, so writes keep call order."""
         if not inputs:  # refused by the model's own rule: at least one event
             RecordEventsInput(agent_id=self.transport.agent_id, events=[], request_id=request_id)
         if not valid_request_id(request_id):
@@ -219,8 +215,8 @@ class TaskWrites:
         return total, sent
 
     async def _seal(self, task: str, events: list[EventInput]) -> list[EventInput]:
-        """``events`` sealed (``sealing.seal.seal_events``) when the client has a graph
-        (the key store); as they are without one.
+        """``events`` sealed (``sealing.seal.seal_events``) with a graph store; as they are without
+        one.
 
         Raises:
             KeyStoreUnavailable: the task's key tree was needed and not stored.
@@ -325,9 +321,9 @@ class TaskWrites:
         return await self._record_one(task, event, request_id)
 
     async def _cited_seqs(self, task: str, cited: Sequence[int | str]) -> list[int] | WriteResult:
-        """The seqs of cited events: seqs as they are, ids (``event_id``) matched against the
-        task's seqs from the newest down (ids are derived, so this needs no lookup: about a
-        microsecond a seq); a refusal when the task or an id is not found."""
+        """The seqs of cited events: seqs as they are, ids (``event_id``) matched against the task's
+        seqs from the newest down (derived: no lookup); a refusal when the task or an id is not
+        found."""
         ids = {c for c in cited if isinstance(c, str)}
         found: dict[str, int] = {}
         if ids:
