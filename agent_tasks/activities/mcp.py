@@ -2,7 +2,7 @@
 an activity (``AgentSpec.mcp_servers``; ``docs/mcp.md`` has the failures, cancels and sessions for
 users).
 
-- **Listing** (``MCP_LIST_ACTIVITY``, once per agent run): the tools as ``ToolSpec`` s named
+- **Listing** (``MCP_LIST_ACTIVITY``, once per agent run): the tools as specs (``ToolSpec``) named
   ``{server}_{tool}``, recorded in the history so a replay decides every step as it was decided;
   tools whose prefixed name is no ``AgentName``, or past ``MAX_LISTED_CHARS``, are left out. A
   failed listing is ``McpServerUnavailable``, retried; its last attempt fails the run.

@@ -1,4 +1,4 @@
-"""The records of the Tasks API (``starter.tasks``): ``Task``, its ``TaskUpdate`` s and
+"""The records of the Tasks API (``starter.tasks``): ``Task``, its updates (``TaskUpdate``) and
 ``UpdateType``, task ids (ULIDs), ``TaskRefused``, and how an event reads as an update."""
 
 from __future__ import annotations

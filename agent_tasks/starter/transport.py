@@ -3,7 +3,7 @@
 Every call runs within ``timeout_s`` and is resent while the server turns it away unprocessed for a
 moment (``_busy``). One ``Client``'s writes to one task go one at a time in call order (``lane``),
 and a write turned away while the task drains is resent until the new run takes it. Refusals and
-duplicates come back as ``WriteResult`` s (``from_update_failure``).
+duplicates come back as results (``WriteResult``, ``from_update_failure``).
 """
 
 from __future__ import annotations
@@ -320,7 +320,7 @@ class Transport:
     async def call(self, call: Callable[[], Awaitable[_T]], workflow_id: str | None = None) -> _T:
         """Run one Temporal call within ``timeout_s``, resending it while the server turns it away
         as busy. Lost connections, no worker polling and no answer in time raise
-        ``TaskServiceUnavailable`` (naming ``workflow_id``'s task queue); other ``RPCError`` s
+        ``TaskServiceUnavailable`` (naming ``workflow_id``'s task queue); other ``RPCError`` errors
         propagate."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout_s
