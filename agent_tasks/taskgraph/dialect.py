@@ -11,8 +11,8 @@ GraphKind = Literal["neo4j", "falkordb"]
 """The graph stores behind the port (``AGENT_TASKS_GRAPH``)."""
 
 Statement = LiteralString | Mapping[GraphKind, LiteralString]
-"""A Cypher statement: one text where the dialects agree, or one per store where they differ
-(each difference named in a comment beside it); ``spelled`` picks a store's."""
+"""A Cypher statement: one text where the dialects agree, or one per store; ``spelled`` picks
+one."""
 
 
 def spelled(statement: Statement, kind: GraphKind) -> LiteralString:
@@ -37,9 +37,6 @@ FOREACH (bk IN CASE WHEN pg.branch_key IS NULL THEN [] ELSE [pg.branch_key] END 
   MERGE (src:Task {key: bk}) ON CREATE SET src.project_id = t.project_id
   MERGE (t)-[b:BRANCHED_FROM]->(src) SET b.seq = t.branched_at_seq)
 """
-"""The nodes every task of a project shares, merged with a mirror page in both stores (Neo4j's
-``taskgraph.neo4j.writes._PAGE``, FalkorDB's ``taskgraph.falkordb.cypher.SHARED``): the task's
-project, its agent, its session, its parent and the task it was branched from, each with the
-task's relationship to it. A clause over ``t`` (the task's node) and ``pg`` (the page's row:
-``parent_key`` and ``branch_key``, the workflow ids of the parent and of the branch's
-source, or null)."""
+"""The nodes a project's tasks share (project, agent, session, parent, branch source), merged with a
+mirror page in both stores with the task's relationships to them. A clause over ``t`` (the task
+node) and ``pg`` (the page's row: ``parent_key``, ``branch_key``, workflow ids or null)."""

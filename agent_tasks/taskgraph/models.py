@@ -1,19 +1,9 @@
 """Typed results and filters of the cross-task reads (no driver here).
 
-Each filter is defined once and used by the client, the CLI and ``TaskGraph``: a bad argument
-raises pydantic's ``ValidationError`` naming the field, before any query is sent.
-
-Every datetime handed to the Neo4j driver goes through ``utc`` first (the filters' bounds here,
-the node properties in ``taskgraph.neo4j.graph``), for two reasons of the driver's:
-
-- Cypher compares two datetimes of the same instant in different offsets as unequal and orders
-  them by offset, so ``e.time >= $since`` with ``since`` at ``+05:30`` missed the event stored
-  in UTC at that very instant.
-- The driver's pure-Python encoding of a datetime with a ``zoneinfo.ZoneInfo`` passes its own
-  ``neo4j.time.DateTime`` to ``ZoneInfo.utcoffset``, which CPython's C zoneinfo reads as a
-  ``datetime`` without checking: the process dies with SIGSEGV. ``datetime.UTC``
-  (``timezone.utc``) takes the driver's fixed-offset path. The driver's Rust extension is no
-  fix: its packer calls the same Python encoding for datetimes and crashes the same way.
+Each filter is defined once for the client, the CLI and the graph stores: a bad argument raises
+pydantic's ``ValidationError`` naming the field before any query is sent. Every datetime given to
+the Neo4j driver goes through ``utc`` first: Cypher orders equal instants in other offsets apart,
+and the driver's encoding of a ``ZoneInfo`` datetime crashes CPython (SIGSEGV).
 """
 
 from __future__ import annotations
@@ -50,8 +40,8 @@ from agent_tasks.contract import (
 MAX_TREE_DEPTH = 20
 """Deepest level ``task_tree`` follows."""
 NEO4J_INT_MAX = 2**63 - 1
-"""Largest integer Neo4j stores and compares (64-bit signed): a bound of every seq argument,
-so that a huge int is refused by name instead of raising ``OverflowError`` in the driver."""
+"""Largest integer the graph stores keep (64-bit signed): a bound of every seq argument, so a huge
+int is refused by name, not by the driver's ``OverflowError``."""
 
 Limit = Annotated[StrictInt, Field(ge=1, le=PAGE_LIMIT_MAX)]
 """A page size: an ``int`` (not a string, not a bool) from 1 to ``PAGE_LIMIT_MAX``."""
@@ -60,11 +50,10 @@ Seq = Annotated[StrictInt, Field(ge=0, le=NEO4J_INT_MAX)]
 
 
 def utc(value: datetime) -> datetime:
-    """``value`` as the same instant in ``datetime.UTC``: the only datetimes the Neo4j driver
-    is given (see the module docstring for why).
+    """``value`` as the same instant in ``datetime.UTC`` (the module docstring says why).
 
     Raises:
-        ValueError: ``value`` is naive (no time zone): its instant is unknown.
+        ValueError: ``value`` is naive (no time zone).
     """
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValueError(f"datetime {value.isoformat()} has no time zone: give an offset")
@@ -248,9 +237,8 @@ class StepChange(BaseModel):
 
 
 class DecisionRow(BaseModel):
-    """A decision as ``list_decisions`` and ``get_decision`` read it from Neo4j, with whether
-    it needs review: a cited event was redacted, a cited step changed after it, or its task
-    was deleted while it was kept (``delete_task(include_decisions=False)``)."""
+    """A decision as ``list_decisions`` and ``get_decision`` read it, with whether it needs review:
+    a cited event redacted, a cited step changed since, or its task deleted while it was kept."""
 
     id: str
     """The decision's id: its event's id."""
@@ -302,7 +290,7 @@ class ToolFailures(BaseModel):
 
 
 def plain(node: Any) -> dict[str, Any]:
-    """Node properties with Neo4j temporal values as Python datetimes."""
+    """Node properties with the store's temporal values as Python datetimes."""
     return {
         key: value.to_native() if hasattr(value, "to_native") else value
         for key, value in dict(node).items()
@@ -313,17 +301,17 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def epoch_us(moment: datetime) -> int:
-    """Microseconds of an aware ``moment`` since the Unix epoch, exactly (how FalkorDB keeps
-    a time: ``taskgraph.falkordb.graph``). Raises ``ValueError`` for a naive ``moment``
-    (``utc``)."""
+    """Microseconds of an aware ``moment`` since the Unix epoch, exactly (FalkorDB's times).
+
+    Raises:
+        ValueError: ``moment`` is naive."""
     since = utc(moment) - _EPOCH
     return (since.days * 86_400 + since.seconds) * 1_000_000 + since.microseconds
 
 
 def as_datetime(value: Any) -> datetime:
-    """A stored time as an aware datetime in UTC, from either store: a Neo4j temporal value
-    (``to_native``), a datetime, or FalkorDB's integer microseconds since the Unix epoch
-    (``epoch_us``)."""
+    """A stored time as an aware UTC datetime, from either store (Neo4j's temporal value, a
+    datetime, or FalkorDB's integer microseconds)."""
     if isinstance(value, int):
         return _EPOCH + timedelta(microseconds=value)
     if hasattr(value, "to_native"):

@@ -1,28 +1,15 @@
-"""The mirror's pages of many tasks written together: one graph store transaction (Neo4j) or
-one run of statements (FalkorDB) for the pages that wait, instead of one per page.
+"""The mirror's pages of many tasks written together: one transaction (Neo4j) or one run of
+statements (FalkorDB) for the pages that wait, instead of one per page.
 
-A page (``PageWrite``) waits in a first-in, first-out line until a batch takes it. A batch is
-sent as soon as fewer than ``BATCHES_IN_FLIGHT`` are on their way, so pages that come while
-batches are written gather for the next one: a page waits for one batch in flight at most
-(and the gather window below) before its own is sent. While pages come fast (the last batch
-was sent less than ``GATHER_S`` ago), the next batch waits until ``GATHER_S`` after it, or
-until it is full, so that more pages share its transaction (a transaction's cost is mostly
-per transaction, not per page); a page that comes after a quiet ``GATHER_S`` is sent at once. A
-batch holds at most ``BATCH_PAGES`` pages, of one project, at most one page per task (a
-second page of a task waits for the next batch: the write counter rule, a page applies only
-if newer, is then checked against the node the earlier page left, as with one transaction
-per page), taken in line order.
+Pages wait in a FIFO line. A batch is sent once fewer than ``BATCHES_IN_FLIGHT`` are under way;
+while pages come fast, the next waits up to ``GATHER_S`` after the last to fill up. A batch holds at
+most ``BATCH_PAGES`` pages of one project, one per task (a task's second page waits, so the
+write-counter rule sees the first).
 
-A batch that fails is written again page by page, each in its own transaction, so a page that
-cannot be written (a data error, a task node of another incarnation) fails its own caller
-only, and the other pages of its batch are written; a batch that fails for the store's sake
-(``GraphUnavailable``: down, a deadlock, out of time; ``GraphAuthError``) is not written
-again here: each of its callers gets that error and retries as before (``activities.mirror``:
-the activity's retries, then the workflow's pause), so an outage costs one failed batch, not
-one wait per page. No page is dropped: each caller's
-``write`` returns once its page is written, or raises its page's error. A caller cancelled
-while its page waits takes the page out of the line; one cancelled while its batch is sent
-does not stop the batch (its page is written, idempotently, or fails with nobody to tell).
+A failed batch is written again page by page, so a bad page fails its own caller only; a batch
+failed for the store's sake (``GraphUnavailable``, ``GraphAuthError``) is not: each caller gets the
+error and retries. No page is dropped; a caller cancelled while waiting takes its page out, one
+cancelled while its batch is sent does not stop it.
 """
 
 from __future__ import annotations
@@ -35,15 +22,14 @@ from agent_tasks.contract import Event, StepView, TaskView
 from agent_tasks.contract.errors import GraphAuthError, GraphUnavailable
 
 BATCH_PAGES = 64
-"""Pages one batch holds at most (one transaction's size: 64 pages of one event each are
-about 0.1 MB of parameters; pages of 100 events, about 6 MB at most)."""
+"""Pages one batch holds at most: 64 one-event pages are about 0.1 MB of parameters, 64 pages of 100
+events about 6 MB."""
 BATCHES_IN_FLIGHT = 2
-"""Batches one graph object writes at once (one per core of the machine the bench measures
-on; more made Neo4j's transactions of the same project's tasks wait on each other's locks on
-the shared project and agent nodes)."""
+"""Batches one graph object writes at once: more made one project's transactions wait on each
+other's locks of the shared nodes."""
 GATHER_S = 0.05
-"""How long after a batch was sent the next one gathers pages (seconds): the mirror lag it
-adds at most, while pages come faster than that."""
+"""How long after a batch was sent the next one gathers pages (seconds): the mirror lag it adds at
+most."""
 
 
 @dataclass(frozen=True)
@@ -63,8 +49,7 @@ class PageWrite:
 
 
 def check_batch(pages: Sequence[PageWrite]) -> None:
-    """Refuse a batch that is not of one project with one page per task (what a store's
-    ``write_pages`` takes).
+    """Refuse a batch that is not of one project with one page per task.
 
     Raises:
         ValueError: it is not.
@@ -92,11 +77,10 @@ class PageBatches:
     """The line of pages of one graph object and the batches it sends (module docstring).
 
     Args:
-        write: writes a batch (``Write``); a batch of one page is one page's write.
+        write: writes a batch (``Write``).
         pages: pages per batch at most (``BATCH_PAGES``).
         in_flight: batches sent at once at most (``BATCHES_IN_FLIGHT``).
-        gather: seconds after a batch was sent that the next one gathers pages
-            (``GATHER_S``; 0: none).
+        gather: seconds after a batch the next one gathers pages (``GATHER_S``; 0: none).
     """
 
     def __init__(
@@ -158,8 +142,8 @@ class PageBatches:
         return bool(self._line) and self._sending < self._in_flight
 
     def _take(self) -> list[_Waiting]:
-        """The next batch from the line: its first page's project, a page per task, in line
-        order, ``pages`` at most; the rest stay in the line in their order."""
+        """The next batch from the line: the first page's project, a page per task, in line order,
+        at most ``pages``; the rest keep their order."""
         project = self._line[0].page.view.project_id
         batch: list[_Waiting] = []
         tasks: set[str] = set()

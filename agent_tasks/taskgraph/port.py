@@ -1,34 +1,19 @@
 """The graph store's port: what the product needs of a graph store, as Protocols, whichever store is
-behind it (Neo4j: ``taskgraph.neo4j.graph.TaskGraph``; FalkorDB: ``taskgraph.falkordb.graph``), the
-way DBOS's ``SystemDatabase`` and pydantic-ai's durable backends are shaped. The factory that picks
-the adapter from configuration is ``taskgraph.store.build_graph_store``.
+behind it (``taskgraph.neo4j.graph.TaskGraph``, ``taskgraph.falkordb.graph.FalkorGraph``);
+``taskgraph.store.build_graph_store`` picks the adapter.
 
-- ``MirrorStore``: the mirror's writes (a page of a task, ordered: a write applies only if it
-  is newer than what the node holds), the rebuild's clean-ups.
-- ``TaskReads`` (``store.reads``): one task's mirrored view, events, steps and decisions; the
-  cross-task reads; the store-neutral ``taskgraph.reads.GraphReads`` on the adapter's statement
-  runner (``taskgraph.runner``), for either store.
-- ``KeyStore`` (``sealing.keys``): the data keys of sealed text. The crypto
-  (``sealing.seal``, ``sealing.keytree``) sits below the adapters: a store keeps
-  opaque key material only.
-- ``RetentionStore`` (``store.retention``): finding an event, tombstones and deletion
-  (``taskgraph.retention.GraphRetention``); the redaction itself is the adapter's
-  (``GraphStore.redact``).
-- ``RecordStore``: the one-statement records of the HTTP API (``server.apikeys``,
-  ``server.pagesessions``), written once per dialect (``Statement``).
-- ``GraphStore``: all of these, with ``connect()``, ``ping()`` and ``close()`` (the ledger's
-  guide opens a store with ``build_graph_store(...)``, ``await store.connect()``,
-  ``await store.close()``).
+- ``MirrorStore``: the mirror's writes (a write applies only if newer) and the rebuild's clean-ups.
+- ``TaskReads`` (``store.reads``): one task's mirrored state and the cross-task reads.
+- ``KeyStore`` (``sealing.keys``): opaque key material of sealed text.
+- ``RetentionStore`` (``store.retention``): finding an event, tombstones, deletion; the redaction is
+  the adapter's (``GraphStore.redact``).
+- ``RecordStore``: the HTTP API's one-statement records (``server.apikeys``,
+  ``server.pagesessions``).
+- ``GraphStore``: all of these, with ``connect()``, ``ping()`` and ``close()``.
 
-What a store must keep durable: the key store's trees, the API keys, the page sessions and
-the tombstones of deleted tasks cannot be rebuilt from the Temporal histories; the rest (the
-mirror) can (``agent-tasks graph rebuild``). Neo4j keeps a committed transaction by its
-transaction log; FalkorDB keeps an acknowledged write when its server runs with
-``appendonly yes`` and ``appendfsync always`` (``devstack``), and loses up to a second of
-acknowledged writes with Redis's default ``everysec``.
-
-Every method raises the port's errors (``contract.errors``): ``GraphUnavailable`` (may pass),
-``GraphAuthError``, ``GraphDataError``; never a driver's own.
+The key trees, API keys, page sessions and tombstones cannot be rebuilt from the histories, so a
+store must keep them durable (FalkorDB: ``appendfsync always``). Every method raises the port's
+errors (``contract.errors``), never a driver's.
 """
 
 from __future__ import annotations
@@ -87,15 +72,14 @@ class MirrorStore(Protocol):
         mark: str | None = None,
         mirrored_write: int | None = None,
     ) -> None:
-        """Merge the task node, ``events`` and ``steps`` of one page, atomically and
-        idempotently; the task's properties apply only when ``view.writes`` is not older than
-        the node's, a step's only when its ``changed_write`` is not older than the node's.
-        ``mark`` is stamped on the page's event and step nodes (``drop_unmarked``);
-        ``mirrored_write`` raises the node's ``mirrored_write`` (never lowers it).
+        """Merge the task node, ``events`` and ``steps`` of one page, atomically and idempotently;
+        the task's properties apply only when ``view.writes`` is not older than the node's, a step's
+        when its ``changed_write`` is not. ``mark`` is stamped on the nodes (``drop_unmarked``);
+        ``mirrored_write`` raises the node's.
 
         Raises:
-            TaskIncarnationError: the node belongs to another task of this workflow id, or the
-                id was deleted (nothing is written).
+            TaskIncarnationError: the node belongs to another task of this workflow id, or the id
+                was deleted (nothing is written).
             GraphIncomplete: a sealed event's key is not in the key store.
         """
         ...
@@ -120,8 +104,7 @@ class MirrorStore(Protocol):
 
 
 class TaskReads(Protocol):
-    """One task's mirrored state and the cross-task reads, each filtered by project
-    (``GraphStore.reads``: ``taskgraph.reads.GraphReads`` on the adapter's statement runner)."""
+    """One task's mirrored state and the cross-task reads, each filtered by project."""
 
     async def mirrored_write(self, project_id: str, workflow_id: str) -> int:
         """The write counter up to which the store holds every write of the task; 0 before."""
@@ -192,9 +175,7 @@ class TaskReads(Protocol):
 
 
 class RetentionStore(Protocol):
-    """Finding an event, tombstones and deletion (``GraphStore.retention``:
-    ``taskgraph.retention.GraphRetention`` on the adapter's statement runner; the redaction is
-    the adapter's own, ``GraphStore.redact``)."""
+    """Finding an event, tombstones and deletion; the redaction is ``GraphStore.redact``."""
 
     async def find_event(self, project_id: str, event_id: str) -> EventLocation | None:
         """Where the event ``event_id`` is; None when the store has no such event."""
@@ -225,15 +206,13 @@ class RecordStore(Protocol):
     async def records(
         self, statement: Statement, *, write: bool, **params: Any
     ) -> list[dict[str, Any]]:
-        """The rows of one statement (spelled for this store), each column a plain value: a
-        node as a dict of its properties; times as the store keeps them
-        (``taskgraph.models.as_datetime`` reads either)."""
+        """The rows of one statement (spelled for this store), a node as its properties; times as
+        the store keeps them (``taskgraph.models.as_datetime`` reads either)."""
         ...
 
 
 class GraphStore(MirrorStore, KeyStore, RecordStore, Protocol):
-    """A whole graph store, as ``build_graph_store`` gives it: the adapter's own writes, key
-    store, records and redaction, and the store-neutral reads and retention it is given."""
+    """A whole graph store, as ``build_graph_store`` gives it."""
 
     @property
     def reads(self) -> TaskReads:
@@ -260,8 +239,7 @@ class GraphStore(MirrorStore, KeyStore, RecordStore, Protocol):
         ...
 
     async def ping(self) -> None:
-        """Check that the store answers: one connection, no retries, no schema (a command
-        that fails fast on an unreachable store calls it first).
+        """Check that the store answers: one connection, no retries, no schema.
 
         Raises:
             GraphUnavailable: the store cannot be reached.

@@ -1,6 +1,5 @@
-"""The properties of the task graph's nodes, from the ledger's models, in either store: a task
-view's, an event's and a step's (times as ``epoch`` pairs, which Neo4j's statements make
-datetimes; FalkorDB's adapter sends microseconds instead, ``taskgraph.falkordb.graph``)."""
+"""The properties of the graph's nodes from the ledger's models, in either store (times as ``epoch``
+pairs; FalkorDB's adapter sends microseconds)."""
 
 from __future__ import annotations
 
@@ -13,12 +12,9 @@ from agent_tasks.taskgraph.models import utc
 
 
 def task_properties(view: TaskView) -> dict[str, Any]:
-    """Task node properties from a view (metadata, result and error as JSON text; the open
-    input requests as the list ``pending_inputs`` of their ids, each one's prompt and schema
-    being its ``input_request`` event). A closed task's node also keeps its whole view as
-    JSON (``closed_view``: ASCII, every other character escaped), so a closed run is read
-    whole without a worker (``tasklog.reader``); an open one's has none (a task resumed drops
-    it)."""
+    """Task node properties from a view (metadata, result, error as JSON text; ``pending_inputs``
+    the open requests' ids). A closed task's node also keeps its whole view (``closed_view``), so a
+    closed run is read without a worker."""
     return {
         "key": view.workflow_id,
         "project_id": view.project_id,
@@ -45,17 +41,15 @@ def task_properties(view: TaskView) -> dict[str, Any]:
 
 
 def closed_view(view: TaskView) -> str | None:
-    """The ``closed_view`` property of a task node: the view as JSON when its task is closed
-    (``CLOSED_STATUSES``), ASCII (``ensure_ascii``: no control character or other script
-    reaches either store's string), else None (the property removed)."""
+    """The ``closed_view`` property: the view as ASCII JSON when its task is closed, else None (the
+    property removed)."""
     if view.status not in CLOSED_STATUSES:
         return None
     return json.dumps(view.model_dump(mode="json"), ensure_ascii=True, separators=(",", ":"))
 
 
 def _full(field: str, text: BoundedText | None) -> dict[str, Any]:
-    """The full length and SHA-256 of a task's result or error text as properties, so that a
-    view read back from Neo4j (``task_view``) has them."""
+    """The full length and SHA-256 of a result or error text as properties, for ``task_view``."""
     return {
         f"{field}_full_length": None if text is None else text.full_length,
         f"{field}_full_sha256": None if text is None else text.full_sha256,
@@ -66,11 +60,8 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def epoch(moment: datetime) -> list[int]:
-    """``[seconds, nanoseconds]`` of an aware ``moment`` since the Unix epoch, exactly (no
-    float); the mirror's statement makes it a datetime in UTC with ``datetime({epochSeconds,
-    nanosecond})``, equal to the driver's own encoding of that instant (same value, same
-    ``Z`` zone). The driver converts a Python datetime in pure Python even with its Rust
-    extension: 96% of the packing of a page of 100 events (cProfile).
+    """``[seconds, nanoseconds]`` of an aware ``moment`` since the epoch, exactly; the statement
+    makes it a UTC datetime equal to the driver's own encoding, which is slow (pure Python).
 
     Raises:
         ValueError: ``moment`` is naive (``taskgraph.models.utc``).
@@ -80,10 +71,8 @@ def epoch(moment: datetime) -> list[int]:
 
 
 def event_properties(event: Event) -> dict[str, Any]:
-    """Event node properties of an opened event (``unseal``): ``time`` as ``epoch`` (the
-    statement makes it a datetime), ``cites`` as JSON text, a model message's token ``usage``
-    as the properties ``input_tokens`` and ``output_tokens`` (a property cannot hold a map);
-    never the sealed text (the node holds the plain text). ``event_fields`` reverses it."""
+    """Event node properties of an opened event: ``time`` as ``epoch``, ``cites`` as JSON, ``usage``
+    as ``input_tokens`` and ``output_tokens``; never sealed text. ``event_fields`` reverses it."""
     props = event.model_dump(mode="python", exclude={"sealed", "cites", "usage"})
     props["cites"] = None if event.cites is None else event.cites.model_dump_json()
     if event.usage is not None:
@@ -96,8 +85,7 @@ def event_properties(event: Event) -> dict[str, Any]:
 
 
 def step_properties(step: StepView) -> dict[str, Any]:
-    """Step node properties (``updated_at`` as ``epoch``: the statement makes it a
-    datetime)."""
+    """Step node properties (``updated_at`` as ``epoch``)."""
     props = step.model_dump(mode="python")
     props["updated_at"] = epoch(step.updated_at)
     for field in ("state", "kind", "result_validity"):

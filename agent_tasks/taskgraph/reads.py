@@ -1,6 +1,5 @@
-"""The task graph's reads: one task's mirrored view, events, steps and decisions, and the
-cross-task reads (tasks by filter, a task's tree, events and steps across tasks, failed tool
-calls). Every statement is parameterized and filtered by project id."""
+"""The graph store's reads: one task's mirrored view, events, steps and decisions, and the
+cross-task reads. Every statement is parameterized and filtered by project id."""
 
 from __future__ import annotations
 
@@ -36,15 +35,12 @@ from agent_tasks.taskgraph.runner import StatementRunner
 
 
 def tasks_statement(where: TaskFilter) -> LiteralString:
-    """The Cypher of ``TaskGraph.find_tasks`` for the filters ``where`` gives, and only those,
-    so that the planner seeks the index on ``(project_id, status, name)`` (a status given) or
-    on ``(project_id, name)`` and reads the page in the index's order, stopping after one page
-    (a ``$x IS NULL OR ...`` clause per filter made it read and sort every task of the
-    project). The ORDER BY names the index's properties from the first: with the leading ones
-    fixed by equality it is the name order, and only so does Neo4j 5 use the index's order
-    instead of sorting (a plan test keeps it so). Parameters: ``p``, ``after`` (``""`` for the
-    first page), ``status``, ``agent``, ``session``, ``parent``, ``contains``, ``since``,
-    ``until``, ``limit``."""
+    """The Cypher of ``find_tasks`` for the filters ``where`` gives, and only those, so the planner
+    seeks the ``(project_id, status, name)`` or ``(project_id, name)`` index and stops after one
+    page (a ``$x IS NULL OR ...`` per filter sorted every task). The ORDER BY names the index's
+    properties from the first, the only way Neo4j 5 keeps the index order (a plan test holds it).
+    Parameters: ``p``, ``after`` (``""`` first), ``status``, ``agent``, ``session``, ``parent``,
+    ``contains``, ``since``, ``until``, ``limit``."""
     clauses: list[LiteralString] = ["t.project_id = $p", "t.name > $after"]
     if where.status is None:
         clauses.append("t.status IS NOT NULL")
@@ -97,8 +93,7 @@ RETURN e ORDER BY e.time, e.task_name, e.seq LIMIT $limit
 
 
 def _closed_view(text: str) -> TaskView:
-    """A closed task's whole view from its node's ``closed_view`` (``properties.closed_view``),
-    caught up with the store (everything of a closed task is in it)."""
+    """A closed task's whole view from its node's ``closed_view``, caught up with the store."""
     # json.loads, not pydantic's parser: it refuses a lone surrogate's escape
     closed = TaskView.model_validate(json.loads(text))
     return closed.model_copy(
@@ -123,12 +118,10 @@ class GraphReads:
         self.runner = runner
 
     async def task_view(self, project_id: str, workflow_id: str) -> TaskView | None:
-        """The task view as the store holds it (the task's mirrored state), for a closed run
-        or a task whose history Temporal no longer has (deleted after the namespace's
-        retention); None when the store has no such task. A closed task's is its whole view
-        (``closed_view``); another's is built from the node's properties (no agent, run,
-        children or closed requests: the node does not keep them). Either says
-        ``unmirrored_writes`` 0: the store is all there is of it."""
+        """The task view as the store holds it (a closed run, or a task past retention); None when
+        it has none. A closed task's is its whole view (``closed_view``); another's is built from
+        the node (no agent, run, children or closed requests). Either has ``unmirrored_writes``
+        0."""
         rows = await self.runner.read(
             """
             MATCH (t:Task {key: $key, project_id: $p}) WHERE t.status IS NOT NULL
@@ -181,8 +174,8 @@ class GraphReads:
         )
 
     async def mirrored_write(self, project_id: str, workflow_id: str) -> int:
-        """The write counter up to which Neo4j holds every write of the task (the task node's
-        ``mirrored_write``, set by the last page of each copy); 0 before the first."""
+        """The write counter up to which the store holds every write of the task (the node's
+        ``mirrored_write``); 0 before the first."""
         rows = await self.runner.read(
             "MATCH (t:Task {key: $key, project_id: $p}) RETURN t.mirrored_write AS w",
             key=workflow_id,
@@ -199,10 +192,10 @@ class GraphReads:
         after_seq: int = 0,
         limit: int = PAGE_LIMIT_MAX,
     ) -> list[DecisionRow]:
-        """Decisions of a project (of one task, or the one with ``decision_id``) in seq order
-        after ``after_seq``, at most ``limit``, each with the cited events redacted since and
-        the cited steps changed since (``DecisionRow.needs_review``). A decision kept when its
-        task was deleted is found by its task's workflow id and by its id."""
+        """Decisions of a project (of one task, or the one ``decision_id``) in seq order after
+        ``after_seq``, at most ``limit``, each with cited events redacted and cited steps changed
+        since. A decision kept after its task's deletion is found by the task's workflow id and by
+        its id."""
         rows = await self.runner.read(
             """
             MATCH (d:Decision {project_id: $p})
@@ -273,9 +266,8 @@ class GraphReads:
         limit: int,
         up_to_write: int,
     ) -> list[StepView]:
-        """One task's mirrored steps last changed at or before write ``up_to_write`` (the
-        earlier runs' steps: ``StepsPage.run_first_write``), in name order after ``after_name``,
-        in ``state`` when not None, at most ``limit``."""
+        """One task's mirrored steps last changed at or before write ``up_to_write``, in name order
+        after ``after_name``, in ``state`` when not None, at most ``limit``."""
         rows = await self.runner.read(
             """
             MATCH (t:Task {key: $key, project_id: $p})-[:HAS_STEP]->(s:Step)
@@ -294,7 +286,7 @@ class GraphReads:
         return [StepView.model_validate(plain(row["s"])) for row in rows]
 
     async def step(self, project_id: str, workflow_id: str, name: str) -> StepView | None:
-        """One task's mirrored step ``name``, None when Neo4j has no such step."""
+        """One task's mirrored step ``name``, None when the store has no such step."""
         rows = await self.runner.read(
             "MATCH (s:Step {key: $key + '/' + $name, project_id: $p}) RETURN s",
             key=workflow_id,
@@ -304,9 +296,9 @@ class GraphReads:
         return StepView.model_validate(plain(rows[0]["s"])) if rows else None
 
     async def find_tasks(self, project_id: str, where: TaskFilter) -> list[TaskRow]:
-        """Tasks of a project in name order, after ``where.after_name`` (the paging cursor),
-        each filter applied when not None; placeholder nodes (no status) are left out. Reads
-        one page from an index (``tasks_statement``)."""
+        """Tasks of a project in name order after ``where.after_name``, filtered by ``where``;
+        placeholder nodes (no status) left out; one page read from an index
+        (``tasks_statement``)."""
         rows = await self.runner.read(
             tasks_statement(where),
             p=project_id,
@@ -323,9 +315,8 @@ class GraphReads:
         return [TaskRow.model_validate(plain(row["t"])) for row in rows]
 
     async def task_tree(self, project_id: str, where: TreeRead) -> list[TreeRow]:
-        """The task ``where.task`` and its descendants up to ``where.depth`` levels (at most
-        ``MAX_TREE_DEPTH``), each with its ``depth`` (0 for the task itself), ordered by
-        depth then name."""
+        """The task ``where.task`` and its descendants up to ``where.depth`` levels, each with its
+        ``depth`` (0: the task), by depth then name."""
         rows = await self.runner.read(
             """
             MATCH (root:Task {key: $key, project_id: $p})
@@ -341,8 +332,8 @@ class GraphReads:
         return [TreeRow.model_validate({**plain(row["t"]), "depth": row["depth"]}) for row in rows]
 
     async def find_events(self, project_id: str, where: EventFilter) -> list[EventRow]:
-        """Events across the project's tasks, by kind, name and time range (``since`` <=
-        time < ``until``), oldest first. ``failed_only`` keeps tool results of failed steps."""
+        """Events across the project's tasks by kind, name and time (``since`` <= time < ``until``),
+        oldest first; ``failed_only`` keeps tool results of failed steps."""
         rows = await self.runner.read(
             _FIND_EVENTS,
             p=project_id,
@@ -370,9 +361,8 @@ class GraphReads:
         return [StepRow.model_validate(plain(row["s"])) for row in rows]
 
     async def failed_tool_calls(self, project_id: str) -> list[ToolFailures]:
-        """Failed tool calls across the project's tasks, counted by tool name case-folded
-        (steps of kind ``tool`` in state ``failed``, by the name of their result event:
-        ``bash`` and ``Bash`` are one tool, its ``spellings`` both), most failures first."""
+        """Failed tool steps across the project's tasks, by their result's tool name case-folded
+        (``spellings`` keeps each spelling), most failures first."""
         rows = await self.runner.read(
             """
             MATCH (s:Step {project_id: $p, state: 'failed', kind: 'tool'})-[:RESULT]->(e:Event)
@@ -386,8 +376,8 @@ class GraphReads:
         return [ToolFailures.model_validate(row) for row in rows]
 
     async def counts(self, project_id: str) -> dict[str, int]:
-        """Nodes by (first) label and relationships of the project's task graph, the key
-        store left out (a fingerprint for tests and rebuild checks)."""
+        """Nodes by first label and relationships of the project (the key store left out): a
+        fingerprint for tests and rebuild checks."""
         rows = await self.runner.read(
             """
             MATCH (n {project_id: $p}) WHERE NOT n:DataKey AND NOT n:KeyTree
@@ -404,9 +394,8 @@ class GraphReads:
 
 
 def event_fields(node: Any) -> dict[str, Any]:
-    """An event node's properties as ``Event`` fields (``event_properties`` reversed):
-    ``cites`` parsed, the token counts back into ``usage``, and the ``id`` of a node mirrored
-    before events had ids."""
+    """An event node's properties as ``Event`` fields (``event_properties`` reversed), with the
+    ``id`` of a node mirrored before events had ids."""
     props = plain(node)
     if isinstance(props.get("cites"), str):
         props["cites"] = json.loads(props["cites"])

@@ -1,16 +1,14 @@
-"""Mirror pages a graph store refused for their data, kept in that store until it takes them:
-one ``MirrorRefusal`` node per task, in either store (``taskgraph.port.RecordStore``).
+"""Mirror pages a graph store refused for their data, kept in that store until it takes them: one
+``MirrorRefusal`` node per task, in either store (``taskgraph.port.RecordStore``).
 
     (:MirrorRefusal {key: workflow id, project_id, error, after_seq, up_to_seq,
                      after_write, first_at, refused_at, attempts, retry_at})
 
-A refusal is what lets a finished task close although its last writes are not in the store:
-the mirror activity records one before it reports the refusal (``MirrorRefused``), the task's
-workflow completes with the refusal in its view (``mirror_error``), and a worker retries the
-task from its Temporal history once ``retry_at`` comes (``activities.refusals``), each retry
-later than the one before (``retry_delay``), until the store takes it (the node is cleared)
-or the history is gone. A node holds ids, seqs and the error only, never the data the store
-refused. Times are sent by the client (``$now``), so one statement serves both stores.
+A refusal lets a finished task close without its last writes in the store: the mirror records it,
+the workflow completes with it in its view, and a worker retries the task from its history at
+``retry_at`` (``activities.refusals``), later each time, until the store takes it or the history is
+gone (``docs/graph-stores.md``). A node holds ids, seqs and the error, never the refused data; times
+come from the client (``$now``), so one statement serves both stores.
 """
 
 from __future__ import annotations
@@ -30,8 +28,7 @@ REFUSAL_ERROR_CHARS = 2_000
 RETRY_FIRST = timedelta(minutes=1)
 """The wait before a refusal's first retry; each later one waits twice the one before."""
 RETRY_MOST = timedelta(hours=6)
-"""The longest wait between two retries of a refusal: a store that was fixed (a new worker
-deployed, a conflicting node removed) takes the task within this long."""
+"""The longest wait between two retries of a refusal: a fixed store takes the task within this."""
 
 _RECORD: LiteralString = """
 MERGE (r:MirrorRefusal {key: $key})
@@ -87,10 +84,10 @@ class MirrorRefusal(BaseModel):
     after_seq: int
     """The refused call copied events after this seq ..."""
     up_to_seq: int
-    """... up to this one (the run's newest for a call that followed its run: 0 here)."""
+    """... up to this one (0 for a call that followed its run)."""
     after_write: int
-    """The write counter the store held when the call started: the store has caught up once its
-    ``mirrored_write`` passes it."""
+    """The write counter the store held when the call started; once its ``mirrored_write`` passes
+    it, the store has caught up."""
     first_at: datetime
     """When the store first refused the task's page."""
     refused_at: datetime
@@ -102,8 +99,8 @@ class MirrorRefusal(BaseModel):
 
 
 def retry_delay(attempts: int) -> timedelta:
-    """The wait after the ``attempts``-th refusal (1 or more): ``RETRY_FIRST`` doubling, at
-    most ``RETRY_MOST``."""
+    """The wait after the ``attempts``-th refusal (1 or more): ``RETRY_FIRST`` doubling, at most
+    ``RETRY_MOST``."""
     wait: timedelta = RETRY_FIRST * 2 ** min(max(attempts - 1, 0), 20)
     return min(wait, RETRY_MOST)
 
@@ -139,11 +136,11 @@ class Refusals:
         up_to_seq: int,
         after_write: int,
     ) -> MirrorRefusal:
-        """Keep (or renew) the task's refusal: one more attempt, its next retry
-        ``retry_delay`` from now.
+        """Keep (or renew) the task's refusal: one more attempt, the next retry ``retry_delay`` from
+        now.
 
         Raises:
-            taskgraph.errors.GraphError: the store did not keep it.
+            GraphError: the store did not keep it.
         """
         await self.graph.ensure_schema()
         now = datetime.now(UTC)
@@ -168,9 +165,8 @@ class Refusals:
     async def _unchanged(
         self, statement: LiteralString, refusal: MirrorRefusal, **params: Any
     ) -> bool:
-        """Run ``statement`` (it matches the node of ``$key`` whose count is still
-        ``$attempts`` and returns how many as ``n``) on ``refusal``'s node; False when the
-        node changed since ``refusal`` was read (recorded again, taken, or cleared)."""
+        """Run ``statement`` (matching the node of ``$key`` whose count is still ``$attempts``,
+        returning ``n``) on ``refusal``'s node; False when the node changed since it was read."""
         rows = await self.graph.records(
             statement, write=True, key=refusal.workflow_id, attempts=refusal.attempts, **params
         )
@@ -185,20 +181,18 @@ class Refusals:
         return await self._unchanged(_DEFER, refusal, error=error, now=now, retry_at=later)
 
     async def claim(self, refusal: MirrorRefusal, lease: timedelta) -> bool:
-        """Take ``refusal`` for a retry: its retry time moves ``lease`` ahead, so other workers
-        leave it meanwhile; False when it is not due any more or changed (another worker took
-        it, or the mirror recorded it again)."""
+        """Take ``refusal`` for a retry, moving its retry time ``lease`` ahead; False when it is not
+        due any more or changed."""
         now = datetime.now(UTC)
         return await self._unchanged(_CLAIM, refusal, now=now, until=now + lease)
 
     async def clear(self, refusal: MirrorRefusal) -> bool:
-        """Delete ``refusal`` once the store holds the task; False when it was recorded again
-        meanwhile (a newer refusal stays)."""
+        """Delete ``refusal`` once the store holds the task; False when recorded again meanwhile."""
         return await self._unchanged(_CLEAR, refusal)
 
     async def due(self, limit: int) -> list[MirrorRefusal]:
-        """The refusals whose retry time has come, the oldest first, of every project (the
-        workers' retries serve them all)."""
+        """The refusals due now, oldest first, of every project (the workers' retries serve them
+        all)."""
         now = datetime.now(UTC)
         rows = await self.graph.records(_DUE, write=False, now=now, limit=limit)
         return [_refusal(row["r"]) for row in rows]
@@ -209,8 +203,8 @@ class Refusals:
         return [_refusal(row["r"]) for row in rows]
 
     async def held(self, workflow_id: str) -> bool:
-        """True while the store holds a refusal of the task: it lacks some of its writes
-        (a closed task's reads then ask Temporal, ``tasklog.reader``)."""
+        """True while the store holds a refusal of the task, so lacks some of its writes (closed
+        reads then ask Temporal)."""
         rows = await self.graph.records(_HELD, write=False, key=workflow_id)
         return bool(rows[0]["n"])
 
@@ -225,8 +219,8 @@ HEALTH_REFUSALS = 50
 
 
 class GraphHealth(BaseModel):
-    """The graph store's health as ``agent-tasks graph health`` and ``GET /graph/health`` show
-    it: whether it answers, and which tasks' mirror it refused."""
+    """The graph store's health as ``agent-tasks graph health`` and ``GET /graph/health`` show it:
+    whether it answers, and which tasks' mirror it refused."""
 
     store: GraphKind
     """Which store (``AGENT_TASKS_GRAPH``)."""
@@ -237,8 +231,8 @@ class GraphHealth(BaseModel):
     refused_tasks: int = 0
     """Tasks of the asking project whose mirror the store refused and that wait for a retry."""
     refused_everywhere: int | None = None
-    """The same of every project, when asked (the CLI, which holds the store's credentials;
-    never over HTTP, where a key reads its own project only)."""
+    """The same of every project, when asked (the CLI; never over HTTP, where a key reads its own
+    project only)."""
     refused: list[MirrorRefusal] = []
     """The asking project's, the oldest first (at most ``HEALTH_REFUSALS``)."""
 
@@ -246,9 +240,8 @@ class GraphHealth(BaseModel):
 async def graph_health(
     graph: GraphStore, project_id: str, *, every_project: bool = False
 ) -> GraphHealth:
-    """The health of ``graph`` for ``project_id`` (``GraphHealth``): a ping, then the
-    refusals, of every project too with ``every_project`` (an unreachable or refusing store is
-    reported, not raised)."""
+    """The health of ``graph`` for ``project_id``: a ping, then the refusals (of every project too
+    with ``every_project``); an unreachable or refusing store is reported, not raised."""
     try:
         await graph.ping()
         refusals = Refusals(graph)

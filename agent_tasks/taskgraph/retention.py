@@ -1,19 +1,11 @@
 """The graph store's part of redaction and deletion (``starter.retention.HistoryRetention``):
-the results of the port's ``RetentionStore`` (``taskgraph.port``), which each adapter implements
-(Neo4j: ``taskgraph.neo4j.retention``; FalkorDB: ``taskgraph.falkordb.graph``).
+``GraphRetention``, the store-neutral ``RetentionStore``; each adapter's ``redact`` is its own.
 
-- ``redact``: in one transaction that first locks the task node (so no mirror write of the
-  same task interleaves: ``TaskGraph.write_task``), empties the event's payload (its seq,
-  length and hash stay), destroys its data key (its key tree's leaf punctured; a single key of
-  before loses its bytes, its ``DataKey`` node kept as a tombstone) and returns the decisions
-  that cite it.
-- ``tombstone``: a ``TaskTombstone`` node keeps a deleted task's name taken for ever; written
-  before anything is deleted, and locking the task node, so from then on the mirror refuses
-  to write the task (``TaskIncarnationError``) and a new task of that name is refused.
-- ``delete_task_nodes``: the task's decisions (deleted, or kept and detached), events, steps,
-  key trees (and single data keys of before) and node, in transactions of at most
-  ``DELETE_BATCH`` nodes (a large task in one transaction outgrows Neo4j's transaction
-  memory).
+- ``tombstone``: a ``TaskTombstone`` keeps a deleted task's name taken for ever; written first, so
+  the mirror refuses the task (``TaskIncarnationError``) and so does ``create_task``.
+- ``delete_task_nodes``: the task's decisions (deleted, or kept and detached), events, steps, key
+  trees and node, ``DELETE_BATCH`` nodes at a time (a large task in one transaction outgrows Neo4j's
+  transaction memory).
 """
 
 from __future__ import annotations
@@ -127,8 +119,8 @@ class GraphRetention:
         self.runner = runner
 
     async def find_event(self, project_id: str, event_id: str) -> EventLocation | None:
-        """The event with id ``event_id`` in ``project_id`` as the store has it, None when it has
-        no such event (yet: the mirror copies an event tens of milliseconds after its write)."""
+        """The event ``event_id`` of ``project_id`` as the store has it; None when it has none (yet:
+        the mirror copies it tens of milliseconds after its write)."""
         rows = await self.runner.read(
             """
             MATCH (e:Event {id: $id}) WHERE e.project_id = $p
@@ -141,8 +133,8 @@ class GraphRetention:
         return EventLocation.model_validate(rows[0]) if rows else None
 
     async def name_state(self, project_id: str, workflow_id: str) -> NameState:
-        """Whether a task of this workflow id was deleted, or is in the store (the checks of
-        ``create_task`` before it starts a workflow)."""
+        """Whether a task of this workflow id was deleted, or is in the store (``create_task``'s
+        checks)."""
         rows = await self.runner.read(
             """
             OPTIONAL MATCH (x:TaskTombstone {key: $key})
@@ -155,8 +147,7 @@ class GraphRetention:
         return NameState.model_validate(rows[0])
 
     async def tombstone(self, project_id: str, workflow_id: str, name: str, agent_id: str) -> bool:
-        """Keep the name of a task being deleted taken for ever; returns False when it was
-        tombstoned before (a repeated deletion)."""
+        """Keep the name of a task being deleted taken for ever; False when tombstoned before."""
         rows = await self.runner.write(
             _TOMBSTONE,
             key=workflow_id,
@@ -168,8 +159,8 @@ class GraphRetention:
         return bool(rows[0]["new"])
 
     async def _in_batches(self, query: LiteralString, **params: Any) -> int:
-        """Run ``query`` (which deletes at most ``$batch`` nodes and returns their count as
-        ``n``) until it deletes none; returns the total."""
+        """Run ``query`` (deleting at most ``$batch`` nodes, returning ``n``) until it deletes none;
+        returns the total."""
         total = 0
         while True:
             rows = await self.runner.write(query, batch=DELETE_BATCH, **params)
@@ -180,14 +171,13 @@ class GraphRetention:
     async def delete_task_nodes(
         self, project_id: str, workflow_id: str, *, include_decisions: bool
     ) -> GraphDeletion:
-        """Delete a tombstoned task's nodes: its decisions (or, with ``include_decisions``
-        False, keep them: no longer events, no relationships, ``detached_at`` set), events, steps,
-        data keys and the task node. The project, agent and session nodes stay (shared).
+        """Delete a tombstoned task's decisions (or, without ``include_decisions``, keep them
+        detached: no longer events, no relationships, ``detached_at`` set), events, steps, data keys
+        and node; the shared nodes stay.
 
-        Events and steps are found by key prefix (the uniqueness constraints' indexes) and checked
-        by ``task_key``, since a task name may contain ``#`` or ``/``. The prefix is in
-        parentheses: FalkorDB reads ``STARTS WITH $key + '#' AND ...`` as a prefix of
-        ``$key + ('#' AND ...)`` (a type error); Neo4j reads both the same.
+        Events and steps are found by key prefix and checked by ``task_key`` (a name may hold ``#``
+        or ``/``); the prefix is in parentheses since FalkorDB reads ``STARTS WITH $key + '#' AND
+        ...`` as a prefix of ``$key + ('#' AND ...)``.
         """
         params = {"p": project_id, "key": workflow_id}
         rows = await self.runner.read(

@@ -1,8 +1,7 @@
-"""What the store-neutral parts of the graph store (``taskgraph.reads``, ``taskgraph.retention``)
-are given by an adapter: its dialect and one-statement reads and writes (``StatementRunner``),
-so a statement the dialects agree on is written once. Neo4j's runner is
-``taskgraph.neo4j.driver.Neo4jRunner``; FalkorDB's adapter is its own
-(``taskgraph.falkordb.graph.FalkorGraph``)."""
+"""What an adapter gives the store-neutral ``taskgraph.reads`` and ``taskgraph.retention``: its
+dialect and one-statement reads and writes (``StatementRunner``), so a statement the dialects agree
+on is written once (Neo4j: ``taskgraph.neo4j.driver.Neo4jRunner``; FalkorDB: ``FalkorGraph``
+itself)."""
 
 from __future__ import annotations
 
@@ -12,11 +11,9 @@ from agent_tasks.taskgraph.dialect import GraphKind, Statement
 
 
 class StatementRunner(Protocol):
-    """One-statement reads and writes in the store's dialect (``Statement``: one text, or one
-    per store). Rows are dicts; a node is the dict of its properties; times come back as
-    aware datetimes (Neo4j's temporal values) or, from FalkorDB, as they are stored (integer
-    microseconds, ``taskgraph.models.as_datetime`` reads both); a datetime parameter is sent
-    as the store keeps times."""
+    """One-statement reads and writes in the store's dialect. Rows are dicts, a node its properties;
+    times come back as the store keeps them (``taskgraph.models.as_datetime`` reads both); a
+    datetime parameter is sent as the store keeps times."""
 
     @property
     def kind(self) -> GraphKind:
@@ -24,8 +21,7 @@ class StatementRunner(Protocol):
         ...
 
     async def read(self, query: Statement, **params: Any) -> list[dict[str, Any]]:
-        """The rows of one read statement (a managed read transaction where the store has
-        them)."""
+        """The rows of one read statement (a managed read transaction where the store has them)."""
         ...
 
     async def write(self, query: Statement, **params: Any) -> list[dict[str, Any]]:

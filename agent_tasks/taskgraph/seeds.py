@@ -1,6 +1,5 @@
-"""Pages of made-up tasks in the shapes the mirror writes: the page a graph object writes and
-rolls back to plan its statements (``TaskGraph.ensure_ready``), and the benchmarks'
-pages and seeded tasks."""
+"""Pages of made-up tasks in the mirror's shapes: the page a graph object writes and rolls back to
+plan its statements (``TaskGraph.ensure_ready``), and the benchmarks' pages and seeded tasks."""
 
 from __future__ import annotations
 
@@ -28,8 +27,8 @@ def seed_view(
     now: datetime,
     status: TaskStatus = TaskStatus.OPEN,
 ) -> TaskView:
-    """The view of a task of one run with no steps, as its mirror pages carry it (the
-    warm-up page here; the benchmarks' pages and seeded tasks), created and updated ``now``."""
+    """The view of a one-run task with no steps, as its mirror pages carry it, created and updated
+    ``now``."""
     return TaskView(
         project_id=project_id,
         name=name,
@@ -70,8 +69,8 @@ def seed_event(workflow_id: str, seq: int, payload: str, now: datetime) -> Event
 
 
 def warm_up_page() -> tuple[TaskView, list[Event]]:
-    """A task's first page with one event, in the shapes a mirror page sends (the plans
-    Neo4j caches are by statement and parameter types)."""
+    """A task's first page with one event, in a mirror page's shapes (Neo4j caches plans by
+    statement and parameter types)."""
     now = datetime.now(UTC)
     view = seed_view(WARM_UP_PROJECT, "warm-up", last_seq=1, now=now)
     return view, [seed_event(view.workflow_id, 1, "warm-up", now)]

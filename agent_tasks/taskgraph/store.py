@@ -1,9 +1,7 @@
 """The factory of the graph store's port: ``build_graph_store`` picks the adapter from
-configuration, as DBOS's ``SystemDatabase.create`` picks its backend by URL, one module per store
-(Neo4j: ``taskgraph.neo4j.graph``; FalkorDB: ``taskgraph.falkordb.graph``), each imported only when
-chosen (so a FalkorDB user never loads the Neo4j driver, and the other way round). The settings come
-from the caller (``GraphSettings``: ``config.Settings`` has them); the face that reads them from the
-environment is ``worker.build_graph_store`` (``starter.build_graph_store``).
+configuration, each imported only when chosen (a FalkorDB user never loads the Neo4j driver). The
+settings come from the caller (``GraphSettings``); ``worker.build_graph_store`` reads them from the
+environment.
 
 >>> store = build_graph_store("falkordb", Settings())   # "neo4j", a URI, or None
 >>> await store.connect()
@@ -23,8 +21,7 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Tracer
 
 NEO4J_SCHEMES = ("bolt", "bolt+s", "bolt+ssc", "neo4j", "neo4j+s", "neo4j+ssc")
-"""URI schemes of Neo4j (the driver's: ``+s`` TLS, ``+ssc`` TLS with a self-signed
-certificate)."""
+"""URI schemes of Neo4j (``+s``: TLS; ``+ssc``: TLS with a self-signed certificate)."""
 FALKORDB_SCHEMES = ("falkor", "falkors", "redis", "rediss")
 """URL schemes of FalkorDB (``falkors``, ``rediss``: TLS)."""
 
@@ -45,9 +42,8 @@ class GraphSettings(Protocol):
 
 
 def graph_kind(kind_or_uri: str) -> GraphKind:
-    """The store ``kind_or_uri`` names: ``neo4j`` or ``falkordb`` themselves, or a URI's scheme
-    (``bolt``/``neo4j`` and their ``+s``/``+ssc``: Neo4j; ``falkor``/``falkors``/``redis``/
-    ``rediss``: FalkorDB).
+    """The store ``kind_or_uri`` names: ``neo4j``, ``falkordb``, or a URI's scheme
+    (``NEO4J_SCHEMES``, ``FALKORDB_SCHEMES``).
 
     Raises:
         ValueError: neither a kind nor a URI of a known scheme (the message lists them).
@@ -74,12 +70,9 @@ def build_graph_store(
     """A graph store, not connected yet (``await store.connect()``; ``await store.close()``).
 
     Args:
-        kind_or_uri: ``"neo4j"`` or ``"falkordb"`` (the address from ``settings``), a URI
-            (``bolt://...``, ``neo4j+s://...``: Neo4j with ``settings``' credentials;
-            ``falkor://...``, ``redis://...``: FalkorDB), or None: ``settings.graph``
-            (``AGENT_TASKS_GRAPH``).
-        settings: credentials, database or graph name, the mirror's bound of concurrent
-            writes (``config.Settings``).
+        kind_or_uri: ``"neo4j"`` or ``"falkordb"`` (the address from ``settings``), a URI (Neo4j
+            with ``settings``' credentials, or FalkorDB), or None: ``settings.graph``.
+        settings: credentials, database or graph name, the mirror's bound of concurrent writes.
         tracer: an OpenTelemetry tracer for the mirror's write spans (``telemetry.setup``).
 
     Raises:

@@ -22,9 +22,9 @@ def write_span(
     seqs: Sequence[int],
     steps: int,
 ) -> AbstractContextManager[object]:
-    """A client span ``<system> write_task`` around one page's write (retries included) with
-    the task's workflow id, project id, counts and seq range (``agent_tasks.*``; the range only
-    when events were written); without a ``tracer``, no OpenTelemetry code runs."""
+    """A client span ``<system> write_task`` around one page's write (retries included) with the
+    task's workflow id, project id, counts and seq range (``agent_tasks.*``); no tracer: no
+    OpenTelemetry."""
     if tracer is None:
         return nullcontext()
     from opentelemetry.trace import SpanKind

@@ -1,16 +1,10 @@
-"""FalkorDB's statements and schema (``taskgraph.falkordb.graph`` runs them): Neo4j's graph model
-(``taskgraph.neo4j.graph``) spelled in FalkorDB's OpenCypher, each difference named beside it.
-Times are integers of microseconds since the Unix epoch (``taskgraph.falkordb.graph``'s
-docstring says why); ``$now`` is the time now in microseconds, sent by the client.
+"""FalkorDB's statements and schema (``taskgraph.falkordb.graph`` runs them): the graph model in
+FalkorDB's OpenCypher, each difference from Neo4j's named beside it. Times are integer microseconds
+since the epoch; ``$now`` is sent by the client.
 
-What the dialect lacks of Neo4j's, and what replaces it:
-
-- **Composite indexes, existential subqueries, scoped ``CALL (x) {}``, bytes.** An index on
-  ``(project_id, name)`` is a range index per property (``SCHEMA``); ``EXISTS { pattern }`` is
-  an ``OPTIONAL MATCH`` and a count; subqueries import with ``WITH``; no property holds bytes
-  (the single data keys from before key trees are never written, so there are none here).
-- **Uniqueness constraints** exist (``GRAPH.CONSTRAINT CREATE ... UNIQUE``) and need an
-  exact-match index on the property first (``SCHEMA`` creates it before ``UNIQUE``).
+The dialect has no composite indexes (a range index per property), no ``EXISTS {}`` (an ``OPTIONAL
+MATCH`` and a count), no scoped ``CALL (x) {}`` (``WITH``) and no bytes; a unique constraint needs
+an exact-match index first (``SCHEMA`` before ``UNIQUE``).
 """
 
 from __future__ import annotations
@@ -51,8 +45,7 @@ SCHEMA: tuple[LiteralString, ...] = (
     "CREATE INDEX FOR (n:PageSession) ON (n.session_id)",
     "CREATE INDEX FOR (n:MirrorRefusal) ON (n.key, n.project_id, n.retry_at)",
 )
-"""The indexes, created before the constraints (a unique constraint needs an exact-match
-index on its property)."""
+"""The indexes, created before the constraints (a unique constraint needs one on its property)."""
 UNIQUE: tuple[tuple[str, str], ...] = (
     ("Project", "project_id"),
     ("Task", "key"),
@@ -103,9 +96,8 @@ WITH t, tk, coalesce(t.writes, -1) <= tk.writes AS newer
 FOREACH (_ IN CASE WHEN newer THEN [1] ELSE [] END | SET t += tk)
 RETURN t.key AS key
 """
-"""A batch's first statement (``taskgraph.page_batches``: a page per task): each task node,
-guarded (no tombstone, no other incarnation: no row back for it and nothing written), its
-properties set only when the view is not older."""
+"""A batch's first statement (a page per task): each task node, guarded (no tombstone, no other
+incarnation: then no row and nothing written), its properties set only when the view is newer."""
 
 INCARNATION: LiteralString = """
 OPTIONAL MATCH (gone:TaskTombstone {key: $key})
@@ -125,9 +117,8 @@ MERGE (a:Agent {key: t.project_id + '/' + ev.author})
   ON CREATE SET a.project_id = t.project_id, a.agent_id = ev.author
 FOREACH (_ IN CASE WHEN fresh THEN [1] ELSE [] END | CREATE (e)-[:AUTHORED_BY]->(a))
 """
-"""The batch's events, each row naming its task (``task_key``; a redacted node keeps its
-redaction: module docstring), each linked to its author once, when its node is new or was a
-step result's placeholder."""
+"""The batch's events, each row naming its task (``task_key``; a redacted node stays redacted),
+linked to its author when its node is new or a step result's placeholder."""
 
 NEXT: LiteralString = """
 UNWIND $pairs AS pair
@@ -135,8 +126,8 @@ MATCH (a:Event {key: pair.key + '#' + toString(pair.seq - 1)})
 MATCH (b:Event {key: pair.key + '#' + toString(pair.seq)})
 MERGE (a)-[:NEXT]->(b)
 """
-"""Each event after the first of its task linked from the one before (a row per event: its
-task's key and seq; keys are joined here, never in Python: ``taskgraph.falkordb.text``)."""
+"""Each event after its task's first linked from the one before (keys joined here, never in Python:
+``taskgraph.falkordb.text``)."""
 
 STEPS: LiteralString = """
 UNWIND $steps AS st
@@ -155,8 +146,7 @@ MERGE (e:Event {key: t.key + '#' + toString(st.result_event_seq)})
                 e.task_name = t.name, e.seq = st.result_event_seq
 MERGE (s)-[:RESULT]->(e)
 """
-"""The batch's steps, each row naming its task (``task_key``), each only when not older than
-its node (``changed_write``)."""
+"""The batch's steps, each only when not older than its node (``changed_write``)."""
 
 DECISIONS: LiteralString = """
 UNWIND $decisions AS d
@@ -190,9 +180,8 @@ SET t.mirrored_seq = CASE WHEN coalesce(t.mirrored_seq, 0) < pg.watermark THEN p
                             THEN pg.mirrored_write ELSE t.mirrored_write END
 """
 )
-"""The batch's last statement, per page (a row of ``$pages``): the nodes the project's tasks
-share (``SHARED_NODES``, as Neo4j's), then the task's watermarks (never lowered), so a page cut
-short is never reported as held."""
+"""The batch's last statement, per page: the shared nodes (``SHARED_NODES``), then the task's
+watermarks (never lowered), so a page cut short is never reported as held."""
 
 REDACT: LiteralString = """
 MATCH (t:Task {key: $key, project_id: $p})
@@ -206,8 +195,8 @@ WITH e, collect(d.id) AS citing
 RETURN citing + CASE WHEN 'Decision' IN labels(e) THEN [e.id] ELSE [] END AS affected,
        e.key_id AS key_id
 """
-"""A redaction's first statement (Neo4j's ``REDACT`` without the single keys of before,
-which FalkorDB never holds; ``e:Decision`` as a value is ``'Decision' IN labels(e)``)."""
+"""A redaction's first statement (Neo4j's ``REDACT`` without single keys; ``e:Decision`` as a value
+is ``'Decision' IN labels(e)``)."""
 
 WIPE_EVENTS: LiteralString = """
 MATCH (n:Event {project_id: $p}) WITH n LIMIT $batch DETACH DELETE n RETURN count(n) AS n

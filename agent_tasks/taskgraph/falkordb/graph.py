@@ -1,41 +1,21 @@
-"""The FalkorDB adapter of the graph store's port (``taskgraph.port.GraphStore``):
-``FalkorGraph``, on the official client (``falkordb.asyncio``), one graph (a Redis key) of
-tasks. The graph model is Neo4j's (``taskgraph.neo4j.graph``); the reads and retention's statements
-are the store-neutral ones (``taskgraph.reads``, ``taskgraph.retention``), each spelled per
-store where the dialects differ.
+"""The FalkorDB adapter of the graph store's port (``taskgraph.port.GraphStore``): ``FalkorGraph``
+on the official client (``falkordb.asyncio``), one graph (a Redis key) of tasks, with Neo4j's graph
+model and the store-neutral reads and retention (``docs/graph-stores.md`` has the differences for
+users; each is tested in ``tests/taskgraph``).
 
-What FalkorDB lacks of Neo4j's, and what replaces it here (each rule tested in the contract
-suite, ``tests/taskgraph``):
+- **Times**: integer microseconds since the epoch, UTC (``taskgraph.models.epoch_us``): no zoned
+  datetime, and ``localdatetime`` keeps whole seconds.
+- **No multi-statement transactions**: a batch of pages is several statements, each idempotent, the
+  watermarks written by the last, so a batch cut short is never reported as held; the incarnation
+  check guards the statement that merges the task node.
+- **No locks**: a redacted event node keeps its redaction (the event statement never writes text
+  into it), and a redaction punctures a key tree by compare-and-set (``_puncture``).
+- **Text**: ``taskgraph.falkordb.text``; the dialect: ``taskgraph.falkordb.cypher``.
 
-- **Zoned datetimes.** FalkorDB has no ``datetime()`` and its ``localdatetime`` keeps whole
-  seconds: every time is an integer of microseconds since the Unix epoch, UTC
-  (``taskgraph.models.epoch_us``), so order and equality are exact; reads give datetimes back
-  (``falkor_cypher.TIME_FIELDS``) and datetime parameters are sent as microseconds.
-- **Multi-statement transactions.** One ``GRAPH.QUERY`` is atomic (FalkorDB runs a graph's
-  writes one at a time), but a batch of mirror pages is several statements (``write_pages``:
-  each over every page of the batch), each idempotent (MERGE on keys, the "only if newer"
-  guards in the statement that writes the node); the tasks' watermarks (``mirrored_seq``,
-  ``mirrored_write``) are written by the LAST statement, so a batch cut short (a crash, a lost
-  connection) is never reported as held, and its retry writes the same nodes again. The
-  task's incarnation check (a tombstone, another ``created_at``) is a guard of the statement
-  that merges the task node: a refused page writes nothing.
-- **Locks.** Neo4j's mirror locks the task node before it reads the keys of sealed text, so a
-  redaction cannot interleave. Here a redaction can land between a page's key read and its
-  event write; instead an event node marked ``redacted`` keeps its redaction (the page's event
-  statement never writes text into it), and a redaction punctures a key tree by
-  compare-and-set (``_puncture``: written only if the nodes are still those it read; else
-  read again), so two redactions of one tree never lose a puncture.
-- **The dialect's own gaps** (composite indexes, ``EXISTS {}``, scoped ``CALL``, bytes) and
-  its unique constraints: ``taskgraph.falkordb.cypher``.
-
-Errors leave as the port's (``falkor_error``): a lost connection or a timeout is
-``GraphUnavailable``; refused credentials ``GraphAuthError``; any refused statement
-``GraphDataError``. Every call is bounded: the server's query timeout (``FALKOR_QUERY_MS``) and
-the client's socket timeouts.
-
-Durability: FalkorDB keeps an acknowledged write across a crash of its server only with
-``appendonly yes`` and ``appendfsync always`` (the local stack's, ``devstack``); the key store,
-the API keys, the page sessions and the tombstones depend on it.
+Errors leave as the port's (``falkor_error``); every call is bounded by ``FALKOR_QUERY_MS`` and the
+client's socket timeouts. An acknowledged write survives a server crash only with ``appendonly yes``
+and ``appendfsync always`` (the local stack's), which the key store, API keys, page sessions and
+tombstones need.
 """
 
 from __future__ import annotations
@@ -95,14 +75,14 @@ never holds a caller."""
 FALKOR_MAX_WRITES = 4
 """The mirror's pages one store object writes at once, by default (as Neo4j's)."""
 PUNCTURE_TRIES = 10
-"""Compare-and-set attempts of one key tree's puncture (``_puncture``) before it gives up
-(``GraphUnavailable``): each failed one means another redaction of the tree just landed."""
+"""Compare-and-set attempts of one key tree's puncture before ``GraphUnavailable``: each failure
+means another redaction of the tree landed."""
 
 
 def falkor_error(err: Exception) -> GraphError:
-    """The port's error for a client or server error: ``GraphAuthError`` for refused
-    credentials, ``GraphUnavailable`` for a lost connection, a timeout (the client's or the
-    server's query timeout), else ``GraphDataError``. The message starts with ``FalkorDB``."""
+    """The port's error for a client or server error: ``GraphAuthError`` (credentials),
+    ``GraphUnavailable`` (lost connection, a timeout), else ``GraphDataError``; the message starts
+    with ``FalkorDB``."""
     text = str(err)
     if isinstance(err, redis.exceptions.AuthenticationError) or text.startswith(
         ("NOAUTH", "WRONGPASS", "invalid password", "invalid username-password")
@@ -116,9 +96,8 @@ def falkor_error(err: Exception) -> GraphError:
 
 
 def _value(value: Any) -> Any:
-    """A result value as plain Python: a node or relationship as the dict of its properties
-    (its times as datetimes), text as it was sent (``read_text``), lists and maps element by
-    element."""
+    """A result value as plain Python: a node or relationship as its properties (times as
+    datetimes), text as sent (``read_text``), lists and maps element by element."""
     if isinstance(value, str):
         return read_text(value)
     if isinstance(value, Node | Edge):
@@ -149,14 +128,14 @@ def _param(value: Any) -> Any:
 
 
 def _event_props(event: Event, stamp: dict[str, str]) -> dict[str, Any]:
-    """An event node's properties here: ``taskgraph.properties.event_properties`` but ``time``
-    in microseconds (FalkorDB has no zoned datetime)."""
+    """An event node's properties (``taskgraph.properties.event_properties``) with ``time`` in
+    microseconds."""
     return event_properties(event) | {"time": epoch_us(event.time)} | stamp
 
 
 def _shared_row(page: PageWrite) -> dict[str, Any]:
-    """A page's row of ``SHARED``: its task, its parent's and branch source's workflow ids,
-    its watermarks."""
+    """A page's row of ``SHARED``: its task, parent and branch source workflow ids, its
+    watermarks."""
     view = page.view
     branch = view.branched_from
     return {
@@ -179,8 +158,7 @@ class FalkorGraph:
         url: ``falkor://`` / ``redis://`` (``falkors://`` / ``rediss://`` for TLS), with the
             server's user and password when it has them.
         graph: the graph's name (a Redis key).
-        tracer: an OpenTelemetry tracer for the mirror's write spans (``telemetry.setup``);
-            None: no OpenTelemetry code runs.
+        tracer: an OpenTelemetry tracer for the mirror's write spans; None: no OpenTelemetry code.
         max_writes: the mirror's pages this object writes at once.
     """
 
@@ -221,10 +199,8 @@ class FalkorGraph:
         """Finding an event, tombstones, deletion (``taskgraph.port.RetentionStore``)."""
 
     async def _client(self) -> Any:
-        """The client's graph, made on first use. The client's constructor asks the server
-        whether it is a cluster, synchronously (a blocking ``INFO`` on a socket of its own,
-        and an exception for an unreachable server): it runs in a thread, so it never blocks
-        the event loop, and when the store is first used, not when it is built.
+        """The client's graph, made on first use, in a thread: the client's constructor asks the
+        server whether it is a cluster with a blocking ``INFO``.
 
         Raises:
             GraphUnavailable, GraphAuthError: the server cannot be reached, or refused.
@@ -250,8 +226,7 @@ class FalkorGraph:
         await self.ensure_schema()
 
     async def ping(self) -> None:
-        """Check that FalkorDB answers (``PING``, bounded by ``FALKOR_CONNECT_TIMEOUT_S`` and
-        ``FALKOR_SOCKET_TIMEOUT_S``).
+        """Check that FalkorDB answers (``PING``, bounded by the connect and socket timeouts).
 
         Raises:
             GraphUnavailable: FalkorDB cannot be reached.
@@ -269,8 +244,8 @@ class FalkorGraph:
             await self._db.aclose()
 
     async def _run(self, query: LiteralString, params: dict[str, Any], *, write: bool) -> Any:
-        """The result of one query; a query the client sent with an old view of the graph's
-        schema (``SchemaVersionMismatchException``: the client refreshed it) is sent again."""
+        """The result of one query, sent again when the client held an old view of the schema
+        (``SchemaVersionMismatchException``)."""
         sent = {k: _param(v) for k, v in params.items()}
         graph = await self._client()
         run = graph.query if write else graph.ro_query
@@ -312,13 +287,12 @@ class FalkorGraph:
                 await self.init_schema()
 
     async def ensure_ready(self) -> None:
-        """The schema (``ensure_schema``): FalkorDB needs no warm-up (no JIT, plans cached
-        per query text)."""
+        """The schema (``ensure_schema``); FalkorDB needs no warm-up."""
         await self.ensure_schema()
 
     async def init_schema(self) -> None:
         """Create the indexes (``falkor_cypher.SCHEMA``), then the unique constraints;
-        idempotent: an index or constraint that exists is taken as done."""
+        idempotent."""
         for statement in cypher.SCHEMA:
             try:
                 await self._run(statement, {}, write=True)
@@ -370,8 +344,8 @@ class FalkorGraph:
         )
 
     async def get_keys(self, project_id: str, key_ids: Sequence[str]) -> dict[str, bytes | None]:
-        """The data keys of ``key_ids`` (``KeyLookup.keys``); a key id of the single keys of
-        before is absent (none are stored here)."""
+        """The data keys of ``key_ids`` (``KeyLookup.keys``); single keys are absent (none stored
+        here)."""
         if not key_ids:
             return {}
         lookup = KeyLookup(key_ids)
@@ -379,12 +353,11 @@ class FalkorGraph:
         return lookup.keys(trees, [])
 
     async def _puncture(self, project_id: str, key: str) -> bool:
-        """Destroy the key tree leaf ``key`` by compare-and-set (module docstring); False for
-        another kind of id or an unknown tree.
+        """Destroy the key tree leaf ``key`` by compare-and-set; False for another kind of id or an
+        unknown tree.
 
         Raises:
-            GraphUnavailable: ``PUNCTURE_TRIES`` redactions of the tree kept landing between
-                this one's read and write.
+            GraphUnavailable: ``PUNCTURE_TRIES`` other redactions of the tree kept landing first.
         """
         where = parse_key_id(key)
         if where is None:
@@ -432,14 +405,13 @@ class FalkorGraph:
         mark: str | None = None,
         mirrored_write: int | None = None,
     ) -> None:
-        """One mirror page (``taskgraph.port.MirrorStore.write_task``), written with the pages
-        of other tasks of the project that wait meanwhile (``taskgraph.page_batches``) in the
-        statements of ``write_pages``; a batch that fails is written again page by page, so this
-        page's error is its own.
+        """One mirror page (``taskgraph.port.MirrorStore.write_task``), batched with other tasks'
+        pages (``taskgraph.page_batches``) into ``write_pages``; a failed batch is written again
+        page by page, so this page's error is its own.
 
         Raises:
-            TaskIncarnationError: the node belongs to another task of this workflow id, or the
-                id was deleted (nothing is written).
+            TaskIncarnationError: the node belongs to another task of this workflow id, or the id
+                was deleted (nothing is written).
             GraphIncomplete: a sealed event's key is not in the key store.
         """
         await self.ensure_ready()
@@ -453,16 +425,14 @@ class FalkorGraph:
     """The line of this object's mirror pages (made at the first write, in its event loop)."""
 
     async def write_pages(self, pages: Sequence[PageWrite]) -> None:
-        """Write a batch of pages (one project, a page per task) in one run of statements,
-        each over all of them: the tasks' nodes (``TASK``, guarded), their events with their
-        NEXT links, their steps, the decisions' links, then the shared nodes and the
-        watermarks (``SHARED``). FalkorDB has no transaction of several statements: each
-        statement is atomic, and a batch cut short is written again (every statement is
-        idempotent; the watermarks come last).
+        """Write a batch of pages (one project, a page per task) as a run of statements over all of
+        them: task nodes (``TASK``), events and NEXT links, steps, decisions' links, then shared
+        nodes and watermarks (``SHARED``); each statement atomic and idempotent, the watermarks
+        last.
 
         Raises:
-            TaskIncarnationError: a page's task node belongs to another task of its workflow
-                id, or the id was deleted (nothing is written of that page).
+            TaskIncarnationError: a page's task node belongs to another task of its workflow id, or
+                the id was deleted (nothing is written of that page).
             GraphIncomplete: a sealed event's key is not in the key store (nothing written).
             ValueError: pages of two projects, or two pages of one task (nothing written).
         """
@@ -517,8 +487,8 @@ class FalkorGraph:
         )
 
     async def _decisions(self, decisions: Sequence[tuple[str, Event]]) -> None:
-        """The decisions' label and their CITES links to events and steps (each row with its
-        task's key: the statements join the keys, ``taskgraph.falkordb.text``)."""
+        """The decisions' label and CITES links (keys joined in the statements:
+        ``taskgraph.falkordb.text``)."""
         rows = [{"key": key, "seq": d.seq} for key, d in decisions]
         await self.write(cypher.DECISIONS, decisions=rows)
         event_cites, step_cites = [], []

@@ -1,15 +1,10 @@
-"""How the project talks to Neo4j: the driver (``open_driver``, every bound set), and the bounded
-sessions every part of the task graph runs its transactions in (``Neo4jRunner``).
+"""How the Neo4j adapter talks to Neo4j: the driver (``open_driver``, every bound set) and the
+bounded sessions its transactions run in (``Neo4jRunner``).
 
-Each call opens its own session (one session per coroutine) and uses managed transactions
-(``execute_read`` / ``execute_write``), which retry transient errors (deadlocks, leader
-switches, unavailable servers) for up to ``NEO4J_RETRY_S``. Every transaction is bounded twice:
-by the server (``NEO4J_TRANSACTION_TIMEOUT_S``) and, with its retries, by the client
-(``NEO4J_CALL_TIMEOUT_S``), so a silent peer never holds a caller (an activity slot, a CLI
-command) for ever. Errors left leave a session as the port's (``contract.errors``, by
-``graph_error``): ``GraphUnavailable`` for what may pass (the driver's ``is_retryable()``, a
-transaction out of time, ``OUT_OF_TIME_CODES``, and the client-side bound),
-``GraphAuthError``, else ``GraphDataError``; the driver's error is their ``__cause__``.
+One session per call; managed transactions retry transient errors for ``NEO4J_RETRY_S``. Each
+transaction is bounded by the server (``NEO4J_TRANSACTION_TIMEOUT_S``) and, with its retries, by the
+client (``NEO4J_CALL_TIMEOUT_S``), so a silent peer never holds a caller. Errors leave as the port's
+(``graph_error``), the driver's as ``__cause__``.
 """
 
 from __future__ import annotations
@@ -43,30 +38,24 @@ if TYPE_CHECKING:
 _T = TypeVar("_T")
 
 NEO4J_CONNECT_TIMEOUT_S = 5.0
-"""Seconds a new connection may take to connect and finish the Bolt handshake (the driver's
-default is 30 s; a local or same-region Neo4j answers in milliseconds)."""
+"""Seconds a new connection may take to connect and finish the Bolt handshake (the driver's default
+is 30 s)."""
 NEO4J_ACQUIRE_TIMEOUT_S = 10.0
 """Seconds to get a connection from the pool, a new one's connect or an idle one's liveness
 check included (the driver's default is 60 s)."""
 NEO4J_LIVENESS_CHECK_S = 10.0
-"""A pooled connection idle for longer than this (seconds) is checked with a round trip before
-it is used, within the acquisition timeout: one that died silently (a restarted server, a
-dropped NAT entry, a proxy that stopped forwarding) is replaced instead of hanging a
-transaction."""
+"""A pooled connection idle longer than this (seconds) is checked with a round trip before use, so
+one that died silently is replaced instead of hanging a transaction."""
 NEO4J_TRANSACTION_TIMEOUT_S = 10.0
-"""Seconds the server lets one transaction run (``unit_of_work(timeout=...)``) before it
-aborts it; one mirror page (``MIRROR_PAGE_EVENTS`` events, ``MAX_PAYLOAD_BYTES``) takes about
-0.1 s."""
+"""Seconds the server lets one transaction run before it aborts it (a mirror page takes about 0.1
+s)."""
 NEO4J_RETRY_S = 10.0
-"""Seconds the driver keeps retrying a transaction that failed with a transient error
-(``max_transaction_retry_time``, default 30 s); the mirror activity's retry policy and the
-workflow's pause retry after that."""
+"""Seconds the driver keeps retrying a transaction after a transient error (its default is 30 s);
+the mirror's retries follow."""
 NEO4J_CALL_TIMEOUT_S = NEO4J_RETRY_S + NEO4J_ACQUIRE_TIMEOUT_S + NEO4J_TRANSACTION_TIMEOUT_S + 5.0
-"""Client-side bound of one managed transaction with its retries (seconds): the last retry
-may start just before ``NEO4J_RETRY_S`` and then take an acquisition and a transaction, plus
-a margin. The server-side timeout cannot end a transaction whose peer went silent (a
-half-open TCP connection, a partition): this bound does, by cancelling the call (the async
-driver then drops that connection) and raising ``ServiceUnavailable``."""
+"""Client-side bound of one managed transaction with its retries (seconds): the last retry may start
+just before ``NEO4J_RETRY_S`` and take an acquisition and a transaction, plus a margin. Only this
+ends a transaction whose peer went silent (the call is cancelled: ``ServiceUnavailable``)."""
 
 
 OUT_OF_TIME_CODES = frozenset(
@@ -76,17 +65,13 @@ OUT_OF_TIME_CODES = frozenset(
         "Neo.ClientError.Transaction.LockClientStopped",
     }
 )
-"""Neo4j status codes of a transaction the server ended because it ran out of time (its
-timeout, ``NEO4J_TRANSACTION_TIMEOUT_S``, or a lock wait it stopped with it). Neo4j files them
-as client errors (``is_retryable()`` is False), but they say the server was slow (load, lock
-waits between tasks' mirrors), not that the data is wrong: ``graph_error`` makes them
-``GraphUnavailable``, which the mirror retries."""
+"""Neo4j status codes of a transaction ended for running out of time: client errors to Neo4j, but
+they mean a slow server, so ``graph_error`` makes them ``GraphUnavailable`` (retried)."""
 
 
 def graph_error(err: Neo4jError | DriverError) -> GraphError:
-    """The port's error (``contract.errors``) for a driver error: ``GraphAuthError`` for
-    refused credentials; ``GraphUnavailable`` for one that may pass (``is_retryable()``, or
-    one of ``OUT_OF_TIME_CODES``); else ``GraphDataError``. The message starts with
+    """The port's error for a driver error: ``GraphAuthError`` (credentials), ``GraphUnavailable``
+    (``is_retryable()`` or ``OUT_OF_TIME_CODES``), else ``GraphDataError``; the message starts with
     ``Neo4j``."""
     if isinstance(err, AuthError):
         return GraphAuthError(f"Neo4j refused the credentials: {err}")
@@ -96,9 +81,8 @@ def graph_error(err: Neo4jError | DriverError) -> GraphError:
 
 
 def open_driver(uri: str, auth: tuple[str, str]) -> AsyncDriver:
-    """The async driver every part of the project uses: ``auth`` is ``(user, password)``;
-    connect, acquisition, liveness check and retry bounded (``NEO4J_*`` above); server
-    notifications (warnings about unknown property keys on an empty graph) are off."""
+    """The async driver: ``auth`` is ``(user, password)``; connect, acquisition, liveness and retry
+    bounded (``NEO4J_*``); server notifications off."""
     return AsyncGraphDatabase.driver(
         uri,
         auth=auth,
@@ -111,17 +95,16 @@ def open_driver(uri: str, auth: tuple[str, str]) -> AsyncDriver:
 
 
 NEO4J_MAX_WRITES = 4
-"""The mirror's transactions one graph object runs at once, by default
-(``Settings.graph_max_writes``, whose default it is): unbounded, many first pages at once
-queue inside Neo4j until they run out of transaction time."""
+"""The mirror's transactions one graph object runs at once by default
+(``Settings.graph_max_writes``); unbounded, many first pages queued in Neo4j past their time."""
 
 bounded = unit_of_work(timeout=NEO4J_TRANSACTION_TIMEOUT_S)
 """Marks a transaction function with the server-side ``NEO4J_TRANSACTION_TIMEOUT_S``."""
 
 
 class Neo4jRunner:
-    """The driver and the database of a task graph: its bounded sessions and one-statement
-    managed transactions (the Neo4j adapter's ``taskgraph.runner.StatementRunner``).
+    """The bounded sessions and one-statement managed transactions of a Neo4j database (the
+    adapter's ``taskgraph.runner.StatementRunner``).
 
     Args:
         driver: from ``open_driver``.
@@ -129,7 +112,7 @@ class Neo4jRunner:
     """
 
     kind: GraphKind = "neo4j"
-    """The store's dialect (``taskgraph.port.spelled``)."""
+    """The store's dialect (``taskgraph.dialect.spelled``)."""
 
     def __init__(self, driver: AsyncDriver, database: str = "neo4j") -> None:
         self.driver = driver
@@ -140,8 +123,7 @@ class Neo4jRunner:
         """A session whose use is bounded by ``NEO4J_CALL_TIMEOUT_S``.
 
         Raises:
-            GraphUnavailable: the bound passed (the call was cancelled), or the driver's
-                error may pass (``graph_error``).
+            GraphUnavailable: the bound passed, or the driver's error may pass (``graph_error``).
             GraphAuthError, GraphDataError: the driver's error (``graph_error``).
         """
         try:

@@ -1,34 +1,13 @@
-"""The Neo4j adapter of the graph store's port (``taskgraph.port.GraphStore``): ``TaskGraph``
-on the driver's bounded sessions (``driver``, whose errors leave as the port's,
-``contract.errors``), with the statements of its schema, its idempotent mirror writes, its
-key store and its redaction in modules of their own (``schema``, ``writes``, ``keys``,
-``retention``), and the store-neutral reads and retention (``taskgraph.reads``,
-``taskgraph.retention``) given its runner.
+"""The Neo4j adapter of the graph store's port (``taskgraph.port.GraphStore``): ``TaskGraph`` on the
+driver's bounded sessions (``driver``), with its schema, writes, key store and redaction in
+``schema``, ``writes``, ``keys`` and ``retention``, and the store-neutral ``taskgraph.reads`` and
+``taskgraph.retention`` given its runner.
 
-Graph model (every node carries ``project_id``; keys are unique by constraint)::
-
-    (:Project {project_id})-[:HAS_TASK]->(:Task {key = workflow id})
-    (:Task)-[:CREATED_BY]->(:Agent {key = "project/agent"})
-    (:Task)-[:IN_SESSION]->(:Session {key = "project/session"})
-    (:Task)-[:CHILD_OF]->(:Task)                        child -> parent
-    (:Task)-[:HAS_EVENT]->(:Event {key = "workflow id#seq"})
-    (:Event)-[:NEXT]->(:Event)                           seq order, no gaps
-    (:Event)-[:AUTHORED_BY]->(:Agent)
-    (:Task)-[:HAS_STEP]->(:Step {key = "workflow id/step name"})
-    (:Step)-[:RESULT]->(:Event)                          the step's result event
-    (:Event:Decision)-[:CITES]->(:Event)                 a decision cites an earlier event
-    (:Event:Decision)-[:CITES {state, attempt}]->(:Step) ... and a step, as it was then
-    (:TaskTombstone {key = workflow id})                 a deleted task: its name stays taken
-    (:KeyTree {tree_id, task_key})                       the key store (``taskgraph.neo4j.keys``)
-
-A task node belongs to one task: the mirror refuses to write a task into a node created by
-another task of the same workflow id (one whose history was deleted: ``TaskIncarnationError``)
-or into a deleted task's id (a ``TaskTombstone``).
-
-Every write is a MERGE on a key, so a repeated batch changes nothing. Every statement is
-parameterized and every read is filtered by project id. Times are Neo4j datetimes in UTC;
-payloads and tool arguments are strings, so integers of any size, arbitrary JSON and any
-Unicode are stored exactly as recorded.
+The graph model is drawn in ``docs/graph-stores.md`` ("The graph"): every node carries
+``project_id``, keys are unique by constraint, and a task node belongs to one task (the mirror
+refuses another incarnation of its workflow id, or a tombstoned one: ``TaskIncarnationError``).
+Every write MERGEs on a key and every read is parameterized and filtered by project. Times are
+datetimes in UTC; payloads are strings, stored exactly as recorded.
 """
 
 from __future__ import annotations
@@ -61,17 +40,9 @@ if TYPE_CHECKING:
 
 
 class TaskGraph:
-    """The task graph in Neo4j, through one async driver (its bounded sessions: ``runner``):
-    the schema, the mirror's writes and the clean-ups of a rebuild and a project, the key store
-    and the redaction are its own (their statements in ``schema``, ``writes``, ``keys``,
-    ``retention``); the store-neutral reads and retention are given its runner (``reads``,
-    ``retention``).
-
-    Given an OpenTelemetry ``tracer`` (``telemetry.setup``), each ``write_task`` transaction
-    runs in a client span ``neo4j write_task`` with the database semantic conventions
-    (``db.system.name``, ``db.namespace``, ``db.operation.name``) and the task's workflow id,
-    project id, counts and seq range (``agent_tasks.*``; the range only when events were
-    written); without one, no OpenTelemetry code runs.
+    """The task graph in Neo4j through one async driver: its own schema, mirror writes, clean-ups,
+    key store and redaction, and the store-neutral reads and retention on its runner. With a
+    ``tracer``, each ``write_task`` transaction runs in a span (``taskgraph.tracing.write_span``).
 
     Args:
         driver: from ``taskgraph.neo4j.driver.open_driver``.
@@ -129,8 +100,7 @@ class TaskGraph:
         await self.ensure_schema()
 
     async def ping(self) -> None:
-        """Check that Neo4j answers (the driver's ``verify_connectivity``: one connection,
-        no transaction retries).
+        """Check that Neo4j answers (``verify_connectivity``: one connection, no retries).
 
         Raises:
             GraphUnavailable: Neo4j cannot be reached.
@@ -148,9 +118,9 @@ class TaskGraph:
         await self.driver.close()
 
     async def ensure_schema(self) -> None:
-        """Create the constraints and indexes once per graph object, before its first write
-        (so a worker can start while Neo4j is down), however many first writes come at once:
-        one runs it, the others wait for it (``schema.create_schema``)."""
+        """Create the constraints and indexes once per graph object, before its first write (so a
+        worker starts while Neo4j is down); concurrent first writes wait for one
+        (``schema.create_schema``)."""
         if self.schema_ready:
             return
         async with self._lock:
@@ -163,15 +133,9 @@ class TaskGraph:
         self.schema_ready = True
 
     async def ensure_ready(self) -> None:
-        """Ready this graph object for the mirror's writes, once, however many first writes
-        come at once (one does it, the others wait for it): the schema (``ensure_schema``),
-        then the mirror's statements planned and run in a transaction rolled back
-        (``warm_up_page``).
-
-        A cold Neo4j plans and compiles each statement the first time it runs: many first
-        pages at once all ran out of transaction time. Done once, before them, they find the
-        plans cached. (A client storing a key tree needs the schema only: ``put_tree`` does
-        not wait for this.)
+        """Ready this object for the mirror's writes once: the schema, then the mirror's statements
+        planned in a transaction rolled back (``warm_up_page``), since a cold Neo4j compiling many
+        first pages at once ran out of transaction time. ``put_tree`` needs the schema only.
         """
         if self._warm:
             return
@@ -195,25 +159,16 @@ class TaskGraph:
         mark: str | None = None,
         mirrored_write: int | None = None,
     ) -> None:
-        """Merge the task node, ``events`` (with their NEXT links, decisions with their
-        citations) and ``steps``, in one transaction of two statements (``_TASK``, which
-        also reads the keys of sealed events, then ``_PAGE``) with the pages of other tasks
-        of the project that wait meanwhile (``taskgraph.page_batches``; a batch that fails
-        is written again page by page, so this page's error is its own), at most
-        ``max_writes`` transactions at once per graph object. Idempotent: repeating it changes
-        nothing.
-        ``mark`` (a rebuild's id) is stamped on the event and step nodes as property
-        ``rebuild`` (``drop_unmarked``). ``mirrored_write`` (the last page of a copy that
-        reached the run's newest write: ``view.writes``) raises the node's
-        ``mirrored_write``, what ``mirror_holds`` reads.
-
-        Sealed events are opened with their keys inside the transaction, once the task node
-        is locked (its MERGE and SET), so a redaction, which locks the task node first, is
-        never undone: a destroyed key writes the event redacted.
+        """Merge the task node, ``events`` (NEXT links, decisions' citations) and ``steps`` in one
+        transaction (``_TASK``, which reads sealed events' keys, then ``_PAGE``), batched with other
+        tasks' pages (``taskgraph.page_batches``; a failed batch is written again page by page), at
+        most ``max_writes`` at once; idempotent. ``mark`` stamps the nodes (``drop_unmarked``);
+        ``mirrored_write`` raises the node's. Sealed events are opened after the task node is
+        locked, so a redaction (which locks it first) is never undone.
 
         Raises:
-            TaskIncarnationError: the task's node belongs to another task of the same
-                workflow id, or the id was deleted (nothing is written).
+            TaskIncarnationError: the node belongs to another task of this workflow id, or the id
+                was deleted (nothing is written).
             GraphIncomplete: a sealed event's key is not in the key store.
         """
         await self.ensure_ready()
@@ -240,11 +195,9 @@ class TaskGraph:
             await session.execute_write(bounded(batch_writer(pages)))
 
     async def wipe_project(self, project_id: str) -> int:
-        """Delete every node of one project and its relationships, but for what the Temporal
-        histories cannot give back (``graph rebuild``): the key store and the tombstones of
-        deleted tasks. Events go first, ``WIPE_BATCH`` per transaction (found by the
-        ``(project_id, kind)`` index; a corpus deleted in one transaction outgrows Neo4j's
-        transaction memory), then the rest in one. Returns nodes deleted."""
+        """Delete every node of the project but what the histories cannot give back (the key store,
+        the tombstones): events first, ``WIPE_BATCH`` per transaction (one would outgrow Neo4j's
+        transaction memory), then the rest. Returns nodes deleted."""
 
         async def events(tx: AsyncManagedTransaction) -> int:
             result = await tx.run(
@@ -283,12 +236,9 @@ class TaskGraph:
         up_to_seq: int | None,
         as_of: datetime | None,
     ) -> int:
-        """The end of a rebuild of one task: delete its event and step nodes that the rebuild
-        did not write (``mark``), within what the rebuild covered. ``up_to_seq`` and ``as_of``
-        None (a closed task: nothing else can be written to it) delete every unmarked one;
-        otherwise only events with seq <= ``up_to_seq`` and steps changed at or before
-        ``as_of``, since the live mirror may have written newer ones meanwhile. The task node
-        stays, with its links to parent and children. Returns nodes deleted."""
+        """The end of a rebuild of one task: delete its event and step nodes not stamped ``mark``;
+        with ``up_to_seq`` and ``as_of`` (an open task) only those at or before them, since the live
+        mirror may have written newer ones. The task node stays. Returns nodes deleted."""
 
         async def work(tx: AsyncManagedTransaction) -> int:
             result = await tx.run(
@@ -321,8 +271,7 @@ class TaskGraph:
     async def records(
         self, statement: Statement, *, write: bool, **params: Any
     ) -> list[dict[str, Any]]:
-        """The rows of one statement in a managed transaction (``taskgraph.port.RecordStore``);
-        a node becomes the dict of its properties, Neo4j's times Python datetimes."""
+        """The rows of one statement in a managed transaction (``taskgraph.port.RecordStore``)."""
         rows = await self.runner.run(spelled(statement, self.kind), params, write=write)
         return [
             plain({name: plain(v) if isinstance(v, dict) else v for name, v in row.items()})
@@ -330,9 +279,8 @@ class TaskGraph:
         ]
 
     async def put_tree(self, project_id: str, workflow_id: str, tree_id: str, root: bytes) -> None:
-        """Store a new key tree of the task ``workflow_id`` in one transaction
-        (``taskgraph.neo4j.keys``); a client does this before it sends the first event it
-        seals."""
+        """Store a new key tree of the task ``workflow_id`` in one transaction, before a client
+        sends the first event it seals."""
 
         async def work(tx: AsyncManagedTransaction) -> None:
             await store_tree(tx, project_id, workflow_id, tree_id, root)

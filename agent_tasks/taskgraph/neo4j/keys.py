@@ -1,29 +1,16 @@
-"""The key store of sealed event text, in Neo4j: one ``KeyTree`` node per writer and task,
-whose leaves are the events' data keys (``sealing.keytree``).
+"""The key store of sealed event text in Neo4j: one ``KeyTree`` node per writer and task, whose
+leaves are the events' data keys (``sealing.keytree``); the interface is ``sealing.keys.KeyStore``.
 
     (:KeyTree {tree_id, project_id, task_key, nodes: ["depth:position:base64 secret", ...],
-               created_at})
-    after a redaction: ``nodes`` punctured at the event's leaf, and ``destroyed``, the list
-    of the leaves destroyed so far
+               created_at, destroyed: [punctured leaves]})
     (:DataKey {key_id, project_id, task_key, key: bytes, created_at})
-    a single key per event, as sealing stored them before key trees: read and redacted (no
-    ``key``, with ``redacted_at``, ``event_id``, ``seq``), never written any more
+    single keys from before key trees: read and redacted, never written
 
-Why the graph store: the worker (the mirror opens sealed text before it writes it) and every client
-with a ``TaskGraph`` reach it already, and it holds the plain text of every event anyway (the
-mirror's copy), so keeping the keys there shows no one anything new. It makes Neo4j hold data
-that the Temporal histories cannot give back: ``graph rebuild`` restores everything but the
-keys, ``wipe_project`` keeps them, and a Neo4j lost without a backup loses the sealed text
-(``docs/retention.md``).
-
-A tree is stored before the first event it seals is sent, and every later event of its writer
-and task needs no write at all: unused leaves cost nothing. The mirror reads the keys
-(``KEY_READS``) in its transaction's first statement, after it locks the task node, so a
-redaction (which locks the task node first) never races a mirror write of the text it
-removes.
-
-``sealing.keys.KeyStore`` is the key store's interface, all that sealing needs of it;
-``taskgraph.neo4j.graph.TaskGraph`` implements it with the functions here.
+Why the graph store: the worker and every client reach it already, and it holds the plain text
+anyway (the mirror's copy). So it holds data the histories cannot give back: a store lost without a
+backup loses the sealed text (``docs/retention.md``). A tree is stored before its first event is
+sent; later events need no write. The mirror reads keys after locking the task node, so a redaction
+never races it.
 """
 
 from __future__ import annotations
@@ -75,10 +62,9 @@ CALL () {
   RETURN collect({id: k.key_id, key: k.key}) AS singles
 }
 """
-"""The read of the stored key material of some key ids (the parameters of ``KeyLookup``,
-and ``$p`` the project): a clause that yields ``trees`` (each ``{id, nodes}``) and ``singles``
-(each ``{id, key}``) for ``KeyLookup.keys``. A clause, so that the mirror reads the keys in the
-statement that locks the task node (``taskgraph.neo4j.writes``), not in one more round trip."""
+"""The read of the key material of some key ids (``KeyLookup``'s parameters, ``$p`` the project): a
+clause yielding ``trees`` (``{id, nodes}``) and ``singles`` (``{id, key}``), so the mirror reads
+keys in the statement that locks the task node."""
 
 
 async def store_tree(
@@ -104,11 +90,9 @@ async def fetch_keys(
 
 
 async def destroy_leaf(tx: AsyncManagedTransaction, project_id: str, key: str) -> bool:
-    """Destroy the key tree leaf ``key`` (a redaction; the caller has locked the task node, so
-    no other redaction of the task's trees interleaves): punctured out of its tree's nodes
-    (``sealing.keytree.puncture``) and listed in the tree's ``destroyed``. Returns False,
-    changing nothing, for another kind of id (a single key is destroyed by the redaction's
-    own statement) or an unknown tree; a leaf destroyed before stays destroyed."""
+    """Destroy the key tree leaf ``key`` (the caller has locked the task node): punctured out of its
+    tree (``sealing.keytree.puncture``) and listed in ``destroyed``. False, changing nothing, for
+    another kind of id or an unknown tree."""
     where = parse_key_id(key)
     if where is None:
         return False

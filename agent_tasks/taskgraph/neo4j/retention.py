@@ -1,9 +1,6 @@
-"""Neo4j's redaction (``taskgraph.port.RetentionStore.redact``; the rest of retention is
-store-neutral: ``taskgraph.retention``): in one transaction that first locks the task node (so
-no mirror write of the same task interleaves: ``TaskGraph.write_task``), it empties the event's
-payload (its seq, length and hash stay), destroys its data key (its key tree's leaf punctured;
-a single key of before loses its bytes, its ``DataKey`` node kept as a tombstone) and returns
-the decisions that cite it.
+"""Neo4j's redaction (``GraphStore.redact``; the rest of retention is ``taskgraph.retention``): one
+transaction that locks the task node (so no mirror write interleaves), empties the payload (seq,
+length and hash stay), destroys its data key and returns the decisions citing it.
 """
 
 from __future__ import annotations
@@ -30,17 +27,16 @@ OPTIONAL MATCH (d:Decision)-[:CITES]->(e)
 WITH e, collect(d.id) AS citing
 RETURN citing + CASE WHEN e:Decision THEN [e.id] ELSE [] END AS affected, e.key_id AS key_id
 """
-"""A redaction's first statement: the task node locked (so no mirror write of the task
-interleaves), the event's text emptied, a single data key of before destroyed (its node kept
-as the tombstone); returns the decisions citing the event and its key id."""
+"""A redaction's first statement: the task node locked, the text emptied, a single key's bytes
+removed (its node kept as the tombstone); returns the citing decisions and the key id."""
 
 
 async def redact(
     runner: Neo4jRunner, project_id: str, location: EventLocation, agent_id: str
 ) -> list[str]:
-    """Remove the text of the event at ``location`` from Neo4j and destroy its data key (a
-    key tree's leaf punctured: ``taskgraph.neo4j.keys.destroy_leaf``), in one transaction;
-    returns the ids of the decisions that cite it (and its own, when it is a decision)."""
+    """Remove the text of the event at ``location`` and destroy its data key
+    (``taskgraph.neo4j.keys.destroy_leaf``) in one transaction; returns the ids of the decisions
+    citing it (its own too, when a decision)."""
 
     async def work(tx: AsyncManagedTransaction) -> list[str]:
         result = await tx.run(

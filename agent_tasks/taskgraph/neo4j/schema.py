@@ -38,11 +38,9 @@ SCHEMA: tuple[LiteralString, ...] = (
     "CREATE CONSTRAINT page_session IF NOT EXISTS FOR (n:PageSession) REQUIRE n.session_id "
     "IS UNIQUE",
 )
-"""Constraints and indexes, created before the first write (all single-property uniqueness
-constraints and range indexes, which Neo4j Community has). ``task_project_status_name``
-replaced ``task_project_status`` (its prefix, which a graph made before still has: it is not
-dropped here, since workers of both versions run side by side during a deploy; an operator may
-drop it once every worker is new)."""
+"""Constraints and indexes (single-property uniqueness and range indexes, which Community has). An
+older graph's ``task_project_status`` is not dropped: workers of both versions run side by side
+during a deploy."""
 
 
 SCHEMA_RULE_EXISTS = "Neo.ClientError.Schema.EquivalentSchemaRuleAlreadyExists"
@@ -50,16 +48,9 @@ SCHEMA_RULE_EXISTS = "Neo.ClientError.Schema.EquivalentSchemaRuleAlreadyExists"
 
 
 async def create_schema(runner: Neo4jRunner) -> None:
-    """Create the constraints and indexes of ``SCHEMA`` (idempotent).
-
-    Each rule runs in a managed transaction of its own session, so that processes starting at
-    once (a worker and ``serve`` on a fresh database) all succeed. Two sessions creating rules
-    at once meet two errors: the one that loses a race for a rule gets
-    ``EquivalentSchemaRuleAlreadyExists`` (``IF NOT EXISTS`` does not cover it), which means
-    the rule exists, so it is taken as done; and either may get ``DeadlockDetected`` (a
-    transient error: each rule takes the schema's locks), which the driver retries as it
-    retries any managed transaction (``NEO4J_RETRY_S``), where a statement run on its own
-    failed the whole start."""
+    """Create the constraints and indexes of ``SCHEMA`` (idempotent), each in its own managed
+    transaction, so processes starting at once all succeed: ``EquivalentSchemaRuleAlreadyExists`` (a
+    lost race) is taken as done, ``DeadlockDetected`` is retried by the driver."""
     for statement in SCHEMA:
         async with runner.session() as session:
             try:

@@ -1,12 +1,6 @@
-"""The mirror's writes to the task graph: one page of a task (its node, events, steps and
-decisions) in one transaction of two statements, idempotent (MERGE on stable keys); and the
-rebuild's and the benchmarks' clean-ups.
-
-A task node belongs to one task: the mirror refuses to write a task into a node created by
-another task of the same workflow id (one whose history was deleted: ``TaskIncarnationError``)
-or into a deleted task's id (a ``TaskTombstone``). Times are sent as ``epoch`` pairs and set as
-Neo4j datetimes in UTC; payloads and tool arguments are strings, so integers of any size,
-arbitrary JSON and any Unicode are stored exactly as recorded.
+"""The mirror's writes to Neo4j: one page of a task (node, events, steps, decisions) in one
+transaction of two statements, idempotent (MERGE on stable keys); and the rebuild's and benchmarks'
+clean-ups. Times are sent as ``epoch`` pairs, set as UTC datetimes.
 """
 
 from __future__ import annotations
@@ -58,17 +52,11 @@ WITH collect({
     + KEY_READS
     + "RETURN placed, trees, singles"
 )
-"""The first statement of a batch of mirror pages (``taskgraph.page_batches``: one project,
-a page per task, in key order so that two batches lock their tasks in one order): each task
-node, locked by its first SET (and nothing shared: see ``_PAGE``), its properties set only
-when the view is not older than the node (``writes``, the view's write counter, is its
-version: a late, retried or cancelled mirror attempt never undoes a newer one); returns for
-each task (``placed``) the ``created_at`` its node had before when it is not the view's
-(``other``, as text; null for a new node or the same task) and whether the task's id has a
-tombstone (``deleted``), so the write can refuse a node that is not its task's before anything
-else is written (times travel as ``epoch`` pairs and come back as text: the driver converts
-datetimes in pure Python); and, the nodes locked, the keys of the pages' sealed events
-(``KEY_READS``, in the same round trip)."""
+"""A batch's first statement (one project, a page per task, in key order so batches lock in one
+order): each task node locked by its first SET, its properties set only when the view's ``writes``
+is not older (a late attempt never undoes a newer one); returns per task the node's other
+``created_at`` and whether its id is tombstoned, so the write refuses another incarnation first; and
+the pages' sealed keys (``KEY_READS``)."""
 
 _PAGE: LiteralString = (
     """
@@ -142,26 +130,12 @@ CALL (t, pg, fresh) {
 }
 """
 )
-"""The rest of a batch of mirror pages in one statement (one round trip), for each page (a row
-of ``$pages``, its task's node matched): the events with their NEXT links; the task's mirror
-watermarks (``mirrored_seq``, and on a copy's last page ``mirrored_write``, the write counter
-up to which Neo4j holds every write; never lowered); the steps with their RESULT links, each
-only when not older than its node (``changed_write``, the write that last changed the step,
-is its version); the decisions' labels and CITES links; then the nodes every task of a
-project shares (``SHARED_NODES``: its project, its agents, a session, a parent) with the
-task's and the events' relationships to them. Each part is a unit subquery over the page's
-row, run in this order, so the NEXT links see the events merged before them, a step's result
-event is merged (as a placeholder) when not written yet, and a decision cites the steps as
-merged. The shared nodes come last because a new relationship locks both its nodes until the
-transaction commits: taken first, the project's and agent's locks were held through the
-whole page, and the mirrors of many tasks importing at once queued on them past the
-transaction timeout. An event's ``AUTHORED_BY`` link
-to its agent, the node every event of an agent shares, is created (``CREATE``) only with the
-event's node (one that had no ``kind``: new, or a step result's placeholder), where a
-``MERGE`` that finds no link locks both nodes to make one: creating a relationship does not
-lock a dense node exclusively (Neo4j's locks for dense nodes), so the pages of concurrent
-tasks do not queue on their agent. Event and step times arrive as ``epoch`` pairs and are set
-as datetimes in the same SET."""
+"""The rest of a batch in one statement, per page (a row of ``$pages``), in order: events and NEXT
+links; the watermarks (never lowered); steps and RESULT links, each only when not older
+(``changed_write``); decisions' labels and CITES; then the shared nodes (``SHARED_NODES``). The
+shared nodes come last since a new relationship locks both nodes until commit (taken first, many
+tasks' mirrors queued on the project's lock); an event's ``AUTHORED_BY`` is created (``CREATE``)
+with a new node only, so concurrent pages do not queue on their agent."""
 
 
 Transaction = AsyncManagedTransaction | AsyncTransaction
@@ -193,8 +167,7 @@ def _page_row(page: PageWrite) -> dict[str, Any]:
 
 
 def batch_writer(batch: Sequence[PageWrite]) -> Callable[[Transaction], Awaitable[None]]:
-    """The transaction function of a batch of mirror pages (``TaskGraph.write_task``; one
-    project, a page per task: ``taskgraph.page_batches``)."""
+    """The transaction function of a batch of mirror pages (one project, a page per task)."""
     pages = sorted(batch, key=lambda page: page.view.workflow_id)
     project = pages[0].view.project_id
     tasks = [
