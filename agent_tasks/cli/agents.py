@@ -24,6 +24,7 @@ from agent_tasks.cli.common import (
     open_history,
     run,
     table,
+    with_history,
     write_outcome,
 )
 
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
 
     from agent_tasks.activities.tools import Tool
     from agent_tasks.contract import AgentSpec, ApprovalType, StepView, TaskView
-    from agent_tasks.starter.results import WriteResult
 
 DEMO_TOOLS = ["list_files", "read_file", "search_text"]
 """The demo agent's tools (``activities.files``)."""
@@ -207,11 +207,13 @@ def cancel_command(
     """Cancel a task (a Temporal cancel request; the task ends cancelled, and so do the child
     tasks its agent spawned unless --no-cascade)."""
 
-    async def go() -> WriteResult:
-        async with open_history(project, "cli", with_graph=False) as history:
-            return await history.cancel_task(name, cascade=not no_cascade)
-
-    write_outcome(run(go()), as_json)
+    result = with_history(
+        project,
+        "cli",
+        lambda history: history.cancel_task(name, cascade=not no_cascade),
+        with_graph=False,
+    )
+    write_outcome(result, as_json)
 
 
 def input_command(
@@ -244,12 +246,15 @@ def input_command(
     if error is not None:
         raise typer.BadParameter(error, param_hint="--json")
 
-    async def go() -> WriteResult:
-        async with open_history(project, agent, with_graph=False) as history:
-            send = history.submit_input if signal else history.respond
-            return await send(name, value, input_id=input_id, request_id=request_id)
-
-    write_outcome(run(go()), as_json)
+    result = with_history(
+        project,
+        agent,
+        lambda history: (history.submit_input if signal else history.respond)(
+            name, value, input_id=input_id, request_id=request_id
+        ),
+        with_graph=False,
+    )
+    write_outcome(result, as_json)
 
 
 def approve_command(
@@ -305,19 +310,21 @@ def approve_command(
             raise typer.BadParameter("a JSON object of arguments", param_hint="--edit")
     choice: ApprovalType = chosen[0]  # type: ignore[assignment]
 
-    async def go() -> WriteResult:
-        async with open_history(project, agent, with_graph=False) as history:
-            return await history.approve(
-                name,
-                input_id,
-                choice,
-                arguments=arguments,
-                text=answer if reason is None else reason,
-                digest=digest,
-                request_id=request_id,
-            )
-
-    write_outcome(run(go()), as_json)
+    result = with_history(
+        project,
+        agent,
+        lambda history: history.approve(
+            name,
+            input_id,
+            choice,
+            arguments=arguments,
+            text=answer if reason is None else reason,
+            digest=digest,
+            request_id=request_id,
+        ),
+        with_graph=False,
+    )
+    write_outcome(result, as_json)
 
 
 def resume_command(name: str, project: ProjectOpt = "default", as_json: JsonOpt = False) -> None:
@@ -325,11 +332,10 @@ def resume_command(name: str, project: ProjectOpt = "default", as_json: JsonOpt 
     results, unknown ones stay unknown); refused (no_resumable_turn) for a turn interrupted
     after its tools ran: continue that one."""
 
-    async def go() -> WriteResult:
-        async with open_history(project, "cli", with_graph=False) as history:
-            return await history.resume_task(name)
-
-    write_outcome(run(go()), as_json)
+    result = with_history(
+        project, "cli", lambda history: history.resume_task(name), with_graph=False
+    )
+    write_outcome(result, as_json)
 
 
 def continue_command(name: str, project: ProjectOpt = "default", as_json: JsonOpt = False) -> None:
@@ -337,11 +343,10 @@ def continue_command(name: str, project: ProjectOpt = "default", as_json: JsonOp
     again with what the turn committed (no interrupted call runs again); refused
     (no_interrupted_turn) when there is none."""
 
-    async def go() -> WriteResult:
-        async with open_history(project, "cli", with_graph=False) as history:
-            return await history.continue_task(name)
-
-    write_outcome(run(go()), as_json)
+    result = with_history(
+        project, "cli", lambda history: history.continue_task(name), with_graph=False
+    )
+    write_outcome(result, as_json)
 
 
 def branch_command(
@@ -363,13 +368,14 @@ def branch_command(
     if task_queue is not None and not task_queue.strip():
         raise typer.BadParameter("an empty task queue: leave it out", param_hint="--task-queue")
 
-    async def go() -> WriteResult:
-        async with open_history(project, agent) as history:
-            return await history.branch_from(
-                source, seq, name, request_id=request_id, task_queue=task_queue
-            )
-
-    write_outcome(run(go()), as_json)
+    result = with_history(
+        project,
+        agent,
+        lambda history: history.branch_from(
+            source, seq, name, request_id=request_id, task_queue=task_queue
+        ),
+    )
+    write_outcome(result, as_json)
 
 
 step_app = command_group("Steps of agent tasks.")
@@ -389,8 +395,9 @@ def step_retry_command(
     unknown one under its old idempotency key), recorded as a decision by --agent; a failed or
     cancelled task is run again for it."""
 
-    async def go() -> WriteResult:
-        async with open_history(project, agent) as history:
-            return await history.retry_step(name, step, reason=reason, request_id=request_id)
-
-    write_outcome(run(go()), as_json)
+    result = with_history(
+        project,
+        agent,
+        lambda history: history.retry_step(name, step, reason=reason, request_id=request_id),
+    )
+    write_outcome(result, as_json)

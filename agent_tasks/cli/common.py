@@ -11,10 +11,10 @@ import importlib
 import os
 import re
 import sys
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 import typer
@@ -30,6 +30,14 @@ if TYPE_CHECKING:
     from agent_tasks.starter.results import WriteResult
 
 _T = TypeVar("_T")
+
+
+class _Page(Protocol):
+    @property
+    def found(self) -> bool: ...
+
+
+_P = TypeVar("_P", bound=_Page)
 
 
 class LazyConsole:
@@ -356,6 +364,30 @@ async def open_history(
         finally:
             if history.transport.pages is not None:  # before the broker closes
                 await history.transport.pages.published()
+
+
+def with_history(
+    project: str,
+    agent: str,
+    call: Callable[[ConversationHistory], Awaitable[_T]],
+    *,
+    with_graph: bool = True,
+) -> _T:
+    """What ``call`` returns for a ``ConversationHistory`` of ``project`` writing as ``agent``
+    (``open_history``), run by ``run`` (its exit codes)."""
+
+    async def go() -> _T:
+        async with open_history(project, agent, with_graph) as history:
+            return await call(history)
+
+    return run(go())
+
+
+def found(page: _P, name: str, project: str, as_json: bool) -> _P:
+    """``page`` of task ``name``; ``not_found`` (exit 1) when the task is not in ``project``."""
+    if not page.found:
+        not_found(name, project, as_json)
+    return page
 
 
 def write_outcome(result: WriteResult, as_json: bool) -> None:

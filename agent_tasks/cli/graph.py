@@ -19,14 +19,14 @@ from agent_tasks.cli.common import (
     emit,
     iso_time,
     not_found,
-    open_history,
     run,
     table,
+    with_history,
 )
 
 if TYPE_CHECKING:
     from agent_tasks.activities.rebuild import RebuildReport
-    from agent_tasks.taskgraph.models import EventRow, StepRow, TaskRow, ToolFailures, TreeRow
+    from agent_tasks.taskgraph.models import EventRow
     from agent_tasks.taskgraph.refusals import GraphHealth
 
 graph_app = command_group(
@@ -90,21 +90,22 @@ def graph_tasks(
 ) -> None:
     """List tasks from the graph store."""
 
-    async def go() -> list[TaskRow]:
-        from agent_tasks.contract import TaskStatus
+    from agent_tasks.contract import TaskStatus
 
-        async with open_history(project, "cli") as history:
-            return await history.find_tasks(
-                status=None if status is None else TaskStatus(status),
-                agent_id=agent_id,
-                session_id=session,
-                parent=parent,
-                after_name=after,
-                limit=limit,
-            )
-
+    rows = with_history(
+        project,
+        "cli",
+        lambda history: history.find_tasks(
+            status=None if status is None else TaskStatus(status),
+            agent_id=agent_id,
+            session_id=session,
+            parent=parent,
+            after_name=after,
+            limit=limit,
+        ),
+    )
     emit(
-        run(go()),
+        rows,
         as_json,
         lambda rows: table(
             rows, ["name", "status", "agent_id", "session_id", "parent", "last_seq"]
@@ -120,11 +121,7 @@ def tree_command(
 ) -> None:
     """Show a task and its child tasks (from the graph store)."""
 
-    async def go() -> list[TreeRow]:
-        async with open_history(project, "cli") as history:
-            return await history.task_tree(name, depth)
-
-    rows = run(go())
+    rows = with_history(project, "cli", lambda history: history.task_tree(name, depth))
     if not rows:
         not_found(name, project, as_json)
     emit(rows, as_json, lambda rows: table(rows, ["depth", "name", "status", "parent"]))
@@ -150,18 +147,20 @@ def graph_events(
 
     times = TypeAdapter(AwareDatetime | None)
 
-    async def go() -> list[EventRow]:
-        from agent_tasks.contract import EventKind
+    from agent_tasks.contract import EventKind
 
-        async with open_history(project, "cli") as history:
-            return await history.find_events(
-                kind=None if kind is None else EventKind(kind),
-                name=name,
-                since=times.validate_python(since),
-                until=times.validate_python(until),
-                failed_only=failed,
-                limit=limit,
-            )
+    rows = with_history(
+        project,
+        "cli",
+        lambda history: history.find_events(
+            kind=None if kind is None else EventKind(kind),
+            name=name,
+            since=times.validate_python(since),
+            until=times.validate_python(until),
+            failed_only=failed,
+            limit=limit,
+        ),
+    )
 
     def render(rows: list[EventRow]) -> None:
         table(
@@ -172,7 +171,7 @@ def graph_events(
             ["task_name", "seq", "kind", "name", "time", "payload"],
         )
 
-    emit(run(go()), as_json, render)
+    emit(rows, as_json, render)
 
 
 @graph_app.command("steps")
@@ -184,15 +183,14 @@ def graph_steps(
 ) -> None:
     """Find steps across tasks (for example every unknown step)."""
 
-    async def go() -> list[StepRow]:
-        from agent_tasks.contract import StepState
+    from agent_tasks.contract import StepState
 
-        async with open_history(project, "cli") as history:
-            state_of = None if state is None else StepState(state)
-            return await history.find_steps(state=state_of, limit=limit)
-
+    state_of = None if state is None else StepState(state)
+    rows = with_history(
+        project, "cli", lambda history: history.find_steps(state=state_of, limit=limit)
+    )
     emit(
-        run(go()),
+        rows,
         as_json,
         lambda rows: table(rows, ["task_name", "step_name", "kind", "state", "result_validity"]),
     )
@@ -203,12 +201,8 @@ def graph_failed_tools(project: ProjectOpt = "default", as_json: JsonOpt = False
     """Failed tool calls across the project's tasks, by tool name case-folded (bash and
     Bash are one row; spellings shows the names as the model wrote them), most first."""
 
-    async def go() -> list[ToolFailures]:
-        async with open_history(project, "cli") as history:
-            return await history.failed_tool_calls()
-
     emit(
-        run(go()),
+        with_history(project, "cli", lambda history: history.failed_tool_calls()),
         as_json,
         lambda rows: table(
             [{**r.model_dump(), "spellings": ", ".join(r.spellings)} for r in rows],

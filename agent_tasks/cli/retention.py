@@ -16,15 +16,16 @@ from agent_tasks.cli.common import (
     ProjectOpt,
     console,
     emit,
-    not_found,
+    found,
     open_history,
     run,
     table,
+    with_history,
     within,
 )
 
 if TYPE_CHECKING:
-    from agent_tasks.starter.results import DecisionsResult, DeleteResult, RedactResult
+    from agent_tasks.starter.results import DeleteResult, RedactResult
     from agent_tasks.starter.retention import HistoryRetention
 
 
@@ -109,13 +110,7 @@ def decisions_command(
 ) -> None:
     """List a task's decisions, with whether each needs review."""
 
-    async def go() -> DecisionsResult:
-        async with open_history(project, "cli") as history:
-            return await history.list_decisions(name, after_seq=after, limit=limit)
-
-    page = run(go())
-    if not page.found:
-        not_found(name, project, as_json)
+    page = with_history(project, "cli", lambda history: history.list_decisions(name, after, limit))
 
     def render(p: Any) -> None:
         rows = [
@@ -128,4 +123,4 @@ def decisions_command(
         ]
         table(rows, ["seq", "id", "author", "needs_review", "cites", "statement"])
 
-    emit(page, as_json, render)
+    emit(found(page, name, project, as_json), as_json, render)

@@ -23,17 +23,15 @@ from agent_tasks.cli.common import (
     command_group,
     console,
     emit,
-    not_found,
-    open_history,
-    run,
+    found,
     table,
+    with_history,
     within,
     write_outcome,
 )
 from agent_tasks.cli.retention import decisions_command, delete_command, redact_command
 
 if TYPE_CHECKING:
-    from agent_tasks.starter.results import WriteResult
     from agent_tasks.taskgraph.models import TaskRow
 
 task_app = command_group("Create, write and read tasks.")
@@ -56,14 +54,19 @@ def task_create(
         raise typer.BadParameter("each --meta is KEY=VALUE", param_hint="--meta")
     metadata = dict(item.split("=", 1) for item in meta or [])
 
-    async def go() -> WriteResult:
-        async with open_history(project, agent) as history:
-            history.session_id = session
-            return await history.create_task(
-                name, goal, request_id=request_id, metadata=metadata, parent=parent
-            )
-
-    write_outcome(run(go()), as_json)
+    result = with_history(
+        project,
+        agent,
+        lambda history: history.create_task(
+            name,
+            goal,
+            request_id=request_id,
+            metadata=metadata,
+            parent=parent,
+            session_id=session,
+        ),
+    )
+    write_outcome(result, as_json)
 
 
 @task_app.command("event")
@@ -86,21 +89,22 @@ def task_event(
     except (OSError, UnicodeDecodeError) as err:
         raise typer.BadParameter(str(err), param_hint="--payload-file") from err
 
-    async def go() -> WriteResult:
-        from agent_tasks.contract import EventKind, Role
+    from agent_tasks.contract import EventKind, Role
 
-        async with open_history(project, agent) as history:
-            return await history.record_event(
-                name,
-                EventKind(kind),
-                text,
-                role=None if role is None else Role(role),
-                name=tool,
-                call_id=call_id,
-                request_id=request_id,
-            )
-
-    write_outcome(run(go()), as_json)
+    result = with_history(
+        project,
+        agent,
+        lambda history: history.record_event(
+            name,
+            EventKind(kind),
+            text,
+            role=None if role is None else Role(role),
+            name=tool,
+            call_id=call_id,
+            request_id=request_id,
+        ),
+    )
+    write_outcome(result, as_json)
 
 
 @task_app.command("step")
@@ -117,20 +121,22 @@ def task_step(
 ) -> None:
     """Set a step's state."""
 
-    async def go() -> WriteResult:
-        from agent_tasks.contract import StepKind, StepState
+    from agent_tasks.contract import StepKind, StepState
 
-        async with open_history(project, agent, with_graph=False) as history:
-            return await history.set_step(
-                name,
-                step,
-                StepState(state),
-                kind=None if kind is None else StepKind(kind),
-                result_event_seq=result_seq,
-                request_id=request_id,
-            )
-
-    write_outcome(run(go()), as_json)
+    result = with_history(
+        project,
+        agent,
+        lambda history: history.set_step(
+            name,
+            step,
+            StepState(state),
+            kind=None if kind is None else StepKind(kind),
+            result_event_seq=result_seq,
+            request_id=request_id,
+        ),
+        with_graph=False,
+    )
+    write_outcome(result, as_json)
 
 
 @task_app.command("finish")
@@ -146,29 +152,26 @@ def task_finish(
 ) -> None:
     """Finish a task."""
 
-    async def go() -> WriteResult:
-        from agent_tasks.contract import TaskStatus
+    from agent_tasks.contract import TaskStatus
 
-        async with open_history(project, agent, with_graph=False) as history:
-            return await history.finish_task(
-                name, TaskStatus(status), result=result, error=error, request_id=request_id
-            )
-
-    write_outcome(run(go()), as_json)
+    finished = with_history(
+        project,
+        agent,
+        lambda history: history.finish_task(
+            name, TaskStatus(status), result=result, error=error, request_id=request_id
+        ),
+        with_graph=False,
+    )
+    write_outcome(finished, as_json)
 
 
 @task_app.command("show")
 def task_show(name: str, project: ProjectOpt = "default", as_json: JsonOpt = False) -> None:
     """Show a task's view."""
 
-    async def go() -> Any:
-        async with open_history(project, "cli") as history:
-            return await history.get_task(name)
-
-    found = run(go())
-    if found.view is None:
-        not_found(name, project, as_json)
-    view = found.view
+    view = found(
+        with_history(project, "cli", lambda history: history.get_task(name)), name, project, as_json
+    ).view
     emit(
         view,
         as_json,
@@ -190,13 +193,7 @@ def task_events(
 ) -> None:
     """List a task's events (all runs)."""
 
-    async def go() -> Any:
-        async with open_history(project, "cli") as history:
-            return await history.list_events(name, after_seq=after, limit=limit)
-
-    page = run(go())
-    if not page.found:
-        not_found(name, project, as_json)
+    page = with_history(project, "cli", lambda history: history.list_events(name, after, limit))
 
     def render(p: Any) -> None:
         rows = [
@@ -211,7 +208,7 @@ def task_events(
         if p.next_after_seq is not None:
             console.print(f"more: --after {p.next_after_seq}")
 
-    emit(page, as_json, render)
+    emit(found(page, name, project, as_json), as_json, render)
 
 
 @task_app.command("steps")
@@ -223,17 +220,12 @@ def task_steps(
 ) -> None:
     """List a task's steps."""
 
-    async def go() -> Any:
-        from agent_tasks.contract import StepState
+    from agent_tasks.contract import StepState
 
-        async with open_history(project, "cli") as history:
-            return await history.list_steps(name, state=None if state is None else StepState(state))
-
-    result = run(go())
-    if not result.found:
-        not_found(name, project, as_json)
+    state_of = None if state is None else StepState(state)
+    page = with_history(project, "cli", lambda history: history.list_steps(name, state_of))
     emit(
-        result,
+        found(page, name, project, as_json),
         as_json,
         lambda r: table(
             [s.model_dump(mode="json") for s in r.steps],
@@ -258,15 +250,14 @@ def task_list(
     page): a table of status, agent, created (UTC) and the full name, read from the graph
     store. --json prints each task's row (goal, session, parent, counts and times too)."""
 
-    async def go() -> list[TaskRow]:
-        from agent_tasks.contract import TaskStatus
+    from agent_tasks.contract import TaskStatus
 
-        async with open_history(project, "cli") as history:
-            return await history.find_tasks(
-                status=None if status is None else TaskStatus(status),
-                after_name=after,
-                limit=limit,
-            )
+    status_of = None if status is None else TaskStatus(status)
+    rows = with_history(
+        project,
+        "cli",
+        lambda history: history.find_tasks(status=status_of, after_name=after, limit=limit),
+    )
 
     def render(rows: list[TaskRow]) -> None:
         shown = [
@@ -284,7 +275,7 @@ def task_list(
         if len(rows) == limit:
             console.print(f"more: --after {shlex.quote(rows[-1].name)}", markup=False)
 
-    emit(run(go()), as_json, render)
+    emit(rows, as_json, render)
 
 
 task_app.command("decisions")(decisions_command)

@@ -8,7 +8,7 @@ from pydantic import BaseModel
 
 from agent_tasks.server.calls import ERRORS, Call, TaskName, name_of
 from agent_tasks.server.inbox import Inbox, InboxStream, inbox_items, task_items
-from agent_tasks.server.stream_routes import STREAM_DOC, sse
+from agent_tasks.server.stream_routes import sse, stream_route
 
 router = APIRouter()
 
@@ -60,12 +60,7 @@ async def task_inputs(call: Call, task_id: TaskName) -> Inbox:
     return Inbox(items=await task_items(call.history, name_of(task_id)))
 
 
-@router.get(
-    "/inbox/stream",
-    responses={200: STREAM_DOC, **ERRORS},
-    response_class=Response,
-    tags=["people", "streams"],
-)
+@stream_route(router, "/inbox/stream", "people", "streams")
 async def inbox_stream(call: Call) -> Response:
     """The inbox as SSE: ``ask`` (an item) for each open request, ``ready``, then ``ask`` for
     each new one and ``closed`` (``{"task", "input_id"}``) for each answered or closed one."""

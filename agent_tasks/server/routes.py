@@ -4,10 +4,12 @@ API's (``starter.tasks``) over HTTP, each scoped to the API key's project. Mount
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Protocol, TypeVar
 
 from fastapi import APIRouter, Body, Query, Request
 from fastapi.responses import JSONResponse
+from fastapi.types import DecoratedCallable
 from pydantic import AwareDatetime, BaseModel, Field, JsonValue
 
 from agent_tasks.contract import (
@@ -39,13 +41,46 @@ of `done`, `failed`, `cancelled` at the end. See docs/http.md."""
 
 router = APIRouter()
 
+AfterSeq = Annotated[int, Query(ge=0)]
+"""A page's ``after_seq`` (0: from the first)."""
+PageLimit = Annotated[int, Query(ge=1, le=PAGE_LIMIT_MAX)]
+"""A page's ``limit`` of events or decisions."""
 
-def written(result: WriteResult, status: int = 200) -> JSONResponse:
-    """A write's answer: the result, or the refusal as an error."""
+
+class _Found(Protocol):
+    found: bool
+
+
+Found = TypeVar("Found", bound=_Found)
+
+
+def found(page: Found) -> Found:
+    """``page``, or 404 ``task_not_found`` when its task is not in the project."""
+    if not page.found:
+        raise ApiError.task_not_found()
+    return page
+
+
+def recorded(result: WriteResult | DeleteResult) -> None:
+    """Raise the refusal of a write that was not recorded as its error."""
     if not result.recorded:
         assert result.error is not None
         raise ApiError.refused(result.error, result.message or result.error.value)
+
+
+def written(result: WriteResult, status: int = 200) -> JSONResponse:
+    """A write's answer: the result, or the refusal as an error."""
+    recorded(result)
     return JSONResponse(result.model_dump(mode="json", exclude_none=True), status_code=status)
+
+
+def post_write(
+    path: str, status: int = 200, tag: str = "tasks"
+) -> Callable[[DecoratedCallable], DecoratedCallable]:
+    """The route of a ``POST`` answered by ``written`` with ``status``."""
+    return router.post(
+        path, response_model=WriteResult, status_code=status, responses=ERRORS, tags=[tag]
+    )
 
 
 async def service_error_handler(request: Request, error: Exception) -> JSONResponse:
@@ -213,10 +248,7 @@ async def list_tasks(
 @router.get("/tasks/{task_id}", response_model=GetTaskResult, responses=ERRORS, tags=["tasks"])
 async def get_task(call: Call, task_id: TaskName) -> GetTaskResult:
     """The task's view (status, step counts, last seq, pending input, children...)."""
-    found = await call.history.get_task(name_of(task_id))
-    if not found.found:
-        raise ApiError.task_not_found()
-    return found
+    return found(await call.history.get_task(name_of(task_id)))
 
 
 @router.patch("/tasks/{task_id}", response_model=Task, responses=ERRORS, tags=["tasks api"])
@@ -224,15 +256,7 @@ async def update_task(call: Call, task_id: TaskName, body: UpdateTask) -> Task:
     """The Tasks API's ``update``: a message, a status, a result or an error in one call, for
     a task its app runs (``starter.tasks``); returns the task with the Tasks API's fields."""
     try:
-        return await call.tasks.update(
-            name_of(task_id),
-            status=body.status,
-            message=body.message,
-            result=body.result,
-            error=body.error,
-            update_type=body.update_type,
-            metadata=body.metadata,
-        )
+        return await call.tasks.update(name_of(task_id), **dict(body))
     except TaskRefused as refused:
         raise ApiError.refused(refused.code, refused.message) from None
     except ValueError as err:
@@ -263,9 +287,7 @@ async def delete_task(
         graph=history.graph,
     )
     result = await retention.delete_task(name_of(task_id), include_decisions=include_decisions)
-    if not result.recorded:
-        assert result.error is not None
-        raise ApiError.refused(result.error, result.message or result.error.value)
+    recorded(result)
     return result
 
 
@@ -273,21 +295,13 @@ async def delete_task(
     "/tasks/{task_id}/events", response_model=EventsResult, responses=ERRORS, tags=["tasks"]
 )
 async def list_events(
-    call: Call,
-    task_id: TaskName,
-    after_seq: Annotated[int, Query(ge=0)] = 0,
-    limit: Annotated[int, Query(ge=1, le=PAGE_LIMIT_MAX)] = 50,
+    call: Call, task_id: TaskName, after_seq: AfterSeq = 0, limit: PageLimit = 50
 ) -> EventsResult:
     """Events after ``after_seq`` in seq order (every run of the task)."""
-    page = await call.history.list_events(name_of(task_id), after_seq=after_seq, limit=limit)
-    if not page.found:
-        raise ApiError.task_not_found()
-    return page
+    return found(await call.history.list_events(name_of(task_id), after_seq, limit))
 
 
-@router.post(
-    "/tasks/{task_id}/events", response_model=WriteResult, responses=ERRORS, tags=["tasks"]
-)
+@post_write("/tasks/{task_id}/events")
 async def append_events(call: Call, task_id: TaskName, body: AppendEvents) -> JSONResponse:
     """Append events in order (consecutive seqs); the result names their seqs."""
     history = call.history
@@ -304,15 +318,12 @@ async def list_steps(
     limit: Annotated[int, Query(ge=1, le=500)] = 200,
 ) -> StepsResult:
     """Steps in name order after ``after_name``, each with its result validity."""
-    page = await call.history.list_steps(
-        name_of(task_id), state, limit=limit, after_name=after_name
+    return found(
+        await call.history.list_steps(name_of(task_id), state, limit, after_name=after_name)
     )
-    if not page.found:
-        raise ApiError.task_not_found()
-    return page
 
 
-@router.post("/tasks/{task_id}/input", response_model=WriteResult, responses=ERRORS, tags=["tasks"])
+@post_write("/tasks/{task_id}/input")
 async def answer_input(call: Call, task_id: TaskName, body: AnswerInput) -> JSONResponse:
     """Answer an input request by update, validated on arrival (``input_not_requested``,
     ``input_invalid`` with the schema's message: nothing recorded)."""
@@ -325,13 +336,7 @@ async def answer_input(call: Call, task_id: TaskName, body: AnswerInput) -> JSON
     return written(result)
 
 
-@router.post(
-    "/tasks/{task_id}/input-requests",
-    response_model=WriteResult,
-    status_code=201,
-    responses=ERRORS,
-    tags=["tasks api"],
-)
+@post_write("/tasks/{task_id}/input-requests", 201, "tasks api")
 async def ask_input(call: Call, task_id: TaskName, body: AskInput) -> JSONResponse:
     """A task its app runs asks a person (status ``awaiting_input`` until answered, then
     ``queued``)."""
@@ -342,13 +347,7 @@ async def ask_input(call: Call, task_id: TaskName, body: AskInput) -> JSONRespon
     return written(result, 201)
 
 
-@router.post(
-    "/tasks/{task_id}/cancel",
-    response_model=WriteResult,
-    status_code=202,
-    responses=ERRORS,
-    tags=["tasks"],
-)
+@post_write("/tasks/{task_id}/cancel", 202)
 async def cancel_task(
     call: Call, task_id: TaskName, cascade: Annotated[bool, Body(embed=True)] = True
 ) -> JSONResponse:
@@ -357,25 +356,13 @@ async def cancel_task(
     return written(await call.history.cancel_task(name_of(task_id), cascade=cascade), 202)
 
 
-@router.post(
-    "/tasks/{task_id}/resume",
-    response_model=WriteResult,
-    status_code=202,
-    responses=ERRORS,
-    tags=["tasks"],
-)
+@post_write("/tasks/{task_id}/resume", 202)
 async def resume_task(call: Call, task_id: TaskName) -> JSONResponse:
     """Run a failed or cancelled agent task's agent again (``not_resumable`` otherwise)."""
     return written(await call.history.resume_task(name_of(task_id)), 202)
 
 
-@router.post(
-    "/tasks/{task_id}/continue",
-    response_model=WriteResult,
-    status_code=202,
-    responses=ERRORS,
-    tags=["tasks"],
-)
+@post_write("/tasks/{task_id}/continue", 202)
 async def continue_task(call: Call, task_id: TaskName) -> JSONResponse:
     """Continue a failed or cancelled agent task's interrupted turn in a new run (the model is
     asked again; no interrupted call runs again): ``no_interrupted_turn`` otherwise."""
@@ -392,13 +379,7 @@ class Branch(BaseModel):
     request_id: str | None = None
 
 
-@router.post(
-    "/tasks/{task_id}/branch",
-    response_model=WriteResult,
-    status_code=201,
-    responses=ERRORS,
-    tags=["tasks"],
-)
+@post_write("/tasks/{task_id}/branch", 201)
 async def branch_task(call: Call, task_id: TaskName, body: Branch) -> JSONResponse:
     """A new task whose log starts as a copy of this one's events 1 to ``seq`` (an agent
     task's branch goes on from there, on this task's own task queue); the task itself is
@@ -418,16 +399,10 @@ async def branch_task(call: Call, task_id: TaskName, body: Branch) -> JSONRespon
     tags=["tasks"],
 )
 async def list_decisions(
-    call: Call,
-    task_id: TaskName,
-    after_seq: Annotated[int, Query(ge=0)] = 0,
-    limit: Annotated[int, Query(ge=1, le=PAGE_LIMIT_MAX)] = 50,
+    call: Call, task_id: TaskName, after_seq: AfterSeq = 0, limit: PageLimit = 50
 ) -> DecisionsResult:
     """The task's decisions in seq order (from Neo4j), each with ``needs_review``."""
-    page = await call.history.list_decisions(name_of(task_id), after_seq=after_seq, limit=limit)
-    if not page.found:
-        raise ApiError.task_not_found()
-    return page
+    return found(await call.history.list_decisions(name_of(task_id), after_seq, limit))
 
 
 @router.get("/tasks/{task_id}/tree", response_model=list[TreeRow], responses=ERRORS, tags=["tasks"])

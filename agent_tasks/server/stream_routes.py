@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query, Response
 from fastapi.sse import EventSourceResponse, ServerSentEvent, format_sse_event
+from fastapi.types import DecoratedCallable
 from starlette.background import BackgroundTask
 
 from agent_tasks.contract import EventKind
@@ -55,6 +56,15 @@ STREAM_DOC: dict[str, Any] = {
         }
     },
 }
+
+
+def stream_route(
+    on: APIRouter, path: str, *tags: str
+) -> Callable[[DecoratedCallable], DecoratedCallable]:
+    """The ``GET`` route ``path`` of ``on`` answered by an SSE stream (``sse``)."""
+    return on.get(
+        path, responses={200: STREAM_DOC, **ERRORS}, response_class=Response, tags=[*tags]
+    )
 
 
 async def _encoded(
@@ -108,12 +118,7 @@ _SEQ = re.compile(r"[0-9]{1,18}")
 integer)."""
 
 
-@router.get(
-    "/tasks/{task_id}/stream",
-    responses={200: STREAM_DOC, **ERRORS},
-    response_class=Response,
-    tags=["streams"],
-)
+@stream_route(router, "/tasks/{task_id}/stream", "streams")
 async def stream_task(
     call: Call,
     task_id: TaskName,
@@ -141,12 +146,7 @@ async def stream_task(
     )
 
 
-@router.get(
-    "/sessions/{session_id}/stream",
-    responses={200: STREAM_DOC, **ERRORS},
-    response_class=Response,
-    tags=["streams"],
-)
+@stream_route(router, "/sessions/{session_id}/stream", "streams")
 async def stream_session(
     call: Call,
     session_id: str,
