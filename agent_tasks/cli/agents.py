@@ -7,7 +7,7 @@ import json
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -300,14 +300,7 @@ def approve_command(
         raise typer.BadParameter("a reason goes with --ignore", param_hint="--reason")
     if reason is not None and not reason.strip():
         raise typer.BadParameter("an empty reason: leave --reason out", param_hint="--reason")
-    arguments = None
-    if edit is not None:
-        try:
-            arguments = json.loads(edit)
-        except ValueError as err:
-            raise typer.BadParameter(f"not JSON: {err}", param_hint="--edit") from err
-        if not isinstance(arguments, dict):
-            raise typer.BadParameter("a JSON object of arguments", param_hint="--edit")
+    arguments = None if edit is None else _edited_arguments(edit)
     choice: ApprovalType = chosen[0]  # type: ignore[assignment]
 
     result = with_history(
@@ -325,6 +318,17 @@ def approve_command(
         with_graph=False,
     )
     write_outcome(result, as_json)
+
+
+def _edited_arguments(edit: str) -> dict[str, Any]:
+    """``--edit``'s arguments: a JSON object, else ``typer.BadParameter``."""
+    try:
+        arguments = json.loads(edit)
+    except ValueError as err:
+        raise typer.BadParameter(f"not JSON: {err}", param_hint="--edit") from err
+    if not isinstance(arguments, dict):
+        raise typer.BadParameter("a JSON object of arguments", param_hint="--edit")
+    return arguments
 
 
 def resume_command(name: str, project: ProjectOpt = "default", as_json: JsonOpt = False) -> None:
