@@ -80,7 +80,7 @@ async def test_an_agent_task_with_steps_input_children_and_continue_as_new(
 ) -> None:
     """The README's agent code (``release``: a step, a question, two recorded child tasks
     ended from outside) on three workers, in a namespace whose runs Temporal suggests to
-    continue as new at 40 events, in a project whose id has 64 characters under a name of
+    continue as new at 25 events, in a project whose id has 64 characters under a name of
     180: its own and its children's plain workflow ids pass 255 characters, so they are cut
     (``task_workflow_id``, and the ``bounded-workflow-ids`` patch in the parent's commands).
     The task ends with both children's ends, its step, its answer, over more than one run."""
