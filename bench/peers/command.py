@@ -3,9 +3,11 @@ table (``docs/comparison.md`` by default)."""
 
 from __future__ import annotations
 
+import json
 import shlex
 import sys
 import tempfile
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
 
@@ -44,11 +46,18 @@ def peers_command(
     out: Annotated[Path, typer.Option(help="Where the table goes.")] = ROOT
     / "docs"
     / "comparison.md",
+    raw: Annotated[
+        Path | None,
+        typer.Option(
+            help="Where the raw results go (JSON); default bench/RESULTS-peers[-quick].json."
+        ),
+    ] = None,
 ) -> None:
     """The same agent on five runtimes (ours, pydantic-ai on Temporal and on DBOS, the OpenAI
     Agents SDK on Temporal, LangGraph with PostgresSaver), side by side in cost and under
-    faults; writes the table to ``out``."""
+    faults; writes the table to ``out`` and the raw results to ``raw``."""
     sizes = QUICK if quick else FULL
+    raw_out = raw or ROOT / "bench" / f"RESULTS-peers{'-quick' if quick else ''}.json"
     logs = Path(tempfile.mkdtemp(prefix="bench-peers-logs-"))
     console.print(f"logs of the runtimes' processes: {logs}", style="dim")
     chosen = None if phase is None else set(phase)
@@ -60,7 +69,10 @@ def peers_command(
         about: dict[str, str], results: dict[str, dict[str, Cell]], broke: list[str]
     ) -> None:
         out.write_text(render(MEASURES, titles, results, about, command, [*NOTES, *broke]))
-        console.print(f"wrote {out}")
+        cells = {m: {k: asdict(c) for k, c in row.items()} for m, row in results.items()}
+        document = {"command": command, "machine": about, "results": cells, "broke": broke}
+        raw_out.write_text(json.dumps(document, indent=1) + "\n")
+        console.print(f"wrote {out} and {raw_out}")
 
     run(run_peers(sizes, logs, report, chosen, only))
 

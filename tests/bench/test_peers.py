@@ -110,6 +110,8 @@ def test_the_table_has_a_row_per_measure_a_column_per_runtime_and_says_why() -> 
     assert "- a whole task: Peer does better. no server between." in page
     assert "Other does better" not in page
     assert "- date: today" in page and "`python -m bench peers`" in page
+    assert "- a whole task: ours trails 1 of 2 peers; 3.0 times the best (Peer)." in page
+    assert "- a kill: ours right where Peer is not." in page
 
 
 def test_a_missing_cell_says_not_measured_and_every_measure_has_a_kind() -> None:
@@ -127,7 +129,8 @@ def test_a_quick_run_writes_a_cell_for_every_measure_and_runtime(tmp_path: Path)
     out a 60 s activity timeout after each kill)."""
     out = tmp_path / "comparison.md"
     done = subprocess.run(
-        [sys.executable, "-m", "bench", "peers", "--quick", "--out", str(out)],
+        [sys.executable, "-m", "bench", "peers", "--quick", "--out", str(out),
+         "--raw", str(tmp_path / "results.json")],
         cwd=ROOT, env=os.environ, capture_output=True, text=True, timeout=3600, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
