@@ -52,10 +52,18 @@ def peers_command(
             help="Where the raw results go (JSON); default bench/RESULTS-peers[-quick].json."
         ),
     ] = None,
+    from_raw: Annotated[
+        Path | None,
+        typer.Option(help="Run nothing: write the table again from this run's raw results."),
+    ] = None,
 ) -> None:
     """The same agent on five runtimes (ours, pydantic-ai on Temporal and on DBOS, the OpenAI
     Agents SDK on Temporal, LangGraph with PostgresSaver), side by side in cost and under
-    faults; writes the table to ``out`` and the raw results to ``raw``."""
+    faults; writes the table to ``out`` and the raw results to ``raw`` (or, with
+    ``from_raw``, only the table, from a run's raw results)."""
+    if from_raw is not None:
+        rerender(from_raw, out)
+        return
     sizes = QUICK if quick else FULL
     raw_out = raw or ROOT / "bench" / f"RESULTS-peers{'-quick' if quick else ''}.json"
     logs = Path(tempfile.mkdtemp(prefix="bench-peers-logs-"))
@@ -68,13 +76,38 @@ def peers_command(
     def report(
         about: dict[str, str], results: dict[str, dict[str, Cell]], broke: list[str]
     ) -> None:
-        out.write_text(render(MEASURES, titles, results, about, command, [*NOTES, *broke]))
+        notes = [*NOTES, f"The raw results of this run: `{_shown(raw_out)}`.", *broke]
+        out.write_text(render(MEASURES, titles, results, about, command, notes))
         cells = {m: {k: asdict(c) for k, c in row.items()} for m, row in results.items()}
         document = {"command": command, "machine": about, "results": cells, "broke": broke}
         raw_out.write_text(json.dumps(document, indent=1) + "\n")
         console.print(f"wrote {out} and {raw_out}")
 
     run(run_peers(sizes, logs, report, chosen, only))
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the repository when it is inside it (no machine path in a page)."""
+    return (
+        str(path.resolve().relative_to(ROOT)) if path.resolve().is_relative_to(ROOT) else path.name
+    )
+
+
+def rerender(raw: Path, out: Path) -> None:
+    """Write the table ``out`` from the raw results ``raw`` of a run (``report``'s JSON): the
+    same cells, the same machine and command."""
+    document = json.loads(raw.read_text())
+    results = {
+        measure: {key: Cell(**cell) for key, cell in row.items()}
+        for measure, row in document["results"].items()
+    }
+    present = {key for row in results.values() for key in row}
+    titles = {r.key: r.title for r in RUNTIMES if r.key in present}
+    notes = [*NOTES, f"The raw results of this run: `{_shown(raw)}`.", *document["broke"]]
+    out.write_text(
+        render(MEASURES, titles, results, document["machine"], document["command"], notes)
+    )
+    console.print(f"wrote {out} from {raw}")
 
 
 app = typer.Typer(add_completion=False)

@@ -137,3 +137,25 @@ def test_a_quick_run_writes_a_cell_for_every_measure_and_runtime(tmp_path: Path)
     page = out.read_text()
     assert "not measured" not in page
     assert page.count("\n| ") == 4 + len(MEASURES)  # two tables: a header and a rule each
+
+
+def test_the_table_is_written_again_from_a_run_s_raw_results(tmp_path: Path) -> None:
+    from dataclasses import asdict
+
+    from bench.peers.command import rerender
+
+    cells = {"task": {"ours": Cell("30 ms (p95 31)", 30.0, samples=[30.0, 31.0])}}
+    raw = tmp_path / "raw.json"
+    document = {
+        "command": "python -m bench peers --quick",
+        "machine": {"load": "1.00 1.00 1.00"},
+        "results": {m: {k: asdict(c) for k, c in row.items()} for m, row in cells.items()},
+        "broke": ["the phase long broke: TimeoutError"],
+    }
+    raw.write_text(json.dumps(document))
+    out = tmp_path / "comparison.md"
+    rerender(raw, out)
+    page = out.read_text()
+    assert "`python -m bench peers --quick`" in page and "- load: 1.00 1.00 1.00" in page
+    assert "| a whole task (N turns), end to end | 30 ms (p95 31) |" in page
+    assert "- the phase long broke: TimeoutError" in page
