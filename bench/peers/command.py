@@ -29,6 +29,18 @@ NOTES = (
     "CPU: the server is the bench's own Temporal dev server, the database PostgreSQL (DBOS, "
     "LangGraph) or Neo4j (ours: the graph mirror; Temporal's SQLite is inside the server). "
     "LangGraph has no worker apart from the app: its client CPU is in its worker's.",
+    "Where ours trails, and why: a whole task, one turn and CPU per turn. Ours runs its loop "
+    "in a workflow, as the two Temporal peers do, but also writes every message, tool call "
+    "and result as ledger events into the history (the storage row: more history events per "
+    "turn) and mirrors them to the graph store in an activity: more workflow tasks, more "
+    "server CPU, and a graph-store write per batch (the CPU row's database part). The DBOS "
+    "and LangGraph peers run the agent in the app's process with no server between: a turn "
+    "is a few SQL statements. To lead there, ours would have to take the mirror off the "
+    "turn's path (one graph transaction per turn, or after the task) and add fewer history "
+    "events per turn; what the mirror buys is the cross-task reads (lists, trees, search) no "
+    "peer offers. Where ours leads is the fault rows: a `charge` killed after its effect is "
+    "not run again (the model is told its effect is unknown), a cancel closes the model's "
+    "request, and an approval answered twice charges once.",
 )
 
 

@@ -106,7 +106,9 @@ def standing(
         wrong = [titles[k] for k, c in peers.items() if c.good is False and ours.good]
         right = [titles[k] for k, c in peers.items() if c.good and not ours.good]
         if wrong:
-            lines.append(f"- {measure.title}: ours right where {', '.join(wrong)} is not.")
+            verb = "is" if len(wrong) == 1 else "are"
+            lines.append(f"- {measure.title}: ours right where {', '.join(wrong)} {verb} not.")
         if right:
-            lines.append(f"- {measure.title}: ours wrong where {', '.join(right)} is right.")
+            verb = "is" if len(right) == 1 else "are"
+            lines.append(f"- {measure.title}: ours wrong where {', '.join(right)} {verb} right.")
     return lines
