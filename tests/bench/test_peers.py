@@ -125,7 +125,7 @@ def test_a_missing_cell_says_not_measured_and_every_measure_has_a_kind() -> None
     reason="installs four peer runtimes (minutes) and runs them: set AGENT_TASKS_PEERS=1",
 )
 def test_a_quick_run_writes_a_cell_for_every_measure_and_runtime(tmp_path: Path) -> None:
-    """The whole command, quick (about 15 minutes on 2 busy cores: the Temporal peers wait
+    """The whole command, quick (about 20 minutes on 2 busy cores: the Temporal peers wait
     out a 60 s activity timeout after each kill)."""
     out = tmp_path / "comparison.md"
     done = subprocess.run(
