@@ -156,6 +156,7 @@ class ModelServer:
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
+        self._server.block_on_close = False  # a kept-alive client must not hold the close
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}/v1"
         """The base URL to give the ``openai`` client."""
 

@@ -19,6 +19,8 @@ class Cell:
     """For the fault rows: did the runtime do the right thing (None: not offered)."""
     offered: bool = True
     """False: the runtime cannot express the measure (``text`` says why)."""
+    samples: list[float] = field(default_factory=list)
+    """The measured values behind ``text`` (in its unit), for the raw results."""
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,8 @@ def spread(values: list[float], unit: str, scale: float = 1.0, digits: int = 0) 
     if not values:
         return Cell("no sample", None)
     low, high = p50(values) * scale, p95(values) * scale
-    return Cell(f"{low:,.{digits}f} {unit} (p95 {high:,.{digits}f})", low)
+    text = f"{low:,.{digits}f} {unit} (p95 {high:,.{digits}f})"
+    return Cell(text, low, samples=[v * scale for v in values])
 
 
 def better(ours: Cell, peer: Cell, kind: str, margin: float = 0.1) -> bool:

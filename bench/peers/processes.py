@@ -23,6 +23,9 @@ ROOT = Path(__file__).resolve().parents[2]
 READY_S = 120.0
 """Longest a process may take to say it is ready (seconds; a cold import of a peer's SDK on a
 busy machine takes several)."""
+REAP_S = 10.0
+"""Longest the bench waits for a killed process to be reaped, or for its output to end
+(seconds); past it the process is left to the system."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,22 @@ def cpu_s(pid: int | None) -> float:
     return total / ticks
 
 
+def kill_tree(pid: int) -> None:
+    """SIGKILL ``pid`` and its descendants (a runtime's helper processes with it), each by
+    its pid; the tree is read before the first kill."""
+    for one in reversed(tree_pids(pid)):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(one, signal.SIGKILL)
+
+
+async def reap(process: asyncio.subprocess.Process) -> None:
+    """Wait, at most ``REAP_S``, for the killed ``process`` to be reaped. (asyncio's ``wait``
+    returns only once the process exited and its pipes closed: output nobody reads keeps it
+    waiting for ever, hence the bound.)"""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(process.wait(), REAP_S)
+
+
 def rss_kib(pid: int) -> int:
     """Resident memory of ``pid`` and its descendants (KiB)."""
     total = 0
@@ -108,6 +127,7 @@ class RuntimeProcesses:
         self._answers: dict[int, asyncio.Future[Any]] = {}
         self._numbers = itertools.count()
         self._reader: asyncio.Task[None] | None = None
+        self._drains: set[asyncio.Task[None]] = set()
         self.logs = Path(env["BENCH_LOGS"])
 
     async def _spawn(self, role: str) -> asyncio.subprocess.Process:
@@ -126,11 +146,26 @@ class RuntimeProcesses:
                     if not line:
                         raise RuntimeError(f"{self.runtime.key} {role} exited: see its log")
                     if line.strip() in (b"ready", b'{"ready": true}'):
-                        return process
+                        break
         except BaseException:
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()
+            kill_tree(process.pid)
             raise
+        if role == "worker":  # the client's output is read by ``_read``
+            drain = asyncio.create_task(self._drain(process, role))
+            self._drains.add(drain)
+            drain.add_done_callback(self._drains.discard)
+        return process
+
+    async def _drain(self, process: asyncio.subprocess.Process, role: str) -> None:
+        """Copy what ``process`` writes to its standard output after "ready" to its log.
+        Temporal's Rust core logs its warnings there: unread, they fill the pipe, and then the
+        core blocks on its next warning (the worker stalls) and a kill is never reaped
+        (``reap``)."""
+        assert process.stdout is not None
+        with open(self.logs / f"{self.runtime.key}-{role}.log", "ab") as log:  # noqa: ASYNC230
+            while line := await process.stdout.readline():
+                log.write(b"stdout: " + line)
+                log.flush()
 
     async def start(self) -> None:
         """Start the worker (unless the app is the worker) and the client."""
@@ -150,11 +185,25 @@ class RuntimeProcesses:
 
     async def _read(self, process: asyncio.subprocess.Process) -> None:
         assert process.stdout is not None
+        log = open(self.logs / f"{self.runtime.key}-client.log", "ab")  # noqa: ASYNC230
+        with log:
+            await self._answer_lines(process, log)
+        for future in self._answers.values():
+            if not future.done():
+                future.set_exception(RuntimeError(f"{self.runtime.key} client exited"))
+        self._answers.clear()
+
+    async def _answer_lines(self, process: asyncio.subprocess.Process, log: Any) -> None:
+        """Hand each answer line to its caller's future; any other line (a library's print,
+        Temporal's core logs) goes to the client's log."""
+        assert process.stdout is not None
         while line := await process.stdout.readline():
             try:
                 reply = json.loads(line)
             except ValueError:
-                continue  # a library's print
+                log.write(b"stdout: " + line)
+                log.flush()
+                continue
             if not isinstance(reply, dict) or "id" not in reply:
                 continue
             future = self._answers.pop(reply["id"], None)
@@ -163,10 +212,6 @@ class RuntimeProcesses:
                     future.set_result(reply["result"])
                 else:
                     future.set_exception(RuntimeError(reply["error"]))
-        for future in self._answers.values():
-            if not future.done():
-                future.set_exception(RuntimeError(f"{self.runtime.key} client exited"))
-        self._answers.clear()
 
     async def call(self, op: str, within: float = 600.0, **args: Any) -> Any:
         """Run ``op`` in the client; its result (raises ``RuntimeError`` with its error)."""
@@ -179,14 +224,23 @@ class RuntimeProcesses:
         return await asyncio.wait_for(future, within)
 
     async def kill_worker(self) -> None:
-        """SIGKILL the worker (the app's process when it is the worker) and reap it."""
+        """SIGKILL the worker (the app's process when it is the worker) and its descendants,
+        and reap it (each wait bounded: ``REAP_S``)."""
         process = self.client if self.runtime.one_process else self.worker
         assert process is not None
-        for pid in reversed(tree_pids(process.pid)):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        await process.wait()
-        if self.runtime.one_process and self._reader is not None:
+        kill_tree(process.pid)
+        await reap(process)
+        if self.runtime.one_process:
+            await self._end_reader()
+
+    async def _end_reader(self) -> None:
+        """Wait, at most ``REAP_S``, for the client's reader to see its output end (its
+        callers told the client exited); then stop it."""
+        if self._reader is None:
+            return
+        await asyncio.wait({self._reader}, timeout=REAP_S)
+        self._reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
             await self._reader
 
     async def restart_worker(self) -> None:
@@ -197,16 +251,15 @@ class RuntimeProcesses:
             self.worker = await self._spawn("worker")
 
     async def stop(self) -> None:
-        """End both processes (SIGKILL: nothing of theirs is kept but what they made
-        durable)."""
+        """End both processes and their descendants (SIGKILL by pid: nothing of theirs is
+        kept but what they made durable); every wait bounded (``REAP_S``)."""
         for process in (self.client, self.worker):
             if process is not None and process.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    process.kill()
-                await process.wait()
-        if self._reader is not None:
-            with contextlib.suppress(Exception):
-                await self._reader
+                kill_tree(process.pid)
+                await reap(process)
+        await self._end_reader()
+        for drain in list(self._drains):
+            drain.cancel()
 
 
 def python_of(runtime: RuntimeDef, peers_python: Path) -> Path:

@@ -1,12 +1,12 @@
-"""``python -m bench peers``: set up the servers (a Temporal dev server and PostgreSQL of the
-bench's own, the configured Neo4j for ours, the scripted model server, the ledger), start each
-runtime's processes, measure the costs in rounds that alternate the runtimes, run the fault
-scripts, and return the cells of the table (``bench.peers.table``)."""
+"""``python -m bench peers``: set up the servers (a Temporal dev server, PostgreSQL and Neo4j
+of the bench's own, the scripted model server, the ledger), start each runtime's processes,
+measure the costs in rounds that alternate the runtimes, run the fault scripts, and hand the
+cells of the table (``bench.peers.table``) to the caller before a bounded clean-up."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import faulthandler
 import itertools
 import os
 import platform
@@ -22,14 +22,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pydantic import SecretStr
+
 from agent_tasks.config import Settings
 from agent_tasks.devstack import free_port
+from agent_tasks.devstack.neo4j_server import Neo4jServer
 from agent_tasks.devstack.temporal import TemporalDevServer
-from agent_tasks.worker import open_services
+from agent_tasks.worker import open_graph
 from bench.peers import faults
 from bench.peers.ledger import Ledger
 from bench.peers.measures import Cell, p50, spread
 from bench.peers.processes import (
+    READY_S,
     ROOT,
     Bench,
     RuntimeDef,
@@ -99,7 +103,7 @@ async def _postgres(stack: AsyncExitStack, folder: Path) -> tuple[int, int]:
     port = free_port()
     server = PostgresServer(folder, port)
     pid, _ = await server.start_ready()
-    stack.push_async_callback(server.stop)
+    stack.push_async_callback(bounded, "PostgreSQL's stop", server.stop)
     env = {**os.environ, "PGPASSWORD": PG_PASSWORD}
     for name in ("dbos", "langgraph"):
         subprocess.run(  # noqa: ASYNC221 (once, before anything is measured)
@@ -203,14 +207,14 @@ async def _memory_of(bench: Bench, sizes: Sizes, runtime: RuntimeDef) -> Cell:
     await asyncio.sleep(2)
     base = rss_kib(processes.worker_pid)
     names = [bench.task("wait") for _ in range(sizes.waiting)]
-    await _start_waiting(processes, names)
+    await _start_waiting(bench, processes, names)
     deadline = time.monotonic() + 60 + sizes.waiting
     while time.monotonic() < deadline:
         asked = sum(1 for name in names if bench.script.calls(name))
         if asked == len(names):
             break
         await asyncio.sleep(0.5)
-    await asyncio.sleep(3)
+    await asyncio.sleep(SETTLE_S)
     used = rss_kib(processes.worker_pid) - base
     await processes.kill_worker()  # the waiting tasks stay behind (private servers)
     await processes.restart_worker()
@@ -221,15 +225,30 @@ async def _memory_of(bench: Bench, sizes: Sizes, runtime: RuntimeDef) -> Cell:
     )
 
 
-async def _start_waiting(processes: RuntimeProcesses, names: list[str]) -> None:
-    """Start ``names``, each a task whose one turn is a charge that waits for an approval."""
-    gate = asyncio.Semaphore(20)
+SETTLE_S = 15.0
+"""How long the waiting tasks settle before the worker's memory is read (seconds): past the
+work a turn leaves behind (ours' mirror follower ends 5 s after the run's last write)."""
+STARTING = 10
+"""Tasks at most started and not yet at their approval, while the memory row starts its
+tasks: the row measures what waiting tasks hold, not how fast a runtime takes a burst."""
+ON_WAY_S = 120.0
+"""Longest the memory row waits for one of its started tasks to ask the model (seconds)."""
 
-    async def start(name: str) -> None:
-        async with gate:
-            await processes.call("start", task=name, turns=1, amount=APPROVAL_AMOUNT)
 
-    await asyncio.gather(*(start(name) for name in names))
+async def _start_waiting(bench: Bench, processes: RuntimeProcesses, names: list[str]) -> None:
+    """Start ``names``, each a task whose one turn is a charge that waits for an approval, at
+    most ``STARTING`` of them on their way at once (started, the model not asked yet)."""
+    on_way: list[str] = []
+    for name in names:
+        while True:
+            seen = len(bench.script.server.requests)
+            on_way = [n for n in on_way if not bench.script.calls(n)]
+            if len(on_way) < STARTING:
+                break
+            if not await bench.script.next_request(seen, ON_WAY_S):
+                raise RuntimeError(f"{STARTING} tasks started, none asked the model")
+        await processes.call("start", task=name, turns=1, amount=APPROVAL_AMOUNT)
+        on_way.append(name)
 
 
 FaultScript = Callable[[Bench, RuntimeProcesses], Awaitable[Cell]]
@@ -259,13 +278,6 @@ async def fault_rows(bench: Bench, sizes: Sizes, results: dict[str, dict[str, Ce
         results["recovery"][runtime_key] = spread(seconds, "s", digits=1)
 
 
-PROJECT = "bench-peers"
-"""Ours' project (``rt_ours.PROJECT``): its graph nodes are wiped at the end."""
-WIPE_S = 120.0
-"""Longest the wipe of ours' graph nodes may take (seconds): a wipe scans the shared graph
-store, slow on a busy one; what is left is the bench's own project."""
-
-
 LONG_LIMITS = {
     "limit.historyCount.suggestContinueAsNew": "150",
     "limit.historyCount.warn": "300",
@@ -288,7 +300,7 @@ async def long_tasks(bench: Bench, sizes: Sizes, results: dict[str, dict[str, Ce
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(dir="/var/tmp")))
         server = TemporalDevServer(folder, free_port(), extra_dynamic_config=LONG_LIMITS)
         await server.start_ready()
-        stack.push_async_callback(server.stop)
+        stack.push_async_callback(bounded, "the long task's Temporal's stop", server.stop)
         for runtime in bench.runtimes:
             processes = bench.running[runtime.key]
             if runtime.server == "temporal":
@@ -335,7 +347,8 @@ def _machine(sizes: Sizes, peers: Path, loads: list[str]) -> dict[str, str]:
         "sizes": ", ".join(f"{k} {v}" for k, v in sizes.__dict__.items()),
         "ours": ", ".join(f"{k} {v}" for k, v in ours.items()),
         "peers (.venv-peers)": ", ".join(f"{k} {v}" for k, v in theirs.items()),
-        "servers": f"Temporal CLI dev server (a private one, SQLite); {postgres}; Neo4j (ours)",
+        "servers": f"the bench's own: Temporal CLI dev server (SQLite); {postgres}; Neo4j "
+        "Community (ours' graph store)",
     }
 
 
@@ -343,10 +356,114 @@ def _load() -> str:
     return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
-# Long: the whole run: servers, processes, the three phases, the clean-up
 Report = Callable[[dict[str, str], dict[str, dict[str, Cell]], list[str]], None]
 """What takes a run's results: the machine, the cells (measure -> runtime -> cell) and what
 broke (a phase that broke leaves its cells unmeasured)."""
+CLEANUP_S = 90.0
+"""Longest one clean-up step may take (seconds: a server's stop waits 60 s for a clean exit
+before its SIGKILL); a step past it is left, and the next one runs."""
+NEO4J_PASSWORD = "bench-peers-neo4j"
+"""The password of ours' private Neo4j (on loopback, for the run's length)."""
+
+
+async def bounded(
+    what: str, step: Callable[[], Awaitable[Any]], within_s: float = CLEANUP_S
+) -> None:
+    """Run the clean-up ``step``, at most ``within_s``: one that hangs or fails is reported
+    on stderr and left behind, so the clean-up ends whatever one step does."""
+    job = asyncio.ensure_future(step())
+    done, _ = await asyncio.wait({job}, timeout=within_s)
+    if not done:
+        job.cancel()
+        print(f"clean-up: {what} did not end within {within_s:.0f} s: left", file=sys.stderr)
+    elif not job.cancelled() and job.exception() is not None:
+        print(f"clean-up: {what} failed: {job.exception()!r}", file=sys.stderr)
+
+
+@dataclass
+class Servers:
+    """The servers of a run, each the bench's own: their addresses and process ids."""
+
+    temporal: str
+    postgres_dsn: str
+    neo4j: Settings
+    """Ours' graph store (its ``neo4j_uri`` and password)."""
+    pids: dict[str, int]
+    """Process ids by name: ``temporal``, ``postgres``, ``neo4j``."""
+
+
+async def _neo4j(stack: AsyncExitStack, folder: Path) -> tuple[Settings, int]:
+    """A Neo4j of the bench's own for ours (``Neo4jServer``), its schema made: the graph
+    store's CPU is then ours' alone, and nothing is left in anyone's store."""
+    server = Neo4jServer(folder, free_port(), password=NEO4J_PASSWORD)
+    pid, _ = await server.start_ready()
+    stack.push_async_callback(bounded, "Neo4j's stop", server.stop)
+    settings = Settings(
+        neo4j_uri=server.uri, neo4j_password=SecretStr(NEO4J_PASSWORD), graph="neo4j"
+    )
+    async with open_graph(settings) as graph:  # a new store's first schema takes its time
+        await asyncio.wait_for(graph.ensure_ready(), READY_S)
+    return settings, pid
+
+
+async def _servers(stack: AsyncExitStack, folder: Path) -> Servers:
+    temporal = TemporalDevServer(folder / "temporal", free_port())
+    temporal_pid, _ = await temporal.start_ready()
+    stack.push_async_callback(bounded, "Temporal's stop", temporal.stop)
+    pg_port, pg_pid = await _postgres(stack, folder / "pg")
+    neo4j, neo4j_pid = await _neo4j(stack, folder / "neo4j")
+    return Servers(
+        temporal=temporal.address,
+        postgres_dsn=f"postgresql://{PG_USER}:{PG_PASSWORD}@127.0.0.1:{pg_port}",
+        neo4j=neo4j,
+        pids={"temporal": temporal_pid, "postgres": pg_pid, "neo4j": neo4j_pid},
+    )
+
+
+def _env(
+    runtime: RuntimeDef, servers: Servers, script: Script, ledger: Ledger, logs: Path
+) -> dict[str, str]:
+    """A runtime's processes' environment: the bench's servers, model and ledger."""
+    database = "dbos" if runtime.key == "pydantic_dbos" else "langgraph"
+    assert servers.neo4j.neo4j_password is not None
+    return {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "TEMPORAL_ADDRESS": servers.temporal,
+        "NEO4J_URI": servers.neo4j.neo4j_uri,
+        "NEO4J_PASSWORD": servers.neo4j.neo4j_password.get_secret_value(),
+        "AGENT_TASKS_GRAPH": "neo4j",
+        "AGENT_TASKS_BROKER_URL": "",
+        "OPENAI_BASE_URL": script.server.url,
+        "OPENAI_API_KEY": "bench",
+        "BENCH_LEDGER": str(ledger.path),
+        "BENCH_RUNTIME": runtime.key,
+        "BENCH_PG": f"{servers.postgres_dsn}/{database}",
+        "BENCH_LOGS": str(logs),
+        "PYTHONUNBUFFERED": "1",
+        **OFFLINE,
+    }
+
+
+async def _phases(
+    bench: Bench, sizes: Sizes, phases: set[str], results: dict[str, dict[str, Cell]]
+) -> list[str]:
+    """Run the ``phases`` chosen, in ``PHASES``' order; returns what broke."""
+    broke: list[str] = []
+    for phase, measure in PHASES.items():
+        if phase in phases:
+            print(f"phase {phase}: load {_load()}", file=sys.stderr, flush=True)
+            try:
+                await measure(bench, sizes, results)
+            except Exception as err:  # the table keeps what the other phases measured
+                broke.append(f"the phase {phase} broke: {type(err).__name__}: {err}")
+                print(broke[-1], file=sys.stderr, flush=True)
+    return broke
+
+
+CLEANUP_WATCH_S = 600.0
+"""Past this long in the clean-up (seconds), every thread's stack is written to stderr: what a
+clean-up that still hangs waits for."""
 
 
 # Long: one run in its order: the servers up, each phase of each runtime, the table, the clean-up
@@ -358,71 +475,34 @@ async def run_peers(
     only: set[str] | None = None,
 ) -> None:
     """Run everything once (the ``phases`` of ``PHASES``, the runtimes in ``only``: all by
-    default) and hand the results to ``report`` before the clean-up (a clean-up that hangs
-    loses nothing)."""
+    default) and hand the results to ``report`` before the clean-up; every clean-up step is
+    bounded (``bounded``), and the processes are killed by pid."""
     runtimes = tuple(r for r in RUNTIMES if not only or r.key in only)
-    phases = set(PHASES) if phases is None else phases
     loads = [_load()]
     peers = peers_python()
     results: dict[str, dict[str, Cell]] = {m.key: {} for m in MEASURES}
-    broke: list[str] = []
-    settings = Settings()
     async with AsyncExitStack() as stack:
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(dir="/var/tmp")))
         os.chmod(folder, 0o755)  # PostgreSQL's own user reads it (tools.cluster)
-        temporal = TemporalDevServer(folder / "temporal", free_port())
-        temporal_pid, _ = await temporal.start_ready()
-        stack.push_async_callback(temporal.stop)
-        pg_port, pg_pid = await _postgres(stack, folder / "pg")
+        servers = await _servers(stack, folder)
         script = Script()
         stack.enter_context(script.server.running())
         ledger = Ledger(folder / "ledger.sqlite")
         run_id = uuid.uuid4().hex[:6]
-        services = await stack.enter_async_context(open_services(settings, schema=True))
-        neo4j = _neo4j_pid(settings)
-        servers = {"temporal": temporal_pid, "postgres": pg_pid}
-        if neo4j is not None:
-            servers["neo4j"] = neo4j
-        dsn = f"postgresql://{PG_USER}:{PG_PASSWORD}@127.0.0.1:{pg_port}"
         running: dict[str, RuntimeProcesses] = {}
         for runtime in runtimes:
-            env = {
-                **os.environ,
-                "PYTHONPATH": str(ROOT),
-                "TEMPORAL_ADDRESS": temporal.address,
-                "OPENAI_BASE_URL": script.server.url,
-                "OPENAI_API_KEY": "bench",
-                "BENCH_LEDGER": str(ledger.path),
-                "BENCH_RUNTIME": runtime.key,
-                "BENCH_PG": f"{dsn}/{'dbos' if runtime.key == 'pydantic_dbos' else 'langgraph'}",
-                "BENCH_LOGS": str(logs),
-                "PYTHONUNBUFFERED": "1",
-                **OFFLINE,
-            }
             processes = RuntimeProcesses(
-                runtime, python_of(runtime, peers), env, f"peers-{runtime.key}-{run_id}"
+                runtime,
+                python_of(runtime, peers),
+                _env(runtime, servers, script, ledger, logs),
+                f"peers-{runtime.key}-{run_id}",
             )
-            stack.push_async_callback(processes.stop)
+            stack.push_async_callback(bounded, f"{runtime.key}'s processes", processes.stop)
             await processes.start()
             running[runtime.key] = processes
-        bench = Bench(script, ledger, running, servers, run_id, runtimes)
-        try:
-            for phase, measure in PHASES.items():
-                if phase in phases:
-                    try:
-                        await measure(bench, sizes, results)
-                    except Exception as err:  # the table keeps what the other phases measured
-                        broke.append(f"the phase {phase} broke: {type(err).__name__}: {err}")
-                        print(broke[-1], file=sys.stderr, flush=True)
-            loads.append(_load())
-            report(_machine(sizes, peers, loads), results, broke)  # before the clean-up
-        finally:
-            with contextlib.suppress(Exception):
-                assert services.graph is not None
-                await asyncio.wait_for(services.graph.wipe_project(PROJECT), WIPE_S)
-
-
-def _neo4j_pid(settings: Settings) -> int | None:
-    from agent_tasks.devstack.neo4j_server import Neo4jServer
-
-    return Neo4jServer(settings.data_dir, 0).running_pid()
+        bench = Bench(script, ledger, running, servers.pids, run_id, runtimes)
+        broke = await _phases(bench, sizes, set(PHASES) if phases is None else phases, results)
+        loads.append(_load())
+        report(_machine(sizes, peers, loads), results, broke)  # before the clean-up
+        faulthandler.dump_traceback_later(CLEANUP_WATCH_S, exit=False)
+    faulthandler.cancel_dump_traceback_later()

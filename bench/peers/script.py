@@ -9,6 +9,7 @@ its client closes it (a killed worker, a cancel), and notes when (``Exchange.clo
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import threading
@@ -71,6 +72,10 @@ class Script:
     """Task -> the model call (by tool results before it) to hold open, once."""
     lock: threading.Lock = field(default_factory=threading.Lock)
     server: ModelServer = field(init=False)
+    _by_task: dict[str, list[int]] = field(default_factory=dict)
+    """Task -> the indexes of its requests in the server's lists."""
+    _waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = field(default_factory=list)
+    """Who waits for the next request (``next_request``), each with its loop."""
 
     def __post_init__(self) -> None:
         self.server = ModelServer(self.reply)
@@ -78,6 +83,11 @@ class Script:
     def reply(self, request: dict[str, Any]) -> Reply:
         task, turns, amount, done = parse(request)
         with self.lock:
+            # the server calls this under its lock, its request just appended: the last one
+            self._by_task.setdefault(task, []).append(len(self.server.requests) - 1)
+            for loop, event in self._waiters:
+                loop.call_soon_threadsafe(event.set)
+            self._waiters.clear()
             held = self.holds.get(task) == done
             if held:
                 del self.holds[task]
@@ -90,13 +100,22 @@ class Script:
         with self.lock:
             self.holds[task] = done
 
+    async def next_request(self, seen: int, within_s: float) -> bool:
+        """Wait until the server holds more than ``seen`` requests (its threads answer them);
+        False if none came within ``within_s``."""
+        event = asyncio.Event()
+        with self.lock:
+            if len(self.server.requests) > seen:
+                return True
+            self._waiters.append((asyncio.get_running_loop(), event))
+        try:
+            await asyncio.wait_for(event.wait(), within_s)
+        except TimeoutError:
+            return False
+        return True
+
     def calls(self, task: str) -> list[tuple[dict[str, Any], Exchange]]:
         """The requests of ``task`` and what happened to each, in order."""
-        out = []
-        for request, exchange in zip(self.server.requests, self.server.exchanges, strict=False):
-            try:
-                if parse(request)[0] == task:
-                    out.append((request, exchange))
-            except ValueError:
-                continue
-        return out
+        with self.lock:
+            indexes = list(self._by_task.get(task, ()))
+        return [(self.server.requests[i], self.server.exchanges[i]) for i in indexes]

@@ -64,6 +64,51 @@ def render(
                     under.append(f"- {measure.title}: {titles[key]} does better. {why}")
         if under:
             lines += ["", "Where a peer does better than ours, and why:", "", *under]
+    lines += ["", "## Where ours leads and where it trails, by how much", ""]
+    lines += standing(measures, titles, results) or ["- nothing measured to compare"]
     if notes:
         lines += ["", "## Notes", "", *[f"- {note}" for note in notes]]
     return "\n".join(lines) + "\n"
+
+
+def standing(
+    measures: Sequence[Measure],
+    titles: Mapping[str, str],
+    results: Mapping[str, Mapping[str, Cell]],
+) -> list[str]:
+    """One line per measure that ours and a peer both have: for a cost, ours' value against
+    the best peer's (how many times it is); for a fault, the peers ours is right and they are
+    not, and the reverse."""
+    lines = []
+    for measure in measures:
+        row = results.get(measure.key, {})
+        ours = row.get("ours")
+        peers = {k: c for k, c in row.items() if k != "ours" and k in titles and c.offered}
+        if ours is None or not peers:
+            continue
+        if measure.kind == "cost":
+            valued = {k: c.value for k, c in peers.items() if c.value is not None}
+            if ours.value is None or not valued:
+                continue
+            best = min(valued, key=lambda k: valued[k])
+            ahead = sum(1 for v in valued.values() if v < ours.value)
+            if ahead == 0:
+                lines.append(f"- {measure.title}: ours leads ({len(valued)} peers measured).")
+            else:
+                ratio = ours.value / valued[best] if valued[best] > 0 else float("inf")
+                lines.append(
+                    f"- {measure.title}: ours trails {ahead} of {len(valued)} peers; "
+                    f"{ratio:,.1f} times the best ({titles[best]})."
+                )
+            continue
+        if ours.good is None:
+            continue
+        wrong = [titles[k] for k, c in peers.items() if c.good is False and ours.good]
+        right = [titles[k] for k, c in peers.items() if c.good and not ours.good]
+        if wrong:
+            verb = "is" if len(wrong) == 1 else "are"
+            lines.append(f"- {measure.title}: ours right where {', '.join(wrong)} {verb} not.")
+        if right:
+            verb = "is" if len(right) == 1 else "are"
+            lines.append(f"- {measure.title}: ours wrong where {', '.join(right)} {verb} right.")
+    return lines

@@ -110,6 +110,8 @@ def test_the_table_has_a_row_per_measure_a_column_per_runtime_and_says_why() -> 
     assert "- a whole task: Peer does better. no server between." in page
     assert "Other does better" not in page
     assert "- date: today" in page and "`python -m bench peers`" in page
+    assert "- a whole task: ours trails 1 of 2 peers; 3.0 times the best (Peer)." in page
+    assert "- a kill: ours right where Peer is not." in page
 
 
 def test_a_missing_cell_says_not_measured_and_every_measure_has_a_kind() -> None:
@@ -123,14 +125,37 @@ def test_a_missing_cell_says_not_measured_and_every_measure_has_a_kind() -> None
     reason="installs four peer runtimes (minutes) and runs them: set AGENT_TASKS_PEERS=1",
 )
 def test_a_quick_run_writes_a_cell_for_every_measure_and_runtime(tmp_path: Path) -> None:
-    """The whole command, quick (about 15 minutes on 2 busy cores: the Temporal peers wait
+    """The whole command, quick (about 20 minutes on 2 busy cores: the Temporal peers wait
     out a 60 s activity timeout after each kill)."""
     out = tmp_path / "comparison.md"
     done = subprocess.run(
-        [sys.executable, "-m", "bench", "peers", "--quick", "--out", str(out)],
+        [sys.executable, "-m", "bench", "peers", "--quick", "--out", str(out),
+         "--raw", str(tmp_path / "results.json")],
         cwd=ROOT, env=os.environ, capture_output=True, text=True, timeout=3600, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     page = out.read_text()
     assert "not measured" not in page
     assert page.count("\n| ") == 4 + len(MEASURES)  # two tables: a header and a rule each
+
+
+def test_the_table_is_written_again_from_a_run_s_raw_results(tmp_path: Path) -> None:
+    from dataclasses import asdict
+
+    from bench.peers.command import rerender
+
+    cells = {"task": {"ours": Cell("30 ms (p95 31)", 30.0, samples=[30.0, 31.0])}}
+    raw = tmp_path / "raw.json"
+    document = {
+        "command": "python -m bench peers --quick",
+        "machine": {"load": "1.00 1.00 1.00"},
+        "results": {m: {k: asdict(c) for k, c in row.items()} for m, row in cells.items()},
+        "broke": ["the phase long broke: TimeoutError"],
+    }
+    raw.write_text(json.dumps(document))
+    out = tmp_path / "comparison.md"
+    rerender(raw, out)
+    page = out.read_text()
+    assert "`python -m bench peers --quick`" in page and "- load: 1.00 1.00 1.00" in page
+    assert "| a whole task (N turns), end to end | 30 ms (p95 31) |" in page
+    assert "- the phase long broke: TimeoutError" in page
