@@ -39,31 +39,12 @@ from agent_tasks.devstack.temporal import TemporalDevServer
 from agent_tasks.starter.client import ConversationHistory
 from agent_tasks.worker import open_services
 from bench.harness import Bench, cpu_seconds, transcript
+from bench.peers.processes import tree_pids
 from bench.rows import worker_process
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMESPACE = "agent-tasks-capacity"
 """The cluster's namespace for this bench (set up here)."""
-
-
-def descendants(pid: int) -> list[int]:
-    """``pid`` and every process below it (``/proc``: PostgreSQL's backends)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            text = (entry / "stat").read_text()
-        except OSError:
-            continue
-        parent = int(text[text.rindex(")") + 2 :].split()[1])
-        children.setdefault(parent, []).append(int(entry.name))
-    found, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        found.append(current)
-        todo += children.get(current, [])
-    return found
 
 
 def spent(pids: dict[str, list[int]]) -> dict[str, float]:
@@ -102,7 +83,7 @@ async def measure(
             found = {name: [pid] for name, pid in bench.server_pids.items()}
             found["workers"] = worker_pids
             if pg_pid is not None:
-                found["postgres"] = descendants(pg_pid)
+                found["postgres"] = tree_pids(pg_pid)
             return found
 
         names = [f"cap{workers}-{n}-{uuid.uuid4().hex[:6]}" for n in range(writers)]
